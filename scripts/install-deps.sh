@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every Debian package Adam needs to build, test, run the demo and benchmark.
+# Idempotent: packages already present are skipped, and apt-get runs only when one is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libcpprest-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libhwloc-dev prometheus-cpp-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libzstd-dev zlib1g-dev
+  libcli11-dev libspdlog-dev
+  clang libclang-rt-14-dev
+  dataset-fashion-mnist
+  python3
+)
+# Extra groups: ADAM_INSTALL_BENCH=1 adds the peers the benchmarks compare against.
+if [[ "${ADAM_INSTALL_BENCH:-0}" == 1 ]]; then
+  packages+=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${#missing[@]} package(s): ${missing[*]}"
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

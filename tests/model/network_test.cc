@@ -1,0 +1,179 @@
+// Numerical gradient checks of every layer type, and the Network's basic contracts.
+#include "model/network.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "model/layout.h"
+
+namespace adam::model {
+namespace {
+
+spec::ModelSpec MakeSpec(std::vector<spec::LayerSpec> layers, spec::Shape input) {
+  spec::ModelSpec m;
+  m.input = input;
+  m.layers = std::move(layers);
+  return m;
+}
+
+spec::LayerSpec Conv(int maps, int kernel, spec::Activation a, int padding = 0) {
+  spec::LayerSpec l;
+  l.type = spec::LayerType::kConv;
+  l.maps = maps;
+  l.kernel = kernel;
+  l.padding = padding;
+  l.activation = a;
+  return l;
+}
+spec::LayerSpec Pool(int size) {
+  spec::LayerSpec l;
+  l.type = spec::LayerType::kMaxPool;
+  l.size = size;
+  return l;
+}
+spec::LayerSpec Dense(int units, spec::Activation a) {
+  spec::LayerSpec l;
+  l.type = spec::LayerType::kDense;
+  l.units = units;
+  l.activation = a;
+  return l;
+}
+spec::LayerSpec Softmax(int classes) {
+  spec::LayerSpec l;
+  l.type = spec::LayerType::kSoftmax;
+  l.classes = classes;
+  l.activation = spec::Activation::kNone;
+  return l;
+}
+
+// Compares Backward's gradient with central finite differences of the mean loss, computed in
+// double from float forward passes, on every parameter.
+void CheckGradients(const spec::ModelSpec& spec, int batch, uint64_t seed) {
+  auto layout = ModelLayout::Make(spec);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  std::vector<float> params(layout->num_params()), grads(layout->num_params());
+  layout->InitParams(seed, params.data());
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  for (auto& p : params) p += 0.1f * u(rng);  // non-zero biases too
+  auto net = Network::Create(*layout, batch, params.data(), grads.data());
+  ASSERT_TRUE(net.ok()) << net.status().ToString();
+  Network& n = **net;
+  std::vector<float> input(layout->input_size() * batch);
+  for (auto& x : input) x = 2 * u(rng);
+  std::vector<uint8_t> labels(batch);
+  for (auto& l : labels) l = uint8_t(rng() % layout->classes());
+  auto loss = [&]() {
+    std::copy(input.begin(), input.end(), n.input());
+    return double(n.Forward(labels.data(), nullptr)) / batch;
+  };
+  loss();
+  n.Backward();
+  const double center = loss();
+  const float eps = 1e-3f;
+  int checked = 0, kinks = 0;
+  for (int64_t i = 0; i < layout->num_params(); ++i) {
+    const float saved = params[i];
+    params[i] = saved + eps;
+    const double up = loss();
+    params[i] = saved - eps;
+    const double down = loss();
+    params[i] = saved;
+    // A max-pool window whose two largest inputs are within eps of each other is a kink of the
+    // loss: its one-sided slopes disagree and no finite difference is right there. Skip those.
+    const double right = (up - center) / eps, left = (center - down) / eps;
+    if (std::fabs(right - left) > 1e-2 + 0.05 * std::fabs(right)) {
+      ++kinks;
+      continue;
+    }
+    const double numeric = (up - down) / (2 * eps);
+    EXPECT_NEAR(grads[i], numeric, 5e-3 + 3e-2 * std::fabs(numeric)) << "parameter " << i;
+    ++checked;
+  }
+  EXPECT_LE(kinks, layout->num_params() / 10) << "too many kinks to trust the check";
+  EXPECT_GT(checked, 0);
+}
+
+TEST(Network, GradientMatchesFiniteDifferences_ConvTanhPoolDense) {
+  CheckGradients(MakeSpec({Conv(3, 3, spec::Activation::kTanh), Pool(2),
+                           Dense(5, spec::Activation::kTanh), Softmax(4)},
+                          {1, 8, 8}),
+                 2, 1);
+}
+
+TEST(Network, GradientMatchesFiniteDifferences_ConvPoolSoftmaxManySeeds) {
+  for (uint64_t seed = 10; seed < 30; ++seed) {
+    SCOPED_TRACE(seed);
+    CheckGradients(MakeSpec({Conv(3, 3, spec::Activation::kTanh), Pool(2), Softmax(4)}, {1, 8, 8}),
+                   2, seed);
+  }
+}
+
+TEST(Network, GradientMatchesFiniteDifferences_ReluAndPadding) {
+  CheckGradients(MakeSpec({Conv(2, 3, spec::Activation::kRelu, 1), Conv(3, 3, spec::Activation::kNone),
+                           Pool(2), Dense(6, spec::Activation::kRelu), Softmax(3)},
+                          {2, 6, 6}),
+                 3, 2);
+}
+
+TEST(Network, GradientMatchesFiniteDifferences_DenseOnly) {
+  CheckGradients(MakeSpec({Dense(7, spec::Activation::kTanh), Dense(5, spec::Activation::kNone),
+                           Softmax(3)},
+                          {1, 3, 4}),
+                 1, 3);
+}
+
+TEST(Network, ProbabilitiesSumToOneAndPredictArgmax) {
+  auto layout = ModelLayout::Make(
+      MakeSpec({Conv(4, 5, spec::Activation::kTanh), Pool(2), Softmax(10)}, {1, 28, 28}));
+  ASSERT_TRUE(layout.ok());
+  std::vector<float> params(layout->num_params());
+  layout->InitParams(7, params.data());
+  auto net = Network::Create(*layout, 4, params.data(), nullptr);
+  ASSERT_TRUE(net.ok());
+  std::vector<uint8_t> pixels(4 * 28 * 28);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = uint8_t(i * 31);
+  (*net)->SetInputFromBytes(pixels.data());
+  int predicted[4];
+  EXPECT_EQ((*net)->Forward(nullptr, predicted), 0.f);
+  for (int n = 0; n < 4; ++n) {
+    const float* row = (*net)->probabilities() + n * 10;
+    double sum = 0;
+    int best = 0;
+    for (int c = 0; c < 10; ++c) {
+      sum += row[c];
+      if (row[c] > row[best]) best = c;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+    EXPECT_EQ(predicted[n], best);
+  }
+}
+
+TEST(ModelLayout, AdamMnistModelHasExpectedParameterCount) {
+  auto layout = ModelLayout::Make(MakeSpec(
+      {Conv(10, 5, spec::Activation::kTanh), Pool(2), Conv(20, 5, spec::Activation::kTanh),
+       Pool(2), Dense(400, spec::Activation::kTanh), Dense(400, spec::Activation::kTanh),
+       Softmax(10)},
+      {1, 28, 28}));
+  ASSERT_TRUE(layout.ok());
+  // conv 10*1*25+10, conv 20*10*25+20, dense 320*400+400, 400*400+400, softmax 400*10+10.
+  EXPECT_EQ(layout->num_params(), 260 + 5020 + 128400 + 160400 + 4010);
+  EXPECT_EQ(layout->shapes()[3].out, (spec::Shape{20, 4, 4}));
+}
+
+TEST(ModelLayout, InitIsDeterministicPerSeed) {
+  auto layout = ModelLayout::Make(MakeSpec({Dense(8, spec::Activation::kTanh), Softmax(2)}, {1, 2, 2}));
+  ASSERT_TRUE(layout.ok());
+  std::vector<float> a(layout->num_params()), b(a.size()), c(a.size());
+  layout->InitParams(1, a.data());
+  layout->InitParams(1, b.data());
+  layout->InitParams(2, c.data());
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+}  // namespace
+}  // namespace adam::model

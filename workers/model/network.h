@@ -1,0 +1,50 @@
+// Network: one thread's context for running the model on oneDNN (Adam's per-thread "context").
+//
+// A Network owns the oneDNN primitives and every activation and gradient buffer for batches of
+// exactly `batch` images; all are created in Create, so Forward and Backward allocate nothing.
+// It reads weights from a caller-owned parameter vector and writes gradients into a caller-owned
+// gradient vector (both ModelLayout::num_params() floats, at the layout's offsets). Several
+// Networks may share one parameter vector and read it while others write it: that is the
+// Hogwild design, and the only intended race. A Network itself is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/status.h"
+#include "model/layout.h"
+
+namespace adam::model {
+
+class Network {
+ public:
+  // `params` must outlive the Network. `grads` may be null for an inference-only Network.
+  static StatusOr<std::unique_ptr<Network>> Create(const ModelLayout& layout, int batch,
+                                                   const float* params, float* grads);
+  ~Network();
+
+  int batch() const;
+  // batch x input_size floats, NCHW; the caller fills it before Forward.
+  float* input();
+  // Fills input() from `batch` images of input_size bytes each, scaled to [-1, 1].
+  void SetInputFromBytes(const uint8_t* pixels);
+
+  // Runs the forward pass. `labels` (batch entries, < classes) may be null for inference. Returns
+  // the summed cross-entropy loss over the batch (0 without labels) and writes each image's
+  // argmax class to `predicted` when it is not null.
+  float Forward(const uint8_t* labels, int* predicted);
+
+  // After Forward with labels: writes the gradient of the batch's mean loss with respect to every
+  // parameter into the gradient vector. Requires a gradient vector.
+  void Backward();
+
+  // batch x classes probabilities of the last Forward.
+  const float* probabilities() const;
+
+ private:
+  struct Impl;
+  explicit Network(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace adam::model

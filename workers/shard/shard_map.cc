@@ -1,0 +1,52 @@
+// ShardMap construction.
+#include "shard/shard_map.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace adam::shard {
+
+uint64_t Mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+StatusOr<ShardMap> ShardMap::Make(int64_t num_params, int64_t shard_bytes, int num_servers,
+                                  uint64_t salt) {
+  if (num_params < 1) return InvalidArgumentError("shard map: num_params must be >= 1");
+  if (shard_bytes < 4 || shard_bytes % 4 != 0)
+    return InvalidArgumentError("shard map: shard_bytes must be a positive multiple of 4, got " +
+                                std::to_string(shard_bytes));
+  if (num_servers < 1) return InvalidArgumentError("shard map: num_servers must be >= 1");
+  ShardMap map;
+  map.num_servers_ = num_servers;
+  map.num_params_ = num_params;
+  const int64_t per = shard_bytes / 4;
+  for (int64_t off = 0; off < num_params; off += per) {
+    Shard s;
+    s.id = static_cast<uint32_t>(map.shards_.size());
+    s.offset = off;
+    s.count = std::min(per, num_params - off);
+    map.shards_.push_back(s);
+  }
+  std::vector<uint32_t> order(map.shards_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    uint64_t ha = Mix64(salt ^ Mix64(a)), hb = Mix64(salt ^ Mix64(b));
+    return ha != hb ? ha < hb : a < b;
+  });
+  for (size_t rank = 0; rank < order.size(); ++rank)
+    map.shards_[order[rank]].server = static_cast<int>(rank % num_servers);
+  return map;
+}
+
+std::vector<uint32_t> ShardMap::ShardsOf(int server) const {
+  std::vector<uint32_t> ids;
+  for (const auto& s : shards_)
+    if (s.server == server) ids.push_back(s.id);
+  return ids;
+}
+
+}  // namespace adam::shard

@@ -1,0 +1,521 @@
+// YAML -> AdamJob, with defaults and every validation rule of the manifest.
+#include "spec/adamjob.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <initializer_list>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace adam::spec {
+namespace {
+
+// Walks a YAML tree and collects errors with their field paths.
+class Reader {
+ public:
+  void Error(const std::string& path, const std::string& msg) {
+    errors_.push_back(path + ": " + msg);
+  }
+  const std::vector<std::string>& errors() const { return errors_; }
+
+  // Requires `n` to be a map (or absent); reports keys not in `allowed`. Returns false if `n`
+  // is present but not a map.
+  bool Map(const YAML::Node& n, const std::string& path, std::initializer_list<const char*> allowed) {
+    if (!n || n.IsNull()) return true;
+    if (!n.IsMap()) {
+      Error(path, "must be a mapping");
+      return false;
+    }
+    std::set<std::string> ok(allowed.begin(), allowed.end());
+    for (const auto& kv : n) {
+      std::string key = kv.first.Scalar();
+      if (!ok.count(key)) Error(path + "." + key, "unknown field");
+    }
+    return true;
+  }
+
+  // Reads n[key] as T into *out when present; reports a type error; reports absence when
+  // `required`. Returns true when a value was read.
+  template <typename T>
+  bool Get(const YAML::Node& n, const char* key, const std::string& path, T* out,
+           bool required = false) {
+    std::string p = path + "." + key;
+    if (!n || !n.IsMap() || !n[key] || n[key].IsNull()) {
+      if (required) Error(p, "required");
+      return false;
+    }
+    const YAML::Node v = n[key];
+    if (!v.IsScalar()) {
+      Error(p, std::string("must be ") + TypeName<T>());
+      return false;
+    }
+    try {
+      *out = v.as<T>();
+      return true;
+    } catch (const YAML::Exception&) {
+      Error(p, std::string("must be ") + TypeName<T>() + ", got '" + v.Scalar() + "'");
+      return false;
+    }
+  }
+
+  // Like Get<int64_t> but also checks lo <= value <= hi.
+  bool Int(const YAML::Node& n, const char* key, const std::string& path, int64_t lo, int64_t hi,
+           int64_t* out, bool required = false) {
+    int64_t v = 0;
+    if (!Get(n, key, path, &v, required)) return false;
+    if (v < lo || v > hi) {
+      Error(path + "." + key, RangeMessage(lo, hi, std::to_string(v)));
+      return false;
+    }
+    *out = v;
+    return true;
+  }
+  bool Int(const YAML::Node& n, const char* key, const std::string& path, int64_t lo, int64_t hi,
+           int* out, bool required = false) {
+    int64_t v = *out;
+    if (!Int(n, key, path, lo, hi, &v, required)) return false;
+    *out = static_cast<int>(v);
+    return true;
+  }
+
+ private:
+  template <typename T>
+  static const char* TypeName() {
+    if constexpr (std::is_same_v<T, bool>) return "true or false";
+    else if constexpr (std::is_integral_v<T>) return "an integer";
+    else if constexpr (std::is_floating_point_v<T>) return "a number";
+    else return "a string";
+  }
+  static std::string RangeMessage(int64_t lo, int64_t hi, const std::string& got) {
+    if (hi == INT64_MAX || hi == INT32_MAX) {
+      if (lo == 1) return "must be > 0, got " + got;
+      return "must be >= " + std::to_string(lo) + ", got " + got;
+    }
+    return "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + got;
+  }
+
+  std::vector<std::string> errors_;
+};
+
+constexpr int64_t kMaxInt = INT32_MAX;
+
+bool IsDnsLabel(const std::string& s) {
+  static const std::regex re("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$");
+  return s.size() <= 63 && std::regex_match(s, re);
+}
+
+bool IsQuantity(const std::string& s) {
+  static const std::regex re("^[0-9]+(\\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$");
+  return std::regex_match(s, re);
+}
+
+// "30s", "500ms", "2m", "1h" -> milliseconds; -1 if malformed.
+int64_t ParseDurationMs(const std::string& s) {
+  static const std::regex re("^([0-9]+)(ms|s|m|h)$");
+  std::smatch m;
+  if (!std::regex_match(s, m, re)) return -1;
+  int64_t v = std::stoll(m[1]);
+  std::string unit = m[2];
+  if (unit == "ms") return v;
+  if (unit == "s") return v * 1000;
+  if (unit == "m") return v * 60000;
+  return v * 3600000;
+}
+
+void ReadResources(Reader& r, const YAML::Node& n, const std::string& path, Resources* out) {
+  if (!r.Map(n, path, {"cpu", "memory"})) return;
+  if (!n) return;
+  if (r.Get(n, "cpu", path, &out->cpu) && !IsQuantity(out->cpu))
+    r.Error(path + ".cpu", "must be a Kubernetes quantity like 4 or 500m, got '" + out->cpu + "'");
+  if (r.Get(n, "memory", path, &out->memory) && !IsQuantity(out->memory))
+    r.Error(path + ".memory",
+            "must be a Kubernetes quantity like 8Gi, got '" + out->memory + "'");
+}
+
+void ReadFilePair(Reader& r, const YAML::Node& n, const std::string& path, FilePair* out) {
+  if (!n) {
+    r.Error(path, "required");
+    return;
+  }
+  if (!r.Map(n, path, {"images", "labels"})) return;
+  r.Get(n, "images", path, &out->images, true);
+  r.Get(n, "labels", path, &out->labels, true);
+}
+
+void ReadDataset(Reader& r, const YAML::Node& n, DatasetSpec* d) {
+  const std::string path = "spec.dataset";
+  if (!n) {
+    r.Error(path, "required");
+    return;
+  }
+  if (!r.Map(n, path, {"format", "train", "test", "augment"})) return;
+  if (r.Get(n, "format", path, &d->format) && d->format != "idx")
+    r.Error(path + ".format", "must be 'idx', got '" + d->format + "'");
+  ReadFilePair(r, n["train"], path + ".train", &d->train);
+  ReadFilePair(r, n["test"], path + ".test", &d->test);
+  const YAML::Node a = n["augment"];
+  const std::string ap = path + ".augment";
+  if (r.Map(a, ap, {"shift", "hflip", "variants"}) && a) {
+    r.Int(a, "shift", ap, 0, 8, &d->augment.shift);
+    r.Get(a, "hflip", ap, &d->augment.hflip);
+    r.Int(a, "variants", ap, 1, 16, &d->augment.variants);
+  }
+}
+
+Activation ReadActivation(Reader& r, const YAML::Node& n, const std::string& path) {
+  std::string s = "tanh";
+  r.Get(n, "activation", path, &s);
+  if (s == "tanh") return Activation::kTanh;
+  if (s == "relu") return Activation::kRelu;
+  if (s == "none") return Activation::kNone;
+  r.Error(path + ".activation", "must be one of tanh, relu, none; got '" + s + "'");
+  return Activation::kTanh;
+}
+
+void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
+  const std::string path = "spec.model";
+  if (!n) {
+    r.Error(path, "required");
+    return;
+  }
+  if (!r.Map(n, path, {"input", "layers"})) return;
+  const YAML::Node in = n["input"];
+  const std::string ip = path + ".input";
+  if (!in) {
+    r.Error(ip, "required");
+  } else if (r.Map(in, ip, {"channels", "height", "width"})) {
+    r.Int(in, "channels", ip, 1, 4096, &m->input.channels, true);
+    r.Int(in, "height", ip, 1, 4096, &m->input.height, true);
+    r.Int(in, "width", ip, 1, 4096, &m->input.width, true);
+  }
+  const YAML::Node layers = n["layers"];
+  const std::string lp = path + ".layers";
+  if (!layers || !layers.IsSequence() || layers.size() == 0) {
+    r.Error(lp, "must be a non-empty list of layers");
+    return;
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const YAML::Node l = layers[i];
+    const std::string p = lp + "[" + std::to_string(i) + "]";
+    LayerSpec spec;
+    std::string type;
+    if (!l.IsMap()) {
+      r.Error(p, "must be a mapping");
+      continue;
+    }
+    if (!r.Get(l, "type", p, &type, true)) continue;
+    if (type == "conv") {
+      spec.type = LayerType::kConv;
+      r.Map(l, p, {"type", "maps", "kernel", "stride", "padding", "activation"});
+      r.Int(l, "maps", p, 1, 65536, &spec.maps, true);
+      r.Int(l, "kernel", p, 1, 1024, &spec.kernel, true);
+      r.Int(l, "stride", p, 1, 1024, &spec.stride);
+      r.Int(l, "padding", p, 0, 1024, &spec.padding);
+      spec.activation = ReadActivation(r, l, p);
+    } else if (type == "maxpool") {
+      spec.type = LayerType::kMaxPool;
+      r.Map(l, p, {"type", "size"});
+      r.Int(l, "size", p, 1, 1024, &spec.size, true);
+    } else if (type == "dense") {
+      spec.type = LayerType::kDense;
+      r.Map(l, p, {"type", "units", "activation"});
+      r.Int(l, "units", p, 1, 1 << 20, &spec.units, true);
+      spec.activation = ReadActivation(r, l, p);
+    } else if (type == "softmax") {
+      spec.type = LayerType::kSoftmax;
+      r.Map(l, p, {"type", "classes"});
+      r.Int(l, "classes", p, 2, 65536, &spec.classes, true);
+      spec.activation = Activation::kNone;
+      if (i + 1 != layers.size()) r.Error(p + ".type", "softmax must be the last layer");
+    } else {
+      r.Error(p + ".type", "must be one of conv, maxpool, dense, softmax; got '" + type + "'");
+      continue;
+    }
+    m->layers.push_back(spec);
+  }
+  if (!m->layers.empty() && m->layers.back().type != LayerType::kSoftmax)
+    r.Error(lp, "the last layer must be softmax");
+}
+
+void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
+  const std::string p = "spec.training";
+  if (!r.Map(n, p,
+             {"epochs", "learningRate", "pushEvery", "batchSize", "consistency", "maxStaleness",
+              "epochQuorum", "targetAccuracy", "seed"}) ||
+      !n)
+    return;
+  r.Int(n, "epochs", p, 1, 100000, &t->epochs);
+  if (r.Get(n, "learningRate", p, &t->learning_rate) &&
+      !(t->learning_rate > 0 && t->learning_rate <= 10))
+    r.Error(p + ".learningRate", "must be in (0, 10], got " + std::to_string(t->learning_rate));
+  r.Int(n, "pushEvery", p, 1, kMaxInt, &t->push_every);
+  r.Int(n, "batchSize", p, 1, 4096, &t->batch_size);
+  std::string c;
+  if (r.Get(n, "consistency", p, &c)) {
+    if (c == "async") {
+      t->consistency = Consistency::kAsync;
+    } else if (c == "sync" || c == "bounded") {
+      r.Error(p + ".consistency", "'" + c +
+                                      "' is not supported by this version of Adam yet; use async");
+    } else {
+      r.Error(p + ".consistency", "must be one of async, sync, bounded; got '" + c + "'");
+    }
+  }
+  r.Int(n, "maxStaleness", p, 0, kMaxInt, &t->max_staleness);
+  if (r.Get(n, "epochQuorum", p, &t->epoch_quorum) &&
+      !(t->epoch_quorum > 0 && t->epoch_quorum <= 1))
+    r.Error(p + ".epochQuorum", "must be in (0, 1], got " + std::to_string(t->epoch_quorum));
+  double target = 0;
+  if (r.Get(n, "targetAccuracy", p, &target)) {
+    if (!(target > 0 && target <= 1))
+      r.Error(p + ".targetAccuracy", "must be in (0, 1], got " + std::to_string(target));
+    t->target_accuracy = target;
+  }
+  int64_t seed = 1;
+  if (r.Int(n, "seed", p, 0, INT64_MAX, &seed)) t->seed = static_cast<uint64_t>(seed);
+}
+
+void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
+  const std::string p = "spec.roles";
+  if (!r.Map(n, p, {"controller", "parameterServer", "dataServer", "trainer"}) || !n) return;
+  if (const YAML::Node c = n["controller"]; r.Map(c, p + ".controller", {"replicas", "resources"}) && c) {
+    const std::string cp = p + ".controller";
+    if (r.Int(c, "replicas", cp, 1, 7, &roles->controller.replicas) &&
+        roles->controller.replicas % 2 == 0)
+      r.Error(cp + ".replicas",
+              "must be odd (1, 3, 5 or 7), got " + std::to_string(roles->controller.replicas));
+    ReadResources(r, c["resources"], cp + ".resources", &roles->controller.resources);
+  }
+  if (const YAML::Node s = n["parameterServer"];
+      r.Map(s, p + ".parameterServer",
+            {"replicas", "shardBytes", "copies", "resources", "persistence"}) && s) {
+    const std::string sp = p + ".parameterServer";
+    auto& ps = roles->parameter_server;
+    r.Int(s, "replicas", sp, 1, 1024, &ps.replicas);
+    if (r.Int(s, "shardBytes", sp, 4, int64_t{1} << 30, &ps.shard_bytes) && ps.shard_bytes % 4 != 0)
+      r.Error(sp + ".shardBytes",
+              "must be a multiple of 4 (whole floats), got " + std::to_string(ps.shard_bytes));
+    r.Int(s, "copies", sp, 1, 5, &ps.copies);
+    ReadResources(r, s["resources"], sp + ".resources", &ps.resources);
+    const YAML::Node per = s["persistence"];
+    if (r.Map(per, sp + ".persistence", {"interval", "size"}) && per) {
+      std::string iv;
+      if (r.Get(per, "interval", sp + ".persistence", &iv)) {
+        ps.persistence.interval_ms = ParseDurationMs(iv);
+        if (ps.persistence.interval_ms <= 0)
+          r.Error(sp + ".persistence.interval",
+                  "must be a positive duration like 30s or 500ms, got '" + iv + "'");
+      }
+      if (r.Get(per, "size", sp + ".persistence", &ps.persistence.size) &&
+          !IsQuantity(ps.persistence.size))
+        r.Error(sp + ".persistence.size", "must be a Kubernetes quantity like 10Gi, got '" +
+                                              ps.persistence.size + "'");
+    }
+  }
+  if (const YAML::Node d = n["dataServer"];
+      r.Map(d, p + ".dataServer", {"replicas", "resources"}) && d) {
+    const std::string dp = p + ".dataServer";
+    // More than one data server needs a sharded data set, which this version does not have.
+    if (r.Int(d, "replicas", dp, 1, 1024, &roles->data_server.replicas) &&
+        roles->data_server.replicas != 1)
+      r.Error(dp + ".replicas", "this version runs exactly 1 data server, got " +
+                                    std::to_string(roles->data_server.replicas));
+    ReadResources(r, d["resources"], dp + ".resources", &roles->data_server.resources);
+  }
+  if (const YAML::Node t = n["trainer"];
+      r.Map(t, p + ".trainer", {"replicas", "threads", "resources"}) && t) {
+    const std::string tp = p + ".trainer";
+    r.Int(t, "replicas", tp, 1, 4096, &roles->trainer.replicas);
+    r.Int(t, "threads", tp, 1, 1024, &roles->trainer.threads);
+    ReadResources(r, t["resources"], tp + ".resources", &roles->trainer.resources);
+  }
+}
+
+void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
+  const YAML::Node pl = spec["placement"];
+  if (r.Map(pl, "spec.placement", {"numaPinning", "replicaTopologyKey", "spreadTopologyKey"}) && pl) {
+    r.Get(pl, "numaPinning", "spec.placement", &job->placement.numa_pinning);
+    r.Get(pl, "replicaTopologyKey", "spec.placement", &job->placement.replica_topology_key);
+    r.Get(pl, "spreadTopologyKey", "spec.placement", &job->placement.spread_topology_key);
+  }
+  const YAML::Node nw = spec["networks"];
+  if (r.Map(nw, "spec.networks", {"replication"}) && nw) {
+    if (r.Get(nw, "replication", "spec.networks", &job->networks.replication) &&
+        !IsDnsLabel(job->networks.replication))
+      r.Error("spec.networks.replication",
+              "must be a DNS label (a NetworkAttachmentDefinition name), got '" +
+                  job->networks.replication + "'");
+  }
+  const YAML::Node rp = spec["runPolicy"];
+  const std::string p = "spec.runPolicy";
+  if (r.Map(rp, p,
+            {"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "cleanPodPolicy",
+             "suspend"}) &&
+      rp) {
+    auto& pol = job->run_policy;
+    r.Int(rp, "backoffLimit", p, 0, 1000, &pol.backoff_limit);
+    int64_t v = 0;
+    if (r.Int(rp, "activeDeadlineSeconds", p, 1, INT64_MAX, &v)) pol.active_deadline_seconds = v;
+    if (r.Int(rp, "ttlSecondsAfterFinished", p, 0, INT64_MAX, &v))
+      pol.ttl_seconds_after_finished = v;
+    if (r.Get(rp, "cleanPodPolicy", p, &pol.clean_pod_policy) && pol.clean_pod_policy != "Running" &&
+        pol.clean_pod_policy != "All" && pol.clean_pod_policy != "None")
+      r.Error(p + ".cleanPodPolicy",
+              "must be one of Running, All, None; got '" + pol.clean_pod_policy + "'");
+    r.Get(rp, "suspend", p, &pol.suspend);
+  }
+}
+
+void CheckShapes(Reader& r, const ModelSpec& m) {
+  if (m.input.size() <= 0 || m.layers.empty()) return;
+  auto shapes = InferShapes(m);
+  if (!shapes.ok()) r.Error("spec.model", shapes.status().message());
+}
+
+}  // namespace
+
+const char* LayerTypeName(LayerType t) {
+  switch (t) {
+    case LayerType::kConv: return "conv";
+    case LayerType::kMaxPool: return "maxpool";
+    case LayerType::kDense: return "dense";
+    case LayerType::kSoftmax: return "softmax";
+  }
+  return "?";
+}
+
+const char* ActivationName(Activation a) {
+  switch (a) {
+    case Activation::kNone: return "none";
+    case Activation::kTanh: return "tanh";
+    case Activation::kRelu: return "relu";
+  }
+  return "?";
+}
+
+StatusOr<std::vector<LayerShape>> InferShapes(const ModelSpec& model) {
+  std::vector<LayerShape> out;
+  Shape cur = model.input;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const LayerSpec& l = model.layers[i];
+    const std::string p = "layers[" + std::to_string(i) + "]";
+    LayerShape s;
+    s.in = cur;
+    switch (l.type) {
+      case LayerType::kConv: {
+        int h = (cur.height + 2 * l.padding - l.kernel) / l.stride + 1;
+        int w = (cur.width + 2 * l.padding - l.kernel) / l.stride + 1;
+        if (cur.height + 2 * l.padding < l.kernel || cur.width + 2 * l.padding < l.kernel)
+          return InvalidArgumentError(p + ".kernel: " + std::to_string(l.kernel) +
+                                      " is larger than its input " + std::to_string(cur.height) +
+                                      "x" + std::to_string(cur.width));
+        s.out = {l.maps, h, w};
+        s.weights = int64_t{l.maps} * cur.channels * l.kernel * l.kernel;
+        s.biases = l.maps;
+        break;
+      }
+      case LayerType::kMaxPool: {
+        if (cur.height < l.size || cur.width < l.size)
+          return InvalidArgumentError(p + ".size: " + std::to_string(l.size) +
+                                      " is larger than its input " + std::to_string(cur.height) +
+                                      "x" + std::to_string(cur.width));
+        s.out = {cur.channels, cur.height / l.size, cur.width / l.size};
+        break;
+      }
+      case LayerType::kDense:
+        s.out = {l.units, 1, 1};
+        s.weights = int64_t{l.units} * cur.size();
+        s.biases = l.units;
+        break;
+      case LayerType::kSoftmax:
+        s.out = {l.classes, 1, 1};
+        s.weights = int64_t{l.classes} * cur.size();
+        s.biases = l.classes;
+        break;
+    }
+    if (s.weights > (int64_t{1} << 31))
+      return InvalidArgumentError(p + ": " + std::to_string(s.weights) +
+                                  " weights is more than this version supports (2^31)");
+    out.push_back(s);
+    cur = s.out;
+  }
+  return out;
+}
+
+int NumClasses(const ModelSpec& model) {
+  return model.layers.empty() ? 0 : model.layers.back().classes;
+}
+
+StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    return InvalidArgumentError("YAML syntax error at line " + std::to_string(e.mark.line + 1) +
+                                ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(std::string("YAML error: ") + e.what());
+  }
+  if (!root || !root.IsMap()) return InvalidArgumentError("(root): must be a YAML mapping");
+
+  Reader r;
+  AdamJob job;
+  try {
+    r.Map(root, "(root)", {"apiVersion", "kind", "metadata", "spec", "status"});
+    if (r.Get(root, "apiVersion", "(root)", &job.api_version, true) &&
+        job.api_version != "adam.dev/v1alpha1")
+      r.Error("apiVersion", "must be adam.dev/v1alpha1, got '" + job.api_version + "'");
+    if (r.Get(root, "kind", "(root)", &job.kind, true) && job.kind != "AdamJob")
+      r.Error("kind", "must be AdamJob, got '" + job.kind + "'");
+    const YAML::Node md = root["metadata"];
+    if (!md) {
+      r.Error("metadata", "required");
+    } else if (md.IsMap()) {
+      // Kubernetes owns the rest of metadata (labels, annotations, ...): only these are ours.
+      if (r.Get(md, "name", "metadata", &job.name, true) && !IsDnsLabel(job.name))
+        r.Error("metadata.name",
+                "must be a DNS label (lower-case letters, digits, '-'; at most 63), got '" +
+                    job.name + "'");
+      r.Get(md, "namespace", "metadata", &job.name_space);
+    } else {
+      r.Error("metadata", "must be a mapping");
+    }
+    const YAML::Node spec = root["spec"];
+    if (!spec) {
+      r.Error("spec", "required");
+    } else if (r.Map(spec, "spec",
+                     {"image", "dataset", "model", "training", "roles", "placement", "networks",
+                      "runPolicy"})) {
+      r.Get(spec, "image", "spec", &job.image);
+      ReadDataset(r, spec["dataset"], &job.dataset);
+      ReadModel(r, spec["model"], &job.model);
+      ReadTraining(r, spec["training"], &job.training);
+      ReadRoles(r, spec["roles"], &job.roles);
+      ReadRest(r, spec, &job);
+      CheckShapes(r, job.model);
+    }
+  } catch (const YAML::Exception& e) {
+    r.Error("(root)", std::string("YAML error: ") + e.what());
+  }
+  if (!r.errors().empty()) {
+    std::string msg;
+    for (const auto& e : r.errors()) msg += (msg.empty() ? "" : "\n") + e;
+    return InvalidArgumentError(msg);
+  }
+  return job;
+}
+
+StatusOr<AdamJob> LoadAdamJob(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFoundError(path + ": cannot open manifest");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto job = ParseAdamJob(ss.str());
+  if (!job.ok()) return job.status().Annotate(path);
+  return job;
+}
+
+}  // namespace adam::spec

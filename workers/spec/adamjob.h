@@ -1,0 +1,178 @@
+// The AdamJob resource as typed structs, its YAML parser, and its validation.
+//
+// One schema serves `kubectl apply` (the CRD in crds/) and `adam run`. ParseAdamJob reads YAML
+// text, fills defaults, and reports every problem at once, one per line, each prefixed with its
+// field path (`spec.model.layers[3].units: must be > 0, got 0`). Everything here is pure and
+// thread-compatible: no I/O except LoadAdamJob, which reads one file.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace adam::spec {
+
+enum class LayerType { kConv, kMaxPool, kDense, kSoftmax };
+enum class Activation { kNone, kTanh, kRelu };
+
+const char* LayerTypeName(LayerType t);
+const char* ActivationName(Activation a);
+
+// One layer of spec.model.layers. Which fields matter depends on `type`.
+struct LayerSpec {
+  LayerType type = LayerType::kDense;
+  int maps = 0;        // conv: output feature maps
+  int kernel = 0;      // conv: square kernel side
+  int stride = 1;      // conv: stride (default 1)
+  int padding = 0;     // conv: zero padding on each side (default 0)
+  int size = 0;        // maxpool: square window side, also its stride
+  int units = 0;       // dense: output units
+  int classes = 0;     // softmax: number of classes (a dense layer plus softmax)
+  Activation activation = Activation::kTanh;  // conv and dense only
+};
+
+// Channels x height x width of one image or activation map.
+struct Shape {
+  int channels = 0;
+  int height = 0;
+  int width = 0;
+  int64_t size() const { return int64_t{channels} * height * width; }
+  bool operator==(const Shape&) const = default;
+};
+
+struct ModelSpec {
+  Shape input;
+  std::vector<LayerSpec> layers;
+};
+
+struct FilePair {
+  std::string images;
+  std::string labels;
+};
+
+struct AugmentSpec {
+  int shift = 0;       // max pixels of random translation in each direction, 0..8
+  bool hflip = false;  // random horizontal flip
+  int variants = 2;    // precomputed augmented copies of each training image, 1..16
+};
+
+struct DatasetSpec {
+  std::string format = "idx";
+  FilePair train;
+  FilePair test;
+  AugmentSpec augment;
+};
+
+enum class Consistency { kAsync, kSync, kBounded };
+
+struct TrainingSpec {
+  int epochs = 10;
+  double learning_rate = 0.02;
+  int push_every = 100;         // k: images between update pushes
+  int batch_size = 1;           // images per thread per SGD step (1 = Adam's per-image SGD)
+  Consistency consistency = Consistency::kAsync;
+  int max_staleness = 0;        // bounded only
+  double epoch_quorum = 0.75;   // fraction of trainers whose finish ends an epoch
+  std::optional<double> target_accuracy;  // stop early when test accuracy reaches it
+  uint64_t seed = 1;            // weight initialisation and data shuffling
+};
+
+struct Resources {
+  std::string cpu;     // Kubernetes quantity, e.g. "4" or "500m"; empty = unset
+  std::string memory;  // Kubernetes quantity, e.g. "8Gi"; empty = unset
+};
+
+struct Persistence {
+  int64_t interval_ms = 30000;
+  std::string size = "10Gi";
+};
+
+struct ControllerRole {
+  int replicas = 3;
+  Resources resources;
+};
+
+struct ParameterServerRole {
+  int replicas = 1;
+  int64_t shard_bytes = 1 << 20;
+  int copies = 1;
+  Resources resources;
+  Persistence persistence;
+};
+
+struct DataServerRole {
+  int replicas = 1;
+  Resources resources;
+};
+
+struct TrainerRole {
+  int replicas = 1;
+  int threads = 1;
+  Resources resources;
+};
+
+struct Roles {
+  ControllerRole controller;
+  ParameterServerRole parameter_server;
+  DataServerRole data_server;
+  TrainerRole trainer;
+};
+
+struct Placement {
+  bool numa_pinning = true;
+  std::string replica_topology_key = "kubernetes.io/hostname";
+  std::string spread_topology_key = "topology.kubernetes.io/zone";
+};
+
+struct Networks {
+  std::string replication;  // Multus NetworkAttachmentDefinition name; empty = none
+};
+
+struct RunPolicy {
+  int backoff_limit = 3;
+  std::optional<int64_t> active_deadline_seconds;
+  std::optional<int64_t> ttl_seconds_after_finished;
+  std::string clean_pod_policy = "Running";
+  bool suspend = false;
+};
+
+struct AdamJob {
+  std::string api_version;
+  std::string kind;
+  std::string name;
+  std::string name_space = "default";
+  std::string image = "adam:0.1.0";
+  DatasetSpec dataset;
+  ModelSpec model;
+  TrainingSpec training;
+  Roles roles;
+  Placement placement;
+  Networks networks;
+  RunPolicy run_policy;
+};
+
+// The input and output shape of each layer, and its parameter counts.
+struct LayerShape {
+  Shape in;
+  Shape out;
+  int64_t weights = 0;  // number of weight parameters
+  int64_t biases = 0;   // number of bias parameters
+};
+
+// Parses and validates an AdamJob from YAML text. On error the status is INVALID_ARGUMENT and its
+// message lists every problem, one per line, each starting with a field path.
+StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text);
+
+// Reads `path` and parses it; the error names the file.
+StatusOr<AdamJob> LoadAdamJob(const std::string& path);
+
+// Infers every layer's shapes from spec.model, or names the first layer whose shape is impossible.
+StatusOr<std::vector<LayerShape>> InferShapes(const ModelSpec& model);
+
+// Number of classes the model predicts (its softmax layer's classes).
+int NumClasses(const ModelSpec& model);
+
+}  // namespace adam::spec

@@ -1,0 +1,68 @@
+// MakePlan and RoleArgs.
+#include "spec/plan.h"
+
+namespace adam::spec {
+
+const char* RoleSubcommand(Role role) {
+  switch (role) {
+    case Role::kDataServer: return "data-server";
+    case Role::kParamServer: return "ps";
+    case Role::kTrainer: return "trainer";
+  }
+  return "?";
+}
+
+Plan MakePlan(const AdamJob& job, const PlanOptions& options) {
+  Plan plan;
+  plan.job_name = job.name;
+  auto add = [&](Role role, int index, int threads, const Resources& res, int stage) {
+    RoleInstance in;
+    in.role = role;
+    in.index = index;
+    in.name = std::string(RoleSubcommand(role)) + "-" + std::to_string(index);
+    in.threads = threads;
+    in.resources = res;
+    in.stage = stage;
+    if (role != Role::kTrainer) {
+      in.host = options.local ? options.host : job.name + "-" + in.name;
+      in.port = options.local ? 0 : options.grpc_port;
+    }
+    in.metrics_port = options.local ? 0 : options.metrics_port;
+    if (role == Role::kParamServer) in.replication_host = options.local ? options.replication_host : "";
+    plan.instances.push_back(in);
+  };
+  // Parameter servers and the data server first: trainers need both to start.
+  for (int i = 0; i < job.roles.parameter_server.replicas; ++i)
+    add(Role::kParamServer, i, 1, job.roles.parameter_server.resources, 0);
+  for (int i = 0; i < job.roles.data_server.replicas; ++i)
+    add(Role::kDataServer, i, 1, job.roles.data_server.resources, 0);
+  for (int i = 0; i < job.roles.trainer.replicas; ++i)
+    add(Role::kTrainer, i, job.roles.trainer.threads, job.roles.trainer.resources, 1);
+  return plan;
+}
+
+std::vector<std::string> RoleArgs(const RoleInstance& in, const std::string& job_path,
+                                  const Endpoints& endpoints) {
+  std::vector<std::string> args = {RoleSubcommand(in.role), "--job", job_path, "--name", in.name,
+                                   "--metrics-port", std::to_string(in.metrics_port)};
+  switch (in.role) {
+    case Role::kParamServer:
+      args.insert(args.end(), {"--index", std::to_string(in.index), "--listen",
+                               in.host + ":" + std::to_string(in.port)});
+      break;
+    case Role::kDataServer:
+      args.insert(args.end(), {"--listen", in.host + ":" + std::to_string(in.port)});
+      break;
+    case Role::kTrainer: {
+      std::string ps;
+      for (const auto& a : endpoints.param_servers) ps += (ps.empty() ? "" : ",") + a;
+      args.insert(args.end(), {"--index", std::to_string(in.index), "--threads",
+                               std::to_string(in.threads), "--data-server", endpoints.data_server,
+                               "--ps", ps});
+      break;
+    }
+  }
+  return args;
+}
+
+}  // namespace adam::spec

@@ -1,0 +1,60 @@
+// The plan: one pure function from an AdamJob to the role instances that run it.
+//
+// The local launcher renders a plan to child processes on loopback; the operator renders the same
+// plan to pods. A plan says what runs (role, index, name, threads, ports, addresses, resources,
+// start stage); RoleArgs says how one instance is invoked once its peers' addresses are known.
+// Pure and thread-compatible.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "spec/adamjob.h"
+
+namespace adam::spec {
+
+enum class Role { kDataServer, kParamServer, kTrainer };
+
+// "data-server", "ps", "trainer": the subcommand of `adam` that runs the role.
+const char* RoleSubcommand(Role role);
+
+struct RoleInstance {
+  Role role = Role::kTrainer;
+  int index = 0;
+  std::string name;        // unique in the job: "ps-0", "trainer-1", "data-server-0"
+  std::string host;        // address the role listens on (trainers: none)
+  int port = 0;            // gRPC port; 0 = any free port, reported by the role once bound
+  int metrics_port = 0;    // Prometheus /metrics port; 0 = any free port
+  std::string replication_host;  // parameter servers: the second NIC's address
+  int threads = 1;
+  Resources resources;
+  int stage = 0;           // start order: every instance of stage s is ready before s+1 starts
+};
+
+struct PlanOptions {
+  bool local = true;       // loopback addresses and free ports, vs. cluster DNS names and fixed ports
+  std::string host = "127.0.0.1";
+  std::string replication_host = "127.0.0.2";
+  int grpc_port = 7070;    // cluster mode only
+  int metrics_port = 9090; // cluster mode only
+};
+
+struct Plan {
+  std::string job_name;
+  std::vector<RoleInstance> instances;  // sorted by stage, then role, then index
+};
+
+// Builds the plan for a validated job.
+Plan MakePlan(const AdamJob& job, const PlanOptions& options = {});
+
+// The addresses of the serving roles, known once they listen.
+struct Endpoints {
+  std::string data_server;              // host:port
+  std::vector<std::string> param_servers;  // host:port, in index order
+};
+
+// The `adam` arguments (after the executable) that start `instance` of the job in `job_path`.
+std::vector<std::string> RoleArgs(const RoleInstance& instance, const std::string& job_path,
+                                  const Endpoints& endpoints);
+
+}  // namespace adam::spec
