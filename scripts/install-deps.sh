@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcpprest-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libhwloc-dev prometheus-cpp-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libzstd-dev zlib1g-dev
-  libcli11-dev libspdlog-dev
+  libcli11-dev libspdlog-dev nlohmann-json3-dev
   clang libclang-rt-14-dev
   dataset-fashion-mnist
   python3

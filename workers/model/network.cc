@@ -46,7 +46,11 @@ struct Network::Impl {
   memory input;
   memory logits, probs, diff_logits;
   std::vector<Step> forward, backward;
-  std::vector<memory> pool_diff_src;  // max-pool backward only scatters: zeroed before Backward
+  std::vector<memory> pool_diff_src;
+  // One scratchpad for every primitive of this Network: oneDNN's library-managed scratchpad is
+  // thread-local and sized at creation, so a Network made on one thread and run on another
+  // needs its own.
+  memory scratchpad;  // max-pool backward only scatters: zeroed before Backward
   std::vector<uint8_t> labels;
 };
 
@@ -66,6 +70,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
   auto* wp = const_cast<float*>(params);
   try {
     const auto& eng = m.eng;
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     m.input = memory({Dims4(batch, layout.spec().input), dt::f32, tag::nchw}, eng);
     memory src = m.input;     // the current layer's input activations
     memory diff_src;          // gradient wrt the current layer's input (empty for layer 0)
@@ -87,7 +93,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         memory dst(dst_md, eng);
         dnnl::convolution_forward::primitive_desc fpd(
             {prop_kind::forward_training, algorithm::convolution_direct, src_md, w_md, b_md,
-             dst_md, strides, pad, pad},
+             dst_md, strides, pad, pad}, attr,
             eng);
         m.forward.push_back({dnnl::convolution_forward(fpd),
                              {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b},
@@ -96,11 +102,11 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         if (train) diff_dst = memory(dst_md, eng);
         if (l.activation != spec::Activation::kNone) {
           dnnl::eltwise_forward::primitive_desc epd(
-              {prop_kind::forward_training, EltwiseAlg(l.activation), dst_md, 0.f, 0.f}, eng);
+              {prop_kind::forward_training, EltwiseAlg(l.activation), dst_md, 0.f, 0.f}, attr, eng);
           m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
           if (train) {
             dnnl::eltwise_backward::primitive_desc ebd(
-                {EltwiseAlg(l.activation), dst_md, dst_md, 0.f, 0.f}, eng, epd);
+                {EltwiseAlg(l.activation), dst_md, dst_md, 0.f, 0.f}, attr, eng, epd);
             bwd.push_back({dnnl::eltwise_backward(ebd),
                            {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst},
                             {DNNL_ARG_DIFF_SRC, diff_dst}}});
@@ -109,14 +115,14 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         if (train) {
           memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
           dnnl::convolution_backward_weights::primitive_desc wpd(
-              {algorithm::convolution_direct, src_md, w_md, b_md, dst_md, strides, pad, pad}, eng,
+              {algorithm::convolution_direct, src_md, w_md, b_md, dst_md, strides, pad, pad}, attr, eng,
               fpd);
           bwd.push_back({dnnl::convolution_backward_weights(wpd),
                          {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst},
                           {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}}});
           if (need_diff_src) {
             dnnl::convolution_backward_data::primitive_desc dpd(
-                {algorithm::convolution_direct, src_md, w_md, dst_md, strides, pad, pad}, eng,
+                {algorithm::convolution_direct, src_md, w_md, dst_md, strides, pad, pad}, attr, eng,
                 fpd);
             bwd.push_back({dnnl::convolution_backward_data(dpd),
                            {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, w},
@@ -131,7 +137,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         memory::dims k = {l.size, l.size}, zero = {0, 0};
         dnnl::pooling_forward::primitive_desc fpd(
             {train ? prop_kind::forward_training : prop_kind::forward_inference,
-             algorithm::pooling_max, src_md, dst_md, k, k, zero, zero},
+             algorithm::pooling_max, src_md, dst_md, k, k, zero, zero}, attr,
             eng);
         dnnl::pooling_backward::primitive_desc bpd;
         if (train) {
@@ -142,7 +148,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
                                                 zero, zero);
           bool matched = false;
           do {
-            bpd = dnnl::pooling_backward::primitive_desc(bd, eng, fpd);
+            bpd = dnnl::pooling_backward::primitive_desc(bd, attr, eng, fpd);
             do {
               matched = bpd.impl_info_str() == fpd.impl_info_str();
             } while (!matched && bpd.next_impl());
@@ -181,7 +187,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         memory w(w_md, eng, wp + p.weights.offset), b(b_md, eng, wp + p.bias.offset);
         memory dst(dst_md, eng);
         dnnl::inner_product_forward::primitive_desc fpd(
-            {prop_kind::forward_training, src_md, w_md, b_md, dst_md}, eng);
+            {prop_kind::forward_training, src_md, w_md, b_md, dst_md}, attr, eng);
         m.forward.push_back({dnnl::inner_product_forward(fpd),
                              {{DNNL_ARG_SRC, flat_src}, {DNNL_ARG_WEIGHTS, w},
                               {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}}});
@@ -191,16 +197,16 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           m.logits = dst;
           m.probs = memory(dst_md, eng);
           m.diff_logits = diff_dst;
-          dnnl::softmax_forward::primitive_desc spd({prop_kind::forward_inference, dst_md, 1}, eng);
+          dnnl::softmax_forward::primitive_desc spd({prop_kind::forward_inference, dst_md, 1}, attr, eng);
           m.forward.push_back(
               {dnnl::softmax_forward(spd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, m.probs}}});
         } else if (l.activation != spec::Activation::kNone) {
           dnnl::eltwise_forward::primitive_desc epd(
-              {prop_kind::forward_training, EltwiseAlg(l.activation), dst_md, 0.f, 0.f}, eng);
+              {prop_kind::forward_training, EltwiseAlg(l.activation), dst_md, 0.f, 0.f}, attr, eng);
           m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
           if (train) {
             dnnl::eltwise_backward::primitive_desc ebd(
-                {EltwiseAlg(l.activation), dst_md, dst_md, 0.f, 0.f}, eng, epd);
+                {EltwiseAlg(l.activation), dst_md, dst_md, 0.f, 0.f}, attr, eng, epd);
             bwd.push_back({dnnl::eltwise_backward(ebd),
                            {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst},
                             {DNNL_ARG_DIFF_SRC, diff_dst}}});
@@ -208,14 +214,14 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         }
         if (train) {
           memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
-          dnnl::inner_product_backward_weights::primitive_desc wpd({src_md, w_md, b_md, dst_md},
+          dnnl::inner_product_backward_weights::primitive_desc wpd({src_md, w_md, b_md, dst_md}, attr,
                                                                    eng, fpd);
           bwd.push_back({dnnl::inner_product_backward_weights(wpd),
                          {{DNNL_ARG_SRC, flat_src}, {DNNL_ARG_DIFF_DST, diff_dst},
                           {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}}});
           if (need_diff_src) {
             memory flat_diff_src(src_md, eng, diff_src.get_data_handle());
-            dnnl::inner_product_backward_data::primitive_desc dpd({src_md, w_md, dst_md}, eng,
+            dnnl::inner_product_backward_data::primitive_desc dpd({src_md, w_md, dst_md}, attr, eng,
                                                                   fpd);
             bwd.push_back({dnnl::inner_product_backward_data(dpd),
                            {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, w},
@@ -229,6 +235,21 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
     }
     for (auto it = bwd_layers.rbegin(); it != bwd_layers.rend(); ++it)
       for (auto& st : *it) m.backward.push_back(std::move(st));
+    size_t scratch = 0;
+    auto scratch_md = [](const Step& st) {
+      return memory::desc(*dnnl_primitive_desc_query_md(st.prim.get_primitive_desc(),
+                                                          dnnl_query_scratchpad_md, 0));
+    };
+    for (auto* list : {&m.forward, &m.backward})
+      for (const auto& st : *list) scratch = std::max(scratch, scratch_md(st).get_size());
+    if (scratch > 0) {
+      m.scratchpad = memory({{int64_t(scratch)}, dt::u8, tag::x}, eng);
+      for (auto* list : {&m.forward, &m.backward})
+        for (auto& st : *list)
+          if (scratch_md(st).get_size() > 0)
+            st.args[DNNL_ARG_SCRATCHPAD] =
+                memory(scratch_md(st), eng, m.scratchpad.get_data_handle());
+    }
   } catch (const dnnl::error& e) {
     return InternalError(std::string("oneDNN could not build the model: ") + e.what());
   }

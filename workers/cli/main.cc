@@ -1,0 +1,168 @@
+// The `adam` executable: one subcommand per role, plus run, validate and plan.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <climits>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "data_server/main.h"
+#include "launcher/launcher.h"
+#include "model/layout.h"
+#include "param_server/main.h"
+#include "spec/adamjob.h"
+#include "spec/plan.h"
+#include "trainer/main.h"
+
+namespace {
+
+constexpr int kExitInvalid = 2;
+
+void SetUpLogging(const std::string& name) {
+  auto logger = spdlog::stderr_color_mt(name.empty() ? "adam" : name);
+  logger->set_pattern("%H:%M:%S.%e %l %v");
+  spdlog::set_default_logger(logger);
+}
+
+// Loads and validates a manifest; prints every problem and returns nullopt on error.
+std::optional<adam::spec::AdamJob> Load(const std::string& path) {
+  auto job = adam::spec::LoadAdamJob(path);
+  if (!job.ok()) {
+    std::fprintf(stderr, "%s: invalid AdamJob:\n", path.c_str());
+    std::istringstream lines(job.status().message());
+    const std::string prefix = path + ": ";
+    for (std::string l; std::getline(lines, l);) {
+      if (l.rfind(prefix, 0) == 0) l = l.substr(prefix.size());
+      std::fprintf(stderr, "  %s\n", l.c_str());
+    }
+    return std::nullopt;
+  }
+  return std::move(*job);
+}
+
+std::string SelfPath() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "adam";
+  buf[n] = 0;
+  return buf;
+}
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Adam: Project Adam's deep-learning training system"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "adam 0.1.0");
+
+  std::string job_path, output = "text", name, listen = "127.0.0.1:0", data_server, ps_list;
+  int index = 0, threads = 0, metrics_port = 0;
+  bool quiet = false;
+
+  auto* run = app.add_subcommand("run", "Run an AdamJob locally: every role as a process on loopback");
+  run->add_option("file", job_path, "AdamJob manifest (YAML)");
+  run->add_option("-f,--filename", job_path, "AdamJob manifest (YAML)");
+  run->add_option("-o,--output", output, "summary format: text or json")
+      ->check(CLI::IsMember({"text", "json"}));
+  run->add_flag("-q,--quiet", quiet, "hide the roles' log lines");
+
+  auto* validate = app.add_subcommand("validate", "Check a manifest; exit 2 listing every problem");
+  validate->add_option("file", job_path, "AdamJob manifest (YAML)")->required();
+
+  auto* plan = app.add_subcommand("plan", "Print the role instances a manifest runs as");
+  plan->add_option("file", job_path, "AdamJob manifest (YAML)")->required();
+
+  auto add_role_flags = [&](CLI::App* sub) {
+    sub->add_option("--job", job_path, "AdamJob manifest (YAML)")->required();
+    sub->add_option("--name", name, "instance name used in logs");
+    sub->add_option("--metrics-port", metrics_port, "Prometheus /metrics port (0 = any)");
+  };
+  auto* ds = app.add_subcommand("data-server", "Serve the job's data set to trainers");
+  add_role_flags(ds);
+  ds->add_option("--listen", listen, "host:port to serve on (port 0 = any)");
+  auto* ps = app.add_subcommand("ps", "Run a parameter server");
+  add_role_flags(ps);
+  ps->add_option("--index", index, "server number")->required();
+  ps->add_option("--listen", listen, "host:port to serve on (port 0 = any)");
+  auto* tr = app.add_subcommand("trainer", "Run a trainer (one model replica)");
+  add_role_flags(tr);
+  tr->add_option("--index", index, "trainer number")->required();
+  tr->add_option("--threads", threads, "worker threads (default: spec.roles.trainer.threads)");
+  tr->add_option("--data-server", data_server, "data server host:port")->required();
+  tr->add_option("--ps", ps_list, "parameter servers host:port,... in server order")->required();
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (validate->parsed()) {
+    auto job = Load(job_path);
+    if (!job) return kExitInvalid;
+    auto layout = adam::model::ModelLayout::Make(job->model);
+    std::printf("%s: valid AdamJob '%s' (%lld parameters)\n", job_path.c_str(), job->name.c_str(),
+                layout.ok() ? (long long)layout->num_params() : 0LL);
+    return 0;
+  }
+  if (plan->parsed()) {
+    auto job = Load(job_path);
+    if (!job) return kExitInvalid;
+    for (const auto& in : adam::spec::MakePlan(*job).instances)
+      std::printf("stage %d  %-14s threads %-3d %s\n", in.stage, in.name.c_str(), in.threads,
+                  in.host.empty() ? "" : (in.host + ":" + std::to_string(in.port)).c_str());
+    return 0;
+  }
+  if (run->parsed()) {
+    if (job_path.empty()) {
+      std::fprintf(stderr, "adam run: give a manifest: adam run FILE\n");
+      return kExitInvalid;
+    }
+    auto job = Load(job_path);
+    if (!job) return kExitInvalid;
+    adam::launcher::RunOptions ro;
+    ro.job_path = job_path;
+    ro.executable = SelfPath();
+    ro.json = output == "json";
+    ro.quiet = quiet;
+    return adam::launcher::Run(*job, ro);
+  }
+
+  SetUpLogging(name);
+  auto job = Load(job_path);
+  if (!job) return kExitInvalid;
+  if (ds->parsed()) {
+    adam::data_server::MainOptions o;
+    o.name = name;
+    o.listen = listen;
+    o.metrics_port = metrics_port;
+    return adam::data_server::Main(*job, o);
+  }
+  if (ps->parsed()) {
+    adam::ps::MainOptions o;
+    o.name = name;
+    o.index = index;
+    o.listen = listen;
+    o.metrics_port = metrics_port;
+    return adam::ps::Main(*job, o);
+  }
+  if (tr->parsed()) {
+    adam::trainer::MainOptions o;
+    o.name = name;
+    o.index = index;
+    o.threads = threads;
+    o.data_server = data_server;
+    o.param_servers = SplitComma(ps_list);
+    o.metrics_port = metrics_port;
+    return adam::trainer::Main(*job, o);
+  }
+  return kExitInvalid;
+}

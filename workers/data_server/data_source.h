@@ -1,0 +1,90 @@
+// DataSource: the data server's state: the augmented training cache, the test set, per-epoch
+// shuffles, and the epoch bookkeeping behind Adam's straggler rule.
+//
+// Epoch e's order is a shuffle of the training set drawn from (seed, e), and each image in it
+// uses one precomputed augmentation chosen from (seed, e, image). Trainer r of M gets positions
+// r, r+M, r+2M, ... of that order, in batches of `batch_images`. Epoch e closes when
+// ceil(quorum * M) trainers have finished their share of it; the rest are told to move on.
+// A background thread shuffles the next epoch before it is asked for. Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/augment.h"
+#include "data/idx.h"
+
+namespace adam::data_server {
+
+struct DataSourceOptions {
+  int trainers = 1;           // M
+  double quorum = 0.75;       // fraction of trainers whose finish closes an epoch
+  int batch_images = 256;     // images per batch
+  uint64_t seed = 1;
+  int max_cached_epochs = 8;  // shuffles kept in memory (recomputed on demand beyond that)
+};
+
+struct BatchView {
+  std::string pixels;  // count x image bytes; a string so it moves into a protobuf bytes field
+  std::string labels;  // count bytes
+  int count = 0;
+  bool end_of_share = false;
+  bool epoch_closed = false;
+  bool job_stopped = false;
+};
+
+class DataSource {
+ public:
+  DataSource(std::unique_ptr<data::AugmentedCache> train, std::vector<uint8_t> train_labels,
+             data::Dataset test, DataSourceOptions options);
+  ~DataSource();
+
+  // Fills `out` with batch `batch_index` of `trainer`'s share of `epoch`. Fails for a trainer
+  // index out of range.
+  Status GetBatch(int trainer, uint32_t epoch, uint32_t batch_index, BatchView* out);
+  // Records that `trainer` finished `epoch`; returns how many have and whether it is closed.
+  StatusOr<std::pair<int, bool>> FinishEpoch(int trainer, uint32_t epoch);
+  // Up to `max_count` test images from `offset`.
+  void GetTestBatch(uint32_t offset, uint32_t max_count, BatchView* out) const;
+  void Stop();
+  bool stopped() const;
+
+  int train_count() const { return train_->count(); }
+  int test_count() const { return test_.count; }
+  const data::Dataset& test() const { return test_; }
+  const DataSourceOptions& options() const { return options_; }
+  int variants() const { return train_->variants(); }
+  // Number of trainers whose finish closes an epoch.
+  int quorum_count() const;
+  // Images in `trainer`'s share of any epoch.
+  int ShareSize(int trainer) const;
+
+ private:
+  std::shared_ptr<const std::vector<uint32_t>> Order(uint32_t epoch);
+  std::vector<uint32_t> Shuffle(uint32_t epoch) const;
+  void PrefetchLoop();
+
+  std::unique_ptr<data::AugmentedCache> train_;
+  std::vector<uint8_t> train_labels_;
+  data::Dataset test_;
+  DataSourceOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint32_t, std::shared_ptr<const std::vector<uint32_t>>> orders_;  // guarded by mu_
+  std::map<uint32_t, std::set<int>> finished_;                              // guarded by mu_
+  std::set<uint32_t> closed_;                                               // guarded by mu_
+  uint32_t want_prefetch_ = 0;                                              // guarded by mu_
+  bool stopped_ = false;                                                    // guarded by mu_
+  bool shutdown_ = false;                                                   // guarded by mu_
+  std::thread prefetcher_;
+};
+
+}  // namespace adam::data_server

@@ -1,0 +1,83 @@
+// The data server process.
+#include "data_server/main.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "core/event.h"
+#include "core/signals.h"
+#include "data_server/data_service.h"
+#include "metrics/metrics.h"
+#include "net/grpc.h"
+
+namespace adam::data_server {
+
+int Main(const spec::AdamJob& job, const MainOptions& options) {
+  BlockTerminationSignals();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int classes = spec::NumClasses(job.model);
+  const auto& in = job.model.input;
+  spdlog::info("loading {}", job.dataset.train.images);
+  auto train = data::LoadIdxDataset(job.dataset.train.images, job.dataset.train.labels, classes,
+                                    in.channels, in.height, in.width);
+  if (!train.ok()) {
+    spdlog::error("training set: {}", train.status().message());
+    return 1;
+  }
+  auto test = data::LoadIdxDataset(job.dataset.test.images, job.dataset.test.labels, classes,
+                                   in.channels, in.height, in.width);
+  if (!test.ok()) {
+    spdlog::error("test set: {}", test.status().message());
+    return 1;
+  }
+  spdlog::info("loaded {} training and {} test images of {}x{}x{}", train->count, test->count,
+               train->channels, train->height, train->width);
+  int last_pct = -1;
+  auto cache = std::make_unique<data::AugmentedCache>(
+      *train, job.dataset.augment, job.training.seed, [&](int64_t done, int64_t total) {
+        const int pct = total > 0 ? int(100 * done / total) : 100;
+        if (pct / 25 != last_pct / 25) {
+          last_pct = pct;
+          spdlog::info("augmenting: {}% of {} images", pct, total);
+        }
+      });
+  spdlog::info("augmentation cache: {} variants x {} images ({:.1f} MB) in {:.2f} s",
+               cache->variants(), cache->count(),
+               double(cache->variants()) * cache->count() * cache->image_bytes() / 1e6,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+
+  DataSourceOptions so;
+  so.trainers = job.roles.trainer.replicas;
+  so.quorum = job.training.epoch_quorum;
+  so.batch_images = options.batch_images;
+  so.seed = job.training.seed;
+  DataSource source(std::move(cache), std::move(train->labels), std::move(*test), so);
+
+  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  auto metrics = metrics::MetricsServer::Start(host, options.metrics_port);
+  if (!metrics.ok()) {
+    spdlog::error("{}", metrics.status().message());
+    return 1;
+  }
+  auto& reg = **metrics;
+  reg.Gauge("adam_data_cache_images", "Augmented training images held in memory")
+      .Set(double(source.variants()) * source.train_count());
+  DataServiceMetrics dm{
+      &reg.Counter("adam_data_batches_served_total", "Training batches served"),
+      &reg.Counter("adam_data_images_served_total", "Training images served"),
+      &reg.Counter("adam_data_epochs_closed_total", "Epochs closed by the trainer quorum")};
+  DataService service(&source, classes, dm);
+  auto server = net::StartServer(options.listen, {&service});
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().message());
+    return 1;
+  }
+  spdlog::info("serving on port {} (metrics on {})", server->port, reg.port());
+  EmitEvent({{"event", "ready"}, {"port", server->port}, {"metrics_port", reg.port()}});
+  WaitForTerminationSignal();
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
+
+}  // namespace adam::data_server

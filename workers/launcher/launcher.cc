@@ -1,0 +1,393 @@
+// Launcher: fork/exec, a poll loop over the children's pipes, events, progress and summary.
+#include "launcher/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/event.h"
+#include "spec/plan.h"
+
+namespace adam::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int g_signal_pipe[2] = {-1, -1};
+volatile sig_atomic_t g_signal = 0;
+
+void OnSignal(int sig) {
+  g_signal = sig;
+  const char c = 1;
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &c, 1);
+}
+
+struct Child {
+  spec::RoleInstance inst;
+  pid_t pid = -1;
+  int fd = -1;
+  std::string buf;
+  std::deque<std::string> tail;
+  bool exited = false;
+  int wait_status = 0;
+  bool ready = false;
+  int port = 0;
+  int metrics_port = 0;
+  bool expected_exit = false;  // we asked it to stop
+};
+
+std::string ExitText(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+std::string Clock2(double s) {
+  const int t = int(s);
+  char b[32];
+  if (t >= 3600) std::snprintf(b, sizeof b, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+  else std::snprintf(b, sizeof b, "%d:%02d", t / 60, t % 60);
+  return b;
+}
+
+std::string Thousands(double v) {
+  std::string s = std::to_string(int64_t(std::llround(v)));
+  for (int i = int(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
+  return s;
+}
+
+class Supervisor {
+ public:
+  Supervisor(const spec::AdamJob& job, const RunOptions& o) : job_(job), o_(o) {}
+
+  int Run() {
+    if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+      std::fprintf(stderr, "adam run: pipe: %s\n", std::strerror(errno));
+      return 1;
+    }
+    struct sigaction sa {};
+    sa.sa_handler = OnSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    start_ = Clock::now();
+    const spec::Plan plan = spec::MakePlan(job_);
+    int code = RunPlan(plan);
+    StopAll();
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    close(g_signal_pipe[0]);
+    close(g_signal_pipe[1]);
+    if (code == 0) PrintSummary();
+    return code;
+  }
+
+ private:
+  int RunPlan(const spec::Plan& plan) {
+    int max_stage = 0;
+    for (const auto& in : plan.instances) max_stage = std::max(max_stage, in.stage);
+    spec::Endpoints endpoints;
+    for (int stage = 0; stage <= max_stage; ++stage) {
+      if (stage > 0) {
+        endpoints = {};
+        for (const auto& c : children_) {
+          const std::string addr = c.inst.host + ":" + std::to_string(c.port);
+          if (c.inst.role == spec::Role::kDataServer) endpoints.data_server = addr;
+          if (c.inst.role == spec::Role::kParamServer) endpoints.param_servers.push_back(addr);
+        }
+      }
+      if (stage == max_stage) train_start_ = Clock::now();
+      for (const auto& in : plan.instances)
+        if (in.stage == stage && !Spawn(in, endpoints)) return 1;
+      // Every serving role of this stage must listen before the next stage starts.
+      const auto deadline = Clock::now() + o_.ready_timeout;
+      while (stage < max_stage && !StageReady(stage)) {
+        if (int code = Pump(); code >= 0) return code;
+        if (Clock::now() > deadline) {
+          Fail(nullptr, "roles did not become ready within " +
+                            std::to_string(o_.ready_timeout.count()) + " s");
+          return 1;
+        }
+      }
+    }
+    // Run until every trainer has exited.
+    while (true) {
+      if (int code = Pump(); code >= 0) return code;
+      bool all_done = true;
+      for (const auto& c : children_)
+        if (c.inst.role == spec::Role::kTrainer && !c.exited) all_done = false;
+      if (all_done) break;
+    }
+    train_end_ = Clock::now();
+    return 0;
+  }
+
+  bool StageReady(int stage) const {
+    for (const auto& c : children_)
+      if (c.inst.stage == stage && !c.ready) return false;
+    return true;
+  }
+
+  bool Spawn(const spec::RoleInstance& in, const spec::Endpoints& endpoints) {
+    std::vector<std::string> args = spec::RoleArgs(in, o_.job_path, endpoints);
+    args.insert(args.begin(), o_.executable);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      Fail(nullptr, std::string("pipe: ") + std::strerror(errno));
+      return false;
+    }
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) {
+      Fail(nullptr, std::string("fork: ") + std::strerror(errno));
+      return false;
+    }
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+      _exit(127);
+    }
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    Child c;
+    c.inst = in;
+    c.pid = pid;
+    c.fd = fds[0];
+    c.ready = in.role == spec::Role::kTrainer;  // trainers serve nothing others wait on
+    children_.push_back(std::move(c));
+    return true;
+  }
+
+  // Reads output and reaps children once; returns an exit code to stop with, or -1.
+  int Pump() {
+    std::vector<pollfd> pfds;
+    std::vector<Child*> owners;
+    pfds.push_back({g_signal_pipe[0], POLLIN, 0});
+    owners.push_back(nullptr);
+    for (auto& c : children_)
+      if (c.fd >= 0) {
+        pfds.push_back({c.fd, POLLIN, 0});
+        owners.push_back(&c);
+      }
+    poll(pfds.data(), pfds.size(), 200);
+    for (size_t i = 1; i < pfds.size(); ++i)
+      if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) ReadFrom(*owners[i]);
+    if (g_signal) {
+      std::fprintf(stderr, "adam run: interrupted; stopping every role\n");
+      return 130;
+    }
+    int status = 0;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+      for (auto& c : children_) {
+        if (c.pid != pid) continue;
+        if (c.fd >= 0) {
+          // Drain what it wrote before dying.
+          ReadFrom(c);
+          while (c.fd >= 0 && ReadFrom(c)) {
+          }
+        }
+        c.exited = true;
+        c.wait_status = status;
+        const bool ok_exit = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (c.inst.role == spec::Role::kTrainer && ok_exit) continue;
+        if (!c.expected_exit) {
+          Fail(&c, c.inst.name + " " + ExitText(status));
+          return 1;
+        }
+      }
+    }
+    return -1;
+  }
+
+  // Reads what is available; returns true if it read something.
+  bool ReadFrom(Child& c) {
+    char buf[65536];
+    const ssize_t n = read(c.fd, buf, sizeof buf);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      if (!c.buf.empty()) Line(c, c.buf);
+      c.buf.clear();
+      close(c.fd);
+      c.fd = -1;
+      return false;
+    }
+    if (n < 0) return false;
+    c.buf.append(buf, size_t(n));
+    size_t pos;
+    while ((pos = c.buf.find('\n')) != std::string::npos) {
+      Line(c, c.buf.substr(0, pos));
+      c.buf.erase(0, pos + 1);
+    }
+    return true;
+  }
+
+  void Line(Child& c, const std::string& line) {
+    if (auto ev = ParseEvent(line)) {
+      Event(c, *ev);
+      return;
+    }
+    c.tail.push_back(line);
+    while (int(c.tail.size()) > o_.tail_lines) c.tail.pop_front();
+    if (!o_.quiet) std::fprintf(stderr, "[%s] %s\n", c.inst.name.c_str(), line.c_str());
+  }
+
+  void Event(Child& c, const nlohmann::json& ev) {
+    const std::string type = ev.value("event", "");
+    if (type == "ready") {
+      c.ready = true;
+      c.port = ev.value("port", 0);
+      c.metrics_port = ev.value("metrics_port", 0);
+    } else if (type == "progress" || type == "epoch" || type == "done") {
+      const int t = ev.value("trainer", 0);
+      images_total_[t] = std::max<int64_t>(images_total_[t], ev.value("images_total", int64_t{0}));
+      if (type == "epoch") Epoch(ev);
+      if (type == "done") done_[t] = ev;
+    }
+  }
+
+  void Epoch(const nlohmann::json& ev) {
+    const int t = ev.value("trainer", 0);
+    const int epoch = ev.value("epoch", 0);
+    epoch_loss_[epoch].push_back(ev.value("loss", 0.0));
+    if (t != 0) return;
+    const auto now = Clock::now();
+    int64_t total = 0;
+    for (const auto& [_, v] : images_total_) total += v;
+    const auto since = last_line_ ? *last_line_ : train_start_;
+    const double dt = std::chrono::duration<double>(now - since).count();
+    const double ips = dt > 0 ? double(total - last_total_) / dt : 0;
+    last_line_ = now;
+    last_total_ = total;
+    double loss = 0;
+    for (double l : epoch_loss_[epoch]) loss += l;
+    loss /= double(epoch_loss_[epoch].size());
+    last_accuracy_ = ev.value("test_accuracy", -1.0);
+    last_epoch_ = epoch;
+    last_loss_ = loss;
+    std::fprintf(stderr, "epoch %3d/%-3d  loss %.4f  test acc %6.2f%%  %9s img/s  %s\n", epoch,
+                 job_.training.epochs, loss, 100 * last_accuracy_, Thousands(ips).c_str(),
+                 Clock2(std::chrono::duration<double>(now - start_).count()).c_str());
+    std::fflush(stderr);
+  }
+
+  void Fail(const Child* c, const std::string& why) {
+    std::fprintf(stderr, "adam run: %s\n", why.c_str());
+    if (c && !c->tail.empty()) {
+      std::fprintf(stderr, "adam run: last lines of %s:\n", c->inst.name.c_str());
+      for (const auto& l : c->tail) std::fprintf(stderr, "  %s\n", l.c_str());
+    }
+  }
+
+  void StopAll() {
+    for (auto& c : children_)
+      if (!c.exited) {
+        c.expected_exit = true;
+        kill(c.pid, SIGTERM);
+      }
+    const auto deadline = Clock::now() + o_.stop_grace;
+    while (true) {
+      bool alive = false;
+      for (auto& c : children_) {
+        if (c.exited) continue;
+        int status;
+        if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+          c.exited = true;
+          c.wait_status = status;
+          if (c.fd >= 0) {
+            while (c.fd >= 0 && ReadFrom(c)) {
+            }
+          }
+        } else {
+          alive = true;
+        }
+      }
+      if (!alive) break;
+      if (Clock::now() > deadline) {
+        for (auto& c : children_)
+          if (!c.exited) {
+            std::fprintf(stderr, "adam run: %s did not stop in %lld s; killing it\n",
+                         c.inst.name.c_str(), (long long)o_.stop_grace.count());
+            kill(c.pid, SIGKILL);
+            waitpid(c.pid, &c.wait_status, 0);
+            c.exited = true;
+          }
+        break;
+      }
+      usleep(20000);
+    }
+    for (auto& c : children_)
+      if (c.fd >= 0) {
+        close(c.fd);
+        c.fd = -1;
+      }
+  }
+
+  void PrintSummary() {
+    int64_t images = 0;
+    for (const auto& [_, v] : images_total_) images += v;
+    const double wall = std::chrono::duration<double>(Clock::now() - start_).count();
+    const double train = std::chrono::duration<double>(train_end_ - train_start_).count();
+    const double ips = train > 0 ? double(images) / train : 0;
+    if (o_.json) {
+      nlohmann::json j = {{"job", job_.name},
+                          {"test_accuracy", last_accuracy_},
+                          {"train_loss", last_loss_},
+                          {"epochs", last_epoch_},
+                          {"images", images},
+                          {"images_per_second", ips},
+                          {"train_seconds", train},
+                          {"wall_seconds", wall},
+                          {"trainers", job_.roles.trainer.replicas},
+                          {"threads_per_trainer", job_.roles.trainer.threads},
+                          {"parameter_servers", job_.roles.parameter_server.replicas}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("%s: %d epochs, test accuracy %.2f%%, %s images in %s (%s img/s), wall %s\n",
+                  job_.name.c_str(), last_epoch_, 100 * last_accuracy_,
+                  Thousands(double(images)).c_str(), Clock2(train).c_str(),
+                  Thousands(ips).c_str(), Clock2(wall).c_str());
+    }
+    std::fflush(stdout);
+  }
+
+  const spec::AdamJob& job_;
+  const RunOptions& o_;
+  std::deque<Child> children_;  // deque: stable addresses
+  Clock::time_point start_, train_start_, train_end_;
+  std::map<int, int64_t> images_total_;
+  std::map<int, nlohmann::json> done_;
+  std::map<int, std::vector<double>> epoch_loss_;
+  std::optional<Clock::time_point> last_line_;
+  int64_t last_total_ = 0;
+  double last_accuracy_ = -1;
+  double last_loss_ = 0;
+  int last_epoch_ = 0;
+};
+
+}  // namespace
+
+int Run(const spec::AdamJob& job, const RunOptions& options) {
+  Supervisor s(job, options);
+  return s.Run();
+}
+
+}  // namespace adam::launcher

@@ -1,0 +1,34 @@
+// The local launcher (`adam run FILE`): runs every role of one AdamJob as child processes on
+// loopback, in the plan's start order, and supervises them.
+//
+// Each child's output is read line by line: event lines (core/event.h) drive the launcher, the
+// rest are printed to stderr prefixed with the child's name. Serving roles bind port 0 and report
+// the port they got, so there is no port race. One progress line per epoch goes to stderr; the
+// summary goes to stdout, as text or as one JSON object. If any child dies, or on SIGINT/SIGTERM,
+// every child is stopped (SIGTERM, then SIGKILL after a grace period) and the run fails, showing
+// the dead child's last lines. Children die with the launcher (PR_SET_PDEATHSIG). Run is called
+// once from the main thread; it installs SIGINT/SIGTERM handlers for its duration.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "spec/adamjob.h"
+
+namespace adam::launcher {
+
+struct RunOptions {
+  std::string job_path;       // the manifest, passed on to every child
+  std::string executable;     // the `adam` binary the children run
+  bool json = false;          // summary as one JSON object on stdout
+  bool quiet = false;         // hide the children's log lines (errors still shown on failure)
+  std::chrono::seconds ready_timeout{300};  // for serving roles to start listening
+  std::chrono::seconds stop_grace{5};       // SIGTERM -> SIGKILL
+  int tail_lines = 20;        // a dead child's last lines to show
+};
+
+// Runs the job; returns the process exit code: 0 when every trainer finished, 1 when a role
+// failed, 130 when interrupted.
+int Run(const spec::AdamJob& job, const RunOptions& options);
+
+}  // namespace adam::launcher

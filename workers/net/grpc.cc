@@ -1,0 +1,59 @@
+// gRPC server and channel helpers.
+#include "net/grpc.h"
+
+namespace adam::net {
+
+StatusOr<Server> StartServer(const std::string& address,
+                             const std::vector<grpc::Service*>& services) {
+  grpc::ServerBuilder builder;
+  Server out;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &out.port);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Refuse a port another process holds instead of sharing it silently.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  for (auto* s : services) builder.RegisterService(s);
+  out.server = builder.BuildAndStart();
+  if (!out.server || out.port == 0)
+    return UnavailableError("cannot listen on " + address + " (address in use or not local?)");
+  return out;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Reconnect quickly after a peer restarts instead of backing off for up to two minutes.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+Status WaitForReady(grpc::Channel* channel, const std::string& what, const std::string& address,
+                    std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::system_clock::now() + timeout;
+  if (channel->WaitForConnected(deadline)) return OkStatus();
+  return UnavailableError("cannot reach " + what + " at " + address + " within " +
+                          std::to_string(timeout.count()) + " ms");
+}
+
+Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return OkStatus();
+  StatusCode code = StatusCode::kInternal;
+  switch (s.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT: code = StatusCode::kInvalidArgument; break;
+    case grpc::StatusCode::NOT_FOUND: code = StatusCode::kNotFound; break;
+    case grpc::StatusCode::UNAVAILABLE: code = StatusCode::kUnavailable; break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED: code = StatusCode::kDeadlineExceeded; break;
+    case grpc::StatusCode::FAILED_PRECONDITION: code = StatusCode::kFailedPrecondition; break;
+    case grpc::StatusCode::DATA_LOSS: code = StatusCode::kDataLoss; break;
+    case grpc::StatusCode::CANCELLED: code = StatusCode::kCancelled; break;
+    default: break;
+  }
+  return Status(code, what + ": " + s.error_message());
+}
+
+void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+}  // namespace adam::net

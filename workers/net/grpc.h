@@ -1,0 +1,42 @@
+// gRPC helpers shared by every role: starting a server on "host:port" (port 0 = any free port),
+// making channels with the project's message limits, and turning grpc::Status into Status.
+// Thread-safe.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace adam::net {
+
+// Largest message a role sends or accepts: a few shards or batches, with room to spare.
+constexpr int kMaxMessageBytes = 256 << 20;
+
+struct Server {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;  // the port actually bound
+};
+
+// Starts a server with `services` on `address`. Fails naming the address when it cannot be
+// bound (in use, bad host).
+StatusOr<Server> StartServer(const std::string& address, const std::vector<grpc::Service*>& services);
+
+// A channel to `address` with the project's message limits.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+// Waits until `channel` connects, or fails after `timeout` naming `what` and `address`.
+Status WaitForReady(grpc::Channel* channel, const std::string& what, const std::string& address,
+                    std::chrono::milliseconds timeout);
+
+// `what: CODE: message` as a Status (UNAVAILABLE, DEADLINE_EXCEEDED, ... keep their meaning).
+Status FromGrpc(const grpc::Status& s, const std::string& what);
+
+// A ClientContext deadline `timeout` from now.
+void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout);
+
+}  // namespace adam::net

@@ -1,0 +1,74 @@
+// The trainer process.
+#include "trainer/main.h"
+
+#include <spdlog/spdlog.h>
+
+#include "core/event.h"
+#include "metrics/metrics.h"
+#include "model/layout.h"
+#include "net/grpc.h"
+#include "trainer/trainer.h"
+
+namespace adam::trainer {
+
+int Main(const spec::AdamJob& job, const MainOptions& options) {
+  auto layout = model::ModelLayout::Make(job.model);
+  if (!layout.ok()) {
+    spdlog::error("{}", layout.status().message());
+    return 1;
+  }
+  const auto& role = job.roles.parameter_server;
+  auto map = shard::ShardMap::Make(layout->num_params(), role.shard_bytes, role.replicas,
+                                   job.training.seed);
+  if (!map.ok()) {
+    spdlog::error("{}", map.status().message());
+    return 1;
+  }
+  auto metrics = metrics::MetricsServer::Start(options.metrics_host, options.metrics_port);
+  if (!metrics.ok()) {
+    spdlog::error("{}", metrics.status().message());
+    return 1;
+  }
+  auto& reg = **metrics;
+  EmitEvent({{"event", "ready"}, {"metrics_port", reg.port()}});
+  TrainerMetrics tm{&reg.Counter("adam_trainer_images_total", "Training images processed"),
+                    &reg.Gauge("adam_trainer_loss", "Mean training loss of the last epoch"),
+                    &reg.Gauge("adam_trainer_test_accuracy", "Test accuracy after the last epoch"),
+                    &reg.Gauge("adam_trainer_epoch", "Epochs completed"),
+                    &reg.Counter("adam_trainer_pushes_total", "Update pushes to the parameter servers"),
+                    &reg.Counter("adam_trainer_push_bytes_total", "Update bytes pushed"),
+                    &reg.Counter("adam_trainer_pull_bytes_total", "Parameter bytes pulled")};
+
+  GrpcParamServerClientOptions po;
+  po.trainer_name = options.name;
+  auto ps = ConnectParamServers(*map, options.param_servers, po);
+  if (!ps.ok()) {
+    spdlog::error("{}", ps.status().message());
+    return 1;
+  }
+  auto data_channel = net::MakeChannel(options.data_server);
+  if (Status st = net::WaitForReady(data_channel.get(), "data server", options.data_server,
+                                    std::chrono::seconds(30));
+      !st.ok()) {
+    spdlog::error("{}", st.message());
+    return 1;
+  }
+  TrainerOptions to;
+  to.index = options.index;
+  to.threads = options.threads > 0 ? options.threads : job.roles.trainer.threads;
+  to.name = options.name;
+  spdlog::info("training with {} threads, batch {}, {} parameters in {} shards on {} servers",
+               to.threads, job.training.batch_size, layout->num_params(), map->shards().size(),
+               map->num_servers());
+  Trainer trainer(job, to, tm, data_channel, std::move(*ps));
+  auto result = trainer.Run();
+  if (!result.ok()) {
+    spdlog::error("{}", result.status().message());
+    return 1;
+  }
+  spdlog::info("done: {} epochs, {} images in {:.1f} s", result->epochs, result->images,
+               result->seconds);
+  return 0;
+}
+
+}  // namespace adam::trainer

@@ -1,0 +1,24 @@
+// `adam trainer`: one model replica, connected to the data server and the parameter servers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "spec/adamjob.h"
+
+namespace adam::trainer {
+
+struct MainOptions {
+  std::string name = "trainer-0";
+  int index = 0;
+  int threads = 0;  // 0 = spec.roles.trainer.threads
+  std::string data_server;                 // host:port
+  std::vector<std::string> param_servers;  // host:port, in server order
+  std::string metrics_host = "127.0.0.1";
+  int metrics_port = 0;
+};
+
+// Trains to the end of the job; returns the process exit code.
+int Main(const spec::AdamJob& job, const MainOptions& options);
+
+}  // namespace adam::trainer

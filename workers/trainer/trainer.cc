@@ -1,0 +1,419 @@
+// Trainer: Hogwild workers, the push/pull sync thread, the prefetch thread, epochs, evaluation.
+#include "trainer/trainer.h"
+
+#include <omp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "adam/v1/data.grpc.pb.h"
+#include "core/event.h"
+#include "model/layout.h"
+#include "model/network.h"
+#include "net/grpc.h"
+#include "trainer/batch_queue.h"
+
+namespace adam::trainer {
+
+using Clock = std::chrono::steady_clock;
+
+struct Trainer::Impl {
+  Impl(spec::AdamJob j, TrainerOptions o, TrainerMetrics mm, std::shared_ptr<grpc::Channel> ch,
+       std::unique_ptr<ParamServerClient> p)
+      : job(std::move(j)),
+        opt(std::move(o)),
+        m(mm),
+        data(adam::v1::DataService::NewStub(ch)),
+        ps(std::move(p)),
+        queue(size_t(std::max(1, opt.prefetch_batches))) {}
+
+  // One worker thread's pre-allocated context (Adam's per-thread context).
+  struct Worker {
+    std::vector<float> grads;
+    std::unique_ptr<model::Network> net;       // batch_size images
+    std::unique_ptr<model::Network> net_one;   // the remainder, one image at a time
+    std::unique_ptr<model::Network> eval;      // eval_batch images, reads eval_params
+    std::unique_ptr<model::Network> eval_one;
+    double loss = 0;
+    int64_t images = 0;
+  };
+
+  spec::AdamJob job;
+  TrainerOptions opt;
+  TrainerMetrics m;
+  std::unique_ptr<adam::v1::DataService::Stub> data;
+  std::unique_ptr<ParamServerClient> ps;
+  std::optional<model::ModelLayout> layout;
+  BatchQueue queue;
+
+  // The replica's weights, written by every worker without locks (Hogwild: the intended race).
+  std::vector<float> w;
+  // Sync-thread state, guarded by sync_mu.
+  std::mutex sync_mu;
+  std::vector<float> w0, snapshot, delta, pulled;
+  std::vector<float> eval_params;
+  std::vector<Worker> workers;
+  std::string test_pixels, test_labels;
+  int test_count = 0;
+
+  std::atomic<int64_t> images_total{0};       // relaxed: statistics
+  std::atomic<int64_t> images_since_sync{0};  // relaxed: a hint for the sync thread
+  std::atomic<bool> abort{false};             // set once on the first error
+  std::mutex err_mu;
+  Status first_error;                         // guarded by err_mu
+
+  std::mutex sync_wait_mu;
+  std::condition_variable sync_cv;
+  bool stop_sync = false;                     // guarded by sync_wait_mu
+
+  void Fail(const Status& s) {
+    std::lock_guard<std::mutex> lock(err_mu);
+    if (first_error.ok()) first_error = s;
+    abort = true;
+    queue.Close();
+  }
+  Status Error() {
+    std::lock_guard<std::mutex> lock(err_mu);
+    return first_error;
+  }
+
+  Status CheckDataServer();
+  Status FetchTestSet();
+  Status Sync();
+  void TrainItem(Worker& wk, const BatchItem& item);
+  void PrefetchLoop();
+  void SyncLoop();
+  double Evaluate();
+};
+
+Trainer::Trainer(spec::AdamJob job, TrainerOptions options, TrainerMetrics metrics,
+                 std::shared_ptr<grpc::Channel> data_channel, std::unique_ptr<ParamServerClient> ps)
+    : impl_(std::make_unique<Impl>(std::move(job), std::move(options), metrics,
+                                   std::move(data_channel), std::move(ps))) {}
+
+Trainer::~Trainer() = default;
+
+Status Trainer::Impl::CheckDataServer() {
+  grpc::ClientContext ctx;
+  net::SetDeadline(&ctx, opt.rpc_timeout);
+  adam::v1::DatasetInfo info;
+  ADAM_RETURN_IF_ERROR(net::FromGrpc(data->GetInfo(&ctx, {}, &info), "data server GetInfo"));
+  const auto& in = job.model.input;
+  if (int(info.channels()) != in.channels || int(info.height()) != in.height ||
+      int(info.width()) != in.width)
+    return InvalidArgumentError("data server images are " + std::to_string(info.channels()) + "x" +
+                                std::to_string(info.height()) + "x" + std::to_string(info.width()) +
+                                " but spec.model.input is " + std::to_string(in.channels) + "x" +
+                                std::to_string(in.height) + "x" + std::to_string(in.width));
+  if (int(info.trainers()) != job.roles.trainer.replicas)
+    return InvalidArgumentError("data server serves " + std::to_string(info.trainers()) +
+                                " trainers, the job has " +
+                                std::to_string(job.roles.trainer.replicas));
+  if (opt.index < 0 || opt.index >= int(info.trainers()))
+    return InvalidArgumentError("--index " + std::to_string(opt.index) + " is not below " +
+                                std::to_string(info.trainers()) + " trainers");
+  return OkStatus();
+}
+
+Status Trainer::Impl::FetchTestSet() {
+  for (uint32_t offset = 0;;) {
+    grpc::ClientContext ctx;
+    net::SetDeadline(&ctx, opt.rpc_timeout);
+    adam::v1::GetTestBatchRequest req;
+    req.set_offset(offset);
+    req.set_max_count(4096);
+    adam::v1::Batch b;
+    ADAM_RETURN_IF_ERROR(net::FromGrpc(data->GetTestBatch(&ctx, req, &b), "data server GetTestBatch"));
+    if (b.pixels().size() != size_t(b.count()) * size_t(layout->input_size()) ||
+        b.labels().size() != b.count())
+      return DataLossError("data server sent a test batch whose sizes do not match its count");
+    test_pixels += b.pixels();
+    test_labels += b.labels();
+    offset += b.count();
+    if (b.end_of_share() || b.count() == 0) break;
+  }
+  test_count = int(test_labels.size());
+  return OkStatus();
+}
+
+Status Trainer::Impl::Sync() {
+  std::lock_guard<std::mutex> lock(sync_mu);
+  const int64_t seen = images_since_sync.load(std::memory_order_relaxed);
+  const int64_t n = layout->num_params();
+  std::memcpy(snapshot.data(), w.data(), size_t(n) * sizeof(float));
+  for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = snapshot[size_t(i)] - w0[size_t(i)];
+  const uint64_t pushed0 = ps->pushed_bytes(), pulled0 = ps->pulled_bytes();
+  ADAM_RETURN_IF_ERROR(ps->Push(delta.data()));
+  ADAM_RETURN_IF_ERROR(ps->Pull(pulled.data()));
+  // Keep what the workers added while the push and pull were in flight.
+  float* wp = w.data();
+  for (int64_t i = 0; i < n; ++i) wp[i] = pulled[size_t(i)] + (wp[i] - snapshot[size_t(i)]);
+  w0.swap(pulled);
+  images_since_sync.fetch_sub(seen, std::memory_order_relaxed);
+  if (m.pushes) m.pushes->Increment();
+  if (m.push_bytes) m.push_bytes->Increment(double(ps->pushed_bytes() - pushed0));
+  if (m.pull_bytes) m.pull_bytes->Increment(double(ps->pulled_bytes() - pulled0));
+  return OkStatus();
+}
+
+void Trainer::Impl::TrainItem(Worker& wk, const BatchItem& item) {
+  const auto* px = reinterpret_cast<const uint8_t*>(item.pixels.data());
+  const auto* lb = reinterpret_cast<const uint8_t*>(item.labels.data());
+  const int64_t isz = layout->input_size();
+  const int64_t n = layout->num_params();
+  const float lr = float(job.training.learning_rate);
+  const int push_every = job.training.push_every;
+  for (int i = 0; i < item.count && !abort.load(std::memory_order_relaxed);) {
+    model::Network* net = item.count - i >= wk.net->batch() ? wk.net.get() : wk.net_one.get();
+    const int b = net->batch();
+    net->SetInputFromBytes(px + i * isz);
+    wk.loss += net->Forward(lb + i, nullptr);
+    net->Backward();
+    float* wp = w.data();
+    const float* g = wk.grads.data();
+    for (int64_t k = 0; k < n; ++k) wp[k] -= lr * g[k];
+    i += b;
+    wk.images += b;
+    images_total.fetch_add(b, std::memory_order_relaxed);
+    const int64_t after = images_since_sync.fetch_add(b, std::memory_order_relaxed) + b;
+    if (after >= push_every && after - b < push_every) sync_cv.notify_one();
+  }
+  if (m.images) m.images->Increment(item.count);
+}
+
+void Trainer::Impl::PrefetchLoop() {
+  for (uint32_t e = 0; e < uint32_t(job.training.epochs); ++e) {
+    for (uint32_t b = 0;; ++b) {
+      if (abort) return;
+      grpc::ClientContext ctx;
+      net::SetDeadline(&ctx, opt.rpc_timeout);
+      adam::v1::GetBatchRequest req;
+      req.set_trainer(uint32_t(opt.index));
+      req.set_epoch(e);
+      req.set_batch_index(b);
+      adam::v1::Batch resp;
+      grpc::Status st = data->GetBatch(&ctx, req, &resp);
+      if (!st.ok()) {
+        Fail(net::FromGrpc(st, "data server GetBatch"));
+        return;
+      }
+      if (resp.pixels().size() != size_t(resp.count()) * size_t(layout->input_size()) ||
+          resp.labels().size() != resp.count()) {
+        Fail(DataLossError("data server sent a batch whose sizes do not match its count"));
+        return;
+      }
+      for (unsigned char l : resp.labels())
+        if (l >= layout->classes()) {
+          Fail(DataLossError("data server sent label " + std::to_string(l) + ", not below " +
+                             std::to_string(layout->classes()) + " classes"));
+          return;
+        }
+      if (resp.count() > 0) {
+        BatchItem item;
+        item.epoch = e;
+        item.count = int(resp.count());
+        item.pixels = std::move(*resp.mutable_pixels());
+        item.labels = std::move(*resp.mutable_labels());
+        if (!queue.Push(std::move(item))) return;
+      }
+      if (resp.end_of_share() || resp.epoch_closed() || resp.job_stopped()) {
+        BatchItem marker;
+        marker.epoch = e;
+        marker.end = true;
+        marker.epoch_closed = resp.epoch_closed();
+        marker.job_stopped = resp.job_stopped();
+        if (!queue.Push(std::move(marker))) return;
+        if (resp.job_stopped()) return;
+        break;
+      }
+    }
+  }
+}
+
+void Trainer::Impl::SyncLoop() {
+  auto last_progress = Clock::now();
+  std::unique_lock<std::mutex> lock(sync_wait_mu);
+  while (!stop_sync) {
+    sync_cv.wait_for(lock, std::chrono::milliseconds(100), [&] {
+      return stop_sync ||
+             images_since_sync.load(std::memory_order_relaxed) >= job.training.push_every;
+    });
+    if (stop_sync) break;
+    if (images_since_sync.load(std::memory_order_relaxed) >= job.training.push_every) {
+      lock.unlock();
+      Status st = Sync();
+      lock.lock();
+      if (!st.ok()) {
+        Fail(st);
+        return;
+      }
+    }
+    if (Clock::now() - last_progress >= opt.progress_interval) {
+      last_progress = Clock::now();
+      EmitEvent({{"event", "progress"}, {"trainer", opt.index},
+                 {"images_total", images_total.load(std::memory_order_relaxed)}});
+    }
+  }
+}
+
+double Trainer::Impl::Evaluate() {
+  {
+    std::lock_guard<std::mutex> lock(sync_mu);
+    eval_params = w0;
+  }
+  const int64_t isz = layout->input_size();
+  const int t = int(workers.size());
+  const int step = opt.eval_batch;
+  std::vector<int64_t> correct(size_t(t), 0);
+  std::vector<std::thread> threads;
+  for (int ti = 0; ti < t; ++ti) {
+    threads.emplace_back([&, ti] {
+      omp_set_num_threads(1);
+      Worker& wk = workers[size_t(ti)];
+      std::vector<int> pred(static_cast<size_t>(step));
+      const auto* px = reinterpret_cast<const uint8_t*>(test_pixels.data());
+      const auto* lb = reinterpret_cast<const uint8_t*>(test_labels.data());
+      for (int start = ti * step; start < test_count; start += t * step) {
+        const int end = std::min(test_count, start + step);
+        for (int i = start; i < end;) {
+          model::Network* net = end - i >= wk.eval->batch() ? wk.eval.get() : wk.eval_one.get();
+          net->SetInputFromBytes(px + i * isz);
+          net->Forward(nullptr, pred.data());
+          for (int k = 0; k < net->batch(); ++k) correct[size_t(ti)] += pred[size_t(k)] == lb[i + k];
+          i += net->batch();
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  int64_t sum = 0;
+  for (auto c : correct) sum += c;
+  return test_count > 0 ? double(sum) / test_count : 0.0;
+}
+
+StatusOr<TrainerResult> Trainer::Run() {
+  Impl& s = *impl_;
+  const auto start = Clock::now();
+  ADAM_ASSIGN_OR_RETURN(auto layout, model::ModelLayout::Make(s.job.model));
+  s.layout = std::move(layout);
+  ADAM_RETURN_IF_ERROR(s.CheckDataServer());
+  const bool evaluates = s.opt.index == 0;
+  if (evaluates) ADAM_RETURN_IF_ERROR(s.FetchTestSet());
+
+  const size_t n = size_t(s.layout->num_params());
+  s.w.resize(n);
+  s.w0.resize(n);
+  s.snapshot.resize(n);
+  s.delta.resize(n);
+  s.pulled.resize(n);
+  s.eval_params.resize(n);
+  ADAM_RETURN_IF_ERROR(s.ps->Pull(s.w0.data()));
+  s.w = s.w0;
+  // oneDNN (OpenMP runtime) must run a primitive with the thread count it was created with:
+  // contexts are made here and run on worker threads, each limited to one OpenMP thread.
+  omp_set_num_threads(1);
+  s.workers.resize(size_t(s.opt.threads));
+  for (auto& wk : s.workers) {
+    wk.grads.assign(n, 0.f);
+    ADAM_ASSIGN_OR_RETURN(wk.net, model::Network::Create(*s.layout, s.job.training.batch_size,
+                                                         s.w.data(), wk.grads.data()));
+    ADAM_ASSIGN_OR_RETURN(wk.net_one,
+                          model::Network::Create(*s.layout, 1, s.w.data(), wk.grads.data()));
+    if (evaluates) {
+      ADAM_ASSIGN_OR_RETURN(wk.eval, model::Network::Create(*s.layout, s.opt.eval_batch,
+                                                            s.eval_params.data(), nullptr));
+      ADAM_ASSIGN_OR_RETURN(wk.eval_one,
+                            model::Network::Create(*s.layout, 1, s.eval_params.data(), nullptr));
+    }
+  }
+
+  std::thread prefetcher([&] { s.PrefetchLoop(); });
+  std::thread syncer([&] { s.SyncLoop(); });
+  TrainerResult result;
+  const auto train_start = Clock::now();
+  for (int e = 0; e < s.job.training.epochs && !s.abort; ++e) {
+    const auto epoch_start = Clock::now();
+    for (auto& wk : s.workers) wk.loss = 0, wk.images = 0;
+    std::vector<std::thread> threads;
+    for (auto& wk : s.workers)
+      threads.emplace_back([&s, &wk] {
+        omp_set_num_threads(1);  // one oneDNN thread per worker: the parallelism is ours
+        BatchItem item;
+        while (s.queue.PopBatch(&item)) s.TrainItem(wk, item);
+      });
+    for (auto& th : threads) th.join();
+    BatchItem marker;
+    if (s.abort || !s.queue.PopMarker(&marker)) break;
+    {
+      grpc::ClientContext ctx;
+      net::SetDeadline(&ctx, s.opt.rpc_timeout);
+      adam::v1::FinishEpochRequest req;
+      req.set_trainer(uint32_t(s.opt.index));
+      req.set_epoch(uint32_t(e));
+      adam::v1::FinishEpochResponse resp;
+      Status st = net::FromGrpc(s.data->FinishEpoch(&ctx, req, &resp), "data server FinishEpoch");
+      if (!st.ok()) {
+        s.Fail(st);
+        break;
+      }
+    }
+    if (Status st = s.Sync(); !st.ok()) {
+      s.Fail(st);
+      break;
+    }
+    double loss = 0;
+    int64_t images = 0;
+    for (auto& wk : s.workers) loss += wk.loss, images += wk.images;
+    const double acc = evaluates ? s.Evaluate() : -1;
+    result.epochs = e + 1;
+    result.test_accuracy = acc;
+    nlohmann::json ev = {{"event", "epoch"},
+                         {"trainer", s.opt.index},
+                         {"epoch", e + 1},
+                         {"images", images},
+                         {"images_total", s.images_total.load()},
+                         {"loss", images > 0 ? loss / images : 0.0},
+                         {"seconds", std::chrono::duration<double>(Clock::now() - epoch_start).count()},
+                         {"epoch_closed_early", marker.epoch_closed}};
+    if (evaluates) ev["test_accuracy"] = acc;
+    EmitEvent(ev);
+    if (s.m.epoch) s.m.epoch->Set(e + 1);
+    if (s.m.loss && images > 0) s.m.loss->Set(loss / images);
+    if (s.m.accuracy && evaluates) s.m.accuracy->Set(acc);
+    if (marker.job_stopped) break;
+    const auto& target = s.job.training.target_accuracy;
+    if (evaluates && target && acc >= *target) break;
+  }
+  result.seconds = std::chrono::duration<double>(Clock::now() - train_start).count();
+  result.images = s.images_total.load();
+  if (evaluates && !s.abort) {
+    // Ends the job for every trainer: the last epoch is done or the target is reached.
+    grpc::ClientContext ctx;
+    net::SetDeadline(&ctx, s.opt.rpc_timeout);
+    adam::v1::StopJobResponse resp;
+    s.data->StopJob(&ctx, {}, &resp);
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.sync_wait_mu);
+    s.stop_sync = true;
+  }
+  s.sync_cv.notify_all();
+  s.queue.Close();
+  syncer.join();
+  prefetcher.join();
+  if (Status err = s.Error(); !err.ok()) return err;
+  EmitEvent({{"event", "done"},
+             {"trainer", s.opt.index},
+             {"epochs", result.epochs},
+             {"images_total", result.images},
+             {"seconds", result.seconds},
+             {"total_seconds", std::chrono::duration<double>(Clock::now() - start).count()},
+             {"test_accuracy", result.test_accuracy}});
+  return result;
+}
+
+}  // namespace adam::trainer

@@ -1,0 +1,73 @@
+// Trainer: one model replica (`adam trainer`).
+//
+// T worker threads each own a Network context and train on different images at once, updating
+// the replica's shared weight vector without locks (Hogwild). A sync thread pushes the replica's
+// accumulated change to the parameter servers every `pushEvery` images and folds the pulled global
+// weights back in; a prefetch thread keeps a few batches from the data server queued. At each
+// epoch end the trainer reports to the data server (the straggler rule lives there) and trainer 0
+// evaluates the global weights on the test set. Progress goes out as events (core/event.h).
+// Run() is called once, from one thread.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "spec/adamjob.h"
+#include "trainer/ps_client.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace adam::trainer {
+
+struct TrainerOptions {
+  int index = 0;            // this trainer's number in the job
+  int threads = 1;          // worker threads (T)
+  std::string name = "trainer-0";
+  int prefetch_batches = 4; // batches queued ahead of the workers
+  int eval_batch = 100;     // images per evaluation step
+  std::chrono::milliseconds rpc_timeout{30000};
+  std::chrono::milliseconds progress_interval{2000};  // between progress events
+};
+
+struct TrainerMetrics {
+  prometheus::Counter* images = nullptr;    // adam_trainer_images_total
+  prometheus::Gauge* loss = nullptr;        // adam_trainer_loss
+  prometheus::Gauge* accuracy = nullptr;    // adam_trainer_test_accuracy
+  prometheus::Gauge* epoch = nullptr;       // adam_trainer_epoch
+  prometheus::Counter* pushes = nullptr;    // adam_trainer_pushes_total
+  prometheus::Counter* push_bytes = nullptr;  // adam_trainer_push_bytes_total
+  prometheus::Counter* pull_bytes = nullptr;  // adam_trainer_pull_bytes_total
+};
+
+// The result of a run, also emitted as the "done" event.
+struct TrainerResult {
+  int epochs = 0;
+  int64_t images = 0;
+  double seconds = 0;
+  double test_accuracy = -1;  // trainer 0 only; -1 when not evaluated
+};
+
+class Trainer {
+ public:
+  // `data_channel` reaches the data server; `ps` the parameter servers.
+  Trainer(spec::AdamJob job, TrainerOptions options, TrainerMetrics metrics,
+          std::shared_ptr<grpc::Channel> data_channel, std::unique_ptr<ParamServerClient> ps);
+  ~Trainer();
+
+  // Trains until the job's epochs are done, the target accuracy is reached, or the job is
+  // stopped. Fails on an unreachable peer or a data set that does not fit the model.
+  StatusOr<TrainerResult> Run();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace adam::trainer
