@@ -66,8 +66,13 @@ class Reader {
            int64_t* out, bool required = false) {
     int64_t v = 0;
     if (!Get(n, key, path, &v, required)) return false;
-    if (v < lo || v > hi) {
-      Error(path + "." + key, RangeMessage(lo, hi, std::to_string(v)));
+    if (v < lo) {
+      Error(path + "." + key, (lo == 1 ? std::string("must be > 0") : "must be >= " + std::to_string(lo)) +
+                                  ", got " + std::to_string(v));
+      return false;
+    }
+    if (v > hi) {
+      Error(path + "." + key, "must be <= " + std::to_string(hi) + ", got " + std::to_string(v));
       return false;
     }
     *out = v;
@@ -88,13 +93,6 @@ class Reader {
     else if constexpr (std::is_integral_v<T>) return "an integer";
     else if constexpr (std::is_floating_point_v<T>) return "a number";
     else return "a string";
-  }
-  static std::string RangeMessage(int64_t lo, int64_t hi, const std::string& got) {
-    if (hi == INT64_MAX || hi == INT32_MAX) {
-      if (lo == 1) return "must be > 0, got " + got;
-      return "must be >= " + std::to_string(lo) + ", got " + got;
-    }
-    return "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + got;
   }
 
   std::vector<std::string> errors_;
@@ -243,7 +241,7 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
 void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   const std::string p = "spec.training";
   if (!r.Map(n, p,
-             {"epochs", "learningRate", "pushEvery", "batchSize", "consistency", "maxStaleness",
+             {"epochs", "learningRate", "learningRateDecay", "pushEvery", "batchSize", "consistency", "maxStaleness",
               "epochQuorum", "targetAccuracy", "seed"}) ||
       !n)
     return;
@@ -251,6 +249,10 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   if (r.Get(n, "learningRate", p, &t->learning_rate) &&
       !(t->learning_rate > 0 && t->learning_rate <= 10))
     r.Error(p + ".learningRate", "must be in (0, 10], got " + std::to_string(t->learning_rate));
+  if (r.Get(n, "learningRateDecay", p, &t->learning_rate_decay) &&
+      !(t->learning_rate_decay > 0 && t->learning_rate_decay <= 1))
+    r.Error(p + ".learningRateDecay",
+            "must be in (0, 1], got " + std::to_string(t->learning_rate_decay));
   r.Int(n, "pushEvery", p, 1, kMaxInt, &t->push_every);
   r.Int(n, "batchSize", p, 1, 4096, &t->batch_size);
   std::string c;

@@ -71,6 +71,7 @@ enum class Consistency { kAsync, kSync, kBounded };
 struct TrainingSpec {
   int epochs = 10;
   double learning_rate = 0.02;
+  double learning_rate_decay = 1.0;  // learning rate of epoch e = learning_rate * decay^e
   int push_every = 100;         // k: images between update pushes
   int batch_size = 1;           // images per thread per SGD step (1 = Adam's per-image SGD)
   Consistency consistency = Consistency::kAsync;

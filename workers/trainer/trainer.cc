@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -60,6 +61,7 @@ struct Trainer::Impl {
   std::string test_pixels, test_labels;
   int test_count = 0;
 
+  float lr = 0;  // this epoch's learning rate; set before the epoch's workers start
   std::atomic<int64_t> images_total{0};       // relaxed: statistics
   std::atomic<int64_t> images_since_sync{0};  // relaxed: a hint for the sync thread
   std::atomic<bool> abort{false};             // set once on the first error
@@ -165,7 +167,6 @@ void Trainer::Impl::TrainItem(Worker& wk, const BatchItem& item) {
   const auto* lb = reinterpret_cast<const uint8_t*>(item.labels.data());
   const int64_t isz = layout->input_size();
   const int64_t n = layout->num_params();
-  const float lr = float(job.training.learning_rate);
   const int push_every = job.training.push_every;
   for (int i = 0; i < item.count && !abort.load(std::memory_order_relaxed);) {
     model::Network* net = item.count - i >= wk.net->batch() ? wk.net.get() : wk.net_one.get();
@@ -337,6 +338,7 @@ StatusOr<TrainerResult> Trainer::Run() {
   const auto train_start = Clock::now();
   for (int e = 0; e < s.job.training.epochs && !s.abort; ++e) {
     const auto epoch_start = Clock::now();
+    s.lr = float(s.job.training.learning_rate * std::pow(s.job.training.learning_rate_decay, e));
     for (auto& wk : s.workers) wk.loss = 0, wk.images = 0;
     std::vector<std::thread> threads;
     for (auto& wk : s.workers)

@@ -1,0 +1,23 @@
+# The two commands of the README, and their parts.
+#   make demo   install, build (Release) and train examples/fashion-mnist.yaml locally
+#   make test   install, build and run every test with ctest
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: deps build demo test clean
+
+deps:
+	./scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	./$(BUILD)/adam run examples/fashion-mnist.yaml
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,119 @@
+// DataSource: shares partition each epoch, shuffles differ by epoch, the quorum closes epochs.
+#include "data_server/data_source.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace adam::data_server {
+namespace {
+
+// `n` 2x2 images whose first pixel is the image's index (mod 256) and whose label is index % 3.
+std::unique_ptr<DataSource> MakeSource(int n, int trainers, double quorum, int batch, int variants = 1) {
+  data::Dataset train;
+  train.count = n;
+  train.height = train.width = 2;
+  train.pixels.assign(size_t(n * 4), 0);
+  for (int i = 0; i < n; ++i) {
+    train.pixels[size_t(i * 4)] = uint8_t(i);
+    train.pixels[size_t(i * 4 + 1)] = uint8_t(i >> 8);
+    train.labels.push_back(uint8_t(i % 3));
+  }
+  spec::AugmentSpec a;
+  a.variants = variants;
+  auto cache = std::make_unique<data::AugmentedCache>(train, a, 1);
+  data::Dataset test = train;
+  DataSourceOptions o;
+  o.trainers = trainers;
+  o.quorum = quorum;
+  o.batch_images = batch;
+  return std::make_unique<DataSource>(std::move(cache), train.labels, std::move(test), o);
+}
+
+// The image indexes a trainer's whole share of an epoch holds.
+std::vector<int> Share(DataSource& src, int trainer, uint32_t epoch) {
+  std::vector<int> ids;
+  for (uint32_t b = 0;; ++b) {
+    BatchView v;
+    EXPECT_TRUE(src.GetBatch(trainer, epoch, b, &v).ok());
+    for (int k = 0; k < v.count; ++k) {
+      const int id = uint8_t(v.pixels[size_t(k * 4)]) | uint8_t(v.pixels[size_t(k * 4 + 1)]) << 8;
+      EXPECT_EQ(uint8_t(v.labels[size_t(k)]), id % 3);
+      ids.push_back(id);
+    }
+    if (v.end_of_share || v.count == 0) break;
+  }
+  return ids;
+}
+
+TEST(DataSource, SharesPartitionTheEpoch) {
+  auto src = MakeSource(1001, 3, 1.0, 64);
+  std::set<int> all;
+  size_t total = 0;
+  for (int t = 0; t < 3; ++t) {
+    auto ids = Share(*src, t, 0);
+    EXPECT_EQ(int(ids.size()), src->ShareSize(t));
+    total += ids.size();
+    all.insert(ids.begin(), ids.end());
+  }
+  EXPECT_EQ(total, 1001u);
+  EXPECT_EQ(all.size(), 1001u);
+}
+
+TEST(DataSource, EachEpochIsADifferentDeterministicShuffle) {
+  auto a = MakeSource(500, 1, 1.0, 100), b = MakeSource(500, 1, 1.0, 100);
+  EXPECT_EQ(Share(*a, 0, 0), Share(*b, 0, 0));
+  EXPECT_NE(Share(*a, 0, 0), Share(*a, 0, 1));
+}
+
+TEST(DataSource, QuorumClosesTheEpochForStragglers) {
+  auto src = MakeSource(400, 4, 0.75, 10);
+  EXPECT_EQ(src->quorum_count(), 3);
+  for (int t = 0; t < 2; ++t) {
+    auto r = src->FinishEpoch(t, 0);
+    ASSERT_TRUE(r.ok());
+    EXPECT_FALSE(r->second);
+  }
+  BatchView v;
+  ASSERT_TRUE(src->GetBatch(3, 0, 2, &v).ok());
+  EXPECT_FALSE(v.epoch_closed);
+  EXPECT_EQ(v.count, 10);
+  auto r = src->FinishEpoch(2, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->first, 3);
+  EXPECT_TRUE(r->second);
+  // The straggler is told to move on; the next epoch is open for it.
+  ASSERT_TRUE(src->GetBatch(3, 0, 3, &v).ok());
+  EXPECT_TRUE(v.epoch_closed);
+  EXPECT_EQ(v.count, 0);
+  ASSERT_TRUE(src->GetBatch(3, 1, 0, &v).ok());
+  EXPECT_FALSE(v.epoch_closed);
+  EXPECT_EQ(v.count, 10);
+}
+
+TEST(DataSource, StopEndsTheJobAndBadTrainerIsRejected) {
+  auto src = MakeSource(50, 2, 0.75, 10);
+  BatchView v;
+  EXPECT_FALSE(src->GetBatch(2, 0, 0, &v).ok());
+  EXPECT_FALSE(src->FinishEpoch(-1, 0).ok());
+  src->Stop();
+  ASSERT_TRUE(src->GetBatch(0, 0, 0, &v).ok());
+  EXPECT_TRUE(v.job_stopped);
+  EXPECT_EQ(v.count, 0);
+}
+
+TEST(DataSource, TestBatchesCoverTheTestSet) {
+  auto src = MakeSource(95, 1, 1.0, 10);
+  int seen = 0;
+  for (uint32_t off = 0;;) {
+    BatchView v;
+    src->GetTestBatch(off, 40, &v);
+    seen += v.count;
+    off += uint32_t(v.count);
+    if (v.end_of_share) break;
+  }
+  EXPECT_EQ(seen, 95);
+}
+
+}  // namespace
+}  // namespace adam::data_server

@@ -1,0 +1,228 @@
+// End to end: `adam run` on a tiny synthetic data set made here, through real processes and gRPC
+// on loopback; and how the CLI and the launcher treat bad input, dead roles and Ctrl-C.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "data/idx.h"
+#include "testing/tmp_dir.h"
+
+namespace adam {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Runs `adam ARGS` to completion (bounded by `timeout_s`), capturing stdout and stderr.
+Result Adam(const testing::TmpDir& dir, const std::string& args, int timeout_s = 240) {
+  const std::string out = dir.File("stdout"), err = dir.File("stderr");
+  const std::string cmd = "timeout " + std::to_string(timeout_s) + " " ADAM_BINARY " " + args +
+                          " > " + out + " 2> " + err;
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = Slurp(out);
+  r.err = Slurp(err);
+  return r;
+}
+
+// Four classes of 12x12 images: a bright 4x4 square in one quadrant, over noise.
+void WriteSynthetic(const std::string& prefix, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> noise(0, 60);
+  std::vector<uint8_t> px(static_cast<size_t>(n) * 144), lb(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const int c = int(rng() % 4);
+    lb[size_t(i)] = uint8_t(c);
+    const int y0 = (c / 2) * 6 + 1 + int(rng() % 2), x0 = (c % 2) * 6 + 1 + int(rng() % 2);
+    for (int y = 0; y < 12; ++y)
+      for (int x = 0; x < 12; ++x) {
+        const bool in = y >= y0 && y < y0 + 4 && x >= x0 && x < x0 + 4;
+        px[size_t(i * 144 + y * 12 + x)] = uint8_t(in ? 200 + noise(rng) / 2 : noise(rng));
+      }
+  }
+  ASSERT_TRUE(data::WriteIdx(prefix + "-images.gz", {uint32_t(n), 12, 12}, px, true).ok());
+  ASSERT_TRUE(data::WriteIdx(prefix + "-labels", {uint32_t(n)}, lb, false).ok());
+}
+
+std::string Manifest(const testing::TmpDir& dir, const std::string& training,
+                     const std::string& roles) {
+  std::ostringstream m;
+  m << "apiVersion: adam.dev/v1alpha1\nkind: AdamJob\nmetadata: {name: synthetic}\nspec:\n"
+    << "  dataset:\n"
+    << "    train: {images: " << dir.File("train-images.gz") << ", labels: " << dir.File("train-labels") << "}\n"
+    << "    test: {images: " << dir.File("test-images.gz") << ", labels: " << dir.File("test-labels") << "}\n"
+    << "    augment: {shift: 1, hflip: false, variants: 2}\n"
+    << "  model:\n    input: {channels: 1, height: 12, width: 12}\n    layers:\n"
+    << "      - {type: conv, maps: 4, kernel: 3, activation: tanh}\n"
+    << "      - {type: maxpool, size: 2}\n"
+    << "      - {type: dense, units: 16, activation: relu}\n"
+    << "      - {type: softmax, classes: 4}\n"
+    << "  training: {" << training << "}\n"
+    << "  roles: {" << roles << "}\n";
+  const std::string path = dir.File("job.yaml");
+  std::ofstream(path) << m.str();
+  return path;
+}
+
+class AdamRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteSynthetic(dir_.File("train"), 1200, 1);
+    WriteSynthetic(dir_.File("test"), 300, 2);
+  }
+  testing::TmpDir dir_;
+};
+
+TEST_F(AdamRun, TrainsSyntheticDataFarAboveChance) {
+  const std::string job = Manifest(dir_, "epochs: 3, learningRate: 0.02, pushEvery: 50",
+                                   "parameterServer: {replicas: 2, shardBytes: 1024}, "
+                                   "trainer: {replicas: 2, threads: 2}");
+  Result r = Adam(dir_, "run " + job + " --output json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;  // chance is 0.25
+  EXPECT_EQ(j["epochs"].get<int>(), 3);
+  EXPECT_GT(j["images_per_second"].get<double>(), 0);
+  EXPECT_GT(j["wall_seconds"].get<double>(), 0);
+  EXPECT_GE(j["images"].get<int64_t>(), 3 * 1200 * 3 / 4);
+  // One progress line per epoch, and role-prefixed log lines.
+  EXPECT_THAT(r.err, HasSubstr("epoch   1/3"));
+  EXPECT_THAT(r.err, HasSubstr("epoch   3/3"));
+  EXPECT_THAT(r.err, HasSubstr("[data-server-0]"));
+  EXPECT_THAT(r.err, HasSubstr("[ps-1]"));
+  EXPECT_THAT(r.err, HasSubstr("[trainer-1]"));
+}
+
+TEST_F(AdamRun, TargetAccuracyEndsTheJobEarly) {
+  const std::string job = Manifest(dir_, "epochs: 50, learningRate: 0.02, targetAccuracy: 0.6",
+                                   "trainer: {replicas: 1, threads: 2}");
+  Result r = Adam(dir_, "run " + job + " --output json -q");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GE(j["test_accuracy"].get<double>(), 0.6);
+  EXPECT_LT(j["epochs"].get<int>(), 50);
+}
+
+TEST_F(AdamRun, ValidateNamesEveryBadFieldAndExits2) {
+  std::string job = Manifest(dir_, "epochs: 0", "trainer: {threads: -1}");
+  Result r = Adam(dir_, "validate " + job);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("spec.training.epochs: must be > 0, got 0"));
+  EXPECT_THAT(r.err, HasSubstr("spec.roles.trainer.threads: must be > 0, got -1"));
+  Result run = Adam(dir_, "run " + job);
+  EXPECT_EQ(run.exit_code, 2);
+  Result ok = Adam(dir_, "validate " + Manifest(dir_, "epochs: 1", "trainer: {replicas: 1}"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+TEST_F(AdamRun, CorruptDataFileStopsTheRunNamingFileAndOffset) {
+  // Truncate the training images: the data server must name the file and the byte.
+  auto bytes = data::ReadMaybeGzip(dir_.File("train-images.gz"));
+  ASSERT_TRUE(bytes.ok());
+  std::ofstream(dir_.File("train-images.gz"), std::ios::binary) << bytes->substr(0, 1000);
+  const std::string job = Manifest(dir_, "epochs: 1", "trainer: {replicas: 1}");
+  Result r = Adam(dir_, "run " + job, 60);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("data-server-0 exited with code 1"));
+  EXPECT_THAT(r.err, HasSubstr(dir_.File("train-images.gz") + ": byte 16: expected 172800 data bytes, file has 984 (truncated)"));
+}
+
+TEST_F(AdamRun, MissingDataFileIsNamed) {
+  std::remove(dir_.File("test-labels").c_str());
+  const std::string job = Manifest(dir_, "epochs: 1", "trainer: {replicas: 1}");
+  Result r = Adam(dir_, "run " + job, 60);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(dir_.File("test-labels") + ": cannot open"));
+}
+
+// Starts `adam run` in the background, stderr to a file; returns its pid.
+pid_t StartRun(const std::string& job, const std::string& err_path) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen(err_path.c_str(), "w", stderr);
+    freopen("/dev/null", "w", stdout);
+    execl(ADAM_BINARY, ADAM_BINARY, "run", job.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits until the file contains `text`, up to `seconds`.
+bool WaitForText(const std::string& path, const std::string& text, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Slurp(path).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// Pids of processes whose command line contains `needle` (no regex characters in it).
+std::vector<pid_t> Pgrep(const std::string& needle) {
+  std::vector<pid_t> pids;
+  // "[x]yz" matches "xyz" but not the shell running this pgrep, whose command line has "[x]yz".
+  const std::string pattern = "[" + needle.substr(0, 1) + "]" + needle.substr(1);
+  FILE* p = popen(("pgrep -f -- '" + pattern + "'").c_str(), "r");
+  for (int pid; p && fscanf(p, "%d", &pid) == 1;) pids.push_back(pid);
+  if (p) pclose(p);
+  return pids;
+}
+
+int WaitExit(pid_t pid, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -2;
+}
+
+TEST_F(AdamRun, KilledParameterServerStopsEveryRoleWithAClearError) {
+  const std::string job = Manifest(dir_, "epochs: 1000, learningRate: 0.01",
+                                   "parameterServer: {replicas: 2}, trainer: {replicas: 1}");
+  const std::string err = dir_.File("run.err");
+  const pid_t run = StartRun(job, err);
+  ASSERT_TRUE(WaitForText(err, "epoch   1/1000", 120)) << Slurp(err);
+  auto ps = Pgrep("ps --job " + job + " --name ps-1");
+  ASSERT_EQ(ps.size(), 1u);
+  kill(ps[0], SIGKILL);
+  EXPECT_EQ(WaitExit(run, 60), 1);
+  EXPECT_THAT(Slurp(err), HasSubstr("ps-1 was killed by signal"));
+  EXPECT_TRUE(Pgrep("--job " + job).empty()) << "children left behind";
+}
+
+TEST_F(AdamRun, InterruptStopsEveryRole) {
+  const std::string job = Manifest(dir_, "epochs: 1000", "trainer: {replicas: 2}");
+  const std::string err = dir_.File("run.err");
+  const pid_t run = StartRun(job, err);
+  ASSERT_TRUE(WaitForText(err, "epoch   1/1000", 120)) << Slurp(err);
+  kill(run, SIGINT);
+  EXPECT_EQ(WaitExit(run, 30), 130);
+  EXPECT_THAT(Slurp(err), HasSubstr("interrupted"));
+  EXPECT_TRUE(Pgrep("--job " + job).empty()) << "children left behind";
+}
+
+}  // namespace
+}  // namespace adam

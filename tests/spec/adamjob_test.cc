@@ -1,0 +1,219 @@
+// AdamJob parsing, defaults and every validation rule, with the field path each error names.
+#include "spec/adamjob.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+
+#include "spec/plan.h"
+
+namespace adam::spec {
+namespace {
+
+using ::testing::HasSubstr;
+
+const char kValid[] = R"(
+apiVersion: adam.dev/v1alpha1
+kind: AdamJob
+metadata: {name: tiny}
+spec:
+  dataset:
+    train: {images: a.idx, labels: b.idx}
+    test: {images: c.idx, labels: d.idx}
+  model:
+    input: {channels: 1, height: 28, width: 28}
+    layers:
+      - {type: conv, maps: 10, kernel: 5, activation: tanh}
+      - {type: maxpool, size: 2}
+      - {type: conv, maps: 20, kernel: 5}
+      - {type: maxpool, size: 2}
+      - {type: dense, units: 400}
+      - {type: dense, units: 400, activation: relu}
+      - {type: softmax, classes: 10}
+)";
+
+// Replaces the first occurrence of `from` in the valid manifest with `to`.
+std::string With(const std::string& from, const std::string& to) {
+  std::string s = kValid;
+  auto pos = s.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  return s.replace(pos, from.size(), to);
+}
+
+std::string ErrorOf(const std::string& yaml) {
+  auto job = ParseAdamJob(yaml);
+  EXPECT_FALSE(job.ok());
+  return job.ok() ? "" : job.status().message();
+}
+
+TEST(AdamJob, ValidManifestGetsDefaults) {
+  auto job = ParseAdamJob(kValid);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->name, "tiny");
+  EXPECT_EQ(job->model.layers.size(), 7u);
+  EXPECT_EQ(job->model.layers[2].activation, Activation::kTanh);
+  EXPECT_EQ(job->model.layers[5].activation, Activation::kRelu);
+  EXPECT_EQ(job->training.epochs, 10);
+  EXPECT_DOUBLE_EQ(job->training.epoch_quorum, 0.75);
+  EXPECT_EQ(job->training.consistency, Consistency::kAsync);
+  EXPECT_EQ(job->roles.parameter_server.shard_bytes, 1 << 20);
+  EXPECT_EQ(job->roles.trainer.replicas, 1);
+  EXPECT_FALSE(job->training.target_accuracy.has_value());
+}
+
+TEST(AdamJob, ExampleManifestsAreValid) {
+  for (const char* name : {"fashion-mnist.yaml"}) {
+    auto job = LoadAdamJob(std::string(ADAM_SOURCE_DIR) + "/examples/" + name);
+    EXPECT_TRUE(job.ok()) << name << ": " << job.status().ToString();
+  }
+}
+
+struct BadCase {
+  std::string from, to, message;
+};
+
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.message; }
+
+class AdamJobErrors : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(AdamJobErrors, NamesTheField) {
+  const BadCase& c = GetParam();
+  EXPECT_THAT(ErrorOf(With(c.from, c.to)), HasSubstr(c.message));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, AdamJobErrors,
+    ::testing::Values(
+        BadCase{"apiVersion: adam.dev/v1alpha1", "apiVersion: v1", "apiVersion: must be adam.dev/v1alpha1"},
+        BadCase{"kind: AdamJob", "kind: Job", "kind: must be AdamJob"},
+        BadCase{"{name: tiny}", "{name: Tiny_Job}", "metadata.name: must be a DNS label"},
+        BadCase{"units: 400}", "units: 0}", "spec.model.layers[4].units: must be > 0, got 0"},
+        BadCase{"units: 400}", "units: many}", "spec.model.layers[4].units: must be an integer, got 'many'"},
+        BadCase{"{type: maxpool, size: 2}", "{type: pool, size: 2}",
+                "spec.model.layers[1].type: must be one of conv, maxpool, dense, softmax; got 'pool'"},
+        BadCase{"maps: 10, kernel: 5, activation: tanh", "maps: 10, kernel: 5, activation: sigmoid",
+                "spec.model.layers[0].activation: must be one of tanh, relu, none"},
+        BadCase{"maps: 10, kernel: 5,", "maps: 10, kernel: 50,", "layers[0].kernel: 50 is larger than its input 28x28"},
+        BadCase{"{type: conv, maps: 20, kernel: 5}", "{type: conv, maps: 20, kernel: 5, color: red}",
+                "spec.model.layers[2].color: unknown field"},
+        BadCase{"{type: softmax, classes: 10}", "{type: dense, units: 10}",
+                "spec.model.layers: the last layer must be softmax"},
+        BadCase{"      - {type: maxpool, size: 2}\n      - {type: conv, maps: 20",
+                "      - {type: softmax, classes: 3}\n      - {type: conv, maps: 20",
+                "spec.model.layers[1].type: softmax must be the last layer"},
+        BadCase{"train: {images: a.idx, labels: b.idx}", "train: {images: a.idx}",
+                "spec.dataset.train.labels: required"},
+        BadCase{"    test: {images: c.idx, labels: d.idx}\n", "", "spec.dataset.test: required"},
+        BadCase{"input: {channels: 1, height: 28, width: 28}", "input: {channels: 1, height: 28}",
+                "spec.model.input.width: required"},
+        BadCase{"spec:\n", "spec:\n  training: {epochs: 0}\n", "spec.training.epochs: must be > 0, got 0"},
+        BadCase{"spec:\n", "spec:\n  training: {learningRate: -1}\n", "spec.training.learningRate: must be in (0, 10]"},
+        BadCase{"spec:\n", "spec:\n  training: {learningRateDecay: 0}\n",
+                "spec.training.learningRateDecay: must be in (0, 1], got 0"},
+        BadCase{"spec:\n", "spec:\n  training: {epochQuorum: 1.5}\n", "spec.training.epochQuorum: must be in (0, 1]"},
+        BadCase{"spec:\n", "spec:\n  training: {consistency: eventual}\n",
+                "spec.training.consistency: must be one of async, sync, bounded"},
+        BadCase{"spec:\n", "spec:\n  training: {consistency: sync}\n",
+                "spec.training.consistency: 'sync' is not supported by this version"},
+        BadCase{"spec:\n", "spec:\n  training: {targetAccuracy: 2}\n", "spec.training.targetAccuracy: must be in (0, 1]"},
+        BadCase{"spec:\n", "spec:\n  roles: {trainer: {threads: 0}}\n", "spec.roles.trainer.threads: must be > 0, got 0"},
+        BadCase{"spec:\n", "spec:\n  roles: {parameterServer: {shardBytes: 1001}}\n",
+                "spec.roles.parameterServer.shardBytes: must be a multiple of 4"},
+        BadCase{"spec:\n", "spec:\n  roles: {controller: {replicas: 2}}\n", "spec.roles.controller.replicas: must be odd"},
+        BadCase{"spec:\n", "spec:\n  roles: {dataServer: {replicas: 2}}\n",
+                "spec.roles.dataServer.replicas: this version runs exactly 1 data server, got 2"},
+        BadCase{"spec:\n", "spec:\n  roles: {trainer: {resources: {memory: lots}}}\n",
+                "spec.roles.trainer.resources.memory: must be a Kubernetes quantity"},
+        BadCase{"spec:\n", "spec:\n  roles: {parameterServer: {persistence: {interval: soon}}}\n",
+                "spec.roles.parameterServer.persistence.interval: must be a positive duration"},
+        BadCase{"spec:\n", "spec:\n  runPolicy: {cleanPodPolicy: Some}\n", "spec.runPolicy.cleanPodPolicy: must be one of"},
+        BadCase{"spec:\n", "spec:\n  dataset2: {}\n", "spec.dataset2: unknown field"},
+        BadCase{"spec:\n", "spec:\n  dataset:\n    augment: {shift: 9}\n", "spec.dataset.augment.shift: must be <= 8, got 9"}));
+
+TEST(AdamJob, ReportsEveryProblemAtOnce) {
+  std::string yaml = With("units: 400}", "units: 0}");
+  yaml = yaml.replace(yaml.find("kind: AdamJob"), 13, "kind: Job");
+  const std::string msg = ErrorOf(yaml);
+  EXPECT_THAT(msg, HasSubstr("kind: must be AdamJob"));
+  EXPECT_THAT(msg, HasSubstr("spec.model.layers[4].units: must be > 0"));
+  EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 1) << msg;
+}
+
+TEST(AdamJob, SyntaxErrorNamesLine) {
+  EXPECT_THAT(ErrorOf("apiVersion: [unclosed\nkind: x\n"), HasSubstr("YAML syntax error at line"));
+  EXPECT_THAT(ErrorOf("- just\n- a list\n"), HasSubstr("must be a YAML mapping"));
+  EXPECT_THAT(ErrorOf(""), HasSubstr("must be a YAML mapping"));
+}
+
+TEST(AdamJob, MissingFileIsNotFound) {
+  auto job = LoadAdamJob("/nonexistent/job.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(job.status().message(), HasSubstr("/nonexistent/job.yaml"));
+}
+
+TEST(AdamJob, InferShapesFollowsTheModel) {
+  auto job = ParseAdamJob(kValid);
+  ASSERT_TRUE(job.ok());
+  auto shapes = InferShapes(job->model);
+  ASSERT_TRUE(shapes.ok());
+  EXPECT_EQ((*shapes)[0].out, (Shape{10, 24, 24}));
+  EXPECT_EQ((*shapes)[1].out, (Shape{10, 12, 12}));
+  EXPECT_EQ((*shapes)[3].out, (Shape{20, 4, 4}));
+  EXPECT_EQ((*shapes)[4].weights, 320 * 400);
+  EXPECT_EQ((*shapes)[6].out, (Shape{10, 1, 1}));
+}
+
+TEST(Plan, OrdersServersBeforeTrainersAndNamesInstances) {
+  auto job = ParseAdamJob(With("spec:\n", "spec:\n  roles: {parameterServer: {replicas: 3}, trainer: {replicas: 2, threads: 4}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  Plan plan = MakePlan(*job);
+  ASSERT_EQ(plan.instances.size(), 6u);
+  int trainers = 0;
+  for (const auto& in : plan.instances) {
+    if (in.role == Role::kTrainer) {
+      ++trainers;
+      EXPECT_EQ(in.stage, 1);
+      EXPECT_EQ(in.threads, 4);
+    } else {
+      EXPECT_EQ(in.stage, 0);
+      EXPECT_EQ(in.host, "127.0.0.1");
+      EXPECT_EQ(in.port, 0);
+    }
+  }
+  EXPECT_EQ(trainers, 2);
+  EXPECT_EQ(plan.instances[0].name, "ps-0");
+  EXPECT_EQ(plan.instances[2].name, "ps-2");
+  EXPECT_EQ(plan.instances[2].replication_host, "127.0.0.2");
+  EXPECT_EQ(plan.instances[3].name, "data-server-0");
+  EXPECT_EQ(plan.instances[5].name, "trainer-1");
+}
+
+TEST(Plan, ClusterModeUsesServiceNamesAndFixedPorts) {
+  auto job = ParseAdamJob(kValid);
+  ASSERT_TRUE(job.ok());
+  PlanOptions o;
+  o.local = false;
+  Plan plan = MakePlan(*job, o);
+  EXPECT_EQ(plan.instances[0].host, "tiny-ps-0");
+  EXPECT_EQ(plan.instances[0].port, o.grpc_port);
+  EXPECT_EQ(plan.instances[0].metrics_port, o.metrics_port);
+}
+
+TEST(Plan, TrainerArgsCarryEndpoints) {
+  auto job = ParseAdamJob(kValid);
+  ASSERT_TRUE(job.ok());
+  Plan plan = MakePlan(*job);
+  const RoleInstance& trainer = plan.instances.back();
+  auto args = RoleArgs(trainer, "job.yaml", {"127.0.0.1:5", {"127.0.0.1:6", "127.0.0.1:7"}});
+  const std::vector<std::string> want = {"trainer", "--job", "job.yaml", "--name", "trainer-0",
+                                         "--metrics-port", "0", "--index", "0", "--threads", "1",
+                                         "--data-server", "127.0.0.1:5", "--ps",
+                                         "127.0.0.1:6,127.0.0.1:7"};
+  EXPECT_EQ(args, want);
+}
+
+}  // namespace
+}  // namespace adam::spec
