@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test clean
+.PHONY: deps build demo test fuzz clean
 
 deps:
 	./scripts/install-deps.sh
@@ -21,3 +21,6 @@ test: build
 
 clean:
 	rm -rf $(BUILD)
+
+fuzz: deps
+	./scripts/fuzz.sh

@@ -141,6 +141,20 @@ TEST(AdamJob, ReportsEveryProblemAtOnce) {
   EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 1) << msg;
 }
 
+// Found by tests/fuzz/manifest_fuzzer: a layer missing its size divided by zero.
+TEST(AdamJob, MissingLayerSizeIsReportedNotDividedBy) {
+  EXPECT_THAT(ErrorOf(With("{type: maxpool, size: 2}", "{type: maxpool}")),
+              HasSubstr("spec.model.layers[1].size: required"));
+  EXPECT_THAT(ErrorOf(With("maps: 10, kernel: 5,", "maps: 10,")),
+              HasSubstr("spec.model.layers[0].kernel: required"));
+  ModelSpec m;
+  m.input = {1, 8, 8};
+  LayerSpec pool;
+  pool.type = LayerType::kMaxPool;  // size 0
+  m.layers = {pool};
+  EXPECT_FALSE(InferShapes(m).ok());
+}
+
 TEST(AdamJob, SyntaxErrorNamesLine) {
   EXPECT_THAT(ErrorOf("apiVersion: [unclosed\nkind: x\n"), HasSubstr("YAML syntax error at line"));
   EXPECT_THAT(ErrorOf("- just\n- a list\n"), HasSubstr("must be a YAML mapping"));

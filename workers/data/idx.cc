@@ -57,7 +57,11 @@ StatusOr<std::string> ReadMaybeGzip(const std::string& path, size_t max_bytes) {
   if (!f) return NotFoundError(path + ": cannot open: " + std::strerror(errno));
   std::ostringstream ss;
   ss << f.rdbuf();
-  std::string raw = ss.str();
+  return DecodeMaybeGzip(ss.str(), path, max_bytes);
+}
+
+StatusOr<std::string> DecodeMaybeGzip(std::string raw, const std::string& path,
+                                      size_t max_bytes) {
   if (raw.size() >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f &&
       static_cast<unsigned char>(raw[1]) == 0x8b) {
     Status st;

@@ -27,6 +27,11 @@ StatusOr<IdxArray> ParseIdx(std::string_view bytes, const std::string& name);
 // that decompress to more than `max_bytes`.
 StatusOr<std::string> ReadMaybeGzip(const std::string& path, size_t max_bytes = size_t{1} << 31);
 
+// Returns `raw` decompressed when it starts with the gzip magic (1f 8b), else `raw` itself;
+// `name` is used in error messages. Refuses output larger than `max_bytes`.
+StatusOr<std::string> DecodeMaybeGzip(std::string raw, const std::string& name,
+                                      size_t max_bytes = size_t{1} << 31);
+
 // ReadMaybeGzip + ParseIdx.
 StatusOr<IdxArray> ReadIdx(const std::string& path);
 

@@ -401,9 +401,17 @@ const char* ActivationName(Activation a) {
 StatusOr<std::vector<LayerShape>> InferShapes(const ModelSpec& model) {
   std::vector<LayerShape> out;
   Shape cur = model.input;
+  if (cur.channels < 1 || cur.height < 1 || cur.width < 1)
+    return InvalidArgumentError("input: every dimension must be > 0");
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const LayerSpec& l = model.layers[i];
     const std::string p = "layers[" + std::to_string(i) + "]";
+    const bool bad = (l.type == LayerType::kConv &&
+                      (l.maps < 1 || l.kernel < 1 || l.stride < 1 || l.padding < 0)) ||
+                     (l.type == LayerType::kMaxPool && l.size < 1) ||
+                     (l.type == LayerType::kDense && l.units < 1) ||
+                     (l.type == LayerType::kSoftmax && l.classes < 1);
+    if (bad) return InvalidArgumentError(p + ": sizes must be positive");
     LayerShape s;
     s.in = cur;
     switch (l.type) {
@@ -493,11 +501,13 @@ StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
                       "runPolicy"})) {
       r.Get(spec, "image", "spec", &job.image);
       ReadDataset(r, spec["dataset"], &job.dataset);
+      const size_t errors_before_model = r.errors().size();
       ReadModel(r, spec["model"], &job.model);
+      const bool model_read = r.errors().size() == errors_before_model;
       ReadTraining(r, spec["training"], &job.training);
       ReadRoles(r, spec["roles"], &job.roles);
       ReadRest(r, spec, &job);
-      CheckShapes(r, job.model);
+      if (model_read) CheckShapes(r, job.model);
     }
   } catch (const YAML::Exception& e) {
     r.Error("(root)", std::string("YAML error: ") + e.what());
