@@ -59,7 +59,7 @@ void CheckGradients(const spec::ModelSpec& spec, int batch, uint64_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-0.5f, 0.5f);
   for (auto& p : params) p += 0.1f * u(rng);  // non-zero biases too
-  auto net = Network::Create(*layout, batch, params.data(), grads.data());
+  auto net = Network::Create(*layout, batch, params.data(), grads.data(), NetworkMode::kGradients);
   ASSERT_TRUE(net.ok()) << net.status().ToString();
   Network& n = **net;
   std::vector<float> input(layout->input_size() * batch);
@@ -132,7 +132,7 @@ TEST(Network, ProbabilitiesSumToOneAndPredictArgmax) {
   ASSERT_TRUE(layout.ok());
   std::vector<float> params(layout->num_params());
   layout->InitParams(7, params.data());
-  auto net = Network::Create(*layout, 4, params.data(), nullptr);
+  auto net = Network::Create(*layout, 4, params.data(), nullptr, NetworkMode::kInference);
   ASSERT_TRUE(net.ok());
   std::vector<uint8_t> pixels(4 * 28 * 28);
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = uint8_t(i * 31);
@@ -150,6 +150,47 @@ TEST(Network, ProbabilitiesSumToOneAndPredictArgmax) {
     EXPECT_NEAR(sum, 1.0, 1e-5);
     EXPECT_EQ(predicted[n], best);
   }
+}
+
+// kSgd's fused in-place update must equal params - lr * (the kGradients gradient).
+void CheckSgdMatchesGradient(const spec::ModelSpec& spec, int batch) {
+  auto layout = ModelLayout::Make(spec);
+  ASSERT_TRUE(layout.ok());
+  const int64_t n = layout->num_params();
+  std::vector<float> params(static_cast<size_t>(n)), grads(static_cast<size_t>(n));
+  layout->InitParams(3, params.data());
+  std::vector<float> updated = params;
+  auto g = Network::Create(*layout, batch, params.data(), grads.data(), NetworkMode::kGradients);
+  auto s = Network::Create(*layout, batch, updated.data(), nullptr, NetworkMode::kSgd);
+  ASSERT_TRUE(g.ok() && s.ok());
+  std::mt19937 rng(5);
+  std::vector<uint8_t> pixels(size_t(layout->input_size() * batch)), labels(static_cast<size_t>(batch));
+  for (auto& p : pixels) p = uint8_t(rng());
+  for (auto& l : labels) l = uint8_t(rng() % layout->classes());
+  (*g)->SetInputFromBytes(pixels.data());
+  (*s)->SetInputFromBytes(pixels.data());
+  const float lg = (*g)->Forward(labels.data(), nullptr);
+  const float ls = (*s)->Forward(labels.data(), nullptr);
+  EXPECT_FLOAT_EQ(lg, ls);
+  (*g)->Backward();
+  const float lr = 0.1f;
+  (*s)->Backward(lr);
+  int changed = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = params[size_t(i)] - lr * grads[size_t(i)];
+    ASSERT_NEAR(updated[size_t(i)], want, 1e-5f + 1e-4f * std::fabs(want)) << "parameter " << i;
+    changed += updated[size_t(i)] != params[size_t(i)];
+  }
+  EXPECT_GT(changed, n / 2);
+}
+
+TEST(Network, SgdModeAppliesTheGradientInPlace) {
+  const auto spec = MakeSpec({Conv(3, 3, spec::Activation::kTanh), Pool(2),
+                              Dense(7, spec::Activation::kRelu), Dense(5, spec::Activation::kTanh),
+                              Softmax(4)},
+                             {1, 8, 8});
+  CheckSgdMatchesGradient(spec, 1);
+  CheckSgdMatchesGradient(spec, 4);
 }
 
 TEST(ModelLayout, AdamMnistModelHasExpectedParameterCount) {

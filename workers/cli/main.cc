@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
 
   std::string job_path, output = "text", name, listen = "127.0.0.1:0", data_server, ps_list;
   int index = 0, threads = 0, metrics_port = 0;
-  bool quiet = false;
+  bool quiet = false, no_bind = false;
 
   auto* run = app.add_subcommand("run", "Run an AdamJob locally: every role as a process on loopback");
   run->add_option("file", job_path, "AdamJob manifest (YAML)");
@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
   tr->add_option("--threads", threads, "worker threads (default: spec.roles.trainer.threads)");
   tr->add_option("--data-server", data_server, "data server host:port")->required();
   tr->add_option("--ps", ps_list, "parameter servers host:port,... in server order")->required();
+  tr->add_flag("--no-bind", no_bind, "do not bind worker threads to cores");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -162,6 +163,7 @@ int main(int argc, char** argv) {
     o.data_server = data_server;
     o.param_servers = SplitComma(ps_list);
     o.metrics_port = metrics_port;
+    o.bind = !no_bind;
     return adam::trainer::Main(*job, o);
   }
   return kExitInvalid;

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -63,9 +65,13 @@ std::string Clock2(double s) {
 }
 
 std::string Thousands(double v) {
-  std::string s = std::to_string(int64_t(std::llround(v)));
-  for (int i = int(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
-  return s;
+  const std::string digits = std::to_string(int64_t(std::llround(v)));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0 && digits[i - 1] != '-') out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 
 class Supervisor {
@@ -84,6 +90,7 @@ class Supervisor {
     sigaction(SIGTERM, &sa, nullptr);
     start_ = Clock::now();
     const spec::Plan plan = spec::MakePlan(job_);
+    PlanCpus(plan);
     int code = RunPlan(plan);
     StopAll();
     signal(SIGINT, SIG_DFL);
@@ -134,6 +141,31 @@ class Supervisor {
     return 0;
   }
 
+  // Emulates the exclusive cpusets a cluster gives trainer pods: when the trainers' threads fit
+  // in this process's CPUs, each trainer gets a disjoint slice (and binds its threads inside
+  // it); otherwise no trainer binds, so two never pin to the same core.
+  void PlanCpus(const spec::Plan& plan) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    int needed = 0;
+    for (const auto& in : plan.instances)
+      if (in.role == spec::Role::kTrainer) needed += in.threads;
+    size_t next = 0;
+    for (const auto& in : plan.instances) {
+      if (in.role != spec::Role::kTrainer) continue;
+      if (needed > int(cpus.size())) {
+        no_bind_.insert(in.name);
+        continue;
+      }
+      auto& set = cpus_[in.name];
+      for (int k = 0; k < in.threads; ++k) set.push_back(cpus[next++]);
+    }
+  }
+
   bool StageReady(int stage) const {
     for (const auto& c : children_)
       if (c.inst.stage == stage && !c.ready) return false;
@@ -143,6 +175,12 @@ class Supervisor {
   bool Spawn(const spec::RoleInstance& in, const spec::Endpoints& endpoints) {
     std::vector<std::string> args = spec::RoleArgs(in, o_.job_path, endpoints);
     args.insert(args.begin(), o_.executable);
+    if (no_bind_.count(in.name)) args.push_back("--no-bind");
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const auto slice = cpus_.find(in.name);
+    if (slice != cpus_.end())
+      for (int c : slice->second) CPU_SET(c, &cpus);
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
       Fail(nullptr, std::string("pipe: ") + std::strerror(errno));
@@ -157,6 +195,7 @@ class Supervisor {
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(127);
+      if (slice != cpus_.end()) sched_setaffinity(0, sizeof cpus, &cpus);
       dup2(fds[1], STDOUT_FILENO);
       dup2(fds[1], STDERR_FILENO);
       std::vector<char*> argv;
@@ -372,6 +411,8 @@ class Supervisor {
   const spec::AdamJob& job_;
   const RunOptions& o_;
   std::deque<Child> children_;  // deque: stable addresses
+  std::map<std::string, std::vector<int>> cpus_;  // trainer name -> its CPU slice
+  std::set<std::string> no_bind_;                  // trainers that must not bind
   Clock::time_point start_, train_start_, train_end_;
   std::map<int, int64_t> images_total_;
   std::map<int, nlohmann::json> done_;

@@ -46,6 +46,20 @@ struct Network::Impl {
   memory input;
   memory logits, probs, diff_logits;
   std::vector<Step> forward, backward;
+  NetworkMode mode = NetworkMode::kInference;
+  // kSgd: the small parameters (conv weights, every bias) go through this private gradient
+  // buffer and are updated by a loop; dense weights are updated by fused matmuls.
+  std::vector<float> own_grads;
+  float* params = nullptr;
+  float* grads = nullptr;
+  std::vector<ParamRange> looped_updates;
+  memory neg_lr;  // one f32: the runtime output scale of the fused updates
+  struct DenseBias {
+    memory diff_dst;  // batch x units
+    int64_t offset;   // of the bias in params
+    int units;
+  };
+  std::vector<DenseBias> dense_bias;
   std::vector<memory> pool_diff_src;
   // One scratchpad for every primitive of this Network: oneDNN's library-managed scratchpad is
   // thread-local and sized at creation, so a Network made on one thread and run on another
@@ -58,16 +72,26 @@ Network::Network(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Network::~Network() = default;
 
 StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, int batch,
-                                                   const float* params, float* grads) {
+                                                   float* params, float* grads, NetworkMode mode) {
   if (batch < 1) return InvalidArgumentError("network: batch must be >= 1");
+  if (mode == NetworkMode::kGradients && grads == nullptr)
+    return InvalidArgumentError("network: gradient mode needs a gradient vector");
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.batch = batch;
   m.classes = layout.classes();
   m.input_size = layout.input_size();
   m.labels.resize(batch);
-  const bool train = grads != nullptr;
-  auto* wp = const_cast<float*>(params);
+  m.mode = mode;
+  m.params = params;
+  const bool train = mode != NetworkMode::kInference;
+  const bool sgd = mode == NetworkMode::kSgd;
+  if (sgd) {
+    m.own_grads.assign(size_t(layout.num_params()), 0.f);
+    grads = m.own_grads.data();
+  }
+  m.grads = grads;
+  float* wp = params;
   try {
     const auto& eng = m.eng;
     dnnl::primitive_attr attr;
@@ -113,6 +137,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           }
         }
         if (train) {
+          if (sgd) m.looped_updates.insert(m.looped_updates.end(), {p.weights, p.bias});
           memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
           dnnl::convolution_backward_weights::primitive_desc wpd(
               {algorithm::convolution_direct, src_md, w_md, b_md, dst_md, strides, pad, pad}, attr, eng,
@@ -212,21 +237,42 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
                             {DNNL_ARG_DIFF_SRC, diff_dst}}});
           }
         }
-        if (train) {
+        if (train && need_diff_src) {
+          // Before the weights change: the gradient flows through the weights of this step.
+          memory flat_diff_src(src_md, eng, diff_src.get_data_handle());
+          dnnl::inner_product_backward_data::primitive_desc dpd({src_md, w_md, dst_md}, attr, eng,
+                                                                fpd);
+          bwd.push_back({dnnl::inner_product_backward_data(dpd),
+                         {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, w},
+                          {DNNL_ARG_DIFF_SRC, flat_diff_src}}});
+        }
+        if (train && !sgd) {
           memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
-          dnnl::inner_product_backward_weights::primitive_desc wpd({src_md, w_md, b_md, dst_md}, attr,
-                                                                   eng, fpd);
+          dnnl::inner_product_backward_weights::primitive_desc wpd({src_md, w_md, b_md, dst_md},
+                                                                   attr, eng, fpd);
           bwd.push_back({dnnl::inner_product_backward_weights(wpd),
                          {{DNNL_ARG_SRC, flat_src}, {DNNL_ARG_DIFF_DST, diff_dst},
                           {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}}});
-          if (need_diff_src) {
-            memory flat_diff_src(src_md, eng, diff_src.get_data_handle());
-            dnnl::inner_product_backward_data::primitive_desc dpd({src_md, w_md, dst_md}, attr, eng,
-                                                                  fpd);
-            bwd.push_back({dnnl::inner_product_backward_data(dpd),
-                           {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, w},
-                            {DNNL_ARG_DIFF_SRC, flat_diff_src}}});
-          }
+        }
+        if (sgd) {
+          // W += (-lr) * diff_dst^T x src, straight into the shared weights: diff_dst (batch x
+          // units, row-major) read as units x batch through strides.
+          if (!m.neg_lr) m.neg_lr = memory({{1}, dt::f32, tag::x}, eng);
+          memory::desc a_md({units, batch}, dt::f32, memory::dims{1, units});
+          dnnl::primitive_attr mattr;
+          mattr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+          mattr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+          dnnl::post_ops ops;
+          ops.append_sum(1.f);
+          mattr.set_post_ops(ops);
+          dnnl::matmul::primitive_desc mpd({a_md, src_md, w_md}, mattr, eng);
+          bwd.push_back({dnnl::matmul(mpd),
+                         {{DNNL_ARG_SRC, memory(a_md, eng, diff_dst.get_data_handle())},
+                          {DNNL_ARG_WEIGHTS, flat_src},
+                          {DNNL_ARG_DST, w},
+                          {DNNL_ARG_ATTR_OUTPUT_SCALES, m.neg_lr}}});
+          // The bias gradient is the column sum of diff_dst: computed in the bias loop below.
+          m.dense_bias.push_back({diff_dst, p.bias.offset, units});
         }
         src = dst;
         diff_src = diff_dst;
@@ -288,9 +334,10 @@ float Network::Forward(const uint8_t* labels, int* predicted) {
   return loss;
 }
 
-void Network::Backward() {
+void Network::Backward(float lr) {
   Impl& m = *impl_;
   ADAM_CHECK(!m.backward.empty());
+  if (m.neg_lr) *static_cast<float*>(m.neg_lr.get_data_handle()) = -lr;
   // d(mean cross-entropy)/d(logits) = (softmax - onehot) / batch.
   const float* p = probabilities();
   float* d = static_cast<float*>(m.diff_logits.get_data_handle());
@@ -304,6 +351,17 @@ void Network::Backward() {
     std::memset(mem.get_data_handle(), 0, mem.get_desc().get_size());
   for (auto& s : m.backward) s.prim.execute(m.strm, s.args);
   m.strm.wait();
+  if (m.mode != NetworkMode::kSgd) return;
+  float* w = m.params;
+  const float* g = m.grads;
+  for (const auto& r : m.looped_updates)
+    for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] -= lr * g[k];
+  for (const auto& b : m.dense_bias) {
+    const float* d = static_cast<const float*>(b.diff_dst.get_data_handle());
+    float* bias = w + b.offset;
+    for (int n = 0; n < m.batch; ++n)
+      for (int u = 0; u < b.units; ++u) bias[u] -= lr * d[int64_t{n} * b.units + u];
+  }
 }
 
 }  // namespace adam::model

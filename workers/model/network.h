@@ -16,11 +16,21 @@
 
 namespace adam::model {
 
+// What Backward does.
+enum class NetworkMode {
+  kInference,  // no Backward
+  kGradients,  // Backward writes the gradient of the batch's mean loss into a gradient vector
+  kSgd,        // Backward(lr) applies params -= lr * gradient in place, without materialising the
+               // dense layers' gradients (a fused oneDNN matmul with scale -lr and a sum post-op)
+};
+
 class Network {
  public:
-  // `params` must outlive the Network. `grads` may be null for an inference-only Network.
+  // `params` must outlive the Network; it is written only in kSgd mode. `grads` (num_params
+  // floats) is required in kGradients mode and ignored otherwise.
   static StatusOr<std::unique_ptr<Network>> Create(const ModelLayout& layout, int batch,
-                                                   const float* params, float* grads);
+                                                   float* params, float* grads,
+                                                   NetworkMode mode);
   ~Network();
 
   int batch() const;
@@ -34,9 +44,10 @@ class Network {
   // argmax class to `predicted` when it is not null.
   float Forward(const uint8_t* labels, int* predicted);
 
-  // After Forward with labels: writes the gradient of the batch's mean loss with respect to every
-  // parameter into the gradient vector. Requires a gradient vector.
-  void Backward();
+  // After Forward with labels. kGradients: writes the gradient of the batch's mean loss with
+  // respect to every parameter into the gradient vector (lr unused). kSgd: subtracts lr times
+  // that gradient from the parameters, with no lock (Hogwild).
+  void Backward(float lr = 0.f);
 
   // batch x classes probabilities of the last Forward.
   const float* probabilities() const;

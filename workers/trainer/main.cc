@@ -57,6 +57,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   to.index = options.index;
   to.threads = options.threads > 0 ? options.threads : job.roles.trainer.threads;
   to.name = options.name;
+  to.bind = options.bind && job.placement.numa_pinning;
   spdlog::info("training with {} threads, batch {}, {} parameters in {} shards on {} servers",
                to.threads, job.training.batch_size, layout->num_params(), map->shards().size(),
                map->num_servers());

@@ -16,6 +16,7 @@ struct MainOptions {
   std::vector<std::string> param_servers;  // host:port, in server order
   std::string metrics_host = "127.0.0.1";
   int metrics_port = 0;
+  bool bind = true;  // bind workers to cores (also needs spec.placement.numaPinning)
 };
 
 // Trains to the end of the job; returns the process exit code.

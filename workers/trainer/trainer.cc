@@ -1,8 +1,9 @@
 // Trainer: Hogwild workers, the push/pull sync thread, the prefetch thread, epochs, evaluation.
 #include "trainer/trainer.h"
 
-#include <omp.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -14,9 +15,9 @@
 #include "adam/v1/data.grpc.pb.h"
 #include "core/event.h"
 #include "model/layout.h"
-#include "model/network.h"
 #include "net/grpc.h"
 #include "trainer/batch_queue.h"
+#include "trainer/replica.h"
 
 namespace adam::trainer {
 
@@ -32,17 +33,6 @@ struct Trainer::Impl {
         ps(std::move(p)),
         queue(size_t(std::max(1, opt.prefetch_batches))) {}
 
-  // One worker thread's pre-allocated context (Adam's per-thread context).
-  struct Worker {
-    std::vector<float> grads;
-    std::unique_ptr<model::Network> net;       // batch_size images
-    std::unique_ptr<model::Network> net_one;   // the remainder, one image at a time
-    std::unique_ptr<model::Network> eval;      // eval_batch images, reads eval_params
-    std::unique_ptr<model::Network> eval_one;
-    double loss = 0;
-    int64_t images = 0;
-  };
-
   spec::AdamJob job;
   TrainerOptions opt;
   TrainerMetrics m;
@@ -51,13 +41,13 @@ struct Trainer::Impl {
   std::optional<model::ModelLayout> layout;
   BatchQueue queue;
 
-  // The replica's weights, written by every worker without locks (Hogwild: the intended race).
-  std::vector<float> w;
+  // The replica: weights written by every worker without locks (Hogwild: the intended race).
+  std::unique_ptr<Replica> replica;
+  std::vector<double> loss;      // per worker, this epoch; each written by its worker only
+  std::vector<int64_t> images;   // per worker, this epoch
   // Sync-thread state, guarded by sync_mu.
   std::mutex sync_mu;
   std::vector<float> w0, snapshot, delta, pulled;
-  std::vector<float> eval_params;
-  std::vector<Worker> workers;
   std::string test_pixels, test_labels;
   int test_count = 0;
 
@@ -86,7 +76,7 @@ struct Trainer::Impl {
   Status CheckDataServer();
   Status FetchTestSet();
   Status Sync();
-  void TrainItem(Worker& wk, const BatchItem& item);
+  void TrainItem(int t, const BatchItem& item);
   void PrefetchLoop();
   void SyncLoop();
   double Evaluate();
@@ -146,13 +136,13 @@ Status Trainer::Impl::Sync() {
   std::lock_guard<std::mutex> lock(sync_mu);
   const int64_t seen = images_since_sync.load(std::memory_order_relaxed);
   const int64_t n = layout->num_params();
-  std::memcpy(snapshot.data(), w.data(), size_t(n) * sizeof(float));
+  float* wp = replica->weights();
+  std::memcpy(snapshot.data(), wp, size_t(n) * sizeof(float));
   for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = snapshot[size_t(i)] - w0[size_t(i)];
   const uint64_t pushed0 = ps->pushed_bytes(), pulled0 = ps->pulled_bytes();
   ADAM_RETURN_IF_ERROR(ps->Push(delta.data()));
   ADAM_RETURN_IF_ERROR(ps->Pull(pulled.data()));
   // Keep what the workers added while the push and pull were in flight.
-  float* wp = w.data();
   for (int64_t i = 0; i < n; ++i) wp[i] = pulled[size_t(i)] + (wp[i] - snapshot[size_t(i)]);
   w0.swap(pulled);
   images_since_sync.fetch_sub(seen, std::memory_order_relaxed);
@@ -162,26 +152,19 @@ Status Trainer::Impl::Sync() {
   return OkStatus();
 }
 
-void Trainer::Impl::TrainItem(Worker& wk, const BatchItem& item) {
+void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
   const auto* px = reinterpret_cast<const uint8_t*>(item.pixels.data());
   const auto* lb = reinterpret_cast<const uint8_t*>(item.labels.data());
-  const int64_t isz = layout->input_size();
-  const int64_t n = layout->num_params();
   const int push_every = job.training.push_every;
-  for (int i = 0; i < item.count && !abort.load(std::memory_order_relaxed);) {
-    model::Network* net = item.count - i >= wk.net->batch() ? wk.net.get() : wk.net_one.get();
-    const int b = net->batch();
-    net->SetInputFromBytes(px + i * isz);
-    wk.loss += net->Forward(lb + i, nullptr);
-    net->Backward();
-    float* wp = w.data();
-    const float* g = wk.grads.data();
-    for (int64_t k = 0; k < n; ++k) wp[k] -= lr * g[k];
-    i += b;
-    wk.images += b;
-    images_total.fetch_add(b, std::memory_order_relaxed);
-    const int64_t after = images_since_sync.fetch_add(b, std::memory_order_relaxed) + b;
-    if (after >= push_every && after - b < push_every) sync_cv.notify_one();
+  // Slices of pushEvery images keep the sync thread's counter fresh within a batch.
+  const int step = std::max(1, std::min(push_every, item.count));
+  for (int i = 0; i < item.count && !abort.load(std::memory_order_relaxed); i += step) {
+    const int n = std::min(step, item.count - i);
+    loss[size_t(t)] += replica->Train(t, px + int64_t{i} * layout->input_size(), lb + i, n, lr);
+    images[size_t(t)] += n;
+    images_total.fetch_add(n, std::memory_order_relaxed);
+    const int64_t after = images_since_sync.fetch_add(n, std::memory_order_relaxed) + n;
+    if (after >= push_every && after - n < push_every) sync_cv.notify_one();
   }
   if (m.images) m.images->Increment(item.count);
 }
@@ -262,38 +245,13 @@ void Trainer::Impl::SyncLoop() {
 }
 
 double Trainer::Impl::Evaluate() {
+  std::vector<float> global;
   {
     std::lock_guard<std::mutex> lock(sync_mu);
-    eval_params = w0;
+    global = w0;
   }
-  const int64_t isz = layout->input_size();
-  const int t = int(workers.size());
-  const int step = opt.eval_batch;
-  std::vector<int64_t> correct(size_t(t), 0);
-  std::vector<std::thread> threads;
-  for (int ti = 0; ti < t; ++ti) {
-    threads.emplace_back([&, ti] {
-      omp_set_num_threads(1);
-      Worker& wk = workers[size_t(ti)];
-      std::vector<int> pred(static_cast<size_t>(step));
-      const auto* px = reinterpret_cast<const uint8_t*>(test_pixels.data());
-      const auto* lb = reinterpret_cast<const uint8_t*>(test_labels.data());
-      for (int start = ti * step; start < test_count; start += t * step) {
-        const int end = std::min(test_count, start + step);
-        for (int i = start; i < end;) {
-          model::Network* net = end - i >= wk.eval->batch() ? wk.eval.get() : wk.eval_one.get();
-          net->SetInputFromBytes(px + i * isz);
-          net->Forward(nullptr, pred.data());
-          for (int k = 0; k < net->batch(); ++k) correct[size_t(ti)] += pred[size_t(k)] == lb[i + k];
-          i += net->batch();
-        }
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  int64_t sum = 0;
-  for (auto c : correct) sum += c;
-  return test_count > 0 ? double(sum) / test_count : 0.0;
+  return replica->Evaluate(global.data(), reinterpret_cast<const uint8_t*>(test_pixels.data()),
+                           reinterpret_cast<const uint8_t*>(test_labels.data()), test_count);
 }
 
 StatusOr<TrainerResult> Trainer::Run() {
@@ -306,31 +264,21 @@ StatusOr<TrainerResult> Trainer::Run() {
   if (evaluates) ADAM_RETURN_IF_ERROR(s.FetchTestSet());
 
   const size_t n = size_t(s.layout->num_params());
-  s.w.resize(n);
   s.w0.resize(n);
   s.snapshot.resize(n);
   s.delta.resize(n);
   s.pulled.resize(n);
-  s.eval_params.resize(n);
   ADAM_RETURN_IF_ERROR(s.ps->Pull(s.w0.data()));
-  s.w = s.w0;
-  // oneDNN (OpenMP runtime) must run a primitive with the thread count it was created with:
-  // contexts are made here and run on worker threads, each limited to one OpenMP thread.
-  omp_set_num_threads(1);
-  s.workers.resize(size_t(s.opt.threads));
-  for (auto& wk : s.workers) {
-    wk.grads.assign(n, 0.f);
-    ADAM_ASSIGN_OR_RETURN(wk.net, model::Network::Create(*s.layout, s.job.training.batch_size,
-                                                         s.w.data(), wk.grads.data()));
-    ADAM_ASSIGN_OR_RETURN(wk.net_one,
-                          model::Network::Create(*s.layout, 1, s.w.data(), wk.grads.data()));
-    if (evaluates) {
-      ADAM_ASSIGN_OR_RETURN(wk.eval, model::Network::Create(*s.layout, s.opt.eval_batch,
-                                                            s.eval_params.data(), nullptr));
-      ADAM_ASSIGN_OR_RETURN(wk.eval_one,
-                            model::Network::Create(*s.layout, 1, s.eval_params.data(), nullptr));
-    }
-  }
+  ReplicaOptions ro;
+  ro.threads = s.opt.threads;
+  ro.batch = s.job.training.batch_size;
+  ro.eval_batch = s.opt.eval_batch;
+  ro.bind = s.opt.bind;
+  ro.evaluate = evaluates;
+  ADAM_ASSIGN_OR_RETURN(s.replica, Replica::Create(*s.layout, ro, s.w0.data()));
+  s.loss.assign(size_t(s.opt.threads), 0);
+  s.images.assign(size_t(s.opt.threads), 0);
+  spdlog::info("workers: {}", s.replica->placement());
 
   std::thread prefetcher([&] { s.PrefetchLoop(); });
   std::thread syncer([&] { s.SyncLoop(); });
@@ -339,15 +287,12 @@ StatusOr<TrainerResult> Trainer::Run() {
   for (int e = 0; e < s.job.training.epochs && !s.abort; ++e) {
     const auto epoch_start = Clock::now();
     s.lr = float(s.job.training.learning_rate * std::pow(s.job.training.learning_rate_decay, e));
-    for (auto& wk : s.workers) wk.loss = 0, wk.images = 0;
-    std::vector<std::thread> threads;
-    for (auto& wk : s.workers)
-      threads.emplace_back([&s, &wk] {
-        omp_set_num_threads(1);  // one oneDNN thread per worker: the parallelism is ours
-        BatchItem item;
-        while (s.queue.PopBatch(&item)) s.TrainItem(wk, item);
-      });
-    for (auto& th : threads) th.join();
+    std::fill(s.loss.begin(), s.loss.end(), 0.0);
+    std::fill(s.images.begin(), s.images.end(), 0);
+    s.replica->RunWorkers([&s](int t) {
+      BatchItem item;
+      while (s.queue.PopBatch(&item)) s.TrainItem(t, item);
+    });
     BatchItem marker;
     if (s.abort || !s.queue.PopMarker(&marker)) break;
     {
@@ -369,7 +314,7 @@ StatusOr<TrainerResult> Trainer::Run() {
     }
     double loss = 0;
     int64_t images = 0;
-    for (auto& wk : s.workers) loss += wk.loss, images += wk.images;
+    for (int t = 0; t < s.opt.threads; ++t) loss += s.loss[size_t(t)], images += s.images[size_t(t)];
     const double acc = evaluates ? s.Evaluate() : -1;
     result.epochs = e + 1;
     result.test_accuracy = acc;

@@ -32,6 +32,7 @@ struct TrainerOptions {
   std::string name = "trainer-0";
   int prefetch_batches = 4; // batches queued ahead of the workers
   int eval_batch = 100;     // images per evaluation step
+  bool bind = true;         // bind worker threads to cores and NUMA nodes
   std::chrono::milliseconds rpc_timeout{30000};
   std::chrono::milliseconds progress_interval{2000};  // between progress events
 };
