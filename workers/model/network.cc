@@ -35,6 +35,25 @@ algorithm EltwiseAlg(spec::Activation a) {
 
 memory::dims Dims4(int n, const spec::Shape& s) { return {n, s.channels, s.height, s.width}; }
 
+// Reorders use a user scratchpad too, like every other primitive here (see Network::Impl).
+Step ReorderStep(const memory& from, const memory& to) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::reorder::primitive_desc pd(from.get_engine(), from.get_desc(), to.get_engine(),
+                                   to.get_desc(), attr);
+  return {dnnl::reorder(pd), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}};
+}
+
+// `m` itself when it already has layout `want`; otherwise a new buffer in `want`, filled from
+// `m` by a reorder appended to `steps`.
+memory Reformat(const memory& m, const memory::desc& want, const dnnl::engine& eng,
+                std::vector<Step>* steps) {
+  if (m.get_desc() == want) return m;
+  memory out(want, eng);
+  steps->push_back(ReorderStep(m, out));
+  return out;
+}
+
 }  // namespace
 
 struct Network::Impl {
@@ -108,29 +127,41 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
       std::vector<Step> bwd;
       const bool need_diff_src = i > 0;
       if (l.type == spec::LayerType::kConv) {
-        memory::desc src_md(Dims4(batch, s.in), dt::f32, tag::nchw);
-        memory::desc dst_md(Dims4(batch, s.out), dt::f32, tag::nchw);
+        // oneDNN picks the activation and weight layouts for each pass (tag::any); the shared
+        // parameter vector stays OIHW, with reorders in and out (a few thousand floats).
+        memory::desc src_any(Dims4(batch, s.in), dt::f32, tag::any);
+        memory::desc dst_any(Dims4(batch, s.out), dt::f32, tag::any);
+        memory::desc w_any({l.maps, s.in.channels, l.kernel, l.kernel}, dt::f32, tag::any);
         memory::desc w_md({l.maps, s.in.channels, l.kernel, l.kernel}, dt::f32, tag::oihw);
         memory::desc b_md({l.maps}, dt::f32, tag::x);
         memory::dims strides = {l.stride, l.stride}, pad = {l.padding, l.padding};
-        memory w(w_md, eng, wp + p.weights.offset), b(b_md, eng, wp + p.bias.offset);
-        memory dst(dst_md, eng);
         dnnl::convolution_forward::primitive_desc fpd(
-            {prop_kind::forward_training, algorithm::convolution_direct, src_md, w_md, b_md,
-             dst_md, strides, pad, pad}, attr,
-            eng);
+            {prop_kind::forward_training, algorithm::convolution_direct, src_any, w_any, b_md,
+             dst_any, strides, pad, pad}, attr, eng);
+        memory w(w_md, eng, wp + p.weights.offset), b(b_md, eng, wp + p.bias.offset);
+        std::vector<Step> after_bwd_data;  // runs after this layer's backward-data step
+        memory conv_src = Reformat(src, fpd.src_desc(), eng, &m.forward);
+        memory conv_diff_src = diff_src;
+        if (train && need_diff_src && conv_src != src) {
+          conv_diff_src = memory(fpd.src_desc(), eng);
+          after_bwd_data.push_back(ReorderStep(conv_diff_src, diff_src));
+        }
+        memory w_fwd = Reformat(w, fpd.weights_desc(), eng, &m.forward);
+        memory dst(fpd.dst_desc(), eng);
         m.forward.push_back({dnnl::convolution_forward(fpd),
-                             {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b},
-                              {DNNL_ARG_DST, dst}}});
+                             {{DNNL_ARG_SRC, conv_src}, {DNNL_ARG_WEIGHTS, w_fwd},
+                              {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}}});
         memory diff_dst;
-        if (train) diff_dst = memory(dst_md, eng);
+        if (train) diff_dst = memory(fpd.dst_desc(), eng);
         if (l.activation != spec::Activation::kNone) {
           dnnl::eltwise_forward::primitive_desc epd(
-              {prop_kind::forward_training, EltwiseAlg(l.activation), dst_md, 0.f, 0.f}, attr, eng);
+              {prop_kind::forward_training, EltwiseAlg(l.activation), fpd.dst_desc(), 0.f, 0.f},
+              attr, eng);
           m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
           if (train) {
             dnnl::eltwise_backward::primitive_desc ebd(
-                {EltwiseAlg(l.activation), dst_md, dst_md, 0.f, 0.f}, attr, eng, epd);
+                {EltwiseAlg(l.activation), fpd.dst_desc(), fpd.dst_desc(), 0.f, 0.f}, attr, eng,
+                epd);
             bwd.push_back({dnnl::eltwise_backward(ebd),
                            {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst},
                             {DNNL_ARG_DIFF_SRC, diff_dst}}});
@@ -139,26 +170,42 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         if (train) {
           if (sgd) m.looped_updates.insert(m.looped_updates.end(), {p.weights, p.bias});
           memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
+          // Each backward pass picks its own layouts too; reorder where they differ.
           dnnl::convolution_backward_weights::primitive_desc wpd(
-              {algorithm::convolution_direct, src_md, w_md, b_md, dst_md, strides, pad, pad}, attr, eng,
-              fpd);
+              {algorithm::convolution_direct, src_any, w_any, b_md, dst_any, strides, pad, pad},
+              attr, eng, fpd);
+          memory w_src = Reformat(conv_src, wpd.src_desc(), eng, &bwd);
+          memory w_diff_dst = Reformat(diff_dst, wpd.diff_dst_desc(), eng, &bwd);
+          memory dw_pass = dw;
+          if (wpd.diff_weights_desc() != w_md) dw_pass = memory(wpd.diff_weights_desc(), eng);
           bwd.push_back({dnnl::convolution_backward_weights(wpd),
-                         {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst},
-                          {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}}});
+                         {{DNNL_ARG_SRC, w_src}, {DNNL_ARG_DIFF_DST, w_diff_dst},
+                          {DNNL_ARG_DIFF_WEIGHTS, dw_pass}, {DNNL_ARG_DIFF_BIAS, db}}});
+          if (dw_pass != dw) bwd.push_back(ReorderStep(dw_pass, dw));
           if (need_diff_src) {
             dnnl::convolution_backward_data::primitive_desc dpd(
-                {algorithm::convolution_direct, src_md, w_md, dst_md, strides, pad, pad}, attr, eng,
-                fpd);
+                {algorithm::convolution_direct, src_any, w_any, dst_any, strides, pad, pad}, attr,
+                eng, fpd);
+            memory w_bwd = dpd.weights_desc() == fpd.weights_desc()
+                               ? w_fwd
+                               : Reformat(w, dpd.weights_desc(), eng, &bwd);
+            memory d_diff_dst = Reformat(diff_dst, dpd.diff_dst_desc(), eng, &bwd);
+            memory d_diff_src = conv_diff_src;
+            if (dpd.diff_src_desc() != conv_diff_src.get_desc())
+              d_diff_src = memory(dpd.diff_src_desc(), eng);
             bwd.push_back({dnnl::convolution_backward_data(dpd),
-                           {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, w},
-                            {DNNL_ARG_DIFF_SRC, diff_src}}});
+                           {{DNNL_ARG_DIFF_DST, d_diff_dst}, {DNNL_ARG_WEIGHTS, w_bwd},
+                            {DNNL_ARG_DIFF_SRC, d_diff_src}}});
+            if (d_diff_src != conv_diff_src) bwd.push_back(ReorderStep(d_diff_src, conv_diff_src));
+            for (auto& st : after_bwd_data) bwd.push_back(std::move(st));
           }
         }
         src = dst;
         diff_src = diff_dst;
       } else if (l.type == spec::LayerType::kMaxPool) {
-        memory::desc src_md(Dims4(batch, s.in), dt::f32, tag::nchw);
-        memory::desc dst_md(Dims4(batch, s.out), dt::f32, tag::nchw);
+        // Pools in the layout its input arrives in.
+        memory::desc src_md = src.get_desc();
+        memory::desc dst_md(Dims4(batch, s.out), dt::f32, tag::any);
         memory::dims k = {l.size, l.size}, zero = {0, 0};
         dnnl::pooling_forward::primitive_desc fpd(
             {train ? prop_kind::forward_training : prop_kind::forward_inference,
@@ -169,8 +216,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           // oneDNN 2.6 may pair a simple_nchw forward with a jit backward whose workspace
           // layouts disagree (wrong gradients, caught by the gradient check): walk the forward
           // implementations until one has a backward of the same name.
-          const dnnl::pooling_backward::desc bd(algorithm::pooling_max, src_md, dst_md, k, k,
-                                                zero, zero);
+          const dnnl::pooling_backward::desc bd(algorithm::pooling_max, src_md, fpd.dst_desc(),
+                                                k, k, zero, zero);
           bool matched = false;
           do {
             bpd = dnnl::pooling_backward::primitive_desc(bd, attr, eng, fpd);
@@ -180,7 +227,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           } while (!matched && fpd.next_impl());
           if (!matched) return InternalError("oneDNN has no matching max-pool forward/backward");
         }
-        memory dst(dst_md, eng);
+        memory dst(fpd.dst_desc(), eng);
         Args fargs = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
         memory ws;
         if (train) {
@@ -190,7 +237,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         m.forward.push_back({dnnl::pooling_forward(fpd), fargs});
         memory diff_dst;
         if (train) {
-          diff_dst = memory(dst_md, eng);
+          diff_dst = memory(fpd.dst_desc(), eng);
           if (need_diff_src) {
             m.pool_diff_src.push_back(diff_src);
             bwd.push_back({dnnl::pooling_backward(bpd),
@@ -208,7 +255,14 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         memory::desc dst_md({batch, units}, dt::f32, tag::nc);
         memory::desc w_md({units, in}, dt::f32, tag::oi);
         memory::desc b_md({units}, dt::f32, tag::x);
-        memory flat_src(src_md, eng, src.get_data_handle());
+        // Inner products read a plain batch x features matrix: reorder a blocked input first.
+        memory plain_src = src, plain_diff_src = diff_src;
+        if (src.get_desc().data.ndims == 4) {
+          memory::desc nchw(Dims4(batch, s.in), dt::f32, tag::nchw);
+          plain_src = Reformat(src, nchw, eng, &m.forward);
+          if (train && need_diff_src && plain_src != src) plain_diff_src = memory(nchw, eng);
+        }
+        memory flat_src(src_md, eng, plain_src.get_data_handle());
         memory w(w_md, eng, wp + p.weights.offset), b(b_md, eng, wp + p.bias.offset);
         memory dst(dst_md, eng);
         dnnl::inner_product_forward::primitive_desc fpd(
@@ -239,12 +293,13 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         }
         if (train && need_diff_src) {
           // Before the weights change: the gradient flows through the weights of this step.
-          memory flat_diff_src(src_md, eng, diff_src.get_data_handle());
+          memory flat_diff_src(src_md, eng, plain_diff_src.get_data_handle());
           dnnl::inner_product_backward_data::primitive_desc dpd({src_md, w_md, dst_md}, attr, eng,
                                                                 fpd);
           bwd.push_back({dnnl::inner_product_backward_data(dpd),
                          {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, w},
                           {DNNL_ARG_DIFF_SRC, flat_diff_src}}});
+          if (plain_diff_src != diff_src) bwd.push_back(ReorderStep(plain_diff_src, diff_src));
         }
         if (train && !sgd) {
           memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);

@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""PyTorch (CPU) peer of trainer_bench: Project Adam's MNIST model on the same data.
+
+Modes, as in DistBelief/Adam comparisons:
+  hogwild   one process per thread, each torch.set_num_threads(1), sharing the model's memory
+            (torch.multiprocessing Hogwild), at a given batch size;
+  intraop   one process with N intra-op threads at a given batch size.
+Prints one JSON object (last line). Also times training to a test accuracy (--tta).
+"""
+import argparse, gzip, json, os, struct, sys, time
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_idx(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    ndim = raw[3]
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load(data_dir):
+    def pair(kind):
+        x = read_idx(os.path.join(data_dir, f"{kind}-images-idx3-ubyte.gz")).astype(np.float32)
+        y = read_idx(os.path.join(data_dir, f"{kind}-labels-idx1-ubyte.gz")).astype(np.int64)
+        return torch.from_numpy(x / 127.5 - 1.0).unsqueeze(1).contiguous(), torch.from_numpy(y)
+    return pair("train"), pair("t10k")
+
+
+class AdamMnist(nn.Module):
+    """conv 10x5x5 tanh, pool 2, conv 20x5x5 tanh, pool 2, dense 400 tanh x2, softmax 10."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 10, 5)
+        self.c2 = nn.Conv2d(10, 20, 5)
+        self.f1 = nn.Linear(320, 400)
+        self.f2 = nn.Linear(400, 400)
+        self.out = nn.Linear(400, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(torch.tanh(self.c1(x)), 2)
+        x = F.max_pool2d(torch.tanh(self.c2(x)), 2)
+        x = torch.tanh(self.f1(x.flatten(1)))
+        x = torch.tanh(self.f2(x))
+        return self.out(x)
+
+
+def train_steps(model, opt, x, y, batch, start, stop_at, counter=None):
+    """Trains on batches from `start` until time.monotonic() > stop_at; returns images."""
+    n, images, pos = x.shape[0], 0, start
+    while time.monotonic() < stop_at:
+        if pos + batch > n:
+            pos = 0
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x[pos:pos + batch]), y[pos:pos + batch])
+        loss.backward()
+        opt.step()
+        pos += batch
+        images += batch
+    return images
+
+
+def hogwild_worker(rank, model, x, y, batch, warm, seconds, barrier, results):
+    torch.set_num_threads(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.001)
+    start = (x.shape[0] // 64) * rank % x.shape[0]
+    barrier.wait()
+    t0 = time.monotonic()
+    train_steps(model, opt, x, y, batch, start, t0 + warm)
+    t1 = time.monotonic()
+    images = train_steps(model, opt, x, y, batch, start, t1 + seconds)
+    results.put((images, time.monotonic() - t1))
+
+
+def hogwild(x, y, procs, batch, seconds):
+    model = AdamMnist()
+    model.share_memory()
+    ctx = mp.get_context("fork")
+    barrier, results = ctx.Barrier(procs), ctx.Queue()
+    ps = [ctx.Process(target=hogwild_worker,
+                      args=(r, model, x, y, batch, min(1.0, seconds / 3), seconds, barrier, results))
+          for r in range(procs)]
+    for p in ps:
+        p.start()
+    out = [results.get() for _ in ps]
+    for p in ps:
+        p.join()
+    return sum(i for i, _ in out) / max(t for _, t in out)
+
+
+def intraop(x, y, threads, batch, seconds):
+    torch.set_num_threads(threads)
+    model = AdamMnist()
+    opt = torch.optim.SGD(model.parameters(), lr=0.001)
+    t0 = time.monotonic()
+    train_steps(model, opt, x, y, batch, 0, t0 + min(1.0, seconds / 3))
+    t1 = time.monotonic()
+    images = train_steps(model, opt, x, y, batch, 0, t1 + seconds)
+    return images / (time.monotonic() - t1)
+
+
+def accuracy(model, x, y):
+    with torch.no_grad():
+        return float((model(x).argmax(1) == y).float().mean())
+
+
+def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epochs):
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    model = AdamMnist()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    x, y = train
+    t0, acc, epoch = time.monotonic(), 0.0, 0
+    while epoch < max_epochs and acc < target:
+        perm = torch.randperm(x.shape[0])
+        for i in range(0, x.shape[0], batch):
+            idx = perm[i:i + batch]
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+        acc = accuracy(model, *test)
+        epoch += 1
+        print(f"torch tta: epoch {epoch} test accuracy {acc:.4f} {time.monotonic() - t0:.1f} s",
+              file=sys.stderr, flush=True)
+    return {"target": target, "reached": acc >= target, "accuracy": acc, "epochs": epoch,
+            "seconds": time.monotonic() - t0, "threads": threads, "batch": batch, "lr": lr,
+            "momentum": momentum}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--threads", default="1")
+    ap.add_argument("--seconds", type=float, default=3)
+    ap.add_argument("--tta", type=float, default=0)
+    ap.add_argument("--tta-batch", type=int, default=32)
+    ap.add_argument("--tta-lr", type=float, default=0.05)
+    ap.add_argument("--tta-momentum", type=float, default=0.9)
+    ap.add_argument("--tta-epochs", type=int, default=30)
+    a = ap.parse_args()
+    train, test = load(a.data_dir)
+    x, y = train
+    runs = []
+    for t in [int(v) for v in a.threads.split(",")]:
+        for b in (1, 32):
+            ips = hogwild(x, y, t, b, a.seconds)
+            runs.append({"mode": "hogwild", "threads": t, "batch": b, "images_per_second": ips})
+            print(f"torch hogwild  threads {t:3d} batch {b:4d} {ips:10.0f} img/s", file=sys.stderr, flush=True)
+        for b in (32, 256):
+            ips = intraop(x, y, t, b, a.seconds)
+            runs.append({"mode": "intraop", "threads": t, "batch": b, "images_per_second": ips})
+            print(f"torch intraop  threads {t:3d} batch {b:4d} {ips:10.0f} img/s", file=sys.stderr, flush=True)
+    out = {"torch_version": torch.__version__, "runs": runs}
+    if a.tta > 0:
+        threads = max(int(v) for v in a.threads.split(","))
+        out["tta"] = time_to_accuracy(train, test, threads, a.tta_batch, a.tta_lr, a.tta_momentum,
+                                      a.tta, a.tta_epochs)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
