@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test fuzz clean
+.PHONY: deps build demo test fuzz bench clean
 
 deps:
 	./scripts/install-deps.sh
@@ -24,3 +24,8 @@ clean:
 
 fuzz: deps
 	./scripts/fuzz.sh
+
+# Benchmarks against PyTorch (installs python3-torch); prints tables, writes build/bench/*.json.
+bench: build
+	ADAM_INSTALL_BENCH=1 ./scripts/install-deps.sh
+	/usr/bin/python3 bench/trainer.py --build $(BUILD) --tta 0.91

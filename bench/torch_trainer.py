@@ -83,7 +83,10 @@ def hogwild_worker(rank, model, x, y, batch, warm, seconds, barrier, results):
 def hogwild(x, y, procs, batch, seconds):
     model = AdamMnist()
     model.share_memory()
-    ctx = mp.get_context("fork")
+    x.share_memory_()
+    y.share_memory_()
+    # spawn, not fork: a parent that has run autograd cannot fork workers that use it.
+    ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(procs), ctx.Queue()
     ps = [ctx.Process(target=hogwild_worker,
                       args=(r, model, x, y, batch, min(1.0, seconds / 3), seconds, barrier, results))
@@ -112,14 +115,14 @@ def accuracy(model, x, y):
         return float((model(x).argmax(1) == y).float().mean())
 
 
-def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epochs):
+def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epochs, max_seconds):
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model = AdamMnist()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     x, y = train
     t0, acc, epoch = time.monotonic(), 0.0, 0
-    while epoch < max_epochs and acc < target:
+    while epoch < max_epochs and acc < target and time.monotonic() - t0 < max_seconds:
         perm = torch.randperm(x.shape[0])
         for i in range(0, x.shape[0], batch):
             idx = perm[i:i + batch]
@@ -142,9 +145,10 @@ def main():
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--tta", type=float, default=0)
     ap.add_argument("--tta-batch", type=int, default=32)
-    ap.add_argument("--tta-lr", type=float, default=0.05)
+    ap.add_argument("--tta-lr", type=float, default=0.01)
     ap.add_argument("--tta-momentum", type=float, default=0.9)
     ap.add_argument("--tta-epochs", type=int, default=30)
+    ap.add_argument("--tta-seconds", type=float, default=240, help="give up after this long")
     a = ap.parse_args()
     train, test = load(a.data_dir)
     x, y = train
@@ -162,7 +166,7 @@ def main():
     if a.tta > 0:
         threads = max(int(v) for v in a.threads.split(","))
         out["tta"] = time_to_accuracy(train, test, threads, a.tta_batch, a.tta_lr, a.tta_momentum,
-                                      a.tta, a.tta_epochs)
+                                      a.tta, a.tta_epochs, a.tta_seconds)
     print(json.dumps(out))
 
 

@@ -133,13 +133,13 @@ int main(int argc, char** argv) {
   const double flops = layout->TrainFlops();
   nlohmann::json out = {{"model_params", layout->num_params()}, {"train_flops_per_image", flops},
                         {"cores", cores}, {"real_data", real}, {"runs", nlohmann::json::array()}};
-  std::printf("%-8s %-6s %12s %10s  %s\n", "threads", "batch", "images/s", "GFLOP/s", "placement");
+  // Human-readable lines go to stderr; stdout carries only the final JSON.
+  std::fprintf(stderr, "%-8s %-6s %12s %10s  %s\n", "threads", "batch", "images/s", "GFLOP/s", "placement");
   for (int b : ParseList(batches_s))
     for (int t : threads) {
       std::string where;
       const double ips = Throughput(*layout, init, data, t, b, seconds, &where);
-      std::printf("%-8d %-6d %12.0f %10.2f  %s\n", t, b, ips, ips * flops / 1e9, where.c_str());
-      std::fflush(stdout);
+      std::fprintf(stderr, "%-8d %-6d %12.0f %10.2f  %s\n", t, b, ips, ips * flops / 1e9, where.c_str());
       out["runs"].push_back({{"threads", t}, {"batch", b}, {"images_per_second", ips}});
     }
 
@@ -169,9 +169,8 @@ int main(int argc, char** argv) {
       });
       acc = (*r)->Evaluate((*r)->weights(), data.test.pixels.data(), data.test.labels.data(),
                            data.test.count);
-      std::printf("tta: epoch %d  test accuracy %.4f  %.1f s\n", epoch + 1, acc,
+      std::fprintf(stderr, "tta: epoch %d  test accuracy %.4f  %.1f s\n", epoch + 1, acc,
                   std::chrono::duration<double>(Clock::now() - t0).count());
-      std::fflush(stdout);
     }
     out["tta"] = {{"target", tta}, {"reached", acc >= tta}, {"accuracy", acc}, {"epochs", epoch},
                   {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
