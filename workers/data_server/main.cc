@@ -5,7 +5,6 @@
 
 #include <chrono>
 
-#include "core/event.h"
 #include "core/signals.h"
 #include "data_server/data_service.h"
 #include "metrics/metrics.h"
@@ -68,16 +67,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       &reg.Counter("adam_data_images_served_total", "Training images served"),
       &reg.Counter("adam_data_epochs_closed_total", "Epochs closed by the trainer quorum")};
   DataService service(&source, classes, dm);
-  auto server = net::StartServer(options.listen, {&service});
-  if (!server.ok()) {
-    spdlog::error("{}", server.status().message());
-    return 1;
-  }
-  spdlog::info("serving on port {} (metrics on {})", server->port, reg.port());
-  EmitEvent({{"event", "ready"}, {"port", server->port}, {"metrics_port", reg.port()}});
-  WaitForTerminationSignal();
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  return 0;
+  return net::Serve(options.listen, {&service}, reg.port());
 }
 
 }  // namespace adam::data_server

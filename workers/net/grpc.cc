@@ -1,6 +1,11 @@
 // gRPC server and channel helpers.
 #include "net/grpc.h"
 
+#include <spdlog/spdlog.h>
+
+#include "core/event.h"
+#include "core/signals.h"
+
 namespace adam::net {
 
 StatusOr<Server> StartServer(const std::string& address,
@@ -17,6 +22,20 @@ StatusOr<Server> StartServer(const std::string& address,
   if (!out.server || out.port == 0)
     return UnavailableError("cannot listen on " + address + " (address in use or not local?)");
   return out;
+}
+
+int Serve(const std::string& address, const std::vector<grpc::Service*>& services,
+          int metrics_port) {
+  auto server = StartServer(address, services);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().message());
+    return 1;
+  }
+  spdlog::info("serving on port {} (metrics on {})", server->port, metrics_port);
+  EmitEvent({{"event", "ready"}, {"port", server->port}, {"metrics_port", metrics_port}});
+  WaitForTerminationSignal();
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {

@@ -26,6 +26,13 @@ struct Server {
 // bound (in use, bad host).
 StatusOr<Server> StartServer(const std::string& address, const std::vector<grpc::Service*>& services);
 
+// The serving role's main loop: starts `services` on `address`, reports the bound port (and
+// `metrics_port`) as a "ready" event, serves until SIGINT/SIGTERM (which the caller has blocked
+// with BlockTerminationSignals), then shuts down with a 2 s grace. Returns the process exit code:
+// 0, or 1 when the address cannot be bound (logged).
+int Serve(const std::string& address, const std::vector<grpc::Service*>& services,
+          int metrics_port);
+
 // A channel to `address` with the project's message limits.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 

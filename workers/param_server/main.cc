@@ -3,7 +3,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/event.h"
 #include "core/signals.h"
 #include "metrics/metrics.h"
 #include "model/layout.h"
@@ -52,16 +51,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                          &reg.Counter("adam_ps_push_bytes_total", "Update bytes applied"),
                          &reg.Counter("adam_ps_pull_bytes_total", "Parameter bytes served")};
   ParamService service(&store, pm);
-  auto server = net::StartServer(options.listen, {&service});
-  if (!server.ok()) {
-    spdlog::error("{}", server.status().message());
-    return 1;
-  }
-  spdlog::info("serving on port {} (metrics on {})", server->port, reg.port());
-  EmitEvent({{"event", "ready"}, {"port", server->port}, {"metrics_port", reg.port()}});
-  WaitForTerminationSignal();
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  return 0;
+  return net::Serve(options.listen, {&service}, reg.port());
 }
 
 }  // namespace adam::ps
