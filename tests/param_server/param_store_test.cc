@@ -128,6 +128,15 @@ TEST_F(ParamServiceTest, GarbageRequestAppliesNothingAndServerKeepsServing) {
   grpc::ClientContext ctx2;
   EXPECT_EQ(stub_->Push(&ctx2, unknown, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
 
+  adam::v1::PullRequest repeated;
+  for (int i = 0; i < 100000; ++i) repeated.add_shards(0);
+  adam::v1::PullResponse huge;
+  grpc::ClientContext ctx4;
+  grpc::Status rs = stub_->Pull(&ctx4, repeated, &huge);
+  EXPECT_EQ(rs.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(rs.error_message(), HasSubstr("shard 0 is requested more than once"));
+  EXPECT_EQ(huge.shards_size(), 0);
+
   // Nothing was applied, and pulls still work.
   adam::v1::PullRequest pull;
   adam::v1::PullResponse pulled;

@@ -1,6 +1,7 @@
 // ParameterService handlers: validate the whole request, then apply.
 #include "param_server/param_service.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace adam::ps {
@@ -64,6 +65,14 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
   auto* reactor = ctx->DefaultReactor();
   std::vector<uint32_t> ids(req->shards().begin(), req->shards().end());
   if (ids.empty()) ids = store_->shard_ids();
+  // A repeated id would let one small request demand an unbounded response: refuse it.
+  std::vector<uint32_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
+    reactor->Finish({grpc::StatusCode::INVALID_ARGUMENT,
+                     "shard " + std::to_string(*dup) + " is requested more than once"});
+    return reactor;
+  }
   size_t bytes = 0;
   for (uint32_t id : ids) {
     const int64_t n = store_->ShardSize(id);
