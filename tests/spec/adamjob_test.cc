@@ -48,6 +48,19 @@ std::string ErrorOf(const std::string& yaml) {
   return job.ok() ? "" : job.status().message();
 }
 
+TEST(AdamJob, ConsistencyModesAndDenseUpdates) {
+  auto job = ParseAdamJob(
+      With("spec:\n", "spec:\n  training: {consistency: bounded, maxStaleness: 3, denseUpdates: weights}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->training.consistency, Consistency::kBounded);
+  EXPECT_EQ(job->training.max_staleness, 3);
+  EXPECT_EQ(job->training.dense_updates, DenseUpdates::kWeights);
+  job = ParseAdamJob(With("spec:\n", "spec:\n  training: {consistency: sync}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->training.consistency, Consistency::kSync);
+  EXPECT_EQ(job->training.dense_updates, DenseUpdates::kAuto);
+}
+
 TEST(AdamJob, ValidManifestGetsDefaults) {
   auto job = ParseAdamJob(kValid);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
@@ -115,8 +128,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"spec:\n", "spec:\n  training: {epochQuorum: 1.5}\n", "spec.training.epochQuorum: must be in (0, 1]"},
         BadCase{"spec:\n", "spec:\n  training: {consistency: eventual}\n",
                 "spec.training.consistency: must be one of async, sync, bounded"},
-        BadCase{"spec:\n", "spec:\n  training: {consistency: sync}\n",
-                "spec.training.consistency: 'sync' is not supported by this version"},
+        BadCase{"spec:\n", "spec:\n  training: {consistency: sync, maxStaleness: 2}\n",
+                "spec.training.maxStaleness: applies only to consistency: bounded"},
+        BadCase{"spec:\n", "spec:\n  training: {denseUpdates: gradients}\n",
+                "spec.training.denseUpdates: must be one of auto, weights, activations"},
         BadCase{"spec:\n", "spec:\n  training: {targetAccuracy: 2}\n", "spec.training.targetAccuracy: must be in (0, 1]"},
         BadCase{"spec:\n", "spec:\n  roles: {trainer: {threads: 0}}\n", "spec.roles.trainer.threads: must be > 0, got 0"},
         BadCase{"spec:\n", "spec:\n  roles: {parameterServer: {shardBytes: 1001}}\n",

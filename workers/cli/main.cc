@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
   run->add_option("-o,--output", output, "summary format: text or json")
       ->check(CLI::IsMember({"text", "json"}));
   run->add_flag("-q,--quiet", quiet, "hide the roles' log lines");
+  std::string run_state_dir;
+  run->add_option("--state-dir", run_state_dir,
+                  "keep parameter-server checkpoints here (a later run resumes from them)");
 
   auto* validate = app.add_subcommand("validate", "Check a manifest; exit 2 listing every problem");
   validate->add_option("file", job_path, "AdamJob manifest (YAML)")->required();
@@ -96,6 +99,13 @@ int main(int argc, char** argv) {
   add_role_flags(ps);
   ps->add_option("--index", index, "server number")->required();
   ps->add_option("--listen", listen, "host:port to serve on (port 0 = any)");
+  std::string state_dir;
+  int flush_pause_ms = 0;
+  ps->add_option("--state-dir", state_dir, "checkpoint directory (restored on start); none = no persistence");
+  ps->add_option("--threads", threads, "shard worker threads (default: one per usable core)");
+  ps->add_flag("--no-bind", no_bind, "do not bind shard workers to cores");
+  ps->add_option("--debug-flush-pause-ms", flush_pause_ms, "tests: pause this long mid-checkpoint")
+      ->group("");
   auto* tr = app.add_subcommand("trainer", "Run a trainer (one model replica)");
   add_role_flags(tr);
   tr->add_option("--index", index, "trainer number")->required();
@@ -134,6 +144,7 @@ int main(int argc, char** argv) {
     ro.executable = SelfPath();
     ro.json = output == "json";
     ro.quiet = quiet;
+    ro.state_dir = run_state_dir;
     return adam::launcher::Run(*job, ro);
   }
 
@@ -153,6 +164,10 @@ int main(int argc, char** argv) {
     o.index = index;
     o.listen = listen;
     o.metrics_port = metrics_port;
+    o.state_dir = state_dir;
+    o.threads = threads;
+    o.bind = !no_bind;
+    o.debug_flush_pause = std::chrono::milliseconds(flush_pause_ms);
     return adam::ps::Main(*job, o);
   }
   if (tr->parsed()) {

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -89,10 +90,27 @@ class Supervisor {
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     start_ = Clock::now();
+    // Parameter-server checkpoints: the caller's directory (kept, and resumed from), or a
+    // throw-away one for this run.
+    state_root_ = o_.state_dir;
+    bool temporary = false;
+    if (state_root_.empty()) {
+      std::string tmpl = (std::filesystem::temp_directory_path() / "adam-run-XXXXXX").string();
+      if (mkdtemp(tmpl.data()) == nullptr) {
+        std::fprintf(stderr, "adam run: mkdtemp: %s\n", std::strerror(errno));
+        return 1;
+      }
+      state_root_ = tmpl;
+      temporary = true;
+    }
     const spec::Plan plan = spec::MakePlan(job_);
     PlanCpus(plan);
     int code = RunPlan(plan);
     StopAll();
+    if (temporary) {
+      std::error_code ec;
+      std::filesystem::remove_all(state_root_, ec);
+    }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     close(g_signal_pipe[0]);
@@ -176,6 +194,8 @@ class Supervisor {
     std::vector<std::string> args = spec::RoleArgs(in, o_.job_path, endpoints);
     args.insert(args.begin(), o_.executable);
     if (no_bind_.count(in.name)) args.push_back("--no-bind");
+    if (in.role == spec::Role::kParamServer)
+      args.insert(args.end(), {"--state-dir", state_root_ + "/" + in.name});
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
     const auto slice = cpus_.find(in.name);
@@ -410,6 +430,7 @@ class Supervisor {
 
   const spec::AdamJob& job_;
   const RunOptions& o_;
+  std::string state_root_;  // parameter servers' checkpoints: <state_root_>/<name>
   std::deque<Child> children_;  // deque: stable addresses
   std::map<std::string, std::vector<int>> cpus_;  // trainer name -> its CPU slice
   std::set<std::string> no_bind_;                  // trainers that must not bind

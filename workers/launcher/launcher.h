@@ -25,6 +25,10 @@ struct RunOptions {
   std::chrono::seconds ready_timeout{300};  // for serving roles to start listening
   std::chrono::seconds stop_grace{5};       // SIGTERM -> SIGKILL
   int tail_lines = 20;        // a dead child's last lines to show
+  // Parameter-server checkpoints go to <state_dir>/<ps name>; a run given a directory that
+  // holds checkpoints resumes the parameters from them. Empty: a temporary directory, removed
+  // at the end.
+  std::string state_dir;
 };
 
 // Runs the job; returns the process exit code: 0 when every trainer finished, 1 when a role

@@ -30,4 +30,9 @@ prometheus::Gauge& MetricsServer::Gauge(const std::string& name, const std::stri
   return prometheus::BuildGauge().Name(name).Help(help).Register(*registry_).Add({});
 }
 
+prometheus::Histogram& MetricsServer::Histogram(const std::string& name, const std::string& help,
+                                               const std::vector<double>& buckets) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_).Add({}, buckets);
+}
+
 }  // namespace adam::metrics

@@ -5,10 +5,12 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -30,6 +32,9 @@ class MetricsServer {
   // A counter `name` with `help` and no labels, registered once.
   prometheus::Counter& Counter(const std::string& name, const std::string& help);
   prometheus::Gauge& Gauge(const std::string& name, const std::string& help);
+  // A histogram with the given bucket upper bounds (base units, ascending).
+  prometheus::Histogram& Histogram(const std::string& name, const std::string& help,
+                                   const std::vector<double>& buckets);
 
  private:
   MetricsServer() = default;

@@ -79,6 +79,7 @@ struct Network::Impl {
     int units;
   };
   std::vector<DenseBias> dense_bias;
+  std::vector<Network::DenseIo> dense_io;  // per layer
   std::vector<memory> pool_diff_src;
   // One scratchpad for every primitive of this Network: oneDNN's library-managed scratchpad is
   // thread-local and sized at creation, so a Network made on one thread and run on another
@@ -110,6 +111,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
     grads = m.own_grads.data();
   }
   m.grads = grads;
+  m.dense_io.resize(layout.shapes().size());
   float* wp = params;
   try {
     const auto& eng = m.eng;
@@ -271,7 +273,11 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
                              {{DNNL_ARG_SRC, flat_src}, {DNNL_ARG_WEIGHTS, w},
                               {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}}});
         memory diff_dst;
-        if (train) diff_dst = memory(dst_md, eng);
+        if (train) {
+          diff_dst = memory(dst_md, eng);
+          m.dense_io[i] = {static_cast<const float*>(flat_src.get_data_handle()),
+                           static_cast<const float*>(diff_dst.get_data_handle()), in, units};
+        }
         if (is_softmax) {
           m.logits = dst;
           m.probs = memory(dst_md, eng);
@@ -358,6 +364,11 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
 }
 
 int Network::batch() const { return impl_->batch; }
+
+Network::DenseIo Network::dense_io(int layer) const {
+  if (layer < 0 || size_t(layer) >= impl_->dense_io.size()) return {};
+  return impl_->dense_io[size_t(layer)];
+}
 
 float* Network::input() { return static_cast<float*>(impl_->input.get_data_handle()); }
 

@@ -52,6 +52,18 @@ class Network {
   // batch x classes probabilities of the last Forward.
   const float* probabilities() const;
 
+  // A dense (or softmax) layer's input activations (batch x in) and the gradient of the batch's
+  // mean loss at its output, before its activation function (batch x units): valid after
+  // Backward until the next Forward, in kSgd and kGradients modes. The layer's weight gradient is
+  // diff_dst^T x src. All null for other layers and in kInference mode.
+  struct DenseIo {
+    const float* src = nullptr;
+    const float* diff_dst = nullptr;
+    int64_t in = 0;
+    int64_t units = 0;
+  };
+  DenseIo dense_io(int layer) const;
+
  private:
   struct Impl;
   explicit Network(std::unique_ptr<Impl> impl);

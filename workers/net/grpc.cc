@@ -25,7 +25,7 @@ StatusOr<Server> StartServer(const std::string& address,
 }
 
 int Serve(const std::string& address, const std::vector<grpc::Service*>& services,
-          int metrics_port) {
+          int metrics_port, const std::function<void()>& before_shutdown) {
   auto server = StartServer(address, services);
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
@@ -34,6 +34,7 @@ int Serve(const std::string& address, const std::vector<grpc::Service*>& service
   spdlog::info("serving on port {} (metrics on {})", server->port, metrics_port);
   EmitEvent({{"event", "ready"}, {"port", server->port}, {"metrics_port", metrics_port}});
   WaitForTerminationSignal();
+  if (before_shutdown) before_shutdown();
   server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,9 +30,10 @@ StatusOr<Server> StartServer(const std::string& address, const std::vector<grpc:
 // The serving role's main loop: starts `services` on `address`, reports the bound port (and
 // `metrics_port`) as a "ready" event, serves until SIGINT/SIGTERM (which the caller has blocked
 // with BlockTerminationSignals), then shuts down with a 2 s grace. Returns the process exit code:
-// 0, or 1 when the address cannot be bound (logged).
+// 0, or 1 when the address cannot be bound (logged). `before_shutdown`, when set, runs after the
+// signal and before the shutdown (to release calls the service holds back).
 int Serve(const std::string& address, const std::vector<grpc::Service*>& services,
-          int metrics_port);
+          int metrics_port, const std::function<void()>& before_shutdown = {});
 
 // A channel to `address` with the project's message limits.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);

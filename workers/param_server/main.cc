@@ -3,11 +3,21 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "core/event.h"
 #include "core/signals.h"
 #include "metrics/metrics.h"
 #include "model/layout.h"
 #include "net/grpc.h"
+#include "param_server/checkpoint.h"
+#include "param_server/clock_gate.h"
 #include "param_server/param_service.h"
+#include "update/update_plan.h"
 
 namespace adam::ps {
 
@@ -30,13 +40,55 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     spdlog::error("{}", map.status().message());
     return 1;
   }
-  // Every server derives the same initial vector from the job's seed and keeps its shards.
+  const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every,
+                                             job.training.dense_updates);
+  // Every server derives the same initial vector from the job's seed and keeps its shards; a
+  // checkpoint, when there is one, overrides them.
   std::vector<float> initial(size_t(layout->num_params()));
   layout->InitParams(job.training.seed, initial.data());
-  ParamStore store(*map, options.index, initial.data());
+  CheckpointOptions copt;
+  copt.dir = options.state_dir;
+  copt.server = uint32_t(options.index);
+  copt.num_params = layout->num_params();
+  copt.interval = std::chrono::milliseconds(role.persistence.interval_ms);
+  copt.debug_pause_mid_flush = options.debug_flush_pause;
+  Restored restored;
+  if (!options.state_dir.empty()) {
+    std::map<uint32_t, int64_t> held;
+    for (const auto& s : map->shards())
+      if (s.server == options.index) held[s.id] = s.count;
+    auto r = RestoreCheckpoint(copt, held);
+    if (!r.ok()) {
+      spdlog::error("{}", r.status().message());
+      return 1;
+    }
+    restored = std::move(*r);
+    for (const auto& [id, s] : restored.shards) {
+      const auto& sh = map->shards()[id];
+      std::copy(s.values.begin(), s.values.end(), initial.begin() + sh.offset);
+    }
+    if (restored.generation > 0) {
+      spdlog::info("restored {} shards from checkpoint {}", restored.shards.size(), restored.file);
+      EmitEvent({{"event", "restored"}, {"generation", restored.generation}, {"file", restored.file},
+                 {"shards", restored.shards.size()}});
+    }
+  }
+  StoreOptions so;
+  so.threads = options.threads;
+  so.bind = options.bind;
+  ParamStore store(*map, options.index, initial.data(), so);
+  for (auto& [id, s] : restored.shards) {
+    store.RestoreVersion(id, s.version);
+    s.values = {};
+  }
   initial = {};
-  spdlog::info("holding {} of {} shards ({} of {} parameters)", store.shard_ids().size(),
-               map->shards().size(), store.total_floats(), layout->num_params());
+  spdlog::info("holding {} of {} shards ({} of {} parameters); {}", store.shard_ids().size(),
+               map->shards().size(), store.total_floats(), layout->num_params(), store.placement());
+  if (!plan.dense().empty()) {
+    std::string layers;
+    for (const auto& d : plan.dense()) layers += (layers.empty() ? "" : ", ") + std::to_string(d.layer);
+    spdlog::info("dense layers {} send activations and errors", layers);
+  }
 
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   auto metrics = metrics::MetricsServer::Start(host, options.metrics_port);
@@ -47,11 +99,62 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   auto& reg = **metrics;
   reg.Gauge("adam_ps_shards", "Shards held by this parameter server").Set(double(store.shard_ids().size()));
   reg.Gauge("adam_ps_parameters", "Parameters held by this parameter server").Set(double(store.total_floats()));
+  auto& queue_depth = reg.Gauge("adam_ps_queue_depth", "Updates and reads queued to the shard workers");
+  auto& applied = reg.Gauge("adam_ps_applied_bytes", "Update payload bytes applied since start");
+  auto& parked = reg.Gauge("adam_ps_parked_pulls", "Pulls held back by the consistency model");
+  auto& spread = reg.Gauge("adam_ps_clock_spread", "Pushes between the fastest and slowest trainer");
   ParamServiceMetrics pm{&reg.Counter("adam_ps_pushes_total", "Push requests applied"),
-                         &reg.Counter("adam_ps_push_bytes_total", "Update bytes applied"),
-                         &reg.Counter("adam_ps_pull_bytes_total", "Parameter bytes served")};
-  ParamService service(&store, pm);
-  return net::Serve(options.listen, {&service}, reg.port());
+                         &reg.Counter("adam_ps_push_bytes_total", "Weight-delta bytes applied"),
+                         &reg.Counter("adam_ps_dense_update_bytes_total",
+                                      "Activation and error bytes received for dense layers"),
+                         &reg.Counter("adam_ps_pull_bytes_total", "Parameter bytes served"),
+                         &reg.Histogram("adam_ps_pull_wait_seconds",
+                                        "Time pulls waited for the consistency model",
+                                        {0.001, 0.01, 0.1, 1, 10})};
+  ClockGate gate(job.roles.trainer.replicas, job.training.consistency, job.training.max_staleness);
+  BufferPool pool;
+  std::optional<Checkpointer> checkpointer;
+  if (!options.state_dir.empty()) {
+    CheckpointMetrics cm{&reg.Counter("adam_ps_checkpoint_flushes_total", "Checkpoints written"),
+                         &reg.Counter("adam_ps_checkpoint_bytes_total", "Checkpoint bytes written"),
+                         &reg.Histogram("adam_ps_checkpoint_flush_seconds", "Checkpoint flush duration",
+                                        {0.01, 0.1, 1, 10, 60}),
+                         &reg.Gauge("adam_ps_checkpoint_last_success_timestamp_seconds",
+                                    "Unix time of the last complete checkpoint"),
+                         &reg.Gauge("adam_ps_checkpoint_generation", "Generation of the newest checkpoint")};
+    checkpointer.emplace(&store, &pool, copt, restored, cm);
+    checkpointer->Start();
+  }
+  ParamService service(&store, &gate, &plan, options.index, &pool, pm);
+
+  // Sampled gauges, once a second.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread sampler([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    do {
+      queue_depth.Set(double(store.queue_depth()));
+      applied.Set(double(store.applied_bytes()));
+      parked.Set(double(gate.parked()));
+      spread.Set(double(gate.Spread()));
+    } while (!cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; }));
+  });
+  const int rc = net::Serve(options.listen, {&service}, reg.port(), [&] { gate.Close(); });
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  sampler.join();
+  if (checkpointer) {
+    auto g = checkpointer->Flush();  // the last updates, before the process goes
+    if (!g.ok()) {
+      spdlog::error("final checkpoint failed: {}", g.status().message());
+      return 1;
+    }
+  }
+  return rc;
 }
 
 }  // namespace adam::ps

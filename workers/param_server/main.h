@@ -1,6 +1,7 @@
 // `adam ps`: holds this server's shards of the job's parameters and serves pushes and pulls.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "spec/adamjob.h"
@@ -12,9 +13,15 @@ struct MainOptions {
   int index = 0;                       // server number in the shard map
   std::string listen = "127.0.0.1:0";  // host:port; port 0 = any free port
   int metrics_port = 0;
+  std::string state_dir;               // checkpoints; empty = no persistence
+  int threads = 0;                     // shard worker threads; 0 = one per usable core
+  bool bind = true;                    // bind shard workers to cores
+  std::chrono::milliseconds debug_flush_pause{0};  // tests: pause mid-flush
 };
 
 // Runs until SIGINT/SIGTERM; returns the process exit code. Emits a "ready" event once serving.
+// With a state directory it restores the newest usable checkpoint first, flushes every
+// spec.roles.parameterServer.persistence.interval and once more on SIGTERM.
 int Main(const spec::AdamJob& job, const MainOptions& options);
 
 }  // namespace adam::ps

@@ -1,11 +1,16 @@
-// ParameterService handlers: validate the whole request, then apply.
+// ParameterService handlers: check the whole request, queue it to the shard workers, answer from
+// the worker that applies its last part.
 #include "param_server/param_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace adam::ps {
 namespace {
+
+// Images one dense update may carry: far beyond any pushEvery, small enough to bound a request.
+constexpr uint32_t kMaxDenseImages = 1 << 16;
 
 grpc::Status ToGrpc(const Status& s) {
   switch (s.code()) {
@@ -15,47 +20,163 @@ grpc::Status ToGrpc(const Status& s) {
   }
 }
 
+grpc::Status Invalid(const std::string& message) {
+  return {grpc::StatusCode::INVALID_ARGUMENT, message};
+}
+
+// The floats of a bytes field: in place when aligned, else copied into a pooled buffer.
+const float* Floats(const std::string& bytes, BufferPool* pool,
+                    std::vector<BufferPool::Buffer>* copies) {
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0)
+    return reinterpret_cast<const float*>(bytes.data());
+  copies->push_back(pool->Get(bytes.size()));
+  std::memcpy(copies->back().data(), bytes.data(), bytes.size());
+  return copies->back().as<float>();
+}
+
+// One push in flight: its Ops and their payload copies, freed when the last Op is applied.
+struct PushCall {
+  std::vector<Op> ops;
+  std::vector<BufferPool::Buffer> copies;
+  std::unique_ptr<Completion> done;
+};
+
+struct PullCall {
+  std::vector<Op> ops;
+  std::unique_ptr<Completion> done;
+};
+
 }  // namespace
 
 grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
                                              const adam::v1::PushRequest* req,
                                              adam::v1::PushResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  // All or nothing: a request with one bad shard applies none.
-  for (const auto& d : req->deltas()) {
-    if (d.values().size() % sizeof(float) != 0) {
-      reactor->Finish({grpc::StatusCode::INVALID_ARGUMENT,
-                       "shard " + std::to_string(d.shard()) + ": values has " +
-                           std::to_string(d.values().size()) + " bytes, not a multiple of 4"});
-      return reactor;
-    }
-    Status st = store_->CheckDelta(d.shard(), int64_t(d.values().size() / sizeof(float)));
-    if (!st.ok()) {
-      reactor->Finish(ToGrpc(st));
-      return reactor;
-    }
+  if (req->trainer_index() >= uint32_t(gate_->trainers())) {
+    reactor->Finish(Invalid("trainer_index " + std::to_string(req->trainer_index()) +
+                            " is not below the job's " + std::to_string(gate_->trainers()) +
+                            " trainers"));
+    return reactor;
   }
-  size_t bytes = 0;
-  std::vector<float> aligned;
-  for (const auto& d : req->deltas()) {
-    const int64_t n = int64_t(d.values().size() / sizeof(float));
-    // Protobuf strings are not guaranteed float-aligned: copy when they are not.
-    const float* delta = reinterpret_cast<const float*>(d.values().data());
-    if (reinterpret_cast<uintptr_t>(delta) % alignof(float) != 0) {
-      aligned.resize(size_t(n));
-      std::memcpy(aligned.data(), d.values().data(), d.values().size());
-      delta = aligned.data();
+  auto call = std::make_unique<PushCall>();
+  size_t bytes = 0, dense_bytes = 0;
+  // Check everything before queueing anything: a bad part applies nothing.
+  for (int i = 0; i < req->deltas_size(); ++i) {
+    const auto& d = req->deltas(i);
+    const std::string where = "deltas[" + std::to_string(i) + "] (shard " + std::to_string(d.shard()) + ")";
+    if (d.values().size() % sizeof(float) != 0) {
+      reactor->Finish(Invalid(where + ": values has " + std::to_string(d.values().size()) +
+                              " bytes, not a multiple of 4"));
+      return reactor;
     }
-    Status st = store_->Add(d.shard(), delta, n);
-    if (!st.ok()) {  // cannot happen after the check above; report rather than crash
+    const int64_t n = int64_t(d.values().size() / sizeof(float));
+    if (d.offset() > uint64_t(INT64_MAX)) {
+      reactor->Finish(Invalid(where + ": offset " + std::to_string(d.offset()) + " is too large"));
+      return reactor;
+    }
+    if (Status st = store_->CheckRange(d.shard(), int64_t(d.offset()), n); !st.ok()) {
       reactor->Finish(ToGrpc(st));
       return reactor;
     }
+    Op op;
+    op.kind = Op::Kind::kAdd;
+    op.shard = d.shard();
+    op.offset = int64_t(d.offset());
+    op.count = n;
+    call->ops.push_back(op);
     bytes += d.values().size();
   }
-  if (m_.pushes) m_.pushes->Increment();
-  if (m_.push_bytes) m_.push_bytes->Increment(double(bytes));
-  reactor->Finish(grpc::Status::OK);
+  for (int i = 0; i < req->dense_size(); ++i) {
+    const auto& du = req->dense(i);
+    const std::string where = "dense[" + std::to_string(i) + "] (layer " + std::to_string(du.layer()) + ")";
+    const int k = du.layer() < 1u << 20 ? plan_->DenseIndex(int(du.layer())) : -1;
+    if (k < 0) {
+      reactor->Finish(Invalid(where + ": not a layer whose updates travel as activations in this job"));
+      return reactor;
+    }
+    const auto& layer = plan_->dense()[size_t(k)];
+    const auto& rows = plan_->Rows(server_, k);
+    if (rows.empty()) {
+      reactor->Finish(Invalid(where + ": this server holds no part of the layer"));
+      return reactor;
+    }
+    if (du.images() == 0 || du.images() > kMaxDenseImages) {
+      reactor->Finish(Invalid(where + ": images must be in 1.." + std::to_string(kMaxDenseImages) +
+                              ", got " + std::to_string(du.images())));
+      return reactor;
+    }
+    const uint64_t want_a = uint64_t(du.images()) * uint64_t(layer.in) * sizeof(float);
+    const uint64_t want_e = uint64_t(du.images()) * rows.size() * sizeof(float);
+    if (du.activations().size() != want_a || du.errors().size() != want_e) {
+      reactor->Finish(Invalid(where + ": activations and errors must be " + std::to_string(want_a) +
+                              " and " + std::to_string(want_e) + " bytes for " +
+                              std::to_string(du.images()) + " images, got " +
+                              std::to_string(du.activations().size()) + " and " +
+                              std::to_string(du.errors().size())));
+      return reactor;
+    }
+    DenseArgs args;
+    args.layer = &layer;
+    args.rows = rows.data();
+    args.num_rows = int(rows.size());
+    args.images = int(du.images());
+    // One Op per held shard the layer touches.
+    const int64_t w_end = layer.weights + layer.units * layer.in;
+    for (uint32_t id : store_->shard_ids()) {
+      const int64_t lo = store_->ShardOffset(id), hi = lo + store_->ShardSize(id);
+      const bool touches = (std::max(lo, layer.weights) < std::min(hi, w_end)) ||
+                           (std::max(lo, layer.bias) < std::min(hi, layer.bias + layer.units));
+      if (!touches) continue;
+      Op op;
+      op.kind = Op::Kind::kDense;
+      op.shard = id;
+      op.dense = args;
+      op.count = i;  // which dense update: payload pointers are filled in below
+      call->ops.push_back(op);
+    }
+    dense_bytes += du.activations().size() + du.errors().size();
+  }
+  // Payload pointers (after every check, so no copy is made for a refused request).
+  {
+    size_t next_delta = 0;
+    std::vector<const float*> a(size_t(req->dense_size())), e(size_t(req->dense_size()));
+    for (int i = 0; i < req->dense_size(); ++i) {
+      a[size_t(i)] = Floats(req->dense(i).activations(), pool_, &call->copies);
+      e[size_t(i)] = Floats(req->dense(i).errors(), pool_, &call->copies);
+    }
+    for (Op& op : call->ops) {
+      if (op.kind == Op::Kind::kAdd) {
+        op.values = Floats(req->deltas(int(next_delta++)).values(), pool_, &call->copies);
+      } else {
+        const size_t i = size_t(op.count);
+        op.count = 0;
+        op.dense.a = a[i];
+        op.dense.e = e[i];
+      }
+    }
+  }
+  const int trainer = int(req->trainer_index());
+  const uint64_t clock = req->clock();
+  const bool leave = req->leave();
+  PushCall* raw = call.get();
+  auto finish = [this, raw, reactor, resp, trainer, clock, leave, bytes, dense_bytes] {
+    std::unique_ptr<PushCall> owned(raw);
+    gate_->Advance(trainer, clock, leave);
+    resp->set_min_clock(gate_->MinClock());
+    if (m_.pushes) m_.pushes->Increment();
+    if (m_.push_bytes) m_.push_bytes->Increment(double(bytes));
+    if (m_.dense_bytes) m_.dense_bytes->Increment(double(dense_bytes));
+    reactor->Finish(grpc::Status::OK);
+  };
+  if (call->ops.empty()) {
+    call.release();
+    finish();
+    return reactor;
+  }
+  call->done = std::make_unique<Completion>(int(call->ops.size()), finish);
+  for (Op& op : call->ops) op.done = call->done.get();
+  call.release();
+  store_->Submit(raw->ops.data(), raw->ops.size());
   return reactor;
 }
 
@@ -69,32 +190,65 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
   std::vector<uint32_t> sorted = ids;
   std::sort(sorted.begin(), sorted.end());
   if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
-    reactor->Finish({grpc::StatusCode::INVALID_ARGUMENT,
-                     "shard " + std::to_string(*dup) + " is requested more than once"});
+    reactor->Finish(Invalid("shard " + std::to_string(*dup) + " is requested more than once"));
     return reactor;
   }
-  size_t bytes = 0;
-  for (uint32_t id : ids) {
-    const int64_t n = store_->ShardSize(id);
-    if (n < 0) {
-      reactor->Finish(
-          {grpc::StatusCode::NOT_FOUND, "shard " + std::to_string(id) + " is not held here"});
+  for (uint32_t id : ids)
+    if (store_->ShardSize(id) < 0) {
+      reactor->Finish({grpc::StatusCode::NOT_FOUND, "shard " + std::to_string(id) + " is not held here"});
       return reactor;
     }
-    auto* out = resp->add_shards();
-    out->set_shard(id);
-    std::string* values = out->mutable_values();
-    values->resize(size_t(n) * sizeof(float));
-    auto version = store_->Read(id, reinterpret_cast<float*>(values->data()), n);
-    if (!version.ok()) {
-      reactor->Finish(ToGrpc(version.status()));
-      return reactor;
+  const auto asked = std::chrono::steady_clock::now();
+  gate_->WhenAllowed(req->clock(), [this, ids, reactor, resp, asked](bool allowed) {
+    if (!allowed) {
+      reactor->Finish({grpc::StatusCode::UNAVAILABLE, "parameter server is shutting down"});
+      return;
     }
-    out->set_version(*version);
-    bytes += values->size();
-  }
-  if (m_.pull_bytes) m_.pull_bytes->Increment(double(bytes));
-  reactor->Finish(grpc::Status::OK);
+    if (m_.pull_wait)
+      m_.pull_wait->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
+    auto call = std::make_unique<PullCall>();
+    size_t bytes = 0;
+    for (uint32_t id : ids) {
+      const int64_t n = store_->ShardSize(id);
+      auto* out = resp->add_shards();
+      out->set_shard(id);
+      std::string* values = out->mutable_values();
+      values->resize(size_t(n) * sizeof(float));
+      bytes += values->size();
+      Op op;
+      op.kind = Op::Kind::kRead;
+      op.shard = id;
+      op.count = n;
+      call->ops.push_back(op);
+    }
+    // Output pointers once every string has its final address.
+    for (int i = 0; i < resp->shards_size(); ++i) {
+      auto* out = resp->mutable_shards(i);
+      Op& op = call->ops[size_t(i)];
+      op.out = reinterpret_cast<float*>(out->mutable_values()->data());
+      op.version = nullptr;
+    }
+    PullCall* raw = call.get();
+    // Versions land in a side array: the response's fields are set on the finishing thread.
+    auto versions = std::make_shared<std::vector<uint64_t>>(ids.size());
+    for (size_t i = 0; i < raw->ops.size(); ++i) raw->ops[i].version = &(*versions)[i];
+    auto finish = [this, raw, reactor, resp, versions, bytes] {
+      std::unique_ptr<PullCall> owned(raw);
+      for (int i = 0; i < resp->shards_size(); ++i) resp->mutable_shards(i)->set_version((*versions)[size_t(i)]);
+      resp->set_min_clock(gate_->MinClock());
+      if (m_.pull_bytes) m_.pull_bytes->Increment(double(bytes));
+      reactor->Finish(grpc::Status::OK);
+    };
+    if (raw->ops.empty()) {
+      call.release();
+      finish();
+      return;
+    }
+    raw->done = std::make_unique<Completion>(int(raw->ops.size()), finish);
+    for (Op& op : raw->ops) op.done = raw->done.get();
+    call.release();
+    store_->Submit(raw->ops.data(), raw->ops.size());
+  });
   return reactor;
 }
 

@@ -1,24 +1,34 @@
-// The gRPC ParameterService over a ParamStore (callback API: handlers run on gRPC's threads and
-// touch only the thread-safe store and metrics).
+// The gRPC ParameterService over a ParamStore (callback API). A push is checked whole, queued to
+// the shard workers and answered when every part is applied; a pull waits on the job's
+// consistency model (ClockGate) without holding a thread, then reads through the shard workers.
 #pragma once
 
 #include <prometheus/counter.h>
+#include <prometheus/histogram.h>
 
 #include "adam/v1/ps.grpc.pb.h"
+#include "param_server/buffer_pool.h"
+#include "param_server/clock_gate.h"
 #include "param_server/param_store.h"
+#include "update/update_plan.h"
 
 namespace adam::ps {
 
 struct ParamServiceMetrics {
   prometheus::Counter* pushes = nullptr;       // adam_ps_pushes_total
   prometheus::Counter* push_bytes = nullptr;   // adam_ps_push_bytes_total
+  prometheus::Counter* dense_bytes = nullptr;  // adam_ps_dense_update_bytes_total
   prometheus::Counter* pull_bytes = nullptr;   // adam_ps_pull_bytes_total
+  prometheus::Histogram* pull_wait = nullptr;  // adam_ps_pull_wait_seconds (consistency waits)
 };
 
 class ParamService final : public adam::v1::ParameterService::CallbackService {
  public:
-  // `store` must outlive the service. Metrics pointers may be null.
-  ParamService(ParamStore* store, ParamServiceMetrics metrics) : store_(store), m_(metrics) {}
+  // Every pointer must outlive the service; metrics pointers may be null. `server` is this
+  // parameter server's index in the plan.
+  ParamService(ParamStore* store, ClockGate* gate, const update::UpdatePlan* plan, int server,
+               BufferPool* pool, ParamServiceMetrics metrics)
+      : store_(store), gate_(gate), plan_(plan), server_(server), pool_(pool), m_(metrics) {}
 
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const adam::v1::PushRequest* req,
@@ -29,6 +39,10 @@ class ParamService final : public adam::v1::ParameterService::CallbackService {
 
  private:
   ParamStore* store_;
+  ClockGate* gate_;
+  const update::UpdatePlan* plan_;
+  int server_;
+  BufferPool* pool_;
   ParamServiceMetrics m_;
 };
 

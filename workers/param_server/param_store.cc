@@ -1,61 +1,376 @@
-// ParamStore: per-shard locked float vectors.
+// ParamStore: per-shard single-writer worker threads fed by lock-free queues.
 #include "param_server/param_store.h"
 
+#include <dnnl.h>
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "core/mpsc.h"
+#include "topology/topology.h"
 
 namespace adam::ps {
+namespace {
 
-ParamStore::ParamStore(const shard::ShardMap& map, int server, const float* initial) {
-  for (const auto& s : map.shards()) {
-    if (s.server != server) continue;
-    auto sh = std::make_unique<Shard>();
-    sh->values.assign(initial + s.offset, initial + s.offset + s.count);
-    total_floats_ += s.count;
-    shards_.emplace(s.id, std::move(sh));
+constexpr int64_t kBlockFloats = 4096;  // 16 KiB: one block of every queued update stays in L1/L2
+
+struct AlignedFree {
+  void operator()(float* p) const { std::free(p); }
+};
+
+}  // namespace
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void AddInto(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void Axpy(float alpha, const float* __restrict x, float* __restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void ApplyDense(float* values, int64_t shard_offset, int64_t shard_count, const DenseArgs& d) {
+  const update::DenseLayer& L = *d.layer;
+  const int64_t lo = shard_offset, hi = shard_offset + shard_count;
+  const int32_t* rows_end = d.rows + d.num_rows;
+  auto column = [&](int64_t r) {  // index of row r in d.rows
+    const int32_t* it = std::lower_bound(d.rows, rows_end, int32_t(r));
+    ADAM_CHECK(it != rows_end && *it == r);
+    return int64_t(it - d.rows);
+  };
+  const int64_t wlo = std::max(lo, L.weights), whi = std::min(hi, L.weights + L.units * L.in);
+  if (wlo < whi) {
+    const int64_t r_first = (wlo - L.weights) / L.in, r_last = (whi - 1 - L.weights) / L.in;
+    const int64_t j_first = column(r_first);
+    ADAM_CHECK(j_first + (r_last - r_first) < d.num_rows &&
+               d.rows[j_first + (r_last - r_first)] == r_last);  // rows of one shard are consecutive
+    int64_t full_begin = -1;  // first row of the current run of whole rows
+    auto flush_full = [&](int64_t end_row) {
+      if (full_begin < 0) return;
+      const int64_t m = end_row - full_begin;
+      // W[full_begin..end_row) += E[:, cols]^T x A, row-major, accumulating (beta 1).
+      dnnl_sgemm('T', 'N', m, L.in, d.images, 1.f, d.e + j_first + (full_begin - r_first),
+                 d.num_rows, d.a, L.in, 1.f, values + (L.weights + full_begin * L.in - lo), L.in);
+      full_begin = -1;
+    };
+    for (int64_t r = r_first; r <= r_last; ++r) {
+      const int64_t row = L.weights + r * L.in;
+      const int64_t c0 = std::max(wlo, row) - row, c1 = std::min(whi, row + L.in) - row;
+      if (c0 == 0 && c1 == L.in) {
+        if (full_begin < 0) full_begin = r;
+        continue;
+      }
+      flush_full(r);
+      const int64_t j = j_first + (r - r_first);
+      for (int k = 0; k < d.images; ++k)
+        Axpy(d.e[int64_t{k} * d.num_rows + j], d.a + int64_t{k} * L.in + c0,
+             values + (row + c0 - lo), c1 - c0);
+    }
+    flush_full(r_last + 1);
+  }
+  const int64_t blo = std::max(lo, L.bias), bhi = std::min(hi, L.bias + L.units);
+  for (int64_t i = blo; i < bhi; ++i) {
+    const int64_t j = column(i - L.bias);
+    float sum = 0.f;
+    for (int k = 0; k < d.images; ++k) sum += d.e[int64_t{k} * d.num_rows + j];
+    values[i - lo] += sum;
   }
 }
 
-Status ParamStore::CheckDelta(uint32_t shard, int64_t count) const {
-  auto it = shards_.find(shard);
-  if (it == shards_.end())
+struct ParamStore::ShardState {
+  uint32_t id = 0;
+  int64_t offset = 0;
+  int64_t count = 0;
+  size_t worker = 0;
+  std::unique_ptr<float, AlignedFree> values;  // written only by the owning worker
+  std::atomic<uint64_t> version{0};
+  // Worker-local grouping of one drain's Ops.
+  Op* head = nullptr;
+  Op* tail = nullptr;
+};
+
+struct ParamStore::Worker {
+  MpscStack<Op> queue;
+  std::atomic<uint32_t> wake{0};
+  std::atomic<bool> stop{false};
+  std::vector<uint32_t> slots;  // shards owned
+  std::thread thread;
+};
+
+ParamStore::ParamStore(const shard::ShardMap& map, int server, const float* initial,
+                       StoreOptions options) {
+  for (const auto& s : map.shards()) {
+    if (s.server != server) continue;
+    auto st = std::make_unique<ShardState>();
+    st->id = s.id;
+    st->offset = s.offset;
+    st->count = s.count;
+    slot_of_.emplace(s.id, uint32_t(shards_.size()));
+    shards_.push_back(std::move(st));
+    total_floats_ += s.count;
+  }
+  std::optional<topology::Topology> topo;
+  if (options.bind || options.threads <= 0) {
+    auto t = topology::Topology::Discover();
+    if (t.ok()) topo = std::move(*t);
+  }
+  int threads = options.threads > 0 ? options.threads
+                                    : (topo ? int(topo->cores().size()) : 1);
+  threads = std::max(1, std::min<int>(threads, std::max<size_t>(1, shards_.size())));
+  std::vector<topology::Placement> places;
+  if (options.bind && topo) places = topo->PlaceThreads(threads);
+  for (int t = 0; t < threads; ++t) workers_.push_back(std::make_unique<Worker>());
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    shards_[i]->worker = i % size_t(threads);
+    workers_[i % size_t(threads)]->slots.push_back(uint32_t(i));
+  }
+  // Each worker binds itself, then allocates and fills its shards (first touch on its node).
+  std::mutex mu;
+  std::condition_variable cv;
+  int ready = 0, bound = 0;
+  for (int t = 0; t < threads; ++t) {
+    Worker* w = workers_[size_t(t)].get();
+    w->thread = std::thread([&, w, t] {
+      bool ok = false;
+      if (!places.empty()) ok = topo->BindThisThread(places[size_t(t)]).ok();
+      omp_set_num_threads(1);  // oneDNN's sgemm: the parallelism is ours
+      for (uint32_t slot : w->slots) {
+        ShardState& s = *shards_[slot];
+        const size_t bytes = (size_t(s.count) * sizeof(float) + 63) / 64 * 64;
+        s.values.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+        ADAM_CHECK(s.values != nullptr);
+        std::memcpy(s.values.get(), initial + s.offset, size_t(s.count) * sizeof(float));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++ready;
+        bound += ok;
+      }
+      cv.notify_all();
+      WorkerLoop(w);
+    });
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return ready == threads; });
+  placement_ = std::to_string(threads) + " shard worker" + (threads == 1 ? "" : "s");
+  if (!places.empty())
+    placement_ += ", " + std::to_string(bound) + " bound to cores (" + topo->Describe() + ")";
+}
+
+ParamStore::~ParamStore() {
+  for (auto& w : workers_) {
+    w->stop.store(true, std::memory_order_release);
+    w->wake.fetch_add(1, std::memory_order_release);
+    w->wake.notify_one();
+  }
+  for (auto& w : workers_) w->thread.join();
+}
+
+Status ParamStore::CheckRange(uint32_t shard, int64_t offset, int64_t count) const {
+  auto it = slot_of_.find(shard);
+  if (it == slot_of_.end())
     return Status(StatusCode::kNotFound, "shard " + std::to_string(shard) + " is not held here");
-  const int64_t size = static_cast<int64_t>(it->second->values.size());
-  if (count != size)
-    return InvalidArgumentError("shard " + std::to_string(shard) + ": delta has " +
-                                std::to_string(count) + " floats, shard has " +
-                                std::to_string(size));
+  const int64_t size = shards_[it->second]->count;
+  if (offset < 0 || count < 0 || offset > size || count > size - offset)
+    return InvalidArgumentError("shard " + std::to_string(shard) + ": floats [" +
+                                std::to_string(offset) + ", " + std::to_string(offset + count) +
+                                ") are outside the shard's " + std::to_string(size));
   return OkStatus();
-}
-
-Status ParamStore::Add(uint32_t shard, const float* delta, int64_t count) {
-  ADAM_RETURN_IF_ERROR(CheckDelta(shard, count));
-  Shard& s = *shards_.at(shard);
-  std::lock_guard<std::mutex> lock(s.mu);
-  float* v = s.values.data();
-  for (int64_t i = 0; i < count; ++i) v[i] += delta[i];
-  ++s.version;
-  return OkStatus();
-}
-
-StatusOr<uint64_t> ParamStore::Read(uint32_t shard, float* out, int64_t count) const {
-  ADAM_RETURN_IF_ERROR(CheckDelta(shard, count));
-  const Shard& s = *shards_.at(shard);
-  std::lock_guard<std::mutex> lock(s.mu);
-  std::memcpy(out, s.values.data(), size_t(count) * sizeof(float));
-  return s.version;
 }
 
 int64_t ParamStore::ShardSize(uint32_t shard) const {
-  auto it = shards_.find(shard);
-  return it == shards_.end() ? -1 : static_cast<int64_t>(it->second->values.size());
+  auto it = slot_of_.find(shard);
+  return it == slot_of_.end() ? -1 : shards_[it->second]->count;
+}
+
+int64_t ParamStore::ShardOffset(uint32_t shard) const {
+  auto it = slot_of_.find(shard);
+  return it == slot_of_.end() ? -1 : shards_[it->second]->offset;
 }
 
 std::vector<uint32_t> ParamStore::shard_ids() const {
   std::vector<uint32_t> ids;
-  for (const auto& [id, _] : shards_) ids.push_back(id);
+  for (const auto& s : shards_) ids.push_back(s->id);
   std::sort(ids.begin(), ids.end());
   return ids;
+}
+
+uint64_t ParamStore::Version(uint32_t shard) const {
+  auto it = slot_of_.find(shard);
+  return it == slot_of_.end() ? 0 : shards_[it->second]->version.load(std::memory_order_acquire);
+}
+
+void ParamStore::RestoreVersion(uint32_t shard, uint64_t version) {
+  auto it = slot_of_.find(shard);
+  if (it != slot_of_.end()) shards_[it->second]->version.store(version, std::memory_order_release);
+}
+
+void ParamStore::Submit(Op* ops, size_t n) {
+  queued_.fetch_add(int64_t(n), std::memory_order_relaxed);
+  // Queue everything first, then wake each worker concerned once.
+  uint64_t woken_mask = 0;  // workers beyond 64 are always woken
+  std::vector<size_t> to_wake;
+  for (size_t i = 0; i < n; ++i) {
+    Op& op = ops[i];
+    auto it = slot_of_.find(op.shard);
+    ADAM_CHECK(it != slot_of_.end());  // callers check first
+    op.slot = it->second;
+    const size_t w = shards_[op.slot]->worker;
+    workers_[w]->queue.Push(&op);
+    if (w >= 64 || !(woken_mask & (uint64_t{1} << w))) {
+      if (w < 64) woken_mask |= uint64_t{1} << w;
+      to_wake.push_back(w);
+    }
+  }
+  for (size_t w : to_wake) {
+    workers_[w]->wake.fetch_add(1, std::memory_order_release);
+    workers_[w]->wake.notify_one();
+  }
+}
+
+void ParamStore::WorkerLoop(Worker* w) {
+  std::vector<uint32_t> touched;
+  std::vector<Op*> run;
+  for (;;) {
+    const uint32_t seen = w->wake.load(std::memory_order_acquire);
+    Op* list = w->queue.TakeAll();
+    if (list == nullptr) {
+      if (w->stop.load(std::memory_order_acquire)) return;
+      w->wake.wait(seen, std::memory_order_acquire);
+      continue;
+    }
+    // Group by shard, keeping each shard's order.
+    touched.clear();
+    while (list != nullptr) {
+      Op* op = list;
+      list = list->next;
+      op->next = nullptr;
+      ShardState& s = *shards_[op->slot];
+      if (s.head == nullptr) {
+        s.head = s.tail = op;
+        touched.push_back(op->slot);
+      } else {
+        s.tail->next = op;
+        s.tail = op;
+      }
+    }
+    for (uint32_t slot : touched) {
+      ShardState& s = *shards_[slot];
+      Op* op = s.head;
+      s.head = s.tail = nullptr;
+      run.clear();
+      int64_t done = 0;
+      while (op != nullptr) {
+        Op* next = op->next;
+        if (op->kind == Op::Kind::kRead) {
+          ApplyRun(s, run);
+          std::memcpy(op->out, s.values.get(), size_t(s.count) * sizeof(float));
+          if (op->version) *op->version = s.version.load(std::memory_order_relaxed);
+          if (op->done) op->done->Done();
+        } else {
+          run.push_back(op);
+        }
+        ++done;
+        op = next;
+      }
+      ApplyRun(s, run);
+      queued_.fetch_sub(done, std::memory_order_relaxed);
+    }
+  }
+}
+
+void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run) {
+  if (run.empty()) return;
+  float* v = s.values.get();
+  uint64_t bytes = 0;
+  bool any_add = false;
+  for (const Op* op : run) any_add |= op->kind == Op::Kind::kAdd;
+  if (any_add) {
+    // Block by block: every queued update of one block while it is in cache.
+    for (int64_t b = 0; b < s.count; b += kBlockFloats) {
+      const int64_t b_end = std::min(s.count, b + kBlockFloats);
+      for (const Op* op : run) {
+        if (op->kind != Op::Kind::kAdd) continue;
+        const int64_t lo = std::max(b, op->offset), hi = std::min(b_end, op->offset + op->count);
+        if (lo < hi) AddInto(v + lo, op->values + (lo - op->offset), hi - lo);
+      }
+    }
+  }
+  for (const Op* op : run) {
+    if (op->kind == Op::Kind::kAdd) {
+      bytes += uint64_t(op->count) * sizeof(float);
+    } else {
+      ApplyDense(v, s.offset, s.count, op->dense);
+      bytes += uint64_t(op->dense.images) * uint64_t(op->dense.layer->in + op->dense.num_rows) *
+               sizeof(float);
+    }
+  }
+  s.version.fetch_add(run.size(), std::memory_order_release);
+  applied_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  for (Op* op : run)
+    if (op->done) op->done->Done();
+  run.clear();
+}
+
+Status ParamStore::Add(uint32_t shard, const float* delta, int64_t count) {
+  ADAM_RETURN_IF_ERROR(CheckRange(shard, 0, count));
+  if (count != ShardSize(shard))
+    return InvalidArgumentError("shard " + std::to_string(shard) + ": delta has " +
+                                std::to_string(count) + " floats, shard has " +
+                                std::to_string(ShardSize(shard)));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  Completion done(1, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    finished = true;
+    cv.notify_one();
+  });
+  Op op;
+  op.kind = Op::Kind::kAdd;
+  op.shard = shard;
+  op.count = count;
+  op.values = delta;
+  op.done = &done;
+  Submit(&op, 1);
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return finished; });
+  return OkStatus();
+}
+
+StatusOr<uint64_t> ParamStore::Read(uint32_t shard, float* out, int64_t count) {
+  ADAM_RETURN_IF_ERROR(CheckRange(shard, 0, count));
+  if (count != ShardSize(shard))
+    return InvalidArgumentError("shard " + std::to_string(shard) + ": read of " +
+                                std::to_string(count) + " floats, shard has " +
+                                std::to_string(ShardSize(shard)));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  uint64_t version = 0;
+  Completion done(1, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    finished = true;
+    cv.notify_one();
+  });
+  Op op;
+  op.kind = Op::Kind::kRead;
+  op.shard = shard;
+  op.count = count;
+  op.out = out;
+  op.version = &version;
+  op.done = &done;
+  Submit(&op, 1);
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return finished; });
+  return version;
 }
 
 }  // namespace adam::ps

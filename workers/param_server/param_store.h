@@ -1,47 +1,139 @@
-// ParamStore: the shards one parameter server holds, with their current values.
+// ParamStore: the shards one parameter server holds, updated by per-shard worker threads.
 //
-// Pushes add a delta to a shard; pulls copy a shard out. Each shard has its own lock, so pushes
-// to different shards run in parallel and concurrent pushes to one shard all land (no lost
-// update). Thread-safe.
+// Every operation on a shard (add an update, apply a dense-layer update, read it) is an Op
+// queued to the one worker thread that owns the shard: producers (gRPC handlers, the
+// checkpointer) push Ops into the worker's lock-free queue and go on; the worker takes all queued
+// Ops at once, groups them by shard and applies each shard's updates block by block (every queued
+// update of a 16 KiB block before the next block, so the block stays in cache), with vectorized
+// loops and oneDNN's sgemm for dense-layer updates. Reads see every update queued before them.
+// A shard is written only by its worker: no locks, no lost update. Workers are bound to cores
+// with hwloc and allocate their shards after binding, so each shard lives on its worker's NUMA
+// node. An Op's Completion runs on the worker once the Op is applied.
+//
+// Thread-safe: Submit and the synchronous helpers may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
 #include "shard/shard_map.h"
+#include "update/update_plan.h"
 
 namespace adam::ps {
+
+// Runs `fn` once Done has been called `count` times (on the thread of the last Done). `fn` may
+// destroy the Completion: it runs from a copy moved off it.
+class Completion {
+ public:
+  Completion(int count, std::function<void()> fn) : pending_(count), fn_(std::move(fn)) {}
+  void Done() {
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::function<void()> fn = std::move(fn_);
+      fn();
+    }
+  }
+
+ private:
+  std::atomic<int> pending_;
+  std::function<void()> fn_;
+};
+
+// A dense-layer update for one shard: weights += sum_k e_k a_k^T over the shard's part of
+// `layer`, bias += sum_k e_k. `e` holds, per image, the errors of `rows` only (ascending; every
+// row of the layer that touches the shard must be there).
+struct DenseArgs {
+  const update::DenseLayer* layer = nullptr;
+  const int32_t* rows = nullptr;
+  int num_rows = 0;
+  int images = 0;
+  const float* a = nullptr;  // images x layer->in
+  const float* e = nullptr;  // images x num_rows
+};
+
+struct Op {
+  enum class Kind : uint8_t { kAdd, kDense, kRead };
+  Kind kind = Kind::kAdd;
+  uint32_t shard = 0;
+  // kAdd: values[0, count) are added to the shard's floats [offset, offset + count).
+  // kRead: the whole shard (count must be its size) is copied to `out`, its version to *version.
+  int64_t offset = 0;
+  int64_t count = 0;
+  const float* values = nullptr;
+  float* out = nullptr;
+  uint64_t* version = nullptr;
+  DenseArgs dense;
+  Completion* done = nullptr;  // may be null
+  // Owned by the store between Submit and completion.
+  Op* next = nullptr;
+  uint32_t slot = 0;
+};
+
+struct StoreOptions {
+  int threads = 0;    // worker threads; 0 = one per usable core, at most one per shard
+  bool bind = false;  // bind workers to cores and their shards to the cores' NUMA nodes
+};
 
 class ParamStore {
  public:
   // Holds the shards that `map` assigns to `server`, initialised from `initial` (the full
-  // parameter vector, map.num_params() floats).
-  ParamStore(const shard::ShardMap& map, int server, const float* initial);
+  // parameter vector, map.num_params() floats; only read during construction).
+  ParamStore(const shard::ShardMap& map, int server, const float* initial,
+             StoreOptions options = {});
+  ~ParamStore();  // applies every queued Op, then stops the workers
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
 
-  // Adds `delta` (count floats) to `shard`. Fails, changing nothing, when the shard is not held
-  // here or the size is wrong.
-  Status Add(uint32_t shard, const float* delta, int64_t count);
-  // Checks what Add would check, without applying.
-  Status CheckDelta(uint32_t shard, int64_t count) const;
-  // Copies `shard` into `out` (its size in floats) and returns its version (pushes applied).
-  StatusOr<uint64_t> Read(uint32_t shard, float* out, int64_t count) const;
-  // Size in floats of a held shard, or -1.
+  // Checks that `shard` is held here and [offset, offset + count) lies inside it.
+  Status CheckRange(uint32_t shard, int64_t offset, int64_t count) const;
+  // Size in floats of a held shard, or -1; its first float's index in the model.
   int64_t ShardSize(uint32_t shard) const;
+  int64_t ShardOffset(uint32_t shard) const;
   std::vector<uint32_t> shard_ids() const;
   int64_t total_floats() const { return total_floats_; }
+  int threads() const { return int(workers_.size()); }
+  std::string placement() const { return placement_; }
+
+  // Queues `n` checked Ops (see CheckRange). Each must stay valid until its Completion runs.
+  void Submit(Op* ops, size_t n);
+
+  // Synchronous helpers (queue, then wait): add a whole-shard delta, read a shard.
+  Status Add(uint32_t shard, const float* delta, int64_t count);
+  StatusOr<uint64_t> Read(uint32_t shard, float* out, int64_t count);
+
+  // Updates applied to `shard` so far (plus the version it was restored with).
+  uint64_t Version(uint32_t shard) const;
+  // Before serving: the version a checkpointed shard was restored with.
+  void RestoreVersion(uint32_t shard, uint64_t version);
+  // Ops queued and not yet applied, and bytes of update payload applied so far.
+  int64_t queue_depth() const { return queued_.load(std::memory_order_relaxed); }
+  uint64_t applied_bytes() const { return applied_bytes_.load(std::memory_order_relaxed); }
 
  private:
-  struct Shard {
-    mutable std::mutex mu;
-    std::vector<float> values;  // guarded by mu
-    uint64_t version = 0;       // guarded by mu
-  };
-  std::unordered_map<uint32_t, std::unique_ptr<Shard>> shards_;  // immutable after construction
+  struct ShardState;
+  struct Worker;
+  void WorkerLoop(Worker* w);
+  void ApplyRun(ShardState& s, std::vector<Op*>& run);
+
+  std::vector<std::unique_ptr<ShardState>> shards_;       // immutable after construction
+  std::unordered_map<uint32_t, uint32_t> slot_of_;         // shard id -> index in shards_
+  std::vector<std::unique_ptr<Worker>> workers_;
   int64_t total_floats_ = 0;
+  std::string placement_;
+  std::atomic<int64_t> queued_{0};
+  std::atomic<uint64_t> applied_bytes_{0};
 };
+
+// dst[i] += src[i] for i < n, vectorized for the running CPU.
+void AddInto(float* dst, const float* src, int64_t n);
+
+// Applies a dense-layer update to one shard whose floats are `values`, starting at model index
+// `shard_offset`, `shard_count` long. Exposed for tests.
+void ApplyDense(float* values, int64_t shard_offset, int64_t shard_count, const DenseArgs& d);
 
 }  // namespace adam::ps

@@ -241,8 +241,8 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
 void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   const std::string p = "spec.training";
   if (!r.Map(n, p,
-             {"epochs", "learningRate", "learningRateDecay", "pushEvery", "batchSize", "consistency", "maxStaleness",
-              "epochQuorum", "targetAccuracy", "seed"}) ||
+             {"epochs", "learningRate", "learningRateDecay", "pushEvery", "batchSize", "consistency",
+              "maxStaleness", "denseUpdates", "epochQuorum", "targetAccuracy", "seed"}) ||
       !n)
     return;
   r.Int(n, "epochs", p, 1, 100000, &t->epochs);
@@ -259,14 +259,29 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   if (r.Get(n, "consistency", p, &c)) {
     if (c == "async") {
       t->consistency = Consistency::kAsync;
-    } else if (c == "sync" || c == "bounded") {
-      r.Error(p + ".consistency", "'" + c +
-                                      "' is not supported by this version of Adam yet; use async");
+    } else if (c == "sync") {
+      t->consistency = Consistency::kSync;
+    } else if (c == "bounded") {
+      t->consistency = Consistency::kBounded;
     } else {
       r.Error(p + ".consistency", "must be one of async, sync, bounded; got '" + c + "'");
     }
   }
-  r.Int(n, "maxStaleness", p, 0, kMaxInt, &t->max_staleness);
+  const bool has_staleness = r.Int(n, "maxStaleness", p, 0, 1000000, &t->max_staleness);
+  if (has_staleness && t->consistency != Consistency::kBounded)
+    r.Error(p + ".maxStaleness", "applies only to consistency: bounded");
+  std::string d;
+  if (r.Get(n, "denseUpdates", p, &d)) {
+    if (d == "auto") {
+      t->dense_updates = DenseUpdates::kAuto;
+    } else if (d == "weights") {
+      t->dense_updates = DenseUpdates::kWeights;
+    } else if (d == "activations") {
+      t->dense_updates = DenseUpdates::kActivations;
+    } else {
+      r.Error(p + ".denseUpdates", "must be one of auto, weights, activations; got '" + d + "'");
+    }
+  }
   if (r.Get(n, "epochQuorum", p, &t->epoch_quorum) &&
       !(t->epoch_quorum > 0 && t->epoch_quorum <= 1))
     r.Error(p + ".epochQuorum", "must be in (0, 1], got " + std::to_string(t->epoch_quorum));

@@ -66,7 +66,14 @@ struct DatasetSpec {
   AugmentSpec augment;
 };
 
+// async: no waiting (Adam). sync: a trainer's pull after its k-th push returns once every trainer
+// has pushed k times. bounded: once every trainer has pushed k - maxStaleness times.
 enum class Consistency { kAsync, kSync, kBounded };
+
+// How dense layers' updates travel from trainers to parameter servers: as weight deltas, or as
+// Adam's activation and error vectors from which the parameter server computes the update
+// itself. auto picks, per layer, whichever sends fewer bytes at the job's pushEvery.
+enum class DenseUpdates { kAuto, kWeights, kActivations };
 
 struct TrainingSpec {
   int epochs = 10;
@@ -75,7 +82,8 @@ struct TrainingSpec {
   int push_every = 100;         // k: images between update pushes
   int batch_size = 1;           // images per thread per SGD step (1 = Adam's per-image SGD)
   Consistency consistency = Consistency::kAsync;
-  int max_staleness = 0;        // bounded only
+  int max_staleness = 0;        // bounded only: pushes a trainer may run ahead of the slowest
+  DenseUpdates dense_updates = DenseUpdates::kAuto;
   double epoch_quorum = 0.75;   // fraction of trainers whose finish ends an epoch
   std::optional<double> target_accuracy;  // stop early when test accuracy reaches it
   uint64_t seed = 1;            // weight initialisation and data shuffling

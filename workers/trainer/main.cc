@@ -8,6 +8,7 @@
 #include "model/layout.h"
 #include "net/grpc.h"
 #include "trainer/trainer.h"
+#include "update/update_plan.h"
 
 namespace adam::trainer {
 
@@ -41,7 +42,10 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
 
   GrpcParamServerClientOptions po;
   po.trainer_name = options.name;
-  auto ps = ConnectParamServers(*map, options.param_servers, po);
+  po.trainer_index = options.index;
+  const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every,
+                                             job.training.dense_updates);
+  auto ps = ConnectParamServers(*map, plan, options.param_servers, po);
   if (!ps.ok()) {
     spdlog::error("{}", ps.status().message());
     return 1;

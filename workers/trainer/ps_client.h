@@ -1,6 +1,7 @@
-// ParamServerClient: the trainer's whole view of the parameter servers, ps-lite style: push a
-// delta of the full parameter vector, pull the full vector. How the vector is cut into shards and
-// which server holds which is hidden behind it. Implementations are thread-safe.
+// ParamServerClient: the trainer's whole view of the parameter servers, ps-lite style: push an
+// update of the full parameter vector, pull the full vector. How the vector is cut into shards,
+// which server holds which, and which dense layers travel as activations and errors (the job's
+// update::UpdatePlan) is hidden behind it. Implementations are thread-safe.
 #pragma once
 
 #include <chrono>
@@ -10,23 +11,43 @@
 
 #include "core/status.h"
 #include "shard/shard_map.h"
+#include "update/update_plan.h"
 
 namespace adam::trainer {
+
+// The activation and error vectors of `images` images for one dense layer of the plan.
+struct DenseBatch {
+  int layer = 0;                     // spec layer index
+  int images = 0;
+  const float* activations = nullptr;  // images x in
+  const float* errors = nullptr;       // images x units, already scaled by -learning rate
+};
+
+struct PushArgs {
+  // num_params floats: the change of every parameter the plan sends as weight deltas (the
+  // entries of dense-protocol layers are ignored).
+  const float* delta = nullptr;
+  std::vector<DenseBatch> dense;  // one per dense-protocol layer with images, may be empty
+  uint64_t clock = 0;             // this trainer's pushes so far, this one included
+  bool leave = false;             // the trainer is done
+};
 
 class ParamServerClient {
  public:
   virtual ~ParamServerClient() = default;
-  // Adds `delta` (num_params floats) to the global parameters.
-  virtual Status Push(const float* delta) = 0;
-  // Copies the global parameters (num_params floats) into `out`.
-  virtual Status Pull(float* out) = 0;
-  // Bytes sent by Push and received by Pull so far (payload only).
+  virtual Status Push(const PushArgs& args) = 0;
+  // Copies the global parameters (num_params floats) into `out`, once the job's consistency
+  // model allows a trainer that has pushed `clock` times to read.
+  virtual Status Pull(float* out, uint64_t clock) = 0;
+  // Bytes sent by Push (weight deltas, and activations + errors) and received by Pull so far.
   virtual uint64_t pushed_bytes() const = 0;
+  virtual uint64_t dense_bytes() const = 0;
   virtual uint64_t pulled_bytes() const = 0;
 };
 
 struct GrpcParamServerClientOptions {
   std::string trainer_name;
+  int trainer_index = 0;
   std::chrono::milliseconds rpc_timeout{30000};
   std::chrono::milliseconds connect_timeout{30000};
 };
@@ -35,7 +56,7 @@ struct GrpcParamServerClientOptions {
 // request per server per call, all servers in parallel. Fails naming the first unreachable
 // server.
 StatusOr<std::unique_ptr<ParamServerClient>> ConnectParamServers(
-    const shard::ShardMap& map, const std::vector<std::string>& addresses,
-    const GrpcParamServerClientOptions& options);
+    const shard::ShardMap& map, const update::UpdatePlan& plan,
+    const std::vector<std::string>& addresses, const GrpcParamServerClientOptions& options);
 
 }  // namespace adam::trainer

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "model/network.h"
@@ -17,6 +18,8 @@ struct Replica::Impl {
     std::unique_ptr<model::Network> net_one;   // remainders
     std::unique_ptr<model::Network> eval;      // `eval_batch` images, reads eval_params
     std::unique_ptr<model::Network> eval_one;
+    std::unique_ptr<std::mutex> log_mu = std::make_unique<std::mutex>();  // guards log
+    DenseLog log;
   };
   model::ModelLayout layout;
   ReplicaOptions options;
@@ -43,6 +46,10 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
   m.w.assign(initial, initial + layout.num_params());
   m.eval_params = m.w;
   m.workers.resize(size_t(options.threads));
+  for (auto& wk : m.workers) {
+    wk.log.activations.resize(options.record_layers.size());
+    wk.log.errors.resize(options.record_layers.size());
+  }
   if (options.bind) {
     auto topo = topology::Topology::Discover();
     if (topo.ok()) {
@@ -70,6 +77,9 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
     }
   });
   for (const auto& e : errors) ADAM_RETURN_IF_ERROR(e);
+  for (int l : options.record_layers)
+    if (r->impl_->workers[0].net->dense_io(l).src == nullptr)
+      return InvalidArgumentError("layer " + std::to_string(l) + " is not a dense layer to record");
   return r;
 }
 
@@ -117,9 +127,36 @@ double Replica::Train(int t, const uint8_t* pixels, const uint8_t* labels, int c
     net->SetInputFromBytes(pixels + i * isz);
     loss += net->Forward(labels + i, nullptr);
     net->Backward(lr);
+    if (!m.options.record_layers.empty()) {
+      std::lock_guard<std::mutex> lock(*wk.log_mu);
+      for (size_t k = 0; k < m.options.record_layers.size(); ++k) {
+        const auto io = net->dense_io(m.options.record_layers[k]);
+        auto& a = wk.log.activations[k];
+        auto& e = wk.log.errors[k];
+        a.insert(a.end(), io.src, io.src + io.in * net->batch());
+        const size_t from = e.size();
+        e.resize(from + size_t(io.units * net->batch()));
+        for (int64_t j = 0; j < io.units * net->batch(); ++j) e[from + size_t(j)] = -lr * io.diff_dst[j];
+      }
+      wk.log.images += net->batch();
+    }
     i += net->batch();
   }
   return loss;
+}
+
+void Replica::TakeDenseLog(int t, DenseLog* out) {
+  auto& wk = impl_->workers[size_t(t)];
+  const size_t layers = impl_->options.record_layers.size();
+  out->images = 0;
+  out->activations.resize(layers);
+  out->errors.resize(layers);
+  for (size_t k = 0; k < layers; ++k) {
+    out->activations[k].clear();
+    out->errors[k].clear();
+  }
+  std::lock_guard<std::mutex> lock(*wk.log_mu);
+  std::swap(wk.log, *out);
 }
 
 double Replica::Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,

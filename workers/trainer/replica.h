@@ -25,6 +25,16 @@ struct ReplicaOptions {
   int eval_batch = 100;  // images per evaluation step
   bool bind = true;      // bind workers to cores and their memory to the core's NUMA node
   bool evaluate = true;  // build evaluation contexts
+  // Dense layers whose activation and error vectors are recorded after every step, for Adam's
+  // dense-layer protocol (update::UpdatePlan); empty = none.
+  std::vector<int> record_layers;
+};
+
+// What a worker recorded since the last take: per record layer, `images` rows of activations
+// (layer inputs) and of errors (output gradients scaled by -learning rate).
+struct DenseLog {
+  int images = 0;
+  std::vector<std::vector<float>> activations, errors;  // per record layer
 };
 
 class Replica {
@@ -47,6 +57,9 @@ class Replica {
   // From worker t: trains on `count` images (batch by batch, the remainder one at a time) with
   // learning rate `lr`; returns the summed loss.
   double Train(int t, const uint8_t* pixels, const uint8_t* labels, int count, float lr);
+  // Swaps worker t's dense log with `*out` (whose old contents are dropped; its buffers are
+  // reused). Thread-safe: called by the sync thread while workers train.
+  void TakeDenseLog(int t, DenseLog* out);
   // Fraction of `count` images that `params` classifies correctly, using every worker.
   double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels, int count);
 

@@ -18,6 +18,7 @@
 #include "net/grpc.h"
 #include "trainer/batch_queue.h"
 #include "trainer/replica.h"
+#include "update/update_plan.h"
 
 namespace adam::trainer {
 
@@ -48,6 +49,11 @@ struct Trainer::Impl {
   // Sync-thread state, guarded by sync_mu.
   std::mutex sync_mu;
   std::vector<float> w0, snapshot, delta, pulled;
+  std::vector<DenseLog> logs;  // per worker, swapped out of the replica at each push
+  // Pushes so far: (epoch << 32) | pushes within the epoch, so an epoch's end is a step every
+  // trainer reaches (see param_server/clock_gate.h).
+  uint64_t clock = 0;
+  std::optional<update::UpdatePlan> plan;
   std::string test_pixels, test_labels;
   int test_count = 0;
 
@@ -61,12 +67,19 @@ struct Trainer::Impl {
   std::mutex sync_wait_mu;
   std::condition_variable sync_cv;
   bool stop_sync = false;                     // guarded by sync_wait_mu
+  // consistency: sync: workers wait at each push boundary until the push and pull are done.
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
 
   void Fail(const Status& s) {
-    std::lock_guard<std::mutex> lock(err_mu);
-    if (first_error.ok()) first_error = s;
-    abort = true;
-    queue.Close();
+    {
+      std::lock_guard<std::mutex> lock(err_mu);
+      if (first_error.ok()) first_error = s;
+      abort = true;
+      queue.Close();
+    }
+    std::lock_guard<std::mutex> lock(gate_mu);
+    gate_cv.notify_all();
   }
   Status Error() {
     std::lock_guard<std::mutex> lock(err_mu);
@@ -75,7 +88,7 @@ struct Trainer::Impl {
 
   Status CheckDataServer();
   Status FetchTestSet();
-  Status Sync();
+  Status Sync(bool epoch_end);
   void TrainItem(int t, const BatchItem& item);
   void PrefetchLoop();
   void SyncLoop();
@@ -132,22 +145,41 @@ Status Trainer::Impl::FetchTestSet() {
   return OkStatus();
 }
 
-Status Trainer::Impl::Sync() {
+Status Trainer::Impl::Sync(bool epoch_end) {
   std::lock_guard<std::mutex> lock(sync_mu);
   const int64_t seen = images_since_sync.load(std::memory_order_relaxed);
   const int64_t n = layout->num_params();
   float* wp = replica->weights();
+  // The dense logs first, then the weights: every logged image's update is in the snapshot (an
+  // image logged later may be too: it is sent next time and its local effect comes back with
+  // the pull after that).
+  PushArgs args;
+  for (int t = 0; t < replica->threads(); ++t) {
+    DenseLog& log = logs[size_t(t)];
+    replica->TakeDenseLog(t, &log);
+    if (log.images == 0) continue;
+    for (size_t k = 0; k < plan->dense().size(); ++k)
+      args.dense.push_back({plan->dense()[k].layer, log.images, log.activations[k].data(),
+                            log.errors[k].data()});
+  }
   std::memcpy(snapshot.data(), wp, size_t(n) * sizeof(float));
   for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = snapshot[size_t(i)] - w0[size_t(i)];
-  const uint64_t pushed0 = ps->pushed_bytes(), pulled0 = ps->pulled_bytes();
-  ADAM_RETURN_IF_ERROR(ps->Push(delta.data()));
-  ADAM_RETURN_IF_ERROR(ps->Pull(pulled.data()));
+  clock = epoch_end ? ((clock >> 32) + 1) << 32 : clock + 1;
+  args.delta = delta.data();
+  args.clock = clock;
+  const uint64_t pushed0 = ps->pushed_bytes() + ps->dense_bytes(), pulled0 = ps->pulled_bytes();
+  ADAM_RETURN_IF_ERROR(ps->Push(args));
+  ADAM_RETURN_IF_ERROR(ps->Pull(pulled.data(), clock));
   // Keep what the workers added while the push and pull were in flight.
   for (int64_t i = 0; i < n; ++i) wp[i] = pulled[size_t(i)] + (wp[i] - snapshot[size_t(i)]);
   w0.swap(pulled);
   images_since_sync.fetch_sub(seen, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> gl(gate_mu);
+    gate_cv.notify_all();
+  }
   if (m.pushes) m.pushes->Increment();
-  if (m.push_bytes) m.push_bytes->Increment(double(ps->pushed_bytes() - pushed0));
+  if (m.push_bytes) m.push_bytes->Increment(double(ps->pushed_bytes() + ps->dense_bytes() - pushed0));
   if (m.pull_bytes) m.pull_bytes->Increment(double(ps->pulled_bytes() - pulled0));
   return OkStatus();
 }
@@ -158,7 +190,14 @@ void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
   const int push_every = job.training.push_every;
   // Slices of pushEvery images keep the sync thread's counter fresh within a batch.
   const int step = std::max(1, std::min(push_every, item.count));
+  const bool lockstep = job.training.consistency == spec::Consistency::kSync;
   for (int i = 0; i < item.count && !abort.load(std::memory_order_relaxed); i += step) {
+    if (lockstep) {  // sync: no image past a push boundary until that push's pull is back
+      std::unique_lock<std::mutex> lock(gate_mu);
+      gate_cv.wait(lock, [&] {
+        return abort.load() || images_since_sync.load(std::memory_order_relaxed) < push_every;
+      });
+    }
     const int n = std::min(step, item.count - i);
     loss[size_t(t)] += replica->Train(t, px + int64_t{i} * layout->input_size(), lb + i, n, lr);
     images[size_t(t)] += n;
@@ -229,7 +268,7 @@ void Trainer::Impl::SyncLoop() {
     if (stop_sync) break;
     if (images_since_sync.load(std::memory_order_relaxed) >= job.training.push_every) {
       lock.unlock();
-      Status st = Sync();
+      Status st = Sync(false);
       lock.lock();
       if (!st.ok()) {
         Fail(st);
@@ -259,6 +298,13 @@ StatusOr<TrainerResult> Trainer::Run() {
   const auto start = Clock::now();
   ADAM_ASSIGN_OR_RETURN(auto layout, model::ModelLayout::Make(s.job.model));
   s.layout = std::move(layout);
+  {
+    const auto& role = s.job.roles.parameter_server;
+    ADAM_ASSIGN_OR_RETURN(auto map, shard::ShardMap::Make(s.layout->num_params(), role.shard_bytes,
+                                                          role.replicas, s.job.training.seed));
+    s.plan = update::UpdatePlan::Make(*s.layout, map, s.job.training.push_every,
+                                      s.job.training.dense_updates);
+  }
   ADAM_RETURN_IF_ERROR(s.CheckDataServer());
   const bool evaluates = s.opt.index == 0;
   if (evaluates) ADAM_RETURN_IF_ERROR(s.FetchTestSet());
@@ -268,14 +314,16 @@ StatusOr<TrainerResult> Trainer::Run() {
   s.snapshot.resize(n);
   s.delta.resize(n);
   s.pulled.resize(n);
-  ADAM_RETURN_IF_ERROR(s.ps->Pull(s.w0.data()));
+  ADAM_RETURN_IF_ERROR(s.ps->Pull(s.w0.data(), 0));
   ReplicaOptions ro;
+  for (const auto& d : s.plan->dense()) ro.record_layers.push_back(d.layer);
   ro.threads = s.opt.threads;
   ro.batch = s.job.training.batch_size;
   ro.eval_batch = s.opt.eval_batch;
   ro.bind = s.opt.bind;
   ro.evaluate = evaluates;
   ADAM_ASSIGN_OR_RETURN(s.replica, Replica::Create(*s.layout, ro, s.w0.data()));
+  s.logs.resize(size_t(s.opt.threads));
   s.loss.assign(size_t(s.opt.threads), 0);
   s.images.assign(size_t(s.opt.threads), 0);
   spdlog::info("workers: {}", s.replica->placement());
@@ -308,7 +356,7 @@ StatusOr<TrainerResult> Trainer::Run() {
         break;
       }
     }
-    if (Status st = s.Sync(); !st.ok()) {
+    if (Status st = s.Sync(/*epoch_end=*/true); !st.ok()) {
       s.Fail(st);
       break;
     }
@@ -352,6 +400,14 @@ StatusOr<TrainerResult> Trainer::Run() {
   s.queue.Close();
   syncer.join();
   prefetcher.join();
+  {
+    // Consistency stops waiting for this trainer (best effort: the servers may be gone).
+    std::lock_guard<std::mutex> lock(s.sync_mu);
+    PushArgs leave;
+    leave.clock = s.clock;
+    leave.leave = true;
+    if (Status st = s.ps->Push(leave); !st.ok()) spdlog::warn("leaving: {}", st.message());
+  }
   if (Status err = s.Error(); !err.ok()) return err;
   EmitEvent({{"event", "done"},
              {"trainer", s.opt.index},

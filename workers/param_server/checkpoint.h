@@ -1,0 +1,133 @@
+// Checkpoints: the parameter server's delayed persistence (a write-back cache of its shards).
+//
+// Every `interval` the Checkpointer takes the shards whose version moved since the last flush
+// (reads through the shard workers, so each copy is consistent and includes every update
+// acknowledged before it), compresses them (byte-plane shuffle + zstd) and writes one file,
+// generation G, that also names for every clean shard the older generation holding its latest
+// copy. The file is written to `ckpt-G.adam.tmp`, fsynced, renamed to `ckpt-G.adam` and the
+// directory fsynced: a crash leaves either the whole new checkpoint or none of it. Files no
+// longer needed by the newest two checkpoints are deleted.
+//
+// File layout (little-endian):
+//   "ADAMCKP1" | u32 format (1) | u32 server | u64 generation | u64 model parameters | u32 entries
+//   entries x { u32 shard | u64 floats | u64 version | u64 source generation
+//               [source == generation: u64 compressed bytes | zstd frame] }
+//   u32 CRC-32 (zlib) of every byte before it | "ADAMEND1"
+//
+// Restore picks the newest checkpoint whose file and every file it refers to verify (magic,
+// sizes, CRC, zstd frames) and match this server's shards; a bad one is named in the log and the
+// previous one is tried. Thread-safe: one Checkpointer per server; its methods may be called from
+// any thread.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "param_server/buffer_pool.h"
+#include "param_server/param_store.h"
+
+namespace adam::ps {
+
+struct CheckpointEntry {
+  uint32_t shard = 0;
+  int64_t count = 0;
+  uint64_t version = 0;
+  uint64_t source = 0;        // generation whose file holds the values
+  std::vector<float> values;  // when source is this file's generation
+};
+
+struct CheckpointFile {
+  uint32_t server = 0;
+  uint64_t generation = 0;
+  int64_t num_params = 0;
+  std::vector<CheckpointEntry> entries;
+};
+
+// Parses and verifies one checkpoint file's bytes. Entries may hold at most `max_floats` floats
+// each. Errors name the byte offset and what is wrong.
+StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_floats);
+
+// The shards restored from the newest usable checkpoint.
+struct Restored {
+  uint64_t generation = 0;  // 0: nothing restored
+  std::string file;
+  struct Shard {
+    uint64_t version = 0;
+    uint64_t source = 0;
+    std::vector<float> values;
+  };
+  std::map<uint32_t, Shard> shards;
+};
+
+struct CheckpointOptions {
+  std::string dir;
+  uint32_t server = 0;
+  int64_t num_params = 0;
+  std::chrono::milliseconds interval{30000};
+  int zstd_level = 1;
+  // Tests: sleep this long after writing half of a checkpoint (to kill a server mid-flush).
+  std::chrono::milliseconds debug_pause_mid_flush{0};
+};
+
+// Reads `options.dir` for the server's newest usable checkpoint covering exactly `shards` (id ->
+// floats). No checkpoint files: an empty Restored. Files but none usable: an error naming each.
+// Leftover *.tmp files of an interrupted flush are removed.
+StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& options,
+                                     const std::map<uint32_t, int64_t>& shards);
+
+struct CheckpointMetrics {
+  prometheus::Counter* flushes = nullptr;        // adam_ps_checkpoint_flushes_total
+  prometheus::Counter* bytes = nullptr;          // adam_ps_checkpoint_bytes_total (on disk)
+  prometheus::Histogram* duration = nullptr;     // adam_ps_checkpoint_flush_seconds
+  prometheus::Gauge* last_success = nullptr;     // adam_ps_checkpoint_last_success_timestamp_seconds
+  prometheus::Gauge* generation = nullptr;       // adam_ps_checkpoint_generation
+};
+
+class Checkpointer {
+ public:
+  // `store` and `pool` must outlive it. `restored` (may be empty) says which generation holds
+  // each shard's restored copy, so a clean restored shard is not written again.
+  Checkpointer(ParamStore* store, BufferPool* pool, CheckpointOptions options,
+               const Restored& restored, CheckpointMetrics metrics);
+  ~Checkpointer();  // stops the background thread (without a last flush; call Flush first)
+
+  // Starts flushing every interval on a background thread.
+  void Start();
+  // Flushes the dirty shards now; returns the generation written (0 when nothing was dirty).
+  StatusOr<uint64_t> Flush();
+  uint64_t generation() const;
+
+ private:
+  StatusOr<uint64_t> FlushLocked();
+  void Loop();
+  void Prune(uint64_t newest);
+
+  ParamStore* store_;
+  BufferPool* pool_;
+  CheckpointOptions opt_;
+  CheckpointMetrics m_;
+  mutable std::mutex mu_;  // one flush at a time; guards the state below
+  uint64_t next_generation_ = 1;
+  uint64_t last_generation_ = 0;
+  std::map<uint32_t, uint64_t> flushed_version_;  // shard -> version in the newest checkpoint
+  std::map<uint32_t, uint64_t> source_;           // shard -> generation holding that copy
+  std::map<uint64_t, std::vector<uint64_t>> refs_;  // generation -> generations it refers to
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // guarded by stop_mu_
+  std::thread thread_;
+};
+
+}  // namespace adam::ps
