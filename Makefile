@@ -25,7 +25,10 @@ clean:
 fuzz: deps
 	./scripts/fuzz.sh
 
-# Benchmarks against PyTorch (installs python3-torch); prints tables, writes build/bench/*.json.
+# Benchmarks: the parameter server against a memory-bandwidth triad, the trainer against PyTorch
+# (installs python3-torch); prints tables, writes build/bench/*.json.
 bench: build
 	ADAM_INSTALL_BENCH=1 ./scripts/install-deps.sh
+	mkdir -p $(BUILD)/bench
+	$(BUILD)/bench/ps_bench --json $(BUILD)/bench/ps.json
 	/usr/bin/python3 bench/trainer.py --build $(BUILD) --tta 0.91

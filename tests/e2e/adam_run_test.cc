@@ -112,6 +112,25 @@ TEST_F(AdamRun, TrainsSyntheticDataFarAboveChance) {
   EXPECT_THAT(r.err, HasSubstr("[trainer-1]"));
 }
 
+// Each consistency model trains the synthetic set far above chance, and the parameter servers
+// report their waits.
+class ConsistencyRun : public AdamRun, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ConsistencyRun, TrainsFarAboveChance) {
+  const std::string job = Manifest(dir_, std::string("epochs: 3, learningRate: 0.02, pushEvery: 50, ") + GetParam(),
+                                   "parameterServer: {replicas: 2, shardBytes: 1024}, "
+                                   "trainer: {replicas: 2, threads: 1}");
+  Result r = Adam(dir_, "run " + job + " --output json -q");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
+  EXPECT_EQ(j["epochs"].get<int>(), 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ConsistencyRun,
+                         ::testing::Values("consistency: sync", "consistency: bounded, maxStaleness: 2",
+                                           "consistency: async, denseUpdates: activations"));
+
 TEST_F(AdamRun, TargetAccuracyEndsTheJobEarly) {
   const std::string job = Manifest(dir_, "epochs: 50, learningRate: 0.02, targetAccuracy: 0.6",
                                    "trainer: {replicas: 1, threads: 2}");

@@ -1,0 +1,204 @@
+// A parameter server process killed with SIGKILL in the middle of a checkpoint flush restarts
+// from its last complete checkpoint; one stopped with SIGTERM flushes everything first.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "model/layout.h"
+#include "spec/adamjob.h"
+#include "testing/tmp_dir.h"
+#include "trainer/ps_client.h"
+#include "update/update_plan.h"
+
+namespace adam {
+namespace {
+
+// `adam ARGS` as a child whose stdout (events) we read; stderr goes to `log`.
+class Child {
+ public:
+  Child(const std::vector<std::string>& args, const std::string& log) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      int err = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(err, STDERR_FILENO);
+      close(fds[0]);
+      std::vector<char*> argv = {const_cast<char*>(ADAM_BINARY)};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(ADAM_BINARY, argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(fd_);
+  }
+  // The next event named `name` (others are skipped), or nullopt after `timeout`.
+  std::optional<nlohmann::json> WaitEvent(const std::string& name,
+                                          std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      size_t nl;
+      while ((nl = buf_.find('\n')) != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        if (line.rfind("@adam ", 0) != 0) continue;
+        auto j = nlohmann::json::parse(line.substr(6), nullptr, false);
+        if (!j.is_discarded() && j.value("event", "") == name) return j;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, int(left.count())) <= 0) return std::nullopt;
+      char chunk[4096];
+      const ssize_t n = read(fd_, chunk, sizeof chunk);
+      if (n <= 0) return std::nullopt;
+      buf_.append(chunk, size_t(n));
+    }
+  }
+  void Signal(int sig) { kill(pid_, sig); }
+  int Wait() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string buf_;
+};
+
+class PsPersistence : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    job_path_ = dir_.File("job.yaml");
+    std::ofstream(job_path_)
+        << "apiVersion: adam.dev/v1alpha1\nkind: AdamJob\nmetadata: {name: persist}\nspec:\n"
+        << "  dataset:\n    train: {images: a, labels: b}\n    test: {images: c, labels: d}\n"
+        << "  model:\n    input: {channels: 1, height: 12, width: 12}\n    layers:\n"
+        << "      - {type: conv, maps: 4, kernel: 3}\n      - {type: maxpool, size: 2}\n"
+        << "      - {type: dense, units: 16}\n      - {type: softmax, classes: 4}\n"
+        << "  training: {denseUpdates: weights}\n"
+        << "  roles:\n    parameterServer: {replicas: 1, shardBytes: 1024, persistence: {interval: 200ms}}\n";
+    auto job = spec::LoadAdamJob(job_path_);
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    auto layout = model::ModelLayout::Make(job->model);
+    ASSERT_TRUE(layout.ok());
+    n_ = layout->num_params();
+    auto map = shard::ShardMap::Make(n_, 1024, 1, job->training.seed);
+    ASSERT_TRUE(map.ok());
+    map_ = *map;
+    plan_.emplace(update::UpdatePlan::Make(*layout, *map_, job->training.push_every,
+                                           job->training.dense_updates));
+  }
+
+  std::unique_ptr<Child> StartPs(const std::vector<std::string>& extra, int* port) {
+    std::vector<std::string> args = {"ps", "--job", job_path_, "--index", "0", "--listen",
+                                     "127.0.0.1:0", "--state-dir", dir_.File("state"),
+                                     "--threads", "1", "--no-bind"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto c = std::make_unique<Child>(args, dir_.File("ps.log"));
+    auto ready = c->WaitEvent("ready");
+    EXPECT_TRUE(ready.has_value()) << "parameter server did not start";
+    *port = ready ? (*ready)["port"].get<int>() : 0;
+    return c;
+  }
+
+  std::unique_ptr<trainer::ParamServerClient> Connect(int port) {
+    auto c = trainer::ConnectParamServers(*map_, *plan_, {"127.0.0.1:" + std::to_string(port)}, {});
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  std::vector<float> Pull(trainer::ParamServerClient* c) {
+    std::vector<float> v(static_cast<size_t>(n_));
+    EXPECT_TRUE(c->Pull(v.data(), 0).ok());
+    return v;
+  }
+
+  void PushAll(trainer::ParamServerClient* c, float value) {
+    std::vector<float> d(static_cast<size_t>(n_), value);
+    ASSERT_TRUE(c->Push({d.data(), {}, 1, false}).ok());
+  }
+
+  static std::vector<float> Plus(std::vector<float> v, float x) {
+    for (auto& f : v) f += x;
+    return v;
+  }
+
+  testing::TmpDir dir_;
+  std::string job_path_;
+  int64_t n_ = 0;
+  std::optional<shard::ShardMap> map_;
+  std::optional<update::UpdatePlan> plan_;
+};
+
+TEST_F(PsPersistence, KillDuringAFlushLosesNothingOlderThanTheLastCompleteFlush) {
+  int port = 0;
+  std::vector<float> initial;
+  {
+    auto ps = StartPs({"--debug-flush-pause-ms", "1500"}, &port);
+    auto client = Connect(port);
+    ASSERT_TRUE(client);
+    initial = Pull(client.get());
+    PushAll(client.get(), 1.f);  // acknowledged, then flushed completely
+    auto done = ps->WaitEvent("checkpoint");
+    ASSERT_TRUE(done.has_value()) << "no complete checkpoint";
+    PushAll(client.get(), 2.f);  // acknowledged, but its flush is interrupted
+    auto writing = ps->WaitEvent("checkpoint_writing");
+    ASSERT_TRUE(writing.has_value());
+    ASSERT_GT((*writing)["generation"].get<uint64_t>(), (*done)["generation"].get<uint64_t>());
+    ps->Signal(SIGKILL);
+    ps->Wait();
+    bool tmp_left = false;
+    for (const auto& de : std::filesystem::recursive_directory_iterator(dir_.File("state")))
+      tmp_left |= de.path().extension() == ".tmp";
+    EXPECT_TRUE(tmp_left) << "the kill should have interrupted a flush";
+  }
+  auto ps = StartPs({}, &port);
+  auto client = Connect(port);
+  ASSERT_TRUE(client);
+  EXPECT_EQ(Pull(client.get()), Plus(initial, 1.f));
+}
+
+TEST_F(PsPersistence, TerminateFlushesEverythingFirst) {
+  int port = 0;
+  std::vector<float> initial;
+  {
+    auto ps = StartPs({}, &port);
+    auto client = Connect(port);
+    ASSERT_TRUE(client);
+    initial = Pull(client.get());
+    PushAll(client.get(), 0.5f);
+    ps->Signal(SIGTERM);  // before any interval has passed
+    const int status = ps->Wait();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  auto ps = StartPs({}, &port);
+  auto client = Connect(port);
+  ASSERT_TRUE(client);
+  EXPECT_EQ(Pull(client.get()), Plus(initial, 0.5f));
+}
+
+}  // namespace
+}  // namespace adam
