@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test fuzz bench clean
+.PHONY: deps build demo test fuzz tsan bench clean
 
 deps:
 	./scripts/install-deps.sh
@@ -20,10 +20,14 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-fuzz build-tsan build-fuzz.log build-tsan.log
 
 fuzz: deps
 	./scripts/fuzz.sh
+
+# ThreadSanitizer over the race-free parts (clang build in build-tsan/).
+tsan: deps
+	./scripts/tsan.sh
 
 # Benchmarks: the parameter server against a memory-bandwidth triad, the trainer against PyTorch
 # (installs python3-torch); prints tables, writes build/bench/*.json.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
+#include "core/hogwild.h"
 
 namespace adam::model {
 
@@ -418,6 +419,7 @@ void Network::Backward(float lr) {
   for (auto& s : m.backward) s.prim.execute(m.strm, s.args);
   m.strm.wait();
   if (m.mode != NetworkMode::kSgd) return;
+  HogwildScope hogwild;  // the shared weights, written without a lock
   float* w = m.params;
   const float* g = m.grads;
   for (const auto& r : m.looped_updates)

@@ -26,12 +26,20 @@ struct AlignedFree {
 
 }  // namespace
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
+// Versions for AVX-512, AVX2 and baseline x86-64, picked at load time by an ifunc resolver. Not
+// under sanitizers: the resolver runs before their runtime is initialised.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || defined(ADAM_NO_TARGET_CLONES)
+#define ADAM_VECTOR_CLONES
+#else
+#define ADAM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
+ADAM_VECTOR_CLONES
 void AddInto(float* __restrict dst, const float* __restrict src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
+ADAM_VECTOR_CLONES
 static void Axpy(float alpha, const float* __restrict x, float* __restrict y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
@@ -149,11 +157,12 @@ ParamStore::ParamStore(const shard::ShardMap& map, int server, const float* init
         std::memcpy(s.values.get(), initial + s.offset, size_t(s.count) * sizeof(float));
       }
       {
+        // Notify under the lock: the constructor's cv and mu die as soon as it sees `ready`.
         std::lock_guard<std::mutex> lock(mu);
         ++ready;
         bound += ok;
+        cv.notify_all();
       }
-      cv.notify_all();
       WorkerLoop(w);
     });
   }

@@ -65,7 +65,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   spdlog::info("training with {} threads, batch {}, {} parameters in {} shards on {} servers",
                to.threads, job.training.batch_size, layout->num_params(), map->shards().size(),
                map->num_servers());
-  Trainer trainer(job, to, tm, data_channel, std::move(*ps));
+  Trainer trainer(job, to, tm, MakeGrpcDataClient(data_channel, to.rpc_timeout), std::move(*ps));
   auto result = trainer.Run();
   if (!result.ok()) {
     spdlog::error("{}", result.status().message());

@@ -12,10 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "adam/v1/data.grpc.pb.h"
 #include "core/event.h"
+#include "core/hogwild.h"
 #include "model/layout.h"
-#include "net/grpc.h"
 #include "trainer/batch_queue.h"
 #include "trainer/replica.h"
 #include "update/update_plan.h"
@@ -25,19 +24,19 @@ namespace adam::trainer {
 using Clock = std::chrono::steady_clock;
 
 struct Trainer::Impl {
-  Impl(spec::AdamJob j, TrainerOptions o, TrainerMetrics mm, std::shared_ptr<grpc::Channel> ch,
+  Impl(spec::AdamJob j, TrainerOptions o, TrainerMetrics mm, std::unique_ptr<DataClient> d,
        std::unique_ptr<ParamServerClient> p)
       : job(std::move(j)),
         opt(std::move(o)),
         m(mm),
-        data(adam::v1::DataService::NewStub(ch)),
+        data(std::move(d)),
         ps(std::move(p)),
         queue(size_t(std::max(1, opt.prefetch_batches))) {}
 
   spec::AdamJob job;
   TrainerOptions opt;
   TrainerMetrics m;
-  std::unique_ptr<adam::v1::DataService::Stub> data;
+  std::unique_ptr<DataClient> data;
   std::unique_ptr<ParamServerClient> ps;
   std::optional<model::ModelLayout> layout;
   BatchQueue queue;
@@ -96,17 +95,15 @@ struct Trainer::Impl {
 };
 
 Trainer::Trainer(spec::AdamJob job, TrainerOptions options, TrainerMetrics metrics,
-                 std::shared_ptr<grpc::Channel> data_channel, std::unique_ptr<ParamServerClient> ps)
-    : impl_(std::make_unique<Impl>(std::move(job), std::move(options), metrics,
-                                   std::move(data_channel), std::move(ps))) {}
+                 std::unique_ptr<DataClient> data, std::unique_ptr<ParamServerClient> ps)
+    : impl_(std::make_unique<Impl>(std::move(job), std::move(options), metrics, std::move(data),
+                                   std::move(ps))) {}
 
 Trainer::~Trainer() = default;
 
 Status Trainer::Impl::CheckDataServer() {
-  grpc::ClientContext ctx;
-  net::SetDeadline(&ctx, opt.rpc_timeout);
   adam::v1::DatasetInfo info;
-  ADAM_RETURN_IF_ERROR(net::FromGrpc(data->GetInfo(&ctx, {}, &info), "data server GetInfo"));
+  ADAM_RETURN_IF_ERROR(data->GetInfo(&info));
   const auto& in = job.model.input;
   if (int(info.channels()) != in.channels || int(info.height()) != in.height ||
       int(info.width()) != in.width)
@@ -126,13 +123,11 @@ Status Trainer::Impl::CheckDataServer() {
 
 Status Trainer::Impl::FetchTestSet() {
   for (uint32_t offset = 0;;) {
-    grpc::ClientContext ctx;
-    net::SetDeadline(&ctx, opt.rpc_timeout);
     adam::v1::GetTestBatchRequest req;
     req.set_offset(offset);
     req.set_max_count(4096);
     adam::v1::Batch b;
-    ADAM_RETURN_IF_ERROR(net::FromGrpc(data->GetTestBatch(&ctx, req, &b), "data server GetTestBatch"));
+    ADAM_RETURN_IF_ERROR(data->GetTestBatch(req, &b));
     if (b.pixels().size() != size_t(b.count()) * size_t(layout->input_size()) ||
         b.labels().size() != b.count())
       return DataLossError("data server sent a test batch whose sizes do not match its count");
@@ -162,7 +157,10 @@ Status Trainer::Impl::Sync(bool epoch_end) {
       args.dense.push_back({plan->dense()[k].layer, log.images, log.activations[k].data(),
                             log.errors[k].data()});
   }
-  std::memcpy(snapshot.data(), wp, size_t(n) * sizeof(float));
+  {
+    HogwildScope hogwild;  // workers keep writing w meanwhile
+    std::memcpy(snapshot.data(), wp, size_t(n) * sizeof(float));
+  }
   for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = snapshot[size_t(i)] - w0[size_t(i)];
   clock = epoch_end ? ((clock >> 32) + 1) << 32 : clock + 1;
   args.delta = delta.data();
@@ -171,7 +169,10 @@ Status Trainer::Impl::Sync(bool epoch_end) {
   ADAM_RETURN_IF_ERROR(ps->Push(args));
   ADAM_RETURN_IF_ERROR(ps->Pull(pulled.data(), clock));
   // Keep what the workers added while the push and pull were in flight.
-  for (int64_t i = 0; i < n; ++i) wp[i] = pulled[size_t(i)] + (wp[i] - snapshot[size_t(i)]);
+  {
+    HogwildScope hogwild;
+    for (int64_t i = 0; i < n; ++i) wp[i] = pulled[size_t(i)] + (wp[i] - snapshot[size_t(i)]);
+  }
   w0.swap(pulled);
   images_since_sync.fetch_sub(seen, std::memory_order_relaxed);
   {
@@ -212,16 +213,13 @@ void Trainer::Impl::PrefetchLoop() {
   for (uint32_t e = 0; e < uint32_t(job.training.epochs); ++e) {
     for (uint32_t b = 0;; ++b) {
       if (abort) return;
-      grpc::ClientContext ctx;
-      net::SetDeadline(&ctx, opt.rpc_timeout);
       adam::v1::GetBatchRequest req;
       req.set_trainer(uint32_t(opt.index));
       req.set_epoch(e);
       req.set_batch_index(b);
       adam::v1::Batch resp;
-      grpc::Status st = data->GetBatch(&ctx, req, &resp);
-      if (!st.ok()) {
-        Fail(net::FromGrpc(st, "data server GetBatch"));
+      if (Status st = data->GetBatch(req, &resp); !st.ok()) {
+        Fail(st);
         return;
       }
       if (resp.pixels().size() != size_t(resp.count()) * size_t(layout->input_size()) ||
@@ -344,13 +342,10 @@ StatusOr<TrainerResult> Trainer::Run() {
     BatchItem marker;
     if (s.abort || !s.queue.PopMarker(&marker)) break;
     {
-      grpc::ClientContext ctx;
-      net::SetDeadline(&ctx, s.opt.rpc_timeout);
       adam::v1::FinishEpochRequest req;
       req.set_trainer(uint32_t(s.opt.index));
       req.set_epoch(uint32_t(e));
-      adam::v1::FinishEpochResponse resp;
-      Status st = net::FromGrpc(s.data->FinishEpoch(&ctx, req, &resp), "data server FinishEpoch");
+      Status st = s.data->FinishEpoch(req);
       if (!st.ok()) {
         s.Fail(st);
         break;
@@ -387,10 +382,7 @@ StatusOr<TrainerResult> Trainer::Run() {
   result.images = s.images_total.load();
   if (evaluates && !s.abort) {
     // Ends the job for every trainer: the last epoch is done or the target is reached.
-    grpc::ClientContext ctx;
-    net::SetDeadline(&ctx, s.opt.rpc_timeout);
-    adam::v1::StopJobResponse resp;
-    s.data->StopJob(&ctx, {}, &resp);
+    if (Status st = s.data->StopJob(); !st.ok()) spdlog::warn("stopping the job: {}", st.message());
   }
   {
     std::lock_guard<std::mutex> lock(s.sync_wait_mu);

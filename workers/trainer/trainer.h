@@ -18,11 +18,8 @@
 
 #include "core/status.h"
 #include "spec/adamjob.h"
+#include "trainer/data_client.h"
 #include "trainer/ps_client.h"
-
-namespace grpc {
-class Channel;
-}
 
 namespace adam::trainer {
 
@@ -57,9 +54,9 @@ struct TrainerResult {
 
 class Trainer {
  public:
-  // `data_channel` reaches the data server; `ps` the parameter servers.
+  // `data` reaches the data server; `ps` the parameter servers.
   Trainer(spec::AdamJob job, TrainerOptions options, TrainerMetrics metrics,
-          std::shared_ptr<grpc::Channel> data_channel, std::unique_ptr<ParamServerClient> ps);
+          std::unique_ptr<DataClient> data, std::unique_ptr<ParamServerClient> ps);
   ~Trainer();
 
   // Trains until the job's epochs are done, the target accuracy is reached, or the job is

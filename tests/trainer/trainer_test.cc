@@ -1,0 +1,305 @@
+// The trainer in process: a data server and two parameter servers on loopback gRPC, two Trainer
+// replicas with two Hogwild workers each, in every consistency model. Also the suite that runs
+// under ThreadSanitizer (scripts/tsan.sh): everything here but the weight updates themselves
+// (core/hogwild.h) must be race-free.
+#include "trainer/trainer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <future>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "data/augment.h"
+#include "data_server/data_service.h"
+#include "model/layout.h"
+#include "net/grpc.h"
+#include "param_server/clock_gate.h"
+#include "param_server/param_service.h"
+#include "update/update_plan.h"
+
+namespace adam::trainer {
+namespace {
+
+// Four classes of 12x12 images: a bright 4x4 square in one quadrant, over noise.
+data::Dataset Synthetic(int n, uint32_t seed) {
+  data::Dataset d;
+  d.count = n;
+  d.height = d.width = 12;
+  std::mt19937 rng(seed);
+  for (int i = 0; i < n; ++i) {
+    const int c = int(rng() % 4);
+    d.labels.push_back(uint8_t(c));
+    const int y0 = (c / 2) * 6 + 1 + int(rng() % 2), x0 = (c % 2) * 6 + 1 + int(rng() % 2);
+    for (int y = 0; y < 12; ++y)
+      for (int x = 0; x < 12; ++x) {
+        const bool in = y >= y0 && y < y0 + 4 && x >= x0 && x < x0 + 4;
+        d.pixels.push_back(uint8_t(in ? 200 + rng() % 30 : rng() % 60));
+      }
+  }
+  return d;
+}
+
+spec::AdamJob Job(spec::Consistency mode) {
+  spec::AdamJob job;
+  job.name = "in-process";
+  job.model.input = {1, 12, 12};
+  spec::LayerSpec conv, pool, dense, soft;
+  conv.type = spec::LayerType::kConv;
+  conv.maps = 4;
+  conv.kernel = 3;
+  pool.type = spec::LayerType::kMaxPool;
+  pool.size = 2;
+  dense.type = spec::LayerType::kDense;
+  dense.units = 16;
+  dense.activation = spec::Activation::kRelu;
+  soft.type = spec::LayerType::kSoftmax;
+  soft.classes = 4;
+  job.model.layers = {conv, pool, dense, soft};
+  job.training.epochs = 3;
+  job.training.learning_rate = 0.02;
+  job.training.push_every = 20;
+  job.training.consistency = mode;
+  job.training.max_staleness = 2;
+  job.training.dense_updates = spec::DenseUpdates::kActivations;  // both protocols at work
+  job.roles.parameter_server.replicas = 2;
+  job.roles.parameter_server.shard_bytes = 1024;
+  job.roles.trainer.replicas = 2;
+  return job;
+}
+
+// The data server's calls answered straight from a DataSource (no gRPC threads: the suite
+// ThreadSanitizer runs).
+class LocalData final : public DataClient {
+ public:
+  explicit LocalData(data_server::DataSource* s) : s_(s) {}
+  Status GetInfo(adam::v1::DatasetInfo* info) override {
+    info->set_channels(1);
+    info->set_height(12);
+    info->set_width(12);
+    info->set_trainers(uint32_t(s_->options().trainers));
+    return OkStatus();
+  }
+  Status GetBatch(const adam::v1::GetBatchRequest& req, adam::v1::Batch* out) override {
+    data_server::BatchView b;
+    ADAM_RETURN_IF_ERROR(s_->GetBatch(int(req.trainer()), req.epoch(), req.batch_index(), &b));
+    Fill(std::move(b), out);
+    return OkStatus();
+  }
+  Status GetTestBatch(const adam::v1::GetTestBatchRequest& req, adam::v1::Batch* out) override {
+    data_server::BatchView b;
+    s_->GetTestBatch(req.offset(), req.max_count(), &b);
+    Fill(std::move(b), out);
+    return OkStatus();
+  }
+  Status FinishEpoch(const adam::v1::FinishEpochRequest& req) override {
+    return s_->FinishEpoch(int(req.trainer()), req.epoch()).status();
+  }
+  Status StopJob() override {
+    s_->Stop();
+    return OkStatus();
+  }
+
+ private:
+  static void Fill(data_server::BatchView&& b, adam::v1::Batch* out) {
+    out->set_count(uint32_t(b.count));
+    out->set_pixels(std::move(b.pixels));
+    out->set_labels(std::move(b.labels));
+    out->set_end_of_share(b.end_of_share);
+    out->set_epoch_closed(b.epoch_closed);
+    out->set_job_stopped(b.job_stopped);
+  }
+  data_server::DataSource* s_;
+};
+
+// One parameter vector behind a mutex, with the job's ClockGate: a parameter server in process.
+class LocalParams {
+ public:
+  LocalParams(std::vector<float> init, const update::UpdatePlan* plan, const shard::ShardMap* map,
+              const spec::AdamJob& job)
+      : w_(std::move(init)), plan_(plan), map_(map),
+        gate_(job.roles.trainer.replicas, job.training.consistency, job.training.max_staleness) {}
+
+  class Client final : public ParamServerClient {
+   public:
+    Client(LocalParams* p, int index) : p_(p), index_(index) {}
+    Status Push(const PushArgs& a) override {
+      {
+        std::lock_guard<std::mutex> lock(p_->mu_);
+        if (a.delta)
+          for (const auto& r : p_->plan_->DeltaRanges(0))
+            for (int64_t k = 0; k < r.count; ++k) {
+              const int64_t i = p_->map_->shards()[r.shard].offset + r.offset + k;
+              p_->w_[size_t(i)] += a.delta[i];
+            }
+        for (const auto& b : a.dense) {
+          const int d = p_->plan_->DenseIndex(b.layer);
+          const auto& rows = p_->plan_->Rows(0, d);  // one server: every row
+          ps::ApplyDense(p_->w_.data(), 0, int64_t(p_->w_.size()),
+                         {&p_->plan_->dense()[size_t(d)], rows.data(), int(rows.size()), b.images,
+                          b.activations, b.errors});
+        }
+      }
+      p_->gate_.Advance(index_, a.clock, a.leave);
+      return OkStatus();
+    }
+    Status Pull(float* out, uint64_t clock) override {
+      std::promise<void> ready;
+      p_->gate_.WhenAllowed(clock, [&](bool) {
+        std::lock_guard<std::mutex> lock(p_->mu_);
+        std::copy(p_->w_.begin(), p_->w_.end(), out);
+        ready.set_value();
+      });
+      ready.get_future().wait();
+      return OkStatus();
+    }
+    uint64_t pushed_bytes() const override { return 0; }
+    uint64_t dense_bytes() const override { return 0; }
+    uint64_t pulled_bytes() const override { return 0; }
+
+   private:
+    LocalParams* p_;
+    int index_;
+  };
+
+ private:
+  std::mutex mu_;
+  std::vector<float> w_;  // guarded by mu_
+  const update::UpdatePlan* plan_;
+  const shard::ShardMap* map_;
+  ps::ClockGate gate_;
+};
+
+class NoNetworkJob : public ::testing::TestWithParam<spec::Consistency> {};
+
+// Two trainers of two Hogwild workers each, every thread of the trainer at work (prefetch, sync,
+// workers, evaluation), both update protocols, no gRPC.
+TEST_P(NoNetworkJob, TwoReplicasTrainFarAboveChance) {
+  spec::AdamJob job = Job(GetParam());
+  job.roles.parameter_server.replicas = 1;
+  auto layout = model::ModelLayout::Make(job.model);
+  ASSERT_TRUE(layout.ok());
+  auto map = shard::ShardMap::Make(layout->num_params(), 1 << 20, 1, job.training.seed);
+  ASSERT_TRUE(map.ok());
+  const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every, job.training.dense_updates);
+  data::Dataset train = Synthetic(800, 1), test = Synthetic(200, 2);
+  spec::AugmentSpec aug;
+  aug.variants = 1;
+  data_server::DataSourceOptions so;
+  so.trainers = 2;
+  so.batch_images = 64;
+  data_server::DataSource source(std::make_unique<data::AugmentedCache>(train, aug, 1), train.labels,
+                                 std::move(test), so);
+  std::vector<float> init(size_t(layout->num_params()));
+  layout->InitParams(job.training.seed, init.data());
+  LocalParams params(init, &plan, &*map, job);
+  std::vector<StatusOr<TrainerResult>> results(2, InternalError("not run"));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      TrainerOptions to;
+      to.index = t;
+      to.threads = 2;
+      to.bind = false;
+      to.progress_interval = std::chrono::milliseconds(20);  // exercise the progress path too
+      Trainer trainer(job, to, {}, std::make_unique<LocalData>(&source),
+                      std::make_unique<LocalParams::Client>(&params, t));
+      results[size_t(t)] = trainer.Run();
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 2; ++t) ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
+  EXPECT_EQ(results[0]->epochs, 3);
+  EXPECT_GT(results[0]->test_accuracy, 0.85);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, NoNetworkJob,
+                         ::testing::Values(spec::Consistency::kAsync, spec::Consistency::kSync,
+                                           spec::Consistency::kBounded));
+
+class InProcessJob : public ::testing::TestWithParam<spec::Consistency> {};
+
+TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
+  const spec::AdamJob job = Job(GetParam());
+  auto layout = model::ModelLayout::Make(job.model);
+  ASSERT_TRUE(layout.ok());
+  const auto& role = job.roles.parameter_server;
+  auto map = shard::ShardMap::Make(layout->num_params(), role.shard_bytes, role.replicas, job.training.seed);
+  ASSERT_TRUE(map.ok());
+  const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every, job.training.dense_updates);
+  ASSERT_FALSE(plan.dense().empty());
+
+  // Data server.
+  data::Dataset train = Synthetic(800, 1), test = Synthetic(200, 2);
+  spec::AugmentSpec aug;
+  aug.variants = 1;
+  data_server::DataSourceOptions so;
+  so.trainers = 2;
+  so.batch_images = 64;
+  data_server::DataSource source(std::make_unique<data::AugmentedCache>(train, aug, 1), train.labels,
+                                 std::move(test), so);
+  data_server::DataService data_service(&source, 4, {});
+  auto data_server = net::StartServer("127.0.0.1:0", {&data_service});
+  ASSERT_TRUE(data_server.ok());
+
+  // Parameter servers.
+  std::vector<float> init(size_t(layout->num_params()));
+  layout->InitParams(job.training.seed, init.data());
+  ps::BufferPool pool;
+  std::vector<std::unique_ptr<ps::ParamStore>> stores;
+  std::vector<std::unique_ptr<ps::ClockGate>> gates;
+  std::vector<std::unique_ptr<ps::ParamService>> services;
+  std::vector<net::Server> servers;
+  std::vector<std::string> addresses;
+  for (int s = 0; s < 2; ++s) {
+    stores.push_back(std::make_unique<ps::ParamStore>(*map, s, init.data(), ps::StoreOptions{.threads = 2}));
+    gates.push_back(std::make_unique<ps::ClockGate>(2, job.training.consistency, job.training.max_staleness));
+    services.push_back(std::make_unique<ps::ParamService>(stores.back().get(), gates.back().get(), &plan, s,
+                                                          &pool, ps::ParamServiceMetrics{}));
+    auto srv = net::StartServer("127.0.0.1:0", {services.back().get()});
+    ASSERT_TRUE(srv.ok());
+    addresses.push_back("127.0.0.1:" + std::to_string(srv->port));
+    servers.push_back(std::move(*srv));
+  }
+
+  // Two trainers, two workers each.
+  std::vector<StatusOr<TrainerResult>> results(2, InternalError("not run"));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      GrpcParamServerClientOptions po;
+      po.trainer_index = t;
+      po.trainer_name = "trainer-" + std::to_string(t);
+      auto client = ConnectParamServers(*map, plan, addresses, po);
+      if (!client.ok()) {
+        results[size_t(t)] = client.status();
+        return;
+      }
+      TrainerOptions to;
+      to.index = t;
+      to.threads = 2;
+      to.name = po.trainer_name;
+      to.bind = false;
+      Trainer trainer(job, to, {},
+                      MakeGrpcDataClient(net::MakeChannel("127.0.0.1:" + std::to_string(data_server->port)),
+                                         std::chrono::seconds(30)),
+                      std::move(*client));
+      results[size_t(t)] = trainer.Run();
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 2; ++t) ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
+  EXPECT_EQ(results[0]->epochs, 3);
+  EXPECT_GT(results[0]->test_accuracy, 0.85);  // chance is 0.25
+  EXPECT_GT(results[1]->images, 0);
+  for (auto& g : gates) g->Close();
+  for (auto& s : servers) s.server->Shutdown();
+  data_server->server->Shutdown();
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, InProcessJob,
+                         ::testing::Values(spec::Consistency::kAsync, spec::Consistency::kSync,
+                                           spec::Consistency::kBounded));
+
+}  // namespace
+}  // namespace adam::trainer
