@@ -33,7 +33,8 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// a = b + s * c over `n` floats per array, each thread on its own slice (first-touched by it).
+// a = b + s * c over `n` floats per array, each thread on its own slice (first-touched by it);
+// GB/s counted STREAM's way (two reads and one write per element).
 double TriadGbps(int threads, int64_t n, int reps) {
   std::vector<float*> a(static_cast<size_t>(threads)), b(static_cast<size_t>(threads)), c(static_cast<size_t>(threads));
   const int64_t per = n / threads;
@@ -195,10 +196,24 @@ int main(int argc, char** argv) {
   }
 
   std::fprintf(stderr, "parameter server benchmark: %d threads\n", threads);
-  std::fprintf(stderr, "  triad (3 x %d MiB) ...\n", 64 * 3);
-  const double triad = TriadGbps(threads, int64_t{64} << 20 >> 2, reps);
-  std::fprintf(stderr, "  apply (%d shards x %d updates of 1 MiB per round) ...\n", shards, updates);
-  const ApplyResult apply = ApplyGbps(threads, shards, updates, reps);
+  // Triad and apply alternate, one round each at a time, so both see the same machine (these
+  // machines are shared): the ratio is the median of the rounds' ratios.
+  std::fprintf(stderr, "  %d rounds of: triad (3 x 192 MiB), apply (%d shards x %d updates of 1 MiB)\n",
+               reps, shards, updates);
+  double triad = 0;
+  ApplyResult apply;
+  std::vector<double> ratios;
+  for (int r = 0; r < reps; ++r) {
+    const double t = TriadGbps(threads, int64_t{64} << 20 >> 2, 1);
+    const ApplyResult a = ApplyGbps(threads, shards, updates, 1);
+    std::fprintf(stderr, "    round %d: triad %.2f GB/s, apply %.2f GB/s (%.2fx)\n", r + 1, t, a.gbps,
+                 a.gbps / t);
+    triad = std::max(triad, t);
+    if (a.gbps > apply.gbps) apply = a;
+    ratios.push_back(a.gbps / t);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const double ratio = ratios[ratios.size() / 2];
 
   // gRPC on loopback: one server with 16 shards of 1 MiB.
   const int64_t per = (1 << 20) / 4;
@@ -266,8 +281,8 @@ int main(int argc, char** argv) {
 
   std::fprintf(stderr, "\n%-44s %12s\n", "measure", "value");
   std::fprintf(stderr, "%-44s %9.2f GB/s\n", "STREAM-style triad (all threads)", triad);
-  std::fprintf(stderr, "%-44s %9.2f GB/s  (%.2fx triad)\n", "update application (batched, all threads)",
-               apply.gbps, apply.gbps / triad);
+  std::fprintf(stderr, "%-44s %9.2f GB/s  (median of rounds: %.2fx triad)\n",
+               "update application (batched, all threads)", apply.gbps, ratio);
   std::fprintf(stderr, "%-44s %9.2f GB/s  p50 %.2f ms  p99 %.2f ms\n", "gRPC push of 1 MiB (loopback)",
                push.gbps, push.p50_ms, push.p99_ms);
   std::fprintf(stderr, "%-44s %9.2f GB/s  p50 %.2f ms  p99 %.2f ms\n", "gRPC pull of 1 MiB (loopback)",
@@ -285,7 +300,7 @@ int main(int argc, char** argv) {
   nlohmann::json out = {{"threads", threads},
                         {"triad_gbps", triad},
                         {"apply_gbps", apply.gbps},
-                        {"apply_vs_triad", apply.gbps / triad},
+                        {"apply_vs_triad", ratio},
                         {"apply_updates_per_second", apply.updates_per_second},
                         {"push_gbps", push.gbps},
                         {"push_p50_ms", push.p50_ms},

@@ -18,7 +18,7 @@
 namespace adam::ps {
 namespace {
 
-constexpr int64_t kBlockFloats = 4096;  // 16 KiB: one block of every queued update stays in L1/L2
+constexpr int64_t kBlockFloats = 8192;  // 32 KiB: a block stays in L1/L2 while every update streams by
 
 struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
@@ -37,6 +37,19 @@ struct AlignedFree {
 ADAM_VECTOR_CLONES
 void AddInto(float* __restrict dst, const float* __restrict src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// dst[i] += a[i] + b[i] + c[i] + d[i]: four updates for one load and store of dst.
+ADAM_VECTOR_CLONES
+static void AddInto4(float* __restrict dst, const float* __restrict a, const float* __restrict b,
+                     const float* __restrict c, const float* __restrict d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += (a[i] + b[i]) + (c[i] + d[i]);
+}
+
+ADAM_VECTOR_CLONES
+static void AddInto2(float* __restrict dst, const float* __restrict a, const float* __restrict b,
+                     int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += a[i] + b[i];
 }
 
 ADAM_VECTOR_CLONES
@@ -91,6 +104,8 @@ void ApplyDense(float* values, int64_t shard_offset, int64_t shard_count, const 
     values[i - lo] += sum;
   }
 }
+
+thread_local std::vector<const float*> ParamStore::block_sources_;
 
 struct ParamStore::ShardState {
   uint32_t id = 0;
@@ -303,13 +318,27 @@ void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run) {
   for (const Op* op : run) any_add |= op->kind == Op::Kind::kAdd;
   if (any_add) {
     // Block by block: every queued update of one block while it is in cache.
+    std::vector<const float*>& whole = block_sources_;  // updates covering the whole block
     for (int64_t b = 0; b < s.count; b += kBlockFloats) {
-      const int64_t b_end = std::min(s.count, b + kBlockFloats);
+      const int64_t b_end = std::min(s.count, b + kBlockFloats), n = b_end - b;
+      whole.clear();
       for (const Op* op : run) {
         if (op->kind != Op::Kind::kAdd) continue;
         const int64_t lo = std::max(b, op->offset), hi = std::min(b_end, op->offset + op->count);
-        if (lo < hi) AddInto(v + lo, op->values + (lo - op->offset), hi - lo);
+        if (lo == b && hi == b_end) {
+          whole.push_back(op->values + (b - op->offset));
+        } else if (lo < hi) {
+          AddInto(v + lo, op->values + (lo - op->offset), hi - lo);
+        }
       }
+      size_t k = 0;
+      for (; k + 4 <= whole.size(); k += 4)
+        AddInto4(v + b, whole[k], whole[k + 1], whole[k + 2], whole[k + 3], n);
+      if (k + 2 <= whole.size()) {
+        AddInto2(v + b, whole[k], whole[k + 1], n);
+        k += 2;
+      }
+      if (k < whole.size()) AddInto(v + b, whole[k], n);
     }
   }
   for (const Op* op : run) {

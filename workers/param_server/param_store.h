@@ -4,7 +4,7 @@
 // queued to the one worker thread that owns the shard: producers (gRPC handlers, the
 // checkpointer) push Ops into the worker's lock-free queue and go on; the worker takes all queued
 // Ops at once, groups them by shard and applies each shard's updates block by block (every queued
-// update of a 16 KiB block before the next block, so the block stays in cache), with vectorized
+// update of a 32 KiB block before the next block, four per pass, so the block stays in cache), with vectorized
 // loops and oneDNN's sgemm for dense-layer updates. Reads see every update queued before them.
 // A shard is written only by its worker: no locks, no lost update. Workers are bound to cores
 // with hwloc and allocate their shards after binding, so each shard lives on its worker's NUMA
@@ -126,6 +126,7 @@ class ParamStore {
   int64_t total_floats_ = 0;
   std::string placement_;
   std::atomic<int64_t> queued_{0};
+  static thread_local std::vector<const float*> block_sources_;  // ApplyRun's scratch
   std::atomic<uint64_t> applied_bytes_{0};
 };
 
