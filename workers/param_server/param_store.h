@@ -4,8 +4,9 @@
 // queued to the one worker thread that owns the shard: producers (gRPC handlers, the
 // checkpointer) push Ops into the worker's lock-free queue and go on; the worker takes all queued
 // Ops at once, groups them by shard and applies each shard's updates block by block (every queued
-// update of a 32 KiB block before the next block, four per pass, so the block stays in cache), with vectorized
-// loops and oneDNN's sgemm for dense-layer updates. Reads see every update queued before them.
+// update of a 32 KiB block before the next block, four per pass, so the block stays in cache),
+// with vectorized loops and oneDNN's sgemm for dense-layer updates. Reads see every update queued
+// before them.
 // A shard is written only by its worker: no locks, no lost update. Workers are bound to cores
 // with hwloc and allocate their shards after binding, so each shard lives on its worker's NUMA
 // node. An Op's Completion runs on the worker once the Op is applied.
