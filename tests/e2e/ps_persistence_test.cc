@@ -14,7 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "adam/v1/ps.grpc.pb.h"
+#include "adam/v1/replica.grpc.pb.h"
 #include "model/layout.h"
+#include "net/grpc.h"
 #include "spec/adamjob.h"
 #include "testing/tmp_dir.h"
 #include "trainer/ps_client.h"
@@ -112,15 +115,17 @@ class PsPersistence : public ::testing::Test {
                                            job->training.dense_updates));
   }
 
-  std::unique_ptr<Child> StartPs(const std::vector<std::string>& extra, int* port) {
+  std::unique_ptr<Child> StartPs(const std::vector<std::string>& extra, int* port,
+                                 const std::string& state = "state", int* replication_port = nullptr) {
     std::vector<std::string> args = {"ps", "--job", job_path_, "--index", "0", "--listen",
-                                     "127.0.0.1:0", "--state-dir", dir_.File("state"),
+                                     "127.0.0.1:0", "--state-dir", dir_.File(state),
                                      "--threads", "1", "--no-bind"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto c = std::make_unique<Child>(args, dir_.File("ps.log"));
     auto ready = c->WaitEvent("ready");
     EXPECT_TRUE(ready.has_value()) << "parameter server did not start";
     *port = ready ? (*ready)["port"].get<int>() : 0;
+    if (replication_port) *replication_port = ready ? ready->value("replication_port", 0) : 0;
     return c;
   }
 
@@ -198,6 +203,38 @@ TEST_F(PsPersistence, TerminateFlushesEverythingFirst) {
   auto client = Connect(port);
   ASSERT_TRUE(client);
   EXPECT_EQ(Pull(client.get()), Plus(initial, 0.5f));
+}
+
+TEST_F(PsPersistence, ReplicationAddressServesTheCheckpointToAPeerAndNothingElse) {
+  int port = 0, repl = 0;
+  auto a = StartPs({"--replication-listen", "127.0.0.2:0"}, &port, "a", &repl);
+  ASSERT_GT(repl, 0);
+  auto client = Connect(port);
+  ASSERT_TRUE(client);
+  PushAll(client.get(), 0.25f);
+  ASSERT_TRUE(a->WaitEvent("checkpoint").has_value());
+  const std::vector<float> want = Pull(client.get());
+
+  // Each address serves only its own service.
+  {
+    auto on_trainer_port = adam::v1::ReplicaService::NewStub(net::MakeChannel("127.0.0.1:" + std::to_string(port)));
+    grpc::ClientContext ctx;
+    auto r = on_trainer_port->GetCheckpoint(&ctx, {});
+    adam::v1::CheckpointChunk c;
+    EXPECT_FALSE(r->Read(&c));
+    EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    auto on_repl = adam::v1::ParameterService::NewStub(net::MakeChannel("127.0.0.2:" + std::to_string(repl)));
+    grpc::ClientContext ctx2;
+    adam::v1::PullResponse resp;
+    EXPECT_EQ(on_repl->Pull(&ctx2, {}, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  }
+
+  // A server with an empty volume copies the checkpoint over the replication address.
+  int port_b = 0;
+  auto b = StartPs({"--restore-from", "127.0.0.2:" + std::to_string(repl)}, &port_b, "b");
+  auto client_b = Connect(port_b);
+  ASSERT_TRUE(client_b);
+  EXPECT_EQ(Pull(client_b.get()), want);
 }
 
 }  // namespace

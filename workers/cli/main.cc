@@ -102,6 +102,11 @@ int main(int argc, char** argv) {
   std::string state_dir;
   int flush_pause_ms = 0;
   ps->add_option("--state-dir", state_dir, "checkpoint directory (restored on start); none = no persistence");
+  std::string replication_listen, restore_from;
+  ps->add_option("--replication-listen", replication_listen,
+                 "host:port of the second NIC for replication and checkpoint traffic");
+  ps->add_option("--restore-from", restore_from,
+                 "a peer's replication address: copy its newest checkpoint when --state-dir has none");
   ps->add_option("--threads", threads, "shard worker threads (default: one per usable core)");
   ps->add_flag("--no-bind", no_bind, "do not bind shard workers to cores");
   ps->add_option("--debug-flush-pause-ms", flush_pause_ms, "tests: pause this long mid-checkpoint")
@@ -165,6 +170,8 @@ int main(int argc, char** argv) {
     o.listen = listen;
     o.metrics_port = metrics_port;
     o.state_dir = state_dir;
+    o.replication_listen = replication_listen;
+    o.restore_from = restore_from;
     o.threads = threads;
     o.bind = !no_bind;
     o.debug_flush_pause = std::chrono::milliseconds(flush_pause_ms);

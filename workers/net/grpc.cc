@@ -25,17 +25,34 @@ StatusOr<Server> StartServer(const std::string& address,
 }
 
 int Serve(const std::string& address, const std::vector<grpc::Service*>& services,
-          int metrics_port, const std::function<void()>& before_shutdown) {
+          int metrics_port, const std::function<void()>& before_shutdown,
+          const std::vector<ExtraListener>& extra) {
   auto server = StartServer(address, services);
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
     return 1;
   }
+  nlohmann::json ready = {{"event", "ready"}, {"port", server->port}, {"metrics_port", metrics_port}};
+  std::vector<Server> extras;
+  for (const auto& l : extra) {
+    auto s = StartServer(l.address, l.services);
+    if (!s.ok()) {
+      spdlog::error("{}", s.status().message());
+      server->server->Shutdown();
+      for (auto& e : extras) e.server->Shutdown();
+      return 1;
+    }
+    spdlog::info("{} on {}", l.name, l.address.substr(0, l.address.rfind(':') + 1) + std::to_string(s->port));
+    ready[l.name] = s->port;
+    extras.push_back(std::move(*s));
+  }
   spdlog::info("serving on port {} (metrics on {})", server->port, metrics_port);
-  EmitEvent({{"event", "ready"}, {"port", server->port}, {"metrics_port", metrics_port}});
+  EmitEvent(ready);
   WaitForTerminationSignal();
   if (before_shutdown) before_shutdown();
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
+  for (auto& e : extras) e.server->Shutdown(deadline);
+  server->server->Shutdown(deadline);
   return 0;
 }
 

@@ -27,13 +27,22 @@ struct Server {
 // bound (in use, bad host).
 StatusOr<Server> StartServer(const std::string& address, const std::vector<grpc::Service*>& services);
 
-// The serving role's main loop: starts `services` on `address`, reports the bound port (and
-// `metrics_port`) as a "ready" event, serves until SIGINT/SIGTERM (which the caller has blocked
-// with BlockTerminationSignals), then shuts down with a 2 s grace. Returns the process exit code:
-// 0, or 1 when the address cannot be bound (logged). `before_shutdown`, when set, runs after the
-// signal and before the shutdown (to release calls the service holds back).
+// A second listener of a serving role (e.g. the parameter server's replication address).
+struct ExtraListener {
+  std::string name;     // the ready event's key for its port, e.g. "replication_port"
+  std::string address;  // host:port; port 0 = any free port
+  std::vector<grpc::Service*> services;
+};
+
+// The serving role's main loop: starts `services` on `address` (and each extra listener),
+// reports the bound ports (and `metrics_port`) as a "ready" event, serves until SIGINT/SIGTERM
+// (which the caller has blocked with BlockTerminationSignals), then shuts down with a 2 s grace.
+// Returns the process exit code: 0, or 1 when an address cannot be bound (logged).
+// `before_shutdown`, when set, runs after the signal and before the shutdown (to release calls
+// the service holds back).
 int Serve(const std::string& address, const std::vector<grpc::Service*>& services,
-          int metrics_port, const std::function<void()>& before_shutdown = {});
+          int metrics_port, const std::function<void()>& before_shutdown = {},
+          const std::vector<ExtraListener>& extra = {});
 
 // A channel to `address` with the project's message limits.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);

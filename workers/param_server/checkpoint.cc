@@ -346,6 +346,26 @@ uint64_t Checkpointer::generation() const {
   return last_generation_;
 }
 
+std::vector<Checkpointer::OpenFile> Checkpointer::OpenNewest() const {
+  std::lock_guard<std::mutex> lock(mu_);  // no flush or prune meanwhile
+  std::vector<OpenFile> files;
+  auto it = refs_.find(last_generation_);
+  if (last_generation_ == 0 || it == refs_.end()) return files;
+  std::set<uint64_t> gens(it->second.begin(), it->second.end());
+  gens.insert(last_generation_);
+  for (uint64_t g : gens) {
+    OpenFile f;
+    f.name = FileName(g);
+    f.fd = ::open((opt_.dir + "/" + f.name).c_str(), O_RDONLY | O_CLOEXEC);
+    if (f.fd < 0) {
+      for (auto& o : files) ::close(o.fd);
+      return {};
+    }
+    files.push_back(f);
+  }
+  return files;
+}
+
 StatusOr<uint64_t> Checkpointer::Flush() {
   std::lock_guard<std::mutex> lock(mu_);
   return FlushLocked();

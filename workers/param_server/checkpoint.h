@@ -108,6 +108,15 @@ class Checkpointer {
   // Flushes the dirty shards now; returns the generation written (0 when nothing was dirty).
   StatusOr<uint64_t> Flush();
   uint64_t generation() const;
+  // The files of the newest complete checkpoint (the newest generation and those it refers to),
+  // oldest first, opened: a prune that deletes one later cannot cut a reader short. Empty when no
+  // checkpoint has been written or restored yet.
+  struct OpenFile {
+    std::string name;
+    int fd = -1;  // owned by the caller: close it
+  };
+  std::vector<OpenFile> OpenNewest() const;
+  const std::string& dir() const { return opt_.dir; }
 
  private:
   StatusOr<uint64_t> FlushLocked();

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "param_server/checkpoint.h"
 #include "param_server/clock_gate.h"
 #include "param_server/param_service.h"
+#include "param_server/replica_service.h"
 #include "update/update_plan.h"
 
 namespace adam::ps {
@@ -53,6 +55,20 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   copt.interval = std::chrono::milliseconds(role.persistence.interval_ms);
   copt.debug_pause_mid_flush = options.debug_flush_pause;
   Restored restored;
+  if (!options.restore_from.empty() && !options.state_dir.empty()) {
+    bool have = false;
+    std::error_code ec;
+    for (const auto& de : std::filesystem::directory_iterator(options.state_dir, ec))
+      have |= de.path().extension() == ".adam";
+    if (!have) {
+      auto n = FetchCheckpoint(options.restore_from, options.state_dir);
+      if (!n.ok()) {
+        spdlog::error("copying the checkpoint of {}: {}", options.restore_from, n.status().message());
+        return 1;
+      }
+      spdlog::info("copied {} checkpoint files from {}", *n, options.restore_from);
+    }
+  }
   if (!options.state_dir.empty()) {
     std::map<uint32_t, int64_t> held;
     for (const auto& s : map->shards())
@@ -126,6 +142,10 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     checkpointer->Start();
   }
   ParamService service(&store, &gate, &plan, options.index, &pool, pm);
+  ReplicaService replica(checkpointer ? &*checkpointer : nullptr);
+  std::vector<net::ExtraListener> extra;
+  if (!options.replication_listen.empty())
+    extra.push_back({"replication_port", options.replication_listen, {&replica}});
 
   // Sampled gauges, once a second.
   std::mutex mu;
@@ -140,7 +160,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       spread.Set(double(gate.Spread()));
     } while (!cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; }));
   });
-  const int rc = net::Serve(options.listen, {&service}, reg.port(), [&] { gate.Close(); });
+  const int rc = net::Serve(options.listen, {&service}, reg.port(), [&] { gate.Close(); }, extra);
   {
     std::lock_guard<std::mutex> lock(mu);
     done = true;

@@ -14,6 +14,9 @@ struct MainOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 = any free port
   int metrics_port = 0;
   std::string state_dir;               // checkpoints; empty = no persistence
+  std::string replication_listen;      // host:port of the second NIC; empty = none
+  std::string restore_from;            // a peer's replication address: copy its checkpoint first
+                                       // when state_dir holds none
   int threads = 0;                     // shard worker threads; 0 = one per usable core
   bool bind = true;                    // bind shard workers to cores
   std::chrono::milliseconds debug_flush_pause{0};  // tests: pause mid-flush

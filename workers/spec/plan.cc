@@ -49,6 +49,8 @@ std::vector<std::string> RoleArgs(const RoleInstance& in, const std::string& job
     case Role::kParamServer:
       args.insert(args.end(), {"--index", std::to_string(in.index), "--listen",
                                in.host + ":" + std::to_string(in.port)});
+      if (!in.replication_host.empty())
+        args.insert(args.end(), {"--replication-listen", in.replication_host + ":0"});
       break;
     case Role::kDataServer:
       args.insert(args.end(), {"--listen", in.host + ":" + std::to_string(in.port)});
