@@ -59,10 +59,12 @@ Data LoadData(const adam::spec::AdamJob& job, bool* real) {
 
 // Images/s of `threads` Hogwild workers at `batch`, measured over `seconds` after a warm-up.
 double Throughput(const adam::model::ModelLayout& layout, const std::vector<float>& init,
-                  const Data& data, int threads, int batch, double seconds, std::string* where) {
+                  const Data& data, int threads, int batch, int apply_every, double seconds,
+                  std::string* where) {
   adam::trainer::ReplicaOptions o;
   o.threads = threads;
   o.batch = batch;
+  o.apply_every = apply_every;
   o.evaluate = false;
   auto r = Replica::Create(layout, o, init.data());
   if (!r.ok()) {
@@ -101,11 +103,13 @@ int main(int argc, char** argv) {
   CLI::App app{"Adam trainer benchmark"};
   std::string job_path = "examples/fashion-mnist.yaml", threads_s, batches_s = "1,32";
   double seconds = 3, tta = 0, tta_lr = 0.005, tta_decay = 0.85;
-  int tta_threads = 0, tta_batch = 1, tta_epochs = 30;
+  int tta_threads = 0, tta_batch = 1, tta_epochs = 30, apply_every = 1;
   app.add_option("--job", job_path, "manifest whose model and data files to use");
   app.add_option("--threads", threads_s, "comma-separated thread counts (default 1,2,4,.. all)");
   app.add_option("--batches", batches_s, "comma-separated batch sizes");
   app.add_option("--seconds", seconds, "measuring time per configuration");
+  app.add_option("--apply-every", apply_every,
+                 "steps a worker holds its updates before writing the shared weights (1 = Adam)");
   app.add_option("--tta", tta, "also time training to this test accuracy (0 = skip)");
   app.add_option("--tta-threads", tta_threads, "threads for time-to-accuracy (default all)");
   app.add_option("--tta-batch", tta_batch, "batch for time-to-accuracy");
@@ -138,9 +142,10 @@ int main(int argc, char** argv) {
   for (int b : ParseList(batches_s))
     for (int t : threads) {
       std::string where;
-      const double ips = Throughput(*layout, init, data, t, b, seconds, &where);
+      const double ips = Throughput(*layout, init, data, t, b, apply_every, seconds, &where);
       std::fprintf(stderr, "%-8d %-6d %12.0f %10.2f  %s\n", t, b, ips, ips * flops / 1e9, where.c_str());
-      out["runs"].push_back({{"threads", t}, {"batch", b}, {"images_per_second", ips}});
+      out["runs"].push_back({{"threads", t}, {"batch", b}, {"apply_every", apply_every},
+                             {"images_per_second", ips}});
     }
 
   if (tta > 0 && real) {
@@ -148,6 +153,7 @@ int main(int argc, char** argv) {
     adam::trainer::ReplicaOptions o;
     o.threads = t;
     o.batch = tta_batch;
+    o.apply_every = apply_every;
     auto r = Replica::Create(*layout, o, init.data());
     std::vector<int> order(size_t(data.train.count));
     std::iota(order.begin(), order.end(), 0);
@@ -174,7 +180,8 @@ int main(int argc, char** argv) {
     }
     out["tta"] = {{"target", tta}, {"reached", acc >= tta}, {"accuracy", acc}, {"epochs", epoch},
                   {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
-                  {"threads", t}, {"batch", tta_batch}, {"lr", tta_lr}, {"decay", tta_decay}};
+                  {"threads", t}, {"batch", tta_batch}, {"apply_every", apply_every},
+                  {"lr", tta_lr}, {"decay", tta_decay}};
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -27,6 +27,6 @@ run() {
 }
 run param_server_test 'ParamStore.*:ApplyDense.*:ClockGate.*:BufferPool.*:CheckpointTest.*:UpdatePlan.*'
 run data_server_test '*'
-run trainer_test '*NoNetworkJob*'
+run trainer_test '*NoNetwork*'
 
 echo "tsan: no data race reported"

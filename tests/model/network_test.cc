@@ -193,6 +193,54 @@ TEST(Network, SgdModeAppliesTheGradientInPlace) {
   CheckSgdMatchesGradient(spec, 4);
 }
 
+// kSgd with apply_every k: k single-image steps leave the shared parameters untouched until
+// ApplyPending, which then writes the sum of the k steps (each taken at the same parameters): the
+// batch-k mean gradient times k. The held rows are exactly those updates.
+TEST(Network, HeldUpdatesApplyTheSumOfTheirSteps) {
+  const auto spec = MakeSpec({Conv(3, 3, spec::Activation::kTanh), Pool(2),
+                              Dense(7, spec::Activation::kRelu), Softmax(4)},
+                             {1, 8, 8});
+  auto layout = ModelLayout::Make(spec);
+  ASSERT_TRUE(layout.ok());
+  const int64_t n = layout->num_params();
+  const int k = 3;
+  std::vector<float> params(static_cast<size_t>(n)), grads(static_cast<size_t>(n));
+  layout->InitParams(4, params.data());
+  std::vector<float> held = params;
+  auto g = Network::Create(*layout, k, params.data(), grads.data(), NetworkMode::kGradients);
+  auto h = Network::Create(*layout, 1, held.data(), nullptr, NetworkMode::kSgd, k);
+  ASSERT_TRUE(g.ok() && h.ok());
+  std::mt19937 rng(8);
+  std::vector<uint8_t> pixels(size_t(layout->input_size() * k)), labels(static_cast<size_t>(k));
+  for (auto& p : pixels) p = uint8_t(rng());
+  for (auto& l : labels) l = uint8_t(rng() % layout->classes());
+  (*g)->SetInputFromBytes(pixels.data());
+  (*g)->Forward(labels.data(), nullptr);
+  (*g)->Backward();
+  const float lr = 0.05f;
+  for (int i = 0; i < k; ++i) {
+    (*h)->SetInputFromBytes(pixels.data() + i * layout->input_size());
+    (*h)->Forward(labels.data() + i, nullptr);
+    (*h)->Backward(lr);
+    EXPECT_EQ((*h)->pending(), i + 1);
+    EXPECT_EQ(held, params) << "held updates must not reach the shared parameters yet";
+  }
+  const auto rows = (*h)->pending_rows(2);  // the dense layer
+  EXPECT_EQ(rows.rows, k);
+  EXPECT_EQ(rows.units, 7);
+  EXPECT_EQ((*h)->pending_rows(0).a, nullptr);  // conv layers hold no rows
+  (*h)->ApplyPending();
+  EXPECT_EQ((*h)->pending(), 0);
+  int changed = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = params[size_t(i)] - lr * k * grads[size_t(i)];
+    ASSERT_NEAR(held[size_t(i)], want, 1e-5f + 1e-4f * std::fabs(want)) << "parameter " << i;
+    changed += held[size_t(i)] != params[size_t(i)];
+  }
+  EXPECT_GT(changed, n / 2);
+  EXPECT_FALSE(Network::Create(*layout, 1, held.data(), nullptr, NetworkMode::kSgd, 0).ok());
+}
+
 TEST(ModelLayout, AdamMnistModelHasExpectedParameterCount) {
   auto layout = ModelLayout::Make(MakeSpec(
       {Conv(10, 5, spec::Activation::kTanh), Pool(2), Conv(20, 5, spec::Activation::kTanh),

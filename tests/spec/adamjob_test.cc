@@ -50,11 +50,13 @@ std::string ErrorOf(const std::string& yaml) {
 
 TEST(AdamJob, ConsistencyModesAndDenseUpdates) {
   auto job = ParseAdamJob(
-      With("spec:\n", "spec:\n  training: {consistency: bounded, maxStaleness: 3, denseUpdates: weights}\n"));
+      With("spec:\n", "spec:\n  training: {consistency: bounded, maxStaleness: 3, denseUpdates: weights, "
+                       "applyEvery: 8}\n"));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->training.consistency, Consistency::kBounded);
   EXPECT_EQ(job->training.max_staleness, 3);
   EXPECT_EQ(job->training.dense_updates, DenseUpdates::kWeights);
+  EXPECT_EQ(job->training.apply_every, 8);
   job = ParseAdamJob(With("spec:\n", "spec:\n  training: {consistency: sync}\n"));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->training.consistency, Consistency::kSync);
@@ -130,6 +132,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.training.consistency: must be one of async, sync, bounded"},
         BadCase{"spec:\n", "spec:\n  training: {consistency: sync, maxStaleness: 2}\n",
                 "spec.training.maxStaleness: applies only to consistency: bounded"},
+        BadCase{"spec:\n", "spec:\n  training: {applyEvery: 0}\n", "spec.training.applyEvery: must be > 0, got 0"},
         BadCase{"spec:\n", "spec:\n  training: {denseUpdates: gradients}\n",
                 "spec.training.denseUpdates: must be one of auto, weights, activations"},
         BadCase{"spec:\n", "spec:\n  training: {targetAccuracy: 2}\n", "spec.training.targetAccuracy: must be in (0, 1]"},

@@ -172,17 +172,12 @@ class LocalParams {
   ps::ClockGate gate_;
 };
 
-class NoNetworkJob : public ::testing::TestWithParam<spec::Consistency> {};
-
 // Two trainers of two Hogwild workers each, every thread of the trainer at work (prefetch, sync,
-// workers, evaluation), both update protocols, no gRPC.
-TEST_P(NoNetworkJob, TwoReplicasTrainFarAboveChance) {
-  spec::AdamJob job = Job(GetParam());
+// workers, evaluation), both update protocols, no gRPC: one parameter server in process.
+std::vector<StatusOr<TrainerResult>> RunWithoutNetwork(spec::AdamJob job) {
   job.roles.parameter_server.replicas = 1;
   auto layout = model::ModelLayout::Make(job.model);
-  ASSERT_TRUE(layout.ok());
   auto map = shard::ShardMap::Make(layout->num_params(), 1 << 20, 1, job.training.seed);
-  ASSERT_TRUE(map.ok());
   const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every, job.training.dense_updates);
   data::Dataset train = Synthetic(800, 1), test = Synthetic(200, 2);
   spec::AugmentSpec aug;
@@ -209,6 +204,13 @@ TEST_P(NoNetworkJob, TwoReplicasTrainFarAboveChance) {
       results[size_t(t)] = trainer.Run();
     });
   for (auto& th : threads) th.join();
+  return results;
+}
+
+class NoNetworkJob : public ::testing::TestWithParam<spec::Consistency> {};
+
+TEST_P(NoNetworkJob, TwoReplicasTrainFarAboveChance) {
+  auto results = RunWithoutNetwork(Job(GetParam()));
   for (int t = 0; t < 2; ++t) ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
   EXPECT_EQ(results[0]->epochs, 3);
   EXPECT_GT(results[0]->test_accuracy, 0.85);
@@ -217,6 +219,15 @@ TEST_P(NoNetworkJob, TwoReplicasTrainFarAboveChance) {
 INSTANTIATE_TEST_SUITE_P(Modes, NoNetworkJob,
                          ::testing::Values(spec::Consistency::kAsync, spec::Consistency::kSync,
                                            spec::Consistency::kBounded));
+
+// Held updates (applyEvery) with the dense-layer log: rows are logged when applied.
+TEST(NoNetworkHeld, TwoReplicasWithHeldUpdatesTrainFarAboveChance) {
+  spec::AdamJob job = Job(spec::Consistency::kAsync);
+  job.training.apply_every = 4;
+  auto results = RunWithoutNetwork(job);
+  for (int t = 0; t < 2; ++t) ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
+  EXPECT_GT(results[0]->test_accuracy, 0.85);
+}
 
 class InProcessJob : public ::testing::TestWithParam<spec::Consistency> {};
 

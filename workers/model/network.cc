@@ -81,6 +81,17 @@ struct Network::Impl {
   };
   std::vector<DenseBias> dense_bias;
   std::vector<Network::DenseIo> dense_io;  // per layer
+  // apply_every > 1: held-back updates.
+  int apply_every = 1;
+  int pending = 0;
+  struct Held {
+    int layer;
+    int64_t in, units, weights, bias;  // offsets in params
+    std::vector<float> a, e;           // apply_every*batch rows each
+  };
+  std::vector<Held> held;              // dense layers
+  std::vector<int> held_index;         // per layer: index into held, or -1
+  std::vector<float> held_steps;       // sum of lr * grad over the looped ranges
   std::vector<memory> pool_diff_src;
   // One scratchpad for every primitive of this Network: oneDNN's library-managed scratchpad is
   // thread-local and sized at creation, so a Network made on one thread and run on another
@@ -93,8 +104,10 @@ Network::Network(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Network::~Network() = default;
 
 StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, int batch,
-                                                   float* params, float* grads, NetworkMode mode) {
+                                                   float* params, float* grads, NetworkMode mode,
+                                                   int apply_every) {
   if (batch < 1) return InvalidArgumentError("network: batch must be >= 1");
+  if (apply_every < 1) return InvalidArgumentError("network: apply_every must be >= 1");
   if (mode == NetworkMode::kGradients && grads == nullptr)
     return InvalidArgumentError("network: gradient mode needs a gradient vector");
   auto impl = std::make_unique<Impl>();
@@ -113,6 +126,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
   }
   m.grads = grads;
   m.dense_io.resize(layout.shapes().size());
+  m.apply_every = sgd ? apply_every : 1;
+  m.held_index.assign(layout.shapes().size(), -1);
   float* wp = params;
   try {
     const auto& eng = m.eng;
@@ -316,7 +331,12 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
                          {{DNNL_ARG_SRC, flat_src}, {DNNL_ARG_DIFF_DST, diff_dst},
                           {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}}});
         }
-        if (sgd) {
+        if (sgd && m.apply_every > 1) {
+          m.held_index[i] = int(m.held.size());
+          m.held.push_back({int(i), in, units, p.weights.offset, p.bias.offset,
+                            std::vector<float>(size_t(m.apply_every) * batch * in),
+                            std::vector<float>(size_t(m.apply_every) * batch * units)});
+        } else if (sgd) {
           // W += (-lr) * diff_dst^T x src, straight into the shared weights: diff_dst (batch x
           // units, row-major) read as units x batch through strides.
           if (!m.neg_lr) m.neg_lr = memory({{1}, dt::f32, tag::x}, eng);
@@ -365,6 +385,38 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
 }
 
 int Network::batch() const { return impl_->batch; }
+
+int Network::pending() const { return impl_->pending; }
+
+Network::PendingRows Network::pending_rows(int layer) const {
+  const Impl& m = *impl_;
+  if (layer < 0 || size_t(layer) >= m.held_index.size() || m.held_index[size_t(layer)] < 0) return {};
+  const auto& h = m.held[size_t(m.held_index[size_t(layer)])];
+  return {h.a.data(), h.e.data(), int64_t{m.pending} * m.batch, h.in, h.units};
+}
+
+void Network::ApplyPending() {
+  Impl& m = *impl_;
+  if (m.pending == 0) return;
+  const int64_t rows = int64_t{m.pending} * m.batch;
+  HogwildScope hogwild;  // the shared weights, written without a lock
+  float* w = m.params;
+  size_t j = 0;
+  for (const auto& r : m.looped_updates)
+    for (int64_t k = r.offset; k < r.offset + r.count; ++k) {
+      w[k] -= m.held_steps[j];
+      m.held_steps[j++] = 0.f;
+    }
+  for (const auto& h : m.held) {
+    // W (units x in) += E^T (units x rows) x A (rows x in); bias += column sums of E.
+    dnnl_sgemm('T', 'N', h.units, h.in, rows, 1.f, h.e.data(), h.units, h.a.data(), h.in, 1.f,
+               w + h.weights, h.in);
+    float* bias = w + h.bias;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t u = 0; u < h.units; ++u) bias[u] += h.e[size_t(r * h.units + u)];
+  }
+  m.pending = 0;
+}
 
 Network::DenseIo Network::dense_io(int layer) const {
   if (layer < 0 || size_t(layer) >= impl_->dense_io.size()) return {};
@@ -419,6 +471,26 @@ void Network::Backward(float lr) {
   for (auto& s : m.backward) s.prim.execute(m.strm, s.args);
   m.strm.wait();
   if (m.mode != NetworkMode::kSgd) return;
+  if (m.apply_every > 1) {  // hold this step's update back (private buffers only)
+    if (m.held_steps.empty()) {
+      size_t n = 0;
+      for (const auto& r : m.looped_updates) n += size_t(r.count);
+      m.held_steps.assign(n, 0.f);
+    }
+    ADAM_CHECK(m.pending < m.apply_every);
+    size_t j = 0;
+    for (const auto& r : m.looped_updates)
+      for (int64_t k = r.offset; k < r.offset + r.count; ++k) m.held_steps[j++] += lr * m.grads[k];
+    const int64_t row0 = int64_t{m.pending} * m.batch;
+    for (auto& h : m.held) {
+      const auto& io = m.dense_io[size_t(h.layer)];
+      std::memcpy(h.a.data() + row0 * h.in, io.src, size_t(m.batch * h.in) * sizeof(float));
+      float* e = h.e.data() + row0 * h.units;
+      for (int64_t k = 0; k < m.batch * h.units; ++k) e[k] = -lr * io.diff_dst[k];
+    }
+    ++m.pending;
+    return;
+  }
   HogwildScope hogwild;  // the shared weights, written without a lock
   float* w = m.params;
   const float* g = m.grads;

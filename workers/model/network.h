@@ -27,10 +27,14 @@ enum class NetworkMode {
 class Network {
  public:
   // `params` must outlive the Network; it is written only in kSgd mode. `grads` (num_params
-  // floats) is required in kGradients mode and ignored otherwise.
+  // floats) is required in kGradients mode and ignored otherwise. kSgd with `apply_every` k > 1:
+  // Backward keeps each step's update in private buffers (the dense layers' input and scaled
+  // error rows, the other parameters' summed steps) and ApplyPending writes them into the shared
+  // parameters at once (one sgemm per dense layer), so the shared weights are written once per k
+  // steps instead of every step; the caller calls ApplyPending when pending() reaches k.
   static StatusOr<std::unique_ptr<Network>> Create(const ModelLayout& layout, int batch,
                                                    float* params, float* grads,
-                                                   NetworkMode mode);
+                                                   NetworkMode mode, int apply_every = 1);
   ~Network();
 
   int batch() const;
@@ -63,6 +67,20 @@ class Network {
     int64_t units = 0;
   };
   DenseIo dense_io(int layer) const;
+
+  // apply_every > 1: steps whose updates are held back, and a dense layer's held rows: its inputs
+  // (rows x in) and errors already scaled by -lr (rows x units), rows = pending() x batch.
+  int pending() const;
+  struct PendingRows {
+    const float* a = nullptr;
+    const float* e = nullptr;
+    int64_t rows = 0;
+    int64_t in = 0;
+    int64_t units = 0;
+  };
+  PendingRows pending_rows(int layer) const;
+  // Writes the held updates into the shared parameters (no lock: Hogwild) and clears them.
+  void ApplyPending();
 
  private:
   struct Impl;

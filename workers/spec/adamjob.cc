@@ -241,7 +241,7 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
 void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   const std::string p = "spec.training";
   if (!r.Map(n, p,
-             {"epochs", "learningRate", "learningRateDecay", "pushEvery", "batchSize", "consistency",
+             {"epochs", "learningRate", "learningRateDecay", "pushEvery", "batchSize", "applyEvery", "consistency",
               "maxStaleness", "denseUpdates", "epochQuorum", "targetAccuracy", "seed"}) ||
       !n)
     return;
@@ -255,6 +255,7 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
             "must be in (0, 1], got " + std::to_string(t->learning_rate_decay));
   r.Int(n, "pushEvery", p, 1, kMaxInt, &t->push_every);
   r.Int(n, "batchSize", p, 1, 4096, &t->batch_size);
+  r.Int(n, "applyEvery", p, 1, 1024, &t->apply_every);
   std::string c;
   if (r.Get(n, "consistency", p, &c)) {
     if (c == "async") {

@@ -81,6 +81,7 @@ struct TrainingSpec {
   double learning_rate_decay = 1.0;  // learning rate of epoch e = learning_rate * decay^e
   int push_every = 100;         // k: images between update pushes
   int batch_size = 1;           // images per thread per SGD step (1 = Adam's per-image SGD)
+  int apply_every = 1;          // steps a worker holds its updates before writing the shared weights
   Consistency consistency = Consistency::kAsync;
   int max_staleness = 0;        // bounded only: pushes a trainer may run ahead of the slowest
   DenseUpdates dense_updates = DenseUpdates::kAuto;

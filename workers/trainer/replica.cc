@@ -31,6 +31,7 @@ struct Replica::Impl {
   std::vector<Worker> workers;
 
   explicit Impl(model::ModelLayout l) : layout(std::move(l)) {}
+  void ApplyHeld(Worker& wk, model::Network* net);
 };
 
 Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -63,14 +64,14 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
     Impl& s = *r->impl_;
     auto& wk = s.workers[size_t(t)];
     auto make = [&](std::unique_ptr<model::Network>* out, int batch, float* params,
-                    model::NetworkMode mode) {
+                    model::NetworkMode mode, int apply_every = 1) {
       if (!errors[size_t(t)].ok()) return;
-      auto net = model::Network::Create(s.layout, batch, params, nullptr, mode);
+      auto net = model::Network::Create(s.layout, batch, params, nullptr, mode, apply_every);
       if (net.ok()) *out = std::move(*net);
       else errors[size_t(t)] = net.status();
     };
-    make(&wk.net, s.options.batch, s.w.data(), model::NetworkMode::kSgd);
-    make(&wk.net_one, 1, s.w.data(), model::NetworkMode::kSgd);
+    make(&wk.net, s.options.batch, s.w.data(), model::NetworkMode::kSgd, s.options.apply_every);
+    make(&wk.net_one, 1, s.w.data(), model::NetworkMode::kSgd, s.options.apply_every);
     if (s.options.evaluate) {
       make(&wk.eval, s.options.eval_batch, s.eval_params.data(), model::NetworkMode::kInference);
       make(&wk.eval_one, 1, s.eval_params.data(), model::NetworkMode::kInference);
@@ -117,6 +118,22 @@ void Replica::RunWorkers(const std::function<void(int)>& fn) {
   for (int b : bound) m.bound += b;
 }
 
+// Logs a Network's held-back rows (they are the updates about to reach the shared weights), then
+// applies them.
+void Replica::Impl::ApplyHeld(Worker& wk, model::Network* net) {
+  if (net->pending() == 0) return;
+  if (!options.record_layers.empty()) {
+    std::lock_guard<std::mutex> lock(*wk.log_mu);
+    for (size_t k = 0; k < options.record_layers.size(); ++k) {
+      const auto p = net->pending_rows(options.record_layers[k]);
+      wk.log.activations[k].insert(wk.log.activations[k].end(), p.a, p.a + p.rows * p.in);
+      wk.log.errors[k].insert(wk.log.errors[k].end(), p.e, p.e + p.rows * p.units);
+    }
+    wk.log.images += net->pending() * net->batch();
+  }
+  net->ApplyPending();
+}
+
 double Replica::Train(int t, const uint8_t* pixels, const uint8_t* labels, int count, float lr) {
   Impl& m = *impl_;
   auto& wk = m.workers[size_t(t)];
@@ -127,7 +144,9 @@ double Replica::Train(int t, const uint8_t* pixels, const uint8_t* labels, int c
     net->SetInputFromBytes(pixels + i * isz);
     loss += net->Forward(labels + i, nullptr);
     net->Backward(lr);
-    if (!m.options.record_layers.empty()) {
+    if (m.options.apply_every > 1) {
+      if (net->pending() == m.options.apply_every) m.ApplyHeld(wk, net);
+    } else if (!m.options.record_layers.empty()) {
       std::lock_guard<std::mutex> lock(*wk.log_mu);
       for (size_t k = 0; k < m.options.record_layers.size(); ++k) {
         const auto io = net->dense_io(m.options.record_layers[k]);
@@ -141,6 +160,10 @@ double Replica::Train(int t, const uint8_t* pixels, const uint8_t* labels, int c
       wk.log.images += net->batch();
     }
     i += net->batch();
+  }
+  if (m.options.apply_every > 1) {
+    m.ApplyHeld(wk, wk.net.get());
+    m.ApplyHeld(wk, wk.net_one.get());
   }
   return loss;
 }

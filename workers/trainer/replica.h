@@ -25,6 +25,9 @@ struct ReplicaOptions {
   int eval_batch = 100;  // images per evaluation step
   bool bind = true;      // bind workers to cores and their memory to the core's NUMA node
   bool evaluate = true;  // build evaluation contexts
+  // Steps a worker holds its updates back before writing them into the shared weights at once
+  // (spec.training.applyEvery; 1 = every step, Adam's per-image Hogwild).
+  int apply_every = 1;
   // Dense layers whose activation and error vectors are recorded after every step, for Adam's
   // dense-layer protocol (update::UpdatePlan); empty = none.
   std::vector<int> record_layers;

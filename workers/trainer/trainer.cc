@@ -317,6 +317,7 @@ StatusOr<TrainerResult> Trainer::Run() {
   for (const auto& d : s.plan->dense()) ro.record_layers.push_back(d.layer);
   ro.threads = s.opt.threads;
   ro.batch = s.job.training.batch_size;
+  ro.apply_every = s.job.training.apply_every;
   ro.eval_batch = s.opt.eval_batch;
   ro.bind = s.opt.bind;
   ro.evaluate = evaluates;
