@@ -39,6 +39,8 @@ def main():
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--job", default="examples/fashion-mnist.yaml", help="manifest for trainer_bench")
     ap.add_argument("--replot", default="", help="only draw --plot from a saved trainer.json")
+    ap.add_argument("--apply-every", type=int, default=8,
+                    help="also measure batch 1 with workers writing the shared weights every N steps")
     a = ap.parse_args()
     if a.replot:
         with open(a.replot) as f:
@@ -55,9 +57,15 @@ def main():
     print("running:", " ".join(cmd), file=sys.stderr, flush=True)
     # stdout carries the JSON; stderr (progress) streams through so a cut-off run still shows it.
     ours = last_json(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+    held = None
+    if a.apply_every > 1:
+        hcmd = cmd[:cmd.index("--batches")] + ["--batches", "1", "--seconds", str(a.seconds), "--job", a.job,
+                                               "--apply-every", str(a.apply_every)]
+        print("running:", " ".join(hcmd), file=sys.stderr, flush=True)
+        held = last_json(subprocess.run(hcmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
     os.makedirs(os.path.join(a.build, "bench"), exist_ok=True)
     with open(os.path.join(a.build, "bench", "trainer_ours.json"), "w") as f:
-        json.dump(ours, f)
+        json.dump({"ours": ours, "held": held}, f)
     tcmd = [sys.executable, os.path.join(here, "torch_trainer.py"), "--threads", threads,
             "--seconds", str(a.seconds), "--data-dir", a.data_dir]
     if a.tta:
@@ -67,6 +75,11 @@ def main():
 
     def o(t, b):
         return next(r["images_per_second"] for r in ours["runs"] if r["threads"] == t and r["batch"] == b)
+
+    def oh(t):  # batch 1 with held updates (applyEvery), or None
+        if not held:
+            return None
+        return next(r["images_per_second"] for r in held["runs"] if r["threads"] == t)
 
     def tq(t, mode=None, b=None):
         rs = [r for r in torch["runs"] if r["threads"] == t and (mode is None or r["mode"] == mode)
@@ -84,16 +97,20 @@ def main():
         ob1, ob32 = o(t, 1), o(t, 32)
         tb1, _ = tq(t, "hogwild", 1)
         tbest, cfg = tq(t)
-        row = {"threads": t, "ours_b1": ob1, "torch_hogwild_b1": tb1, "ours_b32": ob32,
+        row = {"threads": t, "ours_b1": ob1, "ours_b1_held": oh(t), "apply_every": a.apply_every,
+               "torch_hogwild_b1": tb1, "ours_b32": ob32,
                "torch_best": tbest, "torch_best_config": cfg,
                "scaling_b1": ob1 / o(ts[0], 1) / (t / ts[0]), "scaling_b32": ob32 / o(ts[0], 32) / (t / ts[0])}
         rows.append(row)
         print(f'{t:>7} | {ob1:>9.0f} {tb1:>16.0f} {ob1 / tb1:>5.1f}x | {ob32:>9.0f} {tbest:>10.0f} '
               f'{cfg:>16} {max(ob1, ob32) / tbest:>5.1f}x | {row["scaling_b1"]:>9.2f}  {row["scaling_b32"]:>5.2f}')
+        if oh(t):
+            print(f'{"":>7} | b1, applyEvery {a.apply_every}: {oh(t):.0f} img/s = {oh(t) / tb1:.1f}x torch hogwild b1')
     top = max(ts)
-    ours_best = max(o(top, 1), o(top, 32))
+    ours_best = max(o(top, 1), o(top, 32), oh(top) or 0)
     result = {
         "threads": top, "ours_b1": o(top, 1), "torch_b1": tq(top, "hogwild", 1)[0],
+        "ours_b1_held": oh(top), "apply_every": a.apply_every,
         "ours_best": ours_best, "torch_best": tq(top)[0], "torch_best_config": tq(top)[1],
         "ours_best_gflops": ours_best * flops / 1e9, "peak_gflops_estimate": peak,
         "peak_basis": f"{top} cores x {mhz:.0f} MHz x {per_cycle} FLOP/cycle",
