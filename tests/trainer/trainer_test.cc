@@ -42,6 +42,18 @@ data::Dataset Synthetic(int n, uint32_t seed) {
   return d;
 }
 
+// The synthetic training and test sets, shared by two trainers in batches of 64.
+std::unique_ptr<data_server::DataSource> MakeSource() {
+  data::Dataset train = Synthetic(800, 1), test = Synthetic(200, 2);
+  spec::AugmentSpec aug;
+  aug.variants = 1;
+  data_server::DataSourceOptions so;
+  so.trainers = 2;
+  so.batch_images = 64;
+  return std::make_unique<data_server::DataSource>(std::make_unique<data::AugmentedCache>(train, aug, 1),
+                                                   train.labels, std::move(test), so);
+}
+
 spec::AdamJob Job(spec::Consistency mode) {
   spec::AdamJob job;
   job.name = "in-process";
@@ -85,13 +97,13 @@ class LocalData final : public DataClient {
   Status GetBatch(const adam::v1::GetBatchRequest& req, adam::v1::Batch* out) override {
     data_server::BatchView b;
     ADAM_RETURN_IF_ERROR(s_->GetBatch(int(req.trainer()), req.epoch(), req.batch_index(), &b));
-    Fill(std::move(b), out);
+    data_server::ToProto(std::move(b), out);
     return OkStatus();
   }
   Status GetTestBatch(const adam::v1::GetTestBatchRequest& req, adam::v1::Batch* out) override {
     data_server::BatchView b;
     s_->GetTestBatch(req.offset(), req.max_count(), &b);
-    Fill(std::move(b), out);
+    data_server::ToProto(std::move(b), out);
     return OkStatus();
   }
   Status FinishEpoch(const adam::v1::FinishEpochRequest& req) override {
@@ -103,14 +115,6 @@ class LocalData final : public DataClient {
   }
 
  private:
-  static void Fill(data_server::BatchView&& b, adam::v1::Batch* out) {
-    out->set_count(uint32_t(b.count));
-    out->set_pixels(std::move(b.pixels));
-    out->set_labels(std::move(b.labels));
-    out->set_end_of_share(b.end_of_share);
-    out->set_epoch_closed(b.epoch_closed);
-    out->set_job_stopped(b.job_stopped);
-  }
   data_server::DataSource* s_;
 };
 
@@ -179,14 +183,8 @@ std::vector<StatusOr<TrainerResult>> RunWithoutNetwork(spec::AdamJob job) {
   auto layout = model::ModelLayout::Make(job.model);
   auto map = shard::ShardMap::Make(layout->num_params(), 1 << 20, 1, job.training.seed);
   const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every, job.training.dense_updates);
-  data::Dataset train = Synthetic(800, 1), test = Synthetic(200, 2);
-  spec::AugmentSpec aug;
-  aug.variants = 1;
-  data_server::DataSourceOptions so;
-  so.trainers = 2;
-  so.batch_images = 64;
-  data_server::DataSource source(std::make_unique<data::AugmentedCache>(train, aug, 1), train.labels,
-                                 std::move(test), so);
+  auto source_ptr = MakeSource();
+  data_server::DataSource& source = *source_ptr;
   std::vector<float> init(size_t(layout->num_params()));
   layout->InitParams(job.training.seed, init.data());
   LocalParams params(init, &plan, &*map, job);
@@ -242,14 +240,8 @@ TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
   ASSERT_FALSE(plan.dense().empty());
 
   // Data server.
-  data::Dataset train = Synthetic(800, 1), test = Synthetic(200, 2);
-  spec::AugmentSpec aug;
-  aug.variants = 1;
-  data_server::DataSourceOptions so;
-  so.trainers = 2;
-  so.batch_images = 64;
-  data_server::DataSource source(std::make_unique<data::AugmentedCache>(train, aug, 1), train.labels,
-                                 std::move(test), so);
+  auto source_ptr = MakeSource();
+  data_server::DataSource& source = *source_ptr;
   data_server::DataService data_service(&source, 4, {});
   auto data_server = net::StartServer("127.0.0.1:0", {&data_service});
   ASSERT_TRUE(data_server.ok());

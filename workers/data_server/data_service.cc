@@ -2,7 +2,6 @@
 #include "data_server/data_service.h"
 
 namespace adam::data_server {
-namespace {
 
 void ToProto(BatchView&& b, adam::v1::Batch* out) {
   out->set_count(uint32_t(b.count));
@@ -12,8 +11,6 @@ void ToProto(BatchView&& b, adam::v1::Batch* out) {
   out->set_epoch_closed(b.epoch_closed);
   out->set_job_stopped(b.job_stopped);
 }
-
-}  // namespace
 
 grpc::ServerUnaryReactor* DataService::GetInfo(grpc::CallbackServerContext* ctx,
                                                const adam::v1::GetInfoRequest*,

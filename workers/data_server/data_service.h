@@ -15,6 +15,9 @@ struct DataServiceMetrics {
   prometheus::Counter* epochs_closed = nullptr;  // adam_data_epochs_closed_total
 };
 
+// Moves a batch into its wire form.
+void ToProto(BatchView&& b, adam::v1::Batch* out);
+
 class DataService final : public adam::v1::DataService::CallbackService {
  public:
   DataService(DataSource* source, int classes, DataServiceMetrics metrics)

@@ -357,57 +357,45 @@ void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run) {
   run.clear();
 }
 
-Status ParamStore::Add(uint32_t shard, const float* delta, int64_t count) {
-  ADAM_RETURN_IF_ERROR(CheckRange(shard, 0, count));
-  if (count != ShardSize(shard))
-    return InvalidArgumentError("shard " + std::to_string(shard) + ": delta has " +
-                                std::to_string(count) + " floats, shard has " +
-                                std::to_string(ShardSize(shard)));
+Status ParamStore::RunOne(Op* op, const char* what) {
+  ADAM_RETURN_IF_ERROR(CheckRange(op->shard, 0, op->count));
+  if (op->count != ShardSize(op->shard))
+    return InvalidArgumentError("shard " + std::to_string(op->shard) + ": " + what + " has " +
+                                std::to_string(op->count) + " floats, shard has " +
+                                std::to_string(ShardSize(op->shard)));
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;
   Completion done(1, [&] {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(mu);  // notify under the lock: cv dies when we return
     finished = true;
     cv.notify_one();
   });
-  Op op;
-  op.kind = Op::Kind::kAdd;
-  op.shard = shard;
-  op.count = count;
-  op.values = delta;
-  op.done = &done;
-  Submit(&op, 1);
+  op->done = &done;
+  Submit(op, 1);
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return finished; });
   return OkStatus();
 }
 
+Status ParamStore::Add(uint32_t shard, const float* delta, int64_t count) {
+  Op op;
+  op.kind = Op::Kind::kAdd;
+  op.shard = shard;
+  op.count = count;
+  op.values = delta;
+  return RunOne(&op, "delta");
+}
+
 StatusOr<uint64_t> ParamStore::Read(uint32_t shard, float* out, int64_t count) {
-  ADAM_RETURN_IF_ERROR(CheckRange(shard, 0, count));
-  if (count != ShardSize(shard))
-    return InvalidArgumentError("shard " + std::to_string(shard) + ": read of " +
-                                std::to_string(count) + " floats, shard has " +
-                                std::to_string(ShardSize(shard)));
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false;
   uint64_t version = 0;
-  Completion done(1, [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    finished = true;
-    cv.notify_one();
-  });
   Op op;
   op.kind = Op::Kind::kRead;
   op.shard = shard;
   op.count = count;
   op.out = out;
   op.version = &version;
-  op.done = &done;
-  Submit(&op, 1);
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return finished; });
+  ADAM_RETURN_IF_ERROR(RunOne(&op, "read"));
   return version;
 }
 

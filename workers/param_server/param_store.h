@@ -119,6 +119,8 @@ class ParamStore {
   struct ShardState;
   struct Worker;
   void WorkerLoop(Worker* w);
+  // Checks a whole-shard Op, submits it and waits until it is applied.
+  Status RunOne(Op* op, const char* what);
   void ApplyRun(ShardState& s, std::vector<Op*>& run);
 
   std::vector<std::unique_ptr<ShardState>> shards_;       // immutable after construction
