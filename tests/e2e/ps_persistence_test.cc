@@ -237,5 +237,63 @@ TEST_F(PsPersistence, ReplicationAddressServesTheCheckpointToAPeerAndNothingElse
   EXPECT_EQ(Pull(client_b.get()), want);
 }
 
+// Server 0 copies every flush to server 1 over the replication address; when server 0's machine
+// and volume are gone, a new server 0 restores from server 1's copy.
+TEST_F(PsPersistence, AServerThatLostItsVolumeRestoresFromItsCheckpointPeer) {
+  std::string text;
+  {
+    std::ifstream in(job_path_);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  text.replace(text.find("replicas: 1"), 11, "replicas: 2");
+  std::ofstream(job_path_) << text;
+  auto job = spec::LoadAdamJob(job_path_);
+  ASSERT_TRUE(job.ok());
+  auto layout = model::ModelLayout::Make(job->model);
+  auto map = shard::ShardMap::Make(layout->num_params(), 1024, 2, job->training.seed);
+  auto plan = update::UpdatePlan::Make(*layout, *map, job->training.push_every, job->training.dense_updates);
+  auto start = [&](int index, const std::string& state, std::vector<std::string> extra, int* port, int* repl) {
+    std::vector<std::string> args = {"ps", "--job", job_path_, "--index", std::to_string(index),
+                                     "--listen", "127.0.0.1:0", "--state-dir", dir_.File(state),
+                                     "--threads", "1", "--no-bind", "--replication-listen", "127.0.0.2:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto c = std::make_unique<Child>(args, dir_.File("ps.log"));
+    auto ready = c->WaitEvent("ready");
+    EXPECT_TRUE(ready.has_value());
+    *port = ready ? (*ready)["port"].get<int>() : 0;
+    *repl = ready ? ready->value("replication_port", 0) : 0;
+    return c;
+  };
+  int p1 = 0, r1 = 0, p0 = 0, r0 = 0;
+  auto ps1 = start(1, "b", {}, &p1, &r1);
+  auto ps0 = start(0, "a", {"--checkpoint-peer", "127.0.0.2:" + std::to_string(r1)}, &p0, &r0);
+  auto connect = [&](int port0) {
+    auto c = trainer::ConnectParamServers(*map, plan, {"127.0.0.1:" + std::to_string(port0),
+                                                       "127.0.0.1:" + std::to_string(p1)}, {});
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  };
+  auto client = connect(p0);
+  ASSERT_TRUE(client);
+  std::vector<float> d(static_cast<size_t>(layout->num_params()), 0.75f);
+  ASSERT_TRUE(client->Push({d.data(), {}, 1, false}).ok());
+  auto copied = ps0->WaitEvent("checkpoint_copied");
+  ASSERT_TRUE(copied.has_value()) << "no copy reached the peer";
+  EXPECT_GT((*copied)["files"].get<int>(), 0);
+  std::vector<float> want(d.size());
+  ASSERT_TRUE(client->Pull(want.data(), 0).ok());
+
+  ps0->Signal(SIGKILL);  // machine and volume lost
+  ps0->Wait();
+  std::filesystem::remove_all(dir_.File("a"));
+  int p0b = 0, r0b = 0;
+  auto ps0b = start(0, "a-new", {"--restore-from", "127.0.0.2:" + std::to_string(r1)}, &p0b, &r0b);
+  auto client2 = connect(p0b);
+  ASSERT_TRUE(client2);
+  std::vector<float> got(d.size());
+  ASSERT_TRUE(client2->Pull(got.data(), 0).ok());
+  EXPECT_EQ(got, want);
+}
+
 }  // namespace
 }  // namespace adam

@@ -102,11 +102,14 @@ int main(int argc, char** argv) {
   std::string state_dir;
   int flush_pause_ms = 0;
   ps->add_option("--state-dir", state_dir, "checkpoint directory (restored on start); none = no persistence");
-  std::string replication_listen, restore_from;
+  std::string replication_listen, restore_from, checkpoint_peer;
   ps->add_option("--replication-listen", replication_listen,
                  "host:port of the second NIC for replication and checkpoint traffic");
   ps->add_option("--restore-from", restore_from,
-                 "a peer's replication address: copy its newest checkpoint when --state-dir has none");
+                 "a replication address holding this server's checkpoint (its own former one, or "
+                 "its checkpoint peer's): copied first when --state-dir has none");
+  ps->add_option("--checkpoint-peer", checkpoint_peer,
+                 "a peer's replication address: every flush is copied there");
   ps->add_option("--threads", threads, "shard worker threads (default: one per usable core)");
   ps->add_flag("--no-bind", no_bind, "do not bind shard workers to cores");
   ps->add_option("--debug-flush-pause-ms", flush_pause_ms, "tests: pause this long mid-checkpoint")
@@ -172,6 +175,7 @@ int main(int argc, char** argv) {
     o.state_dir = state_dir;
     o.replication_listen = replication_listen;
     o.restore_from = restore_from;
+    o.checkpoint_peer = checkpoint_peer;
     o.threads = threads;
     o.bind = !no_bind;
     o.debug_flush_pause = std::chrono::milliseconds(flush_pause_ms);

@@ -318,7 +318,9 @@ Checkpointer::Checkpointer(ParamStore* store, BufferPool* pool, CheckpointOption
   }
 }
 
-Checkpointer::~Checkpointer() {
+Checkpointer::~Checkpointer() { Stop(); }
+
+void Checkpointer::Stop() {
   {
     std::lock_guard<std::mutex> lock(stop_mu_);
     stop_ = true;
@@ -337,6 +339,7 @@ void Checkpointer::Loop() {
     lock.unlock();
     auto g = Flush();
     if (!g.ok()) spdlog::error("checkpoint failed: {}", g.status().message());
+    if (g.ok() && *g > 0 && opt_.after_flush) opt_.after_flush();
     lock.lock();
   }
 }

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -79,6 +80,9 @@ struct CheckpointOptions {
   int zstd_level = 1;
   // Tests: sleep this long after writing half of a checkpoint (to kill a server mid-flush).
   std::chrono::milliseconds debug_pause_mid_flush{0};
+  // Runs on the background thread after each flush that wrote a checkpoint (e.g. to send it to a
+  // peer); may be empty.
+  std::function<void()> after_flush;
 };
 
 // Reads `options.dir` for the server's newest usable checkpoint covering exactly `shards` (id ->
@@ -103,8 +107,9 @@ class Checkpointer {
                const Restored& restored, CheckpointMetrics metrics);
   ~Checkpointer();  // stops the background thread (without a last flush; call Flush first)
 
-  // Starts flushing every interval on a background thread.
+  // Starts flushing every interval on a background thread; Stop ends it (also on destruction).
   void Start();
+  void Stop();
   // Flushes the dirty shards now; returns the generation written (0 when nothing was dirty).
   StatusOr<uint64_t> Flush();
   uint64_t generation() const;

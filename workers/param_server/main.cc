@@ -61,7 +61,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     for (const auto& de : std::filesystem::directory_iterator(options.state_dir, ec))
       have |= de.path().extension() == ".adam";
     if (!have) {
-      auto n = FetchCheckpoint(options.restore_from, options.state_dir);
+      auto n = FetchCheckpoint(options.restore_from, uint32_t(options.index), options.state_dir);
       if (!n.ok()) {
         spdlog::error("copying the checkpoint of {}: {}", options.restore_from, n.status().message());
         return 1;
@@ -138,11 +138,27 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                          &reg.Gauge("adam_ps_checkpoint_last_success_timestamp_seconds",
                                     "Unix time of the last complete checkpoint"),
                          &reg.Gauge("adam_ps_checkpoint_generation", "Generation of the newest checkpoint")};
+    if (!options.checkpoint_peer.empty()) {
+      auto& copied = reg.Counter("adam_ps_checkpoint_peer_files_total",
+                                 "Checkpoint files copied to the peer over the replication address");
+      copt.after_flush = [&, sender = std::make_shared<PeerSender>(options.checkpoint_peer,
+                                                                  uint32_t(options.index))] {
+        auto n = sender->Send(*checkpointer);
+        if (!n.ok()) {
+          spdlog::warn("{}", n.status().message());
+          return;
+        }
+        copied.Increment(double(*n));
+        EmitEvent({{"event", "checkpoint_copied"}, {"peer", options.checkpoint_peer},
+                   {"generation", checkpointer->generation()}, {"files", *n}});
+      };
+    }
     checkpointer.emplace(&store, &pool, copt, restored, cm);
     checkpointer->Start();
   }
   ParamService service(&store, &gate, &plan, options.index, &pool, pm);
-  ReplicaService replica(checkpointer ? &*checkpointer : nullptr);
+  ReplicaService replica(checkpointer ? &*checkpointer : nullptr, uint32_t(options.index),
+                         options.state_dir.empty() ? "" : options.state_dir + "/peers");
   std::vector<net::ExtraListener> extra;
   if (!options.replication_listen.empty())
     extra.push_back({"replication_port", options.replication_listen, {&replica}});
@@ -168,11 +184,13 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   cv.notify_all();
   sampler.join();
   if (checkpointer) {
+    checkpointer->Stop();            // no background flush (or peer copy) from here on
     auto g = checkpointer->Flush();  // the last updates, before the process goes
     if (!g.ok()) {
       spdlog::error("final checkpoint failed: {}", g.status().message());
       return 1;
     }
+    if (*g > 0 && copt.after_flush) copt.after_flush();
   }
   return rc;
 }

@@ -15,8 +15,9 @@ struct MainOptions {
   int metrics_port = 0;
   std::string state_dir;               // checkpoints; empty = no persistence
   std::string replication_listen;      // host:port of the second NIC; empty = none
-  std::string restore_from;            // a peer's replication address: copy its checkpoint first
-                                       // when state_dir holds none
+  std::string restore_from;            // a replication address holding this server's checkpoint
+                                       // (a peer's copy): fetched first when state_dir holds none
+  std::string checkpoint_peer;         // a peer's replication address: each flush is copied there
   int threads = 0;                     // shard worker threads; 0 = one per usable core
   bool bind = true;                    // bind shard workers to cores
   std::chrono::milliseconds debug_flush_pause{0};  // tests: pause mid-flush

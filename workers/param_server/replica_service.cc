@@ -1,4 +1,4 @@
-// ReplicaService: stream checkpoint files; FetchCheckpoint: receive them.
+// ReplicaService and its clients: checkpoint files in 1 MiB chunks over the replication address.
 #include "param_server/replica_service.h"
 
 #include <fcntl.h>
@@ -8,15 +8,17 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "net/grpc.h"
 
 namespace adam::ps {
 namespace {
 
+namespace fs = std::filesystem;
 constexpr size_t kChunk = 1 << 20;
 
-// The checkpoint names this service sends: "ckpt-" 16 hex ".adam", nothing else (no paths).
+// The names checkpoint traffic may carry: "ckpt-" 16 hex ".adam", nothing else (no paths).
 bool IsCheckpointName(const std::string& name) {
   if (name.size() != 26 || name.rfind("ckpt-", 0) != 0 || name.substr(21) != ".adam") return false;
   for (char c : name.substr(5, 16))
@@ -24,22 +26,19 @@ bool IsCheckpointName(const std::string& name) {
   return true;
 }
 
-}  // namespace
-
-grpc::Status ReplicaService::GetCheckpoint(grpc::ServerContext* ctx,
-                                           const adam::v1::GetCheckpointRequest*,
-                                           grpc::ServerWriter<adam::v1::CheckpointChunk>* writer) {
-  if (checkpointer_ == nullptr)
-    return {grpc::StatusCode::FAILED_PRECONDITION, "this parameter server keeps no checkpoints"};
-  auto files = checkpointer_->OpenNewest();
-  grpc::Status result = grpc::Status::OK;
+// Streams `files` (closing them) through `write`; `last_extra` decorates the final chunk.
+Status SendFiles(std::vector<Checkpointer::OpenFile> files, uint32_t server,
+                 const std::function<bool(const adam::v1::CheckpointChunk&)>& write,
+                 const std::vector<std::string>& keep = {}) {
+  Status st;
   std::string buf(kChunk, '\0');
-  for (const auto& f : files) {
+  for (size_t i = 0; i < files.size() && st.ok(); ++i) {
+    const auto& f = files[i];
     uint64_t offset = 0;
-    for (bool last = false; !last && result.ok();) {
+    for (bool last = false; !last;) {
       const ssize_t n = ::pread(f.fd, buf.data(), buf.size(), off_t(offset));
       if (n < 0) {
-        result = {grpc::StatusCode::INTERNAL, f.name + ": " + std::strerror(errno)};
+        st = InternalError(f.name + ": " + std::strerror(errno));
         break;
       }
       last = size_t(n) < buf.size();
@@ -48,78 +47,219 @@ grpc::Status ReplicaService::GetCheckpoint(grpc::ServerContext* ctx,
       c.set_offset(offset);
       c.set_data(buf.data(), size_t(n));
       c.set_last(last);
+      c.set_server(server);
+      if (last && i + 1 == files.size())
+        for (const auto& k : keep) c.add_keep(k);
       offset += uint64_t(n);
-      if (ctx->IsCancelled() || !writer->Write(c)) result = {grpc::StatusCode::CANCELLED, "reader went away"};
+      if (!write(c)) {
+        st = UnavailableError("the receiver went away");
+        break;
+      }
     }
   }
   for (const auto& f : files) ::close(f.fd);
-  return result;
+  return st;
 }
 
-StatusOr<int> FetchCheckpoint(const std::string& address, const std::string& dir) {
+// Writes received chunks into a directory: <file>.tmp, then fsync and rename on its last chunk.
+class ChunkSink {
+ public:
+  explicit ChunkSink(std::string dir) : dir_(std::move(dir)) {}
+  ~ChunkSink() { Abort(); }
+
+  Status Add(const adam::v1::CheckpointChunk& c) {
+    if (c.file() != current_) {
+      if (fd_ >= 0) return DataLossError(current_ + " ended without its last chunk");
+      if (!IsCheckpointName(c.file()))
+        return DataLossError("a file named '" + c.file() + "' is not a checkpoint");
+      current_ = c.file();
+      fd_ = ::open(Tmp().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd_ < 0) return InternalError("cannot create " + Tmp() + ": " + std::strerror(errno));
+      expect_ = 0;
+    }
+    if (c.offset() != expect_)
+      return DataLossError(current_ + ": chunk at byte " + std::to_string(c.offset()) +
+                           ", expected " + std::to_string(expect_));
+    if (::write(fd_, c.data().data(), c.data().size()) != ssize_t(c.data().size()))
+      return InternalError(current_ + ": write: " + std::strerror(errno));
+    expect_ += c.data().size();
+    if (c.last()) {
+      const bool ok = ::fsync(fd_) == 0;
+      ::close(fd_);
+      fd_ = -1;
+      if (!ok || ::rename(Tmp().c_str(), (dir_ + "/" + current_).c_str()) != 0)
+        return InternalError(current_ + ": " + std::strerror(errno));
+      ++files_;
+      current_.clear();
+    }
+    return OkStatus();
+  }
+  Status Finish() {
+    if (fd_ >= 0) {
+      const std::string name = current_;
+      Abort();
+      return DataLossError(name + " ended without its last chunk");
+    }
+    return OkStatus();
+  }
+  int files() const { return files_; }
+
+ private:
+  std::string Tmp() const { return dir_ + "/" + current_ + ".tmp"; }
+  void Abort() {
+    if (fd_ < 0) return;
+    ::close(fd_);
+    ::unlink(Tmp().c_str());
+    fd_ = -1;
+  }
+  std::string dir_, current_;
+  int fd_ = -1;
+  uint64_t expect_ = 0;
+  int files_ = 0;
+};
+
+grpc::Status ToGrpcStatus(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: return {grpc::StatusCode::INVALID_ARGUMENT, s.message()};
+    case StatusCode::kDataLoss: return {grpc::StatusCode::DATA_LOSS, s.message()};
+    default: return {grpc::StatusCode::INTERNAL, s.message()};
+  }
+}
+
+std::string PeerDir(const std::string& root, uint32_t server) {
+  return root + "/ps-" + std::to_string(server);
+}
+
+}  // namespace
+
+grpc::Status ReplicaService::GetCheckpoint(grpc::ServerContext* ctx,
+                                           const adam::v1::GetCheckpointRequest* req,
+                                           grpc::ServerWriter<adam::v1::CheckpointChunk>* writer) {
+  std::vector<Checkpointer::OpenFile> files;
+  if (req->server() == server_) {
+    if (checkpointer_ == nullptr)
+      return {grpc::StatusCode::FAILED_PRECONDITION, "this parameter server keeps no checkpoints"};
+    files = checkpointer_->OpenNewest();
+  } else {
+    // A peer's copy: every checkpoint file kept for it (its last push pruned the rest).
+    std::lock_guard<std::mutex> lock(put_mu_);
+    std::error_code ec;
+    std::vector<std::string> names;
+    if (!peer_dir_.empty())
+      for (const auto& de : fs::directory_iterator(PeerDir(peer_dir_, req->server()), ec))
+        if (IsCheckpointName(de.path().filename().string())) names.push_back(de.path().filename().string());
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      const int fd = ::open((PeerDir(peer_dir_, req->server()) + "/" + n).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) files.push_back({n, fd});
+    }
+  }
+  Status st = SendFiles(std::move(files), req->server(), [&](const adam::v1::CheckpointChunk& c) {
+    return !ctx->IsCancelled() && writer->Write(c);
+  });
+  return st.ok() ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, st.message());
+}
+
+grpc::Status ReplicaService::PutCheckpoint(grpc::ServerContext* ctx,
+                                           grpc::ServerReader<adam::v1::CheckpointChunk>* reader,
+                                           adam::v1::PutCheckpointResponse* resp) {
+  if (peer_dir_.empty())
+    return {grpc::StatusCode::FAILED_PRECONDITION, "this parameter server keeps no peer copies"};
+  std::lock_guard<std::mutex> lock(put_mu_);
+  adam::v1::CheckpointChunk c;
+  std::optional<ChunkSink> sink;
+  std::optional<uint32_t> server;
+  std::vector<std::string> keep;
+  while (reader->Read(&c)) {
+    if (!server) {
+      if (c.server() == server_)
+        return {grpc::StatusCode::INVALID_ARGUMENT, "a server cannot be its own checkpoint peer"};
+      server = c.server();
+      std::error_code ec;
+      fs::create_directories(PeerDir(peer_dir_, *server), ec);
+      if (ec) return {grpc::StatusCode::INTERNAL, "cannot create a peer directory: " + ec.message()};
+      sink.emplace(PeerDir(peer_dir_, *server));
+    } else if (c.server() != *server) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, "one PutCheckpoint carries one server's files"};
+    }
+    if (Status st = sink->Add(c); !st.ok()) return ToGrpcStatus(st);
+    if (c.keep_size() > 0) keep.assign(c.keep().begin(), c.keep().end());
+  }
+  if (!sink) return grpc::Status::OK;  // nothing sent
+  if (Status st = sink->Finish(); !st.ok()) return ToGrpcStatus(st);
+  if (!keep.empty()) {
+    std::error_code ec;
+    for (const auto& de : fs::directory_iterator(PeerDir(peer_dir_, *server), ec)) {
+      const std::string n = de.path().filename().string();
+      if (IsCheckpointName(n) && std::find(keep.begin(), keep.end(), n) == keep.end())
+        fs::remove(de.path(), ec);
+    }
+  }
+  resp->set_files(uint32_t(sink->files()));
+  return grpc::Status::OK;
+}
+
+StatusOr<int> FetchCheckpoint(const std::string& address, uint32_t server, const std::string& dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  fs::create_directories(dir, ec);
   if (ec) return InternalError("cannot create " + dir + ": " + ec.message());
   auto stub = adam::v1::ReplicaService::NewStub(net::MakeChannel(address));
   grpc::ClientContext ctx;
   net::SetDeadline(&ctx, std::chrono::minutes(10));
-  auto reader = stub->GetCheckpoint(&ctx, {});
+  adam::v1::GetCheckpointRequest req;
+  req.set_server(server);
+  auto reader = stub->GetCheckpoint(&ctx, req);
+  ChunkSink sink(dir);
   adam::v1::CheckpointChunk c;
-  std::string current;
-  int fd = -1, files = 0;
-  uint64_t expect = 0;
   Status st;
-  auto fail = [&](Status s) {
-    if (st.ok()) st = std::move(s);
-  };
-  while (st.ok() && reader->Read(&c)) {
-    if (c.file() != current) {
-      if (fd >= 0) fail(DataLossError(current + " ended without its last chunk"));
-      if (!IsCheckpointName(c.file())) {
-        fail(DataLossError("peer sent a file named '" + c.file() + "', not a checkpoint"));
-        break;
-      }
-      current = c.file();
-      fd = ::open((dir + "/" + current + ".tmp").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) {
-        fail(InternalError("cannot create " + dir + "/" + current + ".tmp: " + std::strerror(errno)));
-        break;
-      }
-      expect = 0;
-    }
-    if (c.offset() != expect) {
-      fail(DataLossError(current + ": chunk at byte " + std::to_string(c.offset()) + ", expected " +
-                         std::to_string(expect)));
-      break;
-    }
-    if (::write(fd, c.data().data(), c.data().size()) != ssize_t(c.data().size())) {
-      fail(InternalError(current + ": write: " + std::strerror(errno)));
-      break;
-    }
-    expect += c.data().size();
-    if (c.last()) {
-      const bool ok = ::fsync(fd) == 0;
-      ::close(fd);
-      fd = -1;
-      if (!ok || ::rename((dir + "/" + current + ".tmp").c_str(), (dir + "/" + current).c_str()) != 0) {
-        fail(InternalError(current + ": " + std::strerror(errno)));
-        break;
-      }
-      ++files;
-    }
-  }
-  if (fd >= 0) {
-    ::close(fd);
-    ::unlink((dir + "/" + current + ".tmp").c_str());
-    fail(DataLossError(current + " ended without its last chunk"));
-  }
+  while (st.ok() && reader->Read(&c)) st = sink.Add(c);
+  if (st.ok()) st = sink.Finish();
   if (!st.ok()) {
     ctx.TryCancel();
     reader->Finish();
     return st;
   }
   ADAM_RETURN_IF_ERROR(net::FromGrpc(reader->Finish(), "checkpoint from " + address));
-  return files;
+  return sink.files();
+}
+
+PeerSender::PeerSender(std::string address, uint32_t server)
+    : address_(std::move(address)), server_(server) {}
+
+StatusOr<int> PeerSender::Send(const Checkpointer& checkpointer) {
+  auto files = checkpointer.OpenNewest();
+  std::vector<std::string> keep;
+  for (const auto& f : files) keep.push_back(f.name);
+  std::vector<Checkpointer::OpenFile> todo;
+  for (auto& f : files) {
+    if (sent_.count(f.name)) {
+      ::close(f.fd);
+    } else {
+      todo.push_back(f);
+    }
+  }
+  if (todo.empty()) return 0;
+  auto stub = adam::v1::ReplicaService::NewStub(net::MakeChannel(address_));
+  grpc::ClientContext ctx;
+  net::SetDeadline(&ctx, std::chrono::minutes(1));
+  adam::v1::PutCheckpointResponse resp;
+  auto writer = stub->PutCheckpoint(&ctx, &resp);
+  const int n = int(todo.size());
+  std::vector<std::string> names;
+  for (const auto& f : todo) names.push_back(f.name);
+  Status st = SendFiles(std::move(todo), server_,
+                        [&](const adam::v1::CheckpointChunk& c) { return writer->Write(c); }, keep);
+  writer->WritesDone();
+  Status done = net::FromGrpc(writer->Finish(), "checkpoint to peer " + address_);
+  if (!done.ok()) {
+    sent_.clear();  // resend everything next time
+    return done;
+  }
+  ADAM_RETURN_IF_ERROR(st);
+  std::set<std::string> now(keep.begin(), keep.end());
+  for (const auto& n2 : names) now.insert(n2);
+  sent_ = std::move(now);
+  return n;
 }
 
 }  // namespace adam::ps

@@ -1,7 +1,11 @@
 // ReplicaService (proto/adam/v1/replica.proto): the parameter server's traffic on its replication
-// address. Today: streaming the newest complete checkpoint to a server that starts without it.
+// address (the second NIC). Checkpoints move between servers here: a server sends every flush to
+// a peer (`--checkpoint-peer`), which keeps the copy, and a server that starts without its volume
+// copies its newest checkpoint from its own former address or from that peer (`--restore-from`).
 #pragma once
 
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "adam/v1/replica.grpc.pb.h"
@@ -12,19 +16,41 @@ namespace adam::ps {
 
 class ReplicaService final : public adam::v1::ReplicaService::Service {
  public:
-  // `checkpointer` may be null (no persistence): GetCheckpoint then fails FAILED_PRECONDITION.
-  explicit ReplicaService(const Checkpointer* checkpointer) : checkpointer_(checkpointer) {}
+  // `checkpointer` may be null (no persistence): requests for this server's checkpoint then fail
+  // FAILED_PRECONDITION. Peers' copies go under `peer_dir` (empty: refused).
+  ReplicaService(const Checkpointer* checkpointer, uint32_t server, std::string peer_dir)
+      : checkpointer_(checkpointer), server_(server), peer_dir_(std::move(peer_dir)) {}
 
   grpc::Status GetCheckpoint(grpc::ServerContext* ctx, const adam::v1::GetCheckpointRequest* req,
                              grpc::ServerWriter<adam::v1::CheckpointChunk>* writer) override;
+  grpc::Status PutCheckpoint(grpc::ServerContext* ctx,
+                             grpc::ServerReader<adam::v1::CheckpointChunk>* reader,
+                             adam::v1::PutCheckpointResponse* resp) override;
 
  private:
   const Checkpointer* checkpointer_;
+  uint32_t server_;
+  std::string peer_dir_;
+  std::mutex put_mu_;  // one PutCheckpoint at a time
 };
 
-// Copies the newest complete checkpoint of the server at `address` (its replication address)
-// into `dir`: each file is written as <name>.tmp, fsynced and renamed, so RestoreCheckpoint
-// verifies what arrived. Returns the number of files copied (0: the peer has none).
-StatusOr<int> FetchCheckpoint(const std::string& address, const std::string& dir);
+// Copies the newest complete checkpoint of parameter server `server` from the replication
+// address `address` into `dir`: each file is written as <name>.tmp, fsynced and renamed, so
+// RestoreCheckpoint verifies what arrived. Returns the number of files copied (0: none there).
+StatusOr<int> FetchCheckpoint(const std::string& address, uint32_t server, const std::string& dir);
+
+// Sends a checkpointer's newest checkpoint to a peer's ReplicaService after each flush, skipping
+// files the peer already has. Thread-compatible: called from the checkpointer's thread.
+class PeerSender {
+ public:
+  PeerSender(std::string address, uint32_t server);
+  // Returns the number of files sent.
+  StatusOr<int> Send(const Checkpointer& checkpointer);
+
+ private:
+  std::string address_;
+  uint32_t server_;
+  std::set<std::string> sent_;  // files the peer has
+};
 
 }  // namespace adam::ps
