@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test fuzz tsan bench clean
+.PHONY: deps build demo test fuzz tsan asan bench clean
 
 deps:
 	./scripts/install-deps.sh
@@ -20,7 +20,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 clean:
-	rm -rf $(BUILD) build-fuzz build-tsan build-fuzz.log build-tsan.log
+	rm -rf $(BUILD) build-fuzz build-tsan build-asan build-fuzz.log build-tsan.log build-asan.log
 
 fuzz: deps
 	./scripts/fuzz.sh
@@ -28,6 +28,10 @@ fuzz: deps
 # ThreadSanitizer over the race-free parts (clang build in build-tsan/).
 tsan: deps
 	./scripts/tsan.sh
+
+# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/).
+asan: deps
+	./scripts/asan.sh
 
 # Benchmarks: the parameter server against a memory-bandwidth triad, the trainer against PyTorch
 # (installs python3-torch); prints tables, writes build/bench/*.json.
