@@ -116,7 +116,8 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   reg.Gauge("adam_ps_shards", "Shards held by this parameter server").Set(double(store.shard_ids().size()));
   reg.Gauge("adam_ps_parameters", "Parameters held by this parameter server").Set(double(store.total_floats()));
   auto& queue_depth = reg.Gauge("adam_ps_queue_depth", "Updates and reads queued to the shard workers");
-  auto& applied = reg.Gauge("adam_ps_applied_bytes", "Update payload bytes applied since start");
+  auto& applied = reg.Counter("adam_ps_applied_bytes_total",
+                               "Update payload bytes applied by the shard workers");
   auto& parked = reg.Gauge("adam_ps_parked_pulls", "Pulls held back by the consistency model");
   auto& spread = reg.Gauge("adam_ps_clock_spread", "Pushes between the fastest and slowest trainer");
   ParamServiceMetrics pm{&reg.Counter("adam_ps_pushes_total", "Push requests applied"),
@@ -169,9 +170,12 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   bool done = false;
   std::thread sampler([&] {
     std::unique_lock<std::mutex> lock(mu);
+    uint64_t applied_seen = 0;
     do {
       queue_depth.Set(double(store.queue_depth()));
-      applied.Set(double(store.applied_bytes()));
+      const uint64_t now = store.applied_bytes();
+      applied.Increment(double(now - applied_seen));
+      applied_seen = now;
       parked.Set(double(gate.parked()));
       spread.Set(double(gate.Spread()));
     } while (!cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; }));
