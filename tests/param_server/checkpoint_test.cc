@@ -16,11 +16,7 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-std::string Name(uint64_t g) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "ckpt-%016llx.adam", static_cast<unsigned long long>(g));
-  return buf;
-}
+std::string Name(uint64_t g) { return CheckpointFileName(g); }
 
 std::vector<std::string> Files(const std::string& dir) {
   std::vector<std::string> out;
@@ -185,6 +181,14 @@ TEST_F(CheckpointTest, CheckpointOfAnotherShardMapIsRejected) {
   auto r = RestoreCheckpoint(opt_, other);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("does not match this server's shard map"));
+}
+
+TEST(CheckpointName, RoundTripsAndRejectsEverythingElse) {
+  EXPECT_EQ(CheckpointFileName(0x2a), "ckpt-000000000000002a.adam");
+  EXPECT_EQ(CheckpointGeneration(CheckpointFileName(0x2a)), 0x2au);
+  for (const char* bad : {"ckpt-000000000000002A.adam", "ckpt-000000000000002a.adam.tmp",
+                          "../ckpt-000000000000002a", "ckpt-00000000000002a.adam", "x"})
+    EXPECT_EQ(CheckpointGeneration(bad), 0u) << bad;
 }
 
 TEST(ParseCheckpoint, NamesTheByteAtFault) {

@@ -24,24 +24,6 @@ constexpr char kMagic[8] = {'A', 'D', 'A', 'M', 'C', 'K', 'P', '1'};
 constexpr char kEndMagic[8] = {'A', 'D', 'A', 'M', 'E', 'N', 'D', '1'};
 constexpr uint32_t kFormat = 1;
 
-std::string FileName(uint64_t generation) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "ckpt-%016llx.adam", static_cast<unsigned long long>(generation));
-  return buf;
-}
-
-// The generation of a "ckpt-<16 hex>.adam" name, or 0.
-uint64_t GenerationOf(const std::string& name) {
-  if (name.size() != 5 + 16 + 5 || name.rfind("ckpt-", 0) != 0 || name.substr(21) != ".adam") return 0;
-  uint64_t g = 0;
-  for (char c : name.substr(5, 16)) {
-    int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (v < 0) return 0;
-    g = g << 4 | uint64_t(v);
-  }
-  return g;
-}
-
 // Byte planes: all floats' byte 0, then byte 1, ... (exponent bytes compress well together).
 void Shuffle(const float* in, int64_t n, uint8_t* out) {
   const auto* b = reinterpret_cast<const uint8_t*>(in);
@@ -123,6 +105,23 @@ StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 }  // namespace
+
+std::string CheckpointFileName(uint64_t generation) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "ckpt-%016llx.adam", static_cast<unsigned long long>(generation));
+  return buf;
+}
+
+uint64_t CheckpointGeneration(const std::string& name) {
+  if (name.size() != 5 + 16 + 5 || name.rfind("ckpt-", 0) != 0 || name.substr(21) != ".adam") return 0;
+  uint64_t g = 0;
+  for (char c : name.substr(5, 16)) {
+    int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (v < 0) return 0;
+    g = g << 4 | uint64_t(v);
+  }
+  return g;
+}
 
 StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_floats) {
   constexpr size_t kTrailer = 4 + sizeof kEndMagic;
@@ -212,7 +211,7 @@ StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& opt,
       fs::remove(de.path(), ec);
       continue;
     }
-    if (uint64_t g = GenerationOf(name); g > 0) gens.push_back(g);
+    if (uint64_t g = CheckpointGeneration(name); g > 0) gens.push_back(g);
   }
   if (gens.empty()) return out;
   std::sort(gens.rbegin(), gens.rend());
@@ -220,7 +219,7 @@ StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& opt,
   auto load = [&](uint64_t g) -> const StatusOr<CheckpointFile>& {
     auto it = parsed.find(g);
     if (it != parsed.end()) return it->second;
-    const std::string path = opt.dir + "/" + FileName(g);
+    const std::string path = opt.dir + "/" + CheckpointFileName(g);
     StatusOr<CheckpointFile> f = [&]() -> StatusOr<CheckpointFile> {
       ADAM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
       ADAM_ASSIGN_OR_RETURN(CheckpointFile cf, ParseCheckpoint(bytes, opt.num_params));
@@ -237,7 +236,7 @@ StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& opt,
   };
   std::vector<std::string> problems;
   for (uint64_t g : gens) {
-    const std::string name = FileName(g);
+    const std::string name = CheckpointFileName(g);
     auto fail = [&](const std::string& why) {
       const std::string msg = "checkpoint " + name + ": " + why;
       spdlog::warn("{}; trying the previous checkpoint", msg);
@@ -267,7 +266,7 @@ StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& opt,
       } else {
         const auto& src = load(e.source);
         if (!src.ok()) {
-          why = "shard " + std::to_string(e.shard) + " is in " + FileName(e.source) + ", which " +
+          why = "shard " + std::to_string(e.shard) + " is in " + CheckpointFileName(e.source) + ", which " +
                 "is unusable: " + src.status().message();
           break;
         }
@@ -275,7 +274,7 @@ StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& opt,
           return x.shard == e.shard && x.source == e.source;
         });
         if (it == src->entries.end() || it->count != e.count) {
-          why = "shard " + std::to_string(e.shard) + " is missing from " + FileName(e.source);
+          why = "shard " + std::to_string(e.shard) + " is missing from " + CheckpointFileName(e.source);
           break;
         }
         s.values = it->values;
@@ -304,7 +303,7 @@ Checkpointer::Checkpointer(ParamStore* store, BufferPool* pool, CheckpointOption
   fs::create_directories(opt_.dir, ec);  // a failure shows at the first flush, naming the file
   uint64_t newest = restored.generation;
   for (const auto& de : fs::directory_iterator(opt_.dir, ec))
-    newest = std::max(newest, GenerationOf(de.path().filename().string()));
+    newest = std::max(newest, CheckpointGeneration(de.path().filename().string()));
   next_generation_ = newest + 1;  // never reuse a name, even a rejected file's
   last_generation_ = restored.generation;
   for (const auto& [id, s] : restored.shards) {
@@ -358,7 +357,7 @@ std::vector<Checkpointer::OpenFile> Checkpointer::OpenNewest() const {
   gens.insert(last_generation_);
   for (uint64_t g : gens) {
     OpenFile f;
-    f.name = FileName(g);
+    f.name = CheckpointFileName(g);
     f.fd = ::open((opt_.dir + "/" + f.name).c_str(), O_RDONLY | O_CLOEXEC);
     if (f.fd < 0) {
       for (auto& o : files) ::close(o.fd);
@@ -397,7 +396,7 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
     ADAM_ASSIGN_OR_RETURN(c.version, store_->Read(id, c.values.as<float>(), n));
     copies.emplace(id, std::move(c));
   }
-  const std::string path = opt_.dir + "/" + FileName(gen), tmp = path + ".tmp";
+  const std::string path = opt_.dir + "/" + CheckpointFileName(gen), tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return InternalError("cannot create " + tmp + ": " + std::strerror(errno));
   Writer w(fd);
@@ -487,7 +486,7 @@ void Checkpointer::Prune(uint64_t previous) {
     it = keep.count(it->first) ? std::next(it) : refs_.erase(it);
   std::error_code ec;
   for (const auto& de : fs::directory_iterator(opt_.dir, ec)) {
-    const uint64_t g = GenerationOf(de.path().filename().string());
+    const uint64_t g = CheckpointGeneration(de.path().filename().string());
     if (g > 0 && g < last_generation_ && !keep.count(g)) fs::remove(de.path(), ec);
   }
 }

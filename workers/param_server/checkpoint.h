@@ -56,6 +56,11 @@ struct CheckpointFile {
   std::vector<CheckpointEntry> entries;
 };
 
+// "ckpt-<generation as 16 hex digits>.adam", and back: the generation of such a name, or 0 for
+// any other name (paths included).
+std::string CheckpointFileName(uint64_t generation);
+uint64_t CheckpointGeneration(const std::string& name);
+
 // Parses and verifies one checkpoint file's bytes. Entries may hold at most `max_floats` floats
 // each. Errors name the byte offset and what is wrong.
 StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_floats);

@@ -60,7 +60,8 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
   }
   auto call = std::make_unique<PushCall>();
   size_t bytes = 0, dense_bytes = 0;
-  // Check everything before queueing anything: a bad part applies nothing.
+  // Check everything before queueing anything: a bad part applies nothing (an unaligned payload
+  // may already have been copied; the copy goes with the refused call).
   for (int i = 0; i < req->deltas_size(); ++i) {
     const auto& d = req->deltas(i);
     const std::string where = "deltas[" + std::to_string(i) + "] (shard " + std::to_string(d.shard()) + ")";
@@ -83,6 +84,7 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
     op.shard = d.shard();
     op.offset = int64_t(d.offset());
     op.count = n;
+    op.values = Floats(d.values(), pool_, &call->copies);
     call->ops.push_back(op);
     bytes += d.values().size();
   }
@@ -120,6 +122,8 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
     args.rows = rows.data();
     args.num_rows = int(rows.size());
     args.images = int(du.images());
+    args.a = Floats(du.activations(), pool_, &call->copies);
+    args.e = Floats(du.errors(), pool_, &call->copies);
     // One Op per held shard the layer touches.
     const int64_t w_end = layer.weights + layer.units * layer.in;
     for (uint32_t id : store_->shard_ids()) {
@@ -131,29 +135,9 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
       op.kind = Op::Kind::kDense;
       op.shard = id;
       op.dense = args;
-      op.count = i;  // which dense update: payload pointers are filled in below
       call->ops.push_back(op);
     }
     dense_bytes += du.activations().size() + du.errors().size();
-  }
-  // Payload pointers (after every check, so no copy is made for a refused request).
-  {
-    size_t next_delta = 0;
-    std::vector<const float*> a(size_t(req->dense_size())), e(size_t(req->dense_size()));
-    for (int i = 0; i < req->dense_size(); ++i) {
-      a[size_t(i)] = Floats(req->dense(i).activations(), pool_, &call->copies);
-      e[size_t(i)] = Floats(req->dense(i).errors(), pool_, &call->copies);
-    }
-    for (Op& op : call->ops) {
-      if (op.kind == Op::Kind::kAdd) {
-        op.values = Floats(req->deltas(int(next_delta++)).values(), pool_, &call->copies);
-      } else {
-        const size_t i = size_t(op.count);
-        op.count = 0;
-        op.dense.a = a[i];
-        op.dense.e = e[i];
-      }
-    }
   }
   const int trainer = int(req->trainer_index());
   const uint64_t clock = req->clock();

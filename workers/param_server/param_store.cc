@@ -105,8 +105,6 @@ void ApplyDense(float* values, int64_t shard_offset, int64_t shard_count, const 
   }
 }
 
-thread_local std::vector<const float*> ParamStore::block_sources_;
-
 struct ParamStore::ShardState {
   uint32_t id = 0;
   int64_t offset = 0;
@@ -262,6 +260,7 @@ void ParamStore::Submit(Op* ops, size_t n) {
 void ParamStore::WorkerLoop(Worker* w) {
   std::vector<uint32_t> touched;
   std::vector<Op*> run;
+  std::vector<const float*> whole;
   for (;;) {
     const uint32_t seen = w->wake.load(std::memory_order_acquire);
     Op* list = w->queue.TakeAll();
@@ -294,7 +293,7 @@ void ParamStore::WorkerLoop(Worker* w) {
       while (op != nullptr) {
         Op* next = op->next;
         if (op->kind == Op::Kind::kRead) {
-          ApplyRun(s, run);
+          ApplyRun(s, run, whole);
           std::memcpy(op->out, s.values.get(), size_t(s.count) * sizeof(float));
           if (op->version) *op->version = s.version.load(std::memory_order_relaxed);
           if (op->done) op->done->Done();
@@ -304,13 +303,15 @@ void ParamStore::WorkerLoop(Worker* w) {
         ++done;
         op = next;
       }
-      ApplyRun(s, run);
+      ApplyRun(s, run, whole);
       queued_.fetch_sub(done, std::memory_order_relaxed);
     }
   }
 }
 
-void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run) {
+// `whole` is the caller's scratch: the updates covering a whole block.
+void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run,
+                          std::vector<const float*>& whole) {
   if (run.empty()) return;
   float* v = s.values.get();
   uint64_t bytes = 0;
@@ -318,7 +319,6 @@ void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run) {
   for (const Op* op : run) any_add |= op->kind == Op::Kind::kAdd;
   if (any_add) {
     // Block by block: every queued update of one block while it is in cache.
-    std::vector<const float*>& whole = block_sources_;  // updates covering the whole block
     for (int64_t b = 0; b < s.count; b += kBlockFloats) {
       const int64_t b_end = std::min(s.count, b + kBlockFloats), n = b_end - b;
       whole.clear();

@@ -121,7 +121,7 @@ class ParamStore {
   void WorkerLoop(Worker* w);
   // Checks a whole-shard Op, submits it and waits until it is applied.
   Status RunOne(Op* op, const char* what);
-  void ApplyRun(ShardState& s, std::vector<Op*>& run);
+  void ApplyRun(ShardState& s, std::vector<Op*>& run, std::vector<const float*>& whole);
 
   std::vector<std::unique_ptr<ShardState>> shards_;       // immutable after construction
   std::unordered_map<uint32_t, uint32_t> slot_of_;         // shard id -> index in shards_
@@ -129,7 +129,6 @@ class ParamStore {
   int64_t total_floats_ = 0;
   std::string placement_;
   std::atomic<int64_t> queued_{0};
-  static thread_local std::vector<const float*> block_sources_;  // ApplyRun's scratch
   std::atomic<uint64_t> applied_bytes_{0};
 };
 

@@ -18,13 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 constexpr size_t kChunk = 1 << 20;
 
-// The names checkpoint traffic may carry: "ckpt-" 16 hex ".adam", nothing else (no paths).
-bool IsCheckpointName(const std::string& name) {
-  if (name.size() != 26 || name.rfind("ckpt-", 0) != 0 || name.substr(21) != ".adam") return false;
-  for (char c : name.substr(5, 16))
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
+// The names checkpoint traffic may carry (no paths).
+bool IsCheckpointName(const std::string& name) { return CheckpointGeneration(name) > 0; }
 
 // Streams `files` (closing them) through `write`; `last_extra` decorates the final chunk.
 Status SendFiles(std::vector<Checkpointer::OpenFile> files, uint32_t server,
@@ -224,7 +219,9 @@ StatusOr<int> FetchCheckpoint(const std::string& address, uint32_t server, const
 }
 
 PeerSender::PeerSender(std::string address, uint32_t server)
-    : address_(std::move(address)), server_(server) {}
+    : address_(std::move(address)),
+      server_(server),
+      stub_(adam::v1::ReplicaService::NewStub(net::MakeChannel(address_))) {}
 
 StatusOr<int> PeerSender::Send(const Checkpointer& checkpointer) {
   auto files = checkpointer.OpenNewest();
@@ -239,11 +236,10 @@ StatusOr<int> PeerSender::Send(const Checkpointer& checkpointer) {
     }
   }
   if (todo.empty()) return 0;
-  auto stub = adam::v1::ReplicaService::NewStub(net::MakeChannel(address_));
   grpc::ClientContext ctx;
   net::SetDeadline(&ctx, std::chrono::minutes(1));
   adam::v1::PutCheckpointResponse resp;
-  auto writer = stub->PutCheckpoint(&ctx, &resp);
+  auto writer = stub_->PutCheckpoint(&ctx, &resp);
   const int n = int(todo.size());
   std::vector<std::string> names;
   for (const auto& f : todo) names.push_back(f.name);

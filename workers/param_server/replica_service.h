@@ -4,6 +4,7 @@
 // copies its newest checkpoint from its own former address or from that peer (`--restore-from`).
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -50,6 +51,7 @@ class PeerSender {
  private:
   std::string address_;
   uint32_t server_;
+  std::unique_ptr<adam::v1::ReplicaService::Stub> stub_;  // one channel for every send
   std::set<std::string> sent_;  // files the peer has
 };
 
