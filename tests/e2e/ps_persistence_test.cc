@@ -19,6 +19,7 @@
 #include "model/layout.h"
 #include "net/grpc.h"
 #include "spec/adamjob.h"
+#include "testing/child.h"
 #include "testing/tmp_dir.h"
 #include "trainer/ps_client.h"
 #include "update/update_plan.h"
@@ -26,70 +27,7 @@
 namespace adam {
 namespace {
 
-// `adam ARGS` as a child whose stdout (events) we read; stderr goes to `log`.
-class Child {
- public:
-  Child(const std::vector<std::string>& args, const std::string& log) {
-    int fds[2];
-    EXPECT_EQ(pipe(fds), 0);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      int err = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(err, STDERR_FILENO);
-      close(fds[0]);
-      std::vector<char*> argv = {const_cast<char*>(ADAM_BINARY)};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(ADAM_BINARY, argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    fd_ = fds[0];
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    close(fd_);
-  }
-  // The next event named `name` (others are skipped), or nullopt after `timeout`.
-  std::optional<nlohmann::json> WaitEvent(const std::string& name,
-                                          std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      size_t nl;
-      while ((nl = buf_.find('\n')) != std::string::npos) {
-        std::string line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        if (line.rfind("@adam ", 0) != 0) continue;
-        auto j = nlohmann::json::parse(line.substr(6), nullptr, false);
-        if (!j.is_discarded() && j.value("event", "") == name) return j;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, int(left.count())) <= 0) return std::nullopt;
-      char chunk[4096];
-      const ssize_t n = read(fd_, chunk, sizeof chunk);
-      if (n <= 0) return std::nullopt;
-      buf_.append(chunk, size_t(n));
-    }
-  }
-  void Signal(int sig) { kill(pid_, sig); }
-  int Wait() {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  std::string buf_;
-};
+using testing::Child;
 
 class PsPersistence : public ::testing::Test {
  protected:

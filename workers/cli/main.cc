@@ -10,6 +10,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "controller/main.h"
 #include "data_server/main.h"
 #include "launcher/launcher.h"
 #include "model/layout.h"
@@ -114,6 +115,20 @@ int main(int argc, char** argv) {
   ps->add_flag("--no-bind", no_bind, "do not bind shard workers to cores");
   ps->add_option("--debug-flush-pause-ms", flush_pause_ms, "tests: pause this long mid-checkpoint")
       ->group("");
+  auto* ctl = app.add_subcommand("controller", "Run a member of the parameter-server controller group");
+  add_role_flags(ctl);
+  uint64_t member_id = 1;
+  std::string members;
+  int server_timeout_ms = 500, tick_ms = 10, election_ticks = 20;
+  ctl->add_option("--id", member_id, "this member's id (>= 1)")->required();
+  ctl->add_option("--members", members, "every member: ID=HOST:PORT,... (this one listens on its own)")
+      ->required();
+  ctl->add_option("--state-dir", state_dir, "Raft log and snapshots")->required();
+  ctl->add_option("--server-timeout-ms", server_timeout_ms,
+                  "a parameter server silent this long is failed over");
+  ctl->add_option("--tick-ms", tick_ms, "Raft tick");
+  ctl->add_option("--election-ticks", election_ticks,
+                  "followers campaign after this many to twice this many silent ticks");
   auto* tr = app.add_subcommand("trainer", "Run a trainer (one model replica)");
   add_role_flags(tr);
   tr->add_option("--index", index, "trainer number")->required();
@@ -180,6 +195,18 @@ int main(int argc, char** argv) {
     o.bind = !no_bind;
     o.debug_flush_pause = std::chrono::milliseconds(flush_pause_ms);
     return adam::ps::Main(*job, o);
+  }
+  if (ctl->parsed()) {
+    adam::controller::MainOptions o;
+    o.name = name;
+    o.id = member_id;
+    o.members = members;
+    o.state_dir = state_dir;
+    o.metrics_port = metrics_port;
+    o.server_timeout_ms = server_timeout_ms;
+    o.tick_ms = tick_ms;
+    o.election_ticks = election_ticks;
+    return adam::controller::Main(*job, o);
   }
   if (tr->parsed()) {
     adam::trainer::MainOptions o;

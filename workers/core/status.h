@@ -61,6 +61,9 @@ inline Status UnavailableError(std::string m) {
 inline Status FailedPreconditionError(std::string m) {
   return Status(StatusCode::kFailedPrecondition, std::move(m));
 }
+inline Status DeadlineExceededError(std::string m) {
+  return Status(StatusCode::kDeadlineExceeded, std::move(m));
+}
 inline Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 
 // Either a value of type T or a non-OK Status.

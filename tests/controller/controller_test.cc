@@ -1,0 +1,243 @@
+// A 3-member controller group in one process over real gRPC on loopback: election, replicated
+// writes, linearizable reads, leader loss, parameter-server failover driven by heartbeats.
+#include "controller/controller.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "controller/shard_state.h"
+#include "net/grpc.h"
+#include "testing/tmp_dir.h"
+
+namespace adam::controller {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+class Group : public ::testing::Test {
+ protected:
+  static constexpr int kServers = 4;
+
+  void SetUp() override {
+    for (raft::NodeId id = 1; id <= 3; ++id)
+      members_[id] = "127.0.0.1:" + std::to_string(FreePort());
+    for (raft::NodeId id = 1; id <= 3; ++id) StartMember(id);
+  }
+  void TearDown() override {
+    for (raft::NodeId id = 1; id <= 3; ++id) StopMember(id);
+  }
+
+  void StartMember(raft::NodeId id) {
+    ControllerOptions o;
+    o.raft.id = id;
+    o.raft.peers = members_;
+    o.raft.dir = dir_.File("member-" + std::to_string(id));
+    o.raft.seed = 42;
+    o.bootstrap = MakeBootstrap(*shard::ShardMap::Make(12 * 16, 64, kServers, 3), 3);
+    o.server_timeout = 300ms;
+    auto c = Controller::Open(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto server = net::StartServer(members_[id], {(*c)->controller_service(), (*c)->raft_service()});
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    (*c)->Start();
+    controllers_[id] = std::move(*c);
+    servers_[id] = std::move(server->server);
+  }
+  void StopMember(raft::NodeId id) {
+    if (servers_[id]) servers_[id]->Shutdown(std::chrono::system_clock::now() + 100ms);
+    if (controllers_[id]) controllers_[id]->Stop();
+    servers_[id].reset();
+    controllers_[id].reset();
+  }
+
+  // The leader once exactly one member leads and the map is bootstrapped; 0 on timeout.
+  raft::NodeId WaitLeader(std::chrono::milliseconds timeout = 5s, raft::NodeId not_this = 0) {
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      raft::NodeId leader = 0;
+      for (auto& [id, c] : controllers_)
+        if (c && id != not_this && c->raft_info().role == raft::Role::kLeader) leader = id;
+      if (leader && controllers_[leader]->state().shards_size() > 0) return leader;
+      std::this_thread::sleep_for(5ms);
+    }
+    return 0;
+  }
+
+  std::unique_ptr<v1::Controller::Stub> Stub(raft::NodeId id) {
+    return v1::Controller::NewStub(net::MakeChannel(members_[id]));
+  }
+
+  v1::HeartbeatResponse Beat(raft::NodeId to, uint32_t server, uint64_t map_version,
+                             const std::vector<v1::ShardVersion>& shards = {}) {
+    v1::HeartbeatRequest req;
+    req.mutable_server()->set_id(server);
+    req.mutable_server()->set_address("127.0.0.1:" + std::to_string(7000 + server));
+    req.set_map_version(map_version);
+    for (const auto& s : shards) *req.add_shards() = s;
+    v1::HeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    net::SetDeadline(&ctx, 3s);
+    EXPECT_TRUE(Stub(to)->Heartbeat(&ctx, req, &resp).ok());
+    return resp;
+  }
+
+  testing::TmpDir dir_;
+  std::map<raft::NodeId, std::string> members_;
+  std::map<raft::NodeId, std::unique_ptr<Controller>> controllers_;
+  std::map<raft::NodeId, std::unique_ptr<grpc::Server>> servers_;
+};
+
+TEST_F(Group, ElectsALeaderThatCommitsAndServesLinearizableReads) {
+  const raft::NodeId leader = WaitLeader();
+  ASSERT_NE(leader, 0u);
+  v1::KeyValue kv;
+  kv.set_key("job");
+  kv.set_value("running");
+  v1::PutResponse put;
+  grpc::ClientContext c1;
+  ASSERT_TRUE(Stub(leader)->Put(&c1, kv, &put).ok());
+  EXPECT_GT(put.index(), 0u);
+  v1::GetShardMapRequest lin;
+  lin.set_linearizable(true);
+  v1::ShardMap map;
+  grpc::ClientContext c2;
+  ASSERT_TRUE(Stub(leader)->GetShardMap(&c2, lin, &map).ok());
+  EXPECT_EQ(map.shards_size(), 12);
+  EXPECT_EQ(map.leader_address(), members_[leader]);
+  // A follower refuses writes and linearizable reads, naming the leader.
+  const raft::NodeId follower = leader == 1 ? 2 : 1;
+  grpc::ClientContext c3;
+  const grpc::Status refused = Stub(follower)->Put(&c3, kv, &put);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find(members_[leader]), std::string::npos);
+  // Every member applies the write.
+  const auto deadline = Clock::now() + 2s;
+  bool all = false;
+  while (!all && Clock::now() < deadline) {
+    all = true;
+    for (auto& [id, c] : controllers_) all = all && c->state().kv().count("job");
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_TRUE(all);
+}
+
+TEST_F(Group, ANewLeaderCommitsWithinASecondOfLosingTheOld) {
+  const raft::NodeId old = WaitLeader();
+  ASSERT_NE(old, 0u);
+  const auto t0 = Clock::now();
+  StopMember(old);
+  const raft::NodeId leader = WaitLeader(3s, old);
+  ASSERT_NE(leader, 0u);
+  v1::KeyValue kv;
+  kv.set_key("after");
+  v1::PutResponse put;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(Stub(leader)->Put(&ctx, kv, &put).ok());
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  std::printf("controller failover: new leader committed %lld ms after the old one stopped\n",
+              static_cast<long long>(ms));
+  EXPECT_LT(ms, 1000);
+  // The old member comes back from its state dir and catches up as a follower.
+  StartMember(old);
+  const auto deadline = Clock::now() + 3s;
+  while (Clock::now() < deadline && !controllers_[old]->state().kv().count("after"))
+    std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(controllers_[old]->state().kv().count("after"));
+}
+
+TEST_F(Group, ASilentPrimaryIsFailedOverAndItsThirdCopyRebuilt) {
+  raft::NodeId leader = WaitLeader();
+  ASSERT_NE(leader, 0u);
+  uint64_t version = 0;
+  for (uint32_t s = 0; s < kServers; ++s) {
+    v1::HeartbeatResponse r = Beat(leader, s, 0);
+    ASSERT_TRUE(r.accepted());
+    version = std::max(version, r.map().version());
+  }
+  const v1::ControllerState before = controllers_[leader]->state();
+  for (const auto& sv : before.servers()) EXPECT_TRUE(sv.alive());
+  // Servers 1..3 keep beating (reporting versions); server 0 goes silent.
+  v1::ControllerState after;
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < 3s) {
+    for (uint32_t s = 1; s < kServers; ++s) {
+      std::vector<v1::ShardVersion> vs;
+      for (const auto& r : before.shards())
+        for (uint32_t id : r.replicas())
+          if (id == s) {
+            v1::ShardVersion v;
+            v.set_shard(r.shard());
+            v.set_version(10 + s);  // server 3's copies are the freshest
+            vs.push_back(v);
+          }
+      Beat(leader, s, version, vs);
+    }
+    after = controllers_[leader]->state();
+    if (!after.servers(0).alive()) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_FALSE(after.servers(0).alive());
+  for (const auto& r : after.shards()) {
+    const auto& old = before.shards(int(r.shard()));
+    for (uint32_t id : r.replicas()) EXPECT_NE(id, 0u);
+    if (old.replicas(0) == 0) {
+      uint32_t freshest = 0;
+      for (uint32_t id : old.replicas())
+        if (id != 0) freshest = std::max(freshest, id);
+      EXPECT_EQ(r.replicas(0), freshest) << "shard " << r.shard();
+    }
+    EXPECT_EQ(r.replicas_size() + r.copying_size(), 3) << "shard " << r.shard();
+  }
+  // Each new copy reports in sync; the controller makes it a replica.
+  for (int round = 0; round < 20; ++round) {
+    after = controllers_[leader]->state();
+    std::map<uint32_t, std::vector<v1::ShardVersion>> reports;
+    for (const auto& r : after.shards())
+      for (uint32_t id : r.copying()) {
+        v1::ShardVersion v;
+        v.set_shard(r.shard());
+        v.set_in_sync(true);
+        reports[id].push_back(v);
+      }
+    if (reports.empty()) break;
+    for (auto& [s, vs] : reports) Beat(leader, s, after.version(), vs);
+  }
+  after = controllers_[leader]->state();
+  for (const auto& r : after.shards()) {
+    EXPECT_EQ(r.replicas_size(), 3) << "shard " << r.shard();
+    EXPECT_EQ(r.copying_size(), 0);
+  }
+  EXPECT_GE(controllers_[leader]->counters().failovers, 1u);
+}
+
+TEST_F(Group, FollowersRedirectHeartbeatsToTheLeader) {
+  const raft::NodeId leader = WaitLeader();
+  ASSERT_NE(leader, 0u);
+  const raft::NodeId follower = leader == 3 ? 2 : 3;
+  std::this_thread::sleep_for(100ms);  // the follower hears from the leader
+  v1::HeartbeatResponse r = Beat(follower, 1, 0);
+  EXPECT_FALSE(r.accepted());
+  EXPECT_EQ(r.leader_address(), members_[leader]);
+}
+
+}  // namespace
+}  // namespace adam::controller

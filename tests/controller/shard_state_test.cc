@@ -1,0 +1,161 @@
+#include "controller/shard_state.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace adam::controller {
+namespace {
+
+v1::ControllerState Bootstrapped(int servers, int shards, int copies) {
+  auto map = *shard::ShardMap::Make(int64_t(shards) * 16, 64, servers, 7);
+  return MakeBootstrap(map, copies);
+}
+
+ShardState Registered(int servers, int shards, int copies, std::vector<std::string> hosts = {}) {
+  ShardState st;
+  v1::Command c;
+  *c.mutable_bootstrap() = Bootstrapped(servers, shards, copies);
+  EXPECT_TRUE(st.Apply(c).ok());
+  for (int i = 0; i < servers; ++i) {
+    v1::Command r;
+    r.mutable_register_()->set_id(uint32_t(i));
+    r.mutable_register_()->set_address("ps-" + std::to_string(i));
+    if (!hosts.empty()) r.mutable_register_()->set_host(hosts[size_t(i)]);
+    EXPECT_TRUE(st.Apply(r).ok());
+  }
+  return st;
+}
+
+std::set<uint32_t> Holders(const v1::ShardRecord& r) {
+  std::set<uint32_t> s(r.replicas().begin(), r.replicas().end());
+  s.insert(r.copying().begin(), r.copying().end());
+  return s;
+}
+
+TEST(ShardState, BootstrapPutsEveryCopyOnADifferentServerAndBalancesPrimaries) {
+  const v1::ControllerState s = Bootstrapped(4, 40, 3);
+  ASSERT_EQ(s.shards_size(), 40);
+  std::vector<int> primaries(4);
+  for (const auto& r : s.shards()) {
+    ASSERT_EQ(r.replicas_size(), 3);
+    EXPECT_EQ(Holders(r).size(), 3u);
+    ++primaries[r.replicas(0)];
+  }
+  for (int p : primaries) EXPECT_EQ(p, 10);
+  EXPECT_EQ(Bootstrapped(2, 4, 3).copies(), 2u);  // never more copies than servers
+}
+
+TEST(ShardState, RegistrationMarksAliveAndRepeatsChangeNothing) {
+  ShardState st = Registered(3, 6, 3);
+  const uint64_t v = st.state().version();
+  EXPECT_TRUE(st.state().servers(1).alive());
+  v1::Command again;
+  again.mutable_register_()->set_id(1);
+  again.mutable_register_()->set_address("ps-1");
+  ASSERT_TRUE(st.Apply(again).ok());
+  EXPECT_EQ(st.state().version(), v);
+  v1::Command unknown;
+  unknown.mutable_register_()->set_id(9);
+  EXPECT_NE(st.Apply(unknown).message().find("server 9 is not in the job"), std::string::npos);
+}
+
+TEST(ShardState, FailoverPromotesTheFreshestCopyAndRebuildsTheThirdElsewhere) {
+  ShardState st = Registered(4, 12, 3);
+  const v1::ControllerState& s = st.state();
+  CopyVersions versions;
+  for (const auto& r : s.shards())
+    for (int i = 0; i < r.replicas_size(); ++i)
+      versions[{r.shard(), r.replicas(i)}] = 100 + uint64_t(i);  // the last secondary is freshest
+  auto plan = PlanFailover(s, {0}, versions);
+  ASSERT_TRUE(plan.has_value());
+  const v1::ControllerState before = s;
+  v1::Command c;
+  *c.mutable_reassign() = *plan;
+  ASSERT_TRUE(st.Apply(c).ok());
+  EXPECT_FALSE(st.state().servers(0).alive());
+  EXPECT_EQ(st.state().version(), before.version() + 1);
+  int promoted = 0;
+  for (const auto& r : st.state().shards()) {
+    const auto& old = before.shards(int(r.shard()));
+    EXPECT_EQ(Holders(r).count(0), 0u);
+    EXPECT_EQ(Holders(r).size(), 3u) << "shard " << r.shard();
+    if (old.replicas(0) == 0) {
+      ++promoted;
+      EXPECT_EQ(r.replicas(0), old.replicas(2));  // the freshest survivor
+      EXPECT_EQ(r.copying_size(), 1);
+    } else if (Holders(old).count(0)) {
+      EXPECT_EQ(r.replicas(0), old.replicas(0));  // primary unchanged
+    }
+  }
+  EXPECT_GT(promoted, 0);
+  // A plan made against an older version is refused.
+  EXPECT_FALSE(st.Apply(c).ok());
+}
+
+TEST(ShardState, NewCopiesAvoidHostsThatAlreadyHoldTheShard) {
+  // Servers 0 and 3 share host "a" (labels arrive with registration, after the bootstrap).
+  ShardState st = Registered(5, 20, 3, {"a", "b", "c", "a", "d"});
+  auto plan = PlanFailover(st.state(), {1}, {});
+  ASSERT_TRUE(plan.has_value());
+  v1::Command c;
+  *c.mutable_reassign() = *plan;
+  ASSERT_TRUE(st.Apply(c).ok());
+  int rebuilt = 0;
+  for (const auto& r : st.state().shards()) {
+    std::set<std::string> hosts;
+    for (uint32_t id : r.replicas()) hosts.insert(st.state().servers(int(id)).host());
+    for (uint32_t id : r.copying()) {
+      ++rebuilt;
+      EXPECT_EQ(hosts.count(st.state().servers(int(id)).host()), 0u) << "shard " << r.shard();
+    }
+  }
+  EXPECT_GT(rebuilt, 0);
+}
+
+TEST(ShardState, CopyDoneMakesTheCopyInSyncAndSurvivesASnapshot) {
+  ShardState st = Registered(4, 8, 3);
+  auto plan = PlanFailover(st.state(), {2}, {});
+  v1::Command c;
+  *c.mutable_reassign() = *plan;
+  ASSERT_TRUE(st.Apply(c).ok());
+  const v1::ShardRecord* copying = nullptr;
+  for (const auto& r : st.state().shards())
+    if (r.copying_size() > 0) copying = &r;
+  ASSERT_NE(copying, nullptr);
+  const uint32_t shard = copying->shard(), server = copying->copying(0);
+  v1::Command done;
+  done.mutable_copy_done()->set_shard(shard);
+  done.mutable_copy_done()->set_server(server);
+  done.mutable_copy_done()->set_expected_version(st.state().version());
+  ASSERT_TRUE(st.Apply(done).ok());
+  const auto& r = st.state().shards(int(shard));
+  EXPECT_EQ(r.copying_size(), 0);
+  EXPECT_EQ(r.replicas(r.replicas_size() - 1), server);
+  ShardState restored;
+  ASSERT_TRUE(restored.Restore(st.Serialize()).ok());
+  EXPECT_EQ(restored.state().SerializeAsString(), st.state().SerializeAsString());
+  EXPECT_EQ(restored.Restore("\xff\xff garbage").code(), StatusCode::kDataLoss);
+}
+
+TEST(ShardState, WithoutASpareServerAShardStaysUnderReplicatedUntilRepair) {
+  ShardState st = Registered(3, 6, 3);
+  auto plan = PlanFailover(st.state(), {1}, {});
+  v1::Command c;
+  *c.mutable_reassign() = *plan;
+  ASSERT_TRUE(st.Apply(c).ok());
+  for (const auto& r : st.state().shards()) EXPECT_EQ(Holders(r).size(), 2u);
+  EXPECT_FALSE(PlanRepair(st.state()).has_value());
+  // Server 1 comes back: repair adds the third copies on it.
+  v1::Command back;
+  back.mutable_register_()->set_id(1);
+  back.mutable_register_()->set_address("ps-1b");
+  ASSERT_TRUE(st.Apply(back).ok());
+  auto repair = PlanRepair(st.state());
+  ASSERT_TRUE(repair.has_value());
+  EXPECT_EQ(repair->shards_size(), 6);
+  for (const auto& r : repair->shards()) EXPECT_EQ(r.copying(0), 1u);
+}
+
+}  // namespace
+}  // namespace adam::controller

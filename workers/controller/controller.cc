@@ -1,0 +1,317 @@
+#include "controller/controller.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "controller/shard_state.h"
+#include "core/event.h"
+
+namespace adam::controller {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kWriteTimeout = std::chrono::milliseconds(2000);
+
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  grpc::StatusCode c = grpc::StatusCode::UNKNOWN;
+  switch (s.code()) {
+    case StatusCode::kFailedPrecondition: c = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case StatusCode::kUnavailable: c = grpc::StatusCode::UNAVAILABLE; break;
+    case StatusCode::kDeadlineExceeded: c = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case StatusCode::kInvalidArgument: c = grpc::StatusCode::INVALID_ARGUMENT; break;
+    default: c = grpc::StatusCode::INTERNAL; break;
+  }
+  return grpc::Status(c, s.message());
+}
+
+}  // namespace
+
+struct Controller::Impl final : public v1::Controller::Service, public raft::StateMachine {
+  ControllerOptions options;
+  std::unique_ptr<raft::Driver> driver;
+
+  mutable std::mutex mu;  // state, liveness, counters
+  std::condition_variable changed;
+  ShardState machine;
+  std::map<uint32_t, Clock::time_point> last_seen;  // leader-local failure detector
+  CopyVersions versions;                            // leader-local freshness reports
+  std::set<std::pair<uint32_t, uint32_t>> in_sync;  // (shard, server) copies reported complete
+  Clock::time_point leader_since{};
+  bool is_leader = false;
+  ControllerCounters counters;
+  bool stopping = false;
+  std::thread supervisor;
+
+  // ---- raft::StateMachine (loop thread) ----
+  void Apply(const raft::Entry& e) override {
+    v1::Command c;
+    std::lock_guard<std::mutex> l(mu);
+    if (!c.ParseFromString(e.data)) {
+      spdlog::error("controller: entry {} is not a command; skipped", e.index);
+      return;
+    }
+    const uint64_t before = machine.state().version();
+    Status s = machine.Apply(c);
+    if (!s.ok()) {
+      spdlog::info("controller: entry {}: {}", e.index, s.message());
+      return;
+    }
+    if (c.has_reassign() && !c.reassign().dead().empty() && is_leader) {
+      ++counters.failovers;
+      nlohmann::json dead = nlohmann::json::array();
+      for (uint32_t d : c.reassign().dead()) dead.push_back(d);
+      EmitEvent({{"event", "failover"}, {"dead", dead}, {"map_version", machine.state().version()},
+                 {"shards", c.reassign().shards_size()}});
+    }
+    if (c.has_copy_done()) ++counters.copies_done;
+    if (machine.state().version() != before) changed.notify_all();
+  }
+  std::string TakeSnapshot() override {
+    std::lock_guard<std::mutex> l(mu);
+    return machine.Serialize();
+  }
+  Status Restore(const raft::Snapshot& s) override {
+    std::lock_guard<std::mutex> l(mu);
+    Status st = machine.Restore(s.data);
+    changed.notify_all();
+    return st;
+  }
+
+  std::string LeaderAddress() const {
+    const raft::DriverInfo info = driver->info();
+    auto it = options.raft.peers.find(info.leader);
+    return it == options.raft.peers.end() ? std::string() : it->second;
+  }
+
+  Status Write(const v1::Command& c) {
+    return driver->Propose(c.SerializeAsString(), kWriteTimeout).status();
+  }
+
+  // ---- Controller service (gRPC threads) ----
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override {
+    if (driver->info().role != raft::Role::kLeader) {
+      resp->set_accepted(false);
+      resp->set_leader_address(LeaderAddress());
+      return grpc::Status::OK;
+    }
+    const v1::ServerRecord& in = req->server();
+    bool need_register = false;
+    std::vector<v1::CopyDone> done;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      ++counters.heartbeats;
+      const v1::ControllerState& s = machine.state();
+      if (in.id() >= uint32_t(s.servers_size()))
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "heartbeat: server " + std::to_string(in.id()) + " is not in the job (" +
+                                std::to_string(s.servers_size()) + " servers)");
+      last_seen[in.id()] = Clock::now();
+      const v1::ServerRecord& have = s.servers(int(in.id()));
+      need_register = !have.alive() || have.address() != in.address() ||
+                      have.replication_address() != in.replication_address() ||
+                      have.host() != in.host();
+      for (const v1::ShardVersion& v : req->shards()) {
+        versions[{v.shard(), in.id()}] = v.version();
+        if (!v.in_sync() || v.shard() >= uint32_t(s.shards_size())) continue;
+        const auto& cp = s.shards(int(v.shard())).copying();
+        if (std::find(cp.begin(), cp.end(), in.id()) == cp.end()) continue;
+        v1::CopyDone d;
+        d.set_shard(v.shard());
+        d.set_server(in.id());
+        done.push_back(d);
+      }
+    }
+    if (need_register) {
+      v1::Command c;
+      *c.mutable_register_() = in;
+      c.mutable_register_()->set_alive(true);
+      if (Status s = Write(c); !s.ok()) return ToGrpc(s);
+    }
+    for (v1::CopyDone& d : done) {
+      v1::Command c;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        d.set_expected_version(machine.state().version());
+      }
+      *c.mutable_copy_done() = d;
+      (void)Write(c);  // a stale version is simply re-reported by the next heartbeat
+    }
+    resp->set_accepted(true);
+    std::lock_guard<std::mutex> l(mu);
+    if (machine.state().version() > req->map_version())
+      *resp->mutable_map() = ToShardMap(machine.state(), options.raft.peers.at(options.raft.id));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetShardMap(grpc::ServerContext*, const v1::GetShardMapRequest* req,
+                           v1::ShardMap* resp) override {
+    if (req->linearizable()) {
+      if (Status s = driver->ReadBarrier(kWriteTimeout); !s.ok()) {
+        grpc::Status g = ToGrpc(s);
+        return grpc::Status(g.error_code(), g.error_message() + "; leader: " + LeaderAddress());
+      }
+    }
+    const std::string leader = LeaderAddress();
+    std::lock_guard<std::mutex> l(mu);
+    *resp = ToShardMap(machine.state(), leader);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WatchShardMap(grpc::ServerContext* ctx, const v1::GetShardMapRequest* req,
+                             grpc::ServerWriter<v1::ShardMap>* writer) override {
+    uint64_t sent = req->min_version();
+    for (;;) {
+      v1::ShardMap m;
+      {
+        std::unique_lock<std::mutex> l(mu);
+        changed.wait_for(l, std::chrono::milliseconds(200),
+                         [&] { return stopping || machine.state().version() > sent; });
+        if (stopping) return grpc::Status::OK;
+        if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
+        if (machine.state().version() <= sent) continue;
+        m = ToShardMap(machine.state(), {});
+        sent = m.version();
+      }
+      m.set_leader_address(LeaderAddress());
+      if (!writer->Write(m)) return grpc::Status::OK;
+    }
+  }
+
+  grpc::Status Put(grpc::ServerContext*, const v1::KeyValue* req, v1::PutResponse* resp) override {
+    v1::Command c;
+    *c.mutable_put() = *req;
+    StatusOr<uint64_t> index = driver->Propose(c.SerializeAsString(), kWriteTimeout);
+    if (!index.ok()) {
+      grpc::Status g = ToGrpc(index.status());
+      return grpc::Status(g.error_code(), g.error_message() + "; leader: " + LeaderAddress());
+    }
+    resp->set_index(*index);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::StatusRequest*,
+                         v1::ControllerStatus* resp) override {
+    const raft::DriverInfo info = driver->info();
+    resp->set_id(options.raft.id);
+    resp->set_role(raft::RoleName(info.role));
+    resp->set_term(info.term);
+    resp->set_leader(info.leader);
+    resp->set_leader_address(LeaderAddress());
+    resp->set_commit(info.commit);
+    resp->set_applied(info.applied);
+    std::lock_guard<std::mutex> l(mu);
+    resp->set_map_version(machine.state().version());
+    return grpc::Status::OK;
+  }
+
+  // ---- the leader's supervisor ----
+  void Supervise() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(mu);
+        changed.wait_for(l, std::chrono::milliseconds(20), [&] { return stopping; });
+        if (stopping) return;
+      }
+      if (driver->info().role != raft::Role::kLeader) continue;
+      std::optional<v1::Command> cmd;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        const v1::ControllerState& s = machine.state();
+        const auto now = Clock::now();
+        if (s.shards_size() == 0) {
+          cmd.emplace();
+          *cmd->mutable_bootstrap() = options.bootstrap;
+        } else if (now - leader_since >= options.server_timeout) {
+          std::set<uint32_t> dead;
+          for (const v1::ServerRecord& sv : s.servers()) {
+            if (!sv.alive()) continue;
+            auto it = last_seen.find(sv.id());
+            const auto seen = it == last_seen.end() ? leader_since : std::max(it->second, leader_since);
+            if (now - seen > options.server_timeout) dead.insert(sv.id());
+          }
+          std::optional<v1::Reassign> plan =
+              dead.empty() ? PlanRepair(s) : PlanFailover(s, dead, versions);
+          if (plan) {
+            cmd.emplace();
+            *cmd->mutable_reassign() = std::move(*plan);
+            std::string names;
+            for (uint32_t d : dead) {
+              if (!names.empty()) names += ',';
+              names += std::to_string(d);
+            }
+            if (!dead.empty())
+              spdlog::warn("controller: servers {} missed heartbeats for {} ms: failing over",
+                           names, options.server_timeout.count());
+          }
+        }
+      }
+      if (cmd) (void)Write(*cmd);
+    }
+  }
+
+  void OnRole(raft::Role role, uint64_t term) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      const bool leader = role == raft::Role::kLeader;
+      if (leader && !is_leader) {
+        leader_since = Clock::now();
+        last_seen.clear();
+        versions.clear();
+      }
+      is_leader = leader;
+    }
+    if (role == raft::Role::kLeader)
+      EmitEvent({{"event", "controller_leader"}, {"id", options.raft.id}, {"term", term}});
+  }
+};
+
+Controller::Controller(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Controller::~Controller() { Stop(); }
+
+StatusOr<std::unique_ptr<Controller>> Controller::Open(const ControllerOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  ADAM_ASSIGN_OR_RETURN(impl->driver, raft::Driver::Open(options.raft, impl.get()));
+  Impl* p = impl.get();
+  impl->driver->OnRoleChange([p](raft::Role r, uint64_t t) { p->OnRole(r, t); });
+  return std::unique_ptr<Controller>(new Controller(std::move(impl)));
+}
+
+grpc::Service* Controller::controller_service() { return impl_.get(); }
+grpc::Service* Controller::raft_service() { return impl_->driver->service(); }
+
+void Controller::Start() {
+  impl_->driver->Start();
+  impl_->supervisor = std::thread([this] { impl_->Supervise(); });
+}
+
+void Controller::Stop() {
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    impl_->stopping = true;
+    impl_->changed.notify_all();
+  }
+  if (impl_->supervisor.joinable()) impl_->supervisor.join();
+  impl_->driver->Stop();
+}
+
+raft::DriverInfo Controller::raft_info() const { return impl_->driver->info(); }
+
+v1::ControllerState Controller::state() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->machine.state();
+}
+
+ControllerCounters Controller::counters() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->counters;
+}
+
+}  // namespace adam::controller

@@ -1,0 +1,57 @@
+// The parameter-server controller member: the Controller gRPC service over a Raft group whose
+// state machine is the shard map (shard_state.h).
+//
+// Only the leader accepts heartbeats and writes; followers answer with the leader's address.
+// The leader's supervisor thread (every 20 ms) bootstraps the map from the job when the group has
+// none, declares a parameter server dead when it has not heartbeated for `server_timeout` (a new
+// leader first grants every server a full timeout), commits the failover plan (promote the
+// freshest copy, add a copy elsewhere), and commits CopyDone when a new copy reports in sync.
+//
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "adam/v1/controller.grpc.pb.h"
+#include "core/status.h"
+#include "raft/driver.h"
+
+namespace adam::controller {
+
+struct ControllerOptions {
+  raft::DriverOptions raft;                    // id, members' addresses, state dir, timing
+  v1::ControllerState bootstrap;               // the initial map (from the job)
+  std::chrono::milliseconds server_timeout{500};
+};
+
+struct ControllerCounters {
+  uint64_t heartbeats = 0;
+  uint64_t failovers = 0;     // committed Reassign commands for dead servers
+  uint64_t copies_done = 0;
+};
+
+class Controller {
+ public:
+  static StatusOr<std::unique_ptr<Controller>> Open(const ControllerOptions& options);
+  ~Controller();
+
+  // Both services go on the member's one gRPC server (its address in options.raft.peers).
+  grpc::Service* controller_service();
+  grpc::Service* raft_service();
+  void Start();
+  void Stop();
+
+  raft::DriverInfo raft_info() const;
+  v1::ControllerState state() const;
+  ControllerCounters counters() const;
+
+ private:
+  struct Impl;
+  explicit Controller(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace adam::controller

@@ -1,0 +1,28 @@
+// The `adam controller` process: one member of the job's controller group.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+#include "raft/driver.h"
+#include "spec/adamjob.h"
+
+namespace adam::controller {
+
+struct MainOptions {
+  std::string name = "controller-1";
+  uint64_t id = 1;
+  std::string members;       // "1=host:port,2=host:port,3=host:port": every member's address
+  std::string state_dir;     // Raft log and snapshots (required: a member must not forget votes)
+  int metrics_port = 0;
+  int server_timeout_ms = 500;
+  int tick_ms = 10;
+  int election_ticks = 20;
+};
+
+// Parses "1=a:1,2=b:2" into id -> address, naming the bad item.
+StatusOr<std::map<raft::NodeId, std::string>> ParseMembers(const std::string& members);
+
+int Main(const spec::AdamJob& job, const MainOptions& options);
+
+}  // namespace adam::controller

@@ -1,0 +1,213 @@
+#include "controller/shard_state.h"
+
+#include <algorithm>
+
+namespace adam::controller {
+namespace {
+
+bool Holds(const v1::ShardRecord& r, uint32_t server) {
+  return std::find(r.replicas().begin(), r.replicas().end(), server) != r.replicas().end() ||
+         std::find(r.copying().begin(), r.copying().end(), server) != r.copying().end();
+}
+
+const v1::ServerRecord* Server(const v1::ControllerState& s, uint32_t id) {
+  return id < uint32_t(s.servers_size()) ? &s.servers(int(id)) : nullptr;
+}
+
+// Adds copies to `r` until it has `copies` (in sync + copying), choosing alive servers that do
+// not hold it and, when hosts are known, whose host holds no copy; fewest shards first.
+void AddCopies(const v1::ControllerState& s, const std::vector<int>& load, v1::ShardRecord* r,
+               std::vector<int>* load_out) {
+  while (r->replicas_size() + r->copying_size() < int(s.copies())) {
+    std::set<std::string> hosts;
+    for (uint32_t id : r->replicas())
+      if (auto* sv = Server(s, id); sv && !sv->host().empty()) hosts.insert(sv->host());
+    for (uint32_t id : r->copying())
+      if (auto* sv = Server(s, id); sv && !sv->host().empty()) hosts.insert(sv->host());
+    int best = -1;
+    for (int id = 0; id < s.servers_size(); ++id) {
+      const v1::ServerRecord& sv = s.servers(id);
+      if (!sv.alive() || Holds(*r, uint32_t(id))) continue;
+      if (!sv.host().empty() && hosts.count(sv.host())) continue;
+      if (best < 0 || (*load_out)[size_t(id)] < (*load_out)[size_t(best)]) best = id;
+    }
+    if (best < 0) return;  // not enough distinct servers: stays under-replicated
+    r->add_copying(uint32_t(best));
+    ++(*load_out)[size_t(best)];
+  }
+  (void)load;
+}
+
+std::vector<int> Load(const v1::ControllerState& s) {
+  std::vector<int> load(size_t(s.servers_size()), 0);
+  for (const auto& r : s.shards()) {
+    for (uint32_t id : r.replicas())
+      if (id < load.size()) ++load[id];
+    for (uint32_t id : r.copying())
+      if (id < load.size()) ++load[id];
+  }
+  return load;
+}
+
+}  // namespace
+
+v1::ControllerState MakeBootstrap(const shard::ShardMap& map, int copies) {
+  v1::ControllerState s;
+  s.set_version(1);
+  const int n = map.num_servers();
+  s.set_copies(uint32_t(std::min(copies, n)));
+  for (int i = 0; i < n; ++i) s.add_servers()->set_id(uint32_t(i));
+  for (const shard::Shard& sh : map.shards()) {
+    v1::ShardRecord* r = s.add_shards();
+    r->set_shard(sh.id);
+    for (int c = 0; c < int(s.copies()); ++c) r->add_replicas(uint32_t((sh.server + c) % n));
+  }
+  return s;
+}
+
+Status ShardState::Apply(const v1::Command& c) {
+  state_.set_applied_commands(state_.applied_commands() + 1);
+  switch (c.op_case()) {
+    case v1::Command::kBootstrap:
+      if (state_.shards_size() > 0) return FailedPreconditionError("bootstrap: a map exists");
+      {
+        const uint64_t applied = state_.applied_commands();
+        auto kv = state_.kv();
+        state_ = c.bootstrap();
+        state_.set_applied_commands(applied);
+        state_.mutable_kv()->insert(kv.begin(), kv.end());
+      }
+      return OkStatus();
+    case v1::Command::kRegister: {
+      const v1::ServerRecord& in = c.register_();
+      if (in.id() >= uint32_t(state_.servers_size()))
+        return FailedPreconditionError("register: server " + std::to_string(in.id()) +
+                                       " is not in the job");
+      v1::ServerRecord* sv = state_.mutable_servers(int(in.id()));
+      if (sv->alive() && sv->address() == in.address() &&
+          sv->replication_address() == in.replication_address() && sv->host() == in.host())
+        return OkStatus();  // a repeated registration changes nothing
+      *sv = in;
+      sv->set_alive(true);
+      state_.set_version(state_.version() + 1);
+      return OkStatus();
+    }
+    case v1::Command::kReassign: {
+      const v1::Reassign& r = c.reassign();
+      if (r.expected_version() != state_.version())
+        return FailedPreconditionError("reassign planned at version " +
+                                       std::to_string(r.expected_version()) + ", map is at " +
+                                       std::to_string(state_.version()));
+      for (uint32_t id : r.dead())
+        if (id < uint32_t(state_.servers_size())) state_.mutable_servers(int(id))->set_alive(false);
+      for (const v1::ShardRecord& rec : r.shards()) {
+        if (rec.shard() >= uint32_t(state_.shards_size()))
+          return FailedPreconditionError("reassign: shard " + std::to_string(rec.shard()) +
+                                         " unknown");
+        *state_.mutable_shards(int(rec.shard())) = rec;
+      }
+      state_.set_version(state_.version() + 1);
+      return OkStatus();
+    }
+    case v1::Command::kCopyDone: {
+      const v1::CopyDone& d = c.copy_done();
+      if (d.expected_version() != state_.version())
+        return FailedPreconditionError("copy done planned at version " +
+                                       std::to_string(d.expected_version()));
+      if (d.shard() >= uint32_t(state_.shards_size()))
+        return FailedPreconditionError("copy done: shard " + std::to_string(d.shard()) + " unknown");
+      v1::ShardRecord* rec = state_.mutable_shards(int(d.shard()));
+      auto* cp = rec->mutable_copying();
+      auto it = std::find(cp->begin(), cp->end(), d.server());
+      if (it == cp->end())
+        return FailedPreconditionError("copy done: server " + std::to_string(d.server()) +
+                                       " is not copying shard " + std::to_string(d.shard()));
+      cp->erase(it);
+      rec->add_replicas(d.server());
+      state_.set_version(state_.version() + 1);
+      return OkStatus();
+    }
+    case v1::Command::kPut:
+      (*state_.mutable_kv())[c.put().key()] = c.put().value();
+      return OkStatus();
+    case v1::Command::OP_NOT_SET: break;
+  }
+  return FailedPreconditionError("empty command");
+}
+
+std::string ShardState::Serialize() const { return state_.SerializeAsString(); }
+
+Status ShardState::Restore(const std::string& bytes) {
+  v1::ControllerState s;
+  if (!s.ParseFromString(bytes)) return DataLossError("controller snapshot: not a ControllerState");
+  state_ = std::move(s);
+  return OkStatus();
+}
+
+std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
+                                         const std::set<uint32_t>& dead,
+                                         const CopyVersions& versions) {
+  v1::Reassign out;
+  out.set_expected_version(s.version());
+  for (uint32_t id : dead)
+    if (auto* sv = Server(s, id); sv && sv->alive()) out.add_dead(id);
+  if (out.dead().empty()) return std::nullopt;
+  v1::ControllerState after = s;
+  for (uint32_t id : out.dead()) after.mutable_servers(int(id))->set_alive(false);
+  std::vector<int> load = Load(after);
+  for (uint32_t id : out.dead()) load[id] = 0;
+  for (const v1::ShardRecord& rec : s.shards()) {
+    bool touched = false;
+    for (uint32_t id : rec.replicas()) touched |= dead.count(id) > 0;
+    for (uint32_t id : rec.copying()) touched |= dead.count(id) > 0;
+    if (!touched) continue;
+    v1::ShardRecord next;
+    next.set_shard(rec.shard());
+    // Surviving in-sync copies, the freshest first (ties keep their order): the new primary.
+    std::vector<uint32_t> alive;
+    for (uint32_t id : rec.replicas())
+      if (!dead.count(id)) alive.push_back(id);
+    const bool primary_died = !rec.replicas().empty() && dead.count(rec.replicas(0));
+    if (primary_died && !alive.empty()) {
+      auto version = [&](uint32_t id) {
+        auto it = versions.find({rec.shard(), id});
+        return it == versions.end() ? uint64_t{0} : it->second;
+      };
+      std::stable_sort(alive.begin(), alive.end(),
+                       [&](uint32_t a, uint32_t b) { return version(a) > version(b); });
+    }
+    for (uint32_t id : alive) next.add_replicas(id);
+    for (uint32_t id : rec.copying())
+      if (!dead.count(id)) next.add_copying(id);
+    AddCopies(after, load, &next, &load);
+    *out.add_shards() = next;
+  }
+  out.set_reason("servers stopped heartbeating");
+  return out;
+}
+
+std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& s) {
+  v1::Reassign out;
+  out.set_expected_version(s.version());
+  std::vector<int> load = Load(s);
+  for (const v1::ShardRecord& rec : s.shards()) {
+    if (rec.replicas_size() + rec.copying_size() >= int(s.copies())) continue;
+    v1::ShardRecord next = rec;
+    AddCopies(s, load, &next, &load);
+    if (next.copying_size() != rec.copying_size()) *out.add_shards() = next;
+  }
+  if (out.shards().empty()) return std::nullopt;
+  out.set_reason("under-replicated shards");
+  return out;
+}
+
+v1::ShardMap ToShardMap(const v1::ControllerState& s, const std::string& leader_address) {
+  v1::ShardMap m;
+  m.set_version(s.version());
+  *m.mutable_servers() = s.servers();
+  *m.mutable_shards() = s.shards();
+  m.set_leader_address(leader_address);
+  return m;
+}
+
+}  // namespace adam::controller

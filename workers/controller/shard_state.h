@@ -1,0 +1,58 @@
+// The controller's replicated state machine: the shard map (shard -> in-sync copies, primary
+// first, plus copies being filled) and parameter-server membership, with its version.
+//
+// `Apply` is deterministic: every member applying the same commands holds the same state. The
+// decisions that depend on timing (which server is dead, which copy is freshest) are made by the
+// leader with the pure functions below and committed as explicit commands, applied only if the
+// map is still at the version they were planned against.
+//
+// Thread-compatible: the Raft loop applies; readers take a copy under the owner's lock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "adam/v1/controller.pb.h"
+#include "core/status.h"
+#include "shard/shard_map.h"
+
+namespace adam::controller {
+
+class ShardState {
+ public:
+  const v1::ControllerState& state() const { return state_; }
+  // Applies a committed command. Commands that no longer fit (a stale version, an unknown server
+  // or shard) change nothing and return FailedPrecondition saying why.
+  Status Apply(const v1::Command& command);
+  std::string Serialize() const;
+  Status Restore(const std::string& bytes);
+
+ private:
+  v1::ControllerState state_;
+};
+
+// The initial map for `num_servers` servers: each shard's primary is its server in `map`
+// (hash-balanced), its secondaries the next `copies - 1` servers in index order.
+v1::ControllerState MakeBootstrap(const shard::ShardMap& map, int copies);
+
+// Freshness reports from heartbeats: (shard, server) -> updates applied to that copy.
+using CopyVersions = std::map<std::pair<uint32_t, uint32_t>, uint64_t>;
+
+// The leader's decision when the servers in `dead` stopped heartbeating: they are marked dead and
+// removed from every shard; a shard whose primary died gets the freshest surviving in-sync copy as
+// primary; every shard below `copies` gets a new copy (state "copying") on the alive server that
+// holds the fewest shards, never one that already holds it or whose host holds it. Returns
+// nullopt when nothing changes.
+std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& state,
+                                         const std::set<uint32_t>& dead,
+                                         const CopyVersions& versions);
+
+// Re-plans copies for under-replicated shards (e.g. after a server came back).
+std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& state);
+
+// The map as served to clients.
+v1::ShardMap ToShardMap(const v1::ControllerState& state, const std::string& leader_address);
+
+}  // namespace adam::controller

@@ -1,0 +1,403 @@
+#include "raft/driver.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "adam/v1/controller.grpc.pb.h"
+#include "net/grpc.h"
+#include "raft/storage.h"
+
+namespace adam::raft {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void ToProto(const Message& m, v1::RaftMessage* p) {
+  p->set_type(static_cast<uint32_t>(m.type));
+  p->set_from(m.from);
+  p->set_to(m.to);
+  p->set_term(m.term);
+  p->set_log_term(m.log_term);
+  p->set_index(m.index);
+  for (const Entry& e : m.entries) {
+    v1::RaftEntry* pe = p->add_entries();
+    pe->set_term(e.term);
+    pe->set_index(e.index);
+    pe->set_type(static_cast<uint32_t>(e.type));
+    pe->set_data(e.data);
+  }
+  p->set_commit(m.commit);
+  p->set_reject(m.reject);
+  p->set_reject_hint(m.reject_hint);
+  if (m.snapshot) {
+    p->set_has_snapshot(true);
+    p->set_snapshot_index(m.snapshot->index);
+    p->set_snapshot_term(m.snapshot->term);
+    p->set_snapshot_data(m.snapshot->data);
+  }
+  p->set_context(m.context);
+}
+
+// Network input: anything out of range is refused, naming the field.
+StatusOr<Message> FromProto(const v1::RaftMessage& p) {
+  Message m;
+  if (p.type() > static_cast<uint32_t>(MessageType::kSnapshot))
+    return InvalidArgumentError("raft message: type " + std::to_string(p.type()) + " unknown");
+  m.type = static_cast<MessageType>(p.type());
+  m.from = p.from();
+  m.to = p.to();
+  m.term = p.term();
+  m.log_term = p.log_term();
+  m.index = p.index();
+  uint64_t expect = p.index() + 1;
+  for (const v1::RaftEntry& pe : p.entries()) {
+    if (pe.type() > static_cast<uint32_t>(EntryType::kNoop))
+      return InvalidArgumentError("raft message: entry type " + std::to_string(pe.type()));
+    if (pe.index() != expect++)
+      return InvalidArgumentError("raft message: entry index " + std::to_string(pe.index()) +
+                                  " out of sequence");
+    if (pe.term() > p.term() || pe.term() == 0)
+      return InvalidArgumentError("raft message: entry term " + std::to_string(pe.term()) +
+                                  " outside 1.." + std::to_string(p.term()));
+    m.entries.push_back(Entry{pe.term(), pe.index(), static_cast<EntryType>(pe.type()), pe.data()});
+  }
+  if (m.type == MessageType::kSnapshot && !p.has_snapshot())
+    return InvalidArgumentError("raft message: Snapshot without a snapshot");
+  if (p.has_snapshot()) m.snapshot = Snapshot{p.snapshot_index(), p.snapshot_term(), p.snapshot_data()};
+  m.commit = p.commit();
+  m.reject = p.reject();
+  m.reject_hint = p.reject_hint();
+  m.context = p.context();
+  return m;
+}
+
+// One peer's outbound queue and the thread that sends it.
+class PeerSender {
+ public:
+  explicit PeerSender(const std::string& address)
+      : stub_(v1::RaftTransport::NewStub(net::MakeChannel(address))),
+        thread_([this] { Run(); }) {}
+  ~PeerSender() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    thread_.join();
+  }
+  void Enqueue(const Message& m) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (queue_.size() >= 4096) queue_.pop_front();  // a peer that is down: Raft re-sends
+    queue_.push_back(m);
+    cv_.notify_all();
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::deque<Message> batch;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        batch.swap(queue_);
+      }
+      v1::RaftBatch req;
+      for (const Message& m : batch) ToProto(m, req.add_messages());
+      v1::RaftAck ack;
+      grpc::ClientContext ctx;
+      net::SetDeadline(&ctx, std::chrono::milliseconds(500));
+      (void)stub_->Send(&ctx, req, &ack);  // lost messages are Raft's normal case
+    }
+  }
+
+  std::unique_ptr<v1::RaftTransport::Stub> stub_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Message> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+struct Driver::Impl final : public v1::RaftTransport::Service {
+  DriverOptions options;
+  StateMachine* machine = nullptr;
+  std::unique_ptr<Storage> storage;
+  std::optional<Node> node;
+  std::map<NodeId, std::unique_ptr<PeerSender>> senders;
+  std::function<void(Role, uint64_t)> on_role;
+
+  struct Proposal {
+    std::string data;
+    std::promise<StatusOr<uint64_t>> done;
+  };
+  struct Read {
+    std::promise<Status> done;
+  };
+
+  mutable std::mutex mu;  // inbox and info
+  std::condition_variable cv;
+  std::vector<Message> inbox;
+  std::vector<std::shared_ptr<Proposal>> proposals_in;
+  std::vector<std::shared_ptr<Read>> reads_in;
+  bool running = false;
+  DriverInfo info;
+  std::thread loop;
+
+  // Loop-thread state.
+  std::map<uint64_t, std::pair<uint64_t, std::shared_ptr<Proposal>>> waiting;  // index -> term
+  std::map<std::string, std::shared_ptr<Read>> reads;                           // by context
+  std::vector<std::pair<uint64_t, std::shared_ptr<Read>>> confirmed;            // read index
+  uint64_t read_seq = 0;
+  uint64_t applied = 0;
+  Role last_role = Role::kFollower;
+  uint64_t last_term = 0;
+  uint64_t proposals_total = 0;
+
+  grpc::Status Send(grpc::ServerContext*, const v1::RaftBatch* req, v1::RaftAck*) override {
+    std::vector<Message> ms;
+    for (const v1::RaftMessage& p : req->messages()) {
+      StatusOr<Message> m = FromProto(p);
+      if (!m.ok())
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, m.status().message());
+      ms.push_back(std::move(*m));
+    }
+    std::lock_guard<std::mutex> l(mu);
+    for (Message& m : ms) inbox.push_back(std::move(m));
+    cv.notify_all();
+    return grpc::Status::OK;
+  }
+
+  void Run() {
+    auto next_tick = Clock::now() + options.tick;
+    for (;;) {
+      std::vector<Message> msgs;
+      std::vector<std::shared_ptr<Proposal>> props;
+      std::vector<std::shared_ptr<Read>> rds;
+      {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait_until(l, next_tick, [&] {
+          return !running || !inbox.empty() || !proposals_in.empty() || !reads_in.empty();
+        });
+        if (!running) break;
+        msgs.swap(inbox);
+        props.swap(proposals_in);
+        rds.swap(reads_in);
+      }
+      for (const Message& m : msgs) node->Step(m);
+      for (auto& p : props) {
+        StatusOr<uint64_t> index = node->Propose(std::move(p->data));
+        if (!index.ok()) {
+          p->done.set_value(index.status());
+        } else {
+          if (auto old = waiting.find(*index); old != waiting.end())
+            old->second.second->done.set_value(
+                UnavailableError("raft: a new leader replaced the entry; retry"));
+          waiting[*index] = {node->term(), p};
+          ++proposals_total;
+        }
+      }
+      for (auto& r : rds) {
+        const std::string ctx = std::to_string(options.id) + "-" + std::to_string(++read_seq);
+        Status s = node->ReadIndex(ctx);
+        if (!s.ok()) r->done.set_value(s);
+        else reads[ctx] = r;
+      }
+      const auto now = Clock::now();
+      if (now >= next_tick) {
+        node->Tick();
+        next_tick += options.tick;
+        if (next_tick < now) next_tick = now + options.tick;  // fell behind: do not burst
+      }
+      HandleReady();
+    }
+    // Stopped: fail whatever still waits.
+    for (auto& [i, w] : waiting) w.second->done.set_value(UnavailableError("raft driver stopped"));
+    waiting.clear();
+    for (auto& [c, r] : reads) r->done.set_value(UnavailableError("raft driver stopped"));
+    reads.clear();
+    for (auto& [i, r] : confirmed) r->done.set_value(UnavailableError("raft driver stopped"));
+    confirmed.clear();
+  }
+
+  void HandleReady() {
+    for (;;) {
+      Ready rd = node->TakeReady();
+      if (rd.empty()) break;
+      if (Status s = storage->Persist(rd); !s.ok()) {
+        // Continuing without durable state could break Raft's promises: stop the member.
+        spdlog::critical("raft: cannot persist: {}", s.message());
+        std::_Exit(1);
+      }
+      for (const Message& m : rd.messages) {
+        auto it = senders.find(m.to);
+        if (it != senders.end()) it->second->Enqueue(m);
+      }
+      if (rd.snapshot) {
+        if (Status s = machine->Restore(*rd.snapshot); !s.ok()) {
+          spdlog::critical("raft: cannot restore the snapshot at {}: {}", rd.snapshot->index,
+                           s.message());
+          std::_Exit(1);
+        }
+        applied = rd.snapshot->index;
+        // Proposals at or below the snapshot were either committed elsewhere or replaced.
+        while (!waiting.empty() && waiting.begin()->first <= applied) {
+          waiting.begin()->second.second->done.set_value(
+              UnavailableError("raft: entry replaced by a snapshot; retry"));
+          waiting.erase(waiting.begin());
+        }
+      }
+      for (const Entry& e : rd.committed) {
+        if (e.type == EntryType::kNormal) machine->Apply(e);
+        applied = e.index;
+        auto it = waiting.find(e.index);
+        if (it != waiting.end()) {
+          if (it->second.first == e.term) it->second.second->done.set_value(e.index);
+          else
+            it->second.second->done.set_value(
+                UnavailableError("raft: a new leader replaced the entry; retry"));
+          waiting.erase(it);
+        }
+      }
+      for (const ReadState& rs : rd.read_states) {
+        auto it = reads.find(rs.context);
+        if (it == reads.end()) continue;
+        confirmed.push_back({rs.index, it->second});
+        reads.erase(it);
+      }
+      for (auto it = confirmed.begin(); it != confirmed.end();) {
+        if (it->first <= applied) {
+          it->second->done.set_value(OkStatus());
+          it = confirmed.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (applied >= node->snapshot().index + options.snapshot_entries) {
+      if (node->Compact(applied, machine->TakeSnapshot()).ok()) {
+        if (Status s = storage->SaveSnapshot(node->snapshot()); !s.ok()) {
+          spdlog::critical("raft: cannot save a snapshot: {}", s.message());
+          std::_Exit(1);
+        }
+      }
+    }
+    if (node->role() != last_role || node->term() != last_term) {
+      if (last_role == Role::kLeader && node->role() != Role::kLeader) {
+        const std::string why = "raft: lost leadership; retry at the new leader";
+        for (auto& [c, r] : reads) r->done.set_value(FailedPreconditionError(why));
+        reads.clear();
+        for (auto& [i, r] : confirmed) r->done.set_value(FailedPreconditionError(why));
+        confirmed.clear();
+      }
+      last_role = node->role();
+      last_term = node->term();
+      if (on_role) on_role(last_role, last_term);
+    }
+    std::lock_guard<std::mutex> l(mu);
+    info = {node->role(), node->term(), node->leader(), node->commit(), applied, proposals_total,
+            storage->log_bytes()};
+  }
+};
+
+Driver::Driver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Driver::~Driver() { Stop(); }
+
+StatusOr<std::unique_ptr<Driver>> Driver::Open(const DriverOptions& options,
+                                               StateMachine* machine) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->machine = machine;
+  ADAM_ASSIGN_OR_RETURN(impl->storage, Storage::Open(options.dir));
+  const PersistentState& st = impl->storage->state();
+  if (st.snapshot.index > 0) ADAM_RETURN_IF_ERROR(machine->Restore(st.snapshot));
+  impl->applied = st.snapshot.index;
+  Config c;
+  c.id = options.id;
+  for (const auto& [id, addr] : options.peers) c.peers.push_back(id);
+  c.election_ticks = options.election_ticks;
+  c.heartbeat_ticks = options.heartbeat_ticks;
+  c.seed = options.seed;
+  ADAM_ASSIGN_OR_RETURN(Node n, Node::Make(c, st));
+  impl->node.emplace(std::move(n));
+  impl->last_term = impl->node->term();
+  return std::unique_ptr<Driver>(new Driver(std::move(impl)));
+}
+
+grpc::Service* Driver::service() { return impl_.get(); }
+
+void Driver::OnRoleChange(std::function<void(Role, uint64_t)> callback) {
+  impl_->on_role = std::move(callback);
+}
+
+void Driver::Start() {
+  for (const auto& [id, addr] : impl_->options.peers)
+    if (id != impl_->options.id) impl_->senders[id] = std::make_unique<PeerSender>(addr);
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    impl_->running = true;
+  }
+  impl_->loop = std::thread([this] {
+    impl_->HandleReady();  // re-apply committed entries restored from disk
+    impl_->Run();
+  });
+}
+
+void Driver::Stop() {
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    if (!impl_->running && !impl_->loop.joinable()) return;
+    impl_->running = false;
+    impl_->cv.notify_all();
+  }
+  if (impl_->loop.joinable()) impl_->loop.join();
+  impl_->senders.clear();
+}
+
+StatusOr<uint64_t> Driver::Propose(std::string data, std::chrono::milliseconds timeout) {
+  auto p = std::make_shared<Impl::Proposal>();
+  p->data = std::move(data);
+  auto f = p->done.get_future();
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    if (!impl_->running) return UnavailableError("raft driver not running");
+    impl_->proposals_in.push_back(p);
+    impl_->cv.notify_all();
+  }
+  if (f.wait_for(timeout) != std::future_status::ready)
+    return DeadlineExceededError("raft: not committed within " + std::to_string(timeout.count()) +
+                                 " ms");
+  return f.get();
+}
+
+Status Driver::ReadBarrier(std::chrono::milliseconds timeout) {
+  auto r = std::make_shared<Impl::Read>();
+  auto f = r->done.get_future();
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    if (!impl_->running) return UnavailableError("raft driver not running");
+    impl_->reads_in.push_back(r);
+    impl_->cv.notify_all();
+  }
+  if (f.wait_for(timeout) != std::future_status::ready)
+    return DeadlineExceededError("raft: read not confirmed within " +
+                                 std::to_string(timeout.count()) + " ms");
+  return f.get();
+}
+
+DriverInfo Driver::info() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->info;
+}
+
+}  // namespace adam::raft
