@@ -15,7 +15,7 @@ packages=(
 )
 # Extra groups: ADAM_INSTALL_BENCH=1 adds the peers the benchmarks compare against.
 if [[ "${ADAM_INSTALL_BENCH:-0}" == 1 ]]; then
-  packages+=(python3-torch python3-numpy python3-matplotlib)
+  packages+=(python3-torch python3-numpy python3-matplotlib etcd-server etcd-client)
 fi
 
 missing=()

@@ -2,10 +2,6 @@
 // writes, linearizable reads, leader loss, parameter-server failover driven by heartbeats.
 #include "controller/controller.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -13,6 +9,7 @@
 
 #include "controller/shard_state.h"
 #include "net/grpc.h"
+#include "testing/ports.h"
 #include "testing/tmp_dir.h"
 
 namespace adam::controller {
@@ -21,17 +18,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using testing::FreePort;
 
 class Group : public ::testing::Test {
  protected:

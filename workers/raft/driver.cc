@@ -101,20 +101,33 @@ class PeerSender {
 
  private:
   void Run() {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientWriter<v1::RaftBatch>> writer;
+    v1::RaftAck ack;
     for (;;) {
       std::deque<Message> batch;
       {
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
-        if (stop_) return;
+        if (stop_) break;
         batch.swap(queue_);
       }
       v1::RaftBatch req;
       for (const Message& m : batch) ToProto(m, req.add_messages());
-      v1::RaftAck ack;
-      grpc::ClientContext ctx;
-      net::SetDeadline(&ctx, std::chrono::milliseconds(500));
-      (void)stub_->Send(&ctx, req, &ack);  // lost messages are Raft's normal case
+      if (!writer) {
+        ctx = std::make_unique<grpc::ClientContext>();
+        writer = stub_->Stream(ctx.get(), &ack);
+      }
+      if (!writer->Write(req)) {
+        // The peer is down or restarted: these messages are lost (Raft re-sends); reconnect on
+        // the next batch.
+        (void)writer->Finish();
+        writer.reset();
+      }
+    }
+    if (writer) {
+      ctx->TryCancel();
+      (void)writer->Finish();
     }
   }
 
@@ -163,17 +176,37 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
   uint64_t last_term = 0;
   uint64_t proposals_total = 0;
 
-  grpc::Status Send(grpc::ServerContext*, const v1::RaftBatch* req, v1::RaftAck*) override {
+  Status Deliver(const v1::RaftBatch& batch) {
     std::vector<Message> ms;
-    for (const v1::RaftMessage& p : req->messages()) {
+    for (const v1::RaftMessage& p : batch.messages()) {
       StatusOr<Message> m = FromProto(p);
-      if (!m.ok())
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, m.status().message());
+      if (!m.ok()) return m.status();
       ms.push_back(std::move(*m));
     }
     std::lock_guard<std::mutex> l(mu);
     for (Message& m : ms) inbox.push_back(std::move(m));
     cv.notify_all();
+    return OkStatus();
+  }
+
+  grpc::Status Send(grpc::ServerContext*, const v1::RaftBatch* req, v1::RaftAck*) override {
+    Status s = Deliver(*req);
+    return s.ok() ? grpc::Status::OK
+                  : grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, s.message());
+  }
+
+  grpc::Status Stream(grpc::ServerContext* ctx, grpc::ServerReader<v1::RaftBatch>* reader,
+                      v1::RaftAck*) override {
+    v1::RaftBatch batch;
+    while (reader->Read(&batch)) {
+      if (Status s = Deliver(batch); !s.ok())
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, s.message());
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (!running) break;
+      }
+    }
+    (void)ctx;
     return grpc::Status::OK;
   }
 
@@ -233,15 +266,26 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
     for (;;) {
       Ready rd = node->TakeReady();
       if (rd.empty()) break;
+      // A leader's appends go out before its own fsync (Raft thesis 10.2.1): the leader counts
+      // itself towards a commit, but it acknowledges nothing before this Ready's persist returns,
+      // because this thread applies entries only after it. Votes and answers wait for the disk.
+      auto leader_message = [](const Message& m) {
+        return m.type == MessageType::kAppend || m.type == MessageType::kHeartbeat ||
+               m.type == MessageType::kSnapshot;
+      };
+      auto send = [&](const Message& m) {
+        auto it = senders.find(m.to);
+        if (it != senders.end()) it->second->Enqueue(m);
+      };
+      for (const Message& m : rd.messages)
+        if (leader_message(m)) send(m);
       if (Status s = storage->Persist(rd); !s.ok()) {
         // Continuing without durable state could break Raft's promises: stop the member.
         spdlog::critical("raft: cannot persist: {}", s.message());
         std::_Exit(1);
       }
-      for (const Message& m : rd.messages) {
-        auto it = senders.find(m.to);
-        if (it != senders.end()) it->second->Enqueue(m);
-      }
+      for (const Message& m : rd.messages)
+        if (!leader_message(m)) send(m);
       if (rd.snapshot) {
         if (Status s = machine->Restore(*rd.snapshot); !s.ok()) {
           spdlog::critical("raft: cannot restore the snapshot at {}: {}", rd.snapshot->index,

@@ -276,7 +276,12 @@ Status Storage::Persist(const Ready& ready) {
   const std::string name = dir_ + "/raft.log";
   Status st = WriteAll(fd_, batch, name);
   if (!st.ok()) return st;
-  if (::fdatasync(fd_) != 0) return Errno("fdatasync " + name);
+  // Entries, term and vote must be durable before anything depends on them; a commit index alone
+  // can be relearned from the leader, so it rides along with the next sync.
+  const bool must_sync = !ready.entries.empty() ||
+                         (ready.hard_state && (ready.hard_state->term != state_.hard_state.term ||
+                                               ready.hard_state->vote != state_.hard_state.vote));
+  if (must_sync && ::fdatasync(fd_) != 0) return Errno("fdatasync " + name);
   log_bytes_ += batch.size();
   Ready only_log;
   only_log.hard_state = ready.hard_state;

@@ -4,8 +4,9 @@
 // endian; the CRC covers kind and payload). Kind 1 is a hard state (term, vote, commit), kind 2 an
 // entry (term, index, type, data). An entry with index i replaces every earlier entry with index
 // >= i, so a follower's log truncation is just an append. `Persist` writes a Ready's entries, then
-// its hard state, then fdatasyncs once (group commit) before returning: nothing is acknowledged
-// before it is on disk. `snapshot` holds the newest snapshot (written to a temp file, fsynced,
+// its hard state, then fdatasyncs once (group commit) before returning: no entry, term or vote is
+// acted on before it is on disk. (A hard state whose only change is the commit index is written
+// without a sync of its own, as in etcd: the commit index is relearned from the leader.) `snapshot` holds the newest snapshot (written to a temp file, fsynced,
 // renamed); after a snapshot the log is rewritten without the entries it covers.
 //
 // Opening: a torn final record (a crash in the middle of an append that was therefore never

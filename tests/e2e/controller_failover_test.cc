@@ -1,0 +1,143 @@
+// Three `adam controller` processes on loopback: `kill -9` of the leader, a new leader commits
+// within a second, the killed member rejoins from its state dir and catches up; a member whose
+// Raft log is corrupt refuses to start, naming the file and byte.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "adam/v1/controller.grpc.pb.h"
+#include "net/grpc.h"
+#include "testing/child.h"
+#include "testing/ports.h"
+#include "testing/tmp_dir.h"
+
+namespace adam {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using testing::Child;
+
+class ControllerProcesses : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 3; ++i) {
+      addresses_.push_back("127.0.0.1:" + std::to_string(testing::FreePort()));
+      members_ += (i ? "," : "") + std::to_string(i + 1) + "=" + addresses_.back();
+      stubs_.push_back(v1::Controller::NewStub(net::MakeChannel(addresses_.back())));
+    }
+    children_.resize(3);
+    for (int i = 0; i < 3; ++i) Start(i);
+  }
+
+  void Start(int i) {
+    children_[size_t(i)] = std::make_unique<Child>(
+        std::vector<std::string>{"controller", "--job", ADAM_SOURCE_DIR "/examples/fashion-mnist.yaml",
+                                 "--id", std::to_string(i + 1), "--members", members_,
+                                 "--state-dir", dir_.File("m" + std::to_string(i)), "--name",
+                                 "controller-" + std::to_string(i + 1)},
+        dir_.File("m" + std::to_string(i) + ".log"));
+  }
+
+  std::optional<v1::ControllerStatus> Status(int i) {
+    v1::ControllerStatus s;
+    grpc::ClientContext ctx;
+    net::SetDeadline(&ctx, 200ms);
+    if (!stubs_[size_t(i)]->GetStatus(&ctx, {}, &s).ok()) return std::nullopt;
+    return s;
+  }
+
+  bool Put(int i, const std::string& key, std::chrono::milliseconds deadline = 1000ms) {
+    v1::KeyValue kv;
+    kv.set_key(key);
+    kv.set_value("v");
+    v1::PutResponse r;
+    grpc::ClientContext ctx;
+    net::SetDeadline(&ctx, deadline);
+    return stubs_[size_t(i)]->Put(&ctx, kv, &r).ok();
+  }
+
+  int WaitLeader(int not_this = -1) {
+    const auto deadline = Clock::now() + 15s;
+    while (Clock::now() < deadline) {
+      for (int i = 0; i < 3; ++i)
+        if (i != not_this)
+          if (auto s = Status(i); s && s->role() == "leader" && s->map_version() > 0) return i;
+      std::this_thread::sleep_for(10ms);
+    }
+    return -1;
+  }
+
+  testing::TmpDir dir_;
+  std::vector<std::string> addresses_;
+  std::string members_;
+  std::vector<std::unique_ptr<v1::Controller::Stub>> stubs_;
+  std::vector<std::unique_ptr<Child>> children_;
+};
+
+TEST_F(ControllerProcesses, KillNineOfTheLeaderANewOneCommitsWithinASecond) {
+  const int leader = WaitLeader();
+  ASSERT_GE(leader, 0);
+  ASSERT_TRUE(Put(leader, "before"));
+  std::this_thread::sleep_for(300ms);
+  const auto t0 = Clock::now();
+  children_[size_t(leader)]->Signal(SIGKILL);
+  children_[size_t(leader)]->Wait();
+  bool committed = false;
+  while (!committed && Clock::now() - t0 < 5s)
+    for (int i = 0; i < 3 && !committed; ++i)
+      if (i != leader) committed = Put(i, "after", 100ms);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  ASSERT_TRUE(committed);
+  std::printf("kill -9 of the controller leader: a new leader committed after %lld ms\n",
+              static_cast<long long>(ms));
+  EXPECT_LT(ms, 1000);
+  // The killed member restarts from its state dir and catches up.
+  Start(leader);
+  const int now_leader = WaitLeader();
+  ASSERT_GE(now_leader, 0);
+  const uint64_t commit = Status(now_leader)->commit();
+  bool caught_up = false;
+  const auto deadline = Clock::now() + 5s;
+  while (!caught_up && Clock::now() < deadline) {
+    auto s = Status(leader);
+    caught_up = s && s->applied() >= commit;
+    std::this_thread::sleep_for(20ms);
+  }
+  auto s = Status(leader);
+  EXPECT_TRUE(caught_up) << "restarted member: " << (s ? s->ShortDebugString() : "no answer")
+                         << "; leader commit " << commit << "\n" << [&] {
+                              std::ifstream in(dir_.File("m" + std::to_string(leader) + ".log"));
+                              return std::string((std::istreambuf_iterator<char>(in)), {});
+                            }();
+}
+
+TEST_F(ControllerProcesses, AMemberWithACorruptLogRefusesToStartNamingTheByte) {
+  const int leader = WaitLeader();
+  ASSERT_GE(leader, 0);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Put(leader, "k" + std::to_string(i)));
+  const int victim = (leader + 1) % 3;
+  children_[size_t(victim)]->Signal(SIGKILL);
+  children_[size_t(victim)]->Wait();
+  const std::string log = dir_.File("m" + std::to_string(victim)) + "/raft.log";
+  std::string bytes;
+  {
+    std::ifstream in(log, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GT(bytes.size(), 40u);
+  bytes[12] ^= 0x55;  // inside the first record, which is followed by others
+  std::ofstream(log, std::ios::binary | std::ios::trunc) << bytes;
+  Start(victim);
+  const int status = children_[size_t(victim)]->Wait();
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  std::ifstream in(dir_.File("m" + std::to_string(victim) + ".log"));
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find("raft.log: record at byte 0: crc mismatch"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace adam
