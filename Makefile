@@ -33,10 +33,12 @@ tsan: deps
 asan: deps
 	./scripts/asan.sh
 
-# Benchmarks: the parameter server against a memory-bandwidth triad, the trainer against PyTorch
-# (installs python3-torch); prints tables, writes build/bench/*.json.
+# Benchmarks: the parameter server against a memory-bandwidth triad, the controller's Raft against
+# a 3-member etcd, the trainer against PyTorch (installs python3-torch and etcd-server); prints
+# tables, writes build/bench/*.json.
 bench: build
 	ADAM_INSTALL_BENCH=1 ./scripts/install-deps.sh
 	mkdir -p $(BUILD)/bench
 	$(BUILD)/bench/ps_bench --json $(BUILD)/bench/ps.json
+	$(BUILD)/bench/raft_bench --failovers 10 --json $(BUILD)/bench/raft.json
 	/usr/bin/python3 bench/trainer.py --build $(BUILD) --tta 0.91
