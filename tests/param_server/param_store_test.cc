@@ -39,6 +39,21 @@ TEST(ParamStore, HoldsOnlyItsShardsWithInitialValues) {
   }
 }
 
+TEST(ParamStore, SetReplacesAShardAndItsVersionAfterEarlierUpdates) {
+  auto map = shard::ShardMap::Make(100, 400, 1, 3);
+  std::vector<float> init(100, 1.0f), delta(100, 2.0f), copy(100, 7.0f), out(100);
+  ParamStore s(*map, 0, init.data());
+  ASSERT_TRUE(s.Add(0, delta.data(), 100).ok());
+  ASSERT_TRUE(s.Set(0, copy.data(), 100, 42).ok());
+  EXPECT_EQ(s.Version(0), 42u);
+  ASSERT_TRUE(s.Add(0, delta.data(), 100).ok());
+  auto v = s.Read(0, out.data(), 100);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 43u);
+  EXPECT_EQ(out[99], 9.0f);
+  EXPECT_FALSE(s.Set(0, copy.data(), 99, 1).ok());  // whole shards only
+}
+
 TEST(ParamStore, ConcurrentPushesSumExactly) {
   auto map = shard::ShardMap::Make(4096, 4096, 1, 1);  // 4 shards of 1024 floats
   ASSERT_TRUE(map.ok());

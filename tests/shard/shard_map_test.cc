@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace adam::shard {
 namespace {
@@ -55,6 +56,35 @@ TEST(ShardMap, RejectsBadInput) {
   EXPECT_FALSE(ShardMap::Make(0, 1024, 1, 0).ok());
   EXPECT_FALSE(ShardMap::Make(10, 6, 1, 0).ok());
   EXPECT_FALSE(ShardMap::Make(10, 8, 0, 0).ok());
+}
+
+}  // namespace
+}  // namespace adam::shard
+
+namespace adam::shard {
+namespace {
+
+TEST(ShardMapCopies, InitialCopiesStartAtTheServerAndAreDistinct) {
+  auto m = *ShardMap::Make(1000, 40, 3, 5);
+  for (const auto& s : m.shards()) {
+    auto c = m.InitialCopies(s.id, 3);
+    ASSERT_EQ(c.size(), 3u);
+    EXPECT_EQ(c[0], s.server);
+    EXPECT_EQ(std::set<int>(c.begin(), c.end()).size(), 3u);
+  }
+  EXPECT_EQ(m.InitialCopies(0, 5).size(), 3u);  // never more copies than servers
+}
+
+TEST(ShardMapCopies, WithServersKeepsTheCutAndChecksEveryEntry) {
+  auto m = *ShardMap::Make(1000, 40, 3, 5);
+  std::vector<int> all_on_2(m.shards().size(), 2);
+  auto r = m.WithServers(all_on_2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->ShardsOf(2).size(), m.shards().size());
+  EXPECT_EQ(r->shards()[3].offset, m.shards()[3].offset);
+  all_on_2[1] = 3;
+  EXPECT_NE(m.WithServers(all_on_2).status().message().find("shard 1 on server 3"), std::string::npos);
+  EXPECT_FALSE(m.WithServers({1, 2}).ok());
 }
 
 }  // namespace

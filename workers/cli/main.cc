@@ -61,6 +61,16 @@ std::vector<std::string> SplitComma(const std::string& s) {
   return out;
 }
 
+// "1=host:port,2=host:port" (or plain "host:port,...") -> the addresses.
+std::vector<std::string> MemberAddresses(const std::string& members) {
+  std::vector<std::string> out;
+  for (std::string item : SplitComma(members)) {
+    if (const size_t eq = item.find('='); eq != std::string::npos) item = item.substr(eq + 1);
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,6 +121,12 @@ int main(int argc, char** argv) {
                  "its checkpoint peer's): copied first when --state-dir has none");
   ps->add_option("--checkpoint-peer", checkpoint_peer,
                  "a peer's replication address: every flush is copied there");
+  std::string controller;
+  int forward_interval_ms = 100;
+  ps->add_option("--controller", controller,
+                 "controller members ID=HOST:PORT,...: copies per shard and failover");
+  ps->add_option("--forward-interval-ms", forward_interval_ms,
+                 "how often a primary sends changed shards to their other copies");
   ps->add_option("--threads", threads, "shard worker threads (default: one per usable core)");
   ps->add_flag("--no-bind", no_bind, "do not bind shard workers to cores");
   ps->add_option("--debug-flush-pause-ms", flush_pause_ms, "tests: pause this long mid-checkpoint")
@@ -134,7 +150,9 @@ int main(int argc, char** argv) {
   tr->add_option("--index", index, "trainer number")->required();
   tr->add_option("--threads", threads, "worker threads (default: spec.roles.trainer.threads)");
   tr->add_option("--data-server", data_server, "data server host:port")->required();
-  tr->add_option("--ps", ps_list, "parameter servers host:port,... in server order")->required();
+  tr->add_option("--ps", ps_list, "parameter servers host:port,... in server order");
+  tr->add_option("--controller", controller,
+                 "controller members ID=HOST:PORT,...: route by its shard map instead of --ps");
   tr->add_flag("--no-bind", no_bind, "do not bind worker threads to cores");
 
   CLI11_PARSE(app, argc, argv);
@@ -193,6 +211,8 @@ int main(int argc, char** argv) {
     o.checkpoint_peer = checkpoint_peer;
     o.threads = threads;
     o.bind = !no_bind;
+    o.controller = MemberAddresses(controller);
+    o.forward_interval = std::chrono::milliseconds(forward_interval_ms);
     o.debug_flush_pause = std::chrono::milliseconds(flush_pause_ms);
     return adam::ps::Main(*job, o);
   }
@@ -215,6 +235,11 @@ int main(int argc, char** argv) {
     o.threads = threads;
     o.data_server = data_server;
     o.param_servers = SplitComma(ps_list);
+    o.controller = MemberAddresses(controller);
+    if (o.param_servers.empty() == o.controller.empty()) {
+      std::fprintf(stderr, "adam trainer: give exactly one of --ps and --controller\n");
+      return kExitInvalid;
+    }
     o.metrics_port = metrics_port;
     o.bind = !no_bind;
     return adam::trainer::Main(*job, o);

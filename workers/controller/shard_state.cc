@@ -60,7 +60,7 @@ v1::ControllerState MakeBootstrap(const shard::ShardMap& map, int copies) {
   for (const shard::Shard& sh : map.shards()) {
     v1::ShardRecord* r = s.add_shards();
     r->set_shard(sh.id);
-    for (int c = 0; c < int(s.copies()); ++c) r->add_replicas(uint32_t((sh.server + c) % n));
+    for (int server : map.InitialCopies(sh.id, int(s.copies()))) r->add_replicas(uint32_t(server));
   }
   return s;
 }

@@ -26,7 +26,8 @@ StatusOr<Server> StartServer(const std::string& address,
 
 int Serve(const std::string& address, const std::vector<grpc::Service*>& services,
           int metrics_port, const std::function<void()>& before_shutdown,
-          const std::vector<ExtraListener>& extra) {
+          const std::vector<ExtraListener>& extra,
+          const std::function<void(int, const std::vector<int>&)>& on_ready) {
   auto server = StartServer(address, services);
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
@@ -47,6 +48,11 @@ int Serve(const std::string& address, const std::vector<grpc::Service*>& service
     extras.push_back(std::move(*s));
   }
   spdlog::info("serving on port {} (metrics on {})", server->port, metrics_port);
+  if (on_ready) {
+    std::vector<int> ports;
+    for (const auto& e : extras) ports.push_back(e.port);
+    on_ready(server->port, ports);
+  }
   EmitEvent(ready);
   WaitForTerminationSignal();
   if (before_shutdown) before_shutdown();

@@ -40,9 +40,12 @@ struct ExtraListener {
 // Returns the process exit code: 0, or 1 when an address cannot be bound (logged).
 // `before_shutdown`, when set, runs after the signal and before the shutdown (to release calls
 // the service holds back).
+// `on_ready`, when set, runs once everything listens, with the main port and each extra
+// listener's port (in order), before the ready event is emitted.
 int Serve(const std::string& address, const std::vector<grpc::Service*>& services,
           int metrics_port, const std::function<void()>& before_shutdown = {},
-          const std::vector<ExtraListener>& extra = {});
+          const std::vector<ExtraListener>& extra = {},
+          const std::function<void(int port, const std::vector<int>& extra_ports)>& on_ready = {});
 
 // A channel to `address` with the project's message limits.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);

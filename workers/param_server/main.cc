@@ -2,6 +2,7 @@
 #include "param_server/main.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -19,6 +20,7 @@
 #include "param_server/clock_gate.h"
 #include "param_server/param_service.h"
 #include "param_server/replica_service.h"
+#include "param_server/routing.h"
 #include "update/update_plan.h"
 
 namespace adam::ps {
@@ -42,8 +44,26 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     spdlog::error("{}", map.status().message());
     return 1;
   }
-  const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every,
-                                             job.training.dense_updates);
+  // With a controller, shards move between servers, so every dense layer travels as weight
+  // deltas (routable per shard); every server allocates every shard, so it can take any copy.
+  const bool ha = !options.controller.empty();
+  if (ha && options.replication_listen.empty()) {
+    spdlog::error("--controller needs --replication-listen: copies travel over it");
+    return 2;
+  }
+  const auto plan = update::UpdatePlan::Make(
+      *layout, *map, job.training.push_every,
+      ha ? spec::DenseUpdates::kWeights : job.training.dense_updates);
+  std::optional<shard::ShardMap> all_here;
+  if (ha) {
+    auto m = map->WithServers(std::vector<int>(map->shards().size(), options.index));
+    if (!m.ok()) {
+      spdlog::error("{}", m.status().message());
+      return 1;
+    }
+    all_here.emplace(std::move(*m));
+  }
+  const shard::ShardMap& store_map = ha ? *all_here : *map;
   // Every server derives the same initial vector from the job's seed and keeps its shards; a
   // checkpoint, when there is one, overrides them.
   std::vector<float> initial(size_t(layout->num_params()));
@@ -71,7 +91,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   }
   if (!options.state_dir.empty()) {
     std::map<uint32_t, int64_t> held;
-    for (const auto& s : map->shards())
+    for (const auto& s : store_map.shards())
       if (s.server == options.index) held[s.id] = s.count;
     auto r = RestoreCheckpoint(copt, held);
     if (!r.ok()) {
@@ -92,7 +112,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   StoreOptions so;
   so.threads = options.threads;
   so.bind = options.bind;
-  ParamStore store(*map, options.index, initial.data(), so);
+  ParamStore store(store_map, options.index, initial.data(), so);
   for (auto& [id, s] : restored.shards) {
     store.RestoreVersion(id, s.version);
     s.values = {};
@@ -163,6 +183,26 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   std::vector<net::ExtraListener> extra;
   if (!options.replication_listen.empty())
     extra.push_back({"replication_port", options.replication_listen, {&replica}});
+  Routing routing(uint32_t(options.index));
+  std::optional<ControllerLink> link;
+  std::optional<Forwarder> forwarder;
+  std::function<void(int, const std::vector<int>&)> on_ready;
+  if (ha) {
+    replica.AcceptForwards(&store, &routing);
+    service.RequirePrimary(&routing);
+    link.emplace(uint32_t(options.index), options.controller, &routing, &store);
+    forwarder.emplace(uint32_t(options.index), &routing, &store, options.forward_interval);
+    on_ready = [&](int port, const std::vector<int>& extra_ports) {
+      char hostname[256] = {};
+      gethostname(hostname, sizeof hostname - 1);
+      const std::string repl = options.replication_listen;
+      link->SetAddresses({host + ":" + std::to_string(port),
+                          repl.substr(0, repl.rfind(':')) + ":" + std::to_string(extra_ports.at(0)),
+                          hostname});
+    };
+    spdlog::info("copies: {} per shard; failover by the controller at {} members",
+                 job.roles.parameter_server.copies, options.controller.size());
+  }
 
   // Sampled gauges, once a second.
   std::mutex mu;
@@ -180,7 +220,10 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       spread.Set(double(gate.Spread()));
     } while (!cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; }));
   });
-  const int rc = net::Serve(options.listen, {&service}, reg.port(), [&] { gate.Close(); }, extra);
+  const int rc = net::Serve(options.listen, {&service}, reg.port(), [&] { gate.Close(); }, extra,
+                            on_ready);
+  if (link) link->Stop();
+  if (forwarder) forwarder->Stop();
   {
     std::lock_guard<std::mutex> lock(mu);
     done = true;

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "spec/adamjob.h"
 
@@ -18,6 +19,8 @@ struct MainOptions {
   std::string restore_from;            // a replication address holding this server's checkpoint
                                        // (a peer's copy): fetched first when state_dir holds none
   std::string checkpoint_peer;         // a peer's replication address: each flush is copied there
+  std::vector<std::string> controller; // controller members' addresses: copies, failover
+  std::chrono::milliseconds forward_interval{100};  // primary -> secondaries (routing.h)
   int threads = 0;                     // shard worker threads; 0 = one per usable core
   bool bind = true;                    // bind shard workers to cores
   std::chrono::milliseconds debug_flush_pause{0};  // tests: pause mid-flush

@@ -10,6 +10,7 @@
 #include "param_server/buffer_pool.h"
 #include "param_server/clock_gate.h"
 #include "param_server/param_store.h"
+#include "param_server/routing.h"
 #include "update/update_plan.h"
 
 namespace adam::ps {
@@ -36,8 +37,13 @@ class ParamService final : public adam::v1::ParameterService::CallbackService {
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
                                  const adam::v1::PullRequest* req,
                                  adam::v1::PullResponse* resp) override;
+  // With a controller: serve only shards `routing` says this server is the primary of (others
+  // are refused FAILED_PRECONDITION), and report the first update accepted for each shard this
+  // server was promoted to primary of (a "promoted_first_update" event). Call before serving.
+  void RequirePrimary(Routing* routing) { routing_ = routing; }
 
  private:
+  Routing* routing_ = nullptr;
   ParamStore* store_;
   ClockGate* gate_;
   const update::UpdatePlan* plan_;

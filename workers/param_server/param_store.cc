@@ -297,6 +297,11 @@ void ParamStore::WorkerLoop(Worker* w) {
           std::memcpy(op->out, s.values.get(), size_t(s.count) * sizeof(float));
           if (op->version) *op->version = s.version.load(std::memory_order_relaxed);
           if (op->done) op->done->Done();
+        } else if (op->kind == Op::Kind::kSet) {
+          ApplyRun(s, run, whole);
+          std::memcpy(s.values.get(), op->values, size_t(s.count) * sizeof(float));
+          s.version.store(*op->version, std::memory_order_release);
+          if (op->done) op->done->Done();
         } else {
           run.push_back(op);
         }
@@ -397,6 +402,16 @@ StatusOr<uint64_t> ParamStore::Read(uint32_t shard, float* out, int64_t count) {
   op.version = &version;
   ADAM_RETURN_IF_ERROR(RunOne(&op, "read"));
   return version;
+}
+
+Status ParamStore::Set(uint32_t shard, const float* values, int64_t count, uint64_t version) {
+  Op op;
+  op.kind = Op::Kind::kSet;
+  op.shard = shard;
+  op.count = count;
+  op.values = values;
+  op.version = &version;
+  return RunOne(&op, "copy");
 }
 
 }  // namespace adam::ps

@@ -58,11 +58,13 @@ struct DenseArgs {
 };
 
 struct Op {
-  enum class Kind : uint8_t { kAdd, kDense, kRead };
+  enum class Kind : uint8_t { kAdd, kDense, kRead, kSet };
   Kind kind = Kind::kAdd;
   uint32_t shard = 0;
   // kAdd: values[0, count) are added to the shard's floats [offset, offset + count).
   // kRead: the whole shard (count must be its size) is copied to `out`, its version to *version.
+  // kSet: the whole shard is replaced by `values` and its version by *version (a copy forwarded
+  // by the shard's primary).
   int64_t offset = 0;
   int64_t count = 0;
   const float* values = nullptr;
@@ -106,6 +108,7 @@ class ParamStore {
   // Synchronous helpers (queue, then wait): add a whole-shard delta, read a shard.
   Status Add(uint32_t shard, const float* delta, int64_t count);
   StatusOr<uint64_t> Read(uint32_t shard, float* out, int64_t count);
+  Status Set(uint32_t shard, const float* values, int64_t count, uint64_t version);
 
   // Updates applied to `shard` so far (plus the version it was restored with).
   uint64_t Version(uint32_t shard) const;

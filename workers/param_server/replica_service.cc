@@ -194,6 +194,36 @@ grpc::Status ReplicaService::PutCheckpoint(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status ReplicaService::Forward(grpc::ServerContext*, const adam::v1::ForwardRequest* req,
+                                    adam::v1::ForwardResponse*) {
+  if (store_ == nullptr || routing_ == nullptr)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "ps-" + std::to_string(server_) + " takes no forwards (no controller)");
+  if (routing_->IsPrimary(req->shard()))
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "ps-" + std::to_string(server_) + " is the primary of shard " +
+                            std::to_string(req->shard()) + " at map version " +
+                            std::to_string(routing_->version()));
+  const int64_t n = store_->ShardSize(req->shard());
+  if (n < 0)
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "forward: shard " + std::to_string(req->shard()) + " is not held here");
+  if (req->values().size() != size_t(n) * 4)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "forward: shard " + std::to_string(req->shard()) + " values: " +
+                            std::to_string(req->values().size()) + " bytes, expected " +
+                            std::to_string(n * 4));
+  if (req->version() < store_->Version(req->shard()))
+    return grpc::Status::OK;  // an older state than this copy holds: nothing to do
+  // values() is not necessarily 4-byte aligned: copy into floats.
+  std::vector<float> values(static_cast<size_t>(n));
+  std::memcpy(values.data(), req->values().data(), req->values().size());
+  if (Status s = store_->Set(req->shard(), values.data(), n, req->version()); !s.ok())
+    return grpc::Status(grpc::StatusCode::INTERNAL, s.message());
+  routing_->MarkReceived(req->shard());
+  return grpc::Status::OK;
+}
+
 StatusOr<int> FetchCheckpoint(const std::string& address, uint32_t server, const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);

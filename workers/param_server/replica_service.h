@@ -12,6 +12,8 @@
 #include "adam/v1/replica.grpc.pb.h"
 #include "core/status.h"
 #include "param_server/checkpoint.h"
+#include "param_server/param_store.h"
+#include "param_server/routing.h"
 
 namespace adam::ps {
 
@@ -27,8 +29,19 @@ class ReplicaService final : public adam::v1::ReplicaService::Service {
   grpc::Status PutCheckpoint(grpc::ServerContext* ctx,
                              grpc::ServerReader<adam::v1::CheckpointChunk>* reader,
                              adam::v1::PutCheckpointResponse* resp) override;
+  // Replaces a secondary copy by the state its primary forwards (routing.h). Refused for a shard
+  // this server is the primary of, or when forwards are not enabled (no controller).
+  grpc::Status Forward(grpc::ServerContext* ctx, const adam::v1::ForwardRequest* req,
+                       adam::v1::ForwardResponse* resp) override;
+  // Enables Forward into `store` as `routing` allows. Call before serving.
+  void AcceptForwards(ParamStore* store, Routing* routing) {
+    store_ = store;
+    routing_ = routing;
+  }
 
  private:
+  ParamStore* store_ = nullptr;
+  Routing* routing_ = nullptr;
   const Checkpointer* checkpointer_;
   uint32_t server_;
   std::string peer_dir_;

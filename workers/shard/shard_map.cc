@@ -49,4 +49,27 @@ std::vector<uint32_t> ShardMap::ShardsOf(int server) const {
   return ids;
 }
 
+std::vector<int> ShardMap::InitialCopies(uint32_t shard, int copies) const {
+  std::vector<int> out;
+  if (shard >= shards_.size()) return out;
+  const int n = std::min(copies, num_servers_);
+  for (int c = 0; c < n; ++c) out.push_back((shards_[shard].server + c) % num_servers_);
+  return out;
+}
+
+StatusOr<ShardMap> ShardMap::WithServers(const std::vector<int>& server_of) const {
+  if (server_of.size() != shards_.size())
+    return InvalidArgumentError("shard map: " + std::to_string(server_of.size()) +
+                                " servers given for " + std::to_string(shards_.size()) + " shards");
+  ShardMap m = *this;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    if (server_of[i] < 0 || server_of[i] >= num_servers_)
+      return InvalidArgumentError("shard map: shard " + std::to_string(i) + " on server " +
+                                  std::to_string(server_of[i]) + ", not in [0, " +
+                                  std::to_string(num_servers_) + ")");
+    m.shards_[i].server = server_of[i];
+  }
+  return m;
+}
+
 }  // namespace adam::shard

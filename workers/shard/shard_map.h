@@ -4,8 +4,9 @@
 // Shards are contiguous ranges of `shard_bytes / 4` floats (the last may be shorter). Each shard's
 // server comes from a deterministic hash: shards are ordered by a 64-bit mix of their id and the
 // job's salt, then dealt round-robin, so servers hold counts that differ by at most one and every
-// process that builds the map from the same inputs gets the same map. The controller (a later
-// issue) will own and version this structure. Immutable after construction: thread-safe.
+// process that builds the map from the same inputs gets the same map. With a controller, the
+// controller's versioned map moves primaries; WithServers gives clients the same cut routed to
+// them. Immutable after construction: thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,12 @@ class ShardMap {
   int64_t num_params() const { return num_params_; }
   // The ids of the shards held by `server`, ascending.
   std::vector<uint32_t> ShardsOf(int server) const;
+  // The initial copies of `shard` when every shard has `copies` copies: its server, then the
+  // next servers in index order (at most num_servers copies). The controller's bootstrap map.
+  std::vector<int> InitialCopies(uint32_t shard, int copies) const;
+  // The same cut with shard i on server `server_of[i]` (e.g. the controller's current primaries).
+  // Fails unless there is one entry per shard, each in [0, num_servers).
+  StatusOr<ShardMap> WithServers(const std::vector<int>& server_of) const;
 
  private:
   std::vector<Shard> shards_;

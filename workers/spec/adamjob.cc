@@ -524,6 +524,20 @@ StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
       ReadRoles(r, spec["roles"], &job.roles);
       ReadRest(r, spec, &job);
       if (model_read) CheckShapes(r, job.model);
+      if (job.roles.parameter_server.copies > 1) {
+        // Copies move between servers on failover: dense layers must travel as weight deltas,
+        // which route per shard (activations and errors go per server).
+        if (job.training.dense_updates == DenseUpdates::kActivations)
+          r.Error("spec.training.denseUpdates",
+                  "activations cannot follow a failover; with spec.roles.parameterServer.copies > 1 "
+                  "use weights or auto (auto means weights there)");
+        job.training.dense_updates = DenseUpdates::kWeights;
+        if (job.roles.parameter_server.copies > job.roles.parameter_server.replicas)
+          r.Error("spec.roles.parameterServer.copies",
+                  "is " + std::to_string(job.roles.parameter_server.copies) + " but only " +
+                      std::to_string(job.roles.parameter_server.replicas) +
+                      " parameter servers can hold a copy each");
+      }
     }
   } catch (const YAML::Exception& e) {
     r.Error("(root)", std::string("YAML error: ") + e.what());

@@ -45,7 +45,10 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   po.trainer_index = options.index;
   const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every,
                                              job.training.dense_updates);
-  auto ps = ConnectParamServers(*map, plan, options.param_servers, po);
+  auto ps = options.controller.empty()
+                ? ConnectParamServers(*map, plan, options.param_servers, po)
+                : ConnectRoutedParamServers(*map, *layout, job.training.push_every,
+                                            options.controller, po);
   if (!ps.ok()) {
     spdlog::error("{}", ps.status().message());
     return 1;

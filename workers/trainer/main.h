@@ -14,6 +14,7 @@ struct MainOptions {
   int threads = 0;  // 0 = spec.roles.trainer.threads
   std::string data_server;                 // host:port
   std::vector<std::string> param_servers;  // host:port, in server order
+  std::vector<std::string> controller;     // controller members: route by its shard map
   std::string metrics_host = "127.0.0.1";
   int metrics_port = 0;
   bool bind = true;  // bind workers to cores (also needs spec.placement.numaPinning)

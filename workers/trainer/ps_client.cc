@@ -4,8 +4,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <set>
+#include <thread>
 
+#include "adam/v1/controller.grpc.pb.h"
 #include "adam/v1/ps.grpc.pb.h"
 #include "net/grpc.h"
 
@@ -149,7 +153,247 @@ class GrpcClient final : public ParamServerClient {
   std::atomic<uint64_t> pulled_{0};
 };
 
+
+using Clock = std::chrono::steady_clock;
+
+bool Retryable(grpc::StatusCode c) {
+  return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::FAILED_PRECONDITION ||
+         c == grpc::StatusCode::DEADLINE_EXCEEDED || c == grpc::StatusCode::CANCELLED ||
+         c == grpc::StatusCode::UNKNOWN;
+}
+
+class RoutedClient final : public ParamServerClient {
+ public:
+  RoutedClient(const shard::ShardMap& base, const model::ModelLayout& layout, int push_every,
+               const std::vector<std::string>& controller, GrpcParamServerClientOptions options)
+      : base_(base), layout_(layout), push_every_(push_every), options_(std::move(options)) {
+    for (const auto& m : controller)
+      members_.push_back(adam::v1::Controller::NewStub(net::MakeChannel(m)));
+  }
+
+  // Waits for a map newer than `min_version` in which every shard has a live primary.
+  Status Refresh(uint64_t min_version, std::chrono::milliseconds wait) {
+    const auto deadline = Clock::now() + wait;
+    std::string why = "no controller member answered";
+    for (;;) {
+      std::optional<adam::v1::ShardMap> best;
+      for (auto& m : members_) {
+        adam::v1::GetShardMapRequest req;
+        adam::v1::ShardMap map;
+        grpc::ClientContext ctx;
+        net::SetDeadline(&ctx, std::chrono::milliseconds(300));
+        if (m->GetShardMap(&ctx, req, &map).ok() && (!best || map.version() > best->version()))
+          best = std::move(map);
+      }
+      if (best && best->version() > min_version) {
+        StatusOr<std::shared_ptr<const Route>> r = MakeRoute(*best);
+        if (r.ok()) {
+          std::lock_guard<std::mutex> l(mu_);
+          if (!route_ || (*r)->version > route_->version) route_ = *r;
+          return OkStatus();
+        }
+        why = r.status().message();
+      } else if (best) {
+        why = "shard map still at version " + std::to_string(best->version());
+      }
+      if (Clock::now() >= deadline)
+        return UnavailableError("no usable shard map from the controller within " +
+                                std::to_string(wait.count()) + " ms: " + why);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  Status Push(const PushArgs& args) override {
+    if (!args.dense.empty())
+      return InvalidArgumentError("routed push: dense layers must travel as weight deltas");
+    std::set<uint32_t> pending;
+    for (const auto& s : base_.shards()) pending.insert(s.id);
+    uint64_t bytes = 0;
+    return Retry("push", &pending, [&](const Route& r, int server,
+                                       const std::set<uint32_t>& shards, grpc::ClientContext* ctx,
+                                       std::function<void(grpc::Status)> done) {
+      auto call = std::make_shared<std::pair<adam::v1::PushRequest, adam::v1::PushResponse>>();
+      auto& req = call->first;
+      req.set_trainer(options_.trainer_name);
+      req.set_trainer_index(uint32_t(options_.trainer_index));
+      req.set_clock(args.clock);
+      req.set_leave(args.leave);
+      if (args.delta != nullptr)
+        for (const auto& range : r.plan.DeltaRanges(server)) {
+          if (!shards.count(range.shard)) continue;
+          auto* d = req.add_deltas();
+          d->set_shard(range.shard);
+          d->set_offset(uint64_t(range.offset));
+          const float* from = args.delta + base_.shards()[range.shard].offset + range.offset;
+          d->set_values(reinterpret_cast<const char*>(from), size_t(range.count) * 4);
+          bytes += uint64_t(range.count) * 4;
+        }
+      r.stubs[size_t(server)]->async()->Push(ctx, &call->first, &call->second,
+                                             [call, done](grpc::Status s) { done(s); });
+    }, [&] { pushed_ += bytes; });
+  }
+
+  Status Pull(float* out, uint64_t clock) override {
+    std::set<uint32_t> pending;
+    for (const auto& s : base_.shards()) pending.insert(s.id);
+    std::mutex out_mu;
+    Status bad;
+    uint64_t bytes = 0;
+    Status st = Retry("pull", &pending, [&](const Route& r, int server,
+                                            const std::set<uint32_t>& shards,
+                                            grpc::ClientContext* ctx,
+                                            std::function<void(grpc::Status)> done) {
+      auto call = std::make_shared<std::pair<adam::v1::PullRequest, adam::v1::PullResponse>>();
+      call->first.set_trainer_index(uint32_t(options_.trainer_index));
+      call->first.set_clock(clock);
+      for (uint32_t id : shards) call->first.add_shards(id);
+      r.stubs[size_t(server)]->async()->Pull(ctx, &call->first, &call->second, [&, call, done](grpc::Status s) {
+        if (s.ok()) {
+          std::lock_guard<std::mutex> l(out_mu);
+          for (const auto& sd : call->second.shards()) {
+            if (sd.shard() >= base_.shards().size() ||
+                sd.values().size() != size_t(base_.shards()[sd.shard()].count) * 4) {
+              bad = DataLossError("pull: shard " + std::to_string(sd.shard()) +
+                                  " has the wrong size or is unknown");
+              continue;
+            }
+            const auto& sh = base_.shards()[sd.shard()];
+            std::memcpy(out + sh.offset, sd.values().data(), sd.values().size());
+            bytes += sd.values().size();
+          }
+        }
+        done(s);
+      });
+    }, [] {});
+    if (!st.ok()) return st;
+    if (!bad.ok()) return bad;
+    pulled_ += bytes;
+    return OkStatus();
+  }
+
+  uint64_t pushed_bytes() const override { return pushed_; }
+  uint64_t dense_bytes() const override { return 0; }
+  uint64_t pulled_bytes() const override { return pulled_; }
+
+ private:
+  struct Route {
+    uint64_t version = 0;
+    shard::ShardMap map;
+    update::UpdatePlan plan;
+    std::vector<std::string> addresses;  // by server id
+    std::vector<std::shared_ptr<adam::v1::ParameterService::Stub>> stubs;
+  };
+
+  StatusOr<std::shared_ptr<const Route>> MakeRoute(const adam::v1::ShardMap& m) {
+    if (m.shards_size() != int(base_.shards().size()))
+      return FailedPreconditionError("the controller's map has " + std::to_string(m.shards_size()) +
+                                     " shards, the job " + std::to_string(base_.shards().size()));
+    std::vector<int> primary;
+    for (const auto& r : m.shards()) {
+      if (r.replicas().empty())
+        return FailedPreconditionError("shard " + std::to_string(r.shard()) + " has no primary");
+      const uint32_t p = r.replicas(0);
+      if (int(p) >= m.servers_size() || m.servers(int(p)).address().empty())
+        return FailedPreconditionError("the primary of shard " + std::to_string(r.shard()) +
+                                       ", ps-" + std::to_string(p) + ", has not registered");
+      primary.push_back(int(p));
+    }
+    ADAM_ASSIGN_OR_RETURN(shard::ShardMap routed, base_.WithServers(primary));
+    update::UpdatePlan plan =
+        update::UpdatePlan::Make(layout_, routed, push_every_, spec::DenseUpdates::kWeights);
+    auto r = std::make_shared<Route>(Route{m.version(), std::move(routed), std::move(plan), {}, {}});
+    std::lock_guard<std::mutex> l(stub_mu_);
+    for (const auto& sv : m.servers()) {
+      r->addresses.push_back(sv.address());
+      auto& stub = stubs_[sv.address()];
+      if (!stub && !sv.address().empty())
+        stub = adam::v1::ParameterService::NewStub(net::MakeChannel(sv.address()));
+      r->stubs.push_back(stub);
+    }
+    return std::shared_ptr<const Route>(std::move(r));
+  }
+
+  std::shared_ptr<const Route> current() {
+    std::lock_guard<std::mutex> l(mu_);
+    return route_;
+  }
+
+  using Start = std::function<void(const Route&, int server, const std::set<uint32_t>& shards,
+                                   grpc::ClientContext*, std::function<void(grpc::Status)>)>;
+
+  // Sends the `pending` shards to their primaries (one call per server, in parallel) until every
+  // one succeeded, re-routing the failed servers' shards by newer maps.
+  Status Retry(const char* what, std::set<uint32_t>* pending, const Start& start,
+               const std::function<void()>& on_success) {
+    const auto deadline = Clock::now() + options_.rpc_timeout;
+    for (;;) {
+      std::shared_ptr<const Route> r = current();
+      std::map<int, std::set<uint32_t>> by_server;
+      for (uint32_t id : *pending) by_server[r->map.shards()[id].server].insert(id);
+      std::mutex mu;
+      std::condition_variable cv;
+      size_t left = by_server.size();
+      std::map<int, grpc::Status> results;
+      std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+      for (const auto& [server, shards] : by_server) {
+        ctxs.push_back(std::make_unique<grpc::ClientContext>());
+        net::SetDeadline(ctxs.back().get(), options_.rpc_timeout);
+        start(*r, server, shards, ctxs.back().get(), [&, server](grpc::Status s) {
+          std::lock_guard<std::mutex> lock(mu);
+          results[server] = std::move(s);
+          if (--left == 0) cv.notify_all();
+        });
+      }
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return left == 0; });
+      }
+      std::set<uint32_t> failed;
+      std::string last;
+      for (const auto& [server, s] : results) {
+        if (s.ok()) continue;
+        if (!Retryable(s.error_code()))
+          return net::FromGrpc(s, std::string(what) + " to ps-" + std::to_string(server));
+        failed.insert(by_server[server].begin(), by_server[server].end());
+        last = "ps-" + std::to_string(server) + ": " + s.error_message();
+      }
+      if (failed.empty()) {
+        on_success();
+        return OkStatus();
+      }
+      *pending = std::move(failed);
+      const auto now = Clock::now();
+      if (now >= deadline)
+        return UnavailableError(std::string(what) + " failed until the deadline; last: " + last);
+      // Wait for the controller to move the shards (or retry the same map after a while).
+      const auto wait = std::min<Clock::duration>(deadline - now, std::chrono::seconds(2));
+      (void)Refresh(r->version, std::chrono::duration_cast<std::chrono::milliseconds>(wait));
+    }
+  }
+
+  const shard::ShardMap base_;
+  const model::ModelLayout layout_;
+  const int push_every_;
+  const GrpcParamServerClientOptions options_;
+  std::vector<std::unique_ptr<adam::v1::Controller::Stub>> members_;
+  std::mutex mu_;
+  std::shared_ptr<const Route> route_;
+  std::mutex stub_mu_;
+  std::map<std::string, std::shared_ptr<adam::v1::ParameterService::Stub>> stubs_;
+  std::atomic<uint64_t> pushed_{0};
+  std::atomic<uint64_t> pulled_{0};
+};
+
 }  // namespace
+
+StatusOr<std::unique_ptr<ParamServerClient>> ConnectRoutedParamServers(
+    const shard::ShardMap& map, const model::ModelLayout& layout, int push_every,
+    const std::vector<std::string>& controller, const GrpcParamServerClientOptions& options) {
+  if (controller.empty()) return InvalidArgumentError("--controller lists no member");
+  auto c = std::make_unique<RoutedClient>(map, layout, push_every, controller, options);
+  ADAM_RETURN_IF_ERROR(c->Refresh(0, options.connect_timeout));
+  return std::unique_ptr<ParamServerClient>(std::move(c));
+}
 
 StatusOr<std::unique_ptr<ParamServerClient>> ConnectParamServers(
     const shard::ShardMap& map, const update::UpdatePlan& plan,

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "shard/shard_map.h"
+#include "model/layout.h"
 #include "update/update_plan.h"
 
 namespace adam::trainer {
@@ -58,5 +59,16 @@ struct GrpcParamServerClientOptions {
 StatusOr<std::unique_ptr<ParamServerClient>> ConnectParamServers(
     const shard::ShardMap& map, const update::UpdatePlan& plan,
     const std::vector<std::string>& addresses, const GrpcParamServerClientOptions& options);
+
+// With a controller (spec.roles.parameterServer.copies > 1): routes every shard to its current
+// primary in the controller's shard map (fetched from any member, the newest version wins). A
+// push or pull part refused by a server that is no longer the primary, or lost with a dead one,
+// is re-sent for just those shards once a newer map names new primaries (waiting up to
+// `options.rpc_timeout`). An update the dead primary applied but never forwarded is lost, and
+// one it applied and answered too late for is applied twice: both are harmless to SGD.
+// `plan` must send no dense layer as activations (ParseAdamJob ensures that with copies > 1).
+StatusOr<std::unique_ptr<ParamServerClient>> ConnectRoutedParamServers(
+    const shard::ShardMap& map, const model::ModelLayout& layout, int push_every,
+    const std::vector<std::string>& controller, const GrpcParamServerClientOptions& options);
 
 }  // namespace adam::trainer

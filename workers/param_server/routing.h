@@ -1,0 +1,124 @@
+// A parameter server's part in a controller-managed job (spec.roles.parameterServer.copies > 1):
+//
+// - Routing: this server's view of the controller's shard map: which shards it is the primary
+//   of (it accepts trainers' pushes and pulls only for those), which it holds as a secondary or is
+//   being copied.
+// - ControllerLink: heartbeats the controller leader every 50 ms with the server's addresses and
+//   each copy's version (updates applied), and adopts every newer map the leader returns.
+// - Forwarder: every `interval` sends each shard it is the primary of, when changed, to the
+//   shard's other copies over their replication addresses (ReplicaService.Forward: the whole
+//   shard and its version). A new copy is filled by the same call; once one arrived, the copy
+//   reports in sync.
+//
+// Acknowledgement: a trainer's push is acknowledged once the primary applied it. It reaches the
+// secondaries with the next forward, so a failover loses at most the updates the dead primary
+// applied in its last `interval` (plus any it applied after its last forward began). A server
+// that is not the primary of a shard (or has no map yet) refuses pushes and pulls for it with
+// FAILED_PRECONDITION naming its map version, and a primary refuses forwards for its own shards,
+// so a deposed primary cannot overwrite its successor.
+//
+// All classes are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "adam/v1/controller.grpc.pb.h"
+#include "adam/v1/replica.grpc.pb.h"
+#include "param_server/param_store.h"
+
+namespace adam::ps {
+
+class Routing {
+ public:
+  explicit Routing(uint32_t self) : self_(self) {}
+  // Adopts `map` if it is newer; returns whether it did.
+  bool Update(const v1::ShardMap& map);
+  uint64_t version() const;
+  bool IsPrimary(uint32_t shard) const;
+  // Why a push or pull for `shard` is refused here, or empty when this server is its primary.
+  std::string Refusal(uint32_t shard) const;
+  // Shards this server is the primary of, with the replication addresses of their other copies.
+  std::vector<std::pair<uint32_t, std::vector<std::string>>> ForwardTargets() const;
+  // Shards being copied to this server.
+  std::vector<uint32_t> Copying() const;
+  // Records that a forward of `shard` arrived.
+  void MarkReceived(uint32_t shard);
+  bool Received(uint32_t shard) const;
+  // True once per shard this server became the primary of through a map change (not the initial
+  // map): the caller reports the first update it accepts as the new primary.
+  bool TakePromotion(uint32_t shard);
+
+ private:
+  const uint32_t self_;
+  mutable std::mutex mu_;
+  v1::ShardMap map_;
+  bool known_ = false;
+  std::set<uint32_t> received_;
+  std::set<uint32_t> promoted_;
+};
+
+struct ServerAddresses {
+  std::string address;              // trainer-facing host:port
+  std::string replication_address;  // second NIC host:port
+  std::string host;                 // machine name
+};
+
+class ControllerLink {
+ public:
+  // `members`: every controller member's address. Starts heartbeating once SetAddresses is called.
+  ControllerLink(uint32_t self, std::vector<std::string> members, Routing* routing,
+                 const ParamStore* store);
+  ~ControllerLink();
+  void SetAddresses(const ServerAddresses& addresses);
+  void Stop();
+  uint64_t heartbeats() const { return heartbeats_.load(); }
+
+ private:
+  void Run();
+  const uint32_t self_;
+  Routing* routing_;
+  const ParamStore* store_;
+  std::vector<std::unique_ptr<v1::Controller::Stub>> stubs_;
+  std::vector<std::string> members_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<ServerAddresses> addresses_;
+  bool stop_ = false;
+  std::atomic<uint64_t> heartbeats_{0};
+  std::thread thread_;
+};
+
+class Forwarder {
+ public:
+  Forwarder(uint32_t self, Routing* routing, ParamStore* store, std::chrono::milliseconds interval);
+  ~Forwarder();
+  void Stop();
+  uint64_t forwarded_bytes() const { return bytes_.load(); }
+
+ private:
+  void Run();
+  void Round();
+  const uint32_t self_;
+  Routing* routing_;
+  ParamStore* store_;
+  const std::chrono::milliseconds interval_;
+  std::map<std::string, std::unique_ptr<v1::ReplicaService::Stub>> stubs_;  // by address
+  std::map<std::pair<uint32_t, std::string>, uint64_t> sent_;  // (shard, address) -> version
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::atomic<uint64_t> bytes_{0};
+  std::thread thread_;
+};
+
+}  // namespace adam::ps
