@@ -92,6 +92,10 @@ int main(int argc, char** argv) {
   run->add_option("--state-dir", run_state_dir,
                   "keep parameter-server checkpoints here (a later run resumes from them)");
 
+  std::vector<std::string> kills;
+  run->add_option("--kill", kills,
+                  "fault injection: NAME@SECONDS[+RESTART] kills (SIGKILL) role instance NAME "
+                  "that many seconds into training, and restarts it RESTART seconds later");
   auto* validate = app.add_subcommand("validate", "Check a manifest; exit 2 listing every problem");
   validate->add_option("file", job_path, "AdamJob manifest (YAML)")->required();
 
@@ -186,6 +190,40 @@ int main(int argc, char** argv) {
     ro.json = output == "json";
     ro.quiet = quiet;
     ro.state_dir = run_state_dir;
+    for (const std::string& k : kills) {
+      adam::launcher::RunOptions::Kill kill;
+      const size_t at = k.find('@'), plus = k.find('+');
+      char* end = nullptr;
+      if (at == std::string::npos || at == 0) {
+        std::fprintf(stderr, "adam run: --kill %s: expected NAME@SECONDS[+RESTART]\n", k.c_str());
+        return kExitInvalid;
+      }
+      kill.name = k.substr(0, at);
+      const std::string when = k.substr(at + 1, plus == std::string::npos ? std::string::npos : plus - at - 1);
+      kill.at_seconds = std::strtod(when.c_str(), &end);
+      if (when.empty() || *end != '\0' || kill.at_seconds < 0) {
+        std::fprintf(stderr, "adam run: --kill %s: '%s' is not a number of seconds\n", k.c_str(),
+                     when.c_str());
+        return kExitInvalid;
+      }
+      if (plus != std::string::npos) {
+        const std::string again = k.substr(plus + 1);
+        kill.restart_after = std::strtod(again.c_str(), &end);
+        if (again.empty() || *end != '\0' || kill.restart_after <= 0) {
+          std::fprintf(stderr, "adam run: --kill %s: restart '%s' is not a positive number\n",
+                       k.c_str(), again.c_str());
+          return kExitInvalid;
+        }
+      }
+      bool known = false;
+      for (const auto& in : adam::spec::MakePlan(*job).instances) known |= in.name == kill.name;
+      if (!known) {
+        std::fprintf(stderr, "adam run: --kill %s: the job has no role instance '%s' (see adam plan)\n",
+                     k.c_str(), kill.name.c_str());
+        return kExitInvalid;
+      }
+      ro.kills.push_back(kill);
+    }
     return adam::launcher::Run(*job, ro);
   }
 

@@ -1,11 +1,14 @@
 // Launcher: fork/exec, a poll loop over the children's pipes, events, progress and summary.
 #include "launcher/launcher.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,6 +53,28 @@ struct Child {
   int metrics_port = 0;
   bool expected_exit = false;  // we asked it to stop
 };
+
+// A free loopback port for a role that must know its address before it starts (controller
+// members list each other).
+int FreeLoopbackPort(const std::string& host) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 std::string ExitText(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
@@ -103,7 +128,18 @@ class Supervisor {
       state_root_ = tmpl;
       temporary = true;
     }
-    const spec::Plan plan = spec::MakePlan(job_);
+    spec::Plan plan = spec::MakePlan(job_);
+    for (auto& in : plan.instances)
+      if (in.role == spec::Role::kController) {
+        in.port = FreeLoopbackPort(in.host);
+        if (in.port == 0) {
+          std::fprintf(stderr, "adam run: no free port on %s for %s\n", in.host.c_str(),
+                       in.name.c_str());
+          return 1;
+        }
+      }
+    members_ = spec::ControllerMembers(plan);
+    ha_ = !members_.empty();
     PlanCpus(plan);
     int code = RunPlan(plan);
     StopAll();
@@ -124,9 +160,11 @@ class Supervisor {
     int max_stage = 0;
     for (const auto& in : plan.instances) max_stage = std::max(max_stage, in.stage);
     spec::Endpoints endpoints;
+    endpoints.controller_members = members_;
     for (int stage = 0; stage <= max_stage; ++stage) {
       if (stage > 0) {
         endpoints = {};
+        endpoints.controller_members = members_;
         for (const auto& c : children_) {
           const std::string addr = c.inst.host + ":" + std::to_string(c.port);
           if (c.inst.role == spec::Role::kDataServer) endpoints.data_server = addr;
@@ -150,6 +188,7 @@ class Supervisor {
     // Run until every trainer has exited.
     while (true) {
       if (int code = Pump(); code >= 0) return code;
+      InjectFaults();
       bool all_done = true;
       for (const auto& c : children_)
         if (c.inst.role == spec::Role::kTrainer && !c.exited) all_done = false;
@@ -194,7 +233,7 @@ class Supervisor {
     std::vector<std::string> args = spec::RoleArgs(in, o_.job_path, endpoints);
     args.insert(args.begin(), o_.executable);
     if (no_bind_.count(in.name)) args.push_back("--no-bind");
-    if (in.role == spec::Role::kParamServer)
+    if (in.role == spec::Role::kParamServer || in.role == spec::Role::kController)
       args.insert(args.end(), {"--state-dir", state_root_ + "/" + in.name});
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
@@ -269,6 +308,12 @@ class Supervisor {
         c.wait_status = status;
         const bool ok_exit = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (c.inst.role == spec::Role::kTrainer && ok_exit) continue;
+        if (ha_ && !c.expected_exit &&
+            (c.inst.role == spec::Role::kParamServer || c.inst.role == spec::Role::kController)) {
+          std::fprintf(stderr, "adam run: %s %s; the job goes on without it\n",
+                       c.inst.name.c_str(), ExitText(status).c_str());
+          continue;
+        }
         if (!c.expected_exit) {
           Fail(&c, c.inst.name + " " + ExitText(status));
           return 1;
@@ -320,6 +365,53 @@ class Supervisor {
       images_total_[t] = std::max<int64_t>(images_total_[t], ev.value("images_total", int64_t{0}));
       if (type == "epoch") Epoch(ev);
       if (type == "done") done_[t] = ev;
+    } else if (type == "promoted_first_update" && kill_unix_ms_ > 0) {
+      const int64_t ms = ev.value("unix_ms", int64_t{0}) - kill_unix_ms_;
+      if (promoted_ == 0)
+        std::fprintf(stderr, "adam run: failover: %s accepted its first update as the new primary "
+                     "of shard %d %lld ms after the kill\n", c.inst.name.c_str(),
+                     ev.value("shard", 0), static_cast<long long>(ms));
+      ++promoted_;
+      failover_ms_ = std::max(failover_ms_, ms);
+      if (first_failover_ms_ < 0) first_failover_ms_ = ms;
+    } else if (type == "controller_leader") {
+      controller_leader_ = c.inst.name;
+      controller_term_ = ev.value("term", int64_t{0});
+      if (kill_unix_ms_ > 0 && controller_failover_ms_ < 0 && c.inst.name != killed_)
+        controller_failover_ms_ = UnixMs() - kill_unix_ms_;
+    }
+  }
+
+  // Kills (and restarts) the roles named in RunOptions::kills when their time comes.
+  void InjectFaults() {
+    const double t = std::chrono::duration<double>(Clock::now() - train_start_).count();
+    for (size_t k = 0; k < o_.kills.size(); ++k) {
+      const auto& kill_at = o_.kills[k];
+      if (done_kills_.count(k) || t < kill_at.at_seconds) continue;
+      for (auto& c : children_) {
+        if (c.inst.name != kill_at.name || c.exited) continue;
+        c.expected_exit = true;
+        kill(c.pid, SIGKILL);
+        kill_unix_ms_ = UnixMs();
+        killed_ = c.inst.name;
+        std::fprintf(stderr, "adam run: kill -9 %s at %.1f s\n", c.inst.name.c_str(), t);
+        if (kill_at.restart_after > 0) restarts_.push_back({c.inst, t + kill_at.restart_after});
+        break;
+      }
+      done_kills_.insert(k);
+    }
+    for (auto it = restarts_.begin(); it != restarts_.end();) {
+      if (t < it->second) {
+        ++it;
+        continue;
+      }
+      std::fprintf(stderr, "adam run: restarting %s at %.1f s\n", it->first.name.c_str(), t);
+      spec::Endpoints endpoints;
+      endpoints.controller_members = members_;
+      // A controller member comes back on its address (the members list is fixed); a
+      // parameter server on new ports, which it registers with the controller.
+      Spawn(it->first, endpoints);
+      it = restarts_.erase(it);
     }
   }
 
@@ -418,12 +510,31 @@ class Supervisor {
                           {"trainers", job_.roles.trainer.replicas},
                           {"threads_per_trainer", job_.roles.trainer.threads},
                           {"parameter_servers", job_.roles.parameter_server.replicas}};
+      if (kill_unix_ms_ > 0) {
+        j["killed"] = killed_;
+        if (first_failover_ms_ >= 0) {
+          j["failover_ms"] = failover_ms_;
+          j["failover_first_ms"] = first_failover_ms_;
+          j["shards_promoted"] = promoted_;
+        }
+        if (controller_failover_ms_ >= 0) j["controller_failover_ms"] = controller_failover_ms_;
+      }
+      if (!controller_leader_.empty())
+        j["controller"] = {{"leader", controller_leader_}, {"term", controller_term_}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("%s: %d epochs, test accuracy %.2f%%, %s images in %s (%s img/s), wall %s\n",
                   job_.name.c_str(), last_epoch_, 100 * last_accuracy_,
                   Thousands(double(images)).c_str(), Clock2(train).c_str(),
                   Thousands(ips).c_str(), Clock2(wall).c_str());
+      if (first_failover_ms_ >= 0)
+        std::printf("failover after kill -9 %s: %d shards moved; first update accepted by a new "
+                    "primary after %lld ms, the last after %lld ms\n",
+                    killed_.c_str(), promoted_, static_cast<long long>(first_failover_ms_),
+                    static_cast<long long>(failover_ms_));
+      if (controller_failover_ms_ >= 0)
+        std::printf("failover after kill -9 %s: a new controller leader after %lld ms\n",
+                    killed_.c_str(), static_cast<long long>(controller_failover_ms_));
     }
     std::fflush(stdout);
   }
@@ -443,6 +554,16 @@ class Supervisor {
   double last_accuracy_ = -1;
   double last_loss_ = 0;
   int last_epoch_ = 0;
+  std::string members_;  // controller members (copies > 1), else empty
+  bool ha_ = false;
+  std::set<size_t> done_kills_;
+  std::vector<std::pair<spec::RoleInstance, double>> restarts_;  // instance, at seconds
+  int64_t kill_unix_ms_ = 0;
+  std::string killed_;
+  int promoted_ = 0;
+  int64_t failover_ms_ = -1, first_failover_ms_ = -1, controller_failover_ms_ = -1;
+  std::string controller_leader_;
+  int64_t controller_term_ = 0;
 };
 
 }  // namespace

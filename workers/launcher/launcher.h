@@ -6,7 +6,8 @@
 // the port they got, so there is no port race. One progress line per epoch goes to stderr; the
 // summary goes to stdout, as text or as one JSON object. If any child dies, or on SIGINT/SIGTERM,
 // every child is stopped (SIGTERM, then SIGKILL after a grace period) and the run fails, showing
-// the dead child's last lines. Children die with the launcher (PR_SET_PDEATHSIG). Run is called
+// the dead child's last lines -- except, with copies > 1, a parameter server or controller member,
+// which the job survives (a failover; trainers fail if it cannot recover). Children die with the launcher (PR_SET_PDEATHSIG). Run is called
 // once from the main thread; it installs SIGINT/SIGTERM handlers for its duration.
 #pragma once
 
@@ -29,6 +30,15 @@ struct RunOptions {
   // holds checkpoints resumes the parameters from them. Empty: a temporary directory, removed
   // at the end.
   std::string state_dir;
+  // Fault injection: SIGKILL the named role instance ("ps-0", "controller-1") this many seconds
+  // after training starts; with `restart_after` > 0 it is started again that much later. With
+  // spec.roles.parameterServer.copies > 1 the run goes on and reports how long the failover took.
+  struct Kill {
+    std::string name;
+    double at_seconds = 0;
+    double restart_after = 0;
+  };
+  std::vector<Kill> kills;
 };
 
 // Runs the job; returns the process exit code: 0 when every trainer finished, 1 when a role

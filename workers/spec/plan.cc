@@ -8,6 +8,7 @@ const char* RoleSubcommand(Role role) {
     case Role::kDataServer: return "data-server";
     case Role::kParamServer: return "ps";
     case Role::kTrainer: return "trainer";
+    case Role::kController: return "controller";
   }
   return "?";
 }
@@ -31,6 +32,11 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options) {
     if (role == Role::kParamServer) in.replication_host = options.local ? options.replication_host : "";
     plan.instances.push_back(in);
   };
+  // With copies, a controller group owns the shard map (members know each other's addresses
+  // before they start: the launcher picks their ports).
+  if (job.roles.parameter_server.copies > 1)
+    for (int i = 0; i < job.roles.controller.replicas; ++i)
+      add(Role::kController, i, 1, job.roles.controller.resources, 0);
   // Parameter servers and the data server first: trainers need both to start.
   for (int i = 0; i < job.roles.parameter_server.replicas; ++i)
     add(Role::kParamServer, i, 1, job.roles.parameter_server.resources, 0);
@@ -51,20 +57,38 @@ std::vector<std::string> RoleArgs(const RoleInstance& in, const std::string& job
                                in.host + ":" + std::to_string(in.port)});
       if (!in.replication_host.empty())
         args.insert(args.end(), {"--replication-listen", in.replication_host + ":0"});
+      if (!endpoints.controller_members.empty())
+        args.insert(args.end(), {"--controller", endpoints.controller_members});
       break;
     case Role::kDataServer:
       args.insert(args.end(), {"--listen", in.host + ":" + std::to_string(in.port)});
+      break;
+    case Role::kController:
+      args.insert(args.end(), {"--id", std::to_string(in.index + 1), "--members",
+                               endpoints.controller_members});
       break;
     case Role::kTrainer: {
       std::string ps;
       for (const auto& a : endpoints.param_servers) ps += (ps.empty() ? "" : ",") + a;
       args.insert(args.end(), {"--index", std::to_string(in.index), "--threads",
-                               std::to_string(in.threads), "--data-server", endpoints.data_server,
-                               "--ps", ps});
+                               std::to_string(in.threads), "--data-server", endpoints.data_server});
+      if (endpoints.controller_members.empty())
+        args.insert(args.end(), {"--ps", ps});
+      else
+        args.insert(args.end(), {"--controller", endpoints.controller_members});
       break;
     }
   }
   return args;
+}
+
+std::string ControllerMembers(const Plan& plan) {
+  std::string out;
+  for (const auto& in : plan.instances)
+    if (in.role == Role::kController)
+      out += (out.empty() ? "" : ",") + std::to_string(in.index + 1) + "=" + in.host + ":" +
+             std::to_string(in.port);
+  return out;
 }
 
 }  // namespace adam::spec

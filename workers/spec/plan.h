@@ -13,9 +13,9 @@
 
 namespace adam::spec {
 
-enum class Role { kDataServer, kParamServer, kTrainer };
+enum class Role { kDataServer, kParamServer, kTrainer, kController };
 
-// "data-server", "ps", "trainer": the subcommand of `adam` that runs the role.
+// "data-server", "ps", "trainer", "controller": the subcommand of `adam` that runs the role.
 const char* RoleSubcommand(Role role);
 
 struct RoleInstance {
@@ -51,7 +51,13 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options = {});
 struct Endpoints {
   std::string data_server;              // host:port
   std::vector<std::string> param_servers;  // host:port, in index order
+  // With copies > 1: every controller member, "1=host:port,2=host:port,..." (member id = index
+  // + 1). Parameter servers and trainers then find each other through the controller.
+  std::string controller_members;
 };
+
+// The controller members string of a plan whose controller instances have their ports.
+std::string ControllerMembers(const Plan& plan);
 
 // The `adam` arguments (after the executable) that start `instance` of the job in `job_path`.
 std::vector<std::string> RoleArgs(const RoleInstance& instance, const std::string& job_path,

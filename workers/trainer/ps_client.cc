@@ -365,8 +365,9 @@ class RoutedClient final : public ParamServerClient {
       const auto now = Clock::now();
       if (now >= deadline)
         return UnavailableError(std::string(what) + " failed until the deadline; last: " + last);
-      // Wait for the controller to move the shards (or retry the same map after a while).
-      const auto wait = std::min<Clock::duration>(deadline - now, std::chrono::seconds(2));
+      // Wait briefly for the controller to move the shards, then retry (the new primary may
+      // simply not have heard of its promotion yet).
+      const auto wait = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(50));
       (void)Refresh(r->version, std::chrono::duration_cast<std::chrono::milliseconds>(wait));
     }
   }
