@@ -245,3 +245,57 @@ TEST_F(AdamRun, InterruptStopsEveryRole) {
 
 }  // namespace
 }  // namespace adam
+
+namespace adam {
+namespace {
+
+// With three copies of every shard and a controller group, the job survives kill -9 of a
+// parameter server (its shards fail over to their freshest copies) and of the controller leader.
+constexpr const char* kCopiesRoles =
+    "controller: {replicas: 3}, parameterServer: {replicas: 3, shardBytes: 1024, copies: 3}, "
+    "trainer: {replicas: 2, threads: 1}";
+
+TEST_F(AdamRun, KilledPrimaryParameterServerFailsOverAndTrainingGoesOn) {
+  const std::string job = Manifest(dir_, "epochs: 200, learningRate: 0.02, pushEvery: 50", kCopiesRoles);
+  Result r = Adam(dir_, "run " + job + " --output json -q --kill ps-0@1", 300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
+  EXPECT_EQ(j["epochs"].get<int>(), 200);
+  ASSERT_TRUE(j.contains("failover_ms")) << r.out << r.err;
+  EXPECT_GE(j["shards_promoted"].get<int>(), 1);
+  // Detection takes the controller's 500 ms server timeout; the rest is routing.
+  EXPECT_GT(j["failover_first_ms"].get<int64_t>(), 400);
+  EXPECT_LT(j["failover_ms"].get<int64_t>(), 5000) << "(target < 1 s; loose here for shared CI)";
+  EXPECT_THAT(r.err, HasSubstr("kill -9 ps-0"));
+}
+
+TEST_F(AdamRun, KilledControllerLeaderIsReplacedAndChaosEndsWithACompletedJob) {
+  const std::string job = Manifest(dir_, "epochs: 200, learningRate: 0.02, pushEvery: 50", kCopiesRoles);
+  // The leader dies and comes back; then a parameter server dies and comes back; then another.
+  Result r = Adam(dir_, "run " + job + " --output json -q --kill controller-leader@1+1 "
+                        "--kill ps-1@2+1 --kill ps-2@4+1", 300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
+  ASSERT_TRUE(j.contains("controller")) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("restarting ps-1"));
+  EXPECT_THAT(r.err, HasSubstr("restarting controller-"));
+  // Every shard ends with all three copies in sync again.
+  ASSERT_TRUE(j.contains("shard_map")) << r.out;
+  EXPECT_EQ(j["shard_map"]["under_replicated"].get<int>(), 0) << r.out;
+  EXPECT_GT(j["shard_map"]["version"].get<int>(), 6) << r.out;
+}
+
+TEST_F(AdamRun, KillNamesAnUnknownRoleInstance) {
+  const std::string job = Manifest(dir_, "epochs: 1", "trainer: {replicas: 1}");
+  Result r = Adam(dir_, "run " + job + " --kill ps-7@1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("no role instance 'ps-7'"));
+  r = Adam(dir_, "run " + job + " --kill ps-0@soon");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("'soon' is not a number of seconds"));
+}
+
+}  // namespace
+}  // namespace adam

@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> kills;
   run->add_option("--kill", kills,
                   "fault injection: NAME@SECONDS[+RESTART] kills (SIGKILL) role instance NAME "
-                  "that many seconds into training, and restarts it RESTART seconds later");
+                  "that many seconds into training, and restarts it RESTART seconds later "
+                  "(NAME controller-leader: the current controller leader)");
   auto* validate = app.add_subcommand("validate", "Check a manifest; exit 2 listing every problem");
   validate->add_option("file", job_path, "AdamJob manifest (YAML)")->required();
 
@@ -216,7 +217,9 @@ int main(int argc, char** argv) {
         }
       }
       bool known = false;
-      for (const auto& in : adam::spec::MakePlan(*job).instances) known |= in.name == kill.name;
+      for (const auto& in : adam::spec::MakePlan(*job).instances)
+        known |= in.name == kill.name ||
+                 (kill.name == "controller-leader" && in.role == adam::spec::Role::kController);
       if (!known) {
         std::fprintf(stderr, "adam run: --kill %s: the job has no role instance '%s' (see adam plan)\n",
                      k.c_str(), kill.name.c_str());

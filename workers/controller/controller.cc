@@ -44,6 +44,7 @@ struct Controller::Impl final : public v1::Controller::Service, public raft::Sta
   std::set<std::pair<uint32_t, uint32_t>> in_sync;  // (shard, server) copies reported complete
   Clock::time_point leader_since{};
   bool is_leader = false;
+  uint64_t announce_term = 0;
   ControllerCounters counters;
   bool stopping = false;
   std::thread supervisor;
@@ -70,7 +71,17 @@ struct Controller::Impl final : public v1::Controller::Service, public raft::Sta
                  {"shards", c.reassign().shards_size()}});
     }
     if (c.has_copy_done()) ++counters.copies_done;
-    if (machine.state().version() != before) changed.notify_all();
+    if (machine.state().version() != before) {
+      changed.notify_all();
+      if (is_leader) {
+        int under = 0, alive = 0;
+        for (const auto& r : machine.state().shards())
+          under += r.replicas_size() < int(machine.state().copies());
+        for (const auto& sv : machine.state().servers()) alive += sv.alive();
+        EmitEvent({{"event", "shard_map_committed"}, {"version", machine.state().version()},
+                   {"under_replicated", under}, {"servers_alive", alive}});
+      }
+    }
   }
   std::string TakeSnapshot() override {
     std::lock_guard<std::mutex> l(mu);
@@ -220,6 +231,7 @@ struct Controller::Impl final : public v1::Controller::Service, public raft::Sta
         if (stopping) return;
       }
       if (driver->info().role != raft::Role::kLeader) continue;
+      MaybeAnnounce();
       std::optional<v1::Command> cmd;
       {
         std::lock_guard<std::mutex> l(mu);
@@ -267,7 +279,24 @@ struct Controller::Impl final : public v1::Controller::Service, public raft::Sta
       }
       is_leader = leader;
     }
-    if (role == raft::Role::kLeader)
+    if (role == raft::Role::kLeader) {
+      std::lock_guard<std::mutex> l(mu);
+      announce_term = term;  // the supervisor announces once the leader has committed
+      changed.notify_all();
+    }
+  }
+
+  // A new leader is announced (event "controller_leader") once it has committed an entry of its
+  // term and confirmed its leadership with a quorum: from then on it serves writes and reads.
+  void MaybeAnnounce() {
+    uint64_t term = 0;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      term = announce_term;
+      announce_term = 0;
+    }
+    if (term == 0) return;
+    if (driver->ReadBarrier(std::chrono::milliseconds(1000)).ok() && driver->info().term == term)
       EmitEvent({{"event", "controller_leader"}, {"id", options.raft.id}, {"term", term}});
   }
 };

@@ -374,6 +374,11 @@ class Supervisor {
       ++promoted_;
       failover_ms_ = std::max(failover_ms_, ms);
       if (first_failover_ms_ < 0) first_failover_ms_ = ms;
+    } else if (type == "shard_map_committed") {
+      if (ev.value("version", int64_t{0}) >= map_version_) {
+        map_version_ = ev.value("version", int64_t{0});
+        under_replicated_ = ev.value("under_replicated", 0);
+      }
     } else if (type == "controller_leader") {
       controller_leader_ = c.inst.name;
       controller_term_ = ev.value("term", int64_t{0});
@@ -388,8 +393,14 @@ class Supervisor {
     for (size_t k = 0; k < o_.kills.size(); ++k) {
       const auto& kill_at = o_.kills[k];
       if (done_kills_.count(k) || t < kill_at.at_seconds) continue;
+      // "controller-leader": whichever member leads now (wait until one has been announced).
+      std::string name = kill_at.name;
+      if (name == "controller-leader") {
+        if (controller_leader_.empty()) continue;
+        name = controller_leader_;
+      }
       for (auto& c : children_) {
-        if (c.inst.name != kill_at.name || c.exited) continue;
+        if (c.inst.name != name || c.exited) continue;
         c.expected_exit = true;
         kill(c.pid, SIGKILL);
         kill_unix_ms_ = UnixMs();
@@ -521,6 +532,8 @@ class Supervisor {
       }
       if (!controller_leader_.empty())
         j["controller"] = {{"leader", controller_leader_}, {"term", controller_term_}};
+      if (map_version_ > 0)
+        j["shard_map"] = {{"version", map_version_}, {"under_replicated", under_replicated_}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("%s: %d epochs, test accuracy %.2f%%, %s images in %s (%s img/s), wall %s\n",
@@ -564,6 +577,8 @@ class Supervisor {
   int64_t failover_ms_ = -1, first_failover_ms_ = -1, controller_failover_ms_ = -1;
   std::string controller_leader_;
   int64_t controller_term_ = 0;
+  int64_t map_version_ = 0;   // the newest shard map the controller leader committed
+  int under_replicated_ = 0;  // its shards with fewer in-sync copies than wanted
 };
 
 }  // namespace

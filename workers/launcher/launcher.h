@@ -30,7 +30,8 @@ struct RunOptions {
   // holds checkpoints resumes the parameters from them. Empty: a temporary directory, removed
   // at the end.
   std::string state_dir;
-  // Fault injection: SIGKILL the named role instance ("ps-0", "controller-1") this many seconds
+  // Fault injection: SIGKILL the named role instance ("ps-0", "controller-1", or
+  // "controller-leader" for whichever member leads at the time) this many seconds
   // after training starts; with `restart_after` > 0 it is started again that much later. With
   // spec.roles.parameterServer.copies > 1 the run goes on and reports how long the failover took.
   struct Kill {

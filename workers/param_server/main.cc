@@ -2,10 +2,10 @@
 #include "param_server/main.h"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -193,12 +193,13 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     link.emplace(uint32_t(options.index), options.controller, &routing, &store);
     forwarder.emplace(uint32_t(options.index), &routing, &store, options.forward_interval);
     on_ready = [&](int port, const std::vector<int>& extra_ports) {
-      char hostname[256] = {};
-      gethostname(hostname, sizeof hostname - 1);
+      // The machine label for anti-affinity: the Kubernetes node (downward API), when given.
+      // Locally every server shares one machine, and copies only avoid sharing a server.
+      const char* node = std::getenv("ADAM_NODE_NAME");
       const std::string repl = options.replication_listen;
       link->SetAddresses({host + ":" + std::to_string(port),
                           repl.substr(0, repl.rfind(':')) + ":" + std::to_string(extra_ports.at(0)),
-                          hostname});
+                          node ? node : ""});
     };
     spdlog::info("copies: {} per shard; failover by the controller at {} members",
                  job.roles.parameter_server.copies, options.controller.size());
