@@ -41,4 +41,5 @@ bench: build
 	mkdir -p $(BUILD)/bench
 	$(BUILD)/bench/ps_bench --json $(BUILD)/bench/ps.json
 	$(BUILD)/bench/raft_bench --failovers 10 --json $(BUILD)/bench/raft.json
+	/usr/bin/python3 bench/failover.py --build $(BUILD)
 	/usr/bin/python3 bench/trainer.py --build $(BUILD) --tta 0.91

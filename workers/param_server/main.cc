@@ -205,13 +205,20 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                  job.roles.parameter_server.copies, options.controller.size());
   }
 
+  auto& map_version = reg.Gauge("adam_ps_shard_map_version",
+                                "Version of the controller's shard map this server acts on");
+  auto& primaries = reg.Gauge("adam_ps_primary_shards", "Shards this server is the primary of");
+  auto& forwarded = reg.Counter("adam_ps_forwarded_bytes_total",
+                                "Shard bytes forwarded to the shards' other copies");
+  auto& heartbeats = reg.Counter("adam_ps_controller_heartbeats_total",
+                                 "Heartbeats the controller leader accepted");
   // Sampled gauges, once a second.
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
   std::thread sampler([&] {
     std::unique_lock<std::mutex> lock(mu);
-    uint64_t applied_seen = 0;
+    uint64_t applied_seen = 0, forwarded_seen = 0, heartbeats_seen = 0;
     do {
       queue_depth.Set(double(store.queue_depth()));
       const uint64_t now = store.applied_bytes();
@@ -219,6 +226,14 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       applied_seen = now;
       parked.Set(double(gate.parked()));
       spread.Set(double(gate.Spread()));
+      if (link) {
+        map_version.Set(double(routing.version()));
+        primaries.Set(routing.primaries());
+        forwarded.Increment(double(forwarder->forwarded_bytes() - forwarded_seen));
+        forwarded_seen = forwarder->forwarded_bytes();
+        heartbeats.Increment(double(link->heartbeats() - heartbeats_seen));
+        heartbeats_seen = link->heartbeats();
+      }
     } while (!cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; }));
   });
   const int rc = net::Serve(options.listen, {&service}, reg.port(), [&] { gate.Close(); }, extra,

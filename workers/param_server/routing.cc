@@ -50,6 +50,13 @@ bool Routing::IsPrimary(uint32_t shard) const {
          map_.shards(int(shard)).replicas(0) == self_;
 }
 
+int Routing::primaries() const {
+  std::lock_guard<std::mutex> l(mu_);
+  int n = 0;
+  for (const auto& r : map_.shards()) n += !r.replicas().empty() && r.replicas(0) == self_;
+  return n;
+}
+
 std::string Routing::Refusal(uint32_t shard) const {
   std::lock_guard<std::mutex> l(mu_);
   if (!known_) return "ps-" + std::to_string(self_) + " has no shard map yet";

@@ -45,6 +45,8 @@ class Routing {
   bool Update(const v1::ShardMap& map);
   uint64_t version() const;
   bool IsPrimary(uint32_t shard) const;
+  // Shards this server is the primary of.
+  int primaries() const;
   // Why a push or pull for `shard` is refused here, or empty when this server is its primary.
   std::string Refusal(uint32_t shard) const;
   // Shards this server is the primary of, with the replication addresses of their other copies.

@@ -13,70 +13,12 @@
 #include "adam/v1/controller.grpc.pb.h"
 #include "net/grpc.h"
 #include "raft/storage.h"
+#include "raft/wire.h"
 
 namespace adam::raft {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-void ToProto(const Message& m, v1::RaftMessage* p) {
-  p->set_type(static_cast<uint32_t>(m.type));
-  p->set_from(m.from);
-  p->set_to(m.to);
-  p->set_term(m.term);
-  p->set_log_term(m.log_term);
-  p->set_index(m.index);
-  for (const Entry& e : m.entries) {
-    v1::RaftEntry* pe = p->add_entries();
-    pe->set_term(e.term);
-    pe->set_index(e.index);
-    pe->set_type(static_cast<uint32_t>(e.type));
-    pe->set_data(e.data);
-  }
-  p->set_commit(m.commit);
-  p->set_reject(m.reject);
-  p->set_reject_hint(m.reject_hint);
-  if (m.snapshot) {
-    p->set_has_snapshot(true);
-    p->set_snapshot_index(m.snapshot->index);
-    p->set_snapshot_term(m.snapshot->term);
-    p->set_snapshot_data(m.snapshot->data);
-  }
-  p->set_context(m.context);
-}
-
-// Network input: anything out of range is refused, naming the field.
-StatusOr<Message> FromProto(const v1::RaftMessage& p) {
-  Message m;
-  if (p.type() > static_cast<uint32_t>(MessageType::kSnapshot))
-    return InvalidArgumentError("raft message: type " + std::to_string(p.type()) + " unknown");
-  m.type = static_cast<MessageType>(p.type());
-  m.from = p.from();
-  m.to = p.to();
-  m.term = p.term();
-  m.log_term = p.log_term();
-  m.index = p.index();
-  uint64_t expect = p.index() + 1;
-  for (const v1::RaftEntry& pe : p.entries()) {
-    if (pe.type() > static_cast<uint32_t>(EntryType::kNoop))
-      return InvalidArgumentError("raft message: entry type " + std::to_string(pe.type()));
-    if (pe.index() != expect++)
-      return InvalidArgumentError("raft message: entry index " + std::to_string(pe.index()) +
-                                  " out of sequence");
-    if (pe.term() > p.term() || pe.term() == 0)
-      return InvalidArgumentError("raft message: entry term " + std::to_string(pe.term()) +
-                                  " outside 1.." + std::to_string(p.term()));
-    m.entries.push_back(Entry{pe.term(), pe.index(), static_cast<EntryType>(pe.type()), pe.data()});
-  }
-  if (m.type == MessageType::kSnapshot && !p.has_snapshot())
-    return InvalidArgumentError("raft message: Snapshot without a snapshot");
-  if (p.has_snapshot()) m.snapshot = Snapshot{p.snapshot_index(), p.snapshot_term(), p.snapshot_data()};
-  m.commit = p.commit();
-  m.reject = p.reject();
-  m.reject_hint = p.reject_hint();
-  m.context = p.context();
-  return m;
-}
 
 // One peer's outbound queue and the thread that sends it.
 class PeerSender {
@@ -113,7 +55,7 @@ class PeerSender {
         batch.swap(queue_);
       }
       v1::RaftBatch req;
-      for (const Message& m : batch) ToProto(m, req.add_messages());
+      for (const Message& m : batch) MessageToProto(m, req.add_messages());
       if (!writer) {
         ctx = std::make_unique<grpc::ClientContext>();
         writer = stub_->Stream(ctx.get(), &ack);
@@ -179,7 +121,7 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
   Status Deliver(const v1::RaftBatch& batch) {
     std::vector<Message> ms;
     for (const v1::RaftMessage& p : batch.messages()) {
-      StatusOr<Message> m = FromProto(p);
+      StatusOr<Message> m = MessageFromProto(p);
       if (!m.ok()) return m.status();
       ms.push_back(std::move(*m));
     }

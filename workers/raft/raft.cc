@@ -500,12 +500,17 @@ void Node::HandleAppend(const Message& m) {
     return;
   }
   if (TermAt(m.index) == m.log_term) {
-    // Append entries from the first one that is new or conflicts (never truncate committed ones:
-    // a conflict at or below commit_ cannot happen in a correct leader's message).
+    // Append entries from the first one that is new or conflicts. A conflict at or below commit_
+    // cannot come from a correct leader: such a message is dropped, never allowed to rewrite
+    // committed entries.
     uint64_t last_new = m.index + m.entries.size();
     for (size_t i = 0; i < m.entries.size(); ++i) {
       const Entry& e = m.entries[i];
       if (TermAt(e.index) != e.term) {
+        if (e.index <= commit_) {
+          ++ignored_;
+          return;
+        }
         TruncateAfter(e.index - 1);
         log_.insert(log_.end(), m.entries.begin() + static_cast<long>(i), m.entries.end());
         break;

@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""Fault tolerance on the real job: runs examples/fashion-mnist-ha.yaml (three copies of every
+shard, three controller members) three times with `adam run`: without faults, with `kill -9` of a
+parameter server mid-training, and with `kill -9` of the controller leader (restarted 5 s later).
+Prints a table and writes build/bench/failover.json.
+
+  bench/failover.py [--build build] [--at 30]
+"""
+import argparse, json, os, subprocess, sys, time
+
+
+def run(adam, job, extra):
+    cmd = [adam, "run", job, "-q", "-o", "json"] + extra
+    print("failover: " + " ".join(cmd), file=sys.stderr, flush=True)
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr[-4000:])
+        raise SystemExit("failover: the run failed (exit %d)" % p.returncode)
+    for line in p.stderr.splitlines():
+        if line.startswith("adam run:") or line.startswith("epoch"):
+            print("  " + line, file=sys.stderr)
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    print("failover: %.0f s" % (time.time() - t0), file=sys.stderr, flush=True)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--job", default="examples/fashion-mnist-ha.yaml")
+    ap.add_argument("--at", type=float, default=30, help="seconds into training of each kill")
+    args = ap.parse_args()
+    adam = os.path.join(args.build, "adam")
+    clean = run(adam, args.job, [])
+    ps = run(adam, args.job, ["--kill", "ps-0@%g" % args.at])
+    ctl = run(adam, args.job, ["--kill", "controller-leader@%g+5" % args.at])
+    result = {
+        "ps_failover_ms": ps.get("failover_ms"),
+        "ps_failover_first_ms": ps.get("failover_first_ms"),
+        "shards_promoted": ps.get("shards_promoted"),
+        "controller_failover_ms": ctl.get("controller_failover_ms"),
+        "accuracy_without_faults": clean["test_accuracy"],
+        "accuracy_with_faults": ps["test_accuracy"],
+        "accuracy_with_controller_fault": ctl["test_accuracy"],
+        "train_seconds_without_faults": clean["train_seconds"],
+        "train_seconds_with_faults": ps["train_seconds"],
+        "kill_at_seconds": args.at,
+    }
+    print("\n%-48s %10s" % ("examples/fashion-mnist-ha.yaml, adam run", ""))
+    print("%-48s %8s ms" % ("kill -9 ps-0: first update at a new primary", result["ps_failover_ms"]))
+    print("%-48s %8s ms" % ("kill -9 controller leader: new leader committed",
+                            result["controller_failover_ms"]))
+    print("%-48s %9.2f%%" % ("test accuracy, no faults", 100 * result["accuracy_without_faults"]))
+    print("%-48s %9.2f%%" % ("test accuracy, ps-0 killed", 100 * result["accuracy_with_faults"]))
+    print("%-48s %9.2f%%" % ("test accuracy, controller leader killed",
+                             100 * result["accuracy_with_controller_fault"]))
+    os.makedirs(os.path.join(args.build, "bench"), exist_ok=True)
+    with open(os.path.join(args.build, "bench", "failover.json"), "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
