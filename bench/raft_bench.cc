@@ -6,11 +6,8 @@
 // with --clients concurrent clients; leader failover: `kill -9` of the leader until a write is
 // committed through a surviving member (median of --failovers rounds). Writes go to the leader.
 // Prints a table with ours/etcd ratios and writes --json (build/bench/raft.json).
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +24,7 @@
 #include <vector>
 
 #include "adam/v1/controller.grpc.pb.h"
+#include "core/ports.h"
 #include "etcd_kv.grpc.pb.h"
 #include "net/grpc.h"
 
@@ -156,19 +154,6 @@ Row Measure(Cluster& c, int writes, int clients, double seconds, int failovers) 
   return row;
 }
 
-int FreePort() {
-  // The OS picks: bind port 0 through a throwaway gRPC server is heavy; use a socket.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -197,8 +182,9 @@ int main(int argc, char** argv) {
   ours.name = "adam";
   std::string members;
   for (int i = 0; i < 3; ++i) {
-    ours.client_addresses.push_back("127.0.0.1:" + std::to_string(FreePort()));
-    members += (i ? "," : "") + std::to_string(i + 1) + "=" + ours.client_addresses.back();
+    ours.client_addresses.push_back("127.0.0.1:" + std::to_string(adam::FreePort()));
+    if (i > 0) members += ',';
+    members += std::to_string(i + 1) + "=" + ours.client_addresses.back();
   }
   std::vector<std::unique_ptr<adam::v1::Controller::Stub>> stubs;
   for (const auto& a : ours.client_addresses)
@@ -234,9 +220,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> peer_urls;
   std::string initial;
   for (int i = 0; i < 3; ++i) {
-    ec.client_addresses.push_back("127.0.0.1:" + std::to_string(FreePort()));
-    peer_urls.push_back("http://127.0.0.1:" + std::to_string(FreePort()));
-    initial += (i ? "," : "") + std::string("e") + std::to_string(i) + "=" + peer_urls.back();
+    ec.client_addresses.push_back("127.0.0.1:" + std::to_string(adam::FreePort()));
+    peer_urls.push_back("http://127.0.0.1:" + std::to_string(adam::FreePort()));
+    if (i > 0) initial += ',';
+    initial += "e" + std::to_string(i) + "=" + peer_urls.back();
   }
   std::vector<std::unique_ptr<etcdserverpb::KV::Stub>> kv;
   std::vector<std::unique_ptr<etcdserverpb::Maintenance::Stub>> mt;

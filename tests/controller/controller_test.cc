@@ -12,7 +12,7 @@
 
 #include "controller/shard_state.h"
 #include "net/grpc.h"
-#include "testing/ports.h"
+#include "core/ports.h"
 #include "testing/tmp_dir.h"
 
 namespace adam::controller {
@@ -21,15 +21,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-using testing::FreePort;
-
 class Group : public ::testing::Test {
  protected:
   static constexpr int kServers = 4;
 
   void SetUp() override {
     for (raft::NodeId id = 1; id <= 3; ++id)
-      members_[id] = "127.0.0.1:" + std::to_string(FreePort());
+      members_[id] = "127.0.0.1:" + std::to_string(adam::FreePort());
     for (raft::NodeId id = 1; id <= 3; ++id) StartMember(id);
   }
   void TearDown() override {
@@ -299,7 +297,7 @@ TEST_F(Group, ChaosKillingAMinorityOfMembersAndServersEndsWithThreeCopiesOfEvery
   std::mt19937_64 rng(seed);
   FakeServers fakes(members_, kServers);
   std::optional<raft::NodeId> down_member;
-  std::optional<int> down_server;
+  int down_server = -1;  // the fake server that is down, or -1
   int actions = 0;
   const auto end = Clock::now() + 6s;
   while (Clock::now() < end) {
@@ -314,17 +312,17 @@ TEST_F(Group, ChaosKillingAMinorityOfMembersAndServersEndsWithThreeCopiesOfEvery
         StopMember(*down_member);
       }
     } else {  // a parameter server (at most one of four down, so three copies stay possible)
-      if (down_server) {
-        fakes.SetUp(*down_server, true);
-        down_server.reset();
+      if (down_server >= 0) {
+        fakes.SetUp(down_server, true);
+        down_server = -1;
       } else {
         down_server = int(rng() % kServers);
-        fakes.SetUp(*down_server, false);
+        fakes.SetUp(down_server, false);
       }
     }
   }
   if (down_member) StartMember(*down_member);
-  if (down_server) fakes.SetUp(*down_server, true);
+  if (down_server >= 0) fakes.SetUp(down_server, true);
   // Settle: every shard ends with three in-sync copies on live servers, on every member.
   bool settled = false;
   std::string why;

@@ -10,7 +10,7 @@
 #include "adam/v1/controller.grpc.pb.h"
 #include "net/grpc.h"
 #include "testing/child.h"
-#include "testing/ports.h"
+#include "core/ports.h"
 #include "testing/tmp_dir.h"
 
 namespace adam {
@@ -24,8 +24,9 @@ class ControllerProcesses : public ::testing::Test {
  protected:
   void SetUp() override {
     for (int i = 0; i < 3; ++i) {
-      addresses_.push_back("127.0.0.1:" + std::to_string(testing::FreePort()));
-      members_ += (i ? "," : "") + std::to_string(i + 1) + "=" + addresses_.back();
+      addresses_.push_back("127.0.0.1:" + std::to_string(adam::FreePort()));
+      if (i > 0) members_ += ',';
+      members_ += std::to_string(i + 1) + "=" + addresses_.back();
       stubs_.push_back(v1::Controller::NewStub(net::MakeChannel(addresses_.back())));
     }
     children_.resize(3);

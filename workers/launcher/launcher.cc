@@ -1,14 +1,11 @@
 // Launcher: fork/exec, a poll loop over the children's pipes, events, progress and summary.
 #include "launcher/launcher.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +21,7 @@
 #include <vector>
 
 #include "core/event.h"
+#include "core/ports.h"
 #include "spec/plan.h"
 
 namespace adam::launcher {
@@ -53,22 +51,6 @@ struct Child {
   int metrics_port = 0;
   bool expected_exit = false;  // we asked it to stop
 };
-
-// A free loopback port for a role that must know its address before it starts (controller
-// members list each other).
-int FreeLoopbackPort(const std::string& host) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  inet_pton(AF_INET, host.c_str(), &a.sin_addr);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
 
 int64_t UnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -131,7 +113,7 @@ class Supervisor {
     spec::Plan plan = spec::MakePlan(job_);
     for (auto& in : plan.instances)
       if (in.role == spec::Role::kController) {
-        in.port = FreeLoopbackPort(in.host);
+        in.port = FreePort(in.host);
         if (in.port == 0) {
           std::fprintf(stderr, "adam run: no free port on %s for %s\n", in.host.c_str(),
                        in.name.c_str());

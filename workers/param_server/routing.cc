@@ -57,9 +57,18 @@ int Routing::primaries() const {
   return n;
 }
 
+void Routing::RenewLease(std::chrono::steady_clock::time_point sent) {
+  std::lock_guard<std::mutex> l(mu_);
+  lease_until_ = std::max(lease_until_, sent + lease_);
+}
+
 std::string Routing::Refusal(uint32_t shard) const {
   std::lock_guard<std::mutex> l(mu_);
   if (!known_) return "ps-" + std::to_string(self_) + " has no shard map yet";
+  if (std::chrono::steady_clock::now() > lease_until_)
+    return "ps-" + std::to_string(self_) + " has not heard from the controller leader for " +
+           std::to_string(lease_.count()) + " ms (map version " + std::to_string(map_.version()) +
+           ")";
   if (int(shard) >= map_.shards_size())
     return "shard " + std::to_string(shard) + " is not in the shard map";
   const auto& r = map_.shards(int(shard));
@@ -118,99 +127,63 @@ bool Routing::TakePromotion(uint32_t shard) {
 
 ControllerLink::ControllerLink(uint32_t self, std::vector<std::string> members, Routing* routing,
                                const ParamStore* store)
-    : self_(self), routing_(routing), store_(store), members_(std::move(members)) {
-  for (const auto& m : members_) stubs_.push_back(v1::Controller::NewStub(net::MakeChannel(m)));
-  thread_ = std::thread([this] { Run(); });
-}
-
-ControllerLink::~ControllerLink() { Stop(); }
+    : self_(self),
+      routing_(routing),
+      store_(store),
+      members_(std::move(members)),
+      beat_(std::chrono::milliseconds(50), [this] { Beat(); }) {}
 
 void ControllerLink::SetAddresses(const ServerAddresses& addresses) {
   std::lock_guard<std::mutex> l(mu_);
   addresses_ = addresses;
-  cv_.notify_all();
 }
 
-void ControllerLink::Stop() {
+void ControllerLink::Beat() {
+  if (stubs_.empty())
+    for (const auto& m : members_) stubs_.push_back(v1::Controller::NewStub(net::MakeChannel(m)));
+  ServerAddresses addr;
   {
     std::lock_guard<std::mutex> l(mu_);
-    stop_ = true;
-    cv_.notify_all();
+    if (!addresses_) return;
+    addr = *addresses_;
   }
-  if (thread_.joinable()) thread_.join();
-}
-
-void ControllerLink::Run() {
-  size_t target = 0;
-  for (;;) {
-    ServerAddresses addr;
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait_for(l, std::chrono::milliseconds(50), [&] { return stop_; });
-      if (stop_) return;
-      if (!addresses_) continue;
-      addr = *addresses_;
-    }
-    v1::HeartbeatRequest req;
-    req.mutable_server()->set_id(self_);
-    req.mutable_server()->set_address(addr.address);
-    req.mutable_server()->set_replication_address(addr.replication_address);
-    req.mutable_server()->set_host(addr.host);
-    req.set_map_version(routing_->version());
-    const std::vector<uint32_t> copying = routing_->Copying();
-    for (uint32_t id : store_->shard_ids()) {
-      auto* v = req.add_shards();
-      v->set_shard(id);
-      v->set_version(store_->Version(id));
-      v->set_in_sync(std::count(copying.begin(), copying.end(), id) > 0 && routing_->Received(id));
-    }
-    v1::HeartbeatResponse resp;
-    grpc::ClientContext ctx;
-    net::SetDeadline(&ctx, std::chrono::milliseconds(500));
-    const grpc::Status s = stubs_[target]->Heartbeat(&ctx, req, &resp);
-    if (!s.ok() || !resp.accepted()) {
-      // Follow the leader's address when given, otherwise try the next member.
-      size_t next = (target + 1) % stubs_.size();
-      for (size_t i = 0; i < members_.size(); ++i)
-        if (!resp.leader_address().empty() && members_[i] == resp.leader_address()) next = i;
-      target = next;
-      continue;
-    }
-    heartbeats_.fetch_add(1);
-    if (resp.has_map() && routing_->Update(resp.map()))
-      EmitEvent({{"event", "shard_map"}, {"version", resp.map().version()}});
+  v1::HeartbeatRequest req;
+  req.mutable_server()->set_id(self_);
+  req.mutable_server()->set_address(addr.address);
+  req.mutable_server()->set_replication_address(addr.replication_address);
+  req.mutable_server()->set_host(addr.host);
+  req.set_map_version(routing_->version());
+  const std::vector<uint32_t> copying = routing_->Copying();
+  for (uint32_t id : store_->shard_ids()) {
+    auto* v = req.add_shards();
+    v->set_shard(id);
+    v->set_version(store_->Version(id));
+    v->set_in_sync(std::count(copying.begin(), copying.end(), id) > 0 && routing_->Received(id));
   }
+  v1::HeartbeatResponse resp;
+  grpc::ClientContext ctx;
+  net::SetDeadline(&ctx, std::chrono::milliseconds(500));
+  const auto sent = std::chrono::steady_clock::now();
+  const grpc::Status s = stubs_[target_]->Heartbeat(&ctx, req, &resp);
+  if (!s.ok() || !resp.accepted()) {
+    // Follow the leader's address when given, otherwise try the next member.
+    size_t next = (target_ + 1) % stubs_.size();
+    for (size_t i = 0; i < members_.size(); ++i)
+      if (!resp.leader_address().empty() && members_[i] == resp.leader_address()) next = i;
+    target_ = next;
+    return;
+  }
+  heartbeats_.fetch_add(1);
+  if (resp.has_map() && routing_->Update(resp.map()))
+    EmitEvent({{"event", "shard_map"}, {"version", resp.map().version()}});
+  routing_->RenewLease(sent);
 }
 
 // ---- Forwarder ----
 
 Forwarder::Forwarder(uint32_t self, Routing* routing, ParamStore* store,
                      std::chrono::milliseconds interval)
-    : self_(self), routing_(routing), store_(store), interval_(interval) {
-  thread_ = std::thread([this] { Run(); });
-}
-
-Forwarder::~Forwarder() { Stop(); }
-
-void Forwarder::Stop() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    stop_ = true;
-    cv_.notify_all();
-  }
-  if (thread_.joinable()) thread_.join();
-}
-
-void Forwarder::Run() {
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait_for(l, interval_, [&] { return stop_; });
-      if (stop_) return;
-    }
-    Round();
-  }
-}
+    : self_(self), routing_(routing), store_(store), rounds_(interval, [this] { Round(); }) {}
 
 void Forwarder::Round() {
   std::vector<float> values;

@@ -15,32 +15,39 @@
 // applied in its last `interval` (plus any it applied after its last forward began). A server
 // that is not the primary of a shard (or has no map yet) refuses pushes and pulls for it with
 // FAILED_PRECONDITION naming its map version, and a primary refuses forwards for its own shards,
-// so a deposed primary cannot overwrite its successor.
+// so a deposed primary cannot overwrite its successor. A primary cut off from the controller
+// stops serving when its lease (300 ms after its last accepted heartbeat) runs out, before the
+// controller (500 ms) promotes another copy: two primaries of one shard never serve at once.
 //
 // All classes are thread-safe.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "adam/v1/controller.grpc.pb.h"
 #include "adam/v1/replica.grpc.pb.h"
+#include "core/periodic.h"
 #include "param_server/param_store.h"
 
 namespace adam::ps {
 
 class Routing {
  public:
-  explicit Routing(uint32_t self) : self_(self) {}
+  // A primary serves only while its lease lasts: `lease` after its last heartbeat the leader
+  // accepted. It must be shorter than the controller's server timeout, so a server that lost
+  // touch with the controller stops serving before the controller promotes another copy.
+  explicit Routing(uint32_t self, std::chrono::milliseconds lease = std::chrono::milliseconds(300))
+      : self_(self), lease_(lease) {}
+  // Called when the leader accepted a heartbeat sent at `sent`.
+  void RenewLease(std::chrono::steady_clock::time_point sent);
   // Adopts `map` if it is newer; returns whether it did.
   bool Update(const v1::ShardMap& map);
   uint64_t version() const;
@@ -62,7 +69,9 @@ class Routing {
 
  private:
   const uint32_t self_;
+  const std::chrono::milliseconds lease_;
   mutable std::mutex mu_;
+  std::chrono::steady_clock::time_point lease_until_{};
   v1::ShardMap map_;
   bool known_ = false;
   std::set<uint32_t> received_;
@@ -77,50 +86,42 @@ struct ServerAddresses {
 
 class ControllerLink {
  public:
-  // `members`: every controller member's address. Starts heartbeating once SetAddresses is called.
+  // `members`: every controller member's address. Heartbeats start once SetAddresses is called.
   ControllerLink(uint32_t self, std::vector<std::string> members, Routing* routing,
                  const ParamStore* store);
-  ~ControllerLink();
   void SetAddresses(const ServerAddresses& addresses);
-  void Stop();
+  void Stop() { beat_.Stop(); }
   uint64_t heartbeats() const { return heartbeats_.load(); }
 
  private:
-  void Run();
+  void Beat();
   const uint32_t self_;
   Routing* routing_;
   const ParamStore* store_;
   std::vector<std::unique_ptr<v1::Controller::Stub>> stubs_;
   std::vector<std::string> members_;
   std::mutex mu_;
-  std::condition_variable cv_;
   std::optional<ServerAddresses> addresses_;
-  bool stop_ = false;
+  size_t target_ = 0;  // the member believed to lead (beat thread only)
   std::atomic<uint64_t> heartbeats_{0};
-  std::thread thread_;
+  Periodic beat_;  // last: runs Beat every 50 ms once everything above exists
 };
 
 class Forwarder {
  public:
   Forwarder(uint32_t self, Routing* routing, ParamStore* store, std::chrono::milliseconds interval);
-  ~Forwarder();
-  void Stop();
+  void Stop() { rounds_.Stop(); }
   uint64_t forwarded_bytes() const { return bytes_.load(); }
 
  private:
-  void Run();
   void Round();
   const uint32_t self_;
   Routing* routing_;
   ParamStore* store_;
-  const std::chrono::milliseconds interval_;
   std::map<std::string, std::unique_ptr<v1::ReplicaService::Stub>> stubs_;  // by address
   std::map<std::pair<uint32_t, std::string>, uint64_t> sent_;  // (shard, address) -> version
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
   std::atomic<uint64_t> bytes_{0};
-  std::thread thread_;
+  Periodic rounds_;  // last: runs Round every interval
 };
 
 }  // namespace adam::ps

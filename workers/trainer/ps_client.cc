@@ -335,10 +335,11 @@ class RoutedClient final : public ParamServerClient {
       size_t left = by_server.size();
       std::map<int, grpc::Status> results;
       std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
-      for (const auto& [server, shards] : by_server) {
+      for (const auto& entry : by_server) {
+        const int server = entry.first;  // clang: structured bindings cannot be captured
         ctxs.push_back(std::make_unique<grpc::ClientContext>());
         net::SetDeadline(ctxs.back().get(), options_.rpc_timeout);
-        start(*r, server, shards, ctxs.back().get(), [&, server](grpc::Status s) {
+        start(*r, server, entry.second, ctxs.back().get(), [&, server](grpc::Status s) {
           std::lock_guard<std::mutex> lock(mu);
           results[server] = std::move(s);
           if (--left == 0) cv.notify_all();

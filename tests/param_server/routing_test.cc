@@ -1,0 +1,72 @@
+#include "param_server/routing.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace adam::ps {
+namespace {
+
+v1::ShardMap Map(uint64_t version, std::vector<std::vector<uint32_t>> replicas,
+                 std::vector<std::vector<uint32_t>> copying = {}) {
+  v1::ShardMap m;
+  m.set_version(version);
+  for (uint32_t id = 0; id < 3; ++id) {
+    auto* s = m.add_servers();
+    s->set_id(id);
+    s->set_alive(true);
+    s->set_replication_address("repl-" + std::to_string(id));
+  }
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    auto* r = m.add_shards();
+    r->set_shard(uint32_t(i));
+    for (uint32_t id : replicas[i]) r->add_replicas(id);
+    if (i < copying.size())
+      for (uint32_t id : copying[i]) r->add_copying(id);
+  }
+  return m;
+}
+
+TEST(Routing, ServesOnlyItsPrimaryShardsWhileItsLeaseLasts) {
+  Routing r(1, std::chrono::milliseconds(50));
+  EXPECT_NE(r.Refusal(0).find("no shard map yet"), std::string::npos);
+  ASSERT_TRUE(r.Update(Map(3, {{1, 0, 2}, {0, 1, 2}})));
+  EXPECT_FALSE(r.Update(Map(2, {{0, 1, 2}, {0, 1, 2}})));  // older: ignored
+  EXPECT_NE(r.Refusal(0).find("has not heard from the controller"), std::string::npos);
+  r.RenewLease(std::chrono::steady_clock::now());
+  EXPECT_EQ(r.Refusal(0), "");
+  EXPECT_EQ(r.Refusal(1), "ps-1 is not the primary of shard 1 at shard map version 3; the primary is ps-0");
+  EXPECT_EQ(r.primaries(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  EXPECT_NE(r.Refusal(0).find("has not heard"), std::string::npos);  // lease ran out
+}
+
+TEST(Routing, ForwardsToTheOtherCopiesAndReportsPromotionsOnce) {
+  Routing r(0);
+  ASSERT_TRUE(r.Update(Map(5, {{0, 1, 2}, {1, 0}}, {{}, {2}})));
+  auto targets = r.ForwardTargets();
+  ASSERT_EQ(targets.size(), 1u);
+  EXPECT_EQ(targets[0].first, 0u);
+  EXPECT_EQ(targets[0].second, (std::vector<std::string>{"repl-1", "repl-2"}));
+  EXPECT_FALSE(r.TakePromotion(0));  // primary from the first map: not a promotion
+  ASSERT_TRUE(r.Update(Map(6, {{0, 1, 2}, {0, 2}})));  // ps-1 died: shard 1 moves here
+  EXPECT_TRUE(r.TakePromotion(1));
+  EXPECT_FALSE(r.TakePromotion(1));
+  auto t = r.ForwardTargets();
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[1].second, (std::vector<std::string>{"repl-2"}));
+}
+
+TEST(Routing, ACopyIsInSyncOnlyAfterAForwardWhileAssigned) {
+  Routing r(2);
+  ASSERT_TRUE(r.Update(Map(1, {{0, 1}}, {{2}})));
+  EXPECT_EQ(r.Copying(), std::vector<uint32_t>{0});
+  EXPECT_FALSE(r.Received(0));
+  r.MarkReceived(0);
+  EXPECT_TRUE(r.Received(0));
+  ASSERT_TRUE(r.Update(Map(2, {{0, 1}})));  // unassigned: a later assignment starts afresh
+  EXPECT_FALSE(r.Received(0));
+}
+
+}  // namespace
+}  // namespace adam::ps

@@ -1,0 +1,50 @@
+// A thread that runs a function every `interval` until stopped. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace adam {
+
+class Periodic {
+ public:
+  // Starts the thread; the first call comes one interval from now.
+  Periodic(std::chrono::milliseconds interval, std::function<void()> fn)
+      : interval_(interval), fn_(std::move(fn)), thread_([this] { Run(); }) {}
+  ~Periodic() { Stop(); }
+  Periodic(const Periodic&) = delete;
+  Periodic& operator=(const Periodic&) = delete;
+
+  // Returns once the thread has ended (a call in progress finishes first). Idempotent.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        if (cv_.wait_for(l, interval_, [&] { return stop_; })) return;
+      }
+      fn_();
+    }
+  }
+
+  const std::chrono::milliseconds interval_;
+  const std::function<void()> fn_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after everything it uses exists
+};
+
+}  // namespace adam
