@@ -25,7 +25,7 @@ run() {
   echo "tsan: $1 $2"
   ./build-tsan/tests/$1 --gtest_brief=1 "--gtest_filter=$2"
 }
-run param_server_test 'ParamStore.*:ApplyDense.*:ClockGate.*:BufferPool.*:CheckpointTest.*:UpdatePlan.*'
+run param_server_test 'ParamStore.*:ApplyDense.*:ClockGate.*:BufferPool.*:CheckpointTest.*:UpdatePlan.*:Routing.*'
 run data_server_test '*'
 run trainer_test '*NoNetwork*'
 

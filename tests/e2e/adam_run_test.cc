@@ -287,6 +287,17 @@ TEST_F(AdamRun, KilledControllerLeaderIsReplacedAndChaosEndsWithACompletedJob) {
   EXPECT_GT(j["shard_map"]["version"].get<int>(), 6) << r.out;
 }
 
+TEST_F(AdamRun, ChaosKillingRandomControllersAndServersEndsWithEveryCopyInSync) {
+  const std::string job = Manifest(dir_, "epochs: 200, learningRate: 0.02, pushEvery: 50", kCopiesRoles);
+  Result r = Adam(dir_, "run " + job + " --output json -q --chaos 7:3", 300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
+  EXPECT_GE(j["chaos_faults"].get<int>(), 3) << r.out;
+  ASSERT_TRUE(j.contains("shard_map")) << r.out;
+  EXPECT_EQ(j["shard_map"]["under_replicated"].get<int>(), 0) << r.out << r.err;
+}
+
 TEST_F(AdamRun, KillNamesAnUnknownRoleInstance) {
   const std::string job = Manifest(dir_, "epochs: 1", "trainer: {replicas: 1}");
   Result r = Adam(dir_, "run " + job + " --kill ps-7@1");

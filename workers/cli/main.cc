@@ -97,6 +97,10 @@ int main(int argc, char** argv) {
                   "fault injection: NAME@SECONDS[+RESTART] kills (SIGKILL) role instance NAME "
                   "that many seconds into training, and restarts it RESTART seconds later "
                   "(NAME controller-leader: the current controller leader)");
+  std::string chaos;
+  run->add_option("--chaos", chaos,
+                  "SECONDS[:SEED]: for that long, kill -9 a random controller member or parameter "
+                  "server every 1-2 s and restart it 1 s later (needs copies > 1)");
   auto* validate = app.add_subcommand("validate", "Check a manifest; exit 2 listing every problem");
   validate->add_option("file", job_path, "AdamJob manifest (YAML)")->required();
 
@@ -226,6 +230,22 @@ int main(int argc, char** argv) {
         return kExitInvalid;
       }
       ro.kills.push_back(kill);
+    }
+    if (!chaos.empty()) {
+      const size_t colon = chaos.find(':');
+      char* end = nullptr;
+      const std::string secs = chaos.substr(0, colon);
+      ro.chaos_seconds = std::strtod(secs.c_str(), &end);
+      if (secs.empty() || *end != '\0' || ro.chaos_seconds <= 0) {
+        std::fprintf(stderr, "adam run: --chaos %s: '%s' is not a positive number of seconds\n",
+                     chaos.c_str(), secs.c_str());
+        return kExitInvalid;
+      }
+      if (colon != std::string::npos) ro.chaos_seed = std::strtoull(chaos.c_str() + colon + 1, nullptr, 10);
+      if (job->roles.parameter_server.copies < 2) {
+        std::fprintf(stderr, "adam run: --chaos needs spec.roles.parameterServer.copies > 1\n");
+        return kExitInvalid;
+      }
     }
     return adam::launcher::Run(*job, ro);
   }

@@ -32,7 +32,8 @@ grpc::Status ToGrpc(const Status& s) {
 
 }  // namespace
 
-struct Controller::Impl final : public v1::Controller::Service, public raft::StateMachine {
+struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1::Controller::Service>,
+                                public raft::StateMachine {
   ControllerOptions options;
   std::unique_ptr<raft::Driver> driver;
 
@@ -195,16 +196,24 @@ struct Controller::Impl final : public v1::Controller::Service, public raft::Sta
     }
   }
 
-  grpc::Status Put(grpc::ServerContext*, const v1::KeyValue* req, v1::PutResponse* resp) override {
+  // Callback API: no server thread waits while the write commits.
+  grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx, const v1::KeyValue* req,
+                                v1::PutResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     v1::Command c;
     *c.mutable_put() = *req;
-    StatusOr<uint64_t> index = driver->Propose(c.SerializeAsString(), kWriteTimeout);
-    if (!index.ok()) {
-      grpc::Status g = ToGrpc(index.status());
-      return grpc::Status(g.error_code(), g.error_message() + "; leader: " + LeaderAddress());
-    }
-    resp->set_index(*index);
-    return grpc::Status::OK;
+    driver->ProposeAsync(c.SerializeAsString(), kWriteTimeout,
+                         [this, reactor, resp](StatusOr<uint64_t> index) {
+                           if (!index.ok()) {
+                             grpc::Status g = ToGrpc(index.status());
+                             reactor->Finish(grpc::Status(
+                                 g.error_code(), g.error_message() + "; leader: " + LeaderAddress()));
+                             return;
+                           }
+                           resp->set_index(*index);
+                           reactor->Finish(grpc::Status::OK);
+                         });
+    return reactor;
   }
 
   grpc::Status GetStatus(grpc::ServerContext*, const v1::StatusRequest*,

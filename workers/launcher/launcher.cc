@@ -16,6 +16,7 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -393,6 +394,22 @@ class Supervisor {
       }
       done_kills_.insert(k);
     }
+    if (o_.chaos_seconds > 0 && t < o_.chaos_seconds && restarts_.empty() && t >= next_chaos_) {
+      std::vector<Child*> victims;
+      for (auto& c : children_)
+        if (!c.exited && (c.inst.role == spec::Role::kController ||
+                          c.inst.role == spec::Role::kParamServer))
+          victims.push_back(&c);
+      if (!victims.empty()) {
+        Child& c = *victims[chaos_rng_() % victims.size()];
+        c.expected_exit = true;
+        kill(c.pid, SIGKILL);
+        ++chaos_faults_;
+        std::fprintf(stderr, "adam run: chaos: kill -9 %s at %.1f s\n", c.inst.name.c_str(), t);
+        restarts_.push_back({c.inst, t + 1.0});
+      }
+      next_chaos_ = t + 1.0 + double(chaos_rng_() % 1000) / 1000.0;
+    }
     for (auto it = restarts_.begin(); it != restarts_.end();) {
       if (t < it->second) {
         ++it;
@@ -516,6 +533,7 @@ class Supervisor {
         j["controller"] = {{"leader", controller_leader_}, {"term", controller_term_}};
       if (map_version_ > 0)
         j["shard_map"] = {{"version", map_version_}, {"under_replicated", under_replicated_}};
+      if (o_.chaos_seconds > 0) j["chaos_faults"] = chaos_faults_;
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("%s: %d epochs, test accuracy %.2f%%, %s images in %s (%s img/s), wall %s\n",
@@ -559,6 +577,9 @@ class Supervisor {
   int64_t failover_ms_ = -1, first_failover_ms_ = -1, controller_failover_ms_ = -1;
   std::string controller_leader_;
   int64_t controller_term_ = 0;
+  std::mt19937_64 chaos_rng_{o_.chaos_seed};
+  double next_chaos_ = 1.0;
+  int chaos_faults_ = 0;
   int64_t map_version_ = 0;   // the newest shard map the controller leader committed
   int under_replicated_ = 0;  // its shards with fewer in-sync copies than wanted
 };

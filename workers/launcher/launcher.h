@@ -40,6 +40,11 @@ struct RunOptions {
     double restart_after = 0;
   };
   std::vector<Kill> kills;
+  // Chaos (copies > 1): for this many seconds of training, every 1-2 s kill -9 a random
+  // controller member or parameter server (one at a time, so a minority) and restart it 1 s
+  // later. Seeded for replay.
+  double chaos_seconds = 0;
+  uint64_t chaos_seed = 1;
 };
 
 // Runs the job; returns the process exit code: 0 when every trainer finished, 1 when a role

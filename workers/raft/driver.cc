@@ -93,7 +93,8 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
 
   struct Proposal {
     std::string data;
-    std::promise<StatusOr<uint64_t>> done;
+    Clock::time_point deadline;
+    std::function<void(StatusOr<uint64_t>)> done;  // called once
   };
   struct Read {
     std::promise<Status> done;
@@ -172,10 +173,10 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
       for (auto& p : props) {
         StatusOr<uint64_t> index = node->Propose(std::move(p->data));
         if (!index.ok()) {
-          p->done.set_value(index.status());
+          p->done(index.status());
         } else {
           if (auto old = waiting.find(*index); old != waiting.end())
-            old->second.second->done.set_value(
+            old->second.second->done(
                 UnavailableError("raft: a new leader replaced the entry; retry"));
           waiting[*index] = {node->term(), p};
           ++proposals_total;
@@ -189,6 +190,15 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
       }
       const auto now = Clock::now();
       if (now >= next_tick) {
+        // Proposals past their deadline are answered (they may still commit).
+        for (auto it = waiting.begin(); it != waiting.end();) {
+          if (now < it->second.second->deadline) {
+            ++it;
+            continue;
+          }
+          it->second.second->done(DeadlineExceededError("raft: not committed in time"));
+          it = waiting.erase(it);
+        }
         node->Tick();
         next_tick += options.tick;
         if (next_tick < now) next_tick = now + options.tick;  // fell behind: do not burst
@@ -196,7 +206,7 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
       HandleReady();
     }
     // Stopped: fail whatever still waits.
-    for (auto& [i, w] : waiting) w.second->done.set_value(UnavailableError("raft driver stopped"));
+    for (auto& [i, w] : waiting) w.second->done(UnavailableError("raft driver stopped"));
     waiting.clear();
     for (auto& [c, r] : reads) r->done.set_value(UnavailableError("raft driver stopped"));
     reads.clear();
@@ -237,7 +247,7 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
         applied = rd.snapshot->index;
         // Proposals at or below the snapshot were either committed elsewhere or replaced.
         while (!waiting.empty() && waiting.begin()->first <= applied) {
-          waiting.begin()->second.second->done.set_value(
+          waiting.begin()->second.second->done(
               UnavailableError("raft: entry replaced by a snapshot; retry"));
           waiting.erase(waiting.begin());
         }
@@ -247,10 +257,9 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
         applied = e.index;
         auto it = waiting.find(e.index);
         if (it != waiting.end()) {
-          if (it->second.first == e.term) it->second.second->done.set_value(e.index);
+          if (it->second.first == e.term) it->second.second->done(e.index);
           else
-            it->second.second->done.set_value(
-                UnavailableError("raft: a new leader replaced the entry; retry"));
+            it->second.second->done(UnavailableError("raft: a new leader replaced the entry; retry"));
           waiting.erase(it);
         }
       }
@@ -350,17 +359,30 @@ void Driver::Stop() {
   impl_->senders.clear();
 }
 
-StatusOr<uint64_t> Driver::Propose(std::string data, std::chrono::milliseconds timeout) {
+void Driver::ProposeAsync(std::string data, std::chrono::milliseconds timeout,
+                          std::function<void(StatusOr<uint64_t>)> done) {
   auto p = std::make_shared<Impl::Proposal>();
   p->data = std::move(data);
-  auto f = p->done.get_future();
+  p->deadline = Clock::now() + timeout;
+  p->done = std::move(done);
   {
     std::lock_guard<std::mutex> l(impl_->mu);
-    if (!impl_->running) return UnavailableError("raft driver not running");
-    impl_->proposals_in.push_back(p);
-    impl_->cv.notify_all();
+    if (impl_->running) {
+      impl_->proposals_in.push_back(p);
+      impl_->cv.notify_all();
+      return;
+    }
   }
-  if (f.wait_for(timeout) != std::future_status::ready)
+  p->done(UnavailableError("raft driver not running"));
+}
+
+StatusOr<uint64_t> Driver::Propose(std::string data, std::chrono::milliseconds timeout) {
+  auto result = std::make_shared<std::promise<StatusOr<uint64_t>>>();
+  auto f = result->get_future();
+  // The loop answers at the deadline at the latest; the wait below has a margin for a busy loop.
+  ProposeAsync(std::move(data), timeout,
+               [result](StatusOr<uint64_t> r) { result->set_value(std::move(r)); });
+  if (f.wait_for(timeout + std::chrono::milliseconds(500)) != std::future_status::ready)
     return DeadlineExceededError("raft: not committed within " + std::to_string(timeout.count()) +
                                  " ms");
   return f.get();

@@ -77,6 +77,11 @@ class Driver {
   // FailedPrecondition when not the leader (naming it), Aborted-like Unavailable when a new
   // leader replaced the entry, DeadlineExceeded on timeout (it may still commit).
   StatusOr<uint64_t> Propose(std::string data, std::chrono::milliseconds timeout);
+  // The same without a waiting thread: `done` runs exactly once, on the driver's loop thread
+  // (it must not block), with the index once applied here, or the error -- DeadlineExceeded
+  // after `timeout` (it may still commit).
+  void ProposeAsync(std::string data, std::chrono::milliseconds timeout,
+                    std::function<void(StatusOr<uint64_t>)> done);
   // A linearizable read point: returns once this node (the leader) confirmed its leadership with
   // a quorum and applied everything committed before the call. FailedPrecondition elsewhere.
   Status ReadBarrier(std::chrono::milliseconds timeout);
