@@ -5,7 +5,9 @@
 // Rows: commit latency of small (64-byte) writes, one client, sequential (p50/p99); throughput
 // with --clients concurrent clients; leader failover: `kill -9` of the leader until a write is
 // committed through a surviving member (median of --failovers rounds). Writes go to the leader.
-// Prints a table with ours/etcd ratios and writes --json (build/bench/raft.json).
+// Both groups run side by side and every measurement alternates between them in rounds, so the
+// shared machine's noise falls on both. Prints a table with ours/etcd ratios and writes --json
+// (build/bench/raft.json).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -92,28 +94,28 @@ struct Cluster {
 
 struct Row {
   double p50 = 0, p99 = 0, writes_per_s = 0, failover_ms = 0;
+  std::vector<double> latencies;     // every sequential write, all rounds
+  std::vector<double> round_rates;   // writes/s per throughput round
   std::vector<double> failovers;
 };
 
-Row Measure(Cluster& c, int writes, int clients, double seconds, int failovers) {
-  Row row;
-  c.StartAll();
-  int leader = c.WaitLeader(20s);
-  if (leader < 0) {
-    std::fprintf(stderr, "%s: no leader within 20 s\n", c.name.c_str());
-    c.StopAll();
-    return row;
-  }
+// One round of sequential writes from one client to the leader.
+void LatencyRound(Cluster& c, int writes, Row* row) {
+  const int leader = c.WaitLeader(20s);
+  if (leader < 0) return;
   const std::string value(64, 'v');
-  std::vector<double> lat;
   for (int i = 0; i < writes; ++i) {
     const auto t0 = Clock::now();
-    if (!c.put(leader, "k" + std::to_string(i % 100), value, 2000ms)) continue;
-    lat.push_back(Ms(Clock::now() - t0));
-    if (i % 500 == 499) std::fprintf(stderr, "%s: %d/%d sequential writes\n", c.name.c_str(), i + 1, writes);
+    if (c.put(leader, "k" + std::to_string(i % 100), value, 2000ms))
+      row->latencies.push_back(Ms(Clock::now() - t0));
   }
-  row.p50 = Percentile(lat, 0.5);
-  row.p99 = Percentile(lat, 0.99);
+}
+
+// One round of `clients` concurrent writers for `seconds`.
+void ThroughputRound(Cluster& c, int clients, double seconds, Row* row) {
+  const int leader = c.WaitLeader(20s);
+  if (leader < 0) return;
+  const std::string value(64, 'v');
   std::atomic<long> done{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> ts;
@@ -127,31 +129,62 @@ Row Measure(Cluster& c, int writes, int clients, double seconds, int failovers) 
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   stop = true;
   for (auto& t : ts) t.join();
-  row.writes_per_s = double(done.load()) / std::chrono::duration<double>(Clock::now() - t0).count();
-  std::fprintf(stderr, "%s: p50 %.2f ms p99 %.2f ms, %.0f writes/s\n", c.name.c_str(), row.p50,
-               row.p99, row.writes_per_s);
-  for (int round = 0; round < failovers; ++round) {
-    leader = c.WaitLeader(20s);
-    if (leader < 0) break;
-    std::this_thread::sleep_for(300ms);  // steady state: followers heard heartbeats recently
-    const int victim = leader;
-    const auto t_kill = Clock::now();
-    Kill(c.pids[size_t(victim)]);
-    c.pids[size_t(victim)] = -1;
-    bool ok = false;
-    while (!ok && Clock::now() - t_kill < 10s) {
-      for (int m = 0; m < int(c.pids.size()) && !ok; ++m)
-        if (m != victim) ok = c.put(m, "failover", std::to_string(round), 100ms);
-      if (!ok) std::this_thread::sleep_for(2ms);
-    }
-    if (ok) row.failovers.push_back(Ms(Clock::now() - t_kill));
-    std::fprintf(stderr, "%s: failover %d: %.0f ms\n", c.name.c_str(), round + 1,
-                 row.failovers.empty() ? -1.0 : row.failovers.back());
-    c.pids[size_t(victim)] = c.start(victim);  // rejoins from its data dir
+  row->round_rates.push_back(double(done.load()) /
+                             std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+// Kills the leader and times until a write commits through a surviving member; restarts it.
+void FailoverRound(Cluster& c, int round, Row* row) {
+  const int leader = c.WaitLeader(20s);
+  if (leader < 0) return;
+  std::this_thread::sleep_for(300ms);  // steady state: followers heard heartbeats recently
+  const auto t_kill = Clock::now();
+  Kill(c.pids[size_t(leader)]);
+  c.pids[size_t(leader)] = -1;
+  bool ok = false;
+  while (!ok && Clock::now() - t_kill < 10s) {
+    for (int m = 0; m < int(c.pids.size()) && !ok; ++m)
+      if (m != leader) ok = c.put(m, "failover", std::to_string(round), 100ms);
+    if (!ok) std::this_thread::sleep_for(2ms);
   }
-  row.failover_ms = Percentile(row.failovers, 0.5);
-  c.StopAll();
-  return row;
+  if (ok) row->failovers.push_back(Ms(Clock::now() - t_kill));
+  c.pids[size_t(leader)] = c.start(leader);  // rejoins from its data dir
+}
+
+// Both clusters run side by side (idle but for heartbeats when not measured) and every kind of
+// round alternates between them, so the shared machine's noise falls on both alike.
+void Measure(Cluster& a, Cluster& b, int writes, int clients, double seconds, int failovers,
+             int rounds, Row* ra, Row* rb) {
+  a.StartAll();
+  b.StartAll();
+  for (Cluster* c : {&a, &b})
+    if (c->WaitLeader(20s) < 0) std::fprintf(stderr, "%s: no leader within 20 s\n", c->name.c_str());
+  for (int r = 0; r < rounds; ++r) {
+    LatencyRound(a, writes / rounds, ra);
+    LatencyRound(b, writes / rounds, rb);
+    ThroughputRound(b, clients, seconds / rounds, rb);
+    ThroughputRound(a, clients, seconds / rounds, ra);
+    std::fprintf(stderr, "round %d/%d: %s %.0f writes/s, %s %.0f writes/s\n", r + 1, rounds,
+                 a.name.c_str(), ra->round_rates.empty() ? 0.0 : ra->round_rates.back(),
+                 b.name.c_str(), rb->round_rates.empty() ? 0.0 : rb->round_rates.back());
+  }
+  for (int r = 0; r < failovers; ++r) {
+    FailoverRound(r % 2 ? b : a, r, r % 2 ? rb : ra);
+    FailoverRound(r % 2 ? a : b, r, r % 2 ? ra : rb);
+    std::fprintf(stderr, "failover %d/%d: %s %.0f ms, %s %.0f ms\n", r + 1, failovers,
+                 a.name.c_str(), ra->failovers.empty() ? -1.0 : ra->failovers.back(),
+                 b.name.c_str(), rb->failovers.empty() ? -1.0 : rb->failovers.back());
+  }
+  for (Row* row : {ra, rb}) {
+    row->p50 = Percentile(row->latencies, 0.5);
+    row->p99 = Percentile(row->latencies, 0.99);
+    double sum = 0;
+    for (double x : row->round_rates) sum += x;
+    row->writes_per_s = row->round_rates.empty() ? 0 : sum / double(row->round_rates.size());
+    row->failover_ms = Percentile(row->failovers, 0.5);
+  }
+  a.StopAll();
+  b.StopAll();
 }
 
 }  // namespace
@@ -160,7 +193,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Raft: adam controller vs etcd, 3 members each on loopback"};
   std::string adam = ADAM_BINARY, etcd = "etcd", json_path, job = std::string(ADAM_SOURCE_DIR) +
                                                                "/examples/fashion-mnist.yaml";
-  int writes = 2000, clients = 16, failovers = 5;
+  int writes = 2000, clients = 16, failovers = 5, rounds = 5;
   double seconds = 5;
   app.add_option("--adam", adam, "adam executable");
   app.add_option("--etcd", etcd, "etcd executable");
@@ -169,6 +202,7 @@ int main(int argc, char** argv) {
   app.add_option("--clients", clients, "concurrent clients for the throughput row");
   app.add_option("--seconds", seconds, "length of the throughput run");
   app.add_option("--failovers", failovers, "leader kills per system");
+  app.add_option("--rounds", rounds, "alternating rounds the writes and seconds are split into");
   app.add_option("--json", json_path, "write the results here");
   CLI11_PARSE(app, argc, argv);
 
@@ -266,8 +300,8 @@ int main(int argc, char** argv) {
     return -1;
   };
 
-  const Row a = Measure(ours, writes, clients, seconds, failovers);
-  const Row e = Measure(ec, writes, clients, seconds, failovers);
+  Row a, e;
+  Measure(ours, ec, writes, clients, seconds, failovers, rounds, &a, &e);
 
   auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
   std::printf("\n%-34s %12s %12s %10s\n", "Raft, 3 members on loopback", "adam", "etcd", "adam/etcd");
@@ -286,10 +320,13 @@ int main(int argc, char** argv) {
                         {"ours_failover_ms", a.failover_ms}, {"etcd_failover_ms", e.failover_ms},
                         {"ours_failovers_ms", a.failovers},  {"etcd_failovers_ms", e.failovers},
                         {"clients", clients},               {"writes", writes},
+                        {"rounds", rounds},
+                        {"ours_round_writes_per_s", a.round_rates},
+                        {"etcd_round_writes_per_s", e.round_rates},
                         {"election_timeout_ms", 200},       {"heartbeat_ms", 20}};
     std::ofstream(json_path) << j.dump(2) << "\n";
   }
-  const bool ok = a.p50 > 0 && e.p50 > 0;
+  const bool ok = a.p50 > 0 && e.p50 > 0 && a.writes_per_s > 0 && e.writes_per_s > 0;
   if (ok) {
     std::error_code ec_rm;
     std::filesystem::remove_all(root, ec_rm);
