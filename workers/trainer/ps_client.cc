@@ -247,7 +247,7 @@ class RoutedClient final : public ParamServerClient {
       call->first.set_trainer_index(uint32_t(options_.trainer_index));
       call->first.set_clock(clock);
       for (uint32_t id : shards) call->first.add_shards(id);
-      r.stubs[size_t(server)]->async()->Pull(ctx, &call->first, &call->second, [&, call, done](grpc::Status s) {
+      auto on_done = [&, call, done](grpc::Status s) {
         if (s.ok()) {
           std::lock_guard<std::mutex> l(out_mu);
           for (const auto& sd : call->second.shards()) {
@@ -263,7 +263,8 @@ class RoutedClient final : public ParamServerClient {
           }
         }
         done(s);
-      });
+      };
+      r.stubs[size_t(server)]->async()->Pull(ctx, &call->first, &call->second, on_done);
     }, [] {});
     if (!st.ok()) return st;
     if (!bad.ok()) return bad;
