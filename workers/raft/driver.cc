@@ -20,65 +20,111 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One peer's outbound queue and the thread that sends it.
+// One peer's outbound queue over one long-lived client stream (gRPC's callback API). The Raft
+// loop starts a write itself when none is in flight (no thread hand-off, never blocking); a
+// finished write starts the next with whatever queued meanwhile. A broken stream loses its
+// in-flight batch (Raft re-sends) and the next message opens a new one.
 class PeerSender {
  public:
   explicit PeerSender(const std::string& address)
-      : stub_(v1::RaftTransport::NewStub(net::MakeChannel(address))),
-        thread_([this] { Run(); }) {}
+      : stub_(v1::RaftTransport::NewStub(net::MakeChannel(address))) {}
   ~PeerSender() {
+    Stream* release = nullptr;
     {
       std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-      cv_.notify_all();
+      stopping_ = true;
+      if (stream_ != nullptr) {
+        stream_->ctx.TryCancel();  // a write in flight fails and releases the stream
+        if (!stream_->writing && stream_->held) {
+          stream_->held = false;
+          release = stream_;
+        }
+        stream_ = nullptr;
+      }
     }
-    thread_.join();
+    if (release != nullptr) release->RemoveHold();
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return streams_ == 0; });
   }
   void Enqueue(const Message& m) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (queue_.size() >= 4096) queue_.pop_front();  // a peer that is down: Raft re-sends
-    queue_.push_back(m);
-    cv_.notify_all();
+    Stream* start = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stopping_) return;
+      if (queue_.size() >= 4096) queue_.pop_front();  // a peer that is down: Raft re-sends
+      queue_.push_back(m);
+      if (stream_ == nullptr) {
+        stream_ = new Stream(this);
+        ++streams_;
+        stub_->async()->Stream(&stream_->ctx, &stream_->ack, stream_);
+        stream_->AddHold();  // writes start from outside the reactor's callbacks
+        stream_->StartCall();
+      }
+      if (!stream_->writing) start = TakeBatch(stream_);
+    }
+    if (start != nullptr) start->StartWrite(&start->batch);
   }
 
  private:
-  void Run() {
-    std::unique_ptr<grpc::ClientContext> ctx;
-    std::unique_ptr<grpc::ClientWriter<v1::RaftBatch>> writer;
+  struct Stream final : public grpc::ClientWriteReactor<v1::RaftBatch> {
+    explicit Stream(PeerSender* o) : owner(o) {}
+    void OnWriteDone(bool ok) override { owner->WriteDone(this, ok); }
+    void OnDone(const grpc::Status&) override { owner->StreamDone(this); }
+    PeerSender* owner;
+    grpc::ClientContext ctx;
     v1::RaftAck ack;
-    for (;;) {
-      std::deque<Message> batch;
-      {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
-        if (stop_) break;
-        batch.swap(queue_);
-      }
-      v1::RaftBatch req;
-      for (const Message& m : batch) MessageToProto(m, req.add_messages());
-      if (!writer) {
-        ctx = std::make_unique<grpc::ClientContext>();
-        writer = stub_->Stream(ctx.get(), &ack);
-      }
-      if (!writer->Write(req)) {
-        // The peer is down or restarted: these messages are lost (Raft re-sends); reconnect on
-        // the next batch.
-        (void)writer->Finish();
-        writer.reset();
+    v1::RaftBatch batch;
+    bool writing = false;
+    bool held = true;
+  };
+
+  // Under mu_: moves the queue into `s`'s batch; nullptr when there is nothing to send.
+  Stream* TakeBatch(Stream* s) {
+    if (queue_.empty()) {
+      s->writing = false;
+      return nullptr;
+    }
+    s->batch.Clear();
+    for (const Message& m : queue_) MessageToProto(m, s->batch.add_messages());
+    queue_.clear();
+    s->writing = true;
+    return s;
+  }
+
+  void WriteDone(Stream* s, bool ok) {
+    Stream* next = nullptr;
+    bool release = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!ok || stopping_ || stream_ != s) {
+        // Broken (or closing): drop this stream; the next message opens a new one.
+        s->writing = false;
+        if (stream_ == s) stream_ = nullptr;
+        release = s->held;
+        s->held = false;
+      } else {
+        next = TakeBatch(s);
       }
     }
-    if (writer) {
-      ctx->TryCancel();
-      (void)writer->Finish();
-    }
+    if (next != nullptr) next->StartWrite(&next->batch);
+    if (release) s->RemoveHold();
+  }
+
+  void StreamDone(Stream* s) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stream_ == s) stream_ = nullptr;
+    delete s;
+    --streams_;
+    cv_.notify_all();
   }
 
   std::unique_ptr<v1::RaftTransport::Stub> stub_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Message> queue_;
-  bool stop_ = false;
-  std::thread thread_;
+  Stream* stream_ = nullptr;  // the open stream, if any
+  int streams_ = 0;           // streams not yet done (the destructor waits for them)
+  bool stopping_ = false;
 };
 
 }  // namespace

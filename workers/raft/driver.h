@@ -2,10 +2,10 @@
 //
 // One thread (the loop) owns the node: it ticks every `tick`, steps incoming messages, handles
 // proposals and reads, and for each Ready persists (fdatasync) before it sends messages and
-// applies entries, as raft.h requires. Messages go out through one sender thread per peer that
-// batches whatever is queued into one `RaftTransport.Send` call; a peer that is down costs
-// dropped messages, which Raft tolerates. Every `snapshot_entries` applied entries the state
-// machine is snapshotted and the log compacted.
+// applies entries, as raft.h requires. Messages go out on one long-lived client stream per peer
+// (`RaftTransport.Stream`, gRPC's callback API), batching whatever queued while the previous
+// write was in flight; a peer that is down costs dropped messages, which Raft tolerates. Every
+// `snapshot_entries` applied entries the state machine is snapshotted and the log compacted.
 //
 // Propose/ReadBarrier/info are thread-safe; the state machine's methods are called only on the
 // loop thread.
