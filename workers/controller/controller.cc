@@ -43,7 +43,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
   std::map<uint32_t, Clock::time_point> last_seen;  // leader-local failure detector
   CopyVersions versions;                            // leader-local freshness reports
   std::set<std::pair<uint32_t, uint32_t>> in_sync;  // (shard, server) copies reported complete
-  Clock::time_point leader_since{};
+  Clock::time_point leader_since{};  // failure detection counts from here (see OnRole)
   bool is_leader = false;
   uint64_t announce_term = 0;
   ControllerCounters counters;
@@ -282,7 +282,12 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
       std::lock_guard<std::mutex> l(mu);
       const bool leader = role == raft::Role::kLeader;
       if (leader && !is_leader) {
-        leader_since = Clock::now();
+        // Grace: every server gets a full timeout from here, and the predecessor (which may
+        // still have accepted heartbeats, and renewed primaries' leases, until check-quorum
+        // deposed it: at most two election timeouts) is counted as if it led until then, so
+        // every lease it granted has run out before this leader moves a shard.
+        const auto election = options.raft.tick * options.raft.election_ticks;
+        leader_since = Clock::now() + 2 * election;
         last_seen.clear();
         versions.clear();
       }
