@@ -306,6 +306,12 @@ TEST_F(AdamRun, KillNamesAnUnknownRoleInstance) {
   r = Adam(dir_, "run " + job + " --kill ps-0@soon");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("'soon' is not a number of seconds"));
+  r = Adam(dir_, "run " + job + " --kill ps-0@nan");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("'nan' is not a number of seconds"));
+  r = Adam(dir_, "run " + job + " --chaos 5:x");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("seed 'x' is not a number"));
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ TEST_F(ControllerProcesses, KillNineOfTheLeaderANewOneCommitsWithinASecond) {
 TEST_F(ControllerProcesses, AMemberWithACorruptLogRefusesToStartNamingTheByte) {
   const int leader = WaitLeader();
   ASSERT_GE(leader, 0);
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Put(leader, "k" + std::to_string(i)));
+  for (const char* key : {"k0", "k1", "k2", "k3", "k4"}) ASSERT_TRUE(Put(leader, key));
   const int victim = (leader + 1) % 3;
   children_[size_t(victim)]->Signal(SIGKILL);
   children_[size_t(victim)]->Wait();

@@ -42,7 +42,6 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
   ShardState machine;
   std::map<uint32_t, Clock::time_point> last_seen;  // leader-local failure detector
   CopyVersions versions;                            // leader-local freshness reports
-  std::set<std::pair<uint32_t, uint32_t>> in_sync;  // (shard, server) copies reported complete
   Clock::time_point leader_since{};  // failure detection counts from here (see OnRole)
   bool is_leader = false;
   uint64_t announce_term = 0;

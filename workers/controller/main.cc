@@ -95,6 +95,8 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   auto& heartbeats = reg.Counter("adam_controller_heartbeats_total", "Heartbeats accepted (leader)");
   auto& failovers = reg.Counter("adam_controller_failovers_total",
                                 "Failovers committed for dead parameter servers (leader)");
+  auto& rebuilt = reg.Counter("adam_controller_copies_rebuilt_total",
+                              "New shard copies committed in sync (every member)");
   std::atomic<bool> done{false};
   (*controller)->Start();
   std::thread sampler([&] {
@@ -116,6 +118,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       const ControllerCounters c = (*controller)->counters();
       heartbeats.Increment(double(c.heartbeats - last.heartbeats));
       failovers.Increment(double(c.failovers - last.failovers));
+      rebuilt.Increment(double(c.copies_done - last.copies_done));
       last = c;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }

@@ -81,11 +81,6 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
       reactor->Finish(ToGrpc(st));
       return reactor;
     }
-    if (routing_ != nullptr)
-      if (std::string why = routing_->Refusal(d.shard()); !why.empty()) {
-        reactor->Finish({grpc::StatusCode::FAILED_PRECONDITION, why});
-        return reactor;
-      }
     Op op;
     op.kind = Op::Kind::kAdd;
     op.shard = d.shard();
@@ -146,14 +141,20 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
     }
     dense_bytes += du.activations().size() + du.errors().size();
   }
-  if (routing_ != nullptr)
-    for (const Op& op : call->ops)
-      if (routing_->TakePromotion(op.shard)) {
-        const auto now = std::chrono::system_clock::now().time_since_epoch();
-        EmitEvent({{"event", "promoted_first_update"}, {"shard", op.shard},
-                   {"map_version", routing_->version()},
-                   {"unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(now).count()}});
-      }
+  if (routing_ != nullptr) {
+    std::vector<uint32_t> shards, promoted;
+    for (const Op& op : call->ops) shards.push_back(op.shard);
+    if (std::string why = routing_->Admit(shards, &promoted); !why.empty()) {
+      reactor->Finish({grpc::StatusCode::FAILED_PRECONDITION, why});
+      return reactor;
+    }
+    for (uint32_t shard : promoted) {
+      const auto now = std::chrono::system_clock::now().time_since_epoch();
+      EmitEvent({{"event", "promoted_first_update"}, {"shard", shard},
+                 {"map_version", routing_->version()},
+                 {"unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(now).count()}});
+    }
+  }
   const int trainer = int(req->trainer_index());
   const uint64_t clock = req->clock();
   const bool leave = req->leave();
@@ -197,12 +198,12 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
       reactor->Finish({grpc::StatusCode::NOT_FOUND, "shard " + std::to_string(id) + " is not held here"});
       return reactor;
     }
-    if (routing_ != nullptr)
-      if (std::string why = routing_->Refusal(id); !why.empty()) {
-        reactor->Finish({grpc::StatusCode::FAILED_PRECONDITION, why});
-        return reactor;
-      }
   }
+  if (routing_ != nullptr)
+    if (std::string why = routing_->Admit(ids, nullptr); !why.empty()) {
+      reactor->Finish({grpc::StatusCode::FAILED_PRECONDITION, why});
+      return reactor;
+    }
   const auto asked = std::chrono::steady_clock::now();
   gate_->WhenAllowed(req->clock(), [this, ids, reactor, resp, asked](bool allowed) {
     if (!allowed) {

@@ -62,8 +62,7 @@ void Routing::RenewLease(std::chrono::steady_clock::time_point sent) {
   lease_until_ = std::max(lease_until_, sent + lease_);
 }
 
-std::string Routing::Refusal(uint32_t shard) const {
-  std::lock_guard<std::mutex> l(mu_);
+std::string Routing::RefusalLocked(uint32_t shard) const {
   if (!known_) return "ps-" + std::to_string(self_) + " has no shard map yet";
   if (std::chrono::steady_clock::now() > lease_until_)
     return "ps-" + std::to_string(self_) + " has not heard from the controller leader for " +
@@ -77,6 +76,21 @@ std::string Routing::Refusal(uint32_t shard) const {
          " at shard map version " + std::to_string(map_.version()) +
          (r.replicas().empty() ? std::string(" (no primary)")
                                : "; the primary is ps-" + std::to_string(r.replicas(0)));
+}
+
+std::string Routing::Refusal(uint32_t shard) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return RefusalLocked(shard);
+}
+
+std::string Routing::Admit(const std::vector<uint32_t>& shards, std::vector<uint32_t>* promoted) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (uint32_t id : shards)
+    if (std::string why = RefusalLocked(id); !why.empty()) return why;
+  if (promoted != nullptr && !promoted_.empty())
+    for (uint32_t id : shards)
+      if (promoted_.erase(id) > 0) promoted->push_back(id);
+  return {};
 }
 
 std::vector<std::pair<uint32_t, std::vector<std::string>>> Routing::ForwardTargets() const {

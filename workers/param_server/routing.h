@@ -66,8 +66,13 @@ class Routing {
   // True once per shard this server became the primary of through a map change (not the initial
   // map): the caller reports the first update it accepts as the new primary.
   bool TakePromotion(uint32_t shard);
+  // One check for a whole request (one lock): the refusal for the first of `shards` this server
+  // may not serve, or empty; then, if `promoted` is given, the shards whose first update as new
+  // primary this request is (TakePromotion for each).
+  std::string Admit(const std::vector<uint32_t>& shards, std::vector<uint32_t>* promoted);
 
  private:
+  std::string RefusalLocked(uint32_t shard) const;  // mu_ held
   const uint32_t self_;
   const std::chrono::milliseconds lease_;
   mutable std::mutex mu_;

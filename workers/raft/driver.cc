@@ -178,12 +178,6 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
     return OkStatus();
   }
 
-  grpc::Status Send(grpc::ServerContext*, const v1::RaftBatch* req, v1::RaftAck*) override {
-    Status s = Deliver(*req);
-    return s.ok() ? grpc::Status::OK
-                  : grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, s.message());
-  }
-
   grpc::Status Stream(grpc::ServerContext* ctx, grpc::ServerReader<v1::RaftBatch>* reader,
                       v1::RaftAck*) override {
     v1::RaftBatch batch;
