@@ -229,7 +229,8 @@ TEST(Plan, ClusterModeUsesServiceNamesAndFixedPorts) {
   PlanOptions o;
   o.local = false;
   Plan plan = MakePlan(*job, o);
-  EXPECT_EQ(plan.instances[0].host, "tiny-ps-0");
+  EXPECT_EQ(plan.instances[0].host, "tiny-ps-0.tiny");
+  EXPECT_EQ(plan.instances[0].replication_host, "tiny-ps-0.tiny");
   EXPECT_EQ(plan.instances[0].port, o.grpc_port);
   EXPECT_EQ(plan.instances[0].metrics_port, o.metrics_port);
 }

@@ -17,6 +17,7 @@
 #include "launcher/launcher.h"
 #include "model/layout.h"
 #include "param_server/main.h"
+#include "reconcile/render.h"
 #include "spec/adamjob.h"
 #include "spec/plan.h"
 #include "trainer/main.h"
@@ -81,6 +82,28 @@ std::optional<double> Seconds(const std::string& text) {
   return v;
 }
 
+// "3" -> 3; "hostname" -> the ordinal at the end of this host's name plus one
+// ("job-controller-0" -> 1); nullopt when neither.
+std::optional<uint64_t> MemberId(const std::string& text) {
+  std::string digits = text;
+  uint64_t offset = 0;
+  if (text == "hostname") {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) return std::nullopt;
+    const std::string h = host;
+    const size_t dash = h.rfind('-');
+    if (dash == std::string::npos) return std::nullopt;
+    digits = h.substr(dash + 1);
+    offset = 1;
+  }
+  if (digits.empty() || digits.size() > 9 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  const uint64_t id = std::stoull(digits) + offset;
+  if (id < 1) return std::nullopt;
+  return id;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,6 +140,12 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand("plan", "Print the role instances a manifest runs as");
   plan->add_option("file", job_path, "AdamJob manifest (YAML)")->required();
 
+  auto* render = app.add_subcommand(
+      "render", "Print the Kubernetes objects the operator creates for a manifest, as YAML");
+  render->add_option("file", job_path, "AdamJob manifest (YAML)")->required();
+  std::string render_namespace;
+  render->add_option("-n,--namespace", render_namespace, "namespace (default: the manifest's)");
+
   auto add_role_flags = [&](CLI::App* sub) {
     sub->add_option("--job", job_path, "AdamJob manifest (YAML)")->required();
     sub->add_option("--name", name, "instance name used in logs");
@@ -152,10 +181,13 @@ int main(int argc, char** argv) {
       ->group("");
   auto* ctl = app.add_subcommand("controller", "Run a member of the parameter-server controller group");
   add_role_flags(ctl);
-  uint64_t member_id = 1;
+  std::string member_id = "1";
   std::string members;
   int server_timeout_ms = 500, tick_ms = 10, election_ticks = 20;
-  ctl->add_option("--id", member_id, "this member's id (>= 1)")->required();
+  ctl->add_option("--id", member_id,
+                  "this member's id (>= 1), or 'hostname': the ordinal N at the end of the host "
+                  "name (a StatefulSet pod's '-N') plus one")
+      ->required();
   ctl->add_option("--members", members, "every member: ID=HOST:PORT,... (this one listens on its own)")
       ->required();
   ctl->add_option("--state-dir", state_dir, "Raft log and snapshots")->required();
@@ -173,6 +205,8 @@ int main(int argc, char** argv) {
   tr->add_option("--controller", controller,
                  "controller members ID=HOST:PORT,...: route by its shard map instead of --ps");
   tr->add_flag("--no-bind", no_bind, "do not bind worker threads to cores");
+  std::string metrics_host = "127.0.0.1";
+  tr->add_option("--metrics-host", metrics_host, "address /metrics listens on (0.0.0.0: every one)");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -190,6 +224,18 @@ int main(int argc, char** argv) {
     for (const auto& in : adam::spec::MakePlan(*job).instances)
       std::printf("stage %d  %-14s threads %-3d %s\n", in.stage, in.name.c_str(), in.threads,
                   in.host.empty() ? "" : (in.host + ":" + std::to_string(in.port)).c_str());
+    return 0;
+  }
+  if (render->parsed()) {
+    auto job = Load(job_path);
+    if (!job) return kExitInvalid;
+    if (!render_namespace.empty()) job->name_space = render_namespace;
+    std::ifstream in(job_path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    adam::op::RenderOptions ro;
+    ro.manifest = text.str();
+    std::fputs(adam::op::ToYaml(adam::op::Render(*job, ro)).c_str(), stdout);
     return 0;
   }
   if (run->parsed()) {
@@ -302,7 +348,13 @@ int main(int argc, char** argv) {
   if (ctl->parsed()) {
     adam::controller::MainOptions o;
     o.name = name;
-    o.id = member_id;
+    const std::optional<uint64_t> id = MemberId(member_id);
+    if (!id) {
+      std::fprintf(stderr, "adam controller: --id %s: expected a number >= 1 or 'hostname' (a host "
+                           "name ending in -N)\n", member_id.c_str());
+      return kExitInvalid;
+    }
+    o.id = *id;
     o.members = members;
     o.state_dir = state_dir;
     o.metrics_port = metrics_port;
@@ -324,6 +376,7 @@ int main(int argc, char** argv) {
       return kExitInvalid;
     }
     o.metrics_port = metrics_port;
+    o.metrics_host = metrics_host;
     o.bind = !no_bind;
     return adam::trainer::Main(*job, o);
   }

@@ -1,6 +1,7 @@
 // MetricsServer on prometheus-cpp's Exposer (CivetWeb).
 #include "metrics/metrics.h"
 
+#include <arpa/inet.h>
 #include <prometheus/exposer.h>
 
 namespace adam::metrics {
@@ -8,7 +9,11 @@ namespace adam::metrics {
 StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host, int port) {
   std::unique_ptr<MetricsServer> m(new MetricsServer());
   m->registry_ = std::make_shared<prometheus::Registry>();
-  const std::string address = host + ":" + std::to_string(port);
+  // CivetWeb binds numeric addresses only: a host name (a pod's DNS name in a cluster) serves
+  // on every interface instead.
+  in_addr ip{};
+  const bool numeric = inet_pton(AF_INET, host.c_str(), &ip) == 1;
+  const std::string address = (numeric ? host : std::string("0.0.0.0")) + ":" + std::to_string(port);
   try {
     m->exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
   } catch (const std::exception& e) {

@@ -22,7 +22,8 @@ namespace adam::metrics {
 
 class MetricsServer {
  public:
-  // Serves /metrics on `host:port` (port 0 = any free port). Fails naming the address.
+  // Serves /metrics on `host:port` (port 0 = any free port); a host that is a name rather than an
+  // IPv4 address serves on every interface. Fails naming the address.
   static StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& host, int port);
   ~MetricsServer();
 

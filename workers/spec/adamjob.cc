@@ -501,10 +501,12 @@ StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
       r.Error("metadata", "required");
     } else if (md.IsMap()) {
       // Kubernetes owns the rest of metadata (labels, annotations, ...): only these are ours.
-      if (r.Get(md, "name", "metadata", &job.name, true) && !IsDnsLabel(job.name))
+      // At most 40: pod and host names add "-data-server-0" and the like, within DNS's 63.
+      if (r.Get(md, "name", "metadata", &job.name, true) &&
+          (!IsDnsLabel(job.name) || job.name.size() > 40))
         r.Error("metadata.name",
-                "must be a DNS label (lower-case letters, digits, '-'; at most 63), got '" +
-                    job.name + "'");
+                "must be a DNS label (lower-case letters, digits, '-') of at most 40 characters, "
+                "got '" + job.name + "'");
       r.Get(md, "namespace", "metadata", &job.name_space);
     } else {
       r.Error("metadata", "must be a mapping");

@@ -25,11 +25,14 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options) {
     in.resources = res;
     in.stage = stage;
     if (role != Role::kTrainer) {
-      in.host = options.local ? options.host : job.name + "-" + in.name;
+      // In a cluster each pod is "<job>-<name>" under the job's headless Service "<job>".
+      in.host = options.local ? options.host : job.name + "-" + in.name + "." + job.name;
       in.port = options.local ? 0 : options.grpc_port;
     }
     in.metrics_port = options.local ? 0 : options.metrics_port;
-    if (role == Role::kParamServer) in.replication_host = options.local ? options.replication_host : "";
+    if (role == Role::kParamServer)
+      in.replication_host = options.local ? options.replication_host : in.host;
+    if (role == Role::kParamServer) in.replication_port = options.local ? 0 : options.replication_port;
     plan.instances.push_back(in);
   };
   // With copies, a controller group owns the shard map (members know each other's addresses
@@ -56,7 +59,8 @@ std::vector<std::string> RoleArgs(const RoleInstance& in, const std::string& job
       args.insert(args.end(), {"--index", std::to_string(in.index), "--listen",
                                in.host + ":" + std::to_string(in.port)});
       if (!in.replication_host.empty())
-        args.insert(args.end(), {"--replication-listen", in.replication_host + ":0"});
+        args.insert(args.end(), {"--replication-listen", in.replication_host + ":" +
+                                                        std::to_string(in.replication_port)});
       if (!endpoints.controller_members.empty())
         args.insert(args.end(), {"--controller", endpoints.controller_members});
       break;
@@ -85,9 +89,14 @@ std::vector<std::string> RoleArgs(const RoleInstance& in, const std::string& job
 std::string ControllerMembers(const Plan& plan) {
   std::string out;
   for (const auto& in : plan.instances)
-    if (in.role == Role::kController)
-      out += (out.empty() ? "" : ",") + std::to_string(in.index + 1) + "=" + in.host + ":" +
-             std::to_string(in.port);
+    if (in.role == Role::kController) {
+      if (!out.empty()) out += ',';
+      out += std::to_string(in.index + 1);
+      out += '=';
+      out += in.host;
+      out += ':';
+      out += std::to_string(in.port);
+    }
   return out;
 }
 

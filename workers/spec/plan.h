@@ -26,17 +26,21 @@ struct RoleInstance {
   int port = 0;            // gRPC port; 0 = any free port, reported by the role once bound
   int metrics_port = 0;    // Prometheus /metrics port; 0 = any free port
   std::string replication_host;  // parameter servers: the second NIC's address
+  int replication_port = 0;      // parameter servers: its port; 0 = any free port
   int threads = 1;
   Resources resources;
   int stage = 0;           // start order: every instance of stage s is ready before s+1 starts
 };
 
 struct PlanOptions {
-  bool local = true;       // loopback addresses and free ports, vs. cluster DNS names and fixed ports
+  // Loopback addresses and free ports, vs. cluster DNS names ("<job>-ps-0.<job>": the pod under
+  // the job's headless Service) and fixed ports.
+  bool local = true;
   std::string host = "127.0.0.1";
   std::string replication_host = "127.0.0.2";
   int grpc_port = 7070;    // cluster mode only
   int metrics_port = 9090; // cluster mode only
+  int replication_port = 7071;  // cluster mode only
 };
 
 struct Plan {

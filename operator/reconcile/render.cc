@@ -1,0 +1,364 @@
+// Render: plan -> Kubernetes objects; ToYaml.
+#include "reconcile/render.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <regex>
+
+#include "spec/plan.h"
+
+namespace adam::op {
+namespace {
+
+using spec::Role;
+using spec::RoleInstance;
+
+// Start stage on a cluster: controllers, then parameter servers, then data servers and trainers.
+int KubeStage(Role role, bool has_controllers) {
+  const int base = has_controllers ? 1 : 0;
+  switch (role) {
+    case Role::kController: return 0;
+    case Role::kParamServer: return base;
+    case Role::kDataServer:
+    case Role::kTrainer: return base + 1;
+  }
+  return 0;
+}
+
+Json Labels(const spec::AdamJob& job, const std::string& role) {
+  return Json{{"app.kubernetes.io/name", "adam"},
+              {"app.kubernetes.io/instance", job.name},
+              {"app.kubernetes.io/component", role},
+              {"app.kubernetes.io/managed-by", "adam-operator"},
+              {kJobLabel, job.name},
+              {kRoleLabel, role}};
+}
+
+Json Selector(const spec::AdamJob& job, const std::string& role) {
+  return Json{{"matchLabels", {{kJobLabel, job.name}, {kRoleLabel, role}}}};
+}
+
+Json Metadata(const spec::AdamJob& job, const std::string& name, const std::string& role,
+              int stage, const RenderOptions& o) {
+  Json md = {{"name", name}, {"namespace", job.name_space}, {"labels", Labels(job, role)}};
+  md["annotations"] = Json{{kStageAnnotation, std::to_string(stage)},
+                           {kGenerationAnnotation, std::to_string(o.generation)}};
+  if (!o.owner_uid.empty())
+    md["ownerReferences"] = Json::array({Json{{"apiVersion", "adam.dev/v1alpha1"},
+                                              {"kind", "AdamJob"},
+                                              {"name", job.name},
+                                              {"uid", o.owner_uid},
+                                              {"controller", true},
+                                              {"blockOwnerDeletion", true}}});
+  return md;
+}
+
+// Requests and limits. With NUMA pinning both are set and equal (Guaranteed QoS: the kubelet's
+// static CPU manager then gives the pod whole cores); missing values get the role's defaults.
+Json ResourcesOf(const spec::AdamJob& job, const RoleInstance& in) {
+  spec::Resources r = in.resources;
+  if (job.placement.numa_pinning) {
+    if (r.cpu.empty()) r.cpu = in.role == Role::kTrainer ? std::to_string(in.threads) : "1";
+    if (r.memory.empty())
+      r.memory = in.role == Role::kController ? "512Mi" : in.role == Role::kTrainer ? "2Gi" : "4Gi";
+  }
+  Json req = Json::object();
+  if (!r.cpu.empty()) req["cpu"] = r.cpu;
+  if (!r.memory.empty()) req["memory"] = r.memory;
+  Json out = Json::object();
+  if (!req.empty()) out["requests"] = req;
+  if (job.placement.numa_pinning && !req.empty()) out["limits"] = req;
+  return out;
+}
+
+Json ContainerPorts(const RoleInstance& in) {
+  Json ports = Json::array();
+  if (in.role != Role::kTrainer) ports.push_back({{"name", "grpc"}, {"containerPort", kGrpcPort}});
+  if (in.role == Role::kParamServer)
+    ports.push_back({{"name", "replication"}, {"containerPort", kReplicationPort}});
+  ports.push_back({{"name", "metrics"}, {"containerPort", kMetricsPort}});
+  return ports;
+}
+
+// Anti-affinity among a role's pods on `key`: required where copies must not share a machine
+// (controller members; parameter servers holding copies of one shard), preferred otherwise.
+Json AntiAffinity(const spec::AdamJob& job, const std::string& role, bool required) {
+  const Json term = {{"labelSelector", Selector(job, role)},
+                     {"topologyKey", job.placement.replica_topology_key}};
+  if (required)
+    return {{"podAntiAffinity", {{"requiredDuringSchedulingIgnoredDuringExecution", {term}}}}};
+  return {{"podAntiAffinity",
+           {{"preferredDuringSchedulingIgnoredDuringExecution",
+             {{{"weight", 100}, {"podAffinityTerm", term}}}}}}};
+}
+
+Json Spread(const spec::AdamJob& job, const std::string& role) {
+  return Json::array({{{"maxSkew", 1},
+                       {"topologyKey", job.placement.spread_topology_key},
+                       {"whenUnsatisfiable", "ScheduleAnyway"},
+                       {"labelSelector", Selector(job, role)}}});
+}
+
+// The pod spec every role shares: the image, the manifest, the downward-API files, non-root.
+Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::string> args,
+             bool state_volume) {
+  const std::string role = spec::RoleSubcommand(in.role);
+  Json mounts = Json::array({{{"name", "job"}, {"mountPath", kJobMountPath}, {"readOnly", true}},
+                             {{"name", "podinfo"}, {"mountPath", kPodInfoPath}, {"readOnly", true}},
+                             {{"name", "tmp"}, {"mountPath", "/tmp"}}});
+  if (state_volume) mounts.push_back({{"name", "state"}, {"mountPath", kStatePath}});
+  Json container = {
+      {"name", role},
+      {"image", job.image},
+      {"command", {"adam"}},
+      {"args", args},
+      {"env",
+       {{{"name", "ADAM_NODE_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
+        {{"name", "ADAM_POD_NAME"},
+         {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}}}},
+      {"ports", ContainerPorts(in)},
+      {"resources", ResourcesOf(job, in)},
+      {"volumeMounts", mounts},
+      {"securityContext",
+       {{"runAsNonRoot", true},
+        {"allowPrivilegeEscalation", false},
+        {"readOnlyRootFilesystem", true},
+        {"capabilities", {{"drop", {"ALL"}}}}}}};
+  if (in.role != Role::kTrainer)
+    container["readinessProbe"] = {{"tcpSocket", {{"port", "grpc"}}},
+                                   {"periodSeconds", 2},
+                                   {"failureThreshold", 3}};
+  Json volumes = Json::array(
+      {{{"name", "job"}, {"configMap", {{"name", job.name + "-job"}}}},
+       {{"name", "podinfo"},
+        {"downwardAPI",
+         {{"items",
+           {{{"path", "annotations"}, {"fieldRef", {{"fieldPath", "metadata.annotations"}}}},
+            {{"path", "labels"}, {"fieldRef", {{"fieldPath", "metadata.labels"}}}}}}}}},
+       {{"name", "tmp"}, {"emptyDir", Json::object()}}});
+  Json pod = {{"containers", {container}},
+              {"volumes", volumes},
+              {"enableServiceLinks", false},
+              {"securityContext",
+               {{"runAsNonRoot", true},
+                {"runAsUser", 10001},
+                {"runAsGroup", 10001},
+                {"fsGroup", 10001},
+                {"seccompProfile", {{"type", "RuntimeDefault"}}}}}};
+  return pod;
+}
+
+std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in,
+                                const spec::Endpoints& endpoints) {
+  const std::string job_path = std::string(kJobMountPath) + "/job.yaml";
+  std::vector<std::string> args = spec::RoleArgs(in, job_path, endpoints);
+  if (in.role == Role::kController) {
+    // One template for every member of the StatefulSet: each finds its id in its host name.
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == "--id") args[i + 1] = "hostname";
+      else if (args[i] == "--name") args[i + 1] = "$(ADAM_POD_NAME)";  // expanded by the kubelet
+    args.insert(args.end(), {"--state-dir", std::string(kStatePath) + "/raft"});
+  }
+  if (in.role == Role::kParamServer) {
+    args.insert(args.end(), {"--state-dir", std::string(kStatePath) + "/checkpoints"});
+    if (!job.networks.replication.empty())
+      args.insert(args.end(), {"--replication-network", job.networks.replication,
+                               "--pod-annotations", std::string(kPodInfoPath) + "/annotations"});
+  }
+  if (in.role == Role::kTrainer) args.insert(args.end(), {"--metrics-host", "0.0.0.0"});
+  if ((in.role == Role::kParamServer || in.role == Role::kTrainer) && !job.placement.numa_pinning)
+    args.push_back("--no-bind");
+  return args;
+}
+
+}  // namespace
+
+std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
+  spec::PlanOptions po;
+  po.local = false;
+  po.grpc_port = kGrpcPort;
+  po.metrics_port = kMetricsPort;
+  po.replication_port = kReplicationPort;
+  const spec::Plan plan = spec::MakePlan(job, po);
+  const bool has_controllers = job.roles.parameter_server.copies > 1;
+  const bool copies = has_controllers;
+
+  spec::Endpoints endpoints;
+  endpoints.controller_members = has_controllers ? spec::ControllerMembers(plan) : "";
+  for (const auto& in : plan.instances) {
+    const std::string addr = in.host + ":" + std::to_string(in.port);
+    if (in.role == Role::kDataServer) endpoints.data_server = addr;
+    if (in.role == Role::kParamServer) endpoints.param_servers.push_back(addr);
+  }
+
+  std::vector<Json> out;
+  // The manifest every role reads, and the headless Service that names every pod.
+  Json cm = {{"apiVersion", "v1"},
+             {"kind", "ConfigMap"},
+             {"metadata", Metadata(job, job.name + "-job", "job", 0, o)},
+             {"data", {{"job.yaml", o.manifest}}}};
+  out.push_back(cm);
+  Json svc = {{"apiVersion", "v1"},
+              {"kind", "Service"},
+              {"metadata", Metadata(job, job.name, "job", 0, o)},
+              {"spec",
+               {{"clusterIP", "None"},
+                // Peers must find each other before they are ready (Raft members, copies).
+                {"publishNotReadyAddresses", true},
+                {"selector", {{kJobLabel, job.name}}},
+                {"ports",
+                 {{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", "grpc"}},
+                  {{"name", "replication"}, {"port", kReplicationPort}, {"targetPort", "replication"}},
+                  {{"name", "metrics"}, {"port", kMetricsPort}, {"targetPort", "metrics"}}}}}}};
+  out.push_back(svc);
+
+  if (has_controllers) {
+    const RoleInstance* first = nullptr;
+    for (const auto& in : plan.instances)
+      if (in.role == Role::kController && !first) first = &in;
+    const std::string name = job.name + "-controller";
+    Json md = Metadata(job, name, "controller", 0, o);
+    Json pod = PodSpec(job, *first, ArgsOf(job, *first, endpoints), true);
+    pod["affinity"] = AntiAffinity(job, "controller", true);
+    pod["topologySpreadConstraints"] = Spread(job, "controller");
+    Json tmd = {{"labels", Labels(job, "controller")},
+                {"annotations", {{kStageAnnotation, "0"}}}};
+    Json sts = {
+        {"apiVersion", "apps/v1"},
+        {"kind", "StatefulSet"},
+        {"metadata", md},
+        {"spec",
+         {{"serviceName", job.name},
+          {"replicas", job.roles.controller.replicas},
+          {"podManagementPolicy", "Parallel"},
+          {"selector", Selector(job, "controller")},
+          {"template", {{"metadata", tmd}, {"spec", pod}}},
+          {"volumeClaimTemplates",
+           {{{"metadata", {{"name", "state"}}},
+             {"spec",
+              {{"accessModes", {"ReadWriteOnce"}},
+               {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}}}}}}};
+    out.push_back(sts);
+  }
+
+  for (const auto& in : plan.instances) {
+    if (in.role == Role::kController) continue;
+    const std::string role = spec::RoleSubcommand(in.role);
+    const std::string name = job.name + "-" + in.name;
+    const int stage = KubeStage(in.role, has_controllers);
+    const bool ps = in.role == Role::kParamServer;
+    if (ps) {
+      // The checkpoint volume outlives the pod: a recreated server restores from it.
+      Json pvc = {{"apiVersion", "v1"},
+                  {"kind", "PersistentVolumeClaim"},
+                  {"metadata", Metadata(job, name + "-state", role, stage, o)},
+                  {"spec",
+                   {{"accessModes", {"ReadWriteOnce"}},
+                    {"resources",
+                     {{"requests", {{"storage", job.roles.parameter_server.persistence.size}}}}}}}};
+      pvc["metadata"]["labels"][kIndexLabel] = std::to_string(in.index);
+      out.push_back(pvc);
+    }
+    Json md = Metadata(job, name, role, stage, o);
+    md["labels"][kIndexLabel] = std::to_string(in.index);
+    if (ps && !job.networks.replication.empty())
+      md["annotations"][kMultusAnnotation] = job.networks.replication;
+    Json pod = PodSpec(job, in, ArgsOf(job, in, endpoints), ps);
+    pod["hostname"] = name;
+    pod["subdomain"] = job.name;
+    // The operator restarts failed pods itself, counting them against runPolicy.backoffLimit.
+    pod["restartPolicy"] = "Never";
+    if (ps) {
+      pod["affinity"] = AntiAffinity(job, role, copies);
+      pod["topologySpreadConstraints"] = Spread(job, role);
+      pod["terminationGracePeriodSeconds"] = 60;  // the last checkpoint flush
+      pod["volumes"].push_back(
+          {{"name", "state"}, {"persistentVolumeClaim", {{"claimName", name + "-state"}}}});
+    } else if (in.role == Role::kTrainer) {
+      pod["topologySpreadConstraints"] = Spread(job, role);
+    }
+    out.push_back({{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", md}, {"spec", pod}});
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Json& a, const Json& b) { return StageOf(a) < StageOf(b); });
+  return out;
+}
+
+int StageOf(const Json& object) {
+  const auto& md = object.value("metadata", Json::object());
+  const auto& ann = md.value("annotations", Json::object());
+  const std::string s = ann.value(kStageAnnotation, "0");
+  return std::atoi(s.c_str());
+}
+
+namespace {
+
+// Would YAML read this plain scalar as something other than a string?
+bool NeedsQuotes(const std::string& s) {
+  static const std::regex other(
+      "^([-+]?[0-9][0-9_]*(\\.[0-9_]*)?([eE][-+]?[0-9]+)?|[-+]?\\.[0-9]+([eE][-+]?[0-9]+)?|"
+      "0x[0-9a-fA-F]+|0o[0-7]+|[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN)|"
+      "y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF|"
+      "null|Null|NULL|~|)$");
+  return std::regex_match(s, other);
+}
+
+void Emit(YAML::Emitter& e, const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::object:
+      if (v.empty()) {
+        e << YAML::Flow << YAML::BeginMap << YAML::EndMap;
+        return;
+      }
+      e << YAML::BeginMap;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        e << YAML::Key;
+        if (NeedsQuotes(it.key())) e << YAML::DoubleQuoted;
+        e << it.key() << YAML::Value;
+        Emit(e, it.value());
+      }
+      e << YAML::EndMap;
+      return;
+    case Json::value_t::array:
+      if (v.empty()) {
+        e << YAML::Flow << YAML::BeginSeq << YAML::EndSeq;
+        return;
+      }
+      e << YAML::BeginSeq;
+      for (const auto& x : v) Emit(e, x);
+      e << YAML::EndSeq;
+      return;
+    case Json::value_t::string: {
+      const std::string& s = v.get_ref<const std::string&>();
+      if (s.find('\n') != std::string::npos) {
+        e << YAML::Literal << s;
+      } else {
+        if (NeedsQuotes(s)) e << YAML::DoubleQuoted;
+        e << s;
+      }
+      return;
+    }
+    case Json::value_t::boolean: e << (v.get<bool>() ? "true" : "false"); return;
+    case Json::value_t::number_integer: e << v.get<int64_t>(); return;
+    case Json::value_t::number_unsigned: e << v.get<uint64_t>(); return;
+    case Json::value_t::number_float: e << v.get<double>(); return;
+    default: e << YAML::Null; return;
+  }
+}
+
+}  // namespace
+
+std::string ToYaml(const Json& value) {
+  YAML::Emitter e;
+  e.SetIndent(2);
+  Emit(e, value);
+  return std::string(e.c_str()) + "\n";
+}
+
+std::string ToYaml(const std::vector<Json>& objects) {
+  std::string out;
+  for (const auto& o : objects) out += "---\n" + ToYaml(o);
+  return out;
+}
+
+}  // namespace adam::op

@@ -1,0 +1,63 @@
+// Rendering an AdamJob's plan to the Kubernetes objects that run it.
+//
+// The operator and `adam render` share this: one pure function from a validated job to the
+// objects (as JSON, the API's own form) that the reconciler creates, each labelled with the job
+// and role and annotated with its start stage: controllers (stage 0), then parameter servers,
+// then data servers and trainers. Placement is decided here: Guaranteed QoS for NUMA pinning,
+// required anti-affinity between copies, topology spread, the Multus network annotation and the
+// downward-API files a process reads its second interface from. Thread-compatible.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "spec/adamjob.h"
+
+namespace adam::op {
+
+using Json = nlohmann::ordered_json;
+
+// Fixed ports inside every pod.
+inline constexpr int kGrpcPort = 7070;
+inline constexpr int kReplicationPort = 7071;
+inline constexpr int kMetricsPort = 9090;
+
+// Label and annotation keys the operator writes and selects on.
+inline constexpr const char* kJobLabel = "adam.dev/job";
+inline constexpr const char* kRoleLabel = "adam.dev/role";
+inline constexpr const char* kIndexLabel = "adam.dev/index";
+inline constexpr const char* kStageAnnotation = "adam.dev/stage";
+inline constexpr const char* kGenerationAnnotation = "adam.dev/generation";
+inline constexpr const char* kMultusAnnotation = "k8s.v1.cni.cncf.io/networks";
+inline constexpr const char* kNetworkStatusAnnotation = "k8s.v1.cni.cncf.io/network-status";
+
+// Where every pod finds its files.
+inline constexpr const char* kJobMountPath = "/etc/adam";
+inline constexpr const char* kPodInfoPath = "/etc/podinfo";
+inline constexpr const char* kStatePath = "/var/lib/adam";
+
+struct RenderOptions {
+  // The manifest the roles read (mounted from the job's ConfigMap): YAML or JSON text.
+  std::string manifest;
+  // The AdamJob's uid; non-empty: every object gets an ownerReference to it (controller=true), so
+  // deleting the job deletes them.
+  std::string owner_uid;
+  int64_t generation = 0;  // the AdamJob's metadata.generation, recorded on each object
+};
+
+// Every object of the job, in creation order (stage, then kind, then index). Each carries the
+// labels adam.dev/job and adam.dev/role and the annotation adam.dev/stage.
+std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& options);
+
+// The stage annotation of a rendered object (0 when it has none).
+int StageOf(const Json& object);
+
+// The objects as a YAML stream ("---" between documents), with strings quoted where YAML would
+// read them as another type.
+std::string ToYaml(const std::vector<Json>& objects);
+
+// One JSON value as YAML (a document without the "---").
+std::string ToYaml(const Json& value);
+
+}  // namespace adam::op

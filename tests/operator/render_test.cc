@@ -1,0 +1,200 @@
+// `adam render`: golden files of the example manifests, and the placement they must carry.
+// Regenerate the golden files after an intended change with ADAM_UPDATE_GOLDEN=1.
+#include "reconcile/render.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "operator/openapi.h"
+#include "spec/adamjob.h"
+
+namespace adam::op {
+namespace {
+
+std::string Read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string Source(const std::string& rel) { return std::string(ADAM_SOURCE_DIR) + "/" + rel; }
+
+std::vector<Json> RenderExample(const std::string& name, const std::string& owner_uid = "") {
+  const std::string text = Read(Source("examples/" + name + ".yaml"));
+  auto job = spec::ParseAdamJob(text);
+  EXPECT_TRUE(job.ok()) << job.status().message();
+  RenderOptions o;
+  o.manifest = text;
+  o.owner_uid = owner_uid;
+  return Render(*job, o);
+}
+
+RenderOptions WithManifest(const std::string& text) {
+  RenderOptions o;
+  o.manifest = text;
+  return o;
+}
+
+std::vector<const Json*> Pods(const std::vector<Json>& objects, const std::string& role) {
+  std::vector<const Json*> out;
+  for (const auto& o : objects)
+    if (o["kind"] == "Pod" && o["metadata"]["labels"][kRoleLabel] == role) out.push_back(&o);
+  return out;
+}
+
+const Json* Find(const std::vector<Json>& objects, const std::string& kind) {
+  for (const auto& o : objects)
+    if (o["kind"] == kind) return &o;
+  return nullptr;
+}
+
+class Golden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Golden, RenderMatchesTheGoldenFile) {
+  const std::string name = GetParam();
+  const std::string got = ToYaml(RenderExample(name));
+  const std::string path = Source("tests/operator/golden/" + name + ".yaml");
+  if (std::getenv("ADAM_UPDATE_GOLDEN")) {
+    std::ofstream(path) << got;
+    GTEST_SKIP() << "wrote " << path;
+  }
+  EXPECT_EQ(got, Read(path)) << "rerun with ADAM_UPDATE_GOLDEN=1 if the change is intended";
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, Golden, ::testing::Values("fashion-mnist", "fashion-mnist-ha"));
+
+TEST(Render, YamlReadsBackToTheSameObjects) {
+  for (const char* name : {"fashion-mnist", "fashion-mnist-ha"}) {
+    for (const Json& o : RenderExample(name)) {
+      const nlohmann::json back = testing::YamlToJson(ToYaml(o));
+      EXPECT_EQ(back, nlohmann::json::parse(o.dump())) << ToYaml(o);
+    }
+  }
+}
+
+TEST(Render, CopiesNeverShareAHostAndControllersComeFirst) {
+  const auto objects = RenderExample("fashion-mnist-ha");
+  // Start order: controllers, then parameter servers, then data server and trainers.
+  const Json* sts = Find(objects, "StatefulSet");
+  ASSERT_NE(sts, nullptr);
+  EXPECT_EQ(StageOf(*sts), 0);
+  EXPECT_EQ((*sts)["spec"]["replicas"], 3);
+  for (const Json* p : Pods(objects, "ps")) EXPECT_EQ(StageOf(*p), 1);
+  for (const Json* p : Pods(objects, "trainer")) EXPECT_EQ(StageOf(*p), 2);
+  for (const Json* p : Pods(objects, "data-server")) EXPECT_EQ(StageOf(*p), 2);
+  for (size_t i = 1; i < objects.size(); ++i) EXPECT_LE(StageOf(objects[i - 1]), StageOf(objects[i]));
+
+  // Required anti-affinity among the job's parameter servers (each holds a copy of every shard)
+  // and among controller members, on the job's replica topology key.
+  auto required = [](const Json& pod_spec, const std::string& role) {
+    const Json& terms =
+        pod_spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    EXPECT_EQ(terms.size(), 1u);
+    EXPECT_EQ(terms[0]["topologyKey"], "kubernetes.io/hostname");
+    EXPECT_EQ(terms[0]["labelSelector"]["matchLabels"][kRoleLabel], role);
+    EXPECT_EQ(terms[0]["labelSelector"]["matchLabels"][kJobLabel], "fashion-mnist-ha");
+  };
+  const auto ps = Pods(objects, "ps");
+  ASSERT_EQ(ps.size(), 3u);
+  for (const Json* p : ps) {
+    required((*p)["spec"], "ps");
+    EXPECT_EQ((*p)["spec"]["topologySpreadConstraints"][0]["topologyKey"],
+              "topology.kubernetes.io/zone");
+  }
+  required((*sts)["spec"]["template"]["spec"], "controller");
+  // Each controller member finds its id in its host name; members are the StatefulSet's pods.
+  const Json& args = (*sts)["spec"]["template"]["spec"]["containers"][0]["args"];
+  const std::string joined = args.dump();
+  EXPECT_NE(joined.find("\"--id\",\"hostname\""), std::string::npos);
+  EXPECT_NE(joined.find("1=fashion-mnist-ha-controller-0.fashion-mnist-ha:7070,"), std::string::npos);
+  // Trainers route through the controller.
+  const std::string targs = Pods(objects, "trainer")[0]->at("spec")["containers"][0]["args"].dump();
+  EXPECT_NE(targs.find("--controller"), std::string::npos);
+  EXPECT_EQ(targs.find("--ps\""), std::string::npos);
+}
+
+TEST(Render, WithoutCopiesServersOnlyPreferSeparateHosts) {
+  const auto objects = RenderExample("fashion-mnist");
+  EXPECT_EQ(Find(objects, "StatefulSet"), nullptr);  // no controller group
+  for (const Json* p : Pods(objects, "ps")) {
+    const Json& anti = (*p)["spec"]["affinity"]["podAntiAffinity"];
+    EXPECT_FALSE(anti.contains("requiredDuringSchedulingIgnoredDuringExecution"));
+    EXPECT_TRUE(anti.contains("preferredDuringSchedulingIgnoredDuringExecution"));
+    EXPECT_EQ(StageOf(*p), 0);
+  }
+  for (const Json* p : Pods(objects, "trainer")) EXPECT_EQ(StageOf(*p), 1);
+}
+
+TEST(Render, NumaPinningMeansGuaranteedQosWithWholeCpus) {
+  for (const Json& o : RenderExample("fashion-mnist")) {
+    if (o["kind"] != "Pod") continue;
+    const Json& res = o["spec"]["containers"][0]["resources"];
+    EXPECT_EQ(res["requests"], res["limits"]) << o["metadata"]["name"];
+    const std::string cpu = res["requests"]["cpu"];
+    EXPECT_EQ(cpu.find_first_not_of("0123456789"), std::string::npos) << cpu;
+    EXPECT_TRUE(res["requests"].contains("memory"));
+  }
+  // Without pinning: no limits, and the processes do not bind threads.
+  auto text = Read(Source("examples/fashion-mnist.yaml")) + "  placement: {numaPinning: false}\n";
+  auto job = spec::ParseAdamJob(text);
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  for (const Json& o : Render(*job, WithManifest(text))) {
+    if (o["kind"] != "Pod") continue;
+    EXPECT_FALSE(o["spec"]["containers"][0]["resources"].contains("limits"));
+    const std::string role = o["metadata"]["labels"][kRoleLabel];
+    if (role == "ps" || role == "trainer") {
+      EXPECT_NE(o["spec"]["containers"][0]["args"].dump().find("--no-bind"), std::string::npos);
+    }
+  }
+}
+
+TEST(Render, ReplicationNetworkGoesThroughMultusAndTheDownwardApi) {
+  auto text = Read(Source("examples/fashion-mnist-ha.yaml")) +
+              "  networks: {replication: adam-replication}\n";
+  auto job = spec::ParseAdamJob(text);
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  const auto objects = Render(*job, WithManifest(text));
+  for (const Json* p : Pods(objects, "ps")) {
+    EXPECT_EQ((*p)["metadata"]["annotations"][kMultusAnnotation], "adam-replication");
+    const std::string args = (*p)["spec"]["containers"][0]["args"].dump();
+    EXPECT_NE(args.find("\"--replication-network\",\"adam-replication\""), std::string::npos);
+    EXPECT_NE(args.find("\"--pod-annotations\",\"/etc/podinfo/annotations\""), std::string::npos);
+    bool annotations_file = false;
+    for (const Json& v : (*p)["spec"]["volumes"])
+      if (v.contains("downwardAPI"))
+        for (const Json& item : v["downwardAPI"]["items"])
+          annotations_file |= item["fieldRef"]["fieldPath"] == "metadata.annotations";
+    EXPECT_TRUE(annotations_file);
+  }
+  for (const Json* p : Pods(objects, "trainer"))
+    EXPECT_FALSE((*p)["metadata"]["annotations"].contains(kMultusAnnotation));
+}
+
+TEST(Render, OwnedObjectsHaveUniqueNamesAndOwnerReferences) {
+  const auto objects = RenderExample("fashion-mnist-ha", "uid-1");
+  std::set<std::string> names;
+  for (const Json& o : objects) {
+    EXPECT_TRUE(names.insert(std::string(o["kind"]) + "/" + std::string(o["metadata"]["name"])).second);
+    ASSERT_EQ(o["metadata"]["ownerReferences"].size(), 1u);
+    EXPECT_EQ(o["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+    EXPECT_EQ(o["metadata"]["ownerReferences"][0]["controller"], true);
+    EXPECT_EQ(o["metadata"]["namespace"], "default");
+  }
+  // Each pod's host name under the job's Service is the address its peers are given.
+  for (const Json* p : Pods(objects, "ps")) {
+    EXPECT_EQ((*p)["spec"]["subdomain"], "fashion-mnist-ha");
+    EXPECT_EQ((*p)["spec"]["hostname"], (*p)["metadata"]["name"]);
+  }
+  const Json* svc = Find(objects, "Service");
+  ASSERT_NE(svc, nullptr);
+  EXPECT_EQ((*svc)["spec"]["clusterIP"], "None");
+  EXPECT_EQ((*svc)["spec"]["publishNotReadyAddresses"], true);
+}
+
+}  // namespace
+}  // namespace adam::op
