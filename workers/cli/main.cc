@@ -17,6 +17,7 @@
 #include "launcher/launcher.h"
 #include "model/layout.h"
 #include "param_server/main.h"
+#include "operator.h"
 #include "reconcile/render.h"
 #include "spec/adamjob.h"
 #include "spec/plan.h"
@@ -146,6 +147,22 @@ int main(int argc, char** argv) {
   std::string render_namespace;
   render->add_option("-n,--namespace", render_namespace, "namespace (default: the manifest's)");
 
+  auto* oper = app.add_subcommand(
+      "operator", "Run the Kubernetes operator: reconcile AdamJob resources into pods");
+  adam::op::OperatorOptions oo;
+  std::string kubeconfig, kube_context;
+  oper->add_option("--kubeconfig", kubeconfig,
+                   "kubeconfig file (default: the pod's service account)");
+  oper->add_option("--context", kube_context, "kubeconfig context (default: its current one)");
+  oper->add_option("--namespace", oo.watch_namespace, "watch one namespace (default: every one)");
+  oper->add_option("--metrics-bind-address", oo.metrics_address,
+                   "host:port of /metrics, /healthz and /readyz");
+  oper->add_option("--leader-elect", oo.leader_elect, "campaign for a Lease; only the leader acts");
+  oper->add_option("--leader-election-namespace", oo.lease_namespace,
+                   "namespace of the Lease (default: the operator's own)");
+  oper->add_option("--leader-election-id", oo.lease_name, "name of the Lease");
+  oper->add_option("--workers", oo.workers, "concurrent reconciles (of different jobs)");
+
   auto add_role_flags = [&](CLI::App* sub) {
     sub->add_option("--job", job_path, "AdamJob manifest (YAML)")->required();
     sub->add_option("--name", name, "instance name used in logs");
@@ -225,6 +242,11 @@ int main(int argc, char** argv) {
       std::printf("stage %d  %-14s threads %-3d %s\n", in.stage, in.name.c_str(), in.threads,
                   in.host.empty() ? "" : (in.host + ":" + std::to_string(in.port)).c_str());
     return 0;
+  }
+  if (oper->parsed()) {
+    SetUpLogging("operator");
+    if (const char* pod = std::getenv("ADAM_POD_NAME")) oo.identity = pod;
+    return adam::op::OperatorMain(oo, kubeconfig, kube_context);
   }
   if (render->parsed()) {
     auto job = Load(job_path);

@@ -27,4 +27,13 @@ int WaitForTerminationSignal() {
   return sig;
 }
 
+int WaitForTerminationSignal(std::chrono::milliseconds timeout) {
+  sigset_t set = TerminationSet();
+  timespec ts{};
+  ts.tv_sec = timeout.count() / 1000;
+  ts.tv_nsec = (timeout.count() % 1000) * 1000000;
+  const int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
 }  // namespace adam

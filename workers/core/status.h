@@ -25,6 +25,8 @@ enum class StatusCode {
   kInternal,
   kCancelled,
   kDeadlineExceeded,
+  kAborted,           // a concurrent change won (an optimistic-concurrency conflict): re-read, retry
+  kOutOfRange,        // a position is no longer (or not yet) available, e.g. a compacted version
 };
 
 // Returns a short name for `code` ("INVALID_ARGUMENT").
@@ -65,6 +67,10 @@ inline Status DeadlineExceededError(std::string m) {
   return Status(StatusCode::kDeadlineExceeded, std::move(m));
 }
 inline Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
+inline Status AbortedError(std::string m) { return Status(StatusCode::kAborted, std::move(m)); }
+inline Status OutOfRangeError(std::string m) {
+  return Status(StatusCode::kOutOfRange, std::move(m));
+}
 
 // Either a value of type T or a non-OK Status.
 template <typename T>

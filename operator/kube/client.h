@@ -1,0 +1,118 @@
+// A small Kubernetes API client: the REST verbs the operator needs, over JSON.
+//
+// `Client` is the interface the reconciler, informers and leader election use; `NewHttpClient`
+// returns the real one (cpprestsdk; HTTPS with a bearer token or client certificate). Errors map
+// the API's answers to Status codes: 404 -> NOT_FOUND, 409 on create -> ALREADY_EXISTS, 409 on
+// update (stale resourceVersion) -> ABORTED, 410 Gone (a compacted resourceVersion) ->
+// OUT_OF_RANGE, 422 -> INVALID_ARGUMENT, no answer -> UNAVAILABLE; the message carries the
+// server's own. cpprest stays inside kube/ (its U() macro breaks other headers). Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/status.h"
+
+namespace adam::kube {
+
+using Json = nlohmann::ordered_json;
+
+// A kind of object in the API: "v1" + "pods", "apps/v1" + "statefulsets", ...
+struct Resource {
+  std::string group_version;  // "v1" (core) or "group/version"
+  std::string plural;
+  bool namespaced = true;
+
+  // The collection path: /api/v1/namespaces/NS/pods, /apis/apps/v1/namespaces/NS/statefulsets;
+  // an empty namespace lists across all namespaces.
+  std::string Path(const std::string& name_space) const;
+  bool operator==(const Resource&) const = default;
+};
+
+// The resources the operator touches.
+Resource AdamJobs();
+Resource Pods();
+Resource Services();
+Resource ConfigMaps();
+Resource PersistentVolumeClaims();
+Resource StatefulSets();
+Resource Events();
+Resource Leases();
+
+// The resource a rendered object of `kind` ("Pod", "StatefulSet", ...) belongs to.
+StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::string& kind);
+
+struct WatchEvent {
+  std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+  Json object;
+};
+
+struct ListOptions {
+  std::string label_selector;  // "k=v,k2=v2"; empty = everything
+};
+
+struct WatchOptions {
+  std::string label_selector;
+  std::string resource_version;       // events after this version
+  bool bookmarks = true;              // allowWatchBookmarks
+  std::chrono::seconds timeout{300};  // the server ends the stream after this (timeoutSeconds)
+};
+
+class Client {
+ public:
+  virtual ~Client() = default;
+
+  virtual StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) = 0;
+  // A list object: items plus metadata.resourceVersion, the version a watch continues from.
+  virtual StatusOr<Json> List(const Resource& r, const std::string& ns, const ListOptions& o) = 0;
+  // POST; the object's metadata.namespace is ignored in favour of `ns`.
+  virtual StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) = 0;
+  // PUT of the whole object; its metadata.resourceVersion must be current (else ABORTED).
+  virtual StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) = 0;
+  // PUT to the status subresource: only .status changes.
+  virtual StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns,
+                                      const Json& object) = 0;
+  // DELETE with propagationPolicy Background; NOT_FOUND when already gone.
+  virtual Status Delete(const Resource& r, const std::string& ns, const std::string& name) = 0;
+  // Streams events to `on_event` until the server ends the stream (OK), `on_event` returns
+  // false (OK), `stop` becomes true (CANCELLED), or the connection fails. An ERROR event with
+  // code 410, or a 410 answer, returns OUT_OF_RANGE: the caller must list again.
+  virtual Status Watch(const Resource& r, const std::string& ns, const WatchOptions& o,
+                       const std::function<bool(const WatchEvent&)>& on_event,
+                       const std::atomic<bool>* stop) = 0;
+};
+
+// Where the API server is and how to authenticate.
+struct Config {
+  std::string server;                 // https://host:port (or http:// for tests)
+  std::string token;                  // bearer token; empty = none
+  std::string ca_pem;                 // CA bundle to verify the server; empty = system roots
+  std::string client_cert_pem;        // client certificate and key (kubeconfig users)
+  std::string client_key_pem;
+  bool insecure_skip_tls_verify = false;
+  std::string name_space = "default";  // the context's (or service account's) namespace
+};
+
+// The service account's token and CA, and KUBERNETES_SERVICE_HOST/PORT; NOT_FOUND outside a pod.
+// `root` replaces "/" for tests.
+StatusOr<Config> InClusterConfig(const std::string& root = "");
+
+// The current (or named) context of a kubeconfig file: server, CA (file or -data), token or
+// client certificate (file or -data). Errors name the field at fault.
+StatusOr<Config> LoadKubeconfig(const std::string& path, const std::string& context = "");
+// The same, from the file's text; relative file references resolve against `base_dir`.
+StatusOr<Config> ParseKubeconfig(const std::string& text, const std::string& base_dir,
+                                 const std::string& context = "");
+
+std::unique_ptr<Client> NewHttpClient(const Config& config);
+
+// RFC 3339 UTC time ("2026-11-23T05:55:15Z") of a system_clock time point, and back (nullopt
+// when malformed).
+std::string FormatTime(std::chrono::system_clock::time_point t);
+std::optional<std::chrono::system_clock::time_point> ParseTime(const std::string& text);
+
+}  // namespace adam::kube

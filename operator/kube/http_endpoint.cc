@@ -1,0 +1,55 @@
+// HttpEndpoint on cpprest's listener.
+#include "kube/http_endpoint.h"
+
+#include <cpprest/http_listener.h>
+
+#include "core/ports.h"
+
+namespace adam::kube {
+
+struct HttpEndpoint::Impl {
+  std::unique_ptr<web::http::experimental::listener::http_listener> listener;
+  std::map<std::string, Handler> handlers;
+};
+
+StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::string& host, int port,
+                                                            std::map<std::string, Handler> handlers) {
+  std::unique_ptr<HttpEndpoint> e(new HttpEndpoint());
+  e->impl_ = std::make_unique<Impl>();
+  e->impl_->handlers = std::move(handlers);
+  // cpprest cannot report the port it bound, so port 0 picks a free one first.
+  if (port == 0) {
+    port = FreePort(host == "0.0.0.0" ? "127.0.0.1" : host);
+    if (port == 0) return UnavailableError("no free port on " + host);
+  }
+  e->port_ = port;
+  const std::string url = "http://" + host + ":" + std::to_string(port);
+  try {
+    e->impl_->listener = std::make_unique<web::http::experimental::listener::http_listener>(url);
+    Impl* impl = e->impl_.get();
+    e->impl_->listener->support(web::http::methods::GET, [impl](web::http::http_request req) {
+      auto it = impl->handlers.find(req.relative_uri().path());
+      if (it == impl->handlers.end()) {
+        req.reply(web::http::status_codes::NotFound, "not found\n");
+        return;
+      }
+      HttpAnswer a = it->second();
+      req.reply(static_cast<web::http::status_code>(a.code), a.body, a.content_type);
+    });
+    e->impl_->listener->open().wait();
+  } catch (const std::exception& ex) {
+    return UnavailableError("cannot serve on " + url + ": " + ex.what());
+  }
+  return e;
+}
+
+HttpEndpoint::~HttpEndpoint() {
+  if (impl_ && impl_->listener) {
+    try {
+      impl_->listener->close().wait();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+}  // namespace adam::kube

@@ -1,0 +1,156 @@
+// Informer.
+#include "kube/informer.h"
+
+#include <spdlog/spdlog.h>
+
+namespace adam::kube {
+
+std::string KeyOf(const Json& object) {
+  const Json md = object.value("metadata", Json::object());
+  return md.value("namespace", "") + "/" + md.value("name", "");
+}
+
+Informer::Informer(Client* client, Resource resource, std::string ns, std::string label_selector,
+                   Handler handler)
+    : client_(client),
+      resource_(std::move(resource)),
+      ns_(std::move(ns)),
+      selector_(std::move(label_selector)),
+      handler_(std::move(handler)) {}
+
+Informer::~Informer() { Stop(); }
+
+void Informer::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Informer::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Informer::WaitForSync(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return synced_.load() || stop_.load(); });
+  return synced_.load();
+}
+
+std::optional<Json> Informer::Get(const std::string& ns, const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cache_.find(ns + "/" + name);
+  if (it == cache_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<Json> Informer::List(const std::string& key, const std::string& value) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Json> out;
+  for (const auto& [k, o] : cache_) {
+    if (!key.empty()) {
+      const Json labels = o["metadata"].value("labels", Json::object());
+      if (labels.value(key, "") != value) continue;
+    }
+    out.push_back(o);
+  }
+  return out;
+}
+
+std::string Informer::resource_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return version_;
+}
+
+Status Informer::ListOnce() {
+  ListOptions lo;
+  lo.label_selector = selector_;
+  auto list = client_->List(resource_, ns_, lo);
+  if (!list.ok()) return list.status();
+  ++lists_;
+  std::map<std::string, Json> fresh;
+  for (const Json& item : list->value("items", Json::array())) fresh[KeyOf(item)] = item;
+  std::vector<WatchEvent> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The difference from what the cache held becomes events, so a relist misses nothing.
+    for (const auto& [k, o] : cache_)
+      if (!fresh.count(k)) events.push_back({"DELETED", o});
+    for (const auto& [k, o] : fresh) {
+      auto it = cache_.find(k);
+      if (it == cache_.end())
+        events.push_back({"ADDED", o});
+      else if (it->second != o)
+        events.push_back({"MODIFIED", o});
+    }
+    cache_ = std::move(fresh);
+    version_ = (*list)["metadata"].value("resourceVersion", "");
+    synced_ = true;
+  }
+  cv_.notify_all();
+  for (const auto& ev : events) handler_(ev);
+  return OkStatus();
+}
+
+void Informer::Apply(const WatchEvent& ev) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    version_ = ev.object["metadata"].value("resourceVersion", version_);
+    if (ev.type == "BOOKMARK") return;
+    if (ev.type == "DELETED")
+      cache_.erase(KeyOf(ev.object));
+    else
+      cache_[KeyOf(ev.object)] = ev.object;
+  }
+  handler_(ev);
+}
+
+void Informer::Run() {
+  std::chrono::milliseconds backoff(100);
+  bool need_list = true;
+  auto sleep = [&](std::chrono::milliseconds d) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, d, [&] { return stop_.load(); });
+  };
+  while (!stop_) {
+    if (need_list) {
+      Status s = ListOnce();
+      if (!s.ok()) {
+        spdlog::warn("list {}: {}", resource_.plural, s.message());
+        sleep(backoff);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+        continue;
+      }
+      need_list = false;
+    }
+    WatchOptions wo;
+    wo.label_selector = selector_;
+    wo.resource_version = resource_version();
+    ++watches_;
+    bool progressed = false;
+    Status s = client_->Watch(
+        resource_, ns_, wo,
+        [&](const WatchEvent& ev) {
+          progressed = true;
+          Apply(ev);
+          return !stop_.load();
+        },
+        &stop_);
+    if (stop_) break;
+    if (s.code() == StatusCode::kOutOfRange) {
+      spdlog::info("watch {}: {}; listing again", resource_.plural, s.message());
+      need_list = true;
+      continue;
+    }
+    if (s.ok()) {  // the server ended the stream (its timeout): watch on from the last version
+      backoff = std::chrono::milliseconds(100);
+      continue;
+    }
+    if (progressed) backoff = std::chrono::milliseconds(100);
+    spdlog::warn("watch {}: {}; reconnecting in {} ms", resource_.plural, s.message(), backoff.count());
+    sleep(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+}
+
+}  // namespace adam::kube

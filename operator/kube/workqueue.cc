@@ -1,0 +1,109 @@
+// WorkQueue.
+#include "kube/workqueue.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace adam::kube {
+
+void WorkQueue::AddLocked(const std::string& key) {
+  if (shut_down_) return;
+  ++adds_;
+  if (dirty_.count(key)) return;
+  dirty_.insert(key);
+  if (processing_.count(key)) return;  // requeued by Done
+  queue_.push_back(key);
+  cv_.notify_one();
+}
+
+void WorkQueue::Add(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  AddLocked(key);
+}
+
+void WorkQueue::AddAfter(const std::string& key, std::chrono::milliseconds delay) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (delay <= std::chrono::milliseconds(0)) return AddLocked(key);
+  if (shut_down_) return;
+  delayed_.emplace(Clock::now() + delay, key);
+  cv_.notify_all();
+}
+
+void WorkQueue::AddRateLimited(const std::string& key) {
+  std::chrono::milliseconds delay;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int n = failures_[key]++;
+    ++retries_;
+    const double d = double(options_.base_delay.count()) * std::pow(2.0, std::min(n, 30));
+    delay = std::chrono::milliseconds(int64_t(std::min(d, double(options_.max_delay.count()))));
+  }
+  AddAfter(key, delay);
+}
+
+void WorkQueue::Forget(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  failures_.erase(key);
+}
+
+int WorkQueue::Requeues(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = failures_.find(key);
+  return it == failures_.end() ? 0 : it->second;
+}
+
+std::optional<std::string> WorkQueue::Get() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (shut_down_) return std::nullopt;
+    const auto now = Clock::now();
+    while (!delayed_.empty() && delayed_.begin()->first <= now) {
+      const std::string key = delayed_.begin()->second;
+      delayed_.erase(delayed_.begin());
+      AddLocked(key);
+    }
+    if (!queue_.empty()) {
+      std::string key = queue_.front();
+      queue_.pop_front();
+      dirty_.erase(key);
+      processing_.insert(key);
+      return key;
+    }
+    if (delayed_.empty())
+      cv_.wait(lock);
+    else
+      cv_.wait_until(lock, delayed_.begin()->first);
+  }
+}
+
+void WorkQueue::Done(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  processing_.erase(key);
+  if (dirty_.count(key)) {
+    queue_.push_back(key);
+    cv_.notify_one();
+  }
+}
+
+void WorkQueue::ShutDown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shut_down_ = true;
+  cv_.notify_all();
+}
+
+size_t WorkQueue::Depth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+uint64_t WorkQueue::adds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return adds_;
+}
+
+uint64_t WorkQueue::retries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return retries_;
+}
+
+}  // namespace adam::kube

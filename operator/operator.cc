@@ -1,0 +1,329 @@
+// Operator: wiring of informers, work queue, workers, leader election and endpoints.
+#include "operator.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "core/signals.h"
+#include "kube/http_endpoint.h"
+#include "kube/informer.h"
+#include "kube/leader.h"
+#include "kube/workqueue.h"
+#include "reconcile/reconciler.h"
+#include "reconcile/render.h"
+
+namespace adam::op {
+
+namespace {
+
+constexpr const char* kManagedSelector = "app.kubernetes.io/managed-by=adam-operator";
+
+}  // namespace
+
+struct Operator::Impl : public Children {
+  kube::Client* client = nullptr;
+  OperatorOptions o;
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  prometheus::Counter* reconcile_success = nullptr;
+  prometheus::Counter* reconcile_error = nullptr;
+  prometheus::Counter* reconcile_requeue_after = nullptr;
+  prometheus::Counter* reconcile_errors = nullptr;
+  prometheus::Histogram* reconcile_time = nullptr;
+  prometheus::Gauge* depth = nullptr;
+  prometheus::Counter* adds = nullptr;
+  prometheus::Counter* retries = nullptr;
+  prometheus::Gauge* leader_gauge = nullptr;
+  prometheus::Gauge* active_workers = nullptr;
+
+  std::unique_ptr<kube::HttpEndpoint> endpoint;
+  std::unique_ptr<kube::LeaderElector> elector;
+  std::mutex mu;  // guards running state below
+  std::unique_ptr<kube::WorkQueue> queue;
+  std::vector<std::unique_ptr<kube::Informer>> informers;  // jobs first, then children
+  std::map<std::string, kube::Informer*> by_plural;
+  std::unique_ptr<Reconciler> reconciler;
+  std::mutex reconcile_mu;  // one reconciler, shared by workers: one call at a time per key via
+                            // the queue, and its failure bookkeeping under this lock
+  std::vector<std::thread> workers;
+  std::atomic<bool> running{false};
+  std::atomic<bool> was_leader{false};
+  std::atomic<bool> lost{false};
+  std::atomic<uint64_t> reconciles{0};
+  uint64_t adds_seen = 0, retries_seen = 0;
+
+  std::vector<Json> Owned(const kube::Resource& r, const std::string& ns,
+                          const std::string& job) const override {
+    auto it = by_plural.find(r.plural);
+    if (it == by_plural.end()) return {};
+    std::vector<Json> out;
+    for (Json& o : it->second->List(kJobLabel, job))
+      if (o["metadata"].value("namespace", "") == ns) out.push_back(std::move(o));
+    return out;
+  }
+
+  void SetUpMetrics() {
+    auto& total = prometheus::BuildCounter()
+                      .Name("controller_runtime_reconcile_total")
+                      .Help("Total number of reconciliations per controller")
+                      .Register(*registry);
+    reconcile_success = &total.Add({{"controller", "adamjob"}, {"result", "success"}});
+    reconcile_error = &total.Add({{"controller", "adamjob"}, {"result", "error"}});
+    reconcile_requeue_after = &total.Add({{"controller", "adamjob"}, {"result", "requeue_after"}});
+    reconcile_errors = &prometheus::BuildCounter()
+                            .Name("controller_runtime_reconcile_errors_total")
+                            .Help("Total number of reconciliation errors per controller")
+                            .Register(*registry)
+                            .Add({{"controller", "adamjob"}});
+    reconcile_time = &prometheus::BuildHistogram()
+                          .Name("controller_runtime_reconcile_time_seconds")
+                          .Help("Length of time per reconciliation per controller")
+                          .Register(*registry)
+                          .Add({{"controller", "adamjob"}},
+                               prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1,
+                                                                       0.5, 1, 5});
+    active_workers = &prometheus::BuildGauge()
+                          .Name("controller_runtime_active_workers")
+                          .Help("Number of currently used workers per controller")
+                          .Register(*registry)
+                          .Add({{"controller", "adamjob"}});
+    depth = &prometheus::BuildGauge()
+                 .Name("workqueue_depth")
+                 .Help("Current depth of workqueue")
+                 .Register(*registry)
+                 .Add({{"name", "adamjob"}});
+    adds = &prometheus::BuildCounter()
+                .Name("workqueue_adds_total")
+                .Help("Total number of adds handled by workqueue")
+                .Register(*registry)
+                .Add({{"name", "adamjob"}});
+    retries = &prometheus::BuildCounter()
+                   .Name("workqueue_retries_total")
+                   .Help("Total number of retries handled by workqueue")
+                   .Register(*registry)
+                   .Add({{"name", "adamjob"}});
+    leader_gauge = &prometheus::BuildGauge()
+                        .Name("leader_election_master_status")
+                        .Help("1 while this candidate holds the leader Lease, else 0")
+                        .Register(*registry)
+                        .Add({{"name", o.lease_name}});
+  }
+
+  std::string MetricsText() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (queue) {
+      depth->Set(double(queue->Depth()));
+      adds->Increment(double(queue->adds() - adds_seen));
+      adds_seen = queue->adds();
+      retries->Increment(double(queue->retries() - retries_seen));
+      retries_seen = queue->retries();
+    }
+    return prometheus::TextSerializer().Serialize(registry->Collect());
+  }
+
+  bool Synced() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!running) return !o.leader_elect ? false : true;  // a standby is ready to take over
+    for (const auto& i : informers)
+      if (!i->Synced()) return false;
+    return true;
+  }
+
+  // Begins reconciling: informers, then workers once the caches are filled.
+  void StartRunning() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (running) return;
+    queue = std::make_unique<kube::WorkQueue>();
+    adds_seen = retries_seen = 0;
+    reconciler = std::make_unique<Reconciler>(client, this);
+    kube::WorkQueue* q = queue.get();
+    auto job_handler = [q](const kube::WatchEvent& ev) { q->Add(kube::KeyOf(ev.object)); };
+    auto child_handler = [q](const kube::WatchEvent& ev) {
+      const Json md = ev.object.value("metadata", Json::object());
+      const std::string job = md.value("labels", Json::object()).value(kJobLabel, "");
+      if (!job.empty()) q->Add(md.value("namespace", "") + "/" + job);
+    };
+    informers.push_back(std::make_unique<kube::Informer>(client, kube::AdamJobs(), o.watch_namespace,
+                                                         "", job_handler));
+    for (const kube::Resource& r : {kube::Pods(), kube::StatefulSets(), kube::ConfigMaps(),
+                                    kube::Services(), kube::PersistentVolumeClaims()})
+      informers.push_back(std::make_unique<kube::Informer>(client, r, o.watch_namespace,
+                                                           kManagedSelector, child_handler));
+    by_plural.clear();
+    for (size_t i = 1; i < informers.size(); ++i) {
+      const std::string plural = i == 1 ? "pods" : i == 2 ? "statefulsets" : i == 3 ? "configmaps"
+                                      : i == 4 ? "services" : "persistentvolumeclaims";
+      by_plural[plural] = informers[i].get();
+    }
+    // Children first, so a job's first reconcile sees what it already owns.
+    for (size_t i = informers.size(); i-- > 0;) informers[i]->Start();
+    running = true;
+    for (int w = 0; w < std::max(1, o.workers); ++w) workers.emplace_back([this] { Work(); });
+  }
+
+  void StopRunning() {
+    std::vector<std::thread> ws;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!running) return;
+      running = false;
+      queue->ShutDown();
+      ws.swap(workers);
+    }
+    for (auto& t : ws) t.join();
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& i : informers) i->Stop();
+    informers.clear();
+    by_plural.clear();
+  }
+
+  void Work() {
+    kube::WorkQueue* q = queue.get();
+    for (const auto& i : informers) i->WaitForSync(std::chrono::seconds(60));
+    while (auto key = q->Get()) {
+      const size_t slash = key->find('/');
+      const std::string ns = key->substr(0, slash), name = key->substr(slash + 1);
+      active_workers->Increment();
+      const auto t0 = std::chrono::steady_clock::now();
+      StatusOr<ReconcileResult> r = [&] {
+        std::lock_guard<std::mutex> lock(reconcile_mu);
+        return reconciler->Reconcile(ns, name);
+      }();
+      reconcile_time->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      active_workers->Decrement();
+      ++reconciles;
+      if (!r.ok()) {
+        reconcile_error->Increment();
+        reconcile_errors->Increment();
+        if (r.status().code() != StatusCode::kAborted)
+          spdlog::warn("reconcile {}: {}", *key, r.status().message());
+        q->AddRateLimited(*key);
+      } else {
+        q->Forget(*key);
+        if (r->requeue_after) {
+          reconcile_requeue_after->Increment();
+          q->AddAfter(*key, *r->requeue_after);
+        } else {
+          reconcile_success->Increment();
+        }
+      }
+      q->Done(*key);
+    }
+  }
+};
+
+Operator::Operator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Operator::~Operator() { Stop(); }
+
+StatusOr<std::unique_ptr<Operator>> Operator::Start(kube::Client* client, const OperatorOptions& o) {
+  auto impl = std::make_unique<Impl>();
+  impl->client = client;
+  impl->o = o;
+  if (impl->o.identity.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    impl->o.identity = std::string(host) + "-" + std::to_string(getpid());
+  }
+  impl->SetUpMetrics();
+  Impl* raw = impl.get();
+  const std::string addr = o.metrics_address;
+  const size_t colon = addr.rfind(':');
+  const std::string host = colon == std::string::npos ? "0.0.0.0" : addr.substr(0, colon);
+  const int port = colon == std::string::npos ? 8080 : std::atoi(addr.c_str() + colon + 1);
+  auto endpoint = kube::HttpEndpoint::Start(
+      host.empty() ? "0.0.0.0" : host, port,
+      {{"/metrics",
+        [raw] {
+          return kube::HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8", raw->MetricsText()};
+        }},
+       {"/healthz", [] { return kube::HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"}; }},
+       {"/readyz", [raw] {
+          return raw->Synced() ? kube::HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"}
+                               : kube::HttpAnswer{503, "text/plain; charset=utf-8", "caches not synced\n"};
+        }}});
+  if (!endpoint.ok()) return endpoint.status();
+  impl->endpoint = std::move(*endpoint);
+  std::unique_ptr<Operator> op(new Operator(std::move(impl)));
+  if (!o.leader_elect) {
+    raw->leader_gauge->Set(1);
+    raw->StartRunning();
+    return op;
+  }
+  kube::LeaderOptions lo;
+  lo.name_space = o.lease_namespace.empty() ? "default" : o.lease_namespace;
+  lo.name = o.lease_name;
+  lo.identity = raw->o.identity;
+  lo.lease_duration = o.lease_duration;
+  lo.renew_deadline = o.renew_deadline;
+  lo.retry_period = o.retry_period;
+  raw->elector = std::make_unique<kube::LeaderElector>(
+      client, lo,
+      [raw] {
+        raw->was_leader = true;
+        raw->leader_gauge->Set(1);
+        raw->StartRunning();
+      },
+      [raw] {
+        raw->leader_gauge->Set(0);
+        if (raw->was_leader) raw->lost = true;
+        // Stopping joins workers; never from a worker, and the elector's thread is not one.
+        raw->StopRunning();
+      });
+  raw->elector->Start();
+  return op;
+}
+
+void Operator::Stop() {
+  if (!impl_) return;
+  if (impl_->elector) impl_->elector->Stop();
+  impl_->StopRunning();
+  impl_->endpoint.reset();
+}
+
+bool Operator::IsLeader() const { return impl_->elector ? impl_->elector->IsLeader() : true; }
+bool Operator::LostLeadership() const { return impl_->lost.load(); }
+int Operator::metrics_port() const { return impl_->endpoint ? impl_->endpoint->port() : 0; }
+uint64_t Operator::reconciles() const { return impl_->reconciles.load(); }
+
+int OperatorMain(const OperatorOptions& options, const std::string& kubeconfig,
+                 const std::string& context) {
+  BlockTerminationSignals();
+  auto config = kubeconfig.empty() ? kube::InClusterConfig() : kube::LoadKubeconfig(kubeconfig, context);
+  if (!config.ok()) {
+    spdlog::error("{}", config.status().message());
+    return 2;
+  }
+  OperatorOptions o = options;
+  if (o.lease_namespace.empty()) o.lease_namespace = config->name_space;
+  auto client = kube::NewHttpClient(*config);
+  auto op = Operator::Start(client.get(), o);
+  if (!op.ok()) {
+    spdlog::error("{}", op.status().message());
+    return 1;
+  }
+  spdlog::info("adam operator: API {}, watching {}, endpoints on port {}", config->server,
+               o.watch_namespace.empty() ? "every namespace" : "namespace " + o.watch_namespace,
+               (*op)->metrics_port());
+  int code = 0;
+  while (true) {
+    if (WaitForTerminationSignal(std::chrono::milliseconds(500))) break;
+    if ((*op)->LostLeadership()) {
+      spdlog::error("lost the leader Lease; exiting to start again clean");
+      code = 1;
+      break;
+    }
+  }
+  (*op)->Stop();
+  return code;
+}
+
+}  // namespace adam::op

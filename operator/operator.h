@@ -1,0 +1,57 @@
+// `adam operator`: informers, a work queue and workers running the AdamJob reconciler, behind
+// Lease leader election, with /metrics, /healthz and /readyz.
+//
+// Only the leader runs informers and workers; a leader that cannot renew its Lease stops them
+// (and the process exits, as controller-runtime's managers do, to start again clean). Metrics use
+// the conventional names (controller_runtime_reconcile_total, workqueue_depth, ...; see
+// docs/metrics.md). Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "kube/client.h"
+
+namespace adam::op {
+
+struct OperatorOptions {
+  std::string watch_namespace;          // "" = every namespace
+  std::string metrics_address = "0.0.0.0:8080";  // /metrics, /healthz, /readyz; port 0 = any
+  bool leader_elect = true;
+  std::string lease_namespace;           // "" = the operator's own namespace ("default" in tests)
+  std::string lease_name = "adam-operator";
+  std::string identity;                 // this candidate; default: the host name
+  int workers = 2;
+  std::chrono::milliseconds lease_duration{15000};
+  std::chrono::milliseconds renew_deadline{10000};
+  std::chrono::milliseconds retry_period{2000};
+};
+
+class Operator {
+ public:
+  // Does not take ownership of `client`, which must outlive the operator.
+  static StatusOr<std::unique_ptr<Operator>> Start(kube::Client* client, const OperatorOptions& o);
+  ~Operator();
+
+  // Stops workers, informers and campaigning (a leader gives up its Lease).
+  void Stop();
+  bool IsLeader() const;
+  // True once this operator lost a leadership it held (the process should exit).
+  bool LostLeadership() const;
+  int metrics_port() const;
+  uint64_t reconciles() const;
+
+ private:
+  struct Impl;
+  explicit Operator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The `adam operator` process: runs until SIGINT/SIGTERM or lost leadership; returns the exit
+// code. Configuration: `kubeconfig` (a file) or, when empty, the pod's service account.
+int OperatorMain(const OperatorOptions& options, const std::string& kubeconfig,
+                 const std::string& context);
+
+}  // namespace adam::op

@@ -1,0 +1,483 @@
+// Reconciler.
+#include "reconcile/reconciler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+
+#include "reconcile/render.h"
+#include "spec/adamjob.h"
+
+namespace adam::op {
+
+using kube::FormatTime;
+using kube::ParseTime;
+
+std::string ManifestOf(const Json& job) {
+  const Json md = job.value("metadata", Json::object());
+  Json m = {{"apiVersion", job.value("apiVersion", "adam.dev/v1alpha1")},
+            {"kind", job.value("kind", "AdamJob")},
+            {"metadata", {{"name", md.value("name", "")}, {"namespace", md.value("namespace", "default")}}},
+            {"spec", job.value("spec", Json::object())}};
+  return m.dump(2) + "\n";  // JSON is YAML: every role parses it as its manifest
+}
+
+struct Reconciler::State {
+  std::string ns, name, uid;
+  int64_t generation = 0;
+  Json job;
+  Json status;
+  Json old_status;
+  std::optional<spec::AdamJob> spec;
+  std::vector<Json> pods;
+  std::chrono::system_clock::time_point now;
+  bool finished = false;
+};
+
+namespace {
+
+bool HasDeletion(const Json& o) { return o["metadata"].contains("deletionTimestamp"); }
+
+std::string Label(const Json& o, const char* key) {
+  return o["metadata"].value("labels", Json::object()).value(key, "");
+}
+
+bool PodReady(const Json& pod) {
+  for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array()))
+    if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
+  return false;
+}
+
+std::string PodPhase(const Json& pod) {
+  return pod.value("status", Json::object()).value("phase", "Pending");
+}
+
+// The exit code of a terminated pod's first container; -1 when unknown (evicted, lost node).
+int ExitCode(const Json& pod) {
+  const Json st = pod.value("status", Json::object());
+  for (const Json& cs : st.value("containerStatuses", Json::array())) {
+    const Json term = cs.value("state", Json::object()).value("terminated", Json::object());
+    if (term.contains("exitCode") && term["exitCode"].is_number_integer()) return term["exitCode"].get<int>();
+  }
+  return -1;
+}
+
+const char* kRoles[] = {"controller", "ps", "data-server", "trainer"};
+
+}  // namespace
+
+Reconciler::Reconciler(kube::Client* client, const Children* children, Now now)
+    : client_(client), children_(children), now_(now ? std::move(now) : Now([] {
+        return std::chrono::system_clock::now();
+      })) {}
+
+void Reconciler::SetCondition(State& s, const std::string& type, bool value,
+                              const std::string& reason, const std::string& message) {
+  Json& conds = s.status["conditions"];
+  if (!conds.is_array()) conds = Json::array();
+  const std::string v = value ? "True" : "False";
+  for (Json& c : conds) {
+    if (c.value("type", "") != type) continue;
+    if (c.value("status", "") != v) c["lastTransitionTime"] = FormatTime(s.now);
+    c["status"] = v;
+    c["reason"] = reason;
+    c["message"] = message;
+    c["observedGeneration"] = s.generation;
+    return;
+  }
+  if (!value) return;  // a condition never set need not be reported false
+  conds.push_back({{"type", type},
+                   {"status", v},
+                   {"observedGeneration", s.generation},
+                   {"lastTransitionTime", FormatTime(s.now)},
+                   {"reason", reason},
+                   {"message", message}});
+}
+
+void Reconciler::Event(State& s, const std::string& type, const std::string& reason,
+                       const std::string& message) {
+  const std::string t = FormatTime(s.now);
+  Json ev = {{"apiVersion", "v1"},
+             {"kind", "Event"},
+             {"metadata", {{"generateName", s.name + "."}, {"namespace", s.ns}}},
+             {"involvedObject",
+              {{"apiVersion", "adam.dev/v1alpha1"},
+               {"kind", "AdamJob"},
+               {"name", s.name},
+               {"namespace", s.ns},
+               {"uid", s.uid}}},
+             {"type", type},
+             {"reason", reason},
+             {"message", message},
+             {"firstTimestamp", t},
+             {"lastTimestamp", t},
+             {"count", 1},
+             {"source", {{"component", "adam-operator"}}}};
+  auto r = client_->Create(kube::Events(), s.ns, ev);
+  if (!r.ok()) spdlog::warn("event {} for {}/{}: {}", reason, s.ns, s.name, r.status().message());
+  spdlog::info("{}/{}: {} {}: {}", s.ns, s.name, type, reason, message);
+}
+
+void Reconciler::Finish(State& s, bool succeeded, const std::string& reason,
+                        const std::string& message) {
+  s.finished = true;
+  s.status["phase"] = succeeded ? "Succeeded" : "Failed";
+  s.status["completionTime"] = FormatTime(s.now);
+  SetCondition(s, "Running", false, reason, message);
+  SetCondition(s, "Restarting", false, reason, message);
+  SetCondition(s, succeeded ? "Succeeded" : "Failed", true, reason, message);
+  Event(s, succeeded ? "Normal" : "Warning", reason, message);
+}
+
+Status Reconciler::DeletePods(State& s, const std::string& role) {
+  for (const Json& pod : s.pods) {
+    if (HasDeletion(pod) || (!role.empty() && Label(pod, kRoleLabel) != role)) continue;
+    Status d = client_->Delete(kube::Pods(), s.ns, pod["metadata"]["name"]);
+    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+  }
+  return OkStatus();
+}
+
+// Pods (and the controller StatefulSet) a finished or suspended job no longer runs.
+Status Reconciler::Cleanup(State& s, bool all) {
+  const std::string policy = s.spec ? s.spec->run_policy.clean_pod_policy : "Running";
+  if (!all && policy == "None") return OkStatus();
+  for (const Json& pod : s.pods) {
+    if (HasDeletion(pod)) continue;
+    const std::string phase = PodPhase(pod);
+    if (!all && policy == "Running" && phase != "Running" && phase != "Pending") continue;
+    Status d = client_->Delete(kube::Pods(), s.ns, pod["metadata"]["name"]);
+    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+  }
+  for (const Json& sts : children_->Owned(kube::StatefulSets(), s.ns, s.name)) {
+    if (HasDeletion(sts)) continue;
+    Status d = client_->Delete(kube::StatefulSets(), s.ns, sts["metadata"]["name"]);
+    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+  }
+  return OkStatus();
+}
+
+// Parameter servers flush on SIGTERM: the job's finalizer holds its deletion until they are
+// gone, then lets the garbage collector take the rest.
+Status Reconciler::Finalize(State& s) {
+  const Json fins = s.job["metadata"].value("finalizers", Json::array());
+  if (std::find(fins.begin(), fins.end(), kFinalizer) == fins.end()) return OkStatus();
+  bool ps_left = false;
+  for (const Json& pod : s.pods) {
+    if (Label(pod, kRoleLabel) != "ps") continue;
+    ps_left = true;
+    if (HasDeletion(pod)) continue;
+    Status d = client_->Delete(kube::Pods(), s.ns, pod["metadata"]["name"]);
+    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+  }
+  if (ps_left) return Status(StatusCode::kUnavailable, "waiting for parameter servers to flush");
+  Json updated = s.job;
+  Json rest = Json::array();
+  for (const Json& f : fins)
+    if (f != kFinalizer) rest.push_back(f);
+  updated["metadata"]["finalizers"] = rest;
+  auto r = client_->Update(kube::AdamJobs(), s.ns, updated);
+  if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
+  return OkStatus();
+}
+
+Status Reconciler::HandlePods(State& s) {
+  const int backoff_limit = s.spec->run_policy.backoff_limit;
+  int trainers_done = 0;
+  for (const Json& pod : s.pods) {
+    if (HasDeletion(pod)) continue;
+    const std::string role = Label(pod, kRoleLabel);
+    const std::string pod_name = pod["metadata"]["name"];
+    const std::string phase = PodPhase(pod);
+    if (phase == "Succeeded" && role == "trainer") ++trainers_done;
+    if (phase != "Failed") continue;
+    const std::string uid = pod["metadata"].value("uid", pod_name);
+    if (!counted_failures_.count(uid)) {
+      const int code = ExitCode(pod);
+      const std::string why = pod.value("status", Json::object()).value("reason", "");
+      const std::string what = "pod " + pod_name + " failed (" +
+                               (code >= 0 ? "exit code " + std::to_string(code) : "no exit code") +
+                               (why.empty() ? "" : ", " + why) + ")";
+      if (code == 2) {
+        Finish(s, false, "InvalidInput",
+               what + ": the role refused its input (a manifest field or data file; see the "
+                      "pod's log), which no restart can fix");
+        return OkStatus();
+      }
+      counted_failures_.insert(uid);
+      const int restarts = s.status.value("restarts", 0) + 1;
+      s.status["restarts"] = restarts;
+      Json& rs = s.status["roles"][role];
+      rs["restarts"] = rs.value("restarts", 0) + 1;
+      if (restarts > backoff_limit) {
+        Finish(s, false, "BackoffLimitExceeded",
+               what + "; " + std::to_string(restarts) + " restarts exceed spec.runPolicy.backoffLimit " +
+                   std::to_string(backoff_limit));
+        return OkStatus();
+      }
+      ++restarts_made_;
+      SetCondition(s, "Restarting", true, "PodFailed", what + "; restarting it");
+      Event(s, "Warning", "PodFailed",
+            what + "; restarting it (" + std::to_string(restarts) + " of " +
+                std::to_string(backoff_limit) + " restarts)");
+    }
+    Status d = client_->Delete(kube::Pods(), s.ns, pod_name);
+    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+  }
+  if (trainers_done >= s.spec->roles.trainer.replicas)
+    Finish(s, true, "TrainersSucceeded",
+           "every trainer finished its " + std::to_string(s.spec->training.epochs) + " epochs");
+  return OkStatus();
+}
+
+Status Reconciler::EnsureObjects(State& s, ReconcileResult* result) {
+  RenderOptions ro;
+  ro.manifest = ManifestOf(s.job);
+  ro.owner_uid = s.uid;
+  ro.generation = s.generation;
+  const std::vector<Json> desired = Render(*s.spec, ro);
+
+  std::map<std::string, Json> existing;  // "Kind/name"
+  std::set<std::string> desired_names;
+  const kube::Resource kinds[] = {kube::ConfigMaps(), kube::Services(), kube::StatefulSets(),
+                                  kube::PersistentVolumeClaims(), kube::Pods()};
+  const char* kind_names[] = {"ConfigMap", "Service", "StatefulSet", "PersistentVolumeClaim", "Pod"};
+  for (size_t i = 0; i < 5; ++i)
+    for (Json& o : children_->Owned(kinds[i], s.ns, s.name))
+      existing[std::string(kind_names[i]) + "/" + o["metadata"].value("name", "")] = o;
+
+  bool created_all = true;
+  int stage_ready_through = -1;
+  int max_stage = 0;
+  for (const Json& o : desired) {
+    max_stage = std::max(max_stage, StageOf(o));
+    desired_names.insert(o["kind"].get<std::string>() + "/" + o["metadata"]["name"].get<std::string>());
+  }
+  for (int stage = 0; stage <= max_stage; ++stage) {
+    bool ready = true;
+    for (const Json& o : desired) {
+      if (StageOf(o) != stage) continue;
+      const std::string kind = o["kind"];
+      const std::string key = kind + "/" + o["metadata"]["name"].get<std::string>();
+      ADAM_ASSIGN_OR_RETURN(const kube::Resource r, kube::ResourceForKind(o["apiVersion"], kind));
+      auto it = existing.find(key);
+      if (it == existing.end()) {
+        auto c = client_->Create(r, s.ns, Json::parse(o.dump()));
+        if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
+        if (kind == "Pod") ready = false;
+        if (kind == "StatefulSet") ready = false;
+        continue;
+      }
+      const Json& cur = it->second;
+      if (HasDeletion(cur)) {
+        ready = false;
+        continue;
+      }
+      if (kind == "ConfigMap" && cur.value("data", Json::object()) != Json::parse(o["data"].dump())) {
+        Json u = cur;
+        u["data"] = Json::parse(o["data"].dump());
+        auto r2 = client_->Update(r, s.ns, u);
+        if (!r2.ok()) return r2.status();
+      }
+      if (kind == "StatefulSet") {
+        const int want = o["spec"]["replicas"];
+        if (cur["spec"].value("replicas", 0) != want) {
+          Json u = cur;
+          u["spec"]["replicas"] = want;
+          auto r2 = client_->Update(r, s.ns, u);
+          if (!r2.ok()) return r2.status();
+        }
+        if (cur.value("status", Json::object()).value("readyReplicas", 0) < want) ready = false;
+      }
+      if (kind == "Pod" && Label(cur, kRoleLabel) != "trainer" && !PodReady(cur)) ready = false;
+    }
+    if (!ready) {
+      // Later stages wait; a pod or StatefulSet change requeues the job through the informers.
+      created_all = stage == max_stage;
+      break;
+    }
+    stage_ready_through = stage;
+  }
+  (void)result;
+  // What the plan no longer has (trainers after a scale-down) goes.
+  for (const auto& [key, o] : existing) {
+    const std::string kind = key.substr(0, key.find('/'));
+    if (desired_names.count(key) || HasDeletion(o) || (kind != "Pod" && kind != "StatefulSet"))
+      continue;
+    Status d = client_->Delete(kind == "Pod" ? kube::Pods() : kube::StatefulSets(), s.ns,
+                               o["metadata"]["name"].get<std::string>());
+    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+  }
+  if (created_all || stage_ready_through == max_stage)
+    SetCondition(s, "Created", true, "ObjectsCreated", "every object of the plan exists");
+  return OkStatus();
+}
+
+Status Reconciler::WriteStatus(State& s) {
+  s.status["observedGeneration"] = s.generation;
+  if (s.status == s.old_status) return OkStatus();
+  Json updated = s.job;
+  updated["status"] = s.status;
+  auto r = client_->UpdateStatus(kube::AdamJobs(), s.ns, updated);
+  if (!r.ok()) return r.status();
+  s.job = *r;
+  s.old_status = s.status;
+  return OkStatus();
+}
+
+StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
+  ReconcileResult result;
+  auto got = client_->Get(kube::AdamJobs(), ns, name);
+  if (!got.ok()) {
+    if (got.status().code() == StatusCode::kNotFound) return result;  // gone: owned objects too
+    return got.status();
+  }
+  State s;
+  s.ns = ns;
+  s.name = name;
+  s.job = *got;
+  s.uid = s.job["metadata"].value("uid", "");
+  s.generation = s.job["metadata"].value("generation", int64_t{0});
+  s.status = s.job.value("status", Json::object());
+  s.old_status = s.status;
+  s.now = now_();
+  s.pods = children_->Owned(kube::Pods(), ns, name);
+
+  if (HasDeletion(s.job)) {
+    Status f = Finalize(s);
+    if (f.code() == StatusCode::kUnavailable) {
+      result.requeue_after = std::chrono::milliseconds(1000);
+      return result;
+    }
+    if (!f.ok()) return f;
+    return result;
+  }
+  const Json fins = s.job["metadata"].value("finalizers", Json::array());
+  if (std::find(fins.begin(), fins.end(), kFinalizer) == fins.end()) {
+    Json updated = s.job;
+    updated["metadata"]["finalizers"].push_back(kFinalizer);
+    auto r = client_->Update(kube::AdamJobs(), ns, updated);
+    if (!r.ok()) return r.status();
+    s.job = *r;
+  }
+
+  auto parsed = spec::ParseAdamJob(ManifestOf(s.job));
+  if (!parsed.ok()) {
+    const std::string msg = parsed.status().message();
+    const bool changed = s.status.value("phase", "") != "Failed";
+    SetCondition(s, "InvalidSpec", true, "InvalidSpec", msg);
+    s.status["phase"] = "Failed";
+    if (changed) Event(s, "Warning", "InvalidSpec", msg);
+    ADAM_RETURN_IF_ERROR(WriteStatus(s));
+    return result;
+  }
+  s.spec = std::move(*parsed);
+  SetCondition(s, "InvalidSpec", false, "SpecValid", "the spec is valid");
+
+  const std::string phase = s.status.value("phase", "");
+  const auto ttl = s.spec->run_policy.ttl_seconds_after_finished;
+  auto after_finish = [&]() -> StatusOr<ReconcileResult> {
+    ADAM_RETURN_IF_ERROR(Cleanup(s, false));
+    ADAM_RETURN_IF_ERROR(WriteStatus(s));
+    if (ttl) {
+      auto done = ParseTime(s.status.value("completionTime", ""));
+      const auto expires = (done ? *done : s.now) + std::chrono::seconds(*ttl);
+      if (expires <= s.now) {
+        Event(s, "Normal", "Expired", "ttlSecondsAfterFinished passed; deleting the job");
+        Status d = client_->Delete(kube::AdamJobs(), ns, name);
+        if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+        return ReconcileResult{};
+      }
+      result.requeue_after =
+          std::chrono::duration_cast<std::chrono::milliseconds>(expires - s.now) +
+          std::chrono::milliseconds(10);
+    }
+    return result;
+  };
+  if (phase == "Succeeded" || phase == "Failed") return after_finish();
+
+  if (s.spec->run_policy.suspend) {
+    if (phase != "Suspended") Event(s, "Normal", "Suspended", "spec.runPolicy.suspend is true; pods deleted");
+    ADAM_RETURN_IF_ERROR(Cleanup(s, true));
+    s.status["phase"] = "Suspended";
+    SetCondition(s, "Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
+    SetCondition(s, "Running", false, "Suspended", "suspended");
+    ADAM_RETURN_IF_ERROR(WriteStatus(s));
+    return result;
+  }
+  if (phase == "Suspended") {
+    SetCondition(s, "Suspended", false, "Resumed", "spec.runPolicy.suspend is false");
+    Event(s, "Normal", "Resumed", "spec.runPolicy.suspend is false; starting the pods again");
+    s.status["startTime"] = FormatTime(s.now);  // the deadline counts from the resume
+    s.status["phase"] = "Pending";
+  }
+  if (!s.status.contains("startTime")) s.status["startTime"] = FormatTime(s.now);
+  if (!s.status.contains("phase")) s.status["phase"] = "Pending";
+
+  if (const auto deadline = s.spec->run_policy.active_deadline_seconds) {
+    auto start = ParseTime(s.status["startTime"].get<std::string>());
+    const auto end = (start ? *start : s.now) + std::chrono::seconds(*deadline);
+    if (end <= s.now) {
+      Finish(s, false, "DeadlineExceeded",
+             "the job ran longer than spec.runPolicy.activeDeadlineSeconds (" +
+                 std::to_string(*deadline) + " s)");
+      return after_finish();
+    }
+    result.requeue_after = std::chrono::duration_cast<std::chrono::milliseconds>(end - s.now) +
+                           std::chrono::milliseconds(10);
+  }
+
+  ADAM_RETURN_IF_ERROR(HandlePods(s));
+  if (s.finished) return after_finish();
+  ADAM_RETURN_IF_ERROR(EnsureObjects(s, &result));
+
+  // Per-role counts, phase and the Running condition.
+  std::map<std::string, int> desired = {{"controller", s.spec->roles.parameter_server.copies > 1
+                                                           ? s.spec->roles.controller.replicas
+                                                           : 0},
+                                        {"ps", s.spec->roles.parameter_server.replicas},
+                                        {"data-server", s.spec->roles.data_server.replicas},
+                                        {"trainer", s.spec->roles.trainer.replicas}};
+  bool all_running = true;
+  const std::vector<Json> sets = children_->Owned(kube::StatefulSets(), ns, name);
+  for (const char* role : kRoles) {
+    int active = 0, ready = 0, succeeded = 0, failed = 0;
+    if (std::string(role) == "controller") {
+      // Controller members are the StatefulSet's pods: its status counts them.
+      for (const Json& sts : sets) {
+        const Json st = sts.value("status", Json::object());
+        active += st.value("replicas", 0);
+        ready += st.value("readyReplicas", 0);
+      }
+    }
+    for (const Json& pod : children_->Owned(kube::Pods(), ns, name)) {
+      if (std::string(role) == "controller") break;
+      if (Label(pod, kRoleLabel) != role || HasDeletion(pod)) continue;
+      const std::string p = PodPhase(pod);
+      if (p == "Pending" || p == "Running") ++active;
+      if (p == "Running" && (PodReady(pod) || std::string(role) == "trainer")) ++ready;
+      if (p == "Succeeded") ++succeeded;
+      if (p == "Failed") ++failed;
+    }
+    if (ready + succeeded < desired[role]) all_running = false;
+    if (desired[role] == 0 && !s.status["roles"].contains(role)) continue;
+    Json& r = s.status["roles"][role];
+    r["desired"] = desired[role];
+    r["active"] = active;
+    r["ready"] = ready;
+    r["succeeded"] = succeeded;
+    r["failed"] = failed;
+    if (!r.contains("restarts")) r["restarts"] = 0;
+  }
+  if (all_running) {
+    if (s.status["phase"] != "Running") Event(s, "Normal", "Running", "every pod of the job runs");
+    s.status["phase"] = "Running";
+    SetCondition(s, "Running", true, "PodsRunning", "every pod of the job runs");
+    SetCondition(s, "Restarting", false, "PodsRunning", "every pod of the job runs");
+  }
+  ADAM_RETURN_IF_ERROR(WriteStatus(s));
+  return result;
+}
+
+}  // namespace adam::op

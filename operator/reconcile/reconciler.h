@@ -1,0 +1,80 @@
+// The AdamJob reconciler: level-based, idempotent, one job per call.
+//
+// Reconcile(namespace, name) reads the job and what it owns, compares them with the rendered
+// plan (render.h) and acts: creates missing objects stage by stage (a stage starts once every
+// pod of the previous one is ready), deletes what the plan no longer has, restarts failed pods
+// under the run policy, finishes, suspends, resumes, times out and cleans up, and writes the
+// status subresource (phase, conditions with observedGeneration, per-role counts) and Events.
+//
+// Run policy: a pod that exits 0 has finished (a job succeeds when every trainer has); exit code
+// 2 means invalid input (a manifest or file the role refused), which no restart can fix, so the
+// job fails at once; any other failure (a crash, a signal, an eviction, OOM) deletes the pod to
+// be recreated and counts one restart; more than spec.runPolicy.backoffLimit fails the job.
+//
+// Children are read from `Children` (the informers' caches); writes go through the Client. Not
+// thread-safe: one worker per key (the work queue guarantees it).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kube/client.h"
+
+namespace adam::op {
+
+using Json = kube::Json;
+
+// What a job owns, as the caches see it.
+class Children {
+ public:
+  virtual ~Children() = default;
+  // Objects of `resource` in `ns` labelled adam.dev/job=`job`.
+  virtual std::vector<Json> Owned(const kube::Resource& resource, const std::string& ns,
+                                  const std::string& job) const = 0;
+};
+
+// The phases and condition types of status.
+inline constexpr const char* kFinalizer = "adam.dev/flush";
+
+struct ReconcileResult {
+  std::optional<std::chrono::milliseconds> requeue_after;  // look again then (timers, stages)
+};
+
+class Reconciler {
+ public:
+  using Now = std::function<std::chrono::system_clock::time_point()>;
+  Reconciler(kube::Client* client, const Children* children, Now now = nullptr);
+
+  // ABORTED on a write conflict (the caller requeues with backoff); other errors likewise.
+  StatusOr<ReconcileResult> Reconcile(const std::string& ns, const std::string& name);
+
+  uint64_t restarts_made() const { return restarts_made_; }
+
+ private:
+  struct State;
+  Status Finalize(State& s);
+  Status EnsureObjects(State& s, ReconcileResult* result);
+  Status HandlePods(State& s);
+  Status Cleanup(State& s, bool all);
+  Status DeletePods(State& s, const std::string& role);
+  Status WriteStatus(State& s);
+  void Event(State& s, const std::string& type, const std::string& reason, const std::string& message);
+  void SetCondition(State& s, const std::string& type, bool status, const std::string& reason,
+                    const std::string& message);
+  void Finish(State& s, bool succeeded, const std::string& reason, const std::string& message);
+
+  kube::Client* client_;
+  const Children* children_;
+  Now now_;
+  std::set<std::string> counted_failures_;  // pod uids whose failure counted as a restart
+  uint64_t restarts_made_ = 0;
+};
+
+// The manifest the roles read, from an AdamJob object: apiVersion, kind, name, namespace, spec.
+std::string ManifestOf(const Json& job);
+
+}  // namespace adam::op

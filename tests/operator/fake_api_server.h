@@ -1,0 +1,56 @@
+// An in-process Kubernetes API server for tests, with the semantics the operator relies on:
+// resourceVersions (one counter, as etcd's revision), list + watch from a version (chunked
+// streams of JSON lines), bookmarks, 410 Gone for a compacted version, 409 on a stale update and
+// on a duplicate create, generateName, metadata.generation bumped by spec changes, the status
+// subresource (a main-resource PUT keeps status, a /status PUT changes only status), finalizers
+// with deletionTimestamp, and background garbage collection through ownerReferences.
+//
+// There is no scheduler or kubelet: tests play them by writing pod status (SetPodPhase). Faults:
+// Compact() forgets history, BreakWatches() cuts every open stream, FailUpdates(n) answers the
+// next n PUTs with 409. Thread-safe.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace adam::testing {
+
+class FakeApiServer {
+ public:
+  using Json = nlohmann::ordered_json;
+  static std::unique_ptr<FakeApiServer> Start();
+  ~FakeApiServer();
+
+  std::string url() const;
+
+  // Direct store access (no HTTP): `collection` is "v1/pods", "apps/v1/statefulsets", ...
+  std::vector<Json> List(const std::string& collection, const std::string& ns = "") const;
+  Json Get(const std::string& collection, const std::string& ns, const std::string& name) const;
+  // Creates or replaces (no version check), as another actor would.
+  Json Put(const std::string& collection, const Json& object);
+  bool Remove(const std::string& collection, const std::string& ns, const std::string& name);
+
+  // The kubelet's part: a pod's phase, its Ready condition, and (Failed/Succeeded) exit code.
+  void SetPodPhase(const std::string& ns, const std::string& name, const std::string& phase,
+                   bool ready, int exit_code = 0);
+  // The StatefulSet controller's part: status.replicas and readyReplicas.
+  void SetStatefulSetReady(const std::string& ns, const std::string& name, int ready);
+
+  void Compact();
+  void BreakWatches();
+  void FailUpdates(int n);
+
+  int watches_opened() const;
+  int lists_served() const;
+  int conflicts_served() const;
+  int64_t version() const;
+
+ private:
+  FakeApiServer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace adam::testing

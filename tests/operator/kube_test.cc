@@ -1,0 +1,340 @@
+// The Kubernetes client, informer, work queue and leader election against the in-process API
+// server: the semantics they rely on, and their recovery from lost and compacted watches.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "kube/client.h"
+#include "kube/informer.h"
+#include "kube/leader.h"
+#include "kube/watch.h"
+#include "kube/workqueue.h"
+#include "operator/fake_api_server.h"
+
+namespace adam::kube {
+namespace {
+
+using testing::FakeApiServer;
+
+template <typename F>
+bool Eventually(F pred, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+Json Cm(const std::string& name, const std::string& value, const std::string& label = "a") {
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", {{"name", name}, {"labels", {{"app", label}}}}},
+          {"data", {{"k", value}}}};
+}
+
+Config Plain(const std::string& url) {
+  Config c;
+  c.server = url;
+  return c;
+}
+
+struct Fixture : ::testing::Test {
+  std::unique_ptr<FakeApiServer> api = FakeApiServer::Start();
+  std::unique_ptr<Client> client = NewHttpClient(Plain(api->url()));
+};
+
+using ClientTest = Fixture;
+
+TEST_F(ClientTest, CrudWithVersionsConflictsAndStatus) {
+  auto created = client->Create(ConfigMaps(), "ns", Cm("one", "1"));
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  EXPECT_EQ((*created)["metadata"]["namespace"], "ns");
+  EXPECT_FALSE((*created)["metadata"]["resourceVersion"].get<std::string>().empty());
+  auto dup = client->Create(ConfigMaps(), "ns", Cm("one", "1"));
+  EXPECT_EQ(dup.status().code(), StatusCode::kAlreadyExists);
+
+  Json stale = *created;
+  Json fresh = *created;
+  fresh["data"]["k"] = "2";
+  auto updated = client->Update(ConfigMaps(), "ns", fresh);
+  ASSERT_TRUE(updated.ok()) << updated.status().message();
+  stale["data"]["k"] = "3";
+  auto conflict = client->Update(ConfigMaps(), "ns", stale);
+  EXPECT_EQ(conflict.status().code(), StatusCode::kAborted) << conflict.status().message();
+  EXPECT_NE(conflict.status().message().find("has been modified"), std::string::npos);
+  EXPECT_EQ((*client->Get(ConfigMaps(), "ns", "one"))["data"]["k"], "2");
+
+  // Status subresource: a main PUT keeps status; a status PUT changes only status.
+  Json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "p"}}},
+              {"spec", {{"containers", Json::array()}}}};
+  auto p = client->Create(Pods(), "ns", pod);
+  ASSERT_TRUE(p.ok());
+  Json s = *p;
+  s["status"] = {{"phase", "Running"}};
+  s["spec"]["nodeName"] = "ignored";
+  auto ps = client->UpdateStatus(Pods(), "ns", s);
+  ASSERT_TRUE(ps.ok()) << ps.status().message();
+  EXPECT_EQ((*ps)["status"]["phase"], "Running");
+  EXPECT_FALSE((*ps)["spec"].contains("nodeName"));
+  Json m = *ps;
+  m["status"] = {{"phase", "Failed"}};
+  auto pm = client->Update(Pods(), "ns", m);
+  ASSERT_TRUE(pm.ok());
+  EXPECT_EQ((*pm)["status"]["phase"], "Running");
+
+  EXPECT_TRUE(client->Delete(ConfigMaps(), "ns", "one").ok());
+  EXPECT_EQ(client->Get(ConfigMaps(), "ns", "one").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client->Delete(ConfigMaps(), "ns", "one").code(), StatusCode::kNotFound);
+
+  ListOptions lo;
+  lo.label_selector = "app=a";
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("two", "2", "a")).ok());
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("three", "3", "b")).ok());
+  auto list = client->List(ConfigMaps(), "ns", lo);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ((*list)["items"].size(), 1u);
+  EXPECT_EQ((*list)["items"][0]["metadata"]["name"], "two");
+}
+
+TEST_F(ClientTest, WatchStreamsEventsAndReportsGoneAfterCompaction) {
+  auto list = client->List(ConfigMaps(), "ns", {});
+  ASSERT_TRUE(list.ok());
+  const std::string from = (*list)["metadata"]["resourceVersion"];
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("a", "1")).ok());
+  std::vector<std::string> seen;
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    (void)client->Create(ConfigMaps(), "ns", Cm("b", "1"));
+    (void)client->Delete(ConfigMaps(), "ns", "a");
+  });
+  WatchOptions wo;
+  wo.resource_version = from;
+  Status s = client->Watch(ConfigMaps(), "ns", wo,
+                           [&](const WatchEvent& ev) {
+                             if (ev.type != "BOOKMARK")
+                               seen.push_back(ev.type + " " + ev.object["metadata"]["name"].get<std::string>());
+                             return seen.size() < 3;
+                           },
+                           &stop);
+  writer.join();
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(seen, (std::vector<std::string>{"ADDED a", "ADDED b", "DELETED a"}));
+
+  api->Compact();
+  s = client->Watch(ConfigMaps(), "ns", wo, [](const WatchEvent&) { return true; }, &stop);
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s.message();
+
+  // A stop request ends a watch that waits for events.
+  WatchOptions live;
+  live.resource_version = std::to_string(api->version());
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop = true;
+  });
+  s = client->Watch(ConfigMaps(), "ns", live, [](const WatchEvent&) { return true; }, &stop);
+  stopper.join();
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.message();
+}
+
+TEST(WatchDecoder, NamesTheLineAndByteOfBadInput) {
+  WatchDecoder d;
+  auto ok = d.Decode(R"({"type":"ADDED","object":{"metadata":{"resourceVersion":"5"}}})");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->type, "ADDED");
+  auto bad = d.Decode(R"({"type":"ADDED","object":{"metadata":)");
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("line 2"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("byte"), std::string::npos);
+  EXPECT_FALSE(d.Decode(R"({"type":"EXPLODED","object":{}})").ok());
+  EXPECT_FALSE(d.Decode(R"({"type":"ADDED","object":{"metadata":{"resourceVersion":5}}})").ok());
+  EXPECT_TRUE(d.Decode(R"({"type":"ERROR","object":{"code":410}})").ok());
+  EXPECT_EQ(WatchErrorStatus(Json{{"code", 410}, {"message", "too old"}}).code(),
+            StatusCode::kOutOfRange);
+}
+
+using InformerTest = Fixture;
+
+TEST_F(InformerTest, ReconnectsFromItsVersionAndRelistsAfterGone) {
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("a", "1")).ok());
+  std::mutex mu;
+  std::vector<std::string> events;
+  Informer inf(client.get(), ConfigMaps(), "ns", "app=a", [&](const WatchEvent& ev) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(ev.type + " " + ev.object["metadata"]["name"].get<std::string>());
+  });
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(std::chrono::seconds(5)));
+  EXPECT_TRUE(inf.Get("ns", "a").has_value());
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("b", "1")).ok());
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("other", "1", "zzz")).ok());  // not selected
+  EXPECT_TRUE(Eventually([&] { return inf.Get("ns", "b").has_value(); }));
+  EXPECT_FALSE(inf.Get("ns", "other").has_value());
+
+  // A cut stream: the informer watches again from its version, without listing.
+  const uint64_t lists = inf.lists();
+  api->BreakWatches();
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("c", "1")).ok());
+  EXPECT_TRUE(Eventually([&] { return inf.Get("ns", "c").has_value(); }));
+  EXPECT_EQ(inf.lists(), lists);
+  EXPECT_GE(inf.watches(), 2u);
+
+  // Compacted history: 410 Gone, a new list, and the deletion it missed still reported.
+  api->Compact();
+  api->BreakWatches();
+  ASSERT_TRUE(client->Delete(ConfigMaps(), "ns", "a").ok());
+  api->Compact();
+  EXPECT_TRUE(Eventually([&] { return !inf.Get("ns", "a").has_value(); }));
+  EXPECT_GT(inf.lists(), lists);
+  inf.Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_NE(std::find(events.begin(), events.end(), "DELETED a"), events.end());
+  EXPECT_EQ(std::count(events.begin(), events.end(), "ADDED c"), 1);
+}
+
+TEST_F(InformerTest, BookmarksAdvanceTheVersionWithoutEvents) {
+  std::atomic<int> events{0};
+  Informer inf(client.get(), ConfigMaps(), "ns", "", [&](const WatchEvent&) { ++events; });
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(std::chrono::seconds(5)));
+  const std::string before = inf.resource_version();
+  ASSERT_TRUE(client->Create(Pods(), "ns", {{"metadata", {{"name", "p"}}}}).ok());  // another kind
+  EXPECT_TRUE(Eventually([&] { return inf.resource_version() != before; }));
+  EXPECT_EQ(events.load(), 0);
+  inf.Stop();
+}
+
+TEST(WorkQueue, OneWorkerPerKeyAndNoLostAdds) {
+  WorkQueue q;
+  q.Add("a");
+  q.Add("a");
+  q.Add("b");
+  EXPECT_EQ(q.Depth(), 2u);
+  auto k = q.Get();
+  ASSERT_EQ(*k, "a");
+  q.Add("a");  // while processing: not handed out again before Done
+  auto k2 = q.Get();
+  ASSERT_EQ(*k2, "b");
+  EXPECT_EQ(q.Depth(), 0u);
+  q.Done("a");
+  EXPECT_EQ(q.Depth(), 1u);  // the add during processing is kept
+  q.Done("b");
+  EXPECT_EQ(*q.Get(), "a");
+  q.Done("a");
+  q.ShutDown();
+  EXPECT_FALSE(q.Get().has_value());
+}
+
+TEST(WorkQueue, RateLimitedRetriesBackOffPerKey) {
+  WorkQueue::Options o;
+  o.base_delay = std::chrono::milliseconds(20);
+  o.max_delay = std::chrono::milliseconds(1000);
+  WorkQueue q(o);
+  auto timed_get = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto k = q.Get();
+    q.Done(*k);
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  };
+  q.AddRateLimited("x");
+  const auto first = timed_get();
+  q.AddRateLimited("x");  // second failure: 40 ms
+  timed_get();
+  q.AddRateLimited("x");  // third failure: 80 ms
+  const auto later = timed_get();
+  EXPECT_GE(first.count(), 15);
+  EXPECT_GE(later.count(), 70);
+  EXPECT_EQ(q.Requeues("x"), 3);
+  q.Forget("x");
+  EXPECT_EQ(q.Requeues("x"), 0);
+  EXPECT_EQ(q.retries(), 3u);
+}
+
+using LeaderTest = Fixture;
+
+TEST_F(LeaderTest, OneLeaderAndAQuickHandOver) {
+  LeaderOptions o;
+  o.lease_duration = std::chrono::milliseconds(1000);
+  o.renew_deadline = std::chrono::milliseconds(700);
+  o.retry_period = std::chrono::milliseconds(50);
+  o.identity = "one";
+  auto c2 = NewHttpClient(Plain(api->url()));
+  std::atomic<int> started{0};
+  LeaderElector a(client.get(), o, [&] { ++started; }, nullptr);
+  o.identity = "two";
+  LeaderElector b(c2.get(), o, [&] { ++started; }, nullptr);
+  a.Start();
+  b.Start();
+  ASSERT_TRUE(Eventually([&] { return a.IsLeader() || b.IsLeader(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_NE(a.IsLeader(), b.IsLeader());
+  EXPECT_EQ(started.load(), 1);
+  LeaderElector& leader = a.IsLeader() ? a : b;
+  LeaderElector& other = a.IsLeader() ? b : a;
+  const auto t0 = std::chrono::steady_clock::now();
+  leader.Stop();  // gives the Lease up
+  EXPECT_TRUE(Eventually([&] { return other.IsLeader(); }));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(900));
+  Json lease = api->Get("coordination.k8s.io/v1/leases", "default", "adam-operator");
+  EXPECT_EQ(lease["spec"]["leaseTransitions"], 1);
+  other.Stop();
+}
+
+TEST_F(LeaderTest, AnUnrenewedLeaseIsTakenOnlyAfterItsDuration) {
+  LeaderOptions o;
+  o.lease_duration = std::chrono::milliseconds(1000);
+  o.identity = "one";
+  LeaderElector a(client.get(), o, nullptr, nullptr);
+  ASSERT_TRUE(a.TryAcquireOrRenew());  // "one" holds it and then goes silent
+  o.identity = "two";
+  LeaderElector b(client.get(), o, nullptr, nullptr);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(b.TryAcquireOrRenew());
+  ASSERT_TRUE(Eventually([&] { return b.TryAcquireOrRenew(); }, std::chrono::milliseconds(3000)));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(950));
+  EXPECT_FALSE(a.TryAcquireOrRenew());  // the old holder sees the new one and does not take it back
+}
+
+TEST(Kubeconfig, ReadsTheCurrentContextAndNamesBadFields) {
+  const std::string text = R"(
+apiVersion: v1
+kind: Config
+current-context: dev
+contexts:
+- name: dev
+  context: {cluster: c1, user: u1, namespace: team}
+clusters:
+- name: c1
+  cluster: {server: "https://10.0.0.1:6443", certificate-authority-data: "Q0EK"}
+users:
+- name: u1
+  user: {token: secret-token}
+)";
+  auto c = ParseKubeconfig(text, "");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->server, "https://10.0.0.1:6443");
+  EXPECT_EQ(c->token, "secret-token");
+  EXPECT_EQ(c->ca_pem, "CA\n");
+  EXPECT_EQ(c->name_space, "team");
+  auto missing = ParseKubeconfig(text, "", "prod");
+  EXPECT_NE(missing.status().message().find("no context 'prod'"), std::string::npos);
+  std::string bad = text;
+  bad.replace(bad.find("Q0EK"), 4, "!!!!");
+  auto b = ParseKubeconfig(bad, "");
+  EXPECT_NE(b.status().message().find("certificate-authority-data"), std::string::npos)
+      << b.status().message();
+  EXPECT_FALSE(ParseKubeconfig("[1, 2", "").ok());
+}
+
+TEST(Time, FormatsAndParsesRfc3339) {
+  const auto t = std::chrono::system_clock::from_time_t(1790000000);
+  EXPECT_EQ(FormatTime(t), "2026-09-21T14:13:20Z");
+  EXPECT_EQ(ParseTime("2026-09-21T14:13:20Z"), t);
+  EXPECT_EQ(ParseTime("2026-09-21T14:13:20.123456Z"), t);
+  EXPECT_FALSE(ParseTime("yesterday").has_value());
+}
+
+}  // namespace
+}  // namespace adam::kube
