@@ -1,0 +1,339 @@
+// The operator end to end against the in-process API server: the tests play kubectl (writing
+// AdamJobs), the kubelet (pod phases) and the StatefulSet controller (ready replicas).
+#include "operator.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "kube/client.h"
+#include "operator/fake_api_server.h"
+#include "operator/openapi.h"
+#include "reconcile/reconciler.h"
+#include "reconcile/render.h"
+
+namespace adam::op {
+namespace {
+
+using testing::FakeApiServer;
+constexpr const char* kJobs = "adam.dev/v1alpha1/adamjobs";
+constexpr const char* kPods = "v1/pods";
+constexpr const char* kSets = "apps/v1/statefulsets";
+
+template <typename F>
+bool Eventually(F pred, std::chrono::milliseconds timeout = std::chrono::milliseconds(8000)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+Json Example(const std::string& name) {
+  std::ifstream f(std::string(ADAM_SOURCE_DIR) + "/examples/" + name + ".yaml");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  Json j = Json::parse(testing::YamlToJson(ss.str()).dump());
+  j["metadata"]["namespace"] = "ml";
+  return j;
+}
+
+kube::Config Plain(const std::string& url) {
+  kube::Config c;
+  c.server = url;
+  return c;
+}
+
+struct OperatorTest : ::testing::Test {
+  std::unique_ptr<FakeApiServer> api = FakeApiServer::Start();
+  std::unique_ptr<kube::Client> client = kube::NewHttpClient(Plain(api->url()));
+  std::unique_ptr<Operator> op;
+
+  void StartOperator() {
+    OperatorOptions o;
+    o.leader_elect = false;
+    o.metrics_address = "127.0.0.1:0";
+    auto started = Operator::Start(client.get(), o);
+    ASSERT_TRUE(started.ok()) << started.status().message();
+    op = std::move(*started);
+  }
+  void TearDown() override {
+    if (op) op->Stop();
+  }
+
+  Json Job(const std::string& name) { return api->Get(kJobs, "ml", name); }
+  std::string Phase(const std::string& name) {
+    return Job(name).value("status", Json::object()).value("phase", "");
+  }
+  std::vector<Json> PodsOf(const std::string& role, const std::string& job = "") {
+    std::vector<Json> out;
+    for (Json& p : api->List(kPods, "ml"))
+      if (p["metadata"]["labels"].value(kRoleLabel, "") == role &&
+          (job.empty() || p["metadata"]["labels"].value(kJobLabel, "") == job) &&
+          !p["metadata"].contains("deletionTimestamp"))
+        out.push_back(p);
+    return out;
+  }
+  std::string Condition(const std::string& job, const std::string& type) {
+    for (const Json& c : Job(job).value("status", Json::object()).value("conditions", Json::array()))
+      if (c["type"] == type) return c["status"].get<std::string>() + " " + c["reason"].get<std::string>();
+    return "";
+  }
+  // The kubelet: every pod of `role` running and ready.
+  void RunAll(const std::string& role, const std::string& job = "") {
+    for (const Json& p : PodsOf(role, job))
+      if (p["status"].value("phase", "") != "Running")
+        api->SetPodPhase("ml", p["metadata"]["name"], "Running", true);
+  }
+  // Brings a job to Running: every stage's pods started in order.
+  void BringUp(const std::string& name, bool ha) {
+    if (ha) {
+      ASSERT_TRUE(Eventually([&] { return !api->Get(kSets, "ml", name + "-controller").is_null(); }));
+      api->SetStatefulSetReady("ml", name + "-controller", 3);
+    }
+    ASSERT_TRUE(Eventually([&] { return PodsOf("ps", name).size() == (ha ? 3u : 2u); }));
+    RunAll("ps", name);
+    ASSERT_TRUE(Eventually([&] {
+      return PodsOf("trainer", name).size() == 2u && PodsOf("data-server", name).size() == 1u;
+    }));
+    RunAll("data-server", name);
+    RunAll("trainer", name);
+    ASSERT_TRUE(Eventually([&] { return Phase(name) == "Running"; })) << Job(name).dump(2);
+  }
+};
+
+TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
+  StartOperator();
+  api->Put(kJobs, Example("fashion-mnist-ha"));
+  const std::string job = "fashion-mnist-ha";
+  ASSERT_TRUE(Eventually([&] { return !api->Get(kSets, "ml", job + "-controller").is_null(); }));
+  EXPECT_FALSE(api->Get("v1/configmaps", "ml", job + "-job").is_null());
+  EXPECT_FALSE(api->Get("v1/services", "ml", job).is_null());
+  // Parameter servers wait for the controller group.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(PodsOf("ps").empty());
+  EXPECT_EQ(Phase(job), "Pending");
+  api->SetStatefulSetReady("ml", job + "-controller", 3);
+  ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 3u; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(PodsOf("trainer").empty());  // trainers wait for ready parameter servers
+  RunAll("ps");
+  ASSERT_TRUE(Eventually([&] { return PodsOf("trainer").size() == 2u; }));
+  RunAll("data-server");
+  RunAll("trainer");
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; }));
+  const Json st = Job(job)["status"];
+  EXPECT_EQ(st["roles"]["ps"]["ready"], 3);
+  EXPECT_EQ(st["roles"]["controller"]["ready"], 3);
+  EXPECT_EQ(st["observedGeneration"], Job(job)["metadata"]["generation"]);
+  EXPECT_EQ(Condition(job, "Running"), "True PodsRunning");
+  EXPECT_EQ(Condition(job, "Created"), "True ObjectsCreated");
+  // Owned, finalized, and the status is valid under the CRD's schema.
+  const Json pod = PodsOf("ps")[0];
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], Job(job)["metadata"]["uid"]);
+  EXPECT_EQ(Job(job)["metadata"]["finalizers"][0], kFinalizer);
+  bool event = false;
+  for (const Json& e : api->List("v1/events", "ml")) event |= e["reason"] == "Running";
+  EXPECT_TRUE(event);
+}
+
+TEST_F(OperatorTest, RecreatesADeletedPodAndRestartsAFailedOne) {
+  StartOperator();
+  api->Put(kJobs, Example("fashion-mnist"));
+  BringUp("fashion-mnist", false);
+  const std::string uid = PodsOf("ps")[0]["metadata"]["uid"];
+  api->Remove(kPods, "ml", "fashion-mnist-ps-0");
+  ASSERT_TRUE(Eventually([&] {
+    Json p = api->Get(kPods, "ml", "fashion-mnist-ps-0");
+    return !p.is_null() && p["metadata"]["uid"] != uid;
+  }));
+  RunAll("ps");  // later stages go on once the recreated server is ready again
+  // A crash (SIGKILL: 137) is restarted and counted.
+  api->SetPodPhase("ml", "fashion-mnist-trainer-1", "Failed", false, 137);
+  ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist")["status"].value("restarts", 0) == 1; }));
+  ASSERT_TRUE(Eventually([&] {
+    Json p = api->Get(kPods, "ml", "fashion-mnist-trainer-1");
+    return !p.is_null() && p["status"].value("phase", "") == "Pending";
+  }));
+  EXPECT_EQ(Job("fashion-mnist")["status"]["roles"]["trainer"]["restarts"], 1);
+  bool event = false;
+  for (const Json& e : api->List("v1/events", "ml"))
+    event |= e["reason"] == "PodFailed" &&
+             e["message"].get<std::string>().find("exit code 137") != std::string::npos;
+  EXPECT_TRUE(event);
+  EXPECT_EQ(Phase("fashion-mnist"), "Running");
+}
+
+TEST_F(OperatorTest, ExitCodeTwoFailsAtOnceAndBackoffLimitBounds) {
+  StartOperator();
+  Json j = Example("fashion-mnist");
+  j["spec"]["runPolicy"] = {{"backoffLimit", 1}};
+  api->Put(kJobs, j);
+  BringUp("fashion-mnist", false);
+  api->SetPodPhase("ml", "fashion-mnist-trainer-0", "Failed", false, 139);
+  ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist")["status"].value("restarts", 0) == 1; }));
+  ASSERT_TRUE(Eventually([&] {
+    Json p = api->Get(kPods, "ml", "fashion-mnist-trainer-0");
+    return !p.is_null() && p["status"].value("phase", "") == "Pending";
+  }));
+  api->SetPodPhase("ml", "fashion-mnist-trainer-0", "Failed", false, 139);
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Failed"; }));
+  EXPECT_EQ(Condition("fashion-mnist", "Failed"), "True BackoffLimitExceeded");
+  // cleanPodPolicy Running (the default): running pods go.
+  EXPECT_TRUE(Eventually([&] { return PodsOf("ps").empty(); }));
+
+  api->Put(kJobs, [&] {
+    Json k = Example("fashion-mnist");
+    k["metadata"]["name"] = "second";
+    return k;
+  }());
+  BringUp("second", false);
+  api->SetPodPhase("ml", "second-data-server-0", "Failed", false, 2);
+  ASSERT_TRUE(Eventually([&] { return Phase("second") == "Failed"; }));
+  EXPECT_EQ(Condition("second", "Failed"), "True InvalidInput");
+  EXPECT_EQ(Job("second")["status"].value("restarts", 0), 0);
+}
+
+TEST_F(OperatorTest, ScalesTrainersBothWays) {
+  StartOperator();
+  api->Put(kJobs, Example("fashion-mnist"));
+  BringUp("fashion-mnist", false);
+  Json j = Job("fashion-mnist");
+  j["spec"]["roles"]["trainer"]["replicas"] = 3;
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return PodsOf("trainer").size() == 3u; }));
+  j = Job("fashion-mnist");
+  j["spec"]["roles"]["trainer"]["replicas"] = 1;
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return PodsOf("trainer").size() == 1u; }));
+  EXPECT_EQ(PodsOf("trainer")[0]["metadata"]["name"], "fashion-mnist-trainer-0");
+  ASSERT_TRUE(Eventually([&] {
+    return Job("fashion-mnist")["status"]["roles"]["trainer"].value("desired", 0) == 1;
+  }));
+}
+
+TEST_F(OperatorTest, SuspendsAndResumes) {
+  StartOperator();
+  api->Put(kJobs, Example("fashion-mnist"));
+  BringUp("fashion-mnist", false);
+  Json j = Job("fashion-mnist");
+  j["spec"]["runPolicy"] = {{"suspend", true}};
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Suspended"; }));
+  EXPECT_TRUE(Eventually([&] { return api->List(kPods, "ml").empty(); }));
+  EXPECT_EQ(Condition("fashion-mnist", "Suspended"), "True Suspended");
+  j = Job("fashion-mnist");
+  j["spec"]["runPolicy"]["suspend"] = false;
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 2u; }));
+  EXPECT_TRUE(Eventually([&] { return Condition("fashion-mnist", "Suspended") == "False Resumed"; }));
+  BringUp("fashion-mnist", false);
+}
+
+TEST_F(OperatorTest, AnInvalidSpecIsAConditionNamingTheField) {
+  StartOperator();
+  Json j = Example("fashion-mnist-ha");
+  j["spec"]["roles"]["parameterServer"]["copies"] = 4;  // more copies than servers
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist-ha") == "Failed"; }));
+  const Json st = Job("fashion-mnist-ha")["status"];
+  bool named = false;
+  for (const Json& c : st["conditions"])
+    named |= c["type"] == "InvalidSpec" && c["status"] == "True" &&
+             c["message"].get<std::string>().find("spec.roles.parameterServer.copies") != std::string::npos;
+  EXPECT_TRUE(named) << st.dump(2);
+  EXPECT_TRUE(api->List(kPods, "ml").empty());
+}
+
+TEST_F(OperatorTest, SucceedsCleansUpAndExpires) {
+  StartOperator();
+  Json j = Example("fashion-mnist");
+  j["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", 1}};
+  api->Put(kJobs, j);
+  BringUp("fashion-mnist", false);
+  for (const Json& p : PodsOf("trainer"))
+    api->SetPodPhase("ml", p["metadata"]["name"], "Succeeded", false, 0);
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Succeeded"; }));
+  EXPECT_TRUE(Job("fashion-mnist")["status"].contains("completionTime"));
+  EXPECT_TRUE(Eventually([&] { return PodsOf("ps").empty(); }));  // flushed and gone
+  EXPECT_EQ(PodsOf("trainer").size(), 2u);                          // finished pods stay
+  // ttlSecondsAfterFinished: the job, and with it everything it owns, is deleted.
+  ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist").is_null(); }, std::chrono::seconds(6)));
+  EXPECT_TRUE(Eventually([&] { return api->List(kPods, "ml").empty(); }));
+  EXPECT_TRUE(api->List("v1/configmaps", "ml").empty());
+}
+
+TEST_F(OperatorTest, ActiveDeadlineFailsTheJob) {
+  StartOperator();
+  Json j = Example("fashion-mnist");
+  j["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 1}};
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Failed"; }, std::chrono::seconds(6)));
+  EXPECT_EQ(Condition("fashion-mnist", "Failed"), "True DeadlineExceeded");
+}
+
+TEST_F(OperatorTest, RecoversALostWatchAndRetriesConflicts) {
+  StartOperator();
+  api->Put(kJobs, Example("fashion-mnist"));
+  BringUp("fashion-mnist", false);
+  const int watches = api->watches_opened();
+  api->Compact();
+  api->BreakWatches();
+  api->FailUpdates(3);  // the next writes conflict
+  api->Remove(kPods, "ml", "fashion-mnist-trainer-0");
+  ASSERT_TRUE(Eventually([&] { return !api->Get(kPods, "ml", "fashion-mnist-trainer-0").is_null(); }));
+  EXPECT_GT(api->watches_opened(), watches);
+  // The status write of the new count conflicts three times, then lands.
+  ASSERT_TRUE(Eventually([&] { return api->conflicts_served() >= 3; }));
+  ASSERT_TRUE(Eventually([&] {
+    return Job("fashion-mnist")["status"]["roles"]["trainer"].value("ready", 0) == 1;
+  }));
+  api->SetPodPhase("ml", "fashion-mnist-trainer-0", "Running", true);
+  ASSERT_TRUE(Eventually([&] {
+    return Job("fashion-mnist")["status"]["roles"]["trainer"].value("ready", 0) == 2;
+  }));
+}
+
+TEST_F(OperatorTest, DeletionWaitsForParameterServersToFlush) {
+  StartOperator();
+  api->Put(kJobs, Example("fashion-mnist"));
+  BringUp("fashion-mnist", false);
+  api->Remove(kJobs, "ml", "fashion-mnist");  // kubectl delete: the finalizer holds it
+  ASSERT_TRUE(Eventually([&] { return PodsOf("ps").empty(); }));
+  ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist").is_null(); }));
+  EXPECT_TRUE(Eventually([&] { return api->List(kPods, "ml").empty(); }));
+}
+
+TEST_F(OperatorTest, TwoOperatorsOneLeader) {
+  OperatorOptions o;
+  o.metrics_address = "127.0.0.1:0";
+  o.lease_duration = std::chrono::milliseconds(1000);
+  o.renew_deadline = std::chrono::milliseconds(700);
+  o.retry_period = std::chrono::milliseconds(50);
+  o.identity = "a";
+  auto c2 = kube::NewHttpClient(Plain(api->url()));
+  auto a = Operator::Start(client.get(), o);
+  o.identity = "b";
+  auto b = Operator::Start(c2.get(), o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(Eventually([&] { return (*a)->IsLeader() || (*b)->IsLeader(); }));
+  Operator* leader = (*a)->IsLeader() ? a->get() : b->get();
+  Operator* standby = (*a)->IsLeader() ? b->get() : a->get();
+  api->Put(kJobs, Example("fashion-mnist"));
+  ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 2u; }));
+  EXPECT_TRUE(Eventually([&] { return leader->reconciles() > 0u; }));
+  EXPECT_EQ(standby->reconciles(), 0u);
+  EXPECT_FALSE(standby->IsLeader());
+  leader->Stop();
+  ASSERT_TRUE(Eventually([&] { return standby->IsLeader(); }));
+  api->Remove(kPods, "ml", "fashion-mnist-ps-1");
+  ASSERT_TRUE(Eventually([&] { return !api->Get(kPods, "ml", "fashion-mnist-ps-1").is_null(); }));
+  EXPECT_TRUE(Eventually([&] { return standby->reconciles() > 0u; }));
+  standby->Stop();
+}
+
+}  // namespace
+}  // namespace adam::op
