@@ -240,7 +240,7 @@ TEST(Plan, TrainerArgsCarryEndpoints) {
   ASSERT_TRUE(job.ok());
   Plan plan = MakePlan(*job);
   const RoleInstance& trainer = plan.instances.back();
-  auto args = RoleArgs(trainer, "job.yaml", {"127.0.0.1:5", {"127.0.0.1:6", "127.0.0.1:7"}});
+  auto args = RoleArgs(trainer, "job.yaml", {"127.0.0.1:5", {"127.0.0.1:6", "127.0.0.1:7"}, ""});
   const std::vector<std::string> want = {"trainer", "--job", "job.yaml", "--name", "trainer-0",
                                          "--metrics-port", "0", "--index", "0", "--threads", "1",
                                          "--data-server", "127.0.0.1:5", "--ps",

@@ -17,6 +17,7 @@
 #include "launcher/launcher.h"
 #include "model/layout.h"
 #include "param_server/main.h"
+#include "net/network_status.h"
 #include "operator.h"
 #include "reconcile/render.h"
 #include "spec/adamjob.h"
@@ -181,6 +182,13 @@ int main(int argc, char** argv) {
   std::string replication_listen, restore_from, checkpoint_peer;
   ps->add_option("--replication-listen", replication_listen,
                  "host:port of the second NIC for replication and checkpoint traffic");
+  std::string replication_network, pod_annotations;
+  ps->add_option("--replication-network", replication_network,
+                 "Kubernetes: bind --replication-listen's port on this Multus network's address, "
+                 "found in the pod's network-status annotation (see --pod-annotations)");
+  ps->add_option("--pod-annotations", pod_annotations,
+                 "the downward-API file of this pod's annotations")
+      ->default_val("/etc/podinfo/annotations");
   ps->add_option("--restore-from", restore_from,
                  "a replication address holding this server's checkpoint (its own former one, or "
                  "its checkpoint peer's): copied first when --state-dir has none");
@@ -358,6 +366,18 @@ int main(int argc, char** argv) {
     o.metrics_port = metrics_port;
     o.state_dir = state_dir;
     o.replication_listen = replication_listen;
+    if (!replication_network.empty()) {
+      // The second NIC: its address comes from Multus, through the downward API.
+      auto addr = adam::net::PodNetworkAddress(pod_annotations, replication_network);
+      if (!addr.ok()) {
+        spdlog::error("--replication-network {}: {}", replication_network, addr.status().message());
+        return 1;
+      }
+      const size_t colon = replication_listen.rfind(':');
+      o.replication_listen =
+          *addr + ":" + (colon == std::string::npos ? "7071" : replication_listen.substr(colon + 1));
+      spdlog::info("replication traffic on {} ({})", o.replication_listen, replication_network);
+    }
     o.restore_from = restore_from;
     o.checkpoint_peer = checkpoint_peer;
     o.threads = threads;

@@ -1,0 +1,159 @@
+// Downward-API annotations and Multus network-status.
+#include "net/network_status.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+namespace adam::net {
+namespace {
+
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(char(cp));
+  } else if (cp < 0x800) {
+    out->push_back(char(0xC0 | (cp >> 6)));
+    out->push_back(char(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(char(0xE0 | (cp >> 12)));
+    out->push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(char(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(char(0xF0 | (cp >> 18)));
+    out->push_back(char(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(char(0x80 | (cp & 0x3F)));
+  }
+}
+
+int Hex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+StatusOr<std::map<std::string, std::string>> ParseAnnotationsFile(const std::string& text) {
+  std::map<std::string, std::string> out;
+  size_t line_no = 0, pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    const size_t line_start = pos;
+    pos = end + 1;
+    ++line_no;
+    if (line.empty()) continue;
+    auto bad = [&](size_t at, const std::string& what) {
+      return DataLossError("annotations line " + std::to_string(line_no) + ", byte " +
+                           std::to_string(line_start + at) + ": " + what);
+    };
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos || eq == 0) return bad(0, "expected key=\"value\"");
+    if (eq + 1 >= line.size() || line[eq + 1] != '"') return bad(eq + 1, "the value must be quoted");
+    std::string value;
+    size_t i = eq + 2;
+    bool closed = false;
+    while (i < line.size()) {
+      const char c = line[i];
+      if (c == '"') {
+        closed = true;
+        ++i;
+        break;
+      }
+      if (c != '\\') {
+        value.push_back(c);
+        ++i;
+        continue;
+      }
+      if (i + 1 >= line.size()) return bad(i, "a backslash ends the line");
+      const char e = line[i + 1];
+      i += 2;
+      switch (e) {
+        case '"': value.push_back('"'); break;
+        case '\\': value.push_back('\\'); break;
+        case 'n': value.push_back('\n'); break;
+        case 't': value.push_back('\t'); break;
+        case 'r': value.push_back('\r'); break;
+        case 'a': value.push_back('\a'); break;
+        case 'b': value.push_back('\b'); break;
+        case 'f': value.push_back('\f'); break;
+        case 'v': value.push_back('\v'); break;
+        case 'x':
+        case 'u':
+        case 'U': {
+          const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+          if (i + n > line.size()) return bad(i, std::string("short \\") + e + " escape");
+          uint32_t cp = 0;
+          for (size_t k = 0; k < n; ++k) {
+            const int h = Hex(line[i + k]);
+            if (h < 0) return bad(i + k, "not a hex digit");
+            cp = cp * 16 + uint32_t(h);
+          }
+          i += n;
+          if (e == 'x')
+            value.push_back(char(cp));
+          else if (cp > 0x10FFFF)
+            return bad(i - n, "code point out of range");
+          else
+            AppendUtf8(cp, &value);
+          break;
+        }
+        default: return bad(i - 1, std::string("unknown escape \\") + e);
+      }
+    }
+    if (!closed) return bad(line.size(), "unterminated quoted value");
+    if (i != line.size()) return bad(i, "text after the closing quote");
+    out[line.substr(0, eq)] = value;
+  }
+  return out;
+}
+
+StatusOr<std::string> NetworkAddress(const std::string& json_text, const std::string& network) {
+  nlohmann::json list;
+  try {
+    list = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return DataLossError(std::string(kNetworkStatusAnnotation) + ": not JSON at byte " +
+                         std::to_string(e.byte));
+  }
+  if (!list.is_array()) return DataLossError(std::string(kNetworkStatusAnnotation) + ": not a list");
+  std::string names;
+  for (const auto& a : list) {
+    if (!a.is_object() || !a.contains("name") || !a["name"].is_string()) continue;
+    const std::string name = a["name"].get<std::string>();
+    names += (names.empty() ? "" : ", ") + name;
+    const bool match = name == network ||
+                       (name.size() > network.size() &&
+                        name.compare(name.size() - network.size() - 1, std::string::npos, "/" + network) == 0);
+    if (!match) continue;
+    auto ips = a.find("ips");
+    if (ips == a.end() || !ips->is_array() || ips->empty() || !(*ips)[0].is_string())
+      return DataLossError(std::string(kNetworkStatusAnnotation) + ": attachment '" + name +
+                           "' has no ips");
+    return (*ips)[0].get<std::string>();
+  }
+  return NotFoundError(std::string(kNetworkStatusAnnotation) + ": no attachment named '" + network +
+                       "' (present: " + (names.empty() ? "none" : names) + ")");
+}
+
+StatusOr<std::string> PodNetworkAddress(const std::string& path, const std::string& network) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFoundError(path + ": cannot read the pod's annotations");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto annotations = ParseAnnotationsFile(ss.str());
+  if (!annotations.ok()) return annotations.status().Annotate(path);
+  auto it = annotations->find(kNetworkStatusAnnotation);
+  if (it == annotations->end())
+    return NotFoundError(path + ": no " + std::string(kNetworkStatusAnnotation) +
+                         " annotation (is Multus installed and the network attached?)");
+  auto addr = NetworkAddress(it->second, network);
+  if (!addr.ok()) return addr.status().Annotate(path);
+  return addr;
+}
+
+}  // namespace adam::net
