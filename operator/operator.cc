@@ -143,7 +143,7 @@ struct Operator::Impl : public Children {
     if (running) return;
     queue = std::make_unique<kube::WorkQueue>();
     adds_seen = retries_seen = 0;
-    reconciler = std::make_unique<Reconciler>(client, this);
+    reconciler = std::make_unique<Reconciler>(client, this, nullptr, o.metrics.get(), o.status_period);
     kube::WorkQueue* q = queue.get();
     auto job_handler = [q](const kube::WatchEvent& ev) { q->Add(kube::KeyOf(ev.object)); };
     auto child_handler = [q](const kube::WatchEvent& ev) {
@@ -304,6 +304,7 @@ int OperatorMain(const OperatorOptions& options, const std::string& kubeconfig,
   }
   OperatorOptions o = options;
   if (o.lease_namespace.empty()) o.lease_namespace = config->name_space;
+  o.metrics = kube::NewHttpMetricsSource();
   auto client = kube::NewHttpClient(*config);
   auto op = Operator::Start(client.get(), o);
   if (!op.ok()) {

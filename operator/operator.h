@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "kube/client.h"
+#include "kube/scrape.h"
 
 namespace adam::op {
 
@@ -27,6 +28,9 @@ struct OperatorOptions {
   std::chrono::milliseconds lease_duration{15000};
   std::chrono::milliseconds renew_deadline{10000};
   std::chrono::milliseconds retry_period{2000};
+  // Reads trainers' /metrics for the job status (epoch, accuracy, images/s); null = none.
+  std::shared_ptr<kube::MetricsSource> metrics;
+  std::chrono::milliseconds status_period{10000};
 };
 
 class Operator {

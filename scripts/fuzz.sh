@@ -8,9 +8,9 @@ seconds=${FUZZ_SECONDS:-30}
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++ -DADAM_FUZZ=ON > build-fuzz.log 2>&1 || { cat build-fuzz.log; exit 1; }
 cmake --build build-fuzz --target idx_fuzzer manifest_fuzzer event_fuzzer checkpoint_fuzzer raft_log_fuzzer raft_message_fuzzer \
-  watch_stream_fuzzer network_status_fuzzer
+  watch_stream_fuzzer network_status_fuzzer prometheus_text_fuzzer
 mkdir -p build-fuzz/artifacts
-for t in idx manifest event checkpoint raft_log raft_message watch_stream network_status; do
+for t in idx manifest event checkpoint raft_log raft_message watch_stream network_status prometheus_text; do
   work=build-fuzz/corpus/$t
   mkdir -p "$work"
   cp -n tests/fuzz/corpus/$t/* "$work"/ 2>/dev/null || true

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "reconcile/render.h"
@@ -67,10 +68,44 @@ const char* kRoles[] = {"controller", "ps", "data-server", "trainer"};
 
 }  // namespace
 
-Reconciler::Reconciler(kube::Client* client, const Children* children, Now now)
-    : client_(client), children_(children), now_(now ? std::move(now) : Now([] {
-        return std::chrono::system_clock::now();
-      })) {}
+Reconciler::Reconciler(kube::Client* client, const Children* children, Now now,
+                       kube::MetricsSource* metrics, std::chrono::milliseconds status_period)
+    : client_(client),
+      children_(children),
+      now_(now ? std::move(now) : Now([] { return std::chrono::system_clock::now(); })),
+      metrics_(metrics),
+      status_period_(status_period) {}
+
+// Trainer 0 evaluates after each epoch: its epoch and test accuracy are the job's; images/s is
+// the sum of every trainer's rate between two looks.
+void Reconciler::ReadTrainerMetrics(State& s) {
+  if (!metrics_) return;
+  double rate = 0;
+  bool any_rate = false;
+  for (const Json& pod : s.pods) {
+    if (Label(pod, kRoleLabel) != "trainer" || PodPhase(pod) != "Running" || HasDeletion(pod)) continue;
+    const std::string ip = pod.value("status", Json::object()).value("podIP", "");
+    if (ip.empty()) continue;
+    auto m = metrics_->Scrape(ip, kMetricsPort);
+    if (!m.ok()) continue;  // not serving yet: the next look will tell
+    if (Label(pod, kIndexLabel) == "0") {
+      if (auto e = m->find("adam_trainer_epoch"); e != m->end()) s.status["epoch"] = int64_t(e->second);
+      if (auto a = m->find("adam_trainer_test_accuracy"); a != m->end() && a->second > 0)
+        s.status["testAccuracy"] = std::round(a->second * 10000) / 10000;
+    }
+    if (auto im = m->find("adam_trainer_images_total"); im != m->end()) {
+      const std::string uid = pod["metadata"].value("uid", "");
+      auto prev = last_images_.find(uid);
+      if (prev != last_images_.end() && s.now > prev->second.at) {
+        const double dt = std::chrono::duration<double>(s.now - prev->second.at).count();
+        rate += std::max(0.0, im->second - prev->second.images) / dt;
+        any_rate = true;
+      }
+      last_images_[uid] = {im->second, s.now};
+    }
+  }
+  if (any_rate) s.status["imagesPerSecond"] = std::round(rate);
+}
 
 void Reconciler::SetCondition(State& s, const std::string& type, bool value,
                               const std::string& reason, const std::string& message) {
@@ -470,6 +505,9 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     r["failed"] = failed;
     if (!r.contains("restarts")) r["restarts"] = 0;
   }
+  ReadTrainerMetrics(s);
+  if (metrics_ && (!result.requeue_after || *result.requeue_after > status_period_))
+    result.requeue_after = status_period_;  // refresh epoch, accuracy and throughput
   if (all_running) {
     if (s.status["phase"] != "Running") Event(s, "Normal", "Running", "every pod of the job runs");
     s.status["phase"] = "Running";

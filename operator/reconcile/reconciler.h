@@ -17,12 +17,14 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "kube/client.h"
+#include "kube/scrape.h"
 
 namespace adam::op {
 
@@ -47,7 +49,11 @@ struct ReconcileResult {
 class Reconciler {
  public:
   using Now = std::function<std::chrono::system_clock::time_point()>;
-  Reconciler(kube::Client* client, const Children* children, Now now = nullptr);
+  // `metrics` (may be null) reads the trainers' /metrics for status.epoch, testAccuracy and
+  // imagesPerSecond; while a job runs it is then looked at again every `status_period`.
+  Reconciler(kube::Client* client, const Children* children, Now now = nullptr,
+             kube::MetricsSource* metrics = nullptr,
+             std::chrono::milliseconds status_period = std::chrono::milliseconds(10000));
 
   // ABORTED on a write conflict (the caller requeues with backoff); other errors likewise.
   StatusOr<ReconcileResult> Reconcile(const std::string& ns, const std::string& name);
@@ -66,10 +72,18 @@ class Reconciler {
   void SetCondition(State& s, const std::string& type, bool status, const std::string& reason,
                     const std::string& message);
   void Finish(State& s, bool succeeded, const std::string& reason, const std::string& message);
+  void ReadTrainerMetrics(State& s);
 
   kube::Client* client_;
   const Children* children_;
   Now now_;
+  kube::MetricsSource* metrics_;
+  std::chrono::milliseconds status_period_;
+  struct Sample {
+    double images = 0;
+    std::chrono::system_clock::time_point at;
+  };
+  std::map<std::string, Sample> last_images_;  // trainer pod uid -> last images_total seen
   std::set<std::string> counted_failures_;  // pod uids whose failure counted as a restart
   uint64_t restarts_made_ = 0;
 };

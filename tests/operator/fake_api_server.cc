@@ -459,6 +459,7 @@ void FakeApiServer::SetPodPhase(const std::string& ns, const std::string& name,
   Json pod = Get("v1/pods", ns, name);
   if (pod.is_null()) return;
   Json st = {{"phase", phase},
+             {"podIP", name},  // tests' metrics sources key on it
              {"conditions", {{{"type", "Ready"}, {"status", ready ? "True" : "False"}}}}};
   if (phase == "Failed" || phase == "Succeeded")
     st["containerStatuses"] = {{{"name", "main"},

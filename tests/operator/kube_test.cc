@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 #include "kube/client.h"
 #include "kube/informer.h"
 #include "kube/leader.h"
+#include "kube/scrape.h"
 #include "kube/watch.h"
 #include "kube/workqueue.h"
 #include "operator/fake_api_server.h"
@@ -204,6 +206,20 @@ TEST_F(InformerTest, BookmarksAdvanceTheVersionWithoutEvents) {
   EXPECT_TRUE(Eventually([&] { return inf.resource_version() != before; }));
   EXPECT_EQ(events.load(), 0);
   inf.Stop();
+}
+
+TEST(PrometheusText, ParsesSamplesAndNamesBadLines) {
+  auto m = ParsePrometheusText(
+      "# HELP adam_trainer_epoch epochs\n# TYPE adam_trainer_epoch gauge\nadam_trainer_epoch 3\n"
+      "h_bucket{le=\"0.5\",x=\"a b}\"} 7 1700000000\nh_bucket{le=\"+Inf\"} +Inf\n\n");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->at("adam_trainer_epoch"), 3);
+  EXPECT_EQ(m->at("h_bucket{le=\"0.5\",x=\"a b}\"}"), 7);
+  EXPECT_TRUE(std::isinf(m->at("h_bucket{le=\"+Inf\"}")));
+  auto bad = ParsePrometheusText("ok 1\nbroken{a=\"1\" 2\n");
+  EXPECT_NE(bad.status().message().find("line 2"), std::string::npos);
+  EXPECT_FALSE(ParsePrometheusText("x one\n").ok());
+  EXPECT_FALSE(ParsePrometheusText("x\n").ok());
 }
 
 TEST(WorkQueue, OneWorkerPerKeyAndNoLostAdds) {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -47,14 +49,36 @@ kube::Config Plain(const std::string& url) {
   return c;
 }
 
+// Trainers' /metrics as the operator would read them, keyed by pod address.
+class FakeMetrics : public kube::MetricsSource {
+ public:
+  void Set(const std::string& host, std::map<std::string, double> m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_[host] = std::move(m);
+  }
+  StatusOr<std::map<std::string, double>> Scrape(const std::string& host, int port) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (port != kMetricsPort || !metrics_.count(host)) return UnavailableError(host + " not serving");
+    return metrics_[host];
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::map<std::string, double>> metrics_;
+};
+
 struct OperatorTest : ::testing::Test {
   std::unique_ptr<FakeApiServer> api = FakeApiServer::Start();
   std::unique_ptr<kube::Client> client = kube::NewHttpClient(Plain(api->url()));
   std::unique_ptr<Operator> op;
 
+  std::shared_ptr<FakeMetrics> metrics = std::make_shared<FakeMetrics>();
+
   void StartOperator() {
     OperatorOptions o;
     o.leader_elect = false;
+    o.metrics = metrics;
+    o.status_period = std::chrono::milliseconds(200);
     o.metrics_address = "127.0.0.1:0";
     auto started = Operator::Start(client.get(), o);
     ASSERT_TRUE(started.ok()) << started.status().message();
@@ -138,6 +162,35 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   bool event = false;
   for (const Json& e : api->List("v1/events", "ml")) event |= e["reason"] == "Running";
   EXPECT_TRUE(event);
+}
+
+TEST_F(OperatorTest, StatusCarriesEpochAccuracyAndThroughput) {
+  StartOperator();
+  api->Put(kJobs, Example("fashion-mnist"));
+  BringUp("fashion-mnist", false);
+  metrics->Set("fashion-mnist-trainer-0", {{"adam_trainer_epoch", 3}, {"adam_trainer_test_accuracy", 0.8971},
+                                           {"adam_trainer_images_total", 1000}});
+  metrics->Set("fashion-mnist-trainer-1", {{"adam_trainer_epoch", 3}, {"adam_trainer_images_total", 1000}});
+  ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist")["status"].value("epoch", 0) == 3; }));
+  EXPECT_DOUBLE_EQ(Job("fashion-mnist")["status"]["testAccuracy"].get<double>(), 0.8971);
+  // Both trainers advance: the job's rate is their sum.
+  metrics->Set("fashion-mnist-trainer-0", {{"adam_trainer_epoch", 4}, {"adam_trainer_test_accuracy", 0.9012},
+                                           {"adam_trainer_images_total", 1e9}});
+  metrics->Set("fashion-mnist-trainer-1", {{"adam_trainer_epoch", 4}, {"adam_trainer_images_total", 1e9}});
+  ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist")["status"].value("imagesPerSecond", 0.0) > 1e6; }));
+  EXPECT_TRUE(Eventually([&] { return Job("fashion-mnist")["status"].value("epoch", 0) == 4; }));
+  EXPECT_DOUBLE_EQ(Job("fashion-mnist")["status"]["testAccuracy"].get<double>(), 0.9012);
+  // The status stays valid under the CRD's schema.
+  std::ifstream f(std::string(ADAM_SOURCE_DIR) + "/crds/adam.dev_adamjobs.yaml");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const nlohmann::json crd = testing::YamlToJson(ss.str());
+  const nlohmann::json job = nlohmann::json::parse(Job("fashion-mnist").dump());
+  std::string errors;
+  for (const auto& e : testing::ValidateAgainstSchema(
+           crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], job))
+    errors += e + "\n";
+  EXPECT_EQ(errors, "");
 }
 
 TEST_F(OperatorTest, RecreatesADeletedPodAndRestartsAFailedOne) {
