@@ -1,6 +1,7 @@
 // FakeApiServer on cpprest's listener.
 #include "operator/fake_api_server.h"
 
+#include <boost/asio/ssl.hpp>
 #include <cpprest/http_listener.h>
 #include <cpprest/producerconsumerstream.h>
 
@@ -95,6 +96,7 @@ struct FakeApiServer::Impl {
   std::mt19937 rng{7};
   std::unique_ptr<http::experimental::listener::http_listener> listener;
   std::string url;
+  std::string token;
   std::atomic<bool> stop{false};
   std::thread reaper;
 
@@ -214,6 +216,11 @@ struct FakeApiServer::Impl {
   }
 
   void Handle(http::http_request req) {
+    if (!token.empty()) {
+      auto h = req.headers().find("Authorization");
+      if (h == req.headers().end() || h->second != "Bearer " + token)
+        return Fail(req, 401, "Unauthorized", "Unauthorized");
+    }
     Target t;
     const std::string path = http::uri::decode(req.relative_uri().path());
     if (!Parse(path, &t)) return Fail(req, 404, "NotFound", "no route " + path);
@@ -383,12 +390,25 @@ struct FakeApiServer::Impl {
 
 FakeApiServer::FakeApiServer() : impl_(std::make_unique<Impl>()) {}
 
-std::unique_ptr<FakeApiServer> FakeApiServer::Start() {
+std::unique_ptr<FakeApiServer> FakeApiServer::Start() { return StartTls("", "", ""); }
+
+std::unique_ptr<FakeApiServer> FakeApiServer::StartTls(const std::string& cert_file,
+                                                       const std::string& key_file,
+                                                       const std::string& token) {
   std::unique_ptr<FakeApiServer> s(new FakeApiServer());
   Impl* impl = s->impl_.get();
   const int port = FreePort();
-  impl->url = "http://127.0.0.1:" + std::to_string(port);
-  impl->listener = std::make_unique<http::experimental::listener::http_listener>(impl->url);
+  const bool tls = !cert_file.empty();
+  impl->url = std::string(tls ? "https" : "http") + "://127.0.0.1:" + std::to_string(port);
+  impl->token = token;
+  http::experimental::listener::http_listener_config config;
+  if (tls)
+    config.set_ssl_context_callback([cert_file, key_file](boost::asio::ssl::context& ctx) {
+      ctx.set_options(boost::asio::ssl::context::default_workarounds);
+      ctx.use_certificate_chain_file(cert_file);
+      ctx.use_private_key_file(key_file, boost::asio::ssl::context::pem);
+    });
+  impl->listener = std::make_unique<http::experimental::listener::http_listener>(impl->url, config);
   impl->listener->support([impl](http::http_request req) {
     try {
       impl->Handle(req);

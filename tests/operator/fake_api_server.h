@@ -21,6 +21,11 @@ class FakeApiServer {
  public:
   using Json = nlohmann::ordered_json;
   static std::unique_ptr<FakeApiServer> Start();
+  // Over HTTPS with this certificate chain and key (PEM files); with a non-empty `token`, every
+  // request must carry "Authorization: Bearer TOKEN" (else 401).
+  static std::unique_ptr<FakeApiServer> StartTls(const std::string& cert_file,
+                                                 const std::string& key_file,
+                                                 const std::string& token);
   ~FakeApiServer();
 
   std::string url() const;

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <cmath>
 #include <thread>
 
@@ -13,6 +16,7 @@
 #include "kube/watch.h"
 #include "kube/workqueue.h"
 #include "operator/fake_api_server.h"
+#include "testing/tmp_dir.h"
 
 namespace adam::kube {
 namespace {
@@ -311,6 +315,70 @@ TEST_F(LeaderTest, AnUnrenewedLeaseIsTakenOnlyAfterItsDuration) {
   ASSERT_TRUE(Eventually([&] { return b.TryAcquireOrRenew(); }, std::chrono::milliseconds(3000)));
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(950));
   EXPECT_FALSE(a.TryAcquireOrRenew());  // the old holder sees the new one and does not take it back
+}
+
+// HTTPS as on a real cluster: the server's certificate checked against the configured CA, the
+// bearer token sent; a client with the wrong CA or token is refused.
+TEST(Tls, VerifiesTheServerAndSendsTheToken) {
+  testing::TmpDir dir;
+  const std::string d = dir.path();
+  const std::string cmd =
+      "cd " + d + " && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca "
+      "-keyout ca.key -out ca.crt 2>/dev/null && "
+      "openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr "
+      "2>/dev/null && printf 'subjectAltName=IP:127.0.0.1\\n' > ext && "
+      "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 "
+      "-extfile ext -out server.crt 2>/dev/null && "
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=other -keyout other.key "
+      "-out other.crt 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl failed";
+  auto api = FakeApiServer::StartTls(d + "/server.crt", d + "/server.key", "s3cret");
+  auto read = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  Config c;
+  c.server = api->url();
+  c.token = "s3cret";
+  c.ca_pem = read(d + "/ca.crt");
+  auto good = NewHttpClient(c);
+  auto created = good->Create(ConfigMaps(), "ns", Cm("tls", "1"));
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  EXPECT_TRUE(good->Get(ConfigMaps(), "ns", "tls").ok());
+
+  Config wrong_token = c;
+  wrong_token.token = "guess";
+  auto denied = NewHttpClient(wrong_token)->Get(ConfigMaps(), "ns", "tls");
+  EXPECT_EQ(denied.status().code(), StatusCode::kFailedPrecondition) << denied.status().message();
+  EXPECT_NE(denied.status().message().find("401"), std::string::npos);
+
+  Config wrong_ca = c;
+  wrong_ca.ca_pem = read(d + "/other.crt");
+  auto untrusted = NewHttpClient(wrong_ca)->Get(ConfigMaps(), "ns", "tls");
+  EXPECT_EQ(untrusted.status().code(), StatusCode::kUnavailable) << untrusted.status().message();
+}
+
+TEST(InCluster, ReadsTheServiceAccount) {
+  testing::TmpDir dir;
+  const std::string sa = dir.path() + "/var/run/secrets/kubernetes.io/serviceaccount";
+  std::filesystem::create_directories(sa);
+  std::ofstream(sa + "/token") << "tok";
+  std::ofstream(sa + "/ca.crt") << "CA";
+  std::ofstream(sa + "/namespace") << "ml";
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  EXPECT_EQ(InClusterConfig(dir.path()).status().code(), StatusCode::kNotFound);
+  setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
+  setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+  auto c = InClusterConfig(dir.path());
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  unsetenv("KUBERNETES_SERVICE_PORT");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->server, "https://10.96.0.1:443");
+  EXPECT_EQ(c->token, "tok");
+  EXPECT_EQ(c->ca_pem, "CA");
+  EXPECT_EQ(c->name_space, "ml");
 }
 
 TEST(Kubeconfig, ReadsTheCurrentContextAndNamesBadFields) {
