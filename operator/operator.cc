@@ -193,9 +193,13 @@ struct Operator::Impl : public Children {
       const std::string ns = key->substr(0, slash), name = key->substr(slash + 1);
       active_workers->Increment();
       const auto t0 = std::chrono::steady_clock::now();
-      StatusOr<ReconcileResult> r = [&] {
+      StatusOr<ReconcileResult> r = [&]() -> StatusOr<ReconcileResult> {
         std::lock_guard<std::mutex> lock(reconcile_mu);
-        return reconciler->Reconcile(ns, name);
+        try {
+          return reconciler->Reconcile(ns, name);
+        } catch (const std::exception& e) {  // an object of an unexpected shape: retry, never die
+          return InternalError("reconcile " + *key + ": " + e.what());
+        }
       }();
       reconcile_time->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       active_workers->Decrement();

@@ -6,8 +6,14 @@
 namespace adam::kube {
 
 std::string KeyOf(const Json& object) {
-  const Json md = object.value("metadata", Json::object());
-  return md.value("namespace", "") + "/" + md.value("name", "");
+  auto field = [&](const char* key) -> std::string {
+    if (!object.is_object()) return "";
+    auto md = object.find("metadata");
+    if (md == object.end() || !md->is_object()) return "";
+    auto v = md->find(key);
+    return v != md->end() && v->is_string() ? v->get<std::string>() : "";
+  };
+  return field("namespace") + "/" + field("name");
 }
 
 Informer::Informer(Client* client, Resource resource, std::string ns, std::string label_selector,
@@ -67,6 +73,12 @@ Status Informer::ListOnce() {
   lo.label_selector = selector_;
   auto list = client_->List(resource_, ns_, lo);
   if (!list.ok()) return list.status();
+  if (!list->is_object() || !list->contains("items") || !(*list)["items"].is_array() ||
+      !list->value("metadata", Json::object()).is_object())
+    return DataLossError("list " + resource_.plural + ": not a list object");
+  for (const Json& item : (*list)["items"])
+    if (!item.is_object() || !item.value("metadata", Json::object()).is_object())
+      return DataLossError("list " + resource_.plural + ": an item without metadata");
   ++lists_;
   std::map<std::string, Json> fresh;
   for (const Json& item : list->value("items", Json::array())) fresh[KeyOf(item)] = item;
@@ -84,11 +96,12 @@ Status Informer::ListOnce() {
         events.push_back({"MODIFIED", o});
     }
     cache_ = std::move(fresh);
-    version_ = (*list)["metadata"].value("resourceVersion", "");
+    const Json& rv = (*list)["metadata"]["resourceVersion"];
+    version_ = rv.is_string() ? rv.get<std::string>() : "";
     synced_ = true;
   }
   cv_.notify_all();
-  for (const auto& ev : events) handler_(ev);
+  for (const auto& ev : events) Notify(ev);
   return OkStatus();
 }
 
@@ -102,7 +115,15 @@ void Informer::Apply(const WatchEvent& ev) {
     else
       cache_[KeyOf(ev.object)] = ev.object;
   }
-  handler_(ev);
+  Notify(ev);
+}
+
+void Informer::Notify(const WatchEvent& ev) {
+  try {
+    handler_(ev);
+  } catch (const std::exception& e) {  // an object of an unexpected shape: skip it, keep watching
+    spdlog::warn("{} event for {}: {}", resource_.plural, KeyOf(ev.object), e.what());
+  }
 }
 
 void Informer::Run() {

@@ -49,6 +49,7 @@ class Informer {
   void Run();
   Status ListOnce();
   void Apply(const WatchEvent& ev);
+  void Notify(const WatchEvent& ev);
 
   Client* client_;
   const Resource resource_;

@@ -11,6 +11,8 @@ StatusOr<WatchEvent> WatchDecoder::Decode(const std::string& line) {
     j = Json::parse(line);
   } catch (const Json::parse_error& e) {
     return DataLossError(where + ": not JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const Json::exception& e) {  // e.g. a number out of range
+    return DataLossError(where + ": " + e.what());
   }
   if (!j.is_object()) return DataLossError(where + ": not a JSON object");
   auto type = j.find("type");

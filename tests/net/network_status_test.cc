@@ -46,6 +46,9 @@ TEST(NetworkStatus, BadFilesNameTheLineAndByte) {
   EXPECT_FALSE(ParseAnnotationsFile("a=\"\\u12\"\n").ok());
   EXPECT_FALSE(ParseAnnotationsFile("a=\"x\" junk\n").ok());
   EXPECT_FALSE(NetworkAddress("{not json", "x").ok());
+  // Found by fuzzing: a number too large for a double threw past the parse-error handler.
+  EXPECT_EQ(NetworkAddress("[{\"name\": \"x\", \"ips\": 5e555555}]", "x").status().code(),
+            StatusCode::kDataLoss);
   EXPECT_FALSE(NetworkAddress("[{\"name\": \"x\", \"ips\": []}]", "x").ok());
 }
 

@@ -12,18 +12,14 @@
 
 #include "operator/openapi.h"
 #include "reconcile/render.h"
+#include "testing/wait.h"
 
 namespace adam::testing {
 namespace {
 
 using Json = nlohmann::json;
 
-std::string Read(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string Read(const std::string& path) { return testing::ReadText(path); }
 
 const std::string kChart = std::string(ADAM_SOURCE_DIR) + "/charts/adam";
 

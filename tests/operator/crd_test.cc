@@ -9,18 +9,14 @@
 
 #include "operator/openapi.h"
 #include "spec/adamjob.h"
+#include "testing/wait.h"
 
 namespace adam::testing {
 namespace {
 
 using Json = nlohmann::json;
 
-std::string Read(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string Read(const std::string& path) { return testing::ReadText(path); }
 
 const Json& Crd() {
   static const Json crd = YamlToJson(Read(std::string(ADAM_SOURCE_DIR) + "/crds/adam.dev_adamjobs.yaml"));

@@ -15,6 +15,7 @@
 #include "operator/openapi.h"
 #include "reconcile/reconciler.h"
 #include "reconcile/render.h"
+#include "testing/wait.h"
 
 namespace adam::op {
 namespace {
@@ -24,15 +25,7 @@ constexpr const char* kJobs = "adam.dev/v1alpha1/adamjobs";
 constexpr const char* kPods = "v1/pods";
 constexpr const char* kSets = "apps/v1/statefulsets";
 
-template <typename F>
-bool Eventually(F pred, std::chrono::milliseconds timeout = std::chrono::milliseconds(8000)) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
+using testing::Eventually;
 
 Json Example(const std::string& name) {
   std::ifstream f(std::string(ADAM_SOURCE_DIR) + "/examples/" + name + ".yaml");

@@ -11,16 +11,12 @@
 
 #include "operator/openapi.h"
 #include "spec/adamjob.h"
+#include "testing/wait.h"
 
 namespace adam::op {
 namespace {
 
-std::string Read(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string Read(const std::string& path) { return testing::ReadText(path); }
 
 std::string Source(const std::string& rel) { return std::string(ADAM_SOURCE_DIR) + "/" + rel; }
 

@@ -119,6 +119,8 @@ StatusOr<std::string> NetworkAddress(const std::string& json_text, const std::st
   } catch (const nlohmann::json::parse_error& e) {
     return DataLossError(std::string(kNetworkStatusAnnotation) + ": not JSON at byte " +
                          std::to_string(e.byte));
+  } catch (const nlohmann::json::exception& e) {  // found by fuzzing: a number out of range
+    return DataLossError(std::string(kNetworkStatusAnnotation) + ": " + e.what());
   }
   if (!list.is_array()) return DataLossError(std::string(kNetworkStatusAnnotation) + ": not a list");
   std::string names;
