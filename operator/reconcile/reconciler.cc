@@ -94,14 +94,22 @@ void Reconciler::ReadTrainerMetrics(State& s) {
         s.status["testAccuracy"] = std::round(a->second * 10000) / 10000;
     }
     if (auto im = m->find("adam_trainer_images_total"); im != m->end()) {
-      const std::string uid = pod["metadata"].value("uid", "");
-      auto prev = last_images_.find(uid);
-      if (prev != last_images_.end() && s.now > prev->second.at) {
-        const double dt = std::chrono::duration<double>(s.now - prev->second.at).count();
-        rate += std::max(0.0, im->second - prev->second.images) / dt;
+      // The rate over a window of at least one status period (reconciles come more often).
+      Sample& smp = last_images_[pod["metadata"].value("uid", "")];
+      if (smp.at == std::chrono::system_clock::time_point{}) {
+        smp.images = im->second;
+        smp.at = s.now;
+      } else if (s.now - smp.at >= status_period_) {
+        const double dt = std::chrono::duration<double>(s.now - smp.at).count();
+        smp.rate = std::max(0.0, im->second - smp.images) / dt;
+        smp.has_rate = true;
+        smp.images = im->second;
+        smp.at = s.now;
+      }
+      if (smp.has_rate) {
+        rate += smp.rate;
         any_rate = true;
       }
-      last_images_[uid] = {im->second, s.now};
     }
   }
   if (any_rate) s.status["imagesPerSecond"] = std::round(rate);

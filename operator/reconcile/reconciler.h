@@ -80,10 +80,12 @@ class Reconciler {
   kube::MetricsSource* metrics_;
   std::chrono::milliseconds status_period_;
   struct Sample {
-    double images = 0;
-    std::chrono::system_clock::time_point at;
+    double images = 0;                          // images_total at the window's start
+    std::chrono::system_clock::time_point at;   // the window's start
+    double rate = 0;                            // images/s over the last complete window
+    bool has_rate = false;
   };
-  std::map<std::string, Sample> last_images_;  // trainer pod uid -> last images_total seen
+  std::map<std::string, Sample> last_images_;  // trainer pod uid -> its throughput window
   std::set<std::string> counted_failures_;  // pod uids whose failure counted as a restart
   uint64_t restarts_made_ = 0;
 };

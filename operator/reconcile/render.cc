@@ -257,6 +257,8 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
                     {"resources",
                      {{"requests", {{"storage", job.roles.parameter_server.persistence.size}}}}}}}};
       pvc["metadata"]["labels"][kIndexLabel] = std::to_string(in.index);
+      // Not owned by the job: checkpoints outlive it, and a job of the same name resumes from them.
+      pvc["metadata"].erase("ownerReferences");
       out.push_back(pvc);
     }
     Json md = Metadata(job, name, role, stage, o);

@@ -40,8 +40,8 @@ inline constexpr const char* kStatePath = "/var/lib/adam";
 struct RenderOptions {
   // The manifest the roles read (mounted from the job's ConfigMap): YAML or JSON text.
   std::string manifest;
-  // The AdamJob's uid; non-empty: every object gets an ownerReference to it (controller=true), so
-  // deleting the job deletes them.
+  // The AdamJob's uid; non-empty: every object but the checkpoint volumes gets an ownerReference
+  // to it (controller=true), so deleting the job deletes them.
   std::string owner_uid;
   int64_t generation = 0;  // the AdamJob's metadata.generation, recorded on each object
 };
