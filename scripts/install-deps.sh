@@ -11,7 +11,7 @@ packages=(
   libcli11-dev libspdlog-dev nlohmann-json3-dev
   clang libclang-rt-14-dev
   dataset-fashion-mnist
-  python3 openssl
+  python3 openssl prometheus chromium
 )
 # Extra groups: ADAM_INSTALL_BENCH=1 adds the peers the benchmarks compare against.
 if [[ "${ADAM_INSTALL_BENCH:-0}" == 1 ]]; then

@@ -2,7 +2,7 @@
 # ThreadSanitizer over the parts of Adam meant to be race-free: the parameter server's store,
 # shard workers and queues, consistency gate, buffer pool and checkpointer; the data source; and
 # two trainers with two Hogwild workers each, with their prefetch, sync and evaluation threads
-# (the intended weight races are marked in core/hogwild.h).
+# (the intended weight races are marked in core/hogwild.h); the operator's work queue.
 # Builds in build-tsan/ with clang (its ignorelist keeps the uninstrumented libraries' header code
 # uninstrumented too: tests/tsan-ignorelist.txt); any report fails the run.
 set -euo pipefail
@@ -10,11 +10,11 @@ cd "$(dirname "$0")/.."
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DADAM_SANITIZE=thread \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS="-fsanitize-ignorelist=$PWD/tests/tsan-ignorelist.txt" \
   -DADAM_BUILD_BENCH=OFF > build-tsan.log 2>&1 || { cat build-tsan.log; exit 1; }
-cmake --build build-tsan --target param_server_test data_server_test trainer_test
+cmake --build build-tsan --target param_server_test data_server_test trainer_test kube_test
 supp=build-tsan/tsan.supp
 cp tests/tsan.supp "$supp"
 # Every uninstrumented shared library the tests load, except the C and C++ runtimes TSan knows.
-for t in param_server_test data_server_test trainer_test; do ldd build-tsan/tests/$t; done |
+for t in param_server_test data_server_test trainer_test kube_test; do ldd build-tsan/tests/$t; done |
   awk '{print $1}' | grep '^lib' | sed 's/\.so.*//' |
   grep -vE '^lib(c|m|tsan|stdc\+\+|gcc_s|pthread|dl|rt)$' | sort -u |
   while read -r lib; do echo "called_from_lib:$lib.so"; done >> "$supp"
@@ -28,5 +28,6 @@ run() {
 run param_server_test 'ParamStore.*:ApplyDense.*:ClockGate.*:BufferPool.*:CheckpointTest.*:UpdatePlan.*:Routing.*'
 run data_server_test '*'
 run trainer_test '*NoNetwork*'
+run kube_test 'WorkQueue.*'
 
 echo "tsan: no data race reported"

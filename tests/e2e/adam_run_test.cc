@@ -14,12 +14,15 @@
 #include <thread>
 
 #include "data/idx.h"
+#include "testing/synthetic.h"
 #include "testing/tmp_dir.h"
 
 namespace adam {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::Manifest;
+using testing::WriteSynthetic;
 
 struct Result {
   int exit_code = -1;
@@ -44,45 +47,6 @@ Result Adam(const testing::TmpDir& dir, const std::string& args, int timeout_s =
   return r;
 }
 
-// Four classes of 12x12 images: a bright 4x4 square in one quadrant, over noise.
-void WriteSynthetic(const std::string& prefix, int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> noise(0, 60);
-  std::vector<uint8_t> px(static_cast<size_t>(n) * 144), lb(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    const int c = int(rng() % 4);
-    lb[size_t(i)] = uint8_t(c);
-    const int y0 = (c / 2) * 6 + 1 + int(rng() % 2), x0 = (c % 2) * 6 + 1 + int(rng() % 2);
-    for (int y = 0; y < 12; ++y)
-      for (int x = 0; x < 12; ++x) {
-        const bool in = y >= y0 && y < y0 + 4 && x >= x0 && x < x0 + 4;
-        px[size_t(i * 144 + y * 12 + x)] = uint8_t(in ? 200 + noise(rng) / 2 : noise(rng));
-      }
-  }
-  ASSERT_TRUE(data::WriteIdx(prefix + "-images.gz", {uint32_t(n), 12, 12}, px, true).ok());
-  ASSERT_TRUE(data::WriteIdx(prefix + "-labels", {uint32_t(n)}, lb, false).ok());
-}
-
-std::string Manifest(const testing::TmpDir& dir, const std::string& training,
-                     const std::string& roles) {
-  std::ostringstream m;
-  m << "apiVersion: adam.dev/v1alpha1\nkind: AdamJob\nmetadata: {name: synthetic}\nspec:\n"
-    << "  dataset:\n"
-    << "    train: {images: " << dir.File("train-images.gz") << ", labels: " << dir.File("train-labels") << "}\n"
-    << "    test: {images: " << dir.File("test-images.gz") << ", labels: " << dir.File("test-labels") << "}\n"
-    << "    augment: {shift: 1, hflip: false, variants: 2}\n"
-    << "  model:\n    input: {channels: 1, height: 12, width: 12}\n    layers:\n"
-    << "      - {type: conv, maps: 4, kernel: 3, activation: tanh}\n"
-    << "      - {type: maxpool, size: 2}\n"
-    << "      - {type: dense, units: 16, activation: relu}\n"
-    << "      - {type: softmax, classes: 4}\n"
-    << "  training: {" << training << "}\n"
-    << "  roles: {" << roles << "}\n";
-  const std::string path = dir.File("job.yaml");
-  std::ofstream(path) << m.str();
-  return path;
-}
-
 class AdamRun : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -96,10 +60,15 @@ TEST_F(AdamRun, TrainsSyntheticDataFarAboveChance) {
   const std::string job = Manifest(dir_, "epochs: 3, learningRate: 0.02, pushEvery: 50",
                                    "parameterServer: {replicas: 2, shardBytes: 1024}, "
                                    "trainer: {replicas: 2, threads: 2}");
-  Result r = Adam(dir_, "run " + job + " --output json");
+  Result r = Adam(dir_, "run " + job + " --output json --report " + dir_.File("report"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;  // chance is 0.25
+  // The report: a row and a dot per epoch, and the summary.
+  const std::string report = Slurp(dir_.File("report/index.html"));
+  EXPECT_THAT(report, HasSubstr("<td>3</td><td>"));
+  EXPECT_THAT(report, HasSubstr("<th>result</th><td>completed</td>"));
+  EXPECT_THAT(report, HasSubstr("<polyline class=\"series\""));
   EXPECT_EQ(j["epochs"].get<int>(), 3);
   EXPECT_GT(j["images_per_second"].get<double>(), 0);
   EXPECT_GT(j["wall_seconds"].get<double>(), 0);

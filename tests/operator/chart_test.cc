@@ -51,6 +51,10 @@ Json Lookup(const Context& c, const std::string& path) {
   if (path == ".Chart.AppVersion") return c.chart["appVersion"];
   if (path == ".Chart.Name") return c.chart["name"];
   if (path.size() > 1 && path.front() == '"' && path.back() == '"') return path.substr(1, path.size() - 2);
+  if (path.rfind(".Files.Get ", 0) == 0) {
+    const std::string rel = Trim(path.substr(11));
+    return Read(kChart + "/" + rel.substr(1, rel.size() - 2));
+  }
   ADD_FAILURE() << "template: unknown term " << path;
   return nullptr;
 }
@@ -100,6 +104,16 @@ Json Pipeline(const Context& c, const std::string& expr) {
       q += Text(v);
       q += '"';
       v = q;
+    } else if (st.rfind("indent ", 0) == 0) {
+      const int n = std::stoi(st.substr(7));
+      std::string out, line;
+      std::stringstream ls(Text(v));
+      while (std::getline(ls, line)) {
+        if (!out.empty()) out += '\n';
+        out.append(size_t(n), ' ');
+        out += line;
+      }
+      v = out;
     } else if (st.rfind("nindent ", 0) == 0) {
       const int n = std::stoi(st.substr(8));
       std::string out, line;
@@ -200,7 +214,7 @@ TEST(Chart, DefaultsRenderTheOperatorAndClusterWideRbac) {
   std::multiset<std::string> kinds;
   for (const Json& o : objects) kinds.insert(o["kind"].get<std::string>());
   for (const char* k : {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                        "Deployment", "Service", "NetworkPolicy"})
+                        "Deployment", "Service", "NetworkPolicy", "ConfigMap"})
     EXPECT_EQ(kinds.count(k), 1u) << k;
   EXPECT_EQ(kinds.count("ServiceMonitor"), 0u);
   const Json& dep = *Find(objects, "Deployment");
@@ -262,8 +276,52 @@ TEST(Chart, OneNamespaceUsesARoleAndOptionalObjectsFollowValues) {
     if (o["kind"] == "Role" && o["metadata"]["namespace"] == "ml") ++roles;
   EXPECT_EQ(roles, 1);
   EXPECT_NE(Find(objects, "ServiceMonitor"), nullptr);
+  const Json* pm = Find(objects, "PodMonitor");
+  ASSERT_NE(pm, nullptr);
+  EXPECT_EQ(pm->at("spec")["selector"]["matchLabels"]["app.kubernetes.io/managed-by"], "adam-operator");
   EXPECT_EQ(Find(objects, "NetworkPolicy"), nullptr);
   EXPECT_NE(Find(objects, "Deployment")->dump().find("--namespace=ml"), std::string::npos);
+}
+
+// The Grafana dashboard: shipped in the chart as a sidecar ConfigMap (and linked from docs/), with
+// panels for throughput, accuracy and loss, parameter-server health and failovers, each query
+// naming only metrics that exist (docs/metrics.md lists every one).
+TEST(Chart, DashboardPanelsQueryMetricsThatExist) {
+  const auto objects = RenderChart();
+  const Json* cm = nullptr;
+  for (const Json& o : objects)
+    if (o["kind"] == "ConfigMap" && o["metadata"]["name"] == "adam-dashboard") cm = &o;
+  ASSERT_NE(cm, nullptr);
+  EXPECT_EQ(cm->at("metadata")["labels"]["grafana_dashboard"], "1");
+  const Json dash = Json::parse(cm->at("data")["adam.json"].get<std::string>());
+  EXPECT_EQ(dash, Json::parse(Read(kChart + "/dashboards/adam.json")));
+  EXPECT_EQ(Json::parse(Read(std::string(ADAM_SOURCE_DIR) + "/docs/grafana-dashboard.json")), dash);
+  const std::string metrics_doc = Read(std::string(ADAM_SOURCE_DIR) + "/docs/metrics.md");
+  const std::regex name("([a-z_:]+)(\\{|\\[| |\\)|$)");
+  const std::set<std::string> keywords = {"sum", "by", "rate", "max", "avg", "increase", "time", "up"};
+  std::set<std::string> titles;
+  int queries = 0;
+  for (const Json& p : dash["panels"]) {
+    titles.insert(p["title"].get<std::string>());
+    if (p["type"] == "row") continue;
+    EXPECT_EQ(p["datasource"]["uid"], "${datasource}") << p["title"];
+    for (const Json& t : p["targets"]) {
+      ++queries;
+      const std::string expr = t["expr"];
+      // Label names inside {...} and (...) grouping lists are not metrics: drop them first.
+      const std::string bare = std::regex_replace(
+          std::regex_replace(expr, std::regex("\\{[^}]*\\}"), "{}"), std::regex("by \\([^)]*\\)"), "");
+      for (auto it = std::sregex_iterator(bare.begin(), bare.end(), name); it != std::sregex_iterator(); ++it) {
+        const std::string n = (*it)[1];
+        if (keywords.count(n) || n.size() < 4) continue;
+        EXPECT_NE(metrics_doc.find("`" + n), std::string::npos) << p["title"] << ": " << n << " in " << expr;
+      }
+    }
+  }
+  EXPECT_GE(queries, 15);
+  for (const char* t : {"Images per second", "Test accuracy", "Training loss", "Updates applied per second",
+                        "Checkpoint age", "Failovers", "Under-replicated shards", "Reconciles per second"})
+    EXPECT_TRUE(titles.count(t)) << t;
 }
 
 TEST(Chart, ShipsTheSameCrdAndParses) {

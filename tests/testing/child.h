@@ -20,7 +20,10 @@ namespace adam::testing {
 
 class Child {
  public:
-  Child(const std::vector<std::string>& args, const std::string& log) {
+  Child(const std::vector<std::string>& args, const std::string& log)
+      : Child(ADAM_BINARY, args, log) {}
+  // Another program (a peer the test runs beside ours, e.g. Prometheus).
+  Child(const std::string& binary, const std::vector<std::string>& args, const std::string& log) {
     int fds[2];
     EXPECT_EQ(pipe(fds), 0);
     pid_ = fork();
@@ -29,10 +32,10 @@ class Child {
       int err = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       dup2(err, STDERR_FILENO);
       close(fds[0]);
-      std::vector<char*> argv = {const_cast<char*>(ADAM_BINARY)};
+      std::vector<char*> argv = {const_cast<char*>(binary.c_str())};
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
-      execv(ADAM_BINARY, argv.data());
+      execv(binary.c_str(), argv.data());
       _exit(127);
     }
     close(fds[1]);

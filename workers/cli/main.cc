@@ -127,6 +127,13 @@ int main(int argc, char** argv) {
   run->add_option("--state-dir", run_state_dir,
                   "keep parameter-server checkpoints here (a later run resumes from them)");
 
+  std::string report_dir;
+  run->add_option("--report", report_dir,
+                  "write a training report to DIR/index.html: loss and accuracy per epoch, "
+                  "images/s over time, faults marked (self-contained HTML with SVG)");
+  std::string prometheus_sd;
+  run->add_option("--prometheus-sd", prometheus_sd,
+                  "keep FILE a Prometheus file_sd list of every role's /metrics endpoint");
   std::vector<std::string> kills;
   run->add_option("--kill", kills,
                   "fault injection: NAME@SECONDS[+RESTART] kills (SIGKILL) role instance NAME "
@@ -281,6 +288,8 @@ int main(int argc, char** argv) {
     ro.json = output == "json";
     ro.quiet = quiet;
     ro.state_dir = run_state_dir;
+    ro.report_dir = report_dir;
+    ro.prometheus_sd = prometheus_sd;
     for (const std::string& k : kills) {
       adam::launcher::RunOptions::Kill kill;
       const size_t at = k.find('@'), plus = k.find('+');

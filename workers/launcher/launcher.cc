@@ -15,7 +15,9 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -23,6 +25,7 @@
 
 #include "core/event.h"
 #include "core/ports.h"
+#include "launcher/report.h"
 #include "spec/plan.h"
 
 namespace adam::launcher {
@@ -71,6 +74,12 @@ std::string Clock2(double s) {
   if (t >= 3600) std::snprintf(b, sizeof b, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
   else std::snprintf(b, sizeof b, "%d:%02d", t / 60, t % 60);
   return b;
+}
+
+std::string Percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", 100 * fraction);
+  return buf;
 }
 
 std::string Thousands(double v) {
@@ -126,6 +135,7 @@ class Supervisor {
     PlanCpus(plan);
     int code = RunPlan(plan);
     StopAll();
+    if (!o_.report_dir.empty()) WriteReport(code);
     if (temporary) {
       std::error_code ec;
       std::filesystem::remove_all(state_root_, ec);
@@ -172,6 +182,7 @@ class Supervisor {
     while (true) {
       if (int code = Pump(); code >= 0) return code;
       InjectFaults();
+      SampleRate();
       bool all_done = true;
       for (const auto& c : children_)
         if (c.inst.role == spec::Role::kTrainer && !c.exited) all_done = false;
@@ -289,6 +300,7 @@ class Supervisor {
         }
         c.exited = true;
         c.wait_status = status;
+        WriteScrapeTargets();
         const bool ok_exit = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (c.inst.role == spec::Role::kTrainer && ok_exit) continue;
         if (ha_ && !c.expected_exit &&
@@ -343,6 +355,7 @@ class Supervisor {
       c.ready = true;
       c.port = ev.value("port", 0);
       c.metrics_port = ev.value("metrics_port", 0);
+      WriteScrapeTargets();
     } else if (type == "progress" || type == "epoch" || type == "done") {
       const int t = ev.value("trainer", 0);
       images_total_[t] = std::max<int64_t>(images_total_[t], ev.value("images_total", int64_t{0}));
@@ -354,6 +367,7 @@ class Supervisor {
         std::fprintf(stderr, "adam run: failover: %s accepted its first update as the new primary "
                      "of shard %d %lld ms after the kill\n", c.inst.name.c_str(),
                      ev.value("shard", 0), static_cast<long long>(ms));
+      if (promoted_ == 0) Mark("failover: " + c.inst.name + " primary");
       ++promoted_;
       failover_ms_ = std::max(failover_ms_, ms);
       if (first_failover_ms_ < 0) first_failover_ms_ = ms;
@@ -363,6 +377,8 @@ class Supervisor {
         under_replicated_ = ev.value("under_replicated", 0);
       }
     } else if (type == "controller_leader") {
+      if (!controller_leader_.empty() && controller_leader_ != c.inst.name)
+        Mark("new controller leader " + c.inst.name);
       controller_leader_ = c.inst.name;
       controller_term_ = ev.value("term", int64_t{0});
       if (kill_unix_ms_ > 0 && controller_failover_ms_ < 0 && c.inst.name != killed_)
@@ -388,6 +404,7 @@ class Supervisor {
         kill(c.pid, SIGKILL);
         kill_unix_ms_ = UnixMs();
         killed_ = c.inst.name;
+        Mark("kill -9 " + c.inst.name);
         std::fprintf(stderr, "adam run: kill -9 %s at %.1f s\n", c.inst.name.c_str(), t);
         if (kill_at.restart_after > 0) restarts_.push_back({c.inst, t + kill_at.restart_after});
         break;
@@ -405,6 +422,7 @@ class Supervisor {
         c.expected_exit = true;
         kill(c.pid, SIGKILL);
         ++chaos_faults_;
+        Mark("kill -9 " + c.inst.name);
         std::fprintf(stderr, "adam run: chaos: kill -9 %s at %.1f s\n", c.inst.name.c_str(), t);
         restarts_.push_back({c.inst, t + 1.0});
       }
@@ -416,6 +434,7 @@ class Supervisor {
         continue;
       }
       std::fprintf(stderr, "adam run: restarting %s at %.1f s\n", it->first.name.c_str(), t);
+      Mark("restart " + it->first.name);
       spec::Endpoints endpoints;
       endpoints.controller_members = members_;
       // A controller member comes back on its address (the members list is fixed); a
@@ -444,10 +463,92 @@ class Supervisor {
     last_accuracy_ = ev.value("test_accuracy", -1.0);
     last_epoch_ = epoch;
     last_loss_ = loss;
+    record_.epochs.push_back({epoch, std::chrono::duration<double>(now - train_start_).count(), loss,
+                              last_accuracy_});
     std::fprintf(stderr, "epoch %3d/%-3d  loss %.4f  test acc %6.2f%%  %9s img/s  %s\n", epoch,
                  job_.training.epochs, loss, 100 * last_accuracy_, Thousands(ips).c_str(),
                  Clock2(std::chrono::duration<double>(now - start_).count()).c_str());
     std::fflush(stderr);
+  }
+
+  double TrainSeconds() const {
+    return std::chrono::duration<double>(Clock::now() - train_start_).count();
+  }
+
+  // Prometheus file-based service discovery (--prometheus-sd): every live role's /metrics,
+  // labelled with its job, role and instance; rewritten (atomically) whenever one starts.
+  void WriteScrapeTargets() {
+    if (o_.prometheus_sd.empty()) return;
+    nlohmann::json groups = nlohmann::json::array();
+    for (const auto& c : children_) {
+      if (c.exited || c.metrics_port <= 0) continue;
+      const std::string host = c.inst.host.empty() ? "127.0.0.1" : c.inst.host;
+      groups.push_back({{"targets", {host + ":" + std::to_string(c.metrics_port)}},
+                        {"labels",
+                         {{"adam_job", job_.name},
+                          {"role", spec::RoleSubcommand(c.inst.role)},
+                          {"instance_name", c.inst.name}}}});
+    }
+    const std::string tmp = o_.prometheus_sd + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << groups.dump(2) << "\n";
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, o_.prometheus_sd, ec);
+    if (ec)
+      std::fprintf(stderr, "adam run: cannot write %s: %s\n", o_.prometheus_sd.c_str(),
+                   ec.message().c_str());
+  }
+
+  void Mark(const std::string& what) { record_.marks.push_back({TrainSeconds(), what}); }
+
+  // Throughput for the report: every second, the trainers' images over the last 5 s (trainers
+  // report their counts every few seconds, so a shorter window would alternate 0 and spikes).
+  void SampleRate() {
+    if (o_.report_dir.empty()) return;
+    const auto now = Clock::now();
+    if (rate_at_ && now - *rate_at_ < std::chrono::seconds(1)) return;
+    rate_at_ = now;
+    int64_t total = 0;
+    for (const auto& [_, v] : images_total_) total += v;
+    rate_window_.push_back({now, total});
+    while (rate_window_.size() > 1 && now - rate_window_.front().first > std::chrono::seconds(5))
+      rate_window_.pop_front();
+    const auto& [t0, n0] = rate_window_.front();
+    const double dt = std::chrono::duration<double>(now - t0).count();
+    if (dt >= 1.0) record_.rates.push_back({TrainSeconds(), double(total - n0) / dt});
+  }
+
+  void WriteReport(int code) {
+    int64_t images = 0;
+    for (const auto& [_, v] : images_total_) images += v;
+    record_.job = job_.name;
+    record_.summary = {
+        {"result", code == 0 ? "completed" : "failed (exit " + std::to_string(code) + ")"},
+        {"epochs", std::to_string(last_epoch_) + " of " + std::to_string(job_.training.epochs)},
+        {"test accuracy", last_accuracy_ >= 0 ? Percent(last_accuracy_) : "-"},
+        {"images", Thousands(double(images))},
+        {"wall time", Clock2(std::chrono::duration<double>(Clock::now() - start_).count())},
+        {"trainers", std::to_string(job_.roles.trainer.replicas) + " x " +
+                         std::to_string(job_.roles.trainer.threads) + " threads"},
+        {"parameter servers", std::to_string(job_.roles.parameter_server.replicas) + " (copies " +
+                                  std::to_string(job_.roles.parameter_server.copies) + ")"}};
+    if (first_failover_ms_ >= 0)
+      record_.summary.push_back({"failover (kill to first update on the new primary)",
+                                 std::to_string(first_failover_ms_) + " ms"});
+    if (controller_failover_ms_ >= 0)
+      record_.summary.push_back({"controller failover", std::to_string(controller_failover_ms_) + " ms"});
+    std::error_code ec;
+    std::filesystem::create_directories(o_.report_dir, ec);
+    const std::string path = o_.report_dir + "/index.html";
+    std::ofstream out(path);
+    out << RenderReportHtml(record_);
+    if (!out) {
+      std::fprintf(stderr, "adam run: cannot write the report %s\n", path.c_str());
+      return;
+    }
+    std::fprintf(stderr, "adam run: report written to %s\n", path.c_str());
   }
 
   void Fail(const Child* c, const std::string& why) {
@@ -582,6 +683,9 @@ class Supervisor {
   int chaos_faults_ = 0;
   int64_t map_version_ = 0;   // the newest shard map the controller leader committed
   int under_replicated_ = 0;  // its shards with fewer in-sync copies than wanted
+  RunRecord record_;          // for --report
+  std::optional<Clock::time_point> rate_at_;
+  std::deque<std::pair<Clock::time_point, int64_t>> rate_window_;  // (time, images) samples
 };
 
 }  // namespace

@@ -45,6 +45,12 @@ struct RunOptions {
   // later. Seeded for replay.
   double chaos_seconds = 0;
   uint64_t chaos_seed = 1;
+  // Non-empty: write DIR/index.html at the end (launcher/report.h): loss and accuracy per
+  // epoch, images/s over time, faults marked.
+  std::string report_dir;
+  // Non-empty: keep this file a Prometheus file_sd target list of every role's /metrics
+  // (labels adam_job, role, instance_name), rewritten as roles start and restart.
+  std::string prometheus_sd;
 };
 
 // Runs the job; returns the process exit code: 0 when every trainer finished, 1 when a role

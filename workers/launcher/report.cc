@@ -1,0 +1,199 @@
+// RenderReportHtml: SVG line charts in one HTML page.
+#include "launcher/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace adam::launcher {
+namespace {
+
+std::string Num(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// A "nice" tick step (1, 2 or 5 times a power of ten) giving about `ticks` ticks over `span`.
+double TickStep(double span, int ticks) {
+  if (!(span > 0)) return 1;
+  const double raw = span / ticks;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double r = raw / mag;
+  return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * mag;
+}
+
+struct Series {
+  std::string name;
+  std::string color;
+  std::vector<std::pair<double, double>> points;
+};
+
+struct Chart {
+  std::string title, x_label, y_label;
+  std::vector<Series> series;
+  std::vector<RunRecord::Mark> marks;  // vertical lines at x
+  int y_decimals = 2;
+  bool y_from_zero = false;
+  bool x_integer = false;  // ticks at whole numbers only (epochs)
+};
+
+constexpr int kWidth = 720, kHeight = 280, kLeft = 70, kRight = 20, kTop = 36, kBottom = 46;
+
+std::string RenderChart(const Chart& c) {
+  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  for (const auto& s : c.series)
+    for (const auto& [x, y] : s.points) {
+      x0 = std::min(x0, x);
+      x1 = std::max(x1, x);
+      y0 = std::min(y0, y);
+      y1 = std::max(y1, y);
+    }
+  for (const auto& m : c.marks) {
+    x0 = std::min(x0, m.seconds);
+    x1 = std::max(x1, m.seconds);
+  }
+  std::string svg = "<figure><figcaption>" + HtmlEscape(c.title) + "</figcaption>\n";
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"" + std::to_string(kWidth) +
+         "\" height=\"" + std::to_string(kHeight) + "\" viewBox=\"0 0 " + std::to_string(kWidth) +
+         " " + std::to_string(kHeight) + "\">\n";
+  svg += "<rect x=\"0\" y=\"0\" width=\"" + std::to_string(kWidth) + "\" height=\"" +
+         std::to_string(kHeight) + "\" fill=\"#ffffff\"/>\n";
+  if (!std::isfinite(x0) || !std::isfinite(y0)) {
+    svg += "<text x=\"" + std::to_string(kWidth / 2) + "\" y=\"" + std::to_string(kHeight / 2) +
+           "\" text-anchor=\"middle\" fill=\"#666\">no data</text>\n</svg></figure>\n";
+    return svg;
+  }
+  if (c.y_from_zero) y0 = std::min(0.0, y0);
+  if (x1 <= x0) x1 = x0 + 1;
+  if (y1 <= y0) {
+    y1 = y0 + (y0 == 0 ? 1 : std::fabs(y0) * 0.1);
+    y0 -= (y1 - y0) * 0.0;
+  }
+  const double ystep = TickStep(y1 - y0, 5);
+  y0 = std::floor(y0 / ystep) * ystep;
+  y1 = std::ceil(y1 / ystep) * ystep;
+  const double xstep = c.x_integer ? std::max(1.0, TickStep(x1 - x0, 8)) : TickStep(x1 - x0, 8);
+  const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
+  auto X = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
+  auto Y = [&](double y) { return kTop + ph - (y - y0) / (y1 - y0) * ph; };
+  // Grid and axes.
+  for (double y = y0; y <= y1 + ystep / 2; y += ystep) {
+    svg += "<line x1=\"" + Num(kLeft, 1) + "\" y1=\"" + Num(Y(y), 1) + "\" x2=\"" + Num(kLeft + pw, 1) +
+           "\" y2=\"" + Num(Y(y), 1) + "\" stroke=\"#e4e4e4\"/>\n";
+    svg += "<text x=\"" + Num(kLeft - 6, 1) + "\" y=\"" + Num(Y(y) + 4, 1) +
+           "\" text-anchor=\"end\" font-size=\"11\" fill=\"#444\">" + Num(y, c.y_decimals) + "</text>\n";
+  }
+  for (double x = std::ceil(x0 / xstep) * xstep; x <= x1 + xstep / 1000; x += xstep) {
+    svg += "<line x1=\"" + Num(X(x), 1) + "\" y1=\"" + Num(kTop + ph, 1) + "\" x2=\"" + Num(X(x), 1) +
+           "\" y2=\"" + Num(kTop + ph + 4, 1) + "\" stroke=\"#444\"/>\n";
+    svg += "<text x=\"" + Num(X(x), 1) + "\" y=\"" + Num(kTop + ph + 17, 1) +
+           "\" text-anchor=\"middle\" font-size=\"11\" fill=\"#444\">" +
+           Num(x, xstep < 1 ? 1 : 0) + "</text>\n";
+  }
+  svg += "<rect x=\"" + Num(kLeft, 1) + "\" y=\"" + Num(kTop, 1) + "\" width=\"" + Num(pw, 1) +
+         "\" height=\"" + Num(ph, 1) + "\" fill=\"none\" stroke=\"#444\"/>\n";
+  svg += "<text x=\"" + Num(kLeft + pw / 2, 1) + "\" y=\"" + Num(kHeight - 8, 1) +
+         "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#222\">" + HtmlEscape(c.x_label) + "</text>\n";
+  svg += "<text x=\"14\" y=\"" + Num(kTop + ph / 2, 1) + "\" text-anchor=\"middle\" font-size=\"12\" "
+         "fill=\"#222\" transform=\"rotate(-90 14 " + Num(kTop + ph / 2, 1) + ")\">" +
+         HtmlEscape(c.y_label) + "</text>\n";
+  // Faults: dashed vertical lines, labelled.
+  for (size_t i = 0; i < c.marks.size(); ++i) {
+    const auto& m = c.marks[i];
+    svg += "<g class=\"mark\"><title>" + HtmlEscape(m.what) + " at " + Num(m.seconds, 1) +
+           " s</title><line x1=\"" + Num(X(m.seconds), 1) + "\" y1=\"" + Num(kTop, 1) + "\" x2=\"" +
+           Num(X(m.seconds), 1) + "\" y2=\"" + Num(kTop + ph, 1) +
+           "\" stroke=\"#d62728\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"/>" + "<text x=\"" +
+           Num(X(m.seconds) + 3, 1) + "\" y=\"" + Num(kTop + 12 + 12 * double(i % 3), 1) +
+           "\" font-size=\"10\" fill=\"#d62728\">" + HtmlEscape(m.what) + "</text></g>\n";
+  }
+  // Series: a polyline and a dot per point.
+  for (const auto& s : c.series) {
+    if (s.points.empty()) continue;
+    std::string pts;
+    for (const auto& [x, y] : s.points) pts += Num(X(x), 1) + "," + Num(Y(y), 1) + " ";
+    svg += "<polyline class=\"series\" fill=\"none\" stroke=\"" + s.color +
+           "\" stroke-width=\"2\" points=\"" + pts + "\"/>\n";
+    if (s.points.size() <= 30)  // dots for per-epoch series; a long time series is a line
+      for (const auto& [x, y] : s.points)
+        svg += "<circle cx=\"" + Num(X(x), 1) + "\" cy=\"" + Num(Y(y), 1) + "\" r=\"3\" fill=\"" +
+               s.color + "\"><title>" + HtmlEscape(s.name) + ": " + Num(y, c.y_decimals + 1) +
+               "</title></circle>\n";
+  }
+  // Legend.
+  double lx = kLeft + 8;
+  for (const auto& s : c.series) {
+    svg += "<rect x=\"" + Num(lx, 1) + "\" y=\"10\" width=\"12\" height=\"12\" fill=\"" + s.color + "\"/>";
+    svg += "<text x=\"" + Num(lx + 16, 1) + "\" y=\"20\" font-size=\"12\" fill=\"#222\">" +
+           HtmlEscape(s.name) + "</text>\n";
+    lx += 24 + 7.0 * double(s.name.size());
+  }
+  svg += "</svg></figure>\n";
+  return svg;
+}
+
+}  // namespace
+
+std::string HtmlEscape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+std::string RenderReportHtml(const RunRecord& r) {
+  Chart accuracy{"Test accuracy after each epoch", "epoch", "test accuracy (%)", {}, {}, 2, false, true};
+  Chart loss{"Training loss (mean over trainers)", "epoch", "loss", {}, {}, 3, false, true};
+  Series acc{"test accuracy", "#1f77b4", {}};
+  Series lo{"training loss", "#ff7f0e", {}};
+  for (const auto& e : r.epochs) {
+    if (e.accuracy >= 0) acc.points.push_back({double(e.epoch), 100 * e.accuracy});
+    lo.points.push_back({double(e.epoch), e.loss});
+  }
+  accuracy.series.push_back(acc);
+  loss.series.push_back(lo);
+  Chart rate{"Throughput over time (faults marked)", "seconds since training started", "images/s",
+             {}, r.marks, 0, true, false};
+  Series rs{"images/s", "#2ca02c", {}};
+  for (const auto& p : r.rates) rs.points.push_back({p.seconds, p.images_per_second});
+  rate.series.push_back(rs);
+
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>Adam run: " +
+      HtmlEscape(r.job) +
+      "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
+      "table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 10px;"
+      "text-align:left}figure{margin:18px 0}figcaption{font-weight:bold;margin-bottom:4px}"
+      "</style></head><body>\n<h1>Adam run: " +
+      HtmlEscape(r.job) + "</h1>\n<table class=\"summary\">\n";
+  for (const auto& [k, v] : r.summary)
+    html += "<tr><th>" + HtmlEscape(k) + "</th><td>" + HtmlEscape(v) + "</td></tr>\n";
+  html += "</table>\n" + RenderChart(accuracy) + RenderChart(loss) + RenderChart(rate);
+  html += "<h2>Epochs</h2>\n<table class=\"epochs\"><tr><th>epoch</th><th>time (s)</th><th>loss</th>"
+          "<th>test accuracy</th></tr>\n";
+  for (const auto& e : r.epochs)
+    html += "<tr><td>" + std::to_string(e.epoch) + "</td><td>" + Num(e.seconds, 1) + "</td><td>" +
+            Num(e.loss, 4) + "</td><td>" + (e.accuracy >= 0 ? Num(100 * e.accuracy, 2) + "%" : "-") +
+            "</td></tr>\n";
+  html += "</table>\n";
+  if (!r.marks.empty()) {
+    html += "<h2>Faults</h2>\n<table class=\"marks\"><tr><th>time (s)</th><th>event</th></tr>\n";
+    for (const auto& m : r.marks)
+      html += "<tr><td>" + Num(m.seconds, 1) + "</td><td>" + HtmlEscape(m.what) + "</td></tr>\n";
+    html += "</table>\n";
+  }
+  html += "</body></html>\n";
+  return html;
+}
+
+}  // namespace adam::launcher

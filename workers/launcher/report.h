@@ -1,0 +1,41 @@
+// The training report of a local run (`adam run --report DIR`): one self-contained HTML page
+// with the loss and test-accuracy curves per epoch, images/s over time, and the run's faults
+// (kills, restarts, failovers) marked on the time axis. Charts are inline SVG: no script, no
+// network, readable offline and in a CI artifact. Pure and thread-compatible.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace adam::launcher {
+
+struct RunRecord {
+  std::string job;
+  struct EpochPoint {
+    int epoch = 0;
+    double seconds = 0;        // since training started
+    double loss = 0;           // mean training loss over the trainers
+    double accuracy = -1;      // test accuracy (trainer 0); < 0 when not measured
+  };
+  struct RatePoint {
+    double seconds = 0;
+    double images_per_second = 0;
+  };
+  struct Mark {
+    double seconds = 0;
+    std::string what;          // "kill -9 ps-0", "restart ps-0", "failover: ps-1 primary", ...
+  };
+  std::vector<EpochPoint> epochs;
+  std::vector<RatePoint> rates;
+  std::vector<Mark> marks;
+  // Summary rows shown under the title: label -> value, in order.
+  std::vector<std::pair<std::string, std::string>> summary;
+};
+
+// The report page.
+std::string RenderReportHtml(const RunRecord& record);
+
+// Escapes &, <, >, " and ' for HTML text and attributes.
+std::string HtmlEscape(const std::string& text);
+
+}  // namespace adam::launcher
