@@ -76,6 +76,12 @@ TEST_F(AdamRun, TrainsSyntheticDataFarAboveChance) {
   // One progress line per epoch, and role-prefixed log lines.
   EXPECT_THAT(r.err, HasSubstr("epoch   1/3"));
   EXPECT_THAT(r.err, HasSubstr("epoch   3/3"));
+  // The epoch lines fit an 80-column terminal.
+  std::istringstream lines(r.err);
+  for (std::string l; std::getline(lines, l);)
+    if (l.rfind("epoch ", 0) == 0) {
+      EXPECT_LE(l.size(), 80u) << l;
+    }
   EXPECT_THAT(r.err, HasSubstr("[data-server-0]"));
   EXPECT_THAT(r.err, HasSubstr("[ps-1]"));
   EXPECT_THAT(r.err, HasSubstr("[trainer-1]"));

@@ -4,6 +4,9 @@
 
 #include <thread>
 
+#include "param_server/param_store.h"
+#include "shard/shard_map.h"
+
 namespace adam::ps {
 namespace {
 
@@ -66,6 +69,29 @@ TEST(Routing, ACopyIsInSyncOnlyAfterAForwardWhileAssigned) {
   EXPECT_TRUE(r.Received(0));
   ASSERT_TRUE(r.Update(Map(2, {{0, 1}})));  // unassigned: a later assignment starts afresh
   EXPECT_FALSE(r.Received(0));
+}
+
+// Replication lag: 0 while rounds leave every copy current; growing while a copy is unreachable.
+TEST(Forwarder, ReportsLagWhileACopyIsUnreachable) {
+  auto map = shard::ShardMap::Make(2000, 4000, 1, 1);  // shards 0 and 1 of 1000 floats
+  ASSERT_TRUE(map.ok());
+  std::vector<float> init(2000, 1.f);
+  ParamStore store(*map, 0, init.data());
+  Routing r(0);
+  v1::ShardMap m = Map(1, {{0, 1}, {0, 1}});
+  m.mutable_servers(1)->set_replication_address("127.0.0.1:1");  // nothing listens there
+  ASSERT_TRUE(r.Update(m));
+  Forwarder f(0, &r, &store, std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double lag = f.lag_seconds();
+  EXPECT_GT(lag, 0.2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_GT(f.lag_seconds(), lag);
+  // No copies to keep current: in sync at once.
+  ASSERT_TRUE(r.Update(Map(2, {{0}, {0}})));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(f.lag_seconds(), 0);
+  f.Stop();
 }
 
 }  // namespace

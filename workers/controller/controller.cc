@@ -46,6 +46,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
   bool is_leader = false;
   uint64_t announce_term = 0;
   ControllerCounters counters;
+  std::vector<double> failover_seconds;  // drained by TakeFailoverSeconds
   bool stopping = false;
   std::thread supervisor;
 
@@ -66,7 +67,11 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
     if (c.has_reassign() && !c.reassign().dead().empty() && is_leader) {
       ++counters.failovers;
       nlohmann::json dead = nlohmann::json::array();
-      for (uint32_t d : c.reassign().dead()) dead.push_back(d);
+      for (uint32_t d : c.reassign().dead()) {
+        dead.push_back(d);
+        if (auto it = last_seen.find(d); it != last_seen.end() && failover_seconds.size() < 1024)
+          failover_seconds.push_back(std::chrono::duration<double>(Clock::now() - it->second).count());
+      }
       EmitEvent({{"event", "failover"}, {"dead", dead}, {"map_version", machine.state().version()},
                  {"shards", c.reassign().shards_size()}});
     }
@@ -354,6 +359,13 @@ v1::ControllerState Controller::state() const {
 ControllerCounters Controller::counters() const {
   std::lock_guard<std::mutex> l(impl_->mu);
   return impl_->counters;
+}
+
+std::vector<double> Controller::TakeFailoverSeconds() {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  std::vector<double> out;
+  out.swap(impl_->failover_seconds);
+  return out;
 }
 
 }  // namespace adam::controller

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "adam/v1/controller.grpc.pb.h"
@@ -47,6 +48,9 @@ class Controller {
   raft::DriverInfo raft_info() const;
   v1::ControllerState state() const;
   ControllerCounters counters() const;
+  // The failovers this leader committed since the last call, each as the seconds from the dead
+  // server's last heartbeat to the commit of the map that replaced it (detection + commit).
+  std::vector<double> TakeFailoverSeconds();
 
  private:
   struct Impl;

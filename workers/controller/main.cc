@@ -97,12 +97,24 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                                 "Failovers committed for dead parameter servers (leader)");
   auto& rebuilt = reg.Counter("adam_controller_copies_rebuilt_total",
                               "New shard copies committed in sync (every member)");
+  auto& leader_changes = reg.Counter("adam_controller_leader_changes_total",
+                                     "Times this member saw a different leader take over");
+  auto& failover_seconds = reg.Histogram(
+      "adam_controller_failover_seconds",
+      "From a dead parameter server's last heartbeat to the committed map without it (leader)",
+      {0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10});
   std::atomic<bool> done{false};
   (*controller)->Start();
   std::thread sampler([&] {
     ControllerCounters last;
+    raft::NodeId last_leader = 0;
     while (!done.load()) {
       const raft::DriverInfo info = (*controller)->raft_info();
+      if (info.leader != 0 && info.leader != last_leader) {
+        if (last_leader != 0) leader_changes.Increment();
+        last_leader = info.leader;
+      }
+      for (double sec : (*controller)->TakeFailoverSeconds()) failover_seconds.Observe(sec);
       term.Set(double(info.term));
       leader.Set(info.role == raft::Role::kLeader ? 1 : 0);
       commit.Set(double(info.commit));

@@ -56,13 +56,25 @@ std::shared_ptr<const std::vector<uint32_t>> DataSource::Order(uint32_t epoch) {
       want_prefetch_ = epoch + 1;
       cv_.notify_all();
     }
-    if (it != orders_.end()) return it->second;
+    if (it != orders_.end()) {
+      hits_.fetch_add(1, std::memory_order_relaxed);
+      return it->second;
+    }
   }
+  misses_.fetch_add(1, std::memory_order_relaxed);
   auto order = std::make_shared<const std::vector<uint32_t>>(Shuffle(epoch));
   std::lock_guard<std::mutex> lock(mu_);
   orders_.emplace(epoch, order);
   while (int(orders_.size()) > options_.max_cached_epochs) orders_.erase(orders_.begin());
   return order;
+}
+
+int DataSource::prefetched_epochs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [e, order] : orders_)
+    if (e + 1 >= want_prefetch_ && want_prefetch_ > 0) ++n;  // the next epoch onwards
+  return n;
 }
 
 void DataSource::PrefetchLoop() {

@@ -8,6 +8,7 @@
 // A background thread shuffles the next epoch before it is asked for. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -65,6 +66,12 @@ class DataSource {
   int quorum_count() const;
   // Images in `trainer`'s share of any epoch.
   int ShareSize(int trainer) const;
+  // Batches served from an epoch order that was ready (shuffled ahead by the prefetcher or an
+  // earlier batch), and batches that had to wait for their epoch's shuffle.
+  uint64_t order_hits() const { return hits_.load(std::memory_order_relaxed); }
+  uint64_t order_misses() const { return misses_.load(std::memory_order_relaxed); }
+  // Epoch orders ready beyond the newest epoch a trainer has asked for (the prefetch depth).
+  int prefetched_epochs() const;
 
  private:
   std::shared_ptr<const std::vector<uint32_t>> Order(uint32_t epoch);
@@ -85,6 +92,8 @@ class DataSource {
   bool stopped_ = false;                                                    // guarded by mu_
   bool shutdown_ = false;                                                   // guarded by mu_
   std::thread prefetcher_;
+  std::atomic<uint64_t> hits_{0};
+  std::atomic<uint64_t> misses_{0};
 };
 
 }  // namespace adam::data_server

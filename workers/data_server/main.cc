@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "core/periodic.h"
 #include "core/signals.h"
 #include "data_server/data_service.h"
 #include "metrics/metrics.h"
@@ -67,6 +68,21 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       &reg.Counter("adam_data_images_served_total", "Training images served"),
       &reg.Counter("adam_data_epochs_closed_total", "Epochs closed by the trainer quorum")};
   DataService service(&source, classes, dm);
+  auto& hits = reg.Counter("adam_data_order_hits_total",
+                           "Training batches served from an epoch shuffle that was ready");
+  auto& misses = reg.Counter("adam_data_order_misses_total",
+                             "Training batches that waited for their epoch's shuffle");
+  auto& depth = reg.Gauge("adam_data_prefetch_depth",
+                          "Epoch shuffles ready beyond the newest epoch asked for");
+  uint64_t hits_seen = 0, misses_seen = 0;
+  Periodic sampler(std::chrono::milliseconds(1000), [&] {
+    const uint64_t h = source.order_hits(), m = source.order_misses();
+    hits.Increment(double(h - hits_seen));
+    misses.Increment(double(m - misses_seen));
+    hits_seen = h;
+    misses_seen = m;
+    depth.Set(source.prefetched_epochs());
+  });
   return net::Serve(options.listen, {&service}, reg.port());
 }
 

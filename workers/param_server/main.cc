@@ -93,6 +93,8 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     std::map<uint32_t, int64_t> held;
     for (const auto& s : store_map.shards())
       if (s.server == options.index) held[s.id] = s.count;
+    spdlog::info("looking for checkpoints of {} shards in {}", held.size(), options.state_dir);
+    const auto restore_start = std::chrono::steady_clock::now();
     auto r = RestoreCheckpoint(copt, held);
     if (!r.ok()) {
       spdlog::error("{}", r.status().message());
@@ -104,7 +106,9 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       std::copy(s.values.begin(), s.values.end(), initial.begin() + sh.offset);
     }
     if (restored.generation > 0) {
-      spdlog::info("restored {} shards from checkpoint {}", restored.shards.size(), restored.file);
+      spdlog::info("restored {} shards from checkpoint {} in {:.2f} s", restored.shards.size(),
+                   restored.file,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - restore_start).count());
       EmitEvent({{"event", "restored"}, {"generation", restored.generation}, {"file", restored.file},
                  {"shards", restored.shards.size()}});
     }
@@ -212,6 +216,9 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                                 "Shard bytes forwarded to the shards' other copies");
   auto& heartbeats = reg.Counter("adam_ps_controller_heartbeats_total",
                                  "Heartbeats the controller leader accepted");
+  auto& lag = reg.Gauge("adam_ps_replication_lag_seconds",
+                        "0 when every copy of this server's primary shards got the last forward "
+                        "round's versions, else seconds since a round last left them all current");
   // Sampled gauges, once a second.
   std::mutex mu;
   std::condition_variable cv;
@@ -231,6 +238,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
         primaries.Set(routing.primaries());
         forwarded.Increment(double(forwarder->forwarded_bytes() - forwarded_seen));
         forwarded_seen = forwarder->forwarded_bytes();
+        lag.Set(forwarder->lag_seconds());
         heartbeats.Increment(double(link->heartbeats() - heartbeats_seen));
         heartbeats_seen = link->heartbeats();
       }

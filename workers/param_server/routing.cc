@@ -199,8 +199,16 @@ Forwarder::Forwarder(uint32_t self, Routing* routing, ParamStore* store,
                      std::chrono::milliseconds interval)
     : self_(self), routing_(routing), store_(store), rounds_(interval, [this] { Round(); }) {}
 
+double Forwarder::lag_seconds() const {
+  if (in_sync_.load()) return 0;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  return double(now - in_sync_at_ns_.load()) * 1e-9;
+}
+
 void Forwarder::Round() {
   std::vector<float> values;
+  bool behind = false;  // a copy this round could not bring to the version it read
   for (const auto& [shard, targets] : routing_->ForwardTargets()) {
     const uint64_t version = store_->Version(shard);
     std::vector<std::string> due;
@@ -210,10 +218,13 @@ void Forwarder::Round() {
     }
     if (due.empty()) continue;
     const int64_t n = store_->ShardSize(shard);
-    if (n <= 0) continue;
-    values.resize(size_t(n));
-    StatusOr<uint64_t> read = store_->Read(shard, values.data(), n);
-    if (!read.ok()) continue;
+    values.resize(size_t(std::max<int64_t>(n, 0)));
+    StatusOr<uint64_t> read = n > 0 ? store_->Read(shard, values.data(), n)
+                                    : StatusOr<uint64_t>(NotFoundError("no such shard"));
+    if (!read.ok()) {
+      behind = true;
+      continue;
+    }
     v1::ForwardRequest req;
     req.set_shard(shard);
     req.set_version(*read);
@@ -229,9 +240,15 @@ void Forwarder::Round() {
       if (stub->Forward(&ctx, req, &resp).ok()) {
         sent_[{shard, a}] = *read;
         bytes_.fetch_add(uint64_t(n) * 4);
+      } else {
+        behind = true;
       }
     }
   }
+  if (!behind)
+    in_sync_at_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch()).count();
+  in_sync_ = !behind;
 }
 
 }  // namespace adam::ps

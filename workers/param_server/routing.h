@@ -117,6 +117,9 @@ class Forwarder {
   Forwarder(uint32_t self, Routing* routing, ParamStore* store, std::chrono::milliseconds interval);
   void Stop() { rounds_.Stop(); }
   uint64_t forwarded_bytes() const { return bytes_.load(); }
+  // Replication lag: 0 when the last round left every copy of this server's primary shards at
+  // the version it read, else the seconds since a round last did (a copy unreachable, or behind).
+  double lag_seconds() const;
 
  private:
   void Round();
@@ -126,6 +129,10 @@ class Forwarder {
   std::map<std::string, std::unique_ptr<v1::ReplicaService::Stub>> stubs_;  // by address
   std::map<std::pair<uint32_t, std::string>, uint64_t> sent_;  // (shard, address) -> version
   std::atomic<uint64_t> bytes_{0};
+  std::atomic<bool> in_sync_{true};
+  // steady_clock time (ns) of the last round that ended with every copy current.
+  std::atomic<int64_t> in_sync_at_ns_{std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now().time_since_epoch()).count()};
   Periodic rounds_;  // last: runs Round every interval
 };
 

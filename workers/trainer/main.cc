@@ -39,6 +39,13 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                     &reg.Counter("adam_trainer_pushes_total", "Update pushes to the parameter servers"),
                     &reg.Counter("adam_trainer_push_bytes_total", "Update bytes pushed"),
                     &reg.Counter("adam_trainer_pull_bytes_total", "Parameter bytes pulled")};
+  const std::vector<double> latency = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+  tm.push_seconds = &reg.Histogram("adam_trainer_push_seconds",
+                                   "Time of one push to every parameter server", latency);
+  tm.pull_seconds = &reg.Histogram("adam_trainer_pull_seconds",
+                                   "Time of one pull from every parameter server (with its waits)", latency);
+  tm.staleness = &reg.Gauge("adam_trainer_staleness_images",
+                            "Images trained on the replica's weights since their last pull, at the last push");
 
   GrpcParamServerClientOptions po;
   po.trainer_name = options.name;

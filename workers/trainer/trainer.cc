@@ -166,8 +166,15 @@ Status Trainer::Impl::Sync(bool epoch_end) {
   args.delta = delta.data();
   args.clock = clock;
   const uint64_t pushed0 = ps->pushed_bytes() + ps->dense_bytes(), pulled0 = ps->pulled_bytes();
+  const auto t0 = std::chrono::steady_clock::now();
   ADAM_RETURN_IF_ERROR(ps->Push(args));
+  const auto t1 = std::chrono::steady_clock::now();
   ADAM_RETURN_IF_ERROR(ps->Pull(pulled.data(), clock));
+  if (m.push_seconds) m.push_seconds->Observe(std::chrono::duration<double>(t1 - t0).count());
+  if (m.pull_seconds)
+    m.pull_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+  // How stale the replica's weights were: images trained on them since the last pull.
+  if (m.staleness) m.staleness->Set(double(seen));
   // Keep what the workers added while the push and pull were in flight.
   {
     HogwildScope hogwild;

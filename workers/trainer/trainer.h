@@ -11,6 +11,7 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 
 #include <chrono>
 #include <memory>
@@ -42,6 +43,9 @@ struct TrainerMetrics {
   prometheus::Counter* pushes = nullptr;    // adam_trainer_pushes_total
   prometheus::Counter* push_bytes = nullptr;  // adam_trainer_push_bytes_total
   prometheus::Counter* pull_bytes = nullptr;  // adam_trainer_pull_bytes_total
+  prometheus::Histogram* push_seconds = nullptr;  // adam_trainer_push_seconds
+  prometheus::Histogram* pull_seconds = nullptr;  // adam_trainer_pull_seconds
+  prometheus::Gauge* staleness = nullptr;   // adam_trainer_staleness_images
 };
 
 // The result of a run, also emitted as the "done" event.
