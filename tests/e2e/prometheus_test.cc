@@ -72,7 +72,9 @@ TEST(Prometheus, ScrapesEveryRoleOfALocalRunAndTheSeriesMove) {
   for (const char* q : {"rate(adam_trainer_images_total[30s]) > 0",
                         "rate(adam_ps_pushes_total[30s]) > 0",
                         "rate(adam_data_images_served_total[30s]) > 0",
-                        "adam_trainer_epoch >= 1"}) {
+                        "adam_trainer_epoch >= 1",
+                        "rate(adam_trainer_push_seconds_count[30s]) > 0",
+                        "adam_data_order_hits_total > 0"}) {
     EXPECT_TRUE(testing::Eventually([&] { return !Query(base, q).empty(); }, std::chrono::seconds(60)))
         << q;
   }
