@@ -153,15 +153,13 @@ struct Operator::Impl : public Children {
     };
     informers.push_back(std::make_unique<kube::Informer>(client, kube::AdamJobs(), o.watch_namespace,
                                                          "", job_handler));
+    by_plural.clear();
     for (const kube::Resource& r : {kube::Pods(), kube::StatefulSets(), kube::ConfigMaps(),
-                                    kube::Services(), kube::PersistentVolumeClaims()})
+                                    kube::Services(), kube::PersistentVolumeClaims(),
+                                    kube::NetworkPolicies()}) {
       informers.push_back(std::make_unique<kube::Informer>(client, r, o.watch_namespace,
                                                            kManagedSelector, child_handler));
-    by_plural.clear();
-    for (size_t i = 1; i < informers.size(); ++i) {
-      const std::string plural = i == 1 ? "pods" : i == 2 ? "statefulsets" : i == 3 ? "configmaps"
-                                      : i == 4 ? "services" : "persistentvolumeclaims";
-      by_plural[plural] = informers[i].get();
+      by_plural[r.plural] = informers.back().get();
     }
     // Children first, so a job's first reconcile sees what it already owns.
     for (size_t i = informers.size(); i-- > 0;) informers[i]->Start();

@@ -42,6 +42,7 @@ Resource PersistentVolumeClaims();
 Resource StatefulSets();
 Resource Events();
 Resource Leases();
+Resource NetworkPolicies();
 
 // The resource a rendered object of `kind` ("Pod", "StatefulSet", ...) belongs to.
 StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::string& kind);

@@ -33,11 +33,13 @@ Resource PersistentVolumeClaims() { return {"v1", "persistentvolumeclaims"}; }
 Resource StatefulSets() { return {"apps/v1", "statefulsets"}; }
 Resource Events() { return {"v1", "events"}; }
 Resource Leases() { return {"coordination.k8s.io/v1", "leases"}; }
+Resource NetworkPolicies() { return {"networking.k8s.io/v1", "networkpolicies"}; }
 
 StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::string& kind) {
   for (const Resource& r : {AdamJobs(), Pods(), Services(), ConfigMaps(), PersistentVolumeClaims(),
-                            StatefulSets(), Events(), Leases()}) {
+                            StatefulSets(), Events(), Leases(), NetworkPolicies()}) {
     std::string singular = r.plural.substr(0, r.plural.size() - 1);
+    if (r.plural == "networkpolicies") singular = "networkpolicy";
     std::string k = kind;
     for (char& c : k) c = char(std::tolower(static_cast<unsigned char>(c)));
     if (r.group_version == api_version && (singular == k || (k == "service" && r.plural == "services")))

@@ -284,9 +284,11 @@ Status Reconciler::EnsureObjects(State& s, ReconcileResult* result) {
   std::map<std::string, Json> existing;  // "Kind/name"
   std::set<std::string> desired_names;
   const kube::Resource kinds[] = {kube::ConfigMaps(), kube::Services(), kube::StatefulSets(),
-                                  kube::PersistentVolumeClaims(), kube::Pods()};
-  const char* kind_names[] = {"ConfigMap", "Service", "StatefulSet", "PersistentVolumeClaim", "Pod"};
-  for (size_t i = 0; i < 5; ++i)
+                                  kube::PersistentVolumeClaims(), kube::Pods(),
+                                  kube::NetworkPolicies()};
+  const char* kind_names[] = {"ConfigMap", "Service", "StatefulSet", "PersistentVolumeClaim", "Pod",
+                              "NetworkPolicy"};
+  for (size_t i = 0; i < 6; ++i)
     for (Json& o : children_->Owned(kinds[i], s.ns, s.name))
       existing[std::string(kind_names[i]) + "/" + o["metadata"].value("name", "")] = o;
 

@@ -211,6 +211,21 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
                   {{"name", "replication"}, {"port", kReplicationPort}, {"targetPort", "replication"}},
                   {{"name", "metrics"}, {"port", kMetricsPort}, {"targetPort", "metrics"}}}}}}};
   out.push_back(svc);
+  // Only the job's own pods reach its gRPC and replication ports; /metrics stays open to
+  // scrapers (Prometheus, the operator's status reads). Egress is not restricted.
+  Json np = {{"apiVersion", "networking.k8s.io/v1"},
+             {"kind", "NetworkPolicy"},
+             {"metadata", Metadata(job, job.name, "job", 0, o)},
+             {"spec",
+              {{"podSelector", {{"matchLabels", {{kJobLabel, job.name}}}}},
+               {"policyTypes", {"Ingress"}},
+               {"ingress",
+                {{{"from", {{{"podSelector", {{"matchLabels", {{kJobLabel, job.name}}}}}}}},
+                  {"ports",
+                   {{{"protocol", "TCP"}, {"port", kGrpcPort}},
+                    {{"protocol", "TCP"}, {"port", kReplicationPort}}}}},
+                 {{"ports", {{{"protocol", "TCP"}, {"port", kMetricsPort}}}}}}}}}};
+  out.push_back(np);
 
   if (has_controllers) {
     const RoleInstance* first = nullptr;

@@ -136,6 +136,7 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   ASSERT_TRUE(Eventually([&] { return !api->Get(kSets, "ml", job + "-controller").is_null(); }));
   EXPECT_FALSE(api->Get("v1/configmaps", "ml", job + "-job").is_null());
   EXPECT_FALSE(api->Get("v1/services", "ml", job).is_null());
+  EXPECT_FALSE(api->Get("networking.k8s.io/v1/networkpolicies", "ml", job).is_null());
   // Parameter servers wait for the controller group.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_TRUE(PodsOf("ps").empty());

@@ -171,6 +171,26 @@ TEST(Render, ReplicationNetworkGoesThroughMultusAndTheDownwardApi) {
     EXPECT_FALSE((*p)["metadata"]["annotations"].contains(kMultusAnnotation));
 }
 
+// Only the job's own pods reach its gRPC and replication ports; /metrics stays scrapeable.
+TEST(Render, NetworkPolicyAdmitsOnlyTheJobsPods) {
+  const auto objects = RenderExample("fashion-mnist-ha");
+  const Json* np = Find(objects, "NetworkPolicy");
+  ASSERT_NE(np, nullptr);
+  EXPECT_EQ(StageOf(*np), 0);
+  const Json& spec = (*np)["spec"];
+  EXPECT_EQ(spec["podSelector"]["matchLabels"][kJobLabel], "fashion-mnist-ha");
+  EXPECT_EQ(spec["policyTypes"], Json::array({"Ingress"}));
+  ASSERT_EQ(spec["ingress"].size(), 2u);
+  const Json& peers = spec["ingress"][0];
+  EXPECT_EQ(peers["from"][0]["podSelector"]["matchLabels"][kJobLabel], "fashion-mnist-ha");
+  std::set<int> ports;
+  for (const Json& p : peers["ports"]) ports.insert(p["port"].get<int>());
+  EXPECT_EQ(ports, (std::set<int>{kGrpcPort, kReplicationPort}));
+  const Json& metrics = spec["ingress"][1];
+  EXPECT_FALSE(metrics.contains("from"));  // any scraper
+  EXPECT_EQ(metrics["ports"][0]["port"], kMetricsPort);
+}
+
 TEST(Render, OwnedObjectsHaveUniqueNamesAndOwnerReferences) {
   const auto objects = RenderExample("fashion-mnist-ha", "uid-1");
   std::set<std::string> names;
