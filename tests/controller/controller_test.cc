@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "controller/shard_state.h"
+#include "model/layout.h"
+#include "trainer/ps_client.h"
 #include "net/grpc.h"
 #include "core/ports.h"
 #include "testing/tmp_dir.h"
@@ -215,6 +217,41 @@ TEST_F(Group, ASilentPrimaryIsFailedOverAndItsThirdCopyRebuilt) {
     EXPECT_EQ(r.copying_size(), 0);
   }
   EXPECT_GE(controllers_[leader]->counters().failovers, 1u);
+}
+
+// A trainer's routed client watches the map: a failover reaches it with no request failing.
+TEST_F(Group, ATrainersRoutedClientSeesANewMapWithoutARequest) {
+  raft::NodeId leader = WaitLeader();
+  ASSERT_NE(leader, 0u);
+  uint64_t version = 0;
+  for (uint32_t s = 0; s < kServers; ++s) version = std::max(version, Beat(leader, s, 0).map().version());
+  // A model of 12 * 16 parameters (the bootstrap map's): 31 inputs, a 6-class softmax.
+  spec::ModelSpec model;
+  model.input = {1, 1, 31};
+  spec::LayerSpec softmax;
+  softmax.type = spec::LayerType::kSoftmax;
+  softmax.classes = 6;
+  model.layers.push_back(softmax);
+  auto layout = model::ModelLayout::Make(model);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_EQ(layout->num_params(), 12 * 16);
+  std::vector<std::string> addresses;
+  for (const auto& [id, a] : members_) addresses.push_back(a);
+  trainer::GrpcParamServerClientOptions o;
+  o.connect_timeout = 3s;
+  auto client = trainer::ConnectRoutedParamServers(*shard::ShardMap::Make(12 * 16, 64, kServers, 3),
+                                                   *layout, 1, addresses, o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const uint64_t first = (*client)->shard_map_version();
+  EXPECT_GE(first, version);
+  // Server 0 goes silent; the others keep beating. The client learns the failover's map.
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < 5s && (*client)->shard_map_version() == first) {
+    for (uint32_t s = 1; s < kServers; ++s) Beat(leader, s, version);
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_GT((*client)->shard_map_version(), first);
+  EXPECT_FALSE(controllers_[leader]->state().servers(0).alive());
 }
 
 TEST_F(Group, FollowersRedirectHeartbeatsToTheLeader) {

@@ -44,6 +44,8 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                                    "Time of one push to every parameter server", latency);
   tm.pull_seconds = &reg.Histogram("adam_trainer_pull_seconds",
                                    "Time of one pull from every parameter server (with its waits)", latency);
+  tm.map_version = &reg.Gauge("adam_trainer_shard_map_version",
+                              "Version of the controller's shard map the trainer routes by (copies > 1)");
   tm.staleness = &reg.Gauge("adam_trainer_staleness_images",
                             "Images trained on the replica's weights since their last pull, at the last push");
 

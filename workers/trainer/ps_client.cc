@@ -171,6 +171,52 @@ class RoutedClient final : public ParamServerClient {
       members_.push_back(adam::v1::Controller::NewStub(net::MakeChannel(m)));
   }
 
+  ~RoutedClient() override {
+    {
+      std::lock_guard<std::mutex> l(watch_mu_);
+      stop_ = true;
+      if (watch_ctx_) watch_ctx_->TryCancel();
+    }
+    watch_cv_.notify_all();
+    if (watcher_.joinable()) watcher_.join();
+  }
+
+  // Keeps a WatchShardMap stream open (to each member in turn when one fails) and routes by
+  // every newer map it brings.
+  void StartWatching() {
+    watcher_ = std::thread([this] {
+      for (size_t i = 0; !members_.empty();) {
+        grpc::ClientContext ctx;
+        {
+          std::lock_guard<std::mutex> l(watch_mu_);
+          if (stop_) return;
+          watch_ctx_ = &ctx;
+        }
+        adam::v1::GetShardMapRequest req;
+        req.set_min_version(shard_map_version());
+        auto reader = members_[i % members_.size()]->WatchShardMap(&ctx, req);
+        adam::v1::ShardMap map;
+        while (reader->Read(&map)) {
+          StatusOr<std::shared_ptr<const Route>> r = MakeRoute(map);
+          if (!r.ok()) continue;  // e.g. a shard without a live primary yet: a later map will do
+          std::lock_guard<std::mutex> l(mu_);
+          if (!route_ || (*r)->version > route_->version) route_ = *r;
+        }
+        (void)reader->Finish();
+        std::unique_lock<std::mutex> l(watch_mu_);
+        watch_ctx_ = nullptr;
+        if (stop_) return;
+        ++i;  // that member failed or went away: the next one, after a pause
+        watch_cv_.wait_for(l, std::chrono::milliseconds(100), [&] { return stop_; });
+      }
+    });
+  }
+
+  uint64_t shard_map_version() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return route_ ? route_->version : 0;
+  }
+
   // Waits for a map newer than `min_version` in which every shard has a live primary.
   Status Refresh(uint64_t min_version, std::chrono::milliseconds wait) {
     const auto deadline = Clock::now() + wait;
@@ -379,8 +425,13 @@ class RoutedClient final : public ParamServerClient {
   const int push_every_;
   const GrpcParamServerClientOptions options_;
   std::vector<std::unique_ptr<adam::v1::Controller::Stub>> members_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::shared_ptr<const Route> route_;
+  std::mutex watch_mu_;  // guards stop_ and watch_ctx_
+  std::condition_variable watch_cv_;
+  bool stop_ = false;
+  grpc::ClientContext* watch_ctx_ = nullptr;
+  std::thread watcher_;
   std::mutex stub_mu_;
   std::map<std::string, std::shared_ptr<adam::v1::ParameterService::Stub>> stubs_;
   std::atomic<uint64_t> pushed_{0};
@@ -395,6 +446,7 @@ StatusOr<std::unique_ptr<ParamServerClient>> ConnectRoutedParamServers(
   if (controller.empty()) return InvalidArgumentError("--controller lists no member");
   auto c = std::make_unique<RoutedClient>(map, layout, push_every, controller, options);
   ADAM_RETURN_IF_ERROR(c->Refresh(0, options.connect_timeout));
+  c->StartWatching();
   return std::unique_ptr<ParamServerClient>(std::move(c));
 }
 

@@ -44,6 +44,8 @@ class ParamServerClient {
   virtual uint64_t pushed_bytes() const = 0;
   virtual uint64_t dense_bytes() const = 0;
   virtual uint64_t pulled_bytes() const = 0;
+  // The controller's shard map version this client routes by (0 without a controller).
+  virtual uint64_t shard_map_version() const { return 0; }
 };
 
 struct GrpcParamServerClientOptions {
@@ -61,7 +63,9 @@ StatusOr<std::unique_ptr<ParamServerClient>> ConnectParamServers(
     const std::vector<std::string>& addresses, const GrpcParamServerClientOptions& options);
 
 // With a controller (spec.roles.parameterServer.copies > 1): routes every shard to its current
-// primary in the controller's shard map (fetched from any member, the newest version wins). A
+// primary in the controller's shard map (fetched from any member, the newest version wins), and
+// keeps a WatchShardMap stream open to one member at a time, so a new map is routed by as soon as
+// it is committed, before any request fails. A
 // push or pull part refused by a server that is no longer the primary, or lost with a dead one,
 // is re-sent for just those shards once a newer map names new primaries (waiting up to
 // `options.rpc_timeout`). An update the dead primary applied but never forwarded is lost, and

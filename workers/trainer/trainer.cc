@@ -175,6 +175,7 @@ Status Trainer::Impl::Sync(bool epoch_end) {
     m.pull_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
   // How stale the replica's weights were: images trained on them since the last pull.
   if (m.staleness) m.staleness->Set(double(seen));
+  if (m.map_version) m.map_version->Set(double(ps->shard_map_version()));
   // Keep what the workers added while the push and pull were in flight.
   {
     HogwildScope hogwild;

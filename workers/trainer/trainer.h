@@ -46,6 +46,7 @@ struct TrainerMetrics {
   prometheus::Histogram* push_seconds = nullptr;  // adam_trainer_push_seconds
   prometheus::Histogram* pull_seconds = nullptr;  // adam_trainer_pull_seconds
   prometheus::Gauge* staleness = nullptr;   // adam_trainer_staleness_images
+  prometheus::Gauge* map_version = nullptr; // adam_trainer_shard_map_version
 };
 
 // The result of a run, also emitted as the "done" event.
