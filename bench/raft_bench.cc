@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
   for (const auto& a : ours.client_addresses)
     stubs.push_back(adam::v1::Controller::NewStub(adam::net::MakeChannel(a)));
   ours.start = [&](int m) {
-    return Spawn({adam, "controller", "--job", job, "--id", std::to_string(m + 1), "--members",
+    return Spawn({adam, "controller", "--plaintext", "--job", job, "--id", std::to_string(m + 1), "--members",
                   members, "--state-dir", root + "/adam-" + std::to_string(m), "--tick-ms", "10",
                   "--election-ticks", "20", "--name", "controller-" + std::to_string(m + 1)},
                  root + "/adam-" + std::to_string(m) + ".log");

@@ -156,7 +156,7 @@ struct Operator::Impl : public Children {
     by_plural.clear();
     for (const kube::Resource& r : {kube::Pods(), kube::StatefulSets(), kube::ConfigMaps(),
                                     kube::Services(), kube::PersistentVolumeClaims(),
-                                    kube::NetworkPolicies()}) {
+                                    kube::NetworkPolicies(), kube::Secrets()}) {
       informers.push_back(std::make_unique<kube::Informer>(client, r, o.watch_namespace,
                                                            kManagedSelector, child_handler));
       by_plural[r.plural] = informers.back().get();

@@ -43,6 +43,10 @@ Resource StatefulSets();
 Resource Events();
 Resource Leases();
 Resource NetworkPolicies();
+Resource Secrets();
+
+// Base64 (standard alphabet, padded), as a Secret's data holds its values.
+std::string Base64Encode(const std::string& bytes);
 
 // The resource a rendered object of `kind` ("Pod", "StatefulSet", ...) belongs to.
 StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::string& kind);

@@ -34,10 +34,15 @@ Resource StatefulSets() { return {"apps/v1", "statefulsets"}; }
 Resource Events() { return {"v1", "events"}; }
 Resource Leases() { return {"coordination.k8s.io/v1", "leases"}; }
 Resource NetworkPolicies() { return {"networking.k8s.io/v1", "networkpolicies"}; }
+Resource Secrets() { return {"v1", "secrets"}; }
+
+std::string Base64Encode(const std::string& bytes) {
+  return utility::conversions::to_base64(std::vector<unsigned char>(bytes.begin(), bytes.end()));
+}
 
 StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::string& kind) {
   for (const Resource& r : {AdamJobs(), Pods(), Services(), ConfigMaps(), PersistentVolumeClaims(),
-                            StatefulSets(), Events(), Leases(), NetworkPolicies()}) {
+                            StatefulSets(), Events(), Leases(), NetworkPolicies(), Secrets()}) {
     std::string singular = r.plural.substr(0, r.plural.size() - 1);
     if (r.plural == "networkpolicies") singular = "networkpolicy";
     std::string k = kind;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "net/tls.h"
 #include "reconcile/render.h"
 #include "spec/adamjob.h"
 
@@ -280,6 +281,42 @@ Status Reconciler::EnsureObjects(State& s, ReconcileResult* result) {
   ro.owner_uid = s.uid;
   ro.generation = s.generation;
   const std::vector<Json> desired = Render(*s.spec, ro);
+
+  // The job's TLS Secret first: every pod mounts it. Made once; never regenerated while it exists.
+  bool has_secret = false;
+  for (const Json& sec : children_->Owned(kube::Secrets(), s.ns, s.name))
+    has_secret |= sec["metadata"].value("name", "") == TlsSecretName(*s.spec);
+  if (!has_secret) {
+    auto tls = net::MakeJobCertificates(
+        s.name, {"*." + s.name, "*." + s.name + "." + s.ns + ".svc",
+                 "*." + s.name + "." + s.ns + ".svc.cluster.local"});
+    if (!tls.ok()) return tls.status();
+    Json secret = {{"apiVersion", "v1"},
+                   {"kind", "Secret"},
+                   {"type", "kubernetes.io/tls"},
+                   {"metadata",
+                    {{"name", TlsSecretName(*s.spec)},
+                     {"namespace", s.ns},
+                     {"labels",
+                      {{"app.kubernetes.io/name", "adam"},
+                       {"app.kubernetes.io/instance", s.name},
+                       {"app.kubernetes.io/managed-by", "adam-operator"},
+                       {kJobLabel, s.name},
+                       {kRoleLabel, "job"}}},
+                     {"ownerReferences",
+                      {{{"apiVersion", "adam.dev/v1alpha1"},
+                        {"kind", "AdamJob"},
+                        {"name", s.name},
+                        {"uid", s.uid},
+                        {"controller", true},
+                        {"blockOwnerDeletion", true}}}}}},
+                   {"data",
+                    {{"ca.crt", kube::Base64Encode(tls->ca_pem)},
+                     {"tls.crt", kube::Base64Encode(tls->cert_pem)},
+                     {"tls.key", kube::Base64Encode(tls->key_pem)}}}};
+    auto c = client_->Create(kube::Secrets(), s.ns, secret);
+    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
+  }
 
   std::map<std::string, Json> existing;  // "Kind/name"
   std::set<std::string> desired_names;

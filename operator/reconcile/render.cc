@@ -104,6 +104,7 @@ Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::
              bool state_volume) {
   const std::string role = spec::RoleSubcommand(in.role);
   Json mounts = Json::array({{{"name", "job"}, {"mountPath", kJobMountPath}, {"readOnly", true}},
+                             {{"name", "tls"}, {"mountPath", kTlsPath}, {"readOnly", true}},
                              {{"name", "podinfo"}, {"mountPath", kPodInfoPath}, {"readOnly", true}},
                              {{"name", "tmp"}, {"mountPath", "/tmp"}}});
   if (state_volume) mounts.push_back({{"name", "state"}, {"mountPath", kStatePath}});
@@ -130,6 +131,7 @@ Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::
                                    {"failureThreshold", 3}};
   Json volumes = Json::array(
       {{{"name", "job"}, {"configMap", {{"name", job.name + "-job"}}}},
+       {{"name", "tls"}, {"secret", {{"secretName", TlsSecretName(job)}, {"defaultMode", 0440}}}},
        {{"name", "podinfo"},
         {"downwardAPI",
          {{"items",
@@ -152,6 +154,7 @@ std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in
                                 const spec::Endpoints& endpoints) {
   const std::string job_path = std::string(kJobMountPath) + "/job.yaml";
   std::vector<std::string> args = spec::RoleArgs(in, job_path, endpoints);
+  args.insert(args.end(), {"--tls-dir", kTlsPath});  // mutual TLS between the job's pods
   if (in.role == Role::kController) {
     // One template for every member of the StatefulSet: each finds its id in its host name.
     for (size_t i = 0; i + 1 < args.size(); ++i)
@@ -300,6 +303,8 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
                    [](const Json& a, const Json& b) { return StageOf(a) < StageOf(b); });
   return out;
 }
+
+std::string TlsSecretName(const spec::AdamJob& job) { return job.name + "-tls"; }
 
 int StageOf(const Json& object) {
   const auto& md = object.value("metadata", Json::object());

@@ -36,6 +36,10 @@ inline constexpr const char* kNetworkStatusAnnotation = "k8s.v1.cni.cncf.io/netw
 inline constexpr const char* kJobMountPath = "/etc/adam";
 inline constexpr const char* kPodInfoPath = "/etc/podinfo";
 inline constexpr const char* kStatePath = "/var/lib/adam";
+inline constexpr const char* kTlsPath = "/etc/adam-tls";  // the job's TLS Secret (ca.crt, tls.*)
+
+// The job's TLS Secret (created by the reconciler, not rendered: it holds generated keys).
+std::string TlsSecretName(const spec::AdamJob& job);
 
 struct RenderOptions {
   // The manifest the roles read (mounted from the job's ConfigMap): YAML or JSON text.

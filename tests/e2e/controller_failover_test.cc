@@ -35,7 +35,7 @@ class ControllerProcesses : public ::testing::Test {
 
   void Start(int i) {
     children_[size_t(i)] = std::make_unique<Child>(
-        std::vector<std::string>{"controller", "--job", ADAM_SOURCE_DIR "/examples/fashion-mnist.yaml",
+        std::vector<std::string>{"controller", "--plaintext", "--job", ADAM_SOURCE_DIR "/examples/fashion-mnist.yaml",
                                  "--id", std::to_string(i + 1), "--members", members_,
                                  "--state-dir", dir_.File("m" + std::to_string(i)), "--name",
                                  "controller-" + std::to_string(i + 1)},

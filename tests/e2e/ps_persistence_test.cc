@@ -55,7 +55,7 @@ class PsPersistence : public ::testing::Test {
 
   std::unique_ptr<Child> StartPs(const std::vector<std::string>& extra, int* port,
                                  const std::string& state = "state", int* replication_port = nullptr) {
-    std::vector<std::string> args = {"ps", "--job", job_path_, "--index", "0", "--listen",
+    std::vector<std::string> args = {"ps", "--plaintext", "--job", job_path_, "--index", "0", "--listen",
                                      "127.0.0.1:0", "--state-dir", dir_.File(state),
                                      "--threads", "1", "--no-bind"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -191,7 +191,7 @@ TEST_F(PsPersistence, AServerThatLostItsVolumeRestoresFromItsCheckpointPeer) {
   auto map = shard::ShardMap::Make(layout->num_params(), 1024, 2, job->training.seed);
   auto plan = update::UpdatePlan::Make(*layout, *map, job->training.push_every, job->training.dense_updates);
   auto start = [&](int index, const std::string& state, std::vector<std::string> extra, int* port, int* repl) {
-    std::vector<std::string> args = {"ps", "--job", job_path_, "--index", std::to_string(index),
+    std::vector<std::string> args = {"ps", "--plaintext", "--job", job_path_, "--index", std::to_string(index),
                                      "--listen", "127.0.0.1:0", "--state-dir", dir_.File(state),
                                      "--threads", "1", "--no-bind", "--replication-listen", "127.0.0.2:0"};
     args.insert(args.end(), extra.begin(), extra.end());

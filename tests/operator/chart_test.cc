@@ -246,7 +246,8 @@ TEST(Chart, RbacCoversEveryCallAndNothingMore) {
       "/services/watch", "/services/create", "/persistentvolumeclaims/list",
       "/persistentvolumeclaims/watch", "/persistentvolumeclaims/create", "apps/statefulsets/list",
       "apps/statefulsets/watch", "apps/statefulsets/create", "apps/statefulsets/update",
-      "apps/statefulsets/delete", "/events/create", "networking.k8s.io/networkpolicies/list",
+      "apps/statefulsets/delete", "/events/create", "/secrets/list", "/secrets/watch",
+      "/secrets/create", "networking.k8s.io/networkpolicies/list",
       "networking.k8s.io/networkpolicies/watch", "networking.k8s.io/networkpolicies/create", "coordination.k8s.io/leases/get",
       "coordination.k8s.io/leases/create", "coordination.k8s.io/leases/update"};
   std::set<std::string> granted;

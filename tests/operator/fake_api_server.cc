@@ -36,7 +36,7 @@ std::string Now() {
 }
 
 bool HasStatusSubresource(const std::string& collection) {
-  return collection != "v1/configmaps" && collection != "v1/events" &&
+  return collection != "v1/configmaps" && collection != "v1/events" && collection != "v1/secrets" &&
          collection != "coordination.k8s.io/v1/leases";
 }
 

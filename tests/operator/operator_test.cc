@@ -137,6 +137,12 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   EXPECT_FALSE(api->Get("v1/configmaps", "ml", job + "-job").is_null());
   EXPECT_FALSE(api->Get("v1/services", "ml", job).is_null());
   EXPECT_FALSE(api->Get("networking.k8s.io/v1/networkpolicies", "ml", job).is_null());
+  // The job's TLS Secret: its CA and one certificate for every pod, made once.
+  const Json secret = api->Get("v1/secrets", "ml", job + "-tls");
+  ASSERT_FALSE(secret.is_null());
+  EXPECT_EQ(secret["type"], "kubernetes.io/tls");
+  for (const char* k : {"ca.crt", "tls.crt", "tls.key"}) EXPECT_TRUE(secret["data"].contains(k)) << k;
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], Job(job)["metadata"]["uid"]);
   // Parameter servers wait for the controller group.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_TRUE(PodsOf("ps").empty());
@@ -150,6 +156,8 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   RunAll("data-server");
   RunAll("trainer");
   ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; }));
+  // Reconciled many times since, the Secret was never replaced (pods hold its certificate).
+  EXPECT_EQ(api->Get("v1/secrets", "ml", job + "-tls")["metadata"]["uid"], secret["metadata"]["uid"]);
   const Json st = Job(job)["status"];
   EXPECT_EQ(st["roles"]["ps"]["ready"], 3);
   EXPECT_EQ(st["roles"]["controller"]["ready"], 3);

@@ -108,6 +108,16 @@ TEST(Render, CopiesNeverShareAHostAndControllersComeFirst) {
   const std::string joined = args.dump();
   EXPECT_NE(joined.find("\"--id\",\"hostname\""), std::string::npos);
   EXPECT_NE(joined.find("1=fashion-mnist-ha-controller-0.fashion-mnist-ha:7070,"), std::string::npos);
+  // Every pod talks mutual TLS with the job's Secret.
+  for (const Json& o : objects) {
+    if (o["kind"] != "Pod") continue;
+    EXPECT_NE(o["spec"]["containers"][0]["args"].dump().find("\"--tls-dir\",\"/etc/adam-tls\""),
+              std::string::npos);
+    bool secret = false;
+    for (const Json& v : o["spec"]["volumes"])
+      secret |= v.contains("secret") && v["secret"]["secretName"] == "fashion-mnist-ha-tls";
+    EXPECT_TRUE(secret);
+  }
   // Trainers route through the controller.
   const std::string targs = Pods(objects, "trainer")[0]->at("spec")["containers"][0]["args"].dump();
   EXPECT_NE(targs.find("--controller"), std::string::npos);

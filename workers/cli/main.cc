@@ -18,6 +18,7 @@
 #include "model/layout.h"
 #include "param_server/main.h"
 #include "net/network_status.h"
+#include "net/tls.h"
 #include "operator.h"
 #include "reconcile/render.h"
 #include "spec/adamjob.h"
@@ -123,6 +124,10 @@ int main(int argc, char** argv) {
   run->add_option("-o,--output", output, "summary format: text or json")
       ->check(CLI::IsMember({"text", "json"}));
   run->add_flag("-q,--quiet", quiet, "hide the roles' log lines");
+  bool run_plaintext = false;
+  run->add_flag("--plaintext", run_plaintext,
+                "no TLS between the roles (by default the run makes a throw-away CA and the roles "
+                "talk mutual TLS)");
   std::string run_state_dir;
   run->add_option("--state-dir", run_state_dir,
                   "keep parameter-server checkpoints here (a later run resumes from them)");
@@ -171,10 +176,15 @@ int main(int argc, char** argv) {
   oper->add_option("--leader-election-id", oo.lease_name, "name of the Lease");
   oper->add_option("--workers", oo.workers, "concurrent reconciles (of different jobs)");
 
+  std::string tls_dir;
+  bool plaintext = false;
   auto add_role_flags = [&](CLI::App* sub) {
     sub->add_option("--job", job_path, "AdamJob manifest (YAML)")->required();
     sub->add_option("--name", name, "instance name used in logs");
     sub->add_option("--metrics-port", metrics_port, "Prometheus /metrics port (0 = any)");
+    sub->add_option("--tls-dir", tls_dir,
+                    "mutual TLS with the job's other roles: DIR holds ca.crt, tls.crt, tls.key");
+    sub->add_flag("--plaintext", plaintext, "no TLS (tests only): any peer can connect");
   };
   auto* ds = app.add_subcommand("data-server", "Serve the job's data set to trainers");
   add_role_flags(ds);
@@ -289,6 +299,7 @@ int main(int argc, char** argv) {
     ro.quiet = quiet;
     ro.state_dir = run_state_dir;
     ro.report_dir = report_dir;
+    ro.plaintext = run_plaintext;
     ro.prometheus_sd = prometheus_sd;
     for (const std::string& k : kills) {
       adam::launcher::RunOptions::Kill kill;
@@ -360,6 +371,20 @@ int main(int argc, char** argv) {
   SetUpLogging(name);
   auto job = Load(job_path);
   if (!job) return kExitInvalid;
+  // Every role talks mutual TLS unless told, explicitly, not to.
+  if (tls_dir.empty() == !plaintext) {
+    std::fprintf(stderr, "adam: give exactly one of --tls-dir DIR (mutual TLS between the job's "
+                         "roles) and --plaintext\n");
+    return kExitInvalid;
+  }
+  if (!tls_dir.empty()) {
+    auto material = adam::net::LoadTls(tls_dir);
+    if (!material.ok()) {
+      std::fprintf(stderr, "adam: --tls-dir: %s\n", material.status().message().c_str());
+      return kExitInvalid;
+    }
+    adam::net::EnableMutualTls(*material);
+  }
   if (ds->parsed()) {
     adam::data_server::MainOptions o;
     o.name = name;

@@ -26,6 +26,7 @@
 #include "core/event.h"
 #include "core/ports.h"
 #include "launcher/report.h"
+#include "net/tls.h"
 #include "spec/plan.h"
 
 namespace adam::launcher {
@@ -119,6 +120,16 @@ class Supervisor {
       }
       state_root_ = tmpl;
       temporary = true;
+    }
+    if (!o_.plaintext) {
+      // A throw-away CA and certificate for this run: every role presents it and demands it.
+      auto tls = net::MakeJobCertificates(job_.name, {"127.0.0.1", "127.0.0.2", "localhost"});
+      Status w = tls.ok() ? net::WriteTls(*tls, state_root_ + "/tls") : tls.status();
+      if (!w.ok()) {
+        std::fprintf(stderr, "adam run: TLS material: %s\n", w.message().c_str());
+        return 1;
+      }
+      tls_dir_ = state_root_ + "/tls";
     }
     spec::Plan plan = spec::MakePlan(job_);
     for (auto& in : plan.instances)
@@ -225,6 +236,11 @@ class Supervisor {
 
   bool Spawn(const spec::RoleInstance& in, const spec::Endpoints& endpoints) {
     std::vector<std::string> args = spec::RoleArgs(in, o_.job_path, endpoints);
+    if (tls_dir_.empty()) {
+      args.push_back("--plaintext");
+    } else {
+      args.insert(args.end(), {"--tls-dir", tls_dir_});
+    }
     args.insert(args.begin(), o_.executable);
     if (no_bind_.count(in.name)) args.push_back("--no-bind");
     if (in.role == spec::Role::kParamServer || in.role == spec::Role::kController)
@@ -683,6 +699,7 @@ class Supervisor {
   int chaos_faults_ = 0;
   int64_t map_version_ = 0;   // the newest shard map the controller leader committed
   int under_replicated_ = 0;  // its shards with fewer in-sync copies than wanted
+  std::string tls_dir_;       // the run's TLS material; empty: --plaintext
   RunRecord record_;          // for --report
   std::optional<Clock::time_point> rate_at_;
   std::deque<std::pair<Clock::time_point, int64_t>> rate_window_;  // (time, images) samples

@@ -51,6 +51,9 @@ struct RunOptions {
   // Non-empty: keep this file a Prometheus file_sd target list of every role's /metrics
   // (labels adam_job, role, instance_name), rewritten as roles start and restart.
   std::string prometheus_sd;
+  // By default the run makes a throw-away CA and certificate (in its state directory, tls/) and
+  // every role talks mutual TLS; true passes --plaintext instead.
+  bool plaintext = false;
 };
 
 // Runs the job; returns the process exit code: 0 when every trainer finished, 1 when a role

@@ -5,6 +5,8 @@
 
 #include "core/event.h"
 #include "core/signals.h"
+#include "net/tls.h"
+#include "net/tls_internal.h"
 
 namespace adam::net {
 
@@ -12,7 +14,7 @@ StatusOr<Server> StartServer(const std::string& address,
                              const std::vector<grpc::Service*>& services) {
   grpc::ServerBuilder builder;
   Server out;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &out.port);
+  builder.AddListeningPort(address, ServerCredentials(), &out.port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Refuse a port another process holds instead of sharing it silently.
@@ -73,7 +75,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // After a lost connection the channel re-resolves the address before it reconnects, and by
   // default waits seconds between resolutions: a restarted peer would stay unreachable that long.
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 100);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (MutualTlsEnabled()) args.SetSslTargetNameOverride(kTlsServerName);
+  return grpc::CreateCustomChannel(address, ChannelCredentials(), args);
 }
 
 Status WaitForReady(grpc::Channel* channel, const std::string& what, const std::string& address,
