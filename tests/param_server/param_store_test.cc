@@ -4,6 +4,7 @@
 #include "param_server/param_store.h"
 
 #include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
 #include <future>
@@ -355,6 +356,34 @@ TEST_F(ParamServiceTest, GarbageRequestAppliesNothingAndServerKeepsServing) {
     const float* v = reinterpret_cast<const float*>(s.values().data());
     EXPECT_EQ(v[0], init_[size_t(map_->shards()[s.shard()].offset)]);
   }
+}
+
+// A message over the project's limit is refused by gRPC with RESOURCE_EXHAUSTED before anything
+// parses it, and the server keeps serving.
+TEST_F(ParamServiceTest, OversizedMessageIsRefusedAndTheServerKeepsServing) {
+  Start(spec::Consistency::kAsync, 1);
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);  // this client would send anything
+  grpc::GenericStub generic(
+      grpc::CreateCustomChannel(addresses_[0], grpc::InsecureChannelCredentials(), args));
+  grpc::ByteBuffer request, reply;
+  {
+    std::string payload(size_t(net::kMaxMessageBytes) + 16, '\0');
+    grpc::Slice slice(payload);
+    request = grpc::ByteBuffer(&slice, 1);
+  }
+  std::promise<grpc::Status> done;
+  grpc::ClientContext ctx;
+  generic.UnaryCall(&ctx, "/adam.v1.ParameterService/Push", grpc::StubOptions(), &request, &reply,
+                    [&](grpc::Status s) { done.set_value(s); });
+  const grpc::Status st = done.get_future().get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  request.Clear();
+  adam::v1::PullRequest pull;
+  adam::v1::PullResponse pulled;
+  grpc::ClientContext ctx2;
+  EXPECT_TRUE(stub_->Pull(&ctx2, pull, &pulled).ok());
+  EXPECT_EQ(size_t(pulled.shards_size()), servers_[0].store->shard_ids().size());
 }
 
 // Starts a pull on its own thread; the future is ready once it returns.
