@@ -455,7 +455,15 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     return result;
   }
   s.spec = std::move(*parsed);
+  bool was_invalid = false;
+  for (const Json& c : s.status.value("conditions", Json::array()))
+    was_invalid |= c.value("type", "") == "InvalidSpec" && c.value("status", "") == "True";
   SetCondition(s, "InvalidSpec", false, "SpecValid", "the spec is valid");
+  if (was_invalid && s.status.value("phase", "") == "Failed") {
+    // Failed only for its spec, which is valid now: the job starts.
+    s.status["phase"] = "Pending";
+    Event(s, "Normal", "SpecFixed", "the spec is valid now; starting the job");
+  }
 
   const std::string phase = s.status.value("phase", "");
   const auto ttl = s.spec->run_policy.ttl_seconds_after_finished;

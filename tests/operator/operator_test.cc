@@ -308,6 +308,13 @@ TEST_F(OperatorTest, AnInvalidSpecIsAConditionNamingTheField) {
              c["message"].get<std::string>().find("spec.roles.parameterServer.copies") != std::string::npos;
   EXPECT_TRUE(named) << st.dump(2);
   EXPECT_TRUE(api->List(kPods, "ml").empty());
+  // Fixed, the job starts.
+  j = Job("fashion-mnist-ha");
+  j["spec"]["roles"]["parameterServer"]["copies"] = 3;
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return !api->Get(kSets, "ml", "fashion-mnist-ha-controller").is_null(); }));
+  EXPECT_EQ(Condition("fashion-mnist-ha", "InvalidSpec"), "False SpecValid");
+  EXPECT_EQ(Phase("fashion-mnist-ha"), "Pending");
 }
 
 TEST_F(OperatorTest, SucceedsCleansUpAndExpires) {
