@@ -275,7 +275,7 @@ Status Reconciler::HandlePods(State& s) {
   return OkStatus();
 }
 
-Status Reconciler::EnsureObjects(State& s, ReconcileResult* result) {
+Status Reconciler::EnsureObjects(State& s) {
   RenderOptions ro;
   ro.manifest = ManifestOf(s.job);
   ro.owner_uid = s.uid;
@@ -381,7 +381,6 @@ Status Reconciler::EnsureObjects(State& s, ReconcileResult* result) {
     }
     stage_ready_through = stage;
   }
-  (void)result;
   // What the plan no longer has (trainers after a scale-down) goes.
   for (const auto& [key, o] : existing) {
     const std::string kind = key.substr(0, key.find('/'));
@@ -520,7 +519,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
 
   ADAM_RETURN_IF_ERROR(HandlePods(s));
   if (s.finished) return after_finish();
-  ADAM_RETURN_IF_ERROR(EnsureObjects(s, &result));
+  ADAM_RETURN_IF_ERROR(EnsureObjects(s));
 
   // Per-role counts, phase and the Running condition.
   std::map<std::string, int> desired = {{"controller", s.spec->roles.parameter_server.copies > 1

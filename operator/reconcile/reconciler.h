@@ -63,7 +63,7 @@ class Reconciler {
  private:
   struct State;
   Status Finalize(State& s);
-  Status EnsureObjects(State& s, ReconcileResult* result);
+  Status EnsureObjects(State& s);
   Status HandlePods(State& s);
   Status Cleanup(State& s, bool all);
   Status DeletePods(State& s, const std::string& role);

@@ -104,22 +104,14 @@ Json Pipeline(const Context& c, const std::string& expr) {
       q += Text(v);
       q += '"';
       v = q;
-    } else if (st.rfind("indent ", 0) == 0) {
-      const int n = std::stoi(st.substr(7));
+    } else if (st.rfind("indent ", 0) == 0 || st.rfind("nindent ", 0) == 0) {
+      // indent N: every line indented; nindent N: the same after a newline.
+      const bool leading_newline = st[0] == 'n';
+      const int n = std::stoi(st.substr(leading_newline ? 8 : 7));
       std::string out, line;
       std::stringstream ls(Text(v));
       while (std::getline(ls, line)) {
-        if (!out.empty()) out += '\n';
-        out.append(size_t(n), ' ');
-        out += line;
-      }
-      v = out;
-    } else if (st.rfind("nindent ", 0) == 0) {
-      const int n = std::stoi(st.substr(8));
-      std::string out, line;
-      std::stringstream ls(Text(v));
-      while (std::getline(ls, line)) {
-        out += '\n';
+        if (!out.empty() || leading_newline) out += '\n';
         out.append(size_t(n), ' ');
         out += line;
       }
