@@ -78,6 +78,15 @@ namespace {
 
 namespace http = web::http;
 
+// Bodies travel as bytes: cpprest's std::string overloads wrap a char buffer as an unsigned-char
+// stream by a cast that UBSan reports (a bad vptr), so only the byte overloads are used.
+std::vector<unsigned char> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+std::string BodyText(http::http_response& resp) {
+  const std::vector<unsigned char> v = resp.extract_vector().get();
+  return std::string(v.begin(), v.end());
+}
+
 std::string ReadFile(const std::string& path, bool* ok) {
   std::ifstream f(path, std::ios::binary);
   *ok = static_cast<bool>(f);
@@ -177,16 +186,16 @@ class HttpClient : public Client {
       Authorize(req);
       http::http_response resp = client.request(req, cancel.get_token()).get();
       if (resp.status_code() != 200) {
-        result = FromHttp(resp.status_code(), "WATCH", path, resp.extract_utf8string(true).get());
+        result = FromHttp(resp.status_code(), "WATCH", path, BodyText(resp));
       } else {
         auto body = resp.body();
         WatchDecoder decoder;
         while (true) {
-          concurrency::streams::container_buffer<std::string> line;
+          concurrency::streams::container_buffer<std::vector<uint8_t>> line;
           const size_t n = body.read_line(line).get();
           if (n == 0 && body.is_eof()) break;
           if (line.collection().empty()) continue;
-          auto ev = decoder.Decode(line.collection());
+          auto ev = decoder.Decode(std::string(line.collection().begin(), line.collection().end()));
           if (!ev.ok()) {
             result = ev.status();
             break;
@@ -243,9 +252,12 @@ class HttpClient : public Client {
       http::http_request req(method);
       req.set_request_uri(path);
       Authorize(req);
-      if (body) req.set_body(body->dump(), "application/json");
+      if (body) {
+        req.set_body(Bytes(body->dump()));
+        req.headers().set_content_type("application/json");
+      }
       http::http_response resp = client.request(req).get();
-      const std::string text = resp.extract_utf8string(true).get();
+      const std::string text = BodyText(resp);
       const int code = resp.status_code();
       if (code < 200 || code >= 300) return FromHttp(code, method, path, text);
       if (text.empty()) return Json::object();

@@ -29,12 +29,15 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::string& h
     Impl* impl = e->impl_.get();
     e->impl_->listener->support(web::http::methods::GET, [impl](web::http::http_request req) {
       auto it = impl->handlers.find(req.relative_uri().path());
-      if (it == impl->handlers.end()) {
-        req.reply(web::http::status_codes::NotFound, "not found\n");
-        return;
-      }
-      HttpAnswer a = it->second();
-      req.reply(static_cast<web::http::status_code>(a.code), a.body, a.content_type);
+      const HttpAnswer a = it == impl->handlers.end()
+                               ? HttpAnswer{404, "text/plain; charset=utf-8", "not found\n"}
+                               : it->second();
+      // The body as bytes: cpprest's std::string overloads cast a char buffer to an
+      // unsigned-char stream, which UBSan reports.
+      web::http::http_response resp(static_cast<web::http::status_code>(a.code));
+      resp.set_body(std::vector<unsigned char>(a.body.begin(), a.body.end()));
+      resp.headers().set_content_type(a.content_type);
+      req.reply(resp);
     });
     e->impl_->listener->open().wait();
   } catch (const std::exception& ex) {

@@ -74,7 +74,8 @@ class HttpMetricsSource : public MetricsSource {
       auto resp = client.request(web::http::methods::GET, "/metrics").get();
       if (resp.status_code() != 200)
         return UnavailableError(url + "/metrics: HTTP " + std::to_string(resp.status_code()));
-      return ParsePrometheusText(resp.extract_utf8string(true).get());
+      const std::vector<unsigned char> body = resp.extract_vector().get();  // bytes: see http_client.cc
+      return ParsePrometheusText(std::string(body.begin(), body.end()));
     } catch (const std::exception& e) {
       return UnavailableError(url + "/metrics: " + e.what());
     }

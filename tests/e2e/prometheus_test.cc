@@ -25,7 +25,8 @@ nlohmann::json Query(const std::string& base, const std::string& promql) {
     b.append_query("query", promql);
     auto resp = client.request(web::http::methods::GET, b.to_string()).get();
     if (resp.status_code() != 200) return nlohmann::json::array();
-    auto j = nlohmann::json::parse(resp.extract_utf8string(true).get());
+    const std::vector<unsigned char> body = resp.extract_vector().get();
+    auto j = nlohmann::json::parse(std::string(body.begin(), body.end()));
     return j["data"]["result"];
   } catch (const std::exception&) {
     return nlohmann::json::array();

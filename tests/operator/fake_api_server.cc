@@ -205,8 +205,13 @@ struct FakeApiServer::Impl {
     return i == parts.size();
   }
 
+  // Bodies as bytes (cpprest's std::string overloads do a cast UBSan reports).
   static void Reply(http::http_request& req, int code, const Json& body) {
-    req.reply(static_cast<http::status_code>(code), body.dump(), "application/json");
+    const std::string text = body.dump();
+    http::http_response resp(static_cast<http::status_code>(code));
+    resp.set_body(std::vector<unsigned char>(text.begin(), text.end()));
+    resp.headers().set_content_type("application/json");
+    req.reply(resp);
   }
   static void Fail(http::http_request& req, int code, const std::string& reason,
                    const std::string& message) {
@@ -230,7 +235,8 @@ struct FakeApiServer::Impl {
     Json body;
     if (method == http::methods::POST || method == http::methods::PUT) {
       try {
-        body = Json::parse(req.extract_utf8string(true).get());
+        const std::vector<unsigned char> bytes = req.extract_vector().get();
+        body = Json::parse(std::string(bytes.begin(), bytes.end()));
       } catch (const std::exception& e) {
         return Fail(req, 400, "BadRequest", std::string("body is not JSON: ") + e.what());
       }
@@ -413,7 +419,7 @@ std::unique_ptr<FakeApiServer> FakeApiServer::StartTls(const std::string& cert_f
     try {
       impl->Handle(req);
     } catch (const std::exception& e) {
-      req.reply(http::status_codes::InternalError, e.what());
+      Impl::Reply(req, 500, Json{{"kind", "Status"}, {"message", e.what()}, {"code", 500}});
     }
   });
   impl->listener->open().wait();

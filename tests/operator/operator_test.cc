@@ -286,7 +286,7 @@ TEST_F(OperatorTest, SuspendsAndResumes) {
   api->Put(kJobs, j);
   ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Suspended"; }));
   EXPECT_TRUE(Eventually([&] { return api->List(kPods, "ml").empty(); }));
-  EXPECT_EQ(Condition("fashion-mnist", "Suspended"), "True Suspended");
+  EXPECT_TRUE(Eventually([&] { return Condition("fashion-mnist", "Suspended") == "True Suspended"; }));
   j = Job("fashion-mnist");
   j["spec"]["runPolicy"]["suspend"] = false;
   api->Put(kJobs, j);
