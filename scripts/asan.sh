@@ -9,5 +9,6 @@ cmake --build build-asan
 # Leak checking stays on; UBSan findings abort like ASan's.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
 ctest --test-dir build-asan --output-on-failure -j "$(nproc)" --timeout 600
 echo "asan: no findings"

@@ -69,10 +69,13 @@ std::optional<std::string> WorkQueue::Get() {
       processing_.insert(key);
       return key;
     }
-    if (delayed_.empty())
+    if (delayed_.empty()) {
       cv_.wait(lock);
-    else
-      cv_.wait_until(lock, delayed_.begin()->first);
+    } else {
+      // A copy: while this waits, another worker may take (and erase) that entry. Found by ASan.
+      const Clock::time_point until = delayed_.begin()->first;
+      cv_.wait_until(lock, until);
+    }
   }
 }
 
