@@ -131,7 +131,7 @@ struct Operator::Impl : public Children {
 
   bool Synced() {
     std::lock_guard<std::mutex> lock(mu);
-    if (!running) return !o.leader_elect ? false : true;  // a standby is ready to take over
+    if (!running) return o.leader_elect;  // a standby is ready to take over
     for (const auto& i : informers)
       if (!i->Synced()) return false;
     return true;

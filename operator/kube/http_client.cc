@@ -47,7 +47,7 @@ StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::st
     if (r.plural == "networkpolicies") singular = "networkpolicy";
     std::string k = kind;
     for (char& c : k) c = char(std::tolower(static_cast<unsigned char>(c)));
-    if (r.group_version == api_version && (singular == k || (k == "service" && r.plural == "services")))
+    if (r.group_version == api_version && singular == k)
       return r;
   }
   return InvalidArgumentError("no resource for " + api_version + " " + kind);

@@ -530,6 +530,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
                                         {"trainer", s.spec->roles.trainer.replicas}};
   bool all_running = true;
   const std::vector<Json> sets = children_->Owned(kube::StatefulSets(), ns, name);
+  const std::vector<Json> pods_now = children_->Owned(kube::Pods(), ns, name);  // after this pass's writes
   for (const char* role : kRoles) {
     int active = 0, ready = 0, succeeded = 0, failed = 0;
     if (std::string(role) == "controller") {
@@ -540,9 +541,10 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
         ready += st.value("readyReplicas", 0);
       }
     }
-    for (const Json& pod : children_->Owned(kube::Pods(), ns, name)) {
-      if (std::string(role) == "controller") break;
-      if (Label(pod, kRoleLabel) != role || HasDeletion(pod)) continue;
+    for (const Json& pod : pods_now) {
+      // Controller members are counted above, from their StatefulSet's status.
+      if (std::string(role) == "controller" || Label(pod, kRoleLabel) != role || HasDeletion(pod))
+        continue;
       const std::string p = PodPhase(pod);
       if (p == "Pending" || p == "Running") ++active;
       if (p == "Running" && (PodReady(pod) || std::string(role) == "trainer")) ++ready;

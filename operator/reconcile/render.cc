@@ -184,7 +184,6 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
   po.replication_port = kReplicationPort;
   const spec::Plan plan = spec::MakePlan(job, po);
   const bool has_controllers = job.roles.parameter_server.copies > 1;
-  const bool copies = has_controllers;
 
   spec::Endpoints endpoints;
   endpoints.controller_members = has_controllers ? spec::ControllerMembers(plan) : "";
@@ -289,7 +288,7 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
     // The operator restarts failed pods itself, counting them against runPolicy.backoffLimit.
     pod["restartPolicy"] = "Never";
     if (ps) {
-      pod["affinity"] = AntiAffinity(job, role, copies);
+      pod["affinity"] = AntiAffinity(job, role, has_controllers);
       pod["topologySpreadConstraints"] = Spread(job, role);
       pod["terminationGracePeriodSeconds"] = 60;  // the last checkpoint flush
       pod["volumes"].push_back(
