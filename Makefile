@@ -20,7 +20,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 clean:
-	rm -rf $(BUILD) build-fuzz build-tsan build-asan build-fuzz.log build-tsan.log build-asan.log
+	rm -rf $(BUILD) build-tsan build-asan build-tsan.log build-asan.log
 
 fuzz: deps
 	./scripts/fuzz.sh

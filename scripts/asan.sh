@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (GCC) in build-asan/.
-# Any report fails the run.
+# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang) in build-asan/,
+# the build scripts/fuzz.sh reuses. Any report fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DADAM_SANITIZE=address,undefined -DADAM_BUILD_BENCH=OFF > build-asan.log 2>&1 || { cat build-asan.log; exit 1; }
+./scripts/configure-asan.sh
 cmake --build build-asan
 # Leak checking stays on; UBSan findings abort like ASan's.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"

@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DADAM_SANITIZE=thread \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS="-fsanitize-ignorelist=$PWD/tests/tsan-ignorelist.txt" \
   -DADAM_BUILD_BENCH=OFF > build-tsan.log 2>&1 || { cat build-tsan.log; exit 1; }
 cmake --build build-tsan --target param_server_test data_server_test trainer_test kube_test
