@@ -48,7 +48,7 @@ TEST(Raft, ElectsOneLeaderAndEveryNodeAppliesTheSameSequence) {
   Sim s(7, 3, Faults{});
   const NodeId l = SettleLeader(s);
   ASSERT_NE(l, 0u);
-  for (int i = 0; i < 20; ++i) s.ProposeTo(l, "v" + std::to_string(i));
+  for (int i = 0; i < 20; ++i) s.ProposeTo(l, std::string("v").append(std::to_string(i)));
   s.Settle(20);
   ASSERT_TRUE(s.ok()) << s.failure();
   EXPECT_EQ(s.AppliedValues(l).size(), 20u);
@@ -98,7 +98,7 @@ TEST(Raft, FollowerBehindTheSnapshotCatchesUpByInstallSnapshot) {
   ASSERT_NE(l, 0u);
   const NodeId f = l == 3 ? 2 : 3;
   s.Crash(f);
-  for (int i = 0; i < 40; ++i) s.ProposeTo(l, "v" + std::to_string(i));
+  for (int i = 0; i < 40; ++i) s.ProposeTo(l, std::string("v").append(std::to_string(i)));
   s.Settle(10);
   ASSERT_TRUE(s.CompactNow(l));
   EXPECT_GT(s.node(l)->first_index(), 40u);
@@ -116,7 +116,7 @@ TEST(Raft, WholeGroupRestartsFromPersistedStateWithoutLosingCommits) {
   Sim s(13, 5, Faults{});
   const NodeId l = SettleLeader(s);
   ASSERT_NE(l, 0u);
-  for (int i = 0; i < 10; ++i) s.ProposeTo(l, "v" + std::to_string(i));
+  for (int i = 0; i < 10; ++i) s.ProposeTo(l, std::string("v").append(std::to_string(i)));
   s.Settle(10);
   const std::vector<std::string> before = s.AppliedValues(l);
   const uint64_t term = s.node(l)->term();
