@@ -144,6 +144,7 @@ struct Operator::Impl : public Children {
     queue = std::make_unique<kube::WorkQueue>();
     adds_seen = retries_seen = 0;
     reconciler = std::make_unique<Reconciler>(client, this, nullptr, o.metrics.get(), o.status_period);
+    reconciler->set_certificate_validity(o.certificate_validity);
     kube::WorkQueue* q = queue.get();
     auto job_handler = [q](const kube::WatchEvent& ev) { q->Add(kube::KeyOf(ev.object)); };
     auto child_handler = [q](const kube::WatchEvent& ev) {

@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "kube/client.h"
 #include "kube/scrape.h"
+#include "net/tls.h"
 
 namespace adam::op {
 
@@ -31,6 +32,8 @@ struct OperatorOptions {
   // Reads trainers' /metrics for the job status (epoch, accuracy, images/s); null = none.
   std::shared_ptr<kube::MetricsSource> metrics;
   std::chrono::milliseconds status_period{10000};
+  // Lifetime of the job certificates the operator issues; renewed with a third of it left.
+  std::chrono::seconds certificate_validity = net::kCertificateValidity;
 };
 
 class Operator {

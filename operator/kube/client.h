@@ -47,6 +47,7 @@ Resource Secrets();
 
 // Base64 (standard alphabet, padded), as a Secret's data holds its values.
 std::string Base64Encode(const std::string& bytes);
+StatusOr<std::string> Base64Decode(const std::string& text);
 
 // The resource a rendered object of `kind` ("Pod", "StatefulSet", ...) belongs to.
 StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::string& kind);

@@ -40,6 +40,15 @@ std::string Base64Encode(const std::string& bytes) {
   return utility::conversions::to_base64(std::vector<unsigned char>(bytes.begin(), bytes.end()));
 }
 
+StatusOr<std::string> Base64Decode(const std::string& text) {
+  try {
+    auto bytes = utility::conversions::from_base64(text);
+    return std::string(bytes.begin(), bytes.end());
+  } catch (const std::exception&) {
+    return InvalidArgumentError("not base64");
+  }
+}
+
 StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::string& kind) {
   for (const Resource& r : {AdamJobs(), Pods(), Services(), ConfigMaps(), PersistentVolumeClaims(),
                             StatefulSets(), Events(), Leases(), NetworkPolicies(), Secrets()}) {
@@ -274,25 +283,14 @@ class HttpClient : public Client {
   const Config config_;
 };
 
-std::string Base64Decode(const std::string& s, bool* ok) {
-  try {
-    auto bytes = utility::conversions::from_base64(s);
-    *ok = true;
-    return std::string(bytes.begin(), bytes.end());
-  } catch (const std::exception&) {
-    *ok = false;
-    return "";
-  }
-}
-
 // A PEM given inline (FIELD-data, base64) or as a file (FIELD); "" when neither.
 StatusOr<std::string> Pem(const YAML::Node& n, const std::string& field, const std::string& where,
                           const std::string& base_dir) {
   bool ok = false;
   if (n[field + "-data"]) {
-    std::string pem = Base64Decode(n[field + "-data"].as<std::string>(), &ok);
-    if (!ok) return InvalidArgumentError(where + "." + field + "-data: not base64");
-    return pem;
+    auto pem = Base64Decode(n[field + "-data"].as<std::string>());
+    if (!pem.ok()) return InvalidArgumentError(where + "." + field + "-data: not base64");
+    return *pem;
   }
   if (n[field]) {
     std::filesystem::path p = n[field].as<std::string>();

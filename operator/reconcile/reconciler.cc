@@ -35,6 +35,7 @@ struct Reconciler::State {
   std::vector<Json> pods;
   std::chrono::system_clock::time_point now;
   bool finished = false;
+  std::optional<std::chrono::system_clock::time_point> renew_at;  // the certificate's renewal
 };
 
 namespace {
@@ -275,48 +276,132 @@ Status Reconciler::HandlePods(State& s) {
   return OkStatus();
 }
 
+namespace {
+
+// A Secret of the job `job` (uid `uid`), owned by it.
+Json SecretObject(const std::string& name, const std::string& ns, const std::string& job,
+                  const std::string& uid, const std::string& type,
+                  const std::map<std::string, std::string>& data) {
+  Json d = Json::object();
+  for (const auto& [k, v] : data) d[k] = kube::Base64Encode(v);
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"type", type},
+          {"metadata",
+           {{"name", name},
+            {"namespace", ns},
+            {"labels",
+             {{"app.kubernetes.io/name", "adam"},
+              {"app.kubernetes.io/instance", job},
+              {"app.kubernetes.io/managed-by", "adam-operator"},
+              {kJobLabel, job},
+              {kRoleLabel, "job"}}},
+            {"ownerReferences",
+             {{{"apiVersion", "adam.dev/v1alpha1"},
+               {"kind", "AdamJob"},
+               {"name", job},
+               {"uid", uid},
+               {"controller", true},
+               {"blockOwnerDeletion", true}}}}}},
+          {"data", d}};
+}
+
+// A Secret's data[key], decoded; "" when absent or not base64.
+std::string SecretData(const Json& secret, const char* key) {
+  auto v = kube::Base64Decode(secret.value("data", Json::object()).value(key, ""));
+  return v.ok() ? *v : "";
+}
+
+}  // namespace
+
+// Two Secrets per job: JOB-tls (ca.crt, tls.crt, tls.key), which every pod mounts, and JOB-ca
+// (ca.crt, ca.key), which no pod mounts. Made once; the CA is never regenerated while its Secret
+// exists. Once less than a third of the certificate's validity is left, a new certificate from the
+// same CA replaces it in JOB-tls; roles read their files again every minute (net/tls.h).
+Status Reconciler::EnsureCertificates(State& s) {
+  const std::string tls_name = TlsSecretName(*s.spec), ca_name = CaSecretName(*s.spec);
+  std::optional<Json> tls, ca;
+  for (const Json& sec : children_->Owned(kube::Secrets(), s.ns, s.name)) {
+    const std::string n = sec["metadata"].value("name", "");
+    if (n == tls_name) tls = sec;
+    if (n == ca_name) ca = sec;
+  }
+  const std::vector<std::string> hosts = {"*." + s.name, "*." + s.name + "." + s.ns + ".svc",
+                                          "*." + s.name + "." + s.ns + ".svc.cluster.local"};
+  const auto renew_before = certificate_validity_ / 3;
+  auto issuer_of = [&](const Json& secret) {
+    net::TlsMaterial m;
+    m.ca_pem = SecretData(secret, "ca.crt");
+    m.ca_key_pem = SecretData(secret, "ca.key");
+    return m;
+  };
+  if (!tls) {
+    StatusOr<net::TlsMaterial> made = InternalError("unset");
+    if (ca) {
+      made = net::RenewCertificate(issuer_of(*ca), s.name, hosts, certificate_validity_);
+    } else {
+      made = net::MakeJobCertificates(s.name, hosts, certificate_validity_);
+      if (!made.ok()) return made.status();
+      auto c = client_->Create(kube::Secrets(), s.ns,
+                               SecretObject(ca_name, s.ns, s.name, s.uid, "Opaque",
+                                            {{"ca.crt", made->ca_pem}, {"ca.key", made->ca_key_pem}}));
+      if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
+      if (!c.ok()) {  // made by an earlier pass the cache has not shown yet: issue from that CA
+        ADAM_ASSIGN_OR_RETURN(const Json existing, client_->Get(kube::Secrets(), s.ns, ca_name));
+        made = net::RenewCertificate(issuer_of(existing), s.name, hosts, certificate_validity_);
+      }
+    }
+    if (!made.ok()) return Status(made.status().code(), ca_name + ": " + made.status().message());
+    auto c = client_->Create(kube::Secrets(), s.ns,
+                             SecretObject(tls_name, s.ns, s.name, s.uid, "kubernetes.io/tls",
+                                          {{"ca.crt", made->ca_pem},
+                                           {"tls.crt", made->cert_pem},
+                                           {"tls.key", made->key_pem}}));
+    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
+    s.renew_at = s.now + certificate_validity_ - renew_before;
+    return OkStatus();
+  }
+
+  auto not_after = net::CertificateNotAfter(SecretData(*tls, "tls.crt"));
+  if (not_after.ok() && *not_after - renew_before > s.now) {
+    s.renew_at = *not_after - renew_before;
+    return OkStatus();
+  }
+  const std::string expiry =
+      not_after.ok() ? "expires at " + FormatTime(*not_after) : "holds no readable tls.crt";
+  if (!ca) {
+    // A Secret made without its CA's key (or the CA Secret deleted): nothing to renew from.
+    Event(s, "Warning", "CertificateNotRenewable",
+          "the job's certificate in Secret " + tls_name + " " + expiry + " and Secret " + ca_name +
+              " with its CA's key is missing; delete " + tls_name +
+              " and the job's pods to start over with a new CA");
+    s.renew_at = s.now + std::chrono::hours(24);
+    return OkStatus();
+  }
+  auto renewed = net::RenewCertificate(issuer_of(*ca), s.name, hosts, certificate_validity_);
+  if (!renewed.ok())
+    return Status(renewed.status().code(), ca_name + ": " + renewed.status().message());
+  Json updated = *tls;
+  updated["data"]["tls.crt"] = kube::Base64Encode(renewed->cert_pem);
+  updated["data"]["tls.key"] = kube::Base64Encode(renewed->key_pem);
+  updated["data"]["ca.crt"] = kube::Base64Encode(renewed->ca_pem);
+  auto u = client_->Update(kube::Secrets(), s.ns, updated);  // ABORTED if the cache was stale
+  if (!u.ok()) return u.status();
+  const auto new_end = s.now + certificate_validity_;
+  Event(s, "Normal", "CertificateRenewed",
+        "the job's certificate " + expiry + "; renewed from the job's CA until " +
+            FormatTime(new_end) + " (each role reads it within a minute of its Secret volume's update)");
+  ++certificates_renewed_;
+  s.renew_at = new_end - renew_before;
+  return OkStatus();
+}
+
 Status Reconciler::EnsureObjects(State& s) {
   RenderOptions ro;
   ro.manifest = ManifestOf(s.job);
   ro.owner_uid = s.uid;
   ro.generation = s.generation;
   const std::vector<Json> desired = Render(*s.spec, ro);
-
-  // The job's TLS Secret first: every pod mounts it. Made once; never regenerated while it exists.
-  bool has_secret = false;
-  for (const Json& sec : children_->Owned(kube::Secrets(), s.ns, s.name))
-    has_secret |= sec["metadata"].value("name", "") == TlsSecretName(*s.spec);
-  if (!has_secret) {
-    auto tls = net::MakeJobCertificates(
-        s.name, {"*." + s.name, "*." + s.name + "." + s.ns + ".svc",
-                 "*." + s.name + "." + s.ns + ".svc.cluster.local"});
-    if (!tls.ok()) return tls.status();
-    Json secret = {{"apiVersion", "v1"},
-                   {"kind", "Secret"},
-                   {"type", "kubernetes.io/tls"},
-                   {"metadata",
-                    {{"name", TlsSecretName(*s.spec)},
-                     {"namespace", s.ns},
-                     {"labels",
-                      {{"app.kubernetes.io/name", "adam"},
-                       {"app.kubernetes.io/instance", s.name},
-                       {"app.kubernetes.io/managed-by", "adam-operator"},
-                       {kJobLabel, s.name},
-                       {kRoleLabel, "job"}}},
-                     {"ownerReferences",
-                      {{{"apiVersion", "adam.dev/v1alpha1"},
-                        {"kind", "AdamJob"},
-                        {"name", s.name},
-                        {"uid", s.uid},
-                        {"controller", true},
-                        {"blockOwnerDeletion", true}}}}}},
-                   {"data",
-                    {{"ca.crt", kube::Base64Encode(tls->ca_pem)},
-                     {"tls.crt", kube::Base64Encode(tls->cert_pem)},
-                     {"tls.key", kube::Base64Encode(tls->key_pem)}}}};
-    auto c = client_->Create(kube::Secrets(), s.ns, secret);
-    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
-  }
 
   std::map<std::string, Json> existing;  // "Kind/name"
   std::set<std::string> desired_names;
@@ -519,7 +604,13 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
 
   ADAM_RETURN_IF_ERROR(HandlePods(s));
   if (s.finished) return after_finish();
+  ADAM_RETURN_IF_ERROR(EnsureCertificates(s));  // first: every pod mounts the TLS Secret
   ADAM_RETURN_IF_ERROR(EnsureObjects(s));
+  if (s.renew_at) {
+    const auto in = std::chrono::duration_cast<std::chrono::milliseconds>(*s.renew_at - s.now) +
+                    std::chrono::milliseconds(10);
+    if (!result.requeue_after || *result.requeue_after > in) result.requeue_after = in;
+  }
 
   // Per-role counts, phase and the Running condition.
   std::map<std::string, int> desired = {{"controller", s.spec->roles.parameter_server.copies > 1

@@ -25,6 +25,7 @@
 
 #include "kube/client.h"
 #include "kube/scrape.h"
+#include "net/tls.h"
 
 namespace adam::op {
 
@@ -59,10 +60,15 @@ class Reconciler {
   StatusOr<ReconcileResult> Reconcile(const std::string& ns, const std::string& name);
 
   uint64_t restarts_made() const { return restarts_made_; }
+  uint64_t certificates_renewed() const { return certificates_renewed_; }
+  // The lifetime of the job certificates this reconciler issues (net::kCertificateValidity by
+  // default); one is renewed when less than a third of it is left.
+  void set_certificate_validity(std::chrono::seconds v) { certificate_validity_ = v; }
 
  private:
   struct State;
   Status Finalize(State& s);
+  Status EnsureCertificates(State& s);
   Status EnsureObjects(State& s);
   Status HandlePods(State& s);
   Status Cleanup(State& s, bool all);
@@ -88,6 +94,8 @@ class Reconciler {
   std::map<std::string, Sample> last_images_;  // trainer pod uid -> its throughput window
   std::set<std::string> counted_failures_;  // pod uids whose failure counted as a restart
   uint64_t restarts_made_ = 0;
+  uint64_t certificates_renewed_ = 0;
+  std::chrono::seconds certificate_validity_ = net::kCertificateValidity;
 };
 
 // The manifest the roles read, from an AdamJob object: apiVersion, kind, name, namespace, spec.

@@ -304,6 +304,7 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
 }
 
 std::string TlsSecretName(const spec::AdamJob& job) { return job.name + "-tls"; }
+std::string CaSecretName(const spec::AdamJob& job) { return job.name + "-ca"; }
 
 int StageOf(const Json& object) {
   const auto& md = object.value("metadata", Json::object());

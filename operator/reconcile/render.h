@@ -40,6 +40,8 @@ inline constexpr const char* kTlsPath = "/etc/adam-tls";  // the job's TLS Secre
 
 // The job's TLS Secret (created by the reconciler, not rendered: it holds generated keys).
 std::string TlsSecretName(const spec::AdamJob& job);
+// The Secret with the job's CA key, from which the operator renews certificates; no pod mounts it.
+std::string CaSecretName(const spec::AdamJob& job);
 
 struct RenderOptions {
   // The manifest the roles read (mounted from the job's ConfigMap): YAML or JSON text.

@@ -1,5 +1,6 @@
 // Mutual TLS: a peer with the job's certificate connects; one without a certificate, or with a
-// certificate from another CA, is refused during the handshake.
+// certificate from another CA, is refused during the handshake. A certificate renewed from the
+// job's CA, written over the files, is used for the next handshake without a restart.
 #include "net/tls.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include "core/ports.h"
 #include "net/grpc.h"
 #include "testing/tmp_dir.h"
+#include "testing/wait.h"
 
 namespace adam::net {
 namespace {
@@ -59,6 +61,83 @@ TEST(Tls, OnlyPeersWithTheJobsCertificateConnect) {
   // And the channel checks the server: with another job's CA as its root, no connection.
   EXPECT_FALSE(Connects(WithCerts(address, &*job, other->ca_pem)));
   server->server->Shutdown(std::chrono::system_clock::now());
+}
+
+TEST(Tls, ARenewedCertificateIsUsedWithoutARestart) {
+  using std::chrono::system_clock;
+  // An expired certificate: handshakes fail both ways.
+  auto job = MakeJobCertificates("test-job", {"*.test-job"}, std::chrono::seconds(-60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto expired_at = CertificateNotAfter(job->cert_pem);
+  ASSERT_TRUE(expired_at.ok());
+  EXPECT_LT(*expired_at, system_clock::now());
+  EXPECT_GT(*CertificateNotAfter(job->ca_pem), system_clock::now() + std::chrono::hours(24 * 3000));
+  testing::TmpDir dir;
+  ASSERT_TRUE(WriteTls(*job, dir.File("tls")).ok());
+  ASSERT_TRUE(EnableMutualTlsFromDir(dir.File("tls"), std::chrono::seconds(1)).ok());
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  adam::v1::Controller::Service unimplemented;
+  auto server = StartServer(address, {&unimplemented});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_FALSE(Connects(MakeChannel(address)));
+
+  // Renewed from the same CA and written over the files: the running server and new channels
+  // pick it up within the refresh period.
+  auto renewed = RenewCertificate(*job, "test-job", {"*.test-job"});
+  ASSERT_TRUE(renewed.ok()) << renewed.status().ToString();
+  EXPECT_EQ(renewed->ca_pem, job->ca_pem);
+  EXPECT_TRUE(CheckIssuedBy(renewed->cert_pem, job->ca_pem).ok());
+  EXPECT_NE(renewed->key_pem, job->key_pem);
+  EXPECT_GT(*CertificateNotAfter(renewed->cert_pem), system_clock::now() + std::chrono::hours(24 * 364));
+  ASSERT_TRUE(WriteTls(*renewed, dir.File("tls")).ok());
+  EXPECT_TRUE(testing::Eventually([&] { return Connects(MakeChannel(address)); },
+                                  std::chrono::seconds(10)));
+  // A peer still holding the old, expired certificate is refused; one renewed separately from
+  // the same CA is accepted (pods pick up the Secret at different moments).
+  EXPECT_FALSE(Connects(WithCerts(address, &*job, job->ca_pem)));
+  auto other_renewal = RenewCertificate(*job, "test-job", {"*.test-job"});
+  ASSERT_TRUE(other_renewal.ok());
+  EXPECT_TRUE(Connects(WithCerts(address, &*other_renewal, job->ca_pem)));
+  server->server->Shutdown(system_clock::now());
+}
+
+TEST(Tls, BadMaterialIsRefusedNamingTheFile) {
+  auto a = MakeJobCertificates("a", {"*.a"});
+  auto b = MakeJobCertificates("b", {"*.b"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Renewing needs the CA's own key.
+  TlsMaterial wrong = *a;
+  wrong.ca_key_pem = b->ca_key_pem;
+  auto r = RenewCertificate(wrong, "a", {"*.a"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("ca.key"), std::string::npos) << r.status().ToString();
+  wrong.ca_key_pem.clear();
+  EXPECT_FALSE(RenewCertificate(wrong, "a", {"*.a"}).ok());
+  EXPECT_FALSE(CertificateNotAfter("garbage").ok());
+  // A key that does not belong to the certificate, and a certificate file without PEM.
+  testing::TmpDir dir;
+  TlsMaterial mixed = *a;
+  mixed.key_pem = b->key_pem;
+  ASSERT_TRUE(WriteTls(mixed, dir.File("mixed")).ok());
+  Status s = EnableMutualTlsFromDir(dir.File("mixed"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tls.key does not belong"), std::string::npos) << s.ToString();
+  // A certificate of another CA than ca.crt's.
+  TlsMaterial foreign = *a;
+  foreign.cert_pem = b->cert_pem;
+  foreign.key_pem = b->key_pem;
+  ASSERT_TRUE(WriteTls(foreign, dir.File("foreign")).ok());
+  s = EnableMutualTlsFromDir(dir.File("foreign"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tls.crt is not signed by"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(CheckIssuedBy(a->cert_pem, a->ca_pem).ok());
+  EXPECT_FALSE(CheckIssuedBy(b->cert_pem, a->ca_pem).ok());
+  TlsMaterial junk = *a;
+  junk.cert_pem = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n";
+  ASSERT_TRUE(WriteTls(junk, dir.File("junk")).ok());
+  s = EnableMutualTlsFromDir(dir.File("junk"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tls.crt"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

@@ -223,6 +223,20 @@ TEST(Chart, DefaultsRenderTheOperatorAndClusterWideRbac) {
   EXPECT_NE(args.find("--leader-elect=true"), std::string::npos);
   EXPECT_NE(args.find("--leader-election-namespace=adam-system"), std::string::npos);
   EXPECT_EQ(args.find("--namespace="), std::string::npos);
+  EXPECT_NE(args.find("--certificate-days=365"), std::string::npos);
+  // Every flag the chart passes is one `adam operator` takes.
+  std::string help;
+  if (FILE* p = popen(ADAM_BINARY " operator --help", "r")) {
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) help.append(buf, n);
+    pclose(p);
+  }
+  ASSERT_NE(help.find("--kubeconfig"), std::string::npos) << help;
+  for (const Json& a : ctr["args"]) {
+    const std::string arg = a.get<std::string>();
+    if (arg.rfind("--", 0) != 0) continue;
+    EXPECT_NE(help.find(arg.substr(0, arg.find('='))), std::string::npos) << arg;
+  }
   EXPECT_EQ(dep["metadata"]["labels"]["app.kubernetes.io/version"], "0.1.0");
 }
 
@@ -239,7 +253,7 @@ TEST(Chart, RbacCoversEveryCallAndNothingMore) {
       "/persistentvolumeclaims/watch", "/persistentvolumeclaims/create", "apps/statefulsets/list",
       "apps/statefulsets/watch", "apps/statefulsets/create", "apps/statefulsets/update",
       "apps/statefulsets/delete", "/events/create", "/secrets/list", "/secrets/watch",
-      "/secrets/create", "networking.k8s.io/networkpolicies/list",
+      "/secrets/create", "/secrets/update", "networking.k8s.io/networkpolicies/list",
       "networking.k8s.io/networkpolicies/watch", "networking.k8s.io/networkpolicies/create", "coordination.k8s.io/leases/get",
       "coordination.k8s.io/leases/create", "coordination.k8s.io/leases/update"};
   std::set<std::string> granted;

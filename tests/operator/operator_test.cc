@@ -74,8 +74,9 @@ struct OperatorTest : ::testing::Test {
 
   std::shared_ptr<FakeMetrics> metrics = std::make_shared<FakeMetrics>();
 
-  void StartOperator() {
+  void StartOperator(std::chrono::seconds certificate_validity = net::kCertificateValidity) {
     OperatorOptions o;
+    o.certificate_validity = certificate_validity;
     o.leader_elect = false;
     o.metrics = metrics;
     o.status_period = std::chrono::milliseconds(200);
@@ -143,6 +144,12 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   EXPECT_EQ(secret["type"], "kubernetes.io/tls");
   for (const char* k : {"ca.crt", "tls.crt", "tls.key"}) EXPECT_TRUE(secret["data"].contains(k)) << k;
   EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], Job(job)["metadata"]["uid"]);
+  // Its CA's key in a second Secret, from which certificates are renewed.
+  const Json ca = api->Get("v1/secrets", "ml", job + "-ca");
+  ASSERT_FALSE(ca.is_null());
+  EXPECT_EQ(ca["data"]["ca.crt"], secret["data"]["ca.crt"]);
+  EXPECT_TRUE(ca["data"].contains("ca.key"));
+  EXPECT_FALSE(secret["data"].contains("ca.key"));
   // Parameter servers wait for the controller group.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_TRUE(PodsOf("ps").empty());
@@ -167,10 +174,51 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   // Owned, finalized, and the status is valid under the CRD's schema.
   const Json pod = PodsOf("ps")[0];
   EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], Job(job)["metadata"]["uid"]);
+  // No pod mounts the CA's key.
+  for (const Json& p : api->List(kPods, "ml"))
+    for (const Json& v : p["spec"].value("volumes", Json::array()))
+      EXPECT_NE(v.value("secret", Json::object()).value("secretName", ""), job + "-ca");
   EXPECT_EQ(Job(job)["metadata"]["finalizers"][0], kFinalizer);
   bool event = false;
   for (const Json& e : api->List("v1/events", "ml")) event |= e["reason"] == "Running";
   EXPECT_TRUE(event);
+}
+
+std::string CertOf(const Json& secret, const char* key) {
+  auto pem = kube::Base64Decode(secret["data"].value(key, ""));
+  return pem.ok() ? *pem : "";
+}
+
+TEST_F(OperatorTest, RenewsTheCertificateFromTheJobsCaBeforeItExpires) {
+  // Three-second certificates: each is renewed with one second left.
+  StartOperator(std::chrono::seconds(3));
+  api->Put(kJobs, Example("fashion-mnist"));
+  const std::string job = "fashion-mnist";
+  ASSERT_TRUE(Eventually([&] { return !api->Get("v1/secrets", "ml", job + "-tls").is_null(); }));
+  const Json first = api->Get("v1/secrets", "ml", job + "-tls");
+  const Json ca = api->Get("v1/secrets", "ml", job + "-ca");
+  auto first_end = net::CertificateNotAfter(CertOf(first, "tls.crt"));
+  ASSERT_TRUE(first_end.ok());
+  ASSERT_TRUE(Eventually([&] {
+    return CertOf(api->Get("v1/secrets", "ml", job + "-tls"), "tls.crt") != CertOf(first, "tls.crt");
+  }));
+  const Json renewed = api->Get("v1/secrets", "ml", job + "-tls");
+  // The same Secret and CA, a new key and a later end.
+  EXPECT_EQ(renewed["metadata"]["uid"], first["metadata"]["uid"]);
+  EXPECT_EQ(renewed["data"]["ca.crt"], first["data"]["ca.crt"]);
+  EXPECT_NE(renewed["data"]["tls.key"], first["data"]["tls.key"]);
+  EXPECT_GT(*net::CertificateNotAfter(CertOf(renewed, "tls.crt")), *first_end);
+  EXPECT_EQ(api->Get("v1/secrets", "ml", job + "-ca")["data"], ca["data"]);
+  EXPECT_TRUE(net::CheckIssuedBy(CertOf(renewed, "tls.crt"), CertOf(ca, "ca.crt")).ok());
+  auto has_event = [&](const char* reason) {
+    for (const Json& e : api->List("v1/events", "ml"))
+      if (e["reason"] == reason) return true;
+    return false;
+  };
+  EXPECT_TRUE(Eventually([&] { return has_event("CertificateRenewed"); }));
+  // Without the CA's key there is nothing to renew from: a warning says what to do.
+  ASSERT_TRUE(api->Remove("v1/secrets", "ml", job + "-ca"));
+  EXPECT_TRUE(Eventually([&] { return has_event("CertificateNotRenewable"); }));
 }
 
 TEST_F(OperatorTest, StatusCarriesEpochAccuracyAndThroughput) {

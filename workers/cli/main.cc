@@ -175,6 +175,10 @@ int main(int argc, char** argv) {
                    "namespace of the Lease (default: the operator's own)");
   oper->add_option("--leader-election-id", oo.lease_name, "name of the Lease");
   oper->add_option("--workers", oo.workers, "concurrent reconciles (of different jobs)");
+  int certificate_days = int(oo.certificate_validity.count() / 86400);
+  oper->add_option("--certificate-days", certificate_days,
+                   "lifetime of the job certificates it issues (renewed with a third left)")
+      ->check(CLI::Range(1, 3650));
 
   std::string tls_dir;
   bool plaintext = false;
@@ -271,6 +275,7 @@ int main(int argc, char** argv) {
   if (oper->parsed()) {
     SetUpLogging("operator");
     if (const char* pod = std::getenv("ADAM_POD_NAME")) oo.identity = pod;
+    oo.certificate_validity = std::chrono::seconds(int64_t(certificate_days) * 86400);
     return adam::op::OperatorMain(oo, kubeconfig, kube_context);
   }
   if (render->parsed()) {
@@ -378,12 +383,13 @@ int main(int argc, char** argv) {
     return kExitInvalid;
   }
   if (!tls_dir.empty()) {
-    auto material = adam::net::LoadTls(tls_dir);
-    if (!material.ok()) {
-      std::fprintf(stderr, "adam: --tls-dir: %s\n", material.status().message().c_str());
+    // Read again every minute: a renewed certificate (the operator rewrites the Secret) takes
+    // effect without a restart.
+    adam::Status tls = adam::net::EnableMutualTlsFromDir(tls_dir);
+    if (!tls.ok()) {
+      std::fprintf(stderr, "adam: --tls-dir: %s\n", tls.message().c_str());
       return kExitInvalid;
     }
-    adam::net::EnableMutualTls(*material);
   }
   if (ds->parsed()) {
     adam::data_server::MainOptions o;

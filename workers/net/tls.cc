@@ -2,6 +2,9 @@
 #include "net/tls.h"
 
 #include <arpa/inet.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
@@ -9,6 +12,8 @@
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -45,7 +50,7 @@ bool AddExt(X509* cert, X509* issuer, int nid, const std::string& value) {
   return ok;
 }
 
-Cert NewCert(const std::string& cn, EVP_PKEY* key, int days) {
+Cert NewCert(const std::string& cn, EVP_PKEY* key, std::chrono::seconds validity) {
   Cert c(X509_new());
   if (!c) return nullptr;
   X509_set_version(c.get(), 2);
@@ -56,55 +61,113 @@ Cert NewCert(const std::string& cn, EVP_PKEY* key, int days) {
   BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(c.get()));
   BN_free(bn);
   X509_gmtime_adj(X509_getm_notBefore(c.get()), -3600);
-  X509_gmtime_adj(X509_getm_notAfter(c.get()), long(days) * 86400);
+  X509_gmtime_adj(X509_getm_notAfter(c.get()), long(validity.count()));
   X509_set_pubkey(c.get(), key);
   X509_NAME_add_entry_by_txt(X509_get_subject_name(c.get()), "CN", MBSTRING_UTF8,
                              reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
   return c;
 }
 
+std::string PemOf(const X509* cert) {
+  Bio b(BIO_new(BIO_s_mem()));
+  PEM_write_bio_X509(b.get(), const_cast<X509*>(cert));
+  return BioText(b.get());
+}
+
+std::string PemOf(EVP_PKEY* key) {
+  Bio b(BIO_new(BIO_s_mem()));
+  PEM_write_bio_PrivateKey(b.get(), key, nullptr, nullptr, 0, nullptr, nullptr);
+  return BioText(b.get());
+}
+
+Cert ReadCert(const std::string& pem) {
+  Bio b(BIO_new_mem_buf(pem.data(), int(pem.size())));
+  return Cert(b ? PEM_read_bio_X509(b.get(), nullptr, nullptr, nullptr) : nullptr);
+}
+
+Key ReadKey(const std::string& pem) {
+  Bio b(BIO_new_mem_buf(pem.data(), int(pem.size())));
+  return Key(b ? PEM_read_bio_PrivateKey(b.get(), nullptr, nullptr, nullptr) : nullptr);
+}
+
 std::mutex g_mu;
-TlsMaterial g_material;
-bool g_enabled = false;
+// Every server and channel takes its certificates from here once enabled.
+std::shared_ptr<grpc::experimental::CertificateProviderInterface> g_provider;
 
 }  // namespace
 
 StatusOr<TlsMaterial> MakeJobCertificates(const std::string& name,
-                                          const std::vector<std::string>& hosts, int days) {
+                                          const std::vector<std::string>& hosts,
+                                          std::chrono::seconds validity) {
   if (hosts.empty()) return InvalidArgumentError("a job certificate needs at least one host");
-  Key ca_key(EVP_EC_gen("P-256")), key(EVP_EC_gen("P-256"));
-  if (!ca_key || !key) return InternalError("cannot generate EC keys");
-  Cert ca = NewCert(name + " CA", ca_key.get(), days);
-  Cert leaf = NewCert(name, key.get(), days);
-  if (!ca || !leaf) return InternalError("cannot create certificates");
+  Key ca_key(EVP_EC_gen("P-256"));
+  if (!ca_key) return InternalError("cannot generate an EC key");
+  Cert ca = NewCert(name + " CA", ca_key.get(), kCaValidity);
+  if (!ca) return InternalError("cannot create the CA certificate");
   X509_set_issuer_name(ca.get(), X509_get_subject_name(ca.get()));
+  if (!AddExt(ca.get(), ca.get(), NID_basic_constraints, "critical,CA:TRUE") ||
+      !AddExt(ca.get(), ca.get(), NID_key_usage, "critical,keyCertSign,cRLSign") ||
+      !AddExt(ca.get(), ca.get(), NID_subject_key_identifier, "hash"))
+    return InternalError("cannot add the CA's extensions");
+  if (X509_sign(ca.get(), ca_key.get(), EVP_sha256()) <= 0)
+    return InternalError("cannot sign the CA certificate");
+  TlsMaterial m;
+  m.ca_pem = PemOf(ca.get());
+  m.ca_key_pem = PemOf(ca_key.get());
+  return RenewCertificate(m, name, hosts, validity);
+}
+
+StatusOr<TlsMaterial> RenewCertificate(const TlsMaterial& issuer, const std::string& name,
+                                       const std::vector<std::string>& hosts,
+                                       std::chrono::seconds validity) {
+  if (hosts.empty()) return InvalidArgumentError("a job certificate needs at least one host");
+  Cert ca = ReadCert(issuer.ca_pem);
+  if (!ca) return InvalidArgumentError("ca.crt: no PEM certificate");
+  Key ca_key = ReadKey(issuer.ca_key_pem);
+  if (!ca_key) return InvalidArgumentError("ca.key: no PEM private key");
+  if (X509_check_private_key(ca.get(), ca_key.get()) != 1)
+    return InvalidArgumentError("ca.key does not belong to ca.crt");
+  Key key(EVP_EC_gen("P-256"));
+  if (!key) return InternalError("cannot generate an EC key");
+  Cert leaf = NewCert(name, key.get(), validity);
+  if (!leaf) return InternalError("cannot create the certificate");
   X509_set_issuer_name(leaf.get(), X509_get_subject_name(ca.get()));
   std::string san = std::string("DNS:") + kTlsServerName;
   for (const std::string& h : hosts) {
     in_addr a{};
-    san += san.empty() ? "" : ",";
+    san += ",";
     san += (inet_pton(AF_INET, h.c_str(), &a) == 1 ? "IP:" : "DNS:") + h;
   }
-  if (!AddExt(ca.get(), ca.get(), NID_basic_constraints, "critical,CA:TRUE") ||
-      !AddExt(ca.get(), ca.get(), NID_key_usage, "critical,keyCertSign,cRLSign") ||
-      !AddExt(ca.get(), ca.get(), NID_subject_key_identifier, "hash") ||
-      !AddExt(leaf.get(), ca.get(), NID_basic_constraints, "critical,CA:FALSE") ||
+  if (!AddExt(leaf.get(), ca.get(), NID_basic_constraints, "critical,CA:FALSE") ||
       !AddExt(leaf.get(), ca.get(), NID_key_usage, "critical,digitalSignature,keyAgreement") ||
       !AddExt(leaf.get(), ca.get(), NID_ext_key_usage, "serverAuth,clientAuth") ||
       !AddExt(leaf.get(), ca.get(), NID_subject_alt_name, san))
     return InvalidArgumentError("cannot name the hosts " + san + " in a certificate");
-  if (X509_sign(ca.get(), ca_key.get(), EVP_sha256()) <= 0 ||
-      X509_sign(leaf.get(), ca_key.get(), EVP_sha256()) <= 0)
-    return InternalError("cannot sign the certificates");
-  TlsMaterial m;
-  Bio b1(BIO_new(BIO_s_mem())), b2(BIO_new(BIO_s_mem())), b3(BIO_new(BIO_s_mem()));
-  PEM_write_bio_X509(b1.get(), ca.get());
-  PEM_write_bio_X509(b2.get(), leaf.get());
-  PEM_write_bio_PrivateKey(b3.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr);
-  m.ca_pem = BioText(b1.get());
-  m.cert_pem = BioText(b2.get());
-  m.key_pem = BioText(b3.get());
+  if (X509_sign(leaf.get(), ca_key.get(), EVP_sha256()) <= 0)
+    return InternalError("cannot sign the certificate");
+  TlsMaterial m = issuer;
+  m.cert_pem = PemOf(leaf.get());
+  m.key_pem = PemOf(key.get());
   return m;
+}
+
+Status CheckIssuedBy(const std::string& cert_pem, const std::string& ca_pem) {
+  Cert cert = ReadCert(cert_pem), ca = ReadCert(ca_pem);
+  if (!cert) return InvalidArgumentError("no PEM certificate");
+  if (!ca) return InvalidArgumentError("no PEM CA certificate");
+  EVP_PKEY* ca_key = X509_get0_pubkey(ca.get());
+  if (!ca_key || X509_verify(cert.get(), ca_key) != 1)
+    return InvalidArgumentError("the certificate is not signed by the CA");
+  return OkStatus();
+}
+
+StatusOr<std::chrono::system_clock::time_point> CertificateNotAfter(const std::string& pem) {
+  Cert c = ReadCert(pem);
+  if (!c) return InvalidArgumentError("no PEM certificate");
+  std::tm tm{};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(c.get()), &tm) != 1)
+    return InvalidArgumentError("the certificate's notAfter is not a time");
+  return std::chrono::system_clock::from_time_t(timegm(&tm));
 }
 
 StatusOr<TlsMaterial> LoadTls(const std::string& dir) {
@@ -128,47 +191,73 @@ Status WriteTls(const TlsMaterial& m, const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return UnavailableError(dir + ": " + ec.message());
+  // The key first: a reader that sees the new certificate then finds its key (a reader between
+  // the two renames has a mismatched pair for a moment, which it refuses and reads again).
   for (auto [file, text] : {std::pair<const char*, const std::string*>{"ca.crt", &m.ca_pem},
-                            {"tls.crt", &m.cert_pem},
-                            {"tls.key", &m.key_pem}}) {
+                            {"tls.key", &m.key_pem},
+                            {"tls.crt", &m.cert_pem}}) {
     const std::string path = dir + "/" + file;
-    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    const std::string aside = path + ".new";
+    std::ofstream f(aside, std::ios::binary | std::ios::trunc);
     f << *text;
-    if (!f) return UnavailableError(path + ": cannot write");
     f.close();
-    if (std::string(file) == "tls.key") chmod(path.c_str(), 0600);
+    if (!f) return UnavailableError(aside + ": cannot write");
+    if (std::string(file) == "tls.key") chmod(aside.c_str(), 0600);
+    std::filesystem::rename(aside, path, ec);
+    if (ec) return UnavailableError(path + ": " + ec.message());
   }
   return OkStatus();
 }
 
 void EnableMutualTls(const TlsMaterial& material) {
+  auto provider = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
+      material.ca_pem,
+      std::vector<grpc::experimental::IdentityKeyCertPair>{{material.key_pem, material.cert_pem}});
   std::lock_guard<std::mutex> l(g_mu);
-  g_material = material;
-  g_enabled = true;
+  g_provider = std::move(provider);
+}
+
+Status EnableMutualTlsFromDir(const std::string& dir, std::chrono::seconds refresh) {
+  ADAM_ASSIGN_OR_RETURN(const TlsMaterial m, LoadTls(dir));
+  if (!CertificateNotAfter(m.cert_pem).ok()) return InvalidArgumentError(dir + "/tls.crt: no certificate");
+  if (!CertificateNotAfter(m.ca_pem).ok()) return InvalidArgumentError(dir + "/ca.crt: no certificate");
+  Key key = ReadKey(m.key_pem);
+  if (!key) return InvalidArgumentError(dir + "/tls.key: no private key");
+  if (X509_check_private_key(ReadCert(m.cert_pem).get(), key.get()) != 1)
+    return InvalidArgumentError(dir + "/tls.key does not belong to " + dir + "/tls.crt");
+  if (!CheckIssuedBy(m.cert_pem, m.ca_pem).ok())
+    return InvalidArgumentError(dir + "/tls.crt is not signed by " + dir + "/ca.crt");
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      dir + "/tls.key", dir + "/tls.crt", dir + "/ca.crt",
+      unsigned(std::max<int64_t>(1, refresh.count())));
+  std::lock_guard<std::mutex> l(g_mu);
+  g_provider = std::move(provider);
+  return OkStatus();
 }
 
 bool MutualTlsEnabled() {
   std::lock_guard<std::mutex> l(g_mu);
-  return g_enabled;
+  return g_provider != nullptr;
 }
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
   std::lock_guard<std::mutex> l(g_mu);
-  if (!g_enabled) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  o.pem_root_certs = g_material.ca_pem;
-  o.pem_key_cert_pairs.push_back({g_material.key_pem, g_material.cert_pem});
-  return grpc::SslServerCredentials(o);
+  if (!g_provider) return grpc::InsecureServerCredentials();
+  grpc::experimental::TlsServerCredentialsOptions o(g_provider);
+  o.watch_root_certs();
+  o.watch_identity_key_cert_pairs();
+  o.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  return grpc::experimental::TlsServerCredentials(o);
 }
 
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() {
   std::lock_guard<std::mutex> l(g_mu);
-  if (!g_enabled) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions o;
-  o.pem_root_certs = g_material.ca_pem;
-  o.pem_private_key = g_material.key_pem;
-  o.pem_cert_chain = g_material.cert_pem;
-  return grpc::SslCredentials(o);
+  if (!g_provider) return grpc::InsecureChannelCredentials();
+  grpc::experimental::TlsChannelCredentialsOptions o;
+  o.set_certificate_provider(g_provider);
+  o.watch_root_certs();
+  o.watch_identity_key_cert_pairs();
+  return grpc::experimental::TlsCredentials(o);
 }
 
 }  // namespace adam::net

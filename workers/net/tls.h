@@ -2,14 +2,22 @@
 //
 // Each job has its own certificate authority and one certificate, for both server and client
 // use, naming every address its roles listen on (IPs such as 127.0.0.1, DNS names such as
-// "*.JOB" for the pods under the job's headless Service). Once EnableMutualTls is called, every
+// "*.JOB" for the pods under the job's headless Service). Once mutual TLS is enabled, every
 // server net::StartServer starts demands and verifies a client certificate from that CA, and every
 // channel net::MakeChannel makes presents the certificate and verifies the server's: a peer
 // without a certificate of the job is refused. Without it (tests, `--plaintext`), traffic is
 // plain. The files of a directory: ca.crt, tls.crt, tls.key (PEM), as in a Kubernetes TLS
-// Secret plus its CA. Thread-safe; EnableMutualTls before any server or channel.
+// Secret plus its CA. Thread-safe; enable before any server or channel.
+//
+// Rotation: the CA lives ten years, a certificate one (kCertificateValidity). Whoever keeps the
+// CA's key (the operator, in a Secret no pod mounts) issues a new certificate from the same CA
+// before the old one expires (RenewCertificate) and rewrites the files; a process enabled with
+// EnableMutualTlsFromDir reads them again every `refresh`, so later handshakes use the new
+// certificate without a restart. Connections already open stay up: TLS checks expiry only in
+// the handshake, and old and new certificates share the CA, so every mix of them verifies.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -22,25 +30,45 @@ namespace adam::net {
 // what authenticates a peer is the job's own CA, not its address.
 inline constexpr const char* kTlsServerName = "adam-role";
 
+inline constexpr std::chrono::seconds kCertificateValidity{365 * 86400};
+inline constexpr std::chrono::seconds kCaValidity{3650 * 86400};
+
 struct TlsMaterial {
-  std::string ca_pem;    // the job's CA certificate
-  std::string cert_pem;  // the roles' certificate, signed by the CA
-  std::string key_pem;   // its private key
+  std::string ca_pem;      // the job's CA certificate
+  std::string cert_pem;    // the roles' certificate, signed by the CA
+  std::string key_pem;     // its private key
+  std::string ca_key_pem;  // the CA's private key: only where certificates are issued, never in pods
 };
 
-// A fresh CA and certificate for `hosts` (each an IPv4 address or a DNS name, "*.x" allowed),
-// valid for `days` (P-256 keys, SHA-256 signatures). `name` goes into the subjects' CN.
+// A fresh CA (valid kCaValidity) and a certificate for `hosts` (each an IPv4 address or a DNS
+// name, "*.x" allowed) valid for `validity` (P-256 keys, SHA-256 signatures). `name` goes into
+// the subjects' CN. A validity at or below zero makes a certificate that has already expired
+// (for tests of expiry).
 StatusOr<TlsMaterial> MakeJobCertificates(const std::string& name, const std::vector<std::string>& hosts,
-                                          int days = 365);
+                                          std::chrono::seconds validity = kCertificateValidity);
+// A new certificate and key for `hosts` from the CA of `ca` (its ca_pem and ca_key_pem), valid
+// for `validity`; the result keeps the CA.
+StatusOr<TlsMaterial> RenewCertificate(const TlsMaterial& ca, const std::string& name,
+                                       const std::vector<std::string>& hosts,
+                                       std::chrono::seconds validity = kCertificateValidity);
+// OK when the certificate `cert_pem` carries a valid signature of the CA `ca_pem`.
+Status CheckIssuedBy(const std::string& cert_pem, const std::string& ca_pem);
+// The end of a PEM certificate's validity (its first certificate's notAfter).
+StatusOr<std::chrono::system_clock::time_point> CertificateNotAfter(const std::string& pem);
 
 // DIR/ca.crt, DIR/tls.crt and DIR/tls.key; an error names the missing or unreadable file, or a
 // file that holds no PEM block.
 StatusOr<TlsMaterial> LoadTls(const std::string& dir);
-// Writes the three files (the key readable by its owner only), creating DIR.
+// Writes the three files (the key readable by its owner only), creating DIR; each file is
+// replaced whole (written aside, then renamed), so a reader never sees half of one.
 Status WriteTls(const TlsMaterial& material, const std::string& dir);
 
-// Turns mutual TLS on for every later server and channel of this process.
+// Turns mutual TLS on for every later server and channel of this process, with fixed material.
 void EnableMutualTls(const TlsMaterial& material);
+// The same from DIR's files (checked now, as LoadTls), which are read again every `refresh`:
+// renewed certificates take effect for the next handshake.
+Status EnableMutualTlsFromDir(const std::string& dir,
+                              std::chrono::seconds refresh = std::chrono::seconds(60));
 bool MutualTlsEnabled();
 
 }  // namespace adam::net
