@@ -115,27 +115,60 @@ def accuracy(model, x, y):
         return float((model(x).argmax(1) == y).float().mean())
 
 
-def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epochs, max_seconds):
+def augmented_variants(x, shift, hflip, variants, generator):
+    """`variants` copies of the images x (N x C x H x W) stacked as V x N x C x H x W: copy 0 is
+    x, the others translated by up to `shift` pixels each way (zero fill) and, with `hflip`,
+    mirrored at random: the data server's augmentation (workers/data/augment.h)."""
+    n, _, h, w = x.shape
+    # Images are scaled to [-1, 1]; the fill is a black (0) pixel.
+    padded = F.pad(x, (shift, shift, shift, shift), value=-1.0)
+    out = [x]
+    for _ in range(1, variants):
+        dx = torch.randint(-shift, shift + 1, (n,), generator=generator)
+        dy = torch.randint(-shift, shift + 1, (n,), generator=generator)
+        v = torch.empty_like(x)
+        for a in range(-shift, shift + 1):
+            for b in range(-shift, shift + 1):
+                idx = ((dx == a) & (dy == b)).nonzero().squeeze(1)
+                if len(idx):
+                    v[idx] = padded[idx, :, shift - b:shift - b + h, shift - a:shift - a + w]
+        if hflip:
+            flip = (torch.rand(n, generator=generator) < 0.5).nonzero().squeeze(1)
+            v[flip] = v[flip].flip(3)
+        out.append(v)
+    return torch.stack(out)
+
+
+def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epochs, max_seconds,
+                     augment=(0, 0, 1), decay=1.0):
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model = AdamMnist()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    schedule = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=decay)  # per epoch, as ours
     x, y = train
     t0, acc, epoch = time.monotonic(), 0.0, 0
+    g = torch.Generator().manual_seed(1)
+    shift, hflip, variants = augment
+    xs = augmented_variants(x, shift, hflip, variants, g)  # inside the timed span, as ours
+    rows = torch.arange(x.shape[0])
     while epoch < max_epochs and acc < target and time.monotonic() - t0 < max_seconds:
+        # Each epoch draws one variant per image, as the data server does.
+        xe = xs[torch.randint(0, variants, (x.shape[0],), generator=g), rows] if variants > 1 else x
         perm = torch.randperm(x.shape[0])
         for i in range(0, x.shape[0], batch):
             idx = perm[i:i + batch]
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x[idx]), y[idx]).backward()
+            F.cross_entropy(model(xe[idx]), y[idx]).backward()
             opt.step()
+        schedule.step()
         acc = accuracy(model, *test)
         epoch += 1
         print(f"torch tta: epoch {epoch} test accuracy {acc:.4f} {time.monotonic() - t0:.1f} s",
               file=sys.stderr, flush=True)
     return {"target": target, "reached": acc >= target, "accuracy": acc, "epochs": epoch,
             "seconds": time.monotonic() - t0, "threads": threads, "batch": batch, "lr": lr,
-            "momentum": momentum}
+            "momentum": momentum, "decay": decay, "augment_variants": variants}
 
 
 def main():
@@ -147,13 +180,17 @@ def main():
     ap.add_argument("--tta-batch", type=int, default=32)
     ap.add_argument("--tta-lr", type=float, default=0.01)
     ap.add_argument("--tta-momentum", type=float, default=0.9)
+    ap.add_argument("--tta-decay", type=float, default=0.85, help="learning-rate factor per epoch")
     ap.add_argument("--tta-epochs", type=int, default=30)
     ap.add_argument("--tta-seconds", type=float, default=240, help="give up after this long")
+    ap.add_argument("--tta-augment", default="0,0,1",
+                    help="SHIFT,HFLIP,VARIANTS: the manifest's augmentation (trainer_bench prints it)")
+    ap.add_argument("--throughput", type=int, default=1, help="0: time to accuracy only")
     a = ap.parse_args()
     train, test = load(a.data_dir)
     x, y = train
     runs = []
-    for t in [int(v) for v in a.threads.split(",")]:
+    for t in [int(v) for v in a.threads.split(",")] if a.throughput else []:
         for b in (1, 32):
             ips = hogwild(x, y, t, b, a.seconds)
             runs.append({"mode": "hogwild", "threads": t, "batch": b, "images_per_second": ips})
@@ -166,7 +203,8 @@ def main():
     if a.tta > 0:
         threads = max(int(v) for v in a.threads.split(","))
         out["tta"] = time_to_accuracy(train, test, threads, a.tta_batch, a.tta_lr, a.tta_momentum,
-                                      a.tta, a.tta_epochs, a.tta_seconds)
+                                      a.tta, a.tta_epochs, a.tta_seconds,
+                                      tuple(int(v) for v in a.tta_augment.split(",")), a.tta_decay)
     print(json.dumps(out))
 
 

@@ -35,7 +35,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--tta", type=float, default=0)
     ap.add_argument("--plot", default="")
-    ap.add_argument("--tta-seconds", type=float, default=240, help="PyTorch's time-to-accuracy cap")
+    ap.add_argument("--tta-seconds", type=float, default=900, help="PyTorch's time-to-accuracy cap")
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--job", default="examples/fashion-mnist.yaml", help="manifest for trainer_bench")
     ap.add_argument("--replot", default="", help="only draw --plot from a saved trainer.json")
@@ -69,7 +69,9 @@ def main():
     tcmd = [sys.executable, os.path.join(here, "torch_trainer.py"), "--threads", threads,
             "--seconds", str(a.seconds), "--data-dir", a.data_dir]
     if a.tta:
-        tcmd += ["--tta", str(a.tta), "--tta-seconds", str(a.tta_seconds)]
+        # The same augmented data as ours (the manifest's augmentation, trainer_bench reports it).
+        tcmd += ["--tta", str(a.tta), "--tta-seconds", str(a.tta_seconds),
+                 "--tta-augment", ",".join(str(v) for v in ours["augment"])]
     print("running:", " ".join(tcmd), file=sys.stderr, flush=True)
     torch = last_json(subprocess.run(tcmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
 

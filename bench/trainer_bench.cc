@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "data/augment.h"
 #include "data/idx.h"
 #include "model/layout.h"
 #include "spec/adamjob.h"
@@ -104,6 +105,8 @@ int main(int argc, char** argv) {
   std::string job_path = "examples/fashion-mnist.yaml", threads_s, batches_s = "1,32";
   double seconds = 3, tta = 0, tta_lr = 0.005, tta_decay = 0.85;
   int tta_threads = 0, tta_batch = 1, tta_epochs = 30, apply_every = 1;
+  int tta_apply_every = 8;
+  bool tta_augment = true;
   app.add_option("--job", job_path, "manifest whose model and data files to use");
   app.add_option("--threads", threads_s, "comma-separated thread counts (default 1,2,4,.. all)");
   app.add_option("--batches", batches_s, "comma-separated batch sizes");
@@ -116,6 +119,10 @@ int main(int argc, char** argv) {
   app.add_option("--tta-lr", tta_lr, "learning rate for time-to-accuracy");
   app.add_option("--tta-decay", tta_decay, "per-epoch learning-rate decay");
   app.add_option("--tta-epochs", tta_epochs, "give up after this many epochs");
+  app.add_option("--tta-apply-every", tta_apply_every,
+                 "time-to-accuracy workers write the shared weights every N steps (applyEvery)");
+  app.add_option("--tta-augment", tta_augment,
+                 "train on the manifest's augmented variants (as the data server serves them)");
   CLI11_PARSE(app, argc, argv);
 
   auto job = adam::spec::LoadAdamJob(job_path);
@@ -136,7 +143,9 @@ int main(int argc, char** argv) {
   }
   const double flops = layout->TrainFlops();
   nlohmann::json out = {{"model_params", layout->num_params()}, {"train_flops_per_image", flops},
-                        {"cores", cores}, {"real_data", real}, {"runs", nlohmann::json::array()}};
+                        {"cores", cores}, {"real_data", real}, {"runs", nlohmann::json::array()},
+                        {"augment", {job->dataset.augment.shift, int(job->dataset.augment.hflip),
+                                     job->dataset.augment.variants}}};
   // Human-readable lines go to stderr; stdout carries only the final JSON.
   std::fprintf(stderr, "%-8s %-6s %12s %10s  %s\n", "threads", "batch", "images/s", "GFLOP/s", "placement");
   for (int b : ParseList(batches_s))
@@ -153,19 +162,25 @@ int main(int argc, char** argv) {
     adam::trainer::ReplicaOptions o;
     o.threads = t;
     o.batch = tta_batch;
-    o.apply_every = apply_every;
+    o.apply_every = tta_apply_every;
     auto r = Replica::Create(*layout, o, init.data());
     std::vector<int> order(size_t(data.train.count));
     std::iota(order.begin(), order.end(), 0);
     std::vector<uint8_t> px(data.train.pixels.size()), lb(data.train.labels.size());
     std::mt19937 rng(7);
     const auto t0 = Clock::now();
+    // The manifest's augmentation, as the data server serves it: the variants are computed once
+    // (inside the timed span) and every epoch draws one of them for each image.
+    adam::spec::AugmentSpec aug = job->dataset.augment;
+    if (!tta_augment) aug = adam::spec::AugmentSpec{0, false, 1};
+    const adam::data::AugmentedCache cache(data.train, aug, 1);
     double acc = 0;
     int epoch = 0;
     for (; epoch < tta_epochs && acc < tta; ++epoch) {
       std::shuffle(order.begin(), order.end(), rng);
       for (size_t i = 0; i < order.size(); ++i) {
-        std::memcpy(px.data() + i * 784, data.train.pixels.data() + size_t(order[i]) * 784, 784);
+        const int variant = int(rng() % uint32_t(cache.variants()));
+        std::memcpy(px.data() + i * 784, cache.Image(variant, order[i]), 784);
         lb[i] = data.train.labels[size_t(order[i])];
       }
       const float lr = float(tta_lr * std::pow(tta_decay, epoch));
@@ -180,8 +195,8 @@ int main(int argc, char** argv) {
     }
     out["tta"] = {{"target", tta}, {"reached", acc >= tta}, {"accuracy", acc}, {"epochs", epoch},
                   {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
-                  {"threads", t}, {"batch", tta_batch}, {"apply_every", apply_every},
-                  {"lr", tta_lr}, {"decay", tta_decay}};
+                  {"threads", t}, {"batch", tta_batch}, {"apply_every", tta_apply_every},
+                  {"lr", tta_lr}, {"decay", tta_decay}, {"augment_variants", cache.variants()}};
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

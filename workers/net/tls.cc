@@ -191,8 +191,8 @@ Status WriteTls(const TlsMaterial& m, const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return UnavailableError(dir + ": " + ec.message());
-  // The key first: a reader that sees the new certificate then finds its key (a reader between
-  // the two renames has a mismatched pair for a moment, which it refuses and reads again).
+  // Each file renamed into place whole, the key before its certificate. (Kubernetes swaps all of
+  // a Secret volume's files at once; this writer serves `adam run` and tests.)
   for (auto [file, text] : {std::pair<const char*, const std::string*>{"ca.crt", &m.ca_pem},
                             {"tls.key", &m.key_pem},
                             {"tls.crt", &m.cert_pem}}) {

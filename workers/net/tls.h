@@ -60,7 +60,7 @@ StatusOr<std::chrono::system_clock::time_point> CertificateNotAfter(const std::s
 // file that holds no PEM block.
 StatusOr<TlsMaterial> LoadTls(const std::string& dir);
 // Writes the three files (the key readable by its owner only), creating DIR; each file is
-// replaced whole (written aside, then renamed), so a reader never sees half of one.
+// replaced whole (written aside, then renamed), so a reader never sees half of a file.
 Status WriteTls(const TlsMaterial& material, const std::string& dir);
 
 // Turns mutual TLS on for every later server and channel of this process, with fixed material.
