@@ -12,6 +12,7 @@
 #include "testing/child.h"
 #include "core/ports.h"
 #include "testing/tmp_dir.h"
+#include "testing/wait.h"
 
 namespace adam {
 namespace {
@@ -120,9 +121,14 @@ TEST_F(ControllerProcesses, AMemberWithACorruptLogRefusesToStartNamingTheByte) {
   ASSERT_GE(leader, 0);
   for (const char* key : {"k0", "k1", "k2", "k3", "k4"}) ASSERT_TRUE(Put(leader, key));
   const int victim = (leader + 1) % 3;
+  const std::string log = dir_.File("m" + std::to_string(victim)) + "/raft.log";
+  // A commit needs only the leader and one follower: wait until the victim has the entries too.
+  ASSERT_TRUE(testing::Eventually([&] {
+    std::error_code ec;
+    return std::filesystem::file_size(log, ec) > 40 && !ec;
+  }));
   children_[size_t(victim)]->Signal(SIGKILL);
   children_[size_t(victim)]->Wait();
-  const std::string log = dir_.File("m" + std::to_string(victim)) + "/raft.log";
   std::string bytes;
   {
     std::ifstream in(log, std::ios::binary);
