@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Raft: adam controller vs etcd, 3 members each on loopback"};
   std::string adam = ADAM_BINARY, etcd = "etcd", json_path, job = std::string(ADAM_SOURCE_DIR) +
                                                                "/examples/fashion-mnist.yaml";
-  int writes = 2000, clients = 16, failovers = 5, rounds = 5;
+  int writes = 2000, clients = 16, failovers = 5, rounds = 5, tick_ms = 10;
   double seconds = 5;
   app.add_option("--adam", adam, "adam executable");
   app.add_option("--etcd", etcd, "etcd executable");
@@ -204,6 +204,9 @@ int main(int argc, char** argv) {
   app.add_option("--failovers", failovers, "leader kills per system");
   app.add_option("--rounds", rounds, "alternating rounds the writes and seconds are split into");
   app.add_option("--json", json_path, "write the results here");
+  app.add_option("--tick-ms", tick_ms,
+                 "our Raft tick; the election timeout stays 200 ms, heartbeats 20 ms")
+      ->check(CLI::IsMember({5, 10, 20}));
   CLI11_PARSE(app, argc, argv);
 
   const std::string root = (std::filesystem::temp_directory_path() /
@@ -225,8 +228,8 @@ int main(int argc, char** argv) {
     stubs.push_back(adam::v1::Controller::NewStub(adam::net::MakeChannel(a)));
   ours.start = [&](int m) {
     return Spawn({adam, "controller", "--plaintext", "--job", job, "--id", std::to_string(m + 1), "--members",
-                  members, "--state-dir", root + "/adam-" + std::to_string(m), "--tick-ms", "10",
-                  "--election-ticks", "20", "--name", "controller-" + std::to_string(m + 1)},
+                  members, "--state-dir", root + "/adam-" + std::to_string(m), "--tick-ms", std::to_string(tick_ms),
+                  "--election-ticks", std::to_string(200 / tick_ms), "--name", "controller-" + std::to_string(m + 1)},
                  root + "/adam-" + std::to_string(m) + ".log");
   };
   ours.put = [&](int m, const std::string& k, const std::string& v, std::chrono::milliseconds d) {
@@ -323,7 +326,8 @@ int main(int argc, char** argv) {
                         {"rounds", rounds},
                         {"ours_round_writes_per_s", a.round_rates},
                         {"etcd_round_writes_per_s", e.round_rates},
-                        {"election_timeout_ms", 200},       {"heartbeat_ms", 20}};
+                        {"election_timeout_ms", 200},       {"heartbeat_ms", 20},
+                        {"ours_tick_ms", tick_ms}};
     std::ofstream(json_path) << j.dump(2) << "\n";
   }
   const bool ok = a.p50 > 0 && e.p50 > 0 && a.writes_per_s > 0 && e.writes_per_s > 0;
