@@ -261,7 +261,6 @@ Status Reconciler::HandlePods(State& s) {
                    std::to_string(backoff_limit));
         return OkStatus();
       }
-      ++restarts_made_;
       SetCondition(s, "Restarting", true, "PodFailed", what + "; restarting it");
       Event(s, "Warning", "PodFailed",
             what + "; restarting it (" + std::to_string(restarts) + " of " +
@@ -391,7 +390,6 @@ Status Reconciler::EnsureCertificates(State& s) {
   Event(s, "Normal", "CertificateRenewed",
         "the job's certificate " + expiry + "; renewed from the job's CA until " +
             FormatTime(new_end) + " (each role reads it within a minute of its Secret volume's update)");
-  ++certificates_renewed_;
   s.renew_at = new_end - renew_before;
   return OkStatus();
 }

@@ -1,7 +1,8 @@
 // The AdamJob reconciler: level-based, idempotent, one job per call.
 //
 // Reconcile(namespace, name) reads the job and what it owns, compares them with the rendered
-// plan (render.h) and acts: creates missing objects stage by stage (a stage starts once every
+// plan (render.h) and acts: makes the job's CA and certificate Secrets and renews the
+// certificate before it expires, creates missing objects stage by stage (a stage starts once every
 // pod of the previous one is ready), deletes what the plan no longer has, restarts failed pods
 // under the run policy, finishes, suspends, resumes, times out and cleans up, and writes the
 // status subresource (phase, conditions with observedGeneration, per-role counts) and Events.
@@ -59,8 +60,6 @@ class Reconciler {
   // ABORTED on a write conflict (the caller requeues with backoff); other errors likewise.
   StatusOr<ReconcileResult> Reconcile(const std::string& ns, const std::string& name);
 
-  uint64_t restarts_made() const { return restarts_made_; }
-  uint64_t certificates_renewed() const { return certificates_renewed_; }
   // The lifetime of the job certificates this reconciler issues (net::kCertificateValidity by
   // default); one is renewed when less than a third of it is left.
   void set_certificate_validity(std::chrono::seconds v) { certificate_validity_ = v; }
@@ -93,8 +92,6 @@ class Reconciler {
   };
   std::map<std::string, Sample> last_images_;  // trainer pod uid -> its throughput window
   std::set<std::string> counted_failures_;  // pod uids whose failure counted as a restart
-  uint64_t restarts_made_ = 0;
-  uint64_t certificates_renewed_ = 0;
   std::chrono::seconds certificate_validity_ = net::kCertificateValidity;
 };
 
