@@ -335,12 +335,10 @@ Status Reconciler::EnsureCertificates(State& s) {
     return m;
   };
   if (!tls) {
-    StatusOr<net::TlsMaterial> made = InternalError("unset");
-    if (ca) {
-      made = net::RenewCertificate(issuer_of(*ca), s.name, hosts, certificate_validity_);
-    } else {
-      made = net::MakeJobCertificates(s.name, hosts, certificate_validity_);
-      if (!made.ok()) return made.status();
+    StatusOr<net::TlsMaterial> made =
+        ca ? net::RenewCertificate(issuer_of(*ca), s.name, hosts, certificate_validity_)
+           : net::MakeJobCertificates(s.name, hosts, certificate_validity_);
+    if (!ca && made.ok()) {
       auto c = client_->Create(kube::Secrets(), s.ns,
                                SecretObject(ca_name, s.ns, s.name, s.uid, "Opaque",
                                             {{"ca.crt", made->ca_pem}, {"ca.key", made->ca_key_pem}}));
@@ -368,24 +366,31 @@ Status Reconciler::EnsureCertificates(State& s) {
   }
   const std::string expiry =
       not_after.ok() ? "expires at " + FormatTime(*not_after) : "holds no readable tls.crt";
-  if (!ca) {
-    // A Secret made without its CA's key (or the CA Secret deleted): nothing to renew from.
-    Event(s, "Warning", "CertificateNotRenewable",
-          "the job's certificate in Secret " + tls_name + " " + expiry + " and Secret " + ca_name +
-              " with its CA's key is missing; delete " + tls_name +
-              " and the job's pods to start over with a new CA");
-    s.renew_at = s.now + std::chrono::hours(24);
+  // A renewal that cannot be made is a warning, not a failed reconcile: the job's pods keep being
+  // looked after while someone mends the CA Secret. Every reconcile tries again; one fault is
+  // warned of at most hourly.
+  auto not_renewable = [&](const std::string& why) {
+    auto& [when, what] = certificate_warned_[s.ns + "/" + s.name];
+    if (what != why || s.now - when >= std::chrono::hours(1)) {
+      when = s.now;
+      what = why;
+      Event(s, "Warning", "CertificateNotRenewable",
+            "the job's certificate in Secret " + tls_name + " " + expiry + " and " + why +
+                "; mend it, or delete " + tls_name + " and the job's pods to start over with a new CA");
+    }
+    s.renew_at = s.now + std::chrono::hours(1);
     return OkStatus();
-  }
+  };
+  if (!ca) return not_renewable("Secret " + ca_name + " with its CA's key is missing");
   auto renewed = net::RenewCertificate(issuer_of(*ca), s.name, hosts, certificate_validity_);
-  if (!renewed.ok())
-    return Status(renewed.status().code(), ca_name + ": " + renewed.status().message());
+  if (!renewed.ok()) return not_renewable("Secret " + ca_name + " is unusable: " + renewed.status().message());
   Json updated = *tls;
   updated["data"]["tls.crt"] = kube::Base64Encode(renewed->cert_pem);
   updated["data"]["tls.key"] = kube::Base64Encode(renewed->key_pem);
   updated["data"]["ca.crt"] = kube::Base64Encode(renewed->ca_pem);
   auto u = client_->Update(kube::Secrets(), s.ns, updated);  // ABORTED if the cache was stale
   if (!u.ok()) return u.status();
+  certificate_warned_.erase(s.ns + "/" + s.name);
   const auto new_end = s.now + certificate_validity_;
   Event(s, "Normal", "CertificateRenewed",
         "the job's certificate " + expiry + "; renewed from the job's CA until " +
@@ -494,7 +499,10 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   ReconcileResult result;
   auto got = client_->Get(kube::AdamJobs(), ns, name);
   if (!got.ok()) {
-    if (got.status().code() == StatusCode::kNotFound) return result;  // gone: owned objects too
+    if (got.status().code() == StatusCode::kNotFound) {  // gone: owned objects too
+      certificate_warned_.erase(ns + "/" + name);
+      return result;
+    }
     return got.status();
   }
   State s;

@@ -93,6 +93,9 @@ class Reconciler {
   std::map<std::string, Sample> last_images_;  // trainer pod uid -> its throughput window
   std::set<std::string> counted_failures_;  // pod uids whose failure counted as a restart
   std::chrono::seconds certificate_validity_ = net::kCertificateValidity;
+  // "ns/job" -> when its last CertificateNotRenewable warning went out, and the fault it named.
+  std::map<std::string, std::pair<std::chrono::system_clock::time_point, std::string>>
+      certificate_warned_;
 };
 
 // The manifest the roles read, from an AdamJob object: apiVersion, kind, name, namespace, spec.

@@ -235,7 +235,10 @@ TEST(Chart, DefaultsRenderTheOperatorAndClusterWideRbac) {
   for (const Json& a : ctr["args"]) {
     const std::string arg = a.get<std::string>();
     if (arg.rfind("--", 0) != 0) continue;
-    EXPECT_NE(help.find(arg.substr(0, arg.find('='))), std::string::npos) << arg;
+    // The whole flag, not a prefix of a longer one: help lists it followed by a space or comma.
+    const std::string flag = arg.substr(0, arg.find('='));
+    EXPECT_TRUE(help.find(flag + " ") != std::string::npos ||
+                help.find(flag + ",") != std::string::npos) << arg;
   }
   EXPECT_EQ(dep["metadata"]["labels"]["app.kubernetes.io/version"], "0.1.0");
 }

@@ -90,6 +90,11 @@ Key ReadKey(const std::string& pem) {
   return Key(b ? PEM_read_bio_PrivateKey(b.get(), nullptr, nullptr, nullptr) : nullptr);
 }
 
+bool SignedBy(X509* cert, X509* ca) {
+  EVP_PKEY* ca_key = X509_get0_pubkey(ca);
+  return ca_key != nullptr && X509_verify(cert, ca_key) == 1;
+}
+
 std::mutex g_mu;
 // Every server and channel takes its certificates from here once enabled.
 std::shared_ptr<grpc::experimental::CertificateProviderInterface> g_provider;
@@ -155,8 +160,7 @@ Status CheckIssuedBy(const std::string& cert_pem, const std::string& ca_pem) {
   Cert cert = ReadCert(cert_pem), ca = ReadCert(ca_pem);
   if (!cert) return InvalidArgumentError("no PEM certificate");
   if (!ca) return InvalidArgumentError("no PEM CA certificate");
-  EVP_PKEY* ca_key = X509_get0_pubkey(ca.get());
-  if (!ca_key || X509_verify(cert.get(), ca_key) != 1)
+  if (!SignedBy(cert.get(), ca.get()))
     return InvalidArgumentError("the certificate is not signed by the CA");
   return OkStatus();
 }
@@ -219,13 +223,14 @@ void EnableMutualTls(const TlsMaterial& material) {
 
 Status EnableMutualTlsFromDir(const std::string& dir, std::chrono::seconds refresh) {
   ADAM_ASSIGN_OR_RETURN(const TlsMaterial m, LoadTls(dir));
-  if (!CertificateNotAfter(m.cert_pem).ok()) return InvalidArgumentError(dir + "/tls.crt: no certificate");
-  if (!CertificateNotAfter(m.ca_pem).ok()) return InvalidArgumentError(dir + "/ca.crt: no certificate");
+  Cert cert = ReadCert(m.cert_pem), ca = ReadCert(m.ca_pem);
   Key key = ReadKey(m.key_pem);
+  if (!cert) return InvalidArgumentError(dir + "/tls.crt: no certificate");
+  if (!ca) return InvalidArgumentError(dir + "/ca.crt: no certificate");
   if (!key) return InvalidArgumentError(dir + "/tls.key: no private key");
-  if (X509_check_private_key(ReadCert(m.cert_pem).get(), key.get()) != 1)
+  if (X509_check_private_key(cert.get(), key.get()) != 1)
     return InvalidArgumentError(dir + "/tls.key does not belong to " + dir + "/tls.crt");
-  if (!CheckIssuedBy(m.cert_pem, m.ca_pem).ok())
+  if (!SignedBy(cert.get(), ca.get()))
     return InvalidArgumentError(dir + "/tls.crt is not signed by " + dir + "/ca.crt");
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
       dir + "/tls.key", dir + "/tls.crt", dir + "/ca.crt",
