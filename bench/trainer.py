@@ -41,6 +41,8 @@ def main():
     ap.add_argument("--replot", default="", help="only draw --plot from a saved trainer.json")
     ap.add_argument("--apply-every", type=int, default=8,
                     help="also measure batch 1 with workers writing the shared weights every N steps")
+    ap.add_argument("--private", type=int, default=1,
+                    help="also measure batch 1 with a private weight copy per thread (threadWeights)")
     a = ap.parse_args()
     if a.replot:
         with open(a.replot) as f:
@@ -63,9 +65,15 @@ def main():
                                                "--apply-every", str(a.apply_every)]
         print("running:", " ".join(hcmd), file=sys.stderr, flush=True)
         held = last_json(subprocess.run(hcmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+    private = None
+    if a.private:
+        pcmd = cmd[:cmd.index("--batches")] + ["--batches", "1", "--seconds", str(a.seconds), "--job", a.job,
+                                               "--private-weights", "true"]
+        print("running:", " ".join(pcmd), file=sys.stderr, flush=True)
+        private = last_json(subprocess.run(pcmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
     os.makedirs(os.path.join(a.build, "bench"), exist_ok=True)
     with open(os.path.join(a.build, "bench", "trainer_ours.json"), "w") as f:
-        json.dump({"ours": ours, "held": held}, f)
+        json.dump({"ours": ours, "held": held, "private": private}, f)
     tcmd = [sys.executable, os.path.join(here, "torch_trainer.py"), "--threads", threads,
             "--seconds", str(a.seconds), "--data-dir", a.data_dir]
     if a.tta:
@@ -83,6 +91,14 @@ def main():
             return None
         return next(r["images_per_second"] for r in held["runs"] if r["threads"] == t)
 
+    def op(t):  # batch 1 with private weights, or None
+        if not private:
+            return None
+        return next(r["images_per_second"] for r in private["runs"] if r["threads"] == t)
+
+    def per_image(t):  # the faster per-image SGD (every step applied at once): shared or private
+        return max((o(t, 1), "shared"), (op(t) or 0, "private"))
+
     def tq(t, mode=None, b=None):
         rs = [r for r in torch["runs"] if r["threads"] == t and (mode is None or r["mode"] == mode)
               and (b is None or r["batch"] == b)]
@@ -93,33 +109,39 @@ def main():
     flops = ours["train_flops_per_image"]
     peak, per_cycle, mhz = peak_gflops(max(ts))
     rows = []
+    print("ours b1: per-image SGD, the faster of shared and private weights (both listed below)")
     print(f'{"threads":>7} | {"ours b1":>9} {"torch hogwild b1":>16} {"ratio":>6} | '
           f'{"ours b32":>9} {"torch best":>10} {"(config)":>16} {"ratio":>6} | {"scaling b1":>10} {"b32":>6}')
     for t in ts:
-        ob1, ob32 = o(t, 1), o(t, 32)
+        (ob1, weights), ob32 = per_image(t), o(t, 32)
         tb1, _ = tq(t, "hogwild", 1)
         tbest, cfg = tq(t)
-        row = {"threads": t, "ours_b1": ob1, "ours_b1_held": oh(t), "apply_every": a.apply_every,
+        row = {"threads": t, "ours_b1": ob1, "ours_b1_weights": weights, "ours_b1_shared": o(t, 1),
+               "ours_b1_private": op(t), "ours_b1_held": oh(t), "apply_every": a.apply_every,
                "torch_hogwild_b1": tb1, "ours_b32": ob32,
                "torch_best": tbest, "torch_best_config": cfg,
-               "scaling_b1": ob1 / o(ts[0], 1) / (t / ts[0]), "scaling_b32": ob32 / o(ts[0], 32) / (t / ts[0])}
+               "scaling_b1": ob1 / per_image(ts[0])[0] / (t / ts[0]),
+               "scaling_b32": ob32 / o(ts[0], 32) / (t / ts[0])}
         rows.append(row)
         print(f'{t:>7} | {ob1:>9.0f} {tb1:>16.0f} {ob1 / tb1:>5.1f}x | {ob32:>9.0f} {tbest:>10.0f} '
               f'{cfg:>16} {max(ob1, ob32) / tbest:>5.1f}x | {row["scaling_b1"]:>9.2f}  {row["scaling_b32"]:>5.2f}')
+        print(f'{"":>7} | b1 shared weights {o(t, 1):.0f} img/s, private weights '
+              f'{op(t) or 0:.0f} img/s')
         if oh(t):
             print(f'{"":>7} | b1, applyEvery {a.apply_every}: {oh(t):.0f} img/s = {oh(t) / tb1:.1f}x torch hogwild b1')
     top = max(ts)
-    ours_best = max(o(top, 1), o(top, 32), oh(top) or 0)
+    ours_best = max(per_image(top)[0], o(top, 32), oh(top) or 0)
     result = {
-        "threads": top, "ours_b1": o(top, 1), "torch_b1": tq(top, "hogwild", 1)[0],
-        "ours_b1_held": oh(top), "apply_every": a.apply_every,
+        "threads": top, "ours_b1": per_image(top)[0], "ours_b1_weights": per_image(top)[1],
+        "ours_b1_shared": o(top, 1), "ours_b1_private": op(top),
+        "torch_b1": tq(top, "hogwild", 1)[0], "ours_b1_held": oh(top), "apply_every": a.apply_every,
         "ours_best": ours_best, "torch_best": tq(top)[0], "torch_best_config": tq(top)[1],
         "ours_best_gflops": ours_best * flops / 1e9, "peak_gflops_estimate": peak,
         "peak_basis": f"{top} cores x {mhz:.0f} MHz x {per_cycle} FLOP/cycle",
         "train_flops_per_image": flops, "rows": rows, "torch_version": torch.get("torch_version"),
         "ours_tta": ours.get("tta"), "torch_tta": torch.get("tta"),
     }
-    print(f'\nall {top} threads: ours b1 {result["ours_b1"]:.0f} vs torch hogwild b1 '
+    print(f'\nall {top} threads: ours b1 ({result["ours_b1_weights"]} weights) {result["ours_b1"]:.0f} vs torch hogwild b1 '
           f'{result["torch_b1"]:.0f} = {result["ours_b1"] / result["torch_b1"]:.1f}x; ours best '
           f'{ours_best:.0f} vs torch best {result["torch_best"]:.0f} ({result["torch_best_config"]}) = '
           f'{ours_best / result["torch_best"]:.1f}x')

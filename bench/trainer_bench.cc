@@ -60,12 +60,13 @@ Data LoadData(const adam::spec::AdamJob& job, bool* real) {
 
 // Images/s of `threads` Hogwild workers at `batch`, measured over `seconds` after a warm-up.
 double Throughput(const adam::model::ModelLayout& layout, const std::vector<float>& init,
-                  const Data& data, int threads, int batch, int apply_every, double seconds,
-                  std::string* where) {
+                  const Data& data, int threads, int batch, int apply_every, bool private_weights,
+                  double seconds, std::string* where) {
   adam::trainer::ReplicaOptions o;
   o.threads = threads;
   o.batch = batch;
   o.apply_every = apply_every;
+  o.private_weights = private_weights;
   o.evaluate = false;
   auto r = Replica::Create(layout, o, init.data());
   if (!r.ok()) {
@@ -106,13 +107,16 @@ int main(int argc, char** argv) {
   double seconds = 3, tta = 0, tta_lr = 0.005, tta_decay = 0.85;
   int tta_threads = 0, tta_batch = 1, tta_epochs = 30, apply_every = 1;
   int tta_apply_every = 8;
-  bool tta_augment = true;
+  bool tta_augment = true, private_weights = false, tta_private = false;
   app.add_option("--job", job_path, "manifest whose model and data files to use");
   app.add_option("--threads", threads_s, "comma-separated thread counts (default 1,2,4,.. all)");
   app.add_option("--batches", batches_s, "comma-separated batch sizes");
   app.add_option("--seconds", seconds, "measuring time per configuration");
   app.add_option("--apply-every", apply_every,
                  "steps a worker holds its updates before writing the shared weights (1 = Adam)");
+  app.add_option("--private-weights", private_weights,
+                 "each worker thread trains its own weight copy and applies its peers' steps "
+                 "from a ring (threadWeights: private; needs --apply-every 1)");
   app.add_option("--tta", tta, "also time training to this test accuracy (0 = skip)");
   app.add_option("--tta-threads", tta_threads, "threads for time-to-accuracy (default all)");
   app.add_option("--tta-batch", tta_batch, "batch for time-to-accuracy");
@@ -121,6 +125,8 @@ int main(int argc, char** argv) {
   app.add_option("--tta-epochs", tta_epochs, "give up after this many epochs");
   app.add_option("--tta-apply-every", tta_apply_every,
                  "time-to-accuracy workers write the shared weights every N steps (applyEvery)");
+  app.add_option("--tta-private", tta_private,
+                 "time-to-accuracy workers keep private weight copies (threadWeights: private)");
   app.add_option("--tta-augment", tta_augment,
                  "train on the manifest's augmented variants (as the data server serves them)");
   CLI11_PARSE(app, argc, argv);
@@ -153,10 +159,11 @@ int main(int argc, char** argv) {
   for (int b : ParseList(batches_s))
     for (int t : threads) {
       std::string where;
-      const double ips = Throughput(*layout, init, data, t, b, apply_every, seconds, &where);
+      const double ips =
+          Throughput(*layout, init, data, t, b, apply_every, private_weights, seconds, &where);
       std::fprintf(stderr, "%-8d %-6d %12.0f %10.2f  %s\n", t, b, ips, ips * flops / 1e9, where.c_str());
       out["runs"].push_back({{"threads", t}, {"batch", b}, {"apply_every", apply_every},
-                             {"images_per_second", ips}});
+                             {"private_weights", private_weights}, {"images_per_second", ips}});
     }
 
   if (tta > 0 && real) {
@@ -164,8 +171,14 @@ int main(int argc, char** argv) {
     adam::trainer::ReplicaOptions o;
     o.threads = t;
     o.batch = tta_batch;
-    o.apply_every = tta_apply_every;
+    o.apply_every = tta_private ? 1 : tta_apply_every;
+    o.private_weights = tta_private;
     auto r = Replica::Create(*layout, o, init.data());
+    if (!r.ok()) {
+      std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    std::vector<float> weights(size_t(layout->num_params()));
     std::vector<int> order(size_t(data.train.count));
     std::iota(order.begin(), order.end(), 0);
     std::vector<uint8_t> px(data.train.pixels.size()), lb(data.train.labels.size());
@@ -188,14 +201,16 @@ int main(int argc, char** argv) {
       (*r)->RunWorkers([&](int w) {
         (*r)->Train(w, px.data() + int64_t{w} * per * 784, lb.data() + w * per, per, lr);
       });
-      acc = (*r)->Evaluate((*r)->weights(), data.test.pixels.data(), data.test.labels.data(),
+      (*r)->ReadWeights(weights.data());
+      acc = (*r)->Evaluate(weights.data(), data.test.pixels.data(), data.test.labels.data(),
                            data.test.count);
       std::fprintf(stderr, "tta: epoch %d  test accuracy %.4f  %.1f s\n", epoch + 1, acc,
                   std::chrono::duration<double>(Clock::now() - t0).count());
     }
     out["tta"] = {{"target", tta}, {"reached", acc >= tta}, {"accuracy", acc}, {"epochs", epoch},
                   {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
-                  {"threads", t}, {"batch", tta_batch}, {"apply_every", tta_apply_every},
+                  {"threads", t}, {"batch", tta_batch}, {"apply_every", o.apply_every},
+                  {"private_weights", tta_private},
                   {"lr", tta_lr}, {"decay", tta_decay}, {"augment_variants", cache.variants()}};
   }
   std::printf("%s\n", out.dump().c_str());

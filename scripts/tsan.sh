@@ -28,7 +28,7 @@ run() {
 }
 run param_server_test 'ParamStore.*:ApplyDense.*:ClockGate.*:BufferPool.*:CheckpointTest.*:UpdatePlan.*:Routing.*'
 run data_server_test '*'
-run trainer_test '*NoNetwork*'
+run trainer_test '*NoNetwork*:ReplicaPrivate.*'
 run kube_test 'WorkQueue.*'
 
 echo "tsan: no data race reported"

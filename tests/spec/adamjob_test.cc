@@ -61,6 +61,10 @@ TEST(AdamJob, ConsistencyModesAndDenseUpdates) {
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->training.consistency, Consistency::kSync);
   EXPECT_EQ(job->training.dense_updates, DenseUpdates::kAuto);
+  EXPECT_EQ(job->training.thread_weights, ThreadWeights::kShared);
+  job = ParseAdamJob(With("spec:\n", "spec:\n  training: {threadWeights: private}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->training.thread_weights, ThreadWeights::kPrivate);
 }
 
 TEST(AdamJob, ValidManifestGetsDefaults) {
@@ -133,6 +137,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"spec:\n", "spec:\n  training: {consistency: sync, maxStaleness: 2}\n",
                 "spec.training.maxStaleness: applies only to consistency: bounded"},
         BadCase{"spec:\n", "spec:\n  training: {applyEvery: 0}\n", "spec.training.applyEvery: must be > 0, got 0"},
+        BadCase{"spec:\n", "spec:\n  training: {threadWeights: copies}\n",
+                "spec.training.threadWeights: must be one of shared, private; got 'copies'"},
+        BadCase{"spec:\n", "spec:\n  training: {threadWeights: private, applyEvery: 8}\n",
+                "spec.training.threadWeights: private applies each update at once; it needs applyEvery: 1"},
         BadCase{"spec:\n", "spec:\n  training: {denseUpdates: gradients}\n",
                 "spec.training.denseUpdates: must be one of auto, weights, activations"},
         BadCase{"spec:\n", "spec:\n  training: {targetAccuracy: 2}\n", "spec.training.targetAccuracy: must be in (0, 1]"},

@@ -227,6 +227,22 @@ TEST(NoNetworkHeld, TwoReplicasWithHeldUpdatesTrainFarAboveChance) {
   EXPECT_GT(results[0]->test_accuracy, 0.85);
 }
 
+// Private weight copies per worker thread, their steps exchanged through rings, with the sync
+// thread's pushes and pulls (AddToWeights) in both consistency models that differ for it.
+class NoNetworkPrivate : public ::testing::TestWithParam<spec::Consistency> {};
+
+TEST_P(NoNetworkPrivate, TwoReplicasWithPrivateWeightsTrainFarAboveChance) {
+  spec::AdamJob job = Job(GetParam());
+  job.training.thread_weights = spec::ThreadWeights::kPrivate;
+  auto results = RunWithoutNetwork(job);
+  for (int t = 0; t < 2; ++t) ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
+  EXPECT_EQ(results[0]->epochs, 3);
+  EXPECT_GT(results[0]->test_accuracy, 0.85);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, NoNetworkPrivate,
+                         ::testing::Values(spec::Consistency::kAsync, spec::Consistency::kSync));
+
 class InProcessJob : public ::testing::TestWithParam<spec::Consistency> {};
 
 TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {

@@ -81,8 +81,9 @@ struct Network::Impl {
   };
   std::vector<DenseBias> dense_bias;
   std::vector<Network::DenseIo> dense_io;  // per layer
-  // apply_every > 1: held-back updates.
+  // apply_every > 1 or hold: held-back updates.
   int apply_every = 1;
+  bool hold = false;
   int pending = 0;
   struct Held {
     int layer;
@@ -105,7 +106,7 @@ Network::~Network() = default;
 
 StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, int batch,
                                                    float* params, float* grads, NetworkMode mode,
-                                                   int apply_every) {
+                                                   int apply_every, bool hold) {
   if (batch < 1) return InvalidArgumentError("network: batch must be >= 1");
   if (apply_every < 1) return InvalidArgumentError("network: apply_every must be >= 1");
   if (mode == NetworkMode::kGradients && grads == nullptr)
@@ -127,6 +128,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
   m.grads = grads;
   m.dense_io.resize(layout.shapes().size());
   m.apply_every = sgd ? apply_every : 1;
+  m.hold = sgd && (apply_every > 1 || hold);
   m.held_index.assign(layout.shapes().size(), -1);
   float* wp = params;
   try {
@@ -331,7 +333,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
                          {{DNNL_ARG_SRC, flat_src}, {DNNL_ARG_DIFF_DST, diff_dst},
                           {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}}});
         }
-        if (sgd && m.apply_every > 1) {
+        if (m.hold) {
           m.held_index[i] = int(m.held.size());
           m.held.push_back({int(i), in, units, p.weights.offset, p.bias.offset,
                             std::vector<float>(size_t(m.apply_every) * batch * in),
@@ -423,6 +425,16 @@ Network::DenseIo Network::dense_io(int layer) const {
   return impl_->dense_io[size_t(layer)];
 }
 
+const std::vector<ParamRange>& Network::looped_ranges() const { return impl_->looped_updates; }
+
+const float* Network::pending_steps() const { return impl_->held_steps.data(); }
+
+void Network::ClearPending() {
+  Impl& m = *impl_;
+  std::fill(m.held_steps.begin(), m.held_steps.end(), 0.f);
+  m.pending = 0;
+}
+
 float* Network::input() { return static_cast<float*>(impl_->input.get_data_handle()); }
 
 void Network::SetInputFromBytes(const uint8_t* pixels) {
@@ -471,7 +483,7 @@ void Network::Backward(float lr) {
   for (auto& s : m.backward) s.prim.execute(m.strm, s.args);
   m.strm.wait();
   if (m.mode != NetworkMode::kSgd) return;
-  if (m.apply_every > 1) {  // hold this step's update back (private buffers only)
+  if (m.hold) {  // hold this step's update back (private buffers only)
     if (m.held_steps.empty()) {
       size_t n = 0;
       for (const auto& r : m.looped_updates) n += size_t(r.count);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/status.h"
 #include "model/layout.h"
@@ -31,10 +32,13 @@ class Network {
   // Backward keeps each step's update in private buffers (the dense layers' input and scaled
   // error rows, the other parameters' summed steps) and ApplyPending writes them into the shared
   // parameters at once (one sgemm per dense layer), so the shared weights are written once per k
-  // steps instead of every step; the caller calls ApplyPending when pending() reaches k.
+  // steps instead of every step; the caller calls ApplyPending when pending() reaches k. With
+  // `hold` (and k = 1) the same for a caller that applies each step itself: pending_rows,
+  // pending_steps, then ClearPending.
   static StatusOr<std::unique_ptr<Network>> Create(const ModelLayout& layout, int batch,
                                                    float* params, float* grads,
-                                                   NetworkMode mode, int apply_every = 1);
+                                                   NetworkMode mode, int apply_every = 1,
+                                                   bool hold = false);
   ~Network();
 
   int batch() const;
@@ -68,6 +72,7 @@ class Network {
   };
   DenseIo dense_io(int layer) const;
 
+
   // apply_every > 1: steps whose updates are held back, and a dense layer's held rows: its inputs
   // (rows x in) and errors already scaled by -lr (rows x units), rows = pending() x batch.
   int pending() const;
@@ -81,6 +86,12 @@ class Network {
   PendingRows pending_rows(int layer) const;
   // Writes the held updates into the shared parameters (no lock: Hogwild) and clears them.
   void ApplyPending();
+  // The held updates of the parameters outside dense layers: the ranges (conv weights and
+  // biases, in layer order) and their summed lr * gradient, laid end to end (ApplyPending
+  // subtracts them). ClearPending forgets every held update: the caller has applied them itself.
+  const std::vector<ParamRange>& looped_ranges() const;
+  const float* pending_steps() const;
+  void ClearPending();
 
  private:
   struct Impl;

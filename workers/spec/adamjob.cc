@@ -241,8 +241,9 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
 void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   const std::string p = "spec.training";
   if (!r.Map(n, p,
-             {"epochs", "learningRate", "learningRateDecay", "pushEvery", "batchSize", "applyEvery", "consistency",
-              "maxStaleness", "denseUpdates", "epochQuorum", "targetAccuracy", "seed"}) ||
+             {"epochs", "learningRate", "learningRateDecay", "pushEvery", "batchSize", "applyEvery",
+              "threadWeights", "consistency", "maxStaleness", "denseUpdates", "epochQuorum",
+              "targetAccuracy", "seed"}) ||
       !n)
     return;
   r.Int(n, "epochs", p, 1, 100000, &t->epochs);
@@ -256,6 +257,19 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   r.Int(n, "pushEvery", p, 1, kMaxInt, &t->push_every);
   r.Int(n, "batchSize", p, 1, 4096, &t->batch_size);
   r.Int(n, "applyEvery", p, 1, 1024, &t->apply_every);
+  std::string tw;
+  if (r.Get(n, "threadWeights", p, &tw)) {
+    if (tw == "shared") {
+      t->thread_weights = ThreadWeights::kShared;
+    } else if (tw == "private") {
+      t->thread_weights = ThreadWeights::kPrivate;
+      if (t->apply_every > 1)
+        r.Error(p + ".threadWeights",
+                "private applies each update at once; it needs applyEvery: 1");
+    } else {
+      r.Error(p + ".threadWeights", "must be one of shared, private; got '" + tw + "'");
+    }
+  }
   std::string c;
   if (r.Get(n, "consistency", p, &c)) {
     if (c == "async") {

@@ -75,6 +75,11 @@ enum class Consistency { kAsync, kSync, kBounded };
 // itself. auto picks, per layer, whichever sends fewer bytes at the job's pushEvery.
 enum class DenseUpdates { kAuto, kWeights, kActivations };
 
+// Where a trainer's worker threads keep the weights: one shared copy written by every thread
+// (Hogwild, Adam), or a private copy per thread that applies its own update at once and every
+// other thread's from a ring of update vectors (dense layers as activation and error rows).
+enum class ThreadWeights { kShared, kPrivate };
+
 struct TrainingSpec {
   int epochs = 10;
   double learning_rate = 0.02;
@@ -82,6 +87,7 @@ struct TrainingSpec {
   int push_every = 100;         // k: images between update pushes
   int batch_size = 1;           // images per thread per SGD step (1 = Adam's per-image SGD)
   int apply_every = 1;          // steps a worker holds its updates before writing the shared weights
+  ThreadWeights thread_weights = ThreadWeights::kShared;
   Consistency consistency = Consistency::kAsync;
   int max_staleness = 0;        // bounded only: pushes a trainer may run ahead of the slowest
   DenseUpdates dense_updates = DenseUpdates::kAuto;

@@ -3,16 +3,45 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <thread>
 
+#include "core/hogwild.h"
 #include "model/network.h"
+#include "oneapi/dnnl/dnnl.hpp"
 #include "topology/topology.h"
 
 namespace adam::trainer {
 
 struct Replica::Impl {
+  // Private weights: a worker's published steps, in slots of `rows` rows per dense layer so that
+  // consecutive steps are one matrix (a step of fewer images zero-fills its other rows).
+  struct Ring {
+    int64_t capacity = 0, rows = 0;
+    std::vector<float> steps;                  // capacity x looped floats: -lr * gradient
+    std::vector<std::vector<float>> a, e;      // per dense layer: capacity*rows x in, x units
+    alignas(64) std::atomic<int64_t> head{0};  // steps published (release)
+  };
+  struct alignas(64) Cursor {
+    std::atomic<int64_t> done{0};  // steps of one producer that one reader has applied
+  };
+  struct Private {
+    std::vector<float> w;  // this worker's copy of the weights
+    Ring ring;
+    std::mutex add_mu;       // guards add
+    std::vector<float> add;  // AddToWeights not yet in w
+    std::atomic<bool> has_add{false};
+    // Drain's scratch: each producer's head, and the rows gathered for one sgemm per layer.
+    std::vector<int64_t> drain_to;
+    std::vector<std::vector<float>> gather_a, gather_e;  // per dense layer
+    int64_t gather_rows = 0;
+  };
+  struct DenseLayer {
+    int layer;
+    int64_t in, units, weights, bias;  // offsets in the parameters
+  };
   struct Worker {
     std::unique_ptr<model::Network> net;       // `batch` images
     std::unique_ptr<model::Network> net_one;   // remainders
@@ -20,6 +49,7 @@ struct Replica::Impl {
     std::unique_ptr<model::Network> eval_one;
     std::unique_ptr<std::mutex> log_mu = std::make_unique<std::mutex>();  // guards log
     DenseLog log;
+    std::unique_ptr<Private> own;  // private weights only
   };
   model::ModelLayout layout;
   ReplicaOptions options;
@@ -29,9 +59,22 @@ struct Replica::Impl {
   std::vector<float> w;            // the Hogwild weights
   std::vector<float> eval_params;  // what Evaluate measures
   std::vector<Worker> workers;
+  // Private weights.
+  std::vector<DenseLayer> dense;          // every dense and softmax layer
+  std::vector<model::ParamRange> looped;  // the rest (conv weights, conv biases)
+  int64_t looped_count = 0;
+  std::unique_ptr<Cursor[]> cursors;  // [reader * threads + producer]
+  bool exchanging = false;            // rings built (set once after Create's workers)
+  std::atomic<int> finished{0};       // workers whose RunWorkers call has returned
 
   explicit Impl(model::ModelLayout l) : layout(std::move(l)) {}
   void ApplyHeld(Worker& wk, model::Network* net);
+  Cursor& cursor(int reader, int producer) {
+    return cursors[size_t(reader * options.threads + producer)];
+  }
+  void Publish(int t, const model::Network& net);
+  void Drain(int t, model::Network* own);
+  void ApplyAdds(Private& p);
 };
 
 Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -41,12 +84,30 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
                                                    const ReplicaOptions& options,
                                                    const float* initial) {
   if (options.threads < 1) return InvalidArgumentError("replica: threads must be >= 1");
+  if (options.private_weights && options.apply_every > 1)
+    return InvalidArgumentError("replica: private weights apply every step (apply_every 1)");
+  if (options.ring_steps < 1) return InvalidArgumentError("replica: ring_steps must be >= 1");
   auto impl = std::make_unique<Impl>(layout);
   Impl& m = *impl;
   m.options = options;
-  m.w.assign(initial, initial + layout.num_params());
-  m.eval_params = m.w;
+  const auto n = size_t(layout.num_params());
+  if (!options.private_weights) m.w.assign(initial, initial + n);
+  m.eval_params.assign(initial, initial + n);
   m.workers.resize(size_t(options.threads));
+  if (options.private_weights) {
+    for (size_t i = 0; i < layout.shapes().size(); ++i) {
+      const auto& l = layout.spec().layers[i];
+      const auto& p = layout.params()[i];
+      if (l.type == spec::LayerType::kConv) {
+        m.looped.insert(m.looped.end(), {p.weights, p.bias});
+        m.looped_count += p.weights.count + p.bias.count;
+      } else if (l.type == spec::LayerType::kDense || l.type == spec::LayerType::kSoftmax) {
+        m.dense.push_back(
+            {int(i), layout.shapes()[i].in.size(), p.bias.count, p.weights.offset, p.bias.offset});
+      }
+    }
+    m.cursors = std::make_unique<Impl::Cursor[]>(size_t(options.threads) * size_t(options.threads));
+  }
   for (auto& wk : m.workers) {
     wk.log.activations.resize(options.record_layers.size());
     wk.log.errors.resize(options.record_layers.size());
@@ -63,15 +124,39 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
   r->RunWorkers([&](int t) {
     Impl& s = *r->impl_;
     auto& wk = s.workers[size_t(t)];
+    float* params = s.w.data();
+    if (s.options.private_weights) {  // allocated here: first touched on the worker's node
+      wk.own = std::make_unique<Impl::Private>();
+      Impl::Private& pv = *wk.own;
+      pv.w.assign(initial, initial + s.layout.num_params());
+      pv.add.assign(pv.w.size(), 0.f);
+      params = pv.w.data();
+      Impl::Ring& ring = pv.ring;
+      ring.capacity = s.options.ring_steps;
+      ring.rows = s.options.batch;
+      ring.steps.resize(size_t(ring.capacity * s.looped_count));
+      for (const auto& d : s.dense) {
+        ring.a.emplace_back(size_t(ring.capacity * ring.rows * d.in));
+        ring.e.emplace_back(size_t(ring.capacity * ring.rows * d.units));
+      }
+      pv.drain_to.assign(size_t(s.options.threads), 0);
+      pv.gather_rows = std::max<int64_t>(64, s.options.batch);
+      for (const auto& d : s.dense) {
+        pv.gather_a.emplace_back(size_t(pv.gather_rows * d.in));
+        pv.gather_e.emplace_back(size_t(pv.gather_rows * d.units));
+      }
+    }
     auto make = [&](std::unique_ptr<model::Network>* out, int batch, float* params,
                     model::NetworkMode mode, int apply_every = 1) {
       if (!errors[size_t(t)].ok()) return;
-      auto net = model::Network::Create(s.layout, batch, params, nullptr, mode, apply_every);
+      // Private weights: the Network holds each step for Drain to apply with the peers'.
+      auto net = model::Network::Create(s.layout, batch, params, nullptr, mode, apply_every,
+                                        s.options.private_weights);
       if (net.ok()) *out = std::move(*net);
       else errors[size_t(t)] = net.status();
     };
-    make(&wk.net, s.options.batch, s.w.data(), model::NetworkMode::kSgd, s.options.apply_every);
-    make(&wk.net_one, 1, s.w.data(), model::NetworkMode::kSgd, s.options.apply_every);
+    make(&wk.net, s.options.batch, params, model::NetworkMode::kSgd, s.options.apply_every);
+    make(&wk.net_one, 1, params, model::NetworkMode::kSgd, s.options.apply_every);
     if (s.options.evaluate) {
       make(&wk.eval, s.options.eval_batch, s.eval_params.data(), model::NetworkMode::kInference);
       make(&wk.eval_one, 1, s.eval_params.data(), model::NetworkMode::kInference);
@@ -81,12 +166,167 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
   for (int l : options.record_layers)
     if (r->impl_->workers[0].net->dense_io(l).src == nullptr)
       return InvalidArgumentError("layer " + std::to_string(l) + " is not a dense layer to record");
+  if (options.private_weights) {
+    // The ring carries exactly what Backward updates: its looped ranges, then the dense layers.
+    const auto& ranges = r->impl_->workers[0].net->looped_ranges();
+    ADAM_CHECK(ranges.size() == r->impl_->looped.size());
+    for (size_t i = 0; i < ranges.size(); ++i)
+      ADAM_CHECK(ranges[i].offset == r->impl_->looped[i].offset &&
+                 ranges[i].count == r->impl_->looped[i].count);
+    r->impl_->exchanging = true;
+  }
   return r;
 }
 
 int Replica::threads() const { return impl_->options.threads; }
 int64_t Replica::num_params() const { return impl_->layout.num_params(); }
-float* Replica::weights() { return impl_->w.data(); }
+void Replica::ReadWeights(float* out) {
+  Impl& m = *impl_;
+  const size_t n = size_t(m.layout.num_params());
+  if (!m.options.private_weights) {
+    HogwildScope hogwild;  // workers keep writing w meanwhile
+    std::memcpy(out, m.w.data(), n * sizeof(float));
+    return;
+  }
+  Impl::Private& p = *m.workers[0].own;
+  std::lock_guard<std::mutex> lock(p.add_mu);
+  {
+    HogwildScope hogwild;  // worker 0 keeps writing its copy meanwhile
+    std::memcpy(out, p.w.data(), n * sizeof(float));
+  }
+  if (p.has_add.load(std::memory_order_relaxed))
+    for (size_t i = 0; i < n; ++i) out[i] += p.add[i];
+}
+
+void Replica::AddToWeights(const float* delta) {
+  Impl& m = *impl_;
+  const size_t n = size_t(m.layout.num_params());
+  if (!m.options.private_weights) {
+    HogwildScope hogwild;
+    for (size_t i = 0; i < n; ++i) m.w[i] += delta[i];
+    return;
+  }
+  for (auto& wk : m.workers) {
+    Impl::Private& p = *wk.own;
+    std::lock_guard<std::mutex> lock(p.add_mu);
+    for (size_t i = 0; i < n; ++i) p.add[i] += delta[i];
+    p.has_add.store(true, std::memory_order_release);
+  }
+}
+
+// A worker's copy takes what AddToWeights queued for it.
+void Replica::Impl::ApplyAdds(Private& p) {
+  if (!p.has_add.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(p.add_mu);
+  HogwildScope hogwild;  // ReadWeights may be copying worker 0's weights meanwhile
+  for (size_t i = 0; i < p.w.size(); ++i) {
+    p.w[i] += p.add[i];
+    p.add[i] = 0.f;
+  }
+  p.has_add.store(false, std::memory_order_relaxed);
+}
+
+// Worker t publishes the step `net` holds. It waits while its ring is full, applying its peers'
+// steps meanwhile (so two full rings cannot wait on each other).
+void Replica::Impl::Publish(int t, const model::Network& net) {
+  Ring& ring = workers[size_t(t)].own->ring;
+  const int64_t h = ring.head.load(std::memory_order_relaxed);
+  for (;;) {
+    int64_t slowest = h;
+    for (int c = 0; c < options.threads; ++c)
+      if (c != t) slowest = std::min(slowest, cursor(c, t).done.load(std::memory_order_acquire));
+    if (h - slowest < ring.capacity) break;
+    Drain(t, nullptr);
+    std::this_thread::yield();
+  }
+  const int64_t slot = h % ring.capacity;
+  float* step = ring.steps.data() + slot * looped_count;
+  const float* held = net.pending_steps();  // +lr * gradient
+  for (int64_t j = 0; j < looped_count; ++j) step[j] = -held[j];
+  for (size_t k = 0; k < dense.size(); ++k) {
+    const auto rows = net.pending_rows(dense[k].layer);
+    float* a = ring.a[k].data() + slot * ring.rows * rows.in;
+    float* e = ring.e[k].data() + slot * ring.rows * rows.units;
+    std::memcpy(a, rows.a, size_t(rows.rows * rows.in) * sizeof(float));
+    std::memcpy(e, rows.e, size_t(rows.rows * rows.units) * sizeof(float));
+    std::fill(a + rows.rows * rows.in, a + ring.rows * rows.in, 0.f);
+    std::fill(e + rows.rows * rows.units, e + ring.rows * rows.units, 0.f);
+  }
+  ring.head.store(h + 1, std::memory_order_release);
+}
+
+// Worker t applies to its copy the step `own` holds (if any) and every step its peers have
+// published since its last drain, in one pass over each dense layer: their rows are gathered
+// and applied by one sgemm (more only when they exceed the gather buffers). Then queued adds.
+void Replica::Impl::Drain(int t, model::Network* own) {
+  Private& pv = *workers[size_t(t)].own;
+  float* w = pv.w.data();
+  std::vector<int64_t>& to = pv.drain_to;
+  bool any = own != nullptr;
+  for (int p = 0; p < options.threads; ++p) {
+    to[size_t(p)] = p == t ? 0 : workers[size_t(p)].own->ring.head.load(std::memory_order_acquire);
+    any = any || (p != t && to[size_t(p)] != cursor(t, p).done.load(std::memory_order_relaxed));
+  }
+  if (any) {
+    HogwildScope hogwild;  // ReadWeights may be copying worker 0's weights meanwhile
+    if (own) {
+      const float* held = own->pending_steps();
+      int64_t j = 0;
+      for (const auto& r : looped)
+        for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] -= held[j++];
+    }
+    for (int p = 0; p < options.threads; ++p) {
+      if (p == t) continue;
+      const Ring& ring = workers[size_t(p)].own->ring;
+      for (int64_t i = cursor(t, p).done.load(std::memory_order_relaxed); i < to[size_t(p)]; ++i) {
+        const float* step = ring.steps.data() + (i % ring.capacity) * looped_count;
+        for (const auto& r : looped)
+          for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] += *step++;
+      }
+    }
+    for (size_t k = 0; k < dense.size(); ++k) {
+      const auto& d = dense[k];
+      float* ga = pv.gather_a[k].data();
+      float* ge = pv.gather_e[k].data();
+      int64_t rows = 0;
+      // W (units x in) += E^T (units x rows) x A (rows x in); bias += column sums of E.
+      auto flush = [&] {
+        if (rows == 0) return;
+        dnnl_sgemm('T', 'N', d.units, d.in, rows, 1.f, ge, d.units, ga, d.in, 1.f,
+                   w + d.weights, d.in);
+        float* bias = w + d.bias;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t u = 0; u < d.units; ++u) bias[u] += ge[r * d.units + u];
+        rows = 0;
+      };
+      auto append = [&](const float* a, const float* e, int64_t n) {
+        if (rows + n > pv.gather_rows) flush();
+        std::memcpy(ga + rows * d.in, a, size_t(n * d.in) * sizeof(float));
+        std::memcpy(ge + rows * d.units, e, size_t(n * d.units) * sizeof(float));
+        rows += n;
+      };
+      if (own) {
+        const auto held = own->pending_rows(d.layer);
+        append(held.a, held.e, held.rows);
+      }
+      for (int p = 0; p < options.threads; ++p) {
+        if (p == t) continue;
+        const Ring& ring = workers[size_t(p)].own->ring;
+        const int64_t from = cursor(t, p).done.load(std::memory_order_relaxed);
+        for (int64_t i = from; i < to[size_t(p)]; ++i) {
+          const int64_t slot = i % ring.capacity;
+          append(ring.a[k].data() + slot * ring.rows * d.in,
+                 ring.e[k].data() + slot * ring.rows * d.units, ring.rows);
+        }
+      }
+      flush();
+    }
+    for (int p = 0; p < options.threads; ++p)
+      if (p != t) cursor(t, p).done.store(to[size_t(p)], std::memory_order_release);
+  }
+  if (own) own->ClearPending();
+  ApplyAdds(pv);
+}
 
 std::string Replica::placement() const {
   const Impl& m = *impl_;
@@ -112,8 +352,35 @@ void Replica::RunWorkers(const std::function<void(int)>& fn) {
       // oneDNN's OpenMP runtime: one thread per worker; the parallelism is ours.
       omp_set_num_threads(1);
       fn(t);
+      if (m.exchanging) {  // keep applying peers' steps (they may wait for us) until all are done
+        m.finished.fetch_add(1, std::memory_order_acq_rel);
+        while (m.finished.load(std::memory_order_acquire) < m.options.threads) {
+          m.Drain(t, nullptr);
+          std::this_thread::yield();
+        }
+        m.Drain(t, nullptr);
+      }
     });
   for (auto& th : threads) th.join();
+  if (m.exchanging) {
+    // Every copy now holds every step; copy 0 (with its queued adds) replaces the others, so
+    // rounding differences from applying steps in different orders do not accumulate. Every
+    // lock is held: an AddToWeights meanwhile reaches every copy or none.
+    m.finished.store(0, std::memory_order_relaxed);
+    std::vector<std::unique_lock<std::mutex>> locks;
+    for (auto& wk : m.workers) locks.emplace_back(wk.own->add_mu);
+    Impl::Private& first = *m.workers[0].own;
+    for (size_t t = 0; t < m.workers.size(); ++t) {
+      Impl::Private& p = *m.workers[t].own;
+      if (t == 0) {
+        for (size_t i = 0; i < p.w.size(); ++i) p.w[i] += p.add[i];
+      } else {
+        std::memcpy(p.w.data(), first.w.data(), p.w.size() * sizeof(float));
+      }
+      std::fill(p.add.begin(), p.add.end(), 0.f);
+      p.has_add.store(false, std::memory_order_relaxed);
+    }
+  }
   m.bound = 0;
   for (int b : bound) m.bound += b;
 }
@@ -139,11 +406,16 @@ double Replica::Train(int t, const uint8_t* pixels, const uint8_t* labels, int c
   auto& wk = m.workers[size_t(t)];
   const int64_t isz = m.layout.input_size();
   double loss = 0;
+  if (m.exchanging) m.Drain(t, nullptr);  // what arrived since this worker's last step
   for (int i = 0; i < count;) {
     model::Network* net = count - i >= wk.net->batch() ? wk.net.get() : wk.net_one.get();
     net->SetInputFromBytes(pixels + i * isz);
     loss += net->Forward(labels + i, nullptr);
     net->Backward(lr);
+    if (m.exchanging) {  // private weights: the own step is in; publish it, take the peers'
+      m.Publish(t, *net);
+      m.Drain(t, net);
+    }
     if (m.options.apply_every > 1) {
       if (net->pending() == m.options.apply_every) m.ApplyHeld(wk, net);
     } else if (!m.options.record_layers.empty()) {

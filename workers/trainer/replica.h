@@ -3,6 +3,13 @@
 // (Hogwild). The trainer wraps it with data and parameter-server traffic; bench/ drives it
 // directly.
 //
+// threadWeights: private gives each worker its own copy of the weights instead: a worker applies
+// its own step at once and publishes it to a ring (conv steps as they are, dense layers as their
+// input and scaled error rows, Adam's dense-layer trick between threads); every other worker
+// applies the ring's entries to its copy before its next step (a rank-k sgemm per dense layer).
+// No cache line of the weights is written by two cores, at the cost of each worker applying
+// every worker's update. A worker waits only when a peer is a whole ring behind.
+//
 // Worker thread t is bound to its core (topology::PlaceThreads) and runs oneDNN with one OpenMP
 // thread; its contexts (Networks) are created on that thread so their buffers are first touched,
 // and allocated, on its NUMA node. Create, RunWorkers and Evaluate are called from one thread;
@@ -28,6 +35,9 @@ struct ReplicaOptions {
   // Steps a worker holds its updates back before writing them into the shared weights at once
   // (spec.training.applyEvery; 1 = every step, Adam's per-image Hogwild).
   int apply_every = 1;
+  // A private weight copy per worker (spec.training.threadWeights: private; needs apply_every 1).
+  bool private_weights = false;
+  int ring_steps = 32;  // private: steps a worker may publish before its slowest peer applies them
   // Dense layers whose activation and error vectors are recorded after every step, for Adam's
   // dense-layer protocol (update::UpdatePlan); empty = none.
   std::vector<int> record_layers;
@@ -50,12 +60,17 @@ class Replica {
 
   int threads() const;
   int64_t num_params() const;
-  // The shared weights: read and written by every worker without locks.
-  float* weights();
+  // Copies the weights into `out` (num_params floats): the shared weights, or worker 0's copy with
+  // what AddToWeights queued for it. Thread-safe; the workers keep training meanwhile (Hogwild).
+  void ReadWeights(float* out);
+  // Adds `delta` (num_params floats) to the weights: at once to the shared weights, or queued to
+  // every private copy, which applies it before its worker's next step. Thread-safe.
+  void AddToWeights(const float* delta);
   // Where the workers run, e.g. "4 threads on 1 NUMA node(s), bound to PUs 0,1,2,3".
   std::string placement() const;
 
-  // Runs fn(t) for t in [0, threads) on the worker threads; returns when every call has.
+  // Runs fn(t) for t in [0, threads) on the worker threads; returns when every call has (and, with
+  // private weights, when every copy has applied every step and queued addition).
   void RunWorkers(const std::function<void(int)>& fn);
   // From worker t: trains on `count` images (batch by batch, the remainder one at a time) with
   // learning rate `lr`; returns the summed loss.

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "core/event.h"
-#include "core/hogwild.h"
 #include "model/layout.h"
 #include "trainer/batch_queue.h"
 #include "trainer/replica.h"
@@ -144,7 +143,6 @@ Status Trainer::Impl::Sync(bool epoch_end) {
   std::lock_guard<std::mutex> lock(sync_mu);
   const int64_t seen = images_since_sync.load(std::memory_order_relaxed);
   const int64_t n = layout->num_params();
-  float* wp = replica->weights();
   // The dense logs first, then the weights: every logged image's update is in the snapshot (an
   // image logged later may be too: it is sent next time and its local effect comes back with
   // the pull after that).
@@ -157,10 +155,7 @@ Status Trainer::Impl::Sync(bool epoch_end) {
       args.dense.push_back({plan->dense()[k].layer, log.images, log.activations[k].data(),
                             log.errors[k].data()});
   }
-  {
-    HogwildScope hogwild;  // workers keep writing w meanwhile
-    std::memcpy(snapshot.data(), wp, size_t(n) * sizeof(float));
-  }
+  replica->ReadWeights(snapshot.data());  // workers keep training meanwhile
   for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = snapshot[size_t(i)] - w0[size_t(i)];
   clock = epoch_end ? ((clock >> 32) + 1) << 32 : clock + 1;
   args.delta = delta.data();
@@ -176,11 +171,10 @@ Status Trainer::Impl::Sync(bool epoch_end) {
   // How stale the replica's weights were: images trained on them since the last pull.
   if (m.staleness) m.staleness->Set(double(seen));
   if (m.map_version) m.map_version->Set(double(ps->shard_map_version()));
-  // Keep what the workers added while the push and pull were in flight.
-  {
-    HogwildScope hogwild;
-    for (int64_t i = 0; i < n; ++i) wp[i] = pulled[size_t(i)] + (wp[i] - snapshot[size_t(i)]);
-  }
+  // The replica becomes the pulled weights plus what the workers added while the push and pull
+  // were in flight: w += pulled - snapshot (the push is done with delta).
+  for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = pulled[size_t(i)] - snapshot[size_t(i)];
+  replica->AddToWeights(delta.data());
   w0.swap(pulled);
   images_since_sync.fetch_sub(seen, std::memory_order_relaxed);
   {
@@ -326,6 +320,7 @@ StatusOr<TrainerResult> Trainer::Run() {
   ro.threads = s.opt.threads;
   ro.batch = s.job.training.batch_size;
   ro.apply_every = s.job.training.apply_every;
+  ro.private_weights = s.job.training.thread_weights == spec::ThreadWeights::kPrivate;
   ro.eval_batch = s.opt.eval_batch;
   ro.bind = s.opt.bind;
   ro.evaluate = evaluates;

@@ -1,0 +1,195 @@
+// Private weights (threadWeights: private): every worker's copy takes every worker's step and
+// every AddToWeights exactly once, across ring wrap-arounds, waits and RunWorkers rounds. Part of
+// the suite ThreadSanitizer runs (scripts/tsan.sh).
+#include "trainer/replica.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "model/layout.h"
+
+namespace adam::trainer {
+namespace {
+
+spec::ModelSpec SmallModel() {
+  spec::ModelSpec m;
+  m.input = {1, 12, 12};
+  spec::LayerSpec conv, pool, dense, soft;
+  conv.type = spec::LayerType::kConv;
+  conv.maps = 4;
+  conv.kernel = 3;
+  pool.type = spec::LayerType::kMaxPool;
+  pool.size = 2;
+  dense.type = spec::LayerType::kDense;
+  dense.units = 16;
+  dense.activation = spec::Activation::kTanh;
+  soft.type = spec::LayerType::kSoftmax;
+  soft.classes = 4;
+  m.layers = {conv, pool, dense, soft};
+  return m;
+}
+
+constexpr int kDense = 2, kSoftmax = 3;  // the layers whose steps the dense log records
+
+struct Images {
+  std::vector<uint8_t> pixels, labels;
+};
+
+Images Random(int n, uint32_t seed) {
+  Images im;
+  std::mt19937 rng(seed);
+  for (int i = 0; i < n * 144; ++i) im.pixels.push_back(uint8_t(rng()));
+  for (int i = 0; i < n; ++i) im.labels.push_back(uint8_t(rng() % 4));
+  return im;
+}
+
+// `base` plus every logged step of the dense and softmax layers (W += E^T A, bias += sum of E
+// rows), in double.
+std::vector<double> Expected(const model::ModelLayout& layout, const std::vector<double>& base,
+                             const std::vector<DenseLog>& logs) {
+  std::vector<double> w = base;
+  const int layers[] = {kDense, kSoftmax};
+  for (const auto& log : logs)
+    for (size_t k = 0; k < 2; ++k) {
+      const auto& p = layout.params()[size_t(layers[k])];
+      const int64_t in = layout.shapes()[size_t(layers[k])].in.size(), units = p.bias.count;
+      for (int r = 0; r < log.images; ++r)
+        for (int64_t u = 0; u < units; ++u) {
+          const double e = log.errors[k][size_t(r * units + u)];
+          w[size_t(p.bias.offset + u)] += e;
+          for (int64_t j = 0; j < in; ++j)
+            w[size_t(p.weights.offset + u * in + j)] += e * log.activations[k][size_t(r * in + j)];
+        }
+    }
+  return w;
+}
+
+// Three workers at batch 2 (odd counts: single-image remainder steps too) with rings of two steps
+// (they wrap and fill all the time), while another thread adds to the weights five times.
+TEST(ReplicaPrivate, EveryStepAndAdditionReachesTheWeightsOnce) {
+  auto layout = model::ModelLayout::Make(SmallModel());
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  const size_t n = size_t(layout->num_params());
+  std::vector<float> init(n);
+  layout->InitParams(3, init.data());
+  ReplicaOptions o;
+  o.threads = 3;
+  o.batch = 2;
+  o.bind = false;
+  o.evaluate = false;
+  o.private_weights = true;
+  o.ring_steps = 2;
+  o.record_layers = {kDense, kSoftmax};
+  auto r = Replica::Create(*layout, o, init.data());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const Images im = Random(3 * 41, 5);
+  std::vector<float> add(n);
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-0.01f, 0.01f);
+  for (auto& x : add) x = u(rng);
+
+  std::vector<double> base(init.begin(), init.end());
+  for (int round = 0; round < 2; ++round) {
+    std::thread adder([&] {
+      for (int i = 0; i < 5; ++i) {
+        (*r)->AddToWeights(add.data());
+        std::this_thread::yield();
+      }
+    });
+    (*r)->RunWorkers([&](int t) {
+      const int64_t first = int64_t{t} * 41;
+      for (int i = 0; i < 41; i += 20) {
+        const int count = std::min(20, 41 - i);
+        (*r)->Train(t, im.pixels.data() + (first + i) * 144, im.labels.data() + first + i, count,
+                    0.05f);
+      }
+    });
+    adder.join();
+    std::vector<DenseLog> logs(3);
+    int images = 0;
+    for (int t = 0; t < 3; ++t) {
+      (*r)->TakeDenseLog(t, &logs[size_t(t)]);
+      images += logs[size_t(t)].images;
+    }
+    ASSERT_EQ(images, 3 * 41);
+    for (size_t i = 0; i < n; ++i) base[i] += 5.0 * add[i];
+    const std::vector<double> want = Expected(*layout, base, logs);
+    std::vector<float> got(n);
+    (*r)->ReadWeights(got.data());
+    // Every parameter of the dense and softmax layers; the conv layer's steps are not logged.
+    int64_t checked = 0;
+    double moved = 0;
+    for (int layer : {kDense, kSoftmax})
+      for (const auto& range :
+           {layout->params()[size_t(layer)].weights, layout->params()[size_t(layer)].bias})
+        for (int64_t i = range.offset; i < range.offset + range.count; ++i, ++checked) {
+          ASSERT_NEAR(got[size_t(i)], want[size_t(i)], 2e-5) << "round " << round << " param " << i;
+          moved += std::abs(want[size_t(i)] - base[size_t(i)]);
+        }
+    EXPECT_GT(checked, 0);
+    EXPECT_GT(moved / double(checked), 1e-3);  // the steps are far larger than the tolerance
+    // The conv layer trained too, and holds the additions.
+    const auto& conv = layout->params()[0].weights;
+    double conv_moved = 0;
+    for (int64_t i = conv.offset; i < conv.offset + conv.count; ++i)
+      conv_moved += std::abs(got[size_t(i)] - base[size_t(i)]);
+    EXPECT_GT(conv_moved, 0);
+    for (size_t i = 0; i < n; ++i) base[i] = got[i];
+  }
+}
+
+// After RunWorkers every copy holds the same weights: each worker's next step starts from them.
+// One image per worker with learning rate 0 changes nothing, so worker 1 and 2's copies are
+// checked through the steps they log (their activations are computed from their own copies).
+TEST(ReplicaPrivate, EveryCopyStartsTheNextRoundFromTheSameWeights) {
+  auto layout = model::ModelLayout::Make(SmallModel());
+  ASSERT_TRUE(layout.ok());
+  std::vector<float> init(size_t(layout->num_params()));
+  layout->InitParams(4, init.data());
+  ReplicaOptions o;
+  o.threads = 3;
+  o.bind = false;
+  o.evaluate = false;
+  o.private_weights = true;
+  o.record_layers = {kSoftmax};
+  auto r = Replica::Create(*layout, o, init.data());
+  ASSERT_TRUE(r.ok());
+  const Images train = Random(3 * 30, 6), probe = Random(1, 7);
+  (*r)->RunWorkers([&](int t) {
+    (*r)->Train(t, train.pixels.data() + t * 30 * 144, train.labels.data() + t * 30, 30, 0.05f);
+  });
+  std::vector<float> delta(init.size(), 0.f);
+  delta[size_t(layout->params()[0].weights.offset)] = 0.5f;  // an addition between rounds
+  (*r)->AddToWeights(delta.data());
+  std::vector<DenseLog> drop(3), logs(3);
+  for (int t = 0; t < 3; ++t) (*r)->TakeDenseLog(t, &drop[size_t(t)]);
+  (*r)->RunWorkers(
+      [&](int t) { (*r)->Train(t, probe.pixels.data(), probe.labels.data(), 1, 0.f); });
+  for (int t = 0; t < 3; ++t) {
+    (*r)->TakeDenseLog(t, &logs[size_t(t)]);
+    ASSERT_EQ(logs[size_t(t)].images, 1);
+  }
+  // The softmax layer's input for the same image: equal only if the copies are.
+  EXPECT_EQ(logs[1].activations[0], logs[0].activations[0]);
+  EXPECT_EQ(logs[2].activations[0], logs[0].activations[0]);
+}
+
+TEST(ReplicaPrivate, RefusesHeldUpdates) {
+  auto layout = model::ModelLayout::Make(SmallModel());
+  ASSERT_TRUE(layout.ok());
+  std::vector<float> init(size_t(layout->num_params()));
+  ReplicaOptions o;
+  o.private_weights = true;
+  o.apply_every = 4;
+  o.bind = false;
+  auto r = Replica::Create(*layout, o, init.data());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("apply_every"), std::string::npos) << r.status().ToString();
+}
+
+}  // namespace
+}  // namespace adam::trainer
