@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <future>
 #include <random>
 #include <thread>
 #include <vector>
@@ -143,8 +144,8 @@ TEST(ReplicaPrivate, EveryStepAndAdditionReachesTheWeightsOnce) {
 }
 
 // After RunWorkers every copy holds the same weights: each worker's next step starts from them.
-// One image per worker with learning rate 0 changes nothing, so worker 1 and 2's copies are
-// checked through the steps they log (their activations are computed from their own copies).
+// One image per worker with learning rate 0 changes nothing, and each step's logged activations
+// are computed from its worker's own copy.
 TEST(ReplicaPrivate, EveryCopyStartsTheNextRoundFromTheSameWeights) {
   auto layout = model::ModelLayout::Make(SmallModel());
   ASSERT_TRUE(layout.ok());
@@ -169,13 +170,71 @@ TEST(ReplicaPrivate, EveryCopyStartsTheNextRoundFromTheSameWeights) {
   for (int t = 0; t < 3; ++t) (*r)->TakeDenseLog(t, &drop[size_t(t)]);
   (*r)->RunWorkers(
       [&](int t) { (*r)->Train(t, probe.pixels.data(), probe.labels.data(), 1, 0.f); });
-  for (int t = 0; t < 3; ++t) {
-    (*r)->TakeDenseLog(t, &logs[size_t(t)]);
-    ASSERT_EQ(logs[size_t(t)].images, 1);
-  }
-  // The softmax layer's input for the same image: equal only if the copies are.
-  EXPECT_EQ(logs[1].activations[0], logs[0].activations[0]);
-  EXPECT_EQ(logs[2].activations[0], logs[0].activations[0]);
+  for (int t = 0; t < 3; ++t) (*r)->TakeDenseLog(t, &logs[size_t(t)]);
+  // Worker 0 logs every worker's step: three rows of the softmax layer's input for the same
+  // image, each computed on its worker's copy: equal only if the copies are.
+  ASSERT_EQ(logs[0].images, 3);
+  EXPECT_EQ(logs[1].images + logs[2].images, 0);
+  const auto& a = logs[0].activations[0];
+  const size_t in = a.size() / 3;
+  for (size_t row = 1; row < 3; ++row)
+    for (size_t j = 0; j < in; ++j) ASSERT_EQ(a[row * in + j], a[j]) << "row " << row << " " << j;
+}
+
+// A step joins the dense log only once it is in copy 0 (what ReadWeights copies): the trainer
+// pushes the log's rows and then the snapshot's other changes, so a logged step missing from the
+// snapshot would reach the replica twice (the pulled weights and its later local copy). Worker 0
+// is held up while worker 1 trains: its steps are not logged yet; once worker 0 has applied
+// them, they are.
+TEST(ReplicaPrivate, AStepIsLoggedOnlyOnceCopyZeroHoldsIt) {
+  auto layout = model::ModelLayout::Make(SmallModel());
+  ASSERT_TRUE(layout.ok());
+  const size_t n = size_t(layout->num_params());
+  std::vector<float> init(n);
+  layout->InitParams(8, init.data());
+  ReplicaOptions o;
+  o.threads = 2;
+  o.bind = false;
+  o.evaluate = false;
+  o.private_weights = true;
+  o.record_layers = {kDense, kSoftmax};
+  auto r = Replica::Create(*layout, o, init.data());
+  ASSERT_TRUE(r.ok());
+  const Images im = Random(10, 11);
+  std::promise<void> trained, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::thread run([&] {
+    (*r)->RunWorkers([&](int t) {
+      if (t == 0) {
+        released.wait();
+        return;
+      }
+      (*r)->Train(t, im.pixels.data(), im.labels.data(), 10, 0.05f);
+      trained.set_value();
+    });
+  });
+  trained.get_future().wait();
+  const std::vector<double> base(init.begin(), init.end());
+  auto check = [&](const std::vector<DenseLog>& logs, int want_images) {
+    int images = 0;
+    for (const auto& l : logs) images += l.images;
+    EXPECT_EQ(images, want_images);
+    const std::vector<double> want = Expected(*layout, base, logs);
+    std::vector<float> got(n);
+    (*r)->ReadWeights(got.data());
+    for (int layer : {kDense, kSoftmax})
+      for (const auto& range :
+           {layout->params()[size_t(layer)].weights, layout->params()[size_t(layer)].bias})
+        for (int64_t i = range.offset; i < range.offset + range.count; ++i)
+          ASSERT_NEAR(got[size_t(i)], want[size_t(i)], 2e-5) << "param " << i;
+  };
+  std::vector<DenseLog> logs(2);
+  for (int t = 0; t < 2; ++t) (*r)->TakeDenseLog(t, &logs[size_t(t)]);
+  check(logs, 0);  // worker 1's steps are in its own copy only
+  release.set_value();
+  run.join();
+  for (int t = 0; t < 2; ++t) (*r)->TakeDenseLog(t, &logs[size_t(t)]);
+  check(logs, 10);
 }
 
 TEST(ReplicaPrivate, RefusesHeldUpdates) {

@@ -72,8 +72,7 @@ class Network {
   };
   DenseIo dense_io(int layer) const;
 
-
-  // apply_every > 1: steps whose updates are held back, and a dense layer's held rows: its inputs
+  // apply_every > 1 or hold: steps whose updates are held back, and a dense layer's held rows: its inputs
   // (rows x in) and errors already scaled by -lr (rows x units), rows = pending() x batch.
   int pending() const;
   struct PendingRows {

@@ -3,7 +3,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -16,10 +18,11 @@
 namespace adam::trainer {
 
 struct Replica::Impl {
-  // Private weights: a worker's published steps, in slots of `rows` rows per dense layer so that
-  // consecutive steps are one matrix (a step of fewer images zero-fills its other rows).
+  // Private weights: a worker's published steps, in slots of `rows` (the batch) rows per dense
+  // layer, of which a step uses `used` (fewer for a remainder).
   struct Ring {
     int64_t capacity = 0, rows = 0;
+    std::vector<int64_t> used;                 // capacity: rows of each slot's step
     std::vector<float> steps;                  // capacity x looped floats: -lr * gradient
     std::vector<std::vector<float>> a, e;      // per dense layer: capacity*rows x in, x units
     alignas(64) std::atomic<int64_t> head{0};  // steps published (release)
@@ -40,7 +43,8 @@ struct Replica::Impl {
   };
   struct DenseLayer {
     int layer;
-    int64_t in, units, weights, bias;  // offsets in the parameters
+    int64_t in, units;
+    int64_t weights, bias;  // offsets in the parameters
   };
   struct Worker {
     std::unique_ptr<model::Network> net;       // `batch` images
@@ -134,6 +138,7 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
       Impl::Ring& ring = pv.ring;
       ring.capacity = s.options.ring_steps;
       ring.rows = s.options.batch;
+      ring.used.assign(size_t(ring.capacity), 0);
       ring.steps.resize(size_t(ring.capacity * s.looped_count));
       for (const auto& d : s.dense) {
         ring.a.emplace_back(size_t(ring.capacity * ring.rows * d.in));
@@ -245,12 +250,11 @@ void Replica::Impl::Publish(int t, const model::Network& net) {
   for (int64_t j = 0; j < looped_count; ++j) step[j] = -held[j];
   for (size_t k = 0; k < dense.size(); ++k) {
     const auto rows = net.pending_rows(dense[k].layer);
-    float* a = ring.a[k].data() + slot * ring.rows * rows.in;
-    float* e = ring.e[k].data() + slot * ring.rows * rows.units;
-    std::memcpy(a, rows.a, size_t(rows.rows * rows.in) * sizeof(float));
-    std::memcpy(e, rows.e, size_t(rows.rows * rows.units) * sizeof(float));
-    std::fill(a + rows.rows * rows.in, a + ring.rows * rows.in, 0.f);
-    std::fill(e + rows.rows * rows.units, e + ring.rows * rows.units, 0.f);
+    std::memcpy(ring.a[k].data() + slot * ring.rows * rows.in, rows.a,
+                size_t(rows.rows * rows.in) * sizeof(float));
+    std::memcpy(ring.e[k].data() + slot * ring.rows * rows.units, rows.e,
+                size_t(rows.rows * rows.units) * sizeof(float));
+    ring.used[size_t(slot)] = rows.rows;
   }
   ring.head.store(h + 1, std::memory_order_release);
 }
@@ -258,8 +262,11 @@ void Replica::Impl::Publish(int t, const model::Network& net) {
 // Worker t applies to its copy the step `own` holds (if any) and every step its peers have
 // published since its last drain, in one pass over each dense layer: their rows are gathered
 // and applied by one sgemm (more only when they exceed the gather buffers). Then queued adds.
+// Worker 0 also logs the record layers' rows of every step it applies, under its log lock, so a
+// step is in the dense log only once it is in copy 0, which is what ReadWeights copies.
 void Replica::Impl::Drain(int t, model::Network* own) {
   Private& pv = *workers[size_t(t)].own;
+  const bool logs = t == 0 && !options.record_layers.empty();
   float* w = pv.w.data();
   std::vector<int64_t>& to = pv.drain_to;
   bool any = own != nullptr;
@@ -268,6 +275,8 @@ void Replica::Impl::Drain(int t, model::Network* own) {
     any = any || (p != t && to[size_t(p)] != cursor(t, p).done.load(std::memory_order_relaxed));
   }
   if (any) {
+    std::unique_lock<std::mutex> log_lock;
+    if (logs) log_lock = std::unique_lock<std::mutex>(*workers[0].log_mu);
     HogwildScope hogwild;  // ReadWeights may be copying worker 0's weights meanwhile
     if (own) {
       const float* held = own->pending_steps();
@@ -286,6 +295,11 @@ void Replica::Impl::Drain(int t, model::Network* own) {
     }
     for (size_t k = 0; k < dense.size(); ++k) {
       const auto& d = dense[k];
+      DenseLog& log = workers[0].log;
+      const auto& record = options.record_layers;
+      const auto rec = std::find(record.begin(), record.end(), d.layer);
+      const bool log_layer = logs && rec != record.end();
+      const auto li = size_t(rec - record.begin());  // index into the log's layers
       float* ga = pv.gather_a[k].data();
       float* ge = pv.gather_e[k].data();
       int64_t rows = 0;
@@ -304,6 +318,11 @@ void Replica::Impl::Drain(int t, model::Network* own) {
         std::memcpy(ga + rows * d.in, a, size_t(n * d.in) * sizeof(float));
         std::memcpy(ge + rows * d.units, e, size_t(n * d.units) * sizeof(float));
         rows += n;
+        if (log_layer) {
+          log.activations[li].insert(log.activations[li].end(), a, a + n * d.in);
+          log.errors[li].insert(log.errors[li].end(), e, e + n * d.units);
+          if (li == 0) log.images += int(n);
+        }
       };
       if (own) {
         const auto held = own->pending_rows(d.layer);
@@ -316,7 +335,7 @@ void Replica::Impl::Drain(int t, model::Network* own) {
         for (int64_t i = from; i < to[size_t(p)]; ++i) {
           const int64_t slot = i % ring.capacity;
           append(ring.a[k].data() + slot * ring.rows * d.in,
-                 ring.e[k].data() + slot * ring.rows * d.units, ring.rows);
+                 ring.e[k].data() + slot * ring.rows * d.units, ring.used[size_t(slot)]);
         }
       }
       flush();
@@ -356,7 +375,7 @@ void Replica::RunWorkers(const std::function<void(int)>& fn) {
         m.finished.fetch_add(1, std::memory_order_acq_rel);
         while (m.finished.load(std::memory_order_acquire) < m.options.threads) {
           m.Drain(t, nullptr);
-          std::this_thread::yield();
+          std::this_thread::sleep_for(std::chrono::microseconds(50));  // leave the core to others
         }
         m.Drain(t, nullptr);
       }
@@ -418,7 +437,7 @@ double Replica::Train(int t, const uint8_t* pixels, const uint8_t* labels, int c
     }
     if (m.options.apply_every > 1) {
       if (net->pending() == m.options.apply_every) m.ApplyHeld(wk, net);
-    } else if (!m.options.record_layers.empty()) {
+    } else if (!m.options.record_layers.empty() && !m.exchanging) {  // private: Drain logs
       std::lock_guard<std::mutex> lock(*wk.log_mu);
       for (size_t k = 0; k < m.options.record_layers.size(); ++k) {
         const auto io = net->dense_io(m.options.record_layers[k]);

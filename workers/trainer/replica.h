@@ -5,8 +5,8 @@
 //
 // threadWeights: private gives each worker its own copy of the weights instead: a worker applies
 // its own step at once and publishes it to a ring (conv steps as they are, dense layers as their
-// input and scaled error rows, Adam's dense-layer trick between threads); every other worker
-// applies the ring's entries to its copy before its next step (a rank-k sgemm per dense layer).
+// input and scaled error rows, Adam's dense-layer trick between threads); before its next step
+// every worker applies its own step and every waiting peer step in one sgemm per dense layer.
 // No cache line of the weights is written by two cores, at the cost of each worker applying
 // every worker's update. A worker waits only when a peer is a whole ring behind.
 //
@@ -76,7 +76,9 @@ class Replica {
   // learning rate `lr`; returns the summed loss.
   double Train(int t, const uint8_t* pixels, const uint8_t* labels, int count, float lr);
   // Swaps worker t's dense log with `*out` (whose old contents are dropped; its buffers are
-  // reused). Thread-safe: called by the sync thread while workers train.
+  // reused). Thread-safe: called by the sync thread while workers train. With private weights
+  // worker 0's log holds every worker's steps, each logged once it is in copy 0 (so a ReadWeights
+  // after the take holds every step taken); the other logs stay empty.
   void TakeDenseLog(int t, DenseLog* out);
   // Fraction of `count` images that `params` classifies correctly, using every worker.
   double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels, int count);
