@@ -12,29 +12,25 @@
 #include <vector>
 
 #include "model/layout.h"
+#include "trainer/small_model.h"
 
 namespace adam::trainer {
 namespace {
 
-spec::ModelSpec SmallModel() {
-  spec::ModelSpec m;
-  m.input = {1, 12, 12};
-  spec::LayerSpec conv, pool, dense, soft;
-  conv.type = spec::LayerType::kConv;
-  conv.maps = 4;
-  conv.kernel = 3;
-  pool.type = spec::LayerType::kMaxPool;
-  pool.size = 2;
-  dense.type = spec::LayerType::kDense;
-  dense.units = 16;
-  dense.activation = spec::Activation::kTanh;
-  soft.type = spec::LayerType::kSoftmax;
-  soft.classes = 4;
-  m.layers = {conv, pool, dense, soft};
-  return m;
-}
+spec::ModelSpec Model() { return SmallModel(spec::Activation::kTanh); }
 
 constexpr int kDense = 2, kSoftmax = 3;  // the layers whose steps the dense log records
+
+// Private weights on `threads` unbound workers, logging `record` layers, no evaluation.
+ReplicaOptions Private(int threads, std::vector<int> record) {
+  ReplicaOptions o;
+  o.threads = threads;
+  o.bind = false;
+  o.evaluate = false;
+  o.private_weights = true;
+  o.record_layers = std::move(record);
+  return o;
+}
 
 struct Images {
   std::vector<uint8_t> pixels, labels;
@@ -72,19 +68,14 @@ std::vector<double> Expected(const model::ModelLayout& layout, const std::vector
 // Three workers at batch 2 (odd counts: single-image remainder steps too) with rings of two steps
 // (they wrap and fill all the time), while another thread adds to the weights five times.
 TEST(ReplicaPrivate, EveryStepAndAdditionReachesTheWeightsOnce) {
-  auto layout = model::ModelLayout::Make(SmallModel());
+  auto layout = model::ModelLayout::Make(Model());
   ASSERT_TRUE(layout.ok()) << layout.status().ToString();
   const size_t n = size_t(layout->num_params());
   std::vector<float> init(n);
   layout->InitParams(3, init.data());
-  ReplicaOptions o;
-  o.threads = 3;
+  ReplicaOptions o = Private(3, {kDense, kSoftmax});
   o.batch = 2;
-  o.bind = false;
-  o.evaluate = false;
-  o.private_weights = true;
   o.ring_steps = 2;
-  o.record_layers = {kDense, kSoftmax};
   auto r = Replica::Create(*layout, o, init.data());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const Images im = Random(3 * 41, 5);
@@ -147,16 +138,11 @@ TEST(ReplicaPrivate, EveryStepAndAdditionReachesTheWeightsOnce) {
 // One image per worker with learning rate 0 changes nothing, and each step's logged activations
 // are computed from its worker's own copy.
 TEST(ReplicaPrivate, EveryCopyStartsTheNextRoundFromTheSameWeights) {
-  auto layout = model::ModelLayout::Make(SmallModel());
+  auto layout = model::ModelLayout::Make(Model());
   ASSERT_TRUE(layout.ok());
   std::vector<float> init(size_t(layout->num_params()));
   layout->InitParams(4, init.data());
-  ReplicaOptions o;
-  o.threads = 3;
-  o.bind = false;
-  o.evaluate = false;
-  o.private_weights = true;
-  o.record_layers = {kSoftmax};
+  const ReplicaOptions o = Private(3, {kSoftmax});
   auto r = Replica::Create(*layout, o, init.data());
   ASSERT_TRUE(r.ok());
   const Images train = Random(3 * 30, 6), probe = Random(1, 7);
@@ -187,17 +173,12 @@ TEST(ReplicaPrivate, EveryCopyStartsTheNextRoundFromTheSameWeights) {
 // is held up while worker 1 trains: its steps are not logged yet; once worker 0 has applied
 // them, they are.
 TEST(ReplicaPrivate, AStepIsLoggedOnlyOnceCopyZeroHoldsIt) {
-  auto layout = model::ModelLayout::Make(SmallModel());
+  auto layout = model::ModelLayout::Make(Model());
   ASSERT_TRUE(layout.ok());
   const size_t n = size_t(layout->num_params());
   std::vector<float> init(n);
   layout->InitParams(8, init.data());
-  ReplicaOptions o;
-  o.threads = 2;
-  o.bind = false;
-  o.evaluate = false;
-  o.private_weights = true;
-  o.record_layers = {kDense, kSoftmax};
+  const ReplicaOptions o = Private(2, {kDense, kSoftmax});
   auto r = Replica::Create(*layout, o, init.data());
   ASSERT_TRUE(r.ok());
   const Images im = Random(10, 11);
@@ -238,13 +219,11 @@ TEST(ReplicaPrivate, AStepIsLoggedOnlyOnceCopyZeroHoldsIt) {
 }
 
 TEST(ReplicaPrivate, RefusesHeldUpdates) {
-  auto layout = model::ModelLayout::Make(SmallModel());
+  auto layout = model::ModelLayout::Make(Model());
   ASSERT_TRUE(layout.ok());
   std::vector<float> init(size_t(layout->num_params()));
-  ReplicaOptions o;
-  o.private_weights = true;
+  ReplicaOptions o = Private(1, {});
   o.apply_every = 4;
-  o.bind = false;
   auto r = Replica::Create(*layout, o, init.data());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("apply_every"), std::string::npos) << r.status().ToString();

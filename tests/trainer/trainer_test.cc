@@ -18,6 +18,7 @@
 #include "net/grpc.h"
 #include "param_server/clock_gate.h"
 #include "param_server/param_service.h"
+#include "trainer/small_model.h"
 #include "update/update_plan.h"
 
 namespace adam::trainer {
@@ -57,19 +58,7 @@ std::unique_ptr<data_server::DataSource> MakeSource() {
 spec::AdamJob Job(spec::Consistency mode) {
   spec::AdamJob job;
   job.name = "in-process";
-  job.model.input = {1, 12, 12};
-  spec::LayerSpec conv, pool, dense, soft;
-  conv.type = spec::LayerType::kConv;
-  conv.maps = 4;
-  conv.kernel = 3;
-  pool.type = spec::LayerType::kMaxPool;
-  pool.size = 2;
-  dense.type = spec::LayerType::kDense;
-  dense.units = 16;
-  dense.activation = spec::Activation::kRelu;
-  soft.type = spec::LayerType::kSoftmax;
-  soft.classes = 4;
-  job.model.layers = {conv, pool, dense, soft};
+  job.model = SmallModel(spec::Activation::kRelu);
   job.training.epochs = 3;
   job.training.learning_rate = 0.02;
   job.training.push_every = 20;

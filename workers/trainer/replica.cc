@@ -277,8 +277,9 @@ void Replica::Impl::Drain(int t, model::Network* own) {
   if (any) {
     std::unique_lock<std::mutex> log_lock;
     if (logs) log_lock = std::unique_lock<std::mutex>(*workers[0].log_mu);
-    HogwildScope hogwild;  // ReadWeights may be copying worker 0's weights meanwhile
+    // The weight writes only are Hogwild: ReadWeights may be copying worker 0's copy meanwhile.
     if (own) {
+      HogwildScope hogwild;
       const float* held = own->pending_steps();
       int64_t j = 0;
       for (const auto& r : looped)
@@ -289,6 +290,7 @@ void Replica::Impl::Drain(int t, model::Network* own) {
       const Ring& ring = workers[size_t(p)].own->ring;
       for (int64_t i = cursor(t, p).done.load(std::memory_order_relaxed); i < to[size_t(p)]; ++i) {
         const float* step = ring.steps.data() + (i % ring.capacity) * looped_count;
+        HogwildScope hogwild;
         for (const auto& r : looped)
           for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] += *step++;
       }
@@ -306,6 +308,7 @@ void Replica::Impl::Drain(int t, model::Network* own) {
       // W (units x in) += E^T (units x rows) x A (rows x in); bias += column sums of E.
       auto flush = [&] {
         if (rows == 0) return;
+        HogwildScope hogwild;
         dnnl_sgemm('T', 'N', d.units, d.in, rows, 1.f, ge, d.units, ga, d.in, 1.f,
                    w + d.weights, d.in);
         float* bias = w + d.bias;
