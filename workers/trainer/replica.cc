@@ -110,7 +110,8 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
             {int(i), layout.shapes()[i].in.size(), p.bias.count, p.weights.offset, p.bias.offset});
       }
     }
-    m.cursors = std::make_unique<Impl::Cursor[]>(size_t(options.threads) * size_t(options.threads));
+    const auto threads = size_t(options.threads);
+    m.cursors = std::make_unique<Impl::Cursor[]>(threads * threads);
   }
   for (auto& wk : m.workers) {
     wk.log.activations.resize(options.record_layers.size());
