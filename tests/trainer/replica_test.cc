@@ -216,6 +216,38 @@ TEST(ReplicaPrivate, AStepIsLoggedOnlyOnceCopyZeroHoldsIt) {
   run.join();
   for (int t = 0; t < 2; ++t) (*r)->TakeDenseLog(t, &logs[size_t(t)]);
   check(logs, 10);
+  EXPECT_EQ((*r)->ring_waits(), 0);  // 10 steps fit in the 32-step ring
+}
+
+// A worker a whole ring ahead of a peer waits until the peer applies its steps, and says so.
+TEST(ReplicaPrivate, AWorkerAWholeRingAheadWaitsForItsPeer) {
+  auto layout = model::ModelLayout::Make(Model());
+  ASSERT_TRUE(layout.ok());
+  std::vector<float> init(size_t(layout->num_params()));
+  layout->InitParams(9, init.data());
+  ReplicaOptions o = Private(2, {});
+  o.ring_steps = 4;
+  auto r = Replica::Create(*layout, o, init.data());
+  ASSERT_TRUE(r.ok());
+  const Images im = Random(10, 12);
+  std::promise<void> release, trained;
+  std::shared_future<void> released = release.get_future().share();
+  std::future<void> done = trained.get_future();
+  std::thread run([&] {
+    (*r)->RunWorkers([&](int t) {
+      if (t == 0) {
+        released.wait();
+        return;
+      }
+      (*r)->Train(t, im.pixels.data(), im.labels.data(), 10, 0.05f);
+      trained.set_value();
+    });
+  });
+  // Worker 0 applies nothing while held up, so worker 1 cannot publish its fifth step.
+  EXPECT_EQ(done.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  release.set_value();
+  run.join();
+  EXPECT_GE((*r)->ring_waits(), 1);
 }
 
 TEST(ReplicaPrivate, RefusesHeldUpdates) {

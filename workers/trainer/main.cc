@@ -48,6 +48,9 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                               "Version of the controller's shard map the trainer routes by (copies > 1)");
   tm.staleness = &reg.Gauge("adam_trainer_staleness_images",
                             "Images trained on the replica's weights since their last pull, at the last push");
+  tm.ring_waits = &reg.Counter("adam_trainer_ring_waits_total",
+                               "threadWeights private: steps a worker published only after waiting "
+                               "for a slower worker to apply its earlier ones");
 
   GrpcParamServerClientOptions po;
   po.trainer_name = options.name;

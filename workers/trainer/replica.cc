@@ -36,6 +36,7 @@ struct Replica::Impl {
     std::mutex add_mu;       // guards add
     std::vector<float> add;  // AddToWeights not yet in w
     std::atomic<bool> has_add{false};
+    std::atomic<int64_t> waits{0};  // steps this worker published only after waiting for room
     // Drain's scratch: each producer's head, and the rows gathered for one sgemm per layer.
     std::vector<int64_t> drain_to;
     std::vector<std::vector<float>> gather_a, gather_e;  // per dense layer
@@ -204,6 +205,13 @@ void Replica::ReadWeights(float* out) {
     for (size_t i = 0; i < n; ++i) out[i] += p.add[i];
 }
 
+int64_t Replica::ring_waits() const {
+  int64_t n = 0;
+  for (const auto& wk : impl_->workers)
+    if (wk.own) n += wk.own->waits.load(std::memory_order_relaxed);
+  return n;
+}
+
 void Replica::AddToWeights(const float* delta) {
   Impl& m = *impl_;
   const size_t n = size_t(m.layout.num_params());
@@ -237,11 +245,14 @@ void Replica::Impl::ApplyAdds(Private& p) {
 void Replica::Impl::Publish(int t, const model::Network& net) {
   Ring& ring = workers[size_t(t)].own->ring;
   const int64_t h = ring.head.load(std::memory_order_relaxed);
-  for (;;) {
+  for (bool waited = false;; waited = true) {
     int64_t slowest = h;
     for (int c = 0; c < options.threads; ++c)
       if (c != t) slowest = std::min(slowest, cursor(c, t).done.load(std::memory_order_acquire));
-    if (h - slowest < ring.capacity) break;
+    if (h - slowest < ring.capacity) {
+      if (waited) workers[size_t(t)].own->waits.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
     Drain(t, nullptr);
     std::this_thread::yield();
   }

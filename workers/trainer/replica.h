@@ -66,6 +66,9 @@ class Replica {
   // Adds `delta` (num_params floats) to the weights: at once to the shared weights, or queued to
   // every private copy, which applies it before its worker's next step. Thread-safe.
   void AddToWeights(const float* delta);
+  // Private weights: steps published only after waiting for a peer to make room in the ring
+  // (a worker that is a whole ring behind its peers); 0 with shared weights. Thread-safe.
+  int64_t ring_waits() const;
   // Where the workers run, e.g. "4 threads on 1 NUMA node(s), bound to PUs 0,1,2,3".
   std::string placement() const;
 

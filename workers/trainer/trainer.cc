@@ -48,6 +48,7 @@ struct Trainer::Impl {
   std::mutex sync_mu;
   std::vector<float> w0, snapshot, delta, pulled;
   std::vector<DenseLog> logs;  // per worker, swapped out of the replica at each push
+  int64_t ring_waits_seen = 0;  // replica->ring_waits() at the last push
   // Pushes so far: (epoch << 32) | pushes within the epoch, so an epoch's end is a step every
   // trainer reaches (see param_server/clock_gate.h).
   uint64_t clock = 0;
@@ -171,6 +172,11 @@ Status Trainer::Impl::Sync(bool epoch_end) {
   // How stale the replica's weights were: images trained on them since the last pull.
   if (m.staleness) m.staleness->Set(double(seen));
   if (m.map_version) m.map_version->Set(double(ps->shard_map_version()));
+  if (m.ring_waits) {
+    const int64_t waits = replica->ring_waits();
+    m.ring_waits->Increment(double(waits - ring_waits_seen));
+    ring_waits_seen = waits;
+  }
   // The replica becomes the pulled weights plus what the workers added while the push and pull
   // were in flight: w += pulled - snapshot (the push is done with delta).
   for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = pulled[size_t(i)] - snapshot[size_t(i)];

@@ -47,6 +47,7 @@ struct TrainerMetrics {
   prometheus::Histogram* pull_seconds = nullptr;  // adam_trainer_pull_seconds
   prometheus::Gauge* staleness = nullptr;   // adam_trainer_staleness_images
   prometheus::Gauge* map_version = nullptr; // adam_trainer_shard_map_version
+  prometheus::Counter* ring_waits = nullptr;  // adam_trainer_ring_waits_total
 };
 
 // The result of a run, also emitted as the "done" event.
