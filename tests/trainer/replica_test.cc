@@ -124,7 +124,7 @@ TEST(ReplicaPrivate, EveryStepAndAdditionReachesTheWeightsOnce) {
         }
     EXPECT_GT(checked, 0);
     EXPECT_GT(moved / double(checked), 1e-3);  // the steps are far larger than the tolerance
-    // The conv layer trained too, and holds the additions.
+    // The conv layer trained too (its steps are not logged: only that it moved is checked).
     const auto& conv = layout->params()[0].weights;
     double conv_moved = 0;
     for (int64_t i = conv.offset; i < conv.offset + conv.count; ++i)

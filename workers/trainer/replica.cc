@@ -231,8 +231,7 @@ void Replica::AddToWeights(const float* delta) {
 // A worker's copy takes what AddToWeights queued for it.
 void Replica::Impl::ApplyAdds(Private& p) {
   if (!p.has_add.load(std::memory_order_acquire)) return;
-  std::lock_guard<std::mutex> lock(p.add_mu);
-  HogwildScope hogwild;  // ReadWeights may be copying worker 0's weights meanwhile
+  std::lock_guard<std::mutex> lock(p.add_mu);  // ReadWeights copies worker 0's under it too
   for (size_t i = 0; i < p.w.size(); ++i) {
     p.w[i] += p.add[i];
     p.add[i] = 0.f;
