@@ -44,6 +44,29 @@ Images Random(int n, uint32_t seed) {
   return im;
 }
 
+// Two workers on RunWorkers' own thread: worker 0 waits (applying nothing) until Release, worker 1
+// trains on `im` at learning rate 0.05; `done` is ready once worker 1 has.
+struct WorkerZeroHeldUp {
+  WorkerZeroHeldUp(Replica* r, const Images& im) : run([this, r, &im] {
+    r->RunWorkers([&](int t) {
+      if (t == 0) {
+        released.wait();
+        return;
+      }
+      r->Train(t, im.pixels.data(), im.labels.data(), int(im.labels.size()), 0.05f);
+      trained.set_value();
+    });
+  }) {}
+  void Release() {
+    release.set_value();
+    run.join();
+  }
+  std::promise<void> release, trained;
+  std::shared_future<void> released = release.get_future().share();
+  std::future<void> done = trained.get_future();
+  std::thread run;  // last: starts once the promises exist
+};
+
 // `base` plus every logged step of the dense and softmax layers (W += E^T A, bias += sum of E
 // rows), in double.
 std::vector<double> Expected(const model::ModelLayout& layout, const std::vector<double>& base,
@@ -182,19 +205,8 @@ TEST(ReplicaPrivate, AStepIsLoggedOnlyOnceCopyZeroHoldsIt) {
   auto r = Replica::Create(*layout, o, init.data());
   ASSERT_TRUE(r.ok());
   const Images im = Random(10, 11);
-  std::promise<void> trained, release;
-  std::shared_future<void> released = release.get_future().share();
-  std::thread run([&] {
-    (*r)->RunWorkers([&](int t) {
-      if (t == 0) {
-        released.wait();
-        return;
-      }
-      (*r)->Train(t, im.pixels.data(), im.labels.data(), 10, 0.05f);
-      trained.set_value();
-    });
-  });
-  trained.get_future().wait();
+  WorkerZeroHeldUp run(r->get(), im);
+  run.done.wait();
   const std::vector<double> base(init.begin(), init.end());
   auto check = [&](const std::vector<DenseLog>& logs, int want_images) {
     int images = 0;
@@ -212,8 +224,7 @@ TEST(ReplicaPrivate, AStepIsLoggedOnlyOnceCopyZeroHoldsIt) {
   std::vector<DenseLog> logs(2);
   for (int t = 0; t < 2; ++t) (*r)->TakeDenseLog(t, &logs[size_t(t)]);
   check(logs, 0);  // worker 1's steps are in its own copy only
-  release.set_value();
-  run.join();
+  run.Release();
   for (int t = 0; t < 2; ++t) (*r)->TakeDenseLog(t, &logs[size_t(t)]);
   check(logs, 10);
   EXPECT_EQ((*r)->ring_waits(), 0);  // 10 steps fit in the 32-step ring
@@ -230,23 +241,10 @@ TEST(ReplicaPrivate, AWorkerAWholeRingAheadWaitsForItsPeer) {
   auto r = Replica::Create(*layout, o, init.data());
   ASSERT_TRUE(r.ok());
   const Images im = Random(10, 12);
-  std::promise<void> release, trained;
-  std::shared_future<void> released = release.get_future().share();
-  std::future<void> done = trained.get_future();
-  std::thread run([&] {
-    (*r)->RunWorkers([&](int t) {
-      if (t == 0) {
-        released.wait();
-        return;
-      }
-      (*r)->Train(t, im.pixels.data(), im.labels.data(), 10, 0.05f);
-      trained.set_value();
-    });
-  });
+  WorkerZeroHeldUp run(r->get(), im);
   // Worker 0 applies nothing while held up, so worker 1 cannot publish its fifth step.
-  EXPECT_EQ(done.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
-  release.set_value();
-  run.join();
+  EXPECT_EQ(run.done.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  run.Release();
   EXPECT_GE((*r)->ring_waits(), 1);
 }
 
