@@ -1,5 +1,8 @@
 #include "raft/wire.h"
 
+#include <string>
+#include <utility>
+
 namespace adam::raft {
 
 void MessageToProto(const Message& m, v1::RaftMessage* p) {
@@ -28,10 +31,29 @@ void MessageToProto(const Message& m, v1::RaftMessage* p) {
   p->set_context(m.context);
 }
 
+namespace {
+
+// No log reaches 2^62 entries or terms: a larger index or term is corrupt, and refusing it keeps
+// every index + 1 and every loop up to an index in the node finite.
+constexpr uint64_t kMaxIndex = uint64_t{1} << 62;
+
+Status CheckBound(const char* field, uint64_t value) {
+  if (value < kMaxIndex) return OkStatus();
+  return InvalidArgumentError(std::string("raft message: ") + field + " " + std::to_string(value) +
+                              " beyond 2^62");
+}
+
+}  // namespace
+
 StatusOr<Message> MessageFromProto(const v1::RaftMessage& p) {
   Message m;
   if (p.type() > static_cast<uint32_t>(MessageType::kSnapshot))
     return InvalidArgumentError("raft message: type " + std::to_string(p.type()) + " unknown");
+  for (const auto& [field, value] :
+       {std::pair<const char*, uint64_t>{"term", p.term()}, {"log_term", p.log_term()},
+        {"index", p.index()}, {"commit", p.commit()}, {"reject_hint", p.reject_hint()},
+        {"snapshot_index", p.snapshot_index()}, {"snapshot_term", p.snapshot_term()}})
+    if (Status s = CheckBound(field, value); !s.ok()) return s;
   m.type = static_cast<MessageType>(p.type());
   m.from = p.from();
   m.to = p.to();
@@ -52,6 +74,9 @@ StatusOr<Message> MessageFromProto(const v1::RaftMessage& p) {
   }
   if (m.type == MessageType::kSnapshot && !p.has_snapshot())
     return InvalidArgumentError("raft message: Snapshot without a snapshot");
+  if (p.has_snapshot() && p.snapshot_term() > p.term())
+    return InvalidArgumentError("raft message: snapshot_term " + std::to_string(p.snapshot_term()) +
+                                " above the message's term " + std::to_string(p.term()));
   if (p.has_snapshot()) m.snapshot = Snapshot{p.snapshot_index(), p.snapshot_term(), p.snapshot_data()};
   m.commit = p.commit();
   m.reject = p.reject();
