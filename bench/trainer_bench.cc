@@ -61,7 +61,7 @@ Data LoadData(const adam::spec::AdamJob& job, bool* real) {
 // Images/s of `threads` Hogwild workers at `batch`, measured over `seconds` after a warm-up.
 double Throughput(const adam::model::ModelLayout& layout, const std::vector<float>& init,
                   const Data& data, int threads, int batch, int apply_every, bool private_weights,
-                  double seconds, std::string* where) {
+                  double seconds, std::string* where, double* waits_per_step) {
   adam::trainer::ReplicaOptions o;
   o.threads = threads;
   o.batch = batch;
@@ -74,7 +74,7 @@ double Throughput(const adam::model::ModelLayout& layout, const std::vector<floa
     std::exit(1);
   }
   *where = (*r)->placement();
-  std::atomic<int64_t> images{0};
+  std::atomic<int64_t> images{0}, steps{0};
   std::atomic<int> phase{0};  // 0 warm-up, 1 measuring, 2 stop
   const int chunk = std::max(batch, 64);
   auto start = Clock::now();
@@ -92,10 +92,13 @@ double Throughput(const adam::model::ModelLayout& layout, const std::vector<floa
       (*r)->Train(t, data.train.pixels.data() + int64_t{pos} * 784, data.train.labels.data() + pos,
                   chunk, 0.001f);
       if (phase.load(std::memory_order_relaxed) == 1) images.fetch_add(chunk, std::memory_order_relaxed);
+      steps.fetch_add((chunk + batch - 1) / batch, std::memory_order_relaxed);
       pos += chunk;
     }
   });
   timer.join();
+  // Private weights: how often a worker had to wait for a peer a whole ring behind.
+  *waits_per_step = double((*r)->ring_waits()) / double(std::max<int64_t>(1, steps.load()));
   return double(images.load()) / std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -159,11 +162,14 @@ int main(int argc, char** argv) {
   for (int b : ParseList(batches_s))
     for (int t : threads) {
       std::string where;
-      const double ips =
-          Throughput(*layout, init, data, t, b, apply_every, private_weights, seconds, &where);
+      double waits = 0;
+      const double ips = Throughput(*layout, init, data, t, b, apply_every, private_weights,
+                                    seconds, &where, &waits);
+      if (private_weights) where += "; ring waits per step " + std::to_string(waits);
       std::fprintf(stderr, "%-8d %-6d %12.0f %10.2f  %s\n", t, b, ips, ips * flops / 1e9, where.c_str());
       out["runs"].push_back({{"threads", t}, {"batch", b}, {"apply_every", apply_every},
-                             {"private_weights", private_weights}, {"images_per_second", ips}});
+                             {"private_weights", private_weights}, {"images_per_second", ips},
+                             {"ring_waits_per_step", waits}});
     }
 
   if (tta > 0 && real) {
