@@ -35,18 +35,28 @@ TEST(RaftWire, AMessageSurvivesTheRoundTrip) {
   m.index = 10;
   m.entries = {{7, 11, EntryType::kNormal, "a"}, {7, 12, EntryType::kNoop, ""}};
   m.commit = 9;
+  m.reject = true;
+  m.reject_hint = 8;
   m.context = "r1";
   v1::RaftMessage p;
   MessageToProto(m, &p);
   StatusOr<Message> back = MessageFromProto(p);
   ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->type, MessageType::kAppend);
+  EXPECT_EQ(back->from, 2u);
+  EXPECT_EQ(back->to, 1u);
   EXPECT_EQ(back->term, 7u);
   EXPECT_EQ(back->log_term, 6u);
   EXPECT_EQ(back->index, 10u);
   ASSERT_EQ(back->entries.size(), 2u);
+  EXPECT_EQ(back->entries[0].term, 7u);
+  EXPECT_EQ(back->entries[0].data, "a");
   EXPECT_EQ(back->entries[1].index, 12u);
   EXPECT_EQ(back->entries[1].type, EntryType::kNoop);
   EXPECT_EQ(back->commit, 9u);
+  EXPECT_TRUE(back->reject);
+  EXPECT_EQ(back->reject_hint, 8u);
+  EXPECT_FALSE(back->snapshot.has_value());
   EXPECT_EQ(back->context, "r1");
 
   StatusOr<Message> s = MessageFromProto(SnapshotMessage(40, 4));
