@@ -20,10 +20,10 @@ fuzz() {
       "$work" > "$log" 2>&1 || rc=$?
   echo $rc > build-asan/$t.rc
 }
-jobs=$(nproc)
+per_round=$(nproc)
 rm -f build-asan/*.rc
-for ((i = 0; i < ${#targets[@]}; i += jobs)); do
-  for t in "${targets[@]:i:jobs}"; do
+for ((i = 0; i < ${#targets[@]}; i += per_round)); do
+  for t in "${targets[@]:i:per_round}"; do
     echo "fuzz: $t for ${seconds}s"
     fuzz "$t" &
   done
