@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test fuzz tsan asan bench clean
+.PHONY: deps build demo test fuzz tsan asan bench clean cluster-tools cluster cluster-down k8s-e2e image
 
 deps:
 	./scripts/install-deps.sh
@@ -19,8 +19,31 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
-clean:
+clean: cluster-down
 	rm -rf $(BUILD) build-tsan build-asan build-tsan.log build-asan.log
+
+# A local Kubernetes control plane with fake nodes (tests/cluster/): etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl, kwok and helm at pinned releases, built from
+# Go modules once into ~/.cache/adam/cluster (keyed by tests/cluster/go.sum).
+cluster-tools: deps
+	./tests/cluster/build.sh >/dev/null
+
+# Starts it (6 fake nodes in 3 zones) and prints the KUBECONFIG to use; cluster-down stops it.
+cluster: cluster-tools
+	./tests/cluster/cluster.sh up
+
+cluster-down:
+	./tests/cluster/cluster.sh down
+
+# The operator, chart and CRD against that control plane (tests/cluster/e2e/).
+k8s-e2e: build cluster-tools
+	./tests/cluster/e2e.sh
+
+# The image (docker/Dockerfile) built on this machine's Docker Engine with no registry: its Debian
+# base made by mmdebstrap (docker/base.sh), the adam binary `make build` made, then checked
+# (adam --version, validate, non-root, no build tools). ADAM_IMAGE_FROM_SOURCE=1 compiles in it.
+image: build
+	./docker/image.sh
 
 fuzz: deps
 	./scripts/fuzz.sh

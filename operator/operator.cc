@@ -30,9 +30,11 @@ constexpr const char* kManagedSelector = "app.kubernetes.io/managed-by=adam-oper
 }  // namespace
 
 struct Operator::Impl : public Children {
-  kube::Client* client = nullptr;
+  kube::Client* reads = nullptr;   // informers
+  kube::Client* writes = nullptr;  // the Lease; the reconciler through `fenced`
+  std::unique_ptr<kube::FencedClient> fenced;
   OperatorOptions o;
-  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::shared_ptr<prometheus::Registry> registry;
   prometheus::Counter* reconcile_success = nullptr;
   prometheus::Counter* reconcile_error = nullptr;
   prometheus::Counter* reconcile_requeue_after = nullptr;
@@ -50,9 +52,9 @@ struct Operator::Impl : public Children {
   std::unique_ptr<kube::WorkQueue> queue;
   std::vector<std::unique_ptr<kube::Informer>> informers;  // jobs first, then children
   std::map<std::string, kube::Informer*> by_plural;
-  std::unique_ptr<Reconciler> reconciler;
-  std::mutex reconcile_mu;  // one reconciler, shared by workers: one call at a time per key via
-                            // the queue, and its failure bookkeeping under this lock
+  std::unique_ptr<kube::MetricsCache> scrapes;
+  std::unique_ptr<Reconciler> reconciler;  // shared by the workers; the queue hands out each key
+                                           // to one worker at a time
   std::vector<std::thread> workers;
   std::atomic<bool> running{false};
   std::atomic<bool> was_leader{false};
@@ -60,13 +62,23 @@ struct Operator::Impl : public Children {
   std::atomic<uint64_t> reconciles{0};
   uint64_t adds_seen = 0, retries_seen = 0;
 
-  std::vector<Json> Owned(const kube::Resource& r, const std::string& ns,
-                          const std::string& job) const override {
+  std::vector<Json> Owned(const kube::Resource& r, const std::string& ns, const std::string& job,
+                          const std::string& uid) const override {
     auto it = by_plural.find(r.plural);
     if (it == by_plural.end()) return {};
     std::vector<Json> out;
-    for (Json& o : it->second->List(kJobLabel, job))
-      if (o["metadata"].value("namespace", "") == ns) out.push_back(std::move(o));
+    for (Json& o : it->second->List(kJobLabel, job)) {
+      if (o["metadata"].value("namespace", "") != ns) continue;
+      std::string controller_uid;
+      bool has_controller = false;
+      for (const Json& ref : o["metadata"].value("ownerReferences", Json::array()))
+        if (ref.value("controller", false)) {
+          has_controller = true;
+          controller_uid = ref.value("uid", "");
+        }
+      if (has_controller && controller_uid != uid) continue;  // another job's of the same name
+      out.push_back(std::move(o));
+    }
     return out;
   }
 
@@ -143,7 +155,8 @@ struct Operator::Impl : public Children {
     if (running) return;
     queue = std::make_unique<kube::WorkQueue>();
     adds_seen = retries_seen = 0;
-    reconciler = std::make_unique<Reconciler>(client, this, nullptr, o.metrics.get(), o.status_period);
+    if (o.metrics) scrapes = std::make_unique<kube::MetricsCache>(o.metrics.get(), o.status_period);
+    reconciler = std::make_unique<Reconciler>(fenced.get(), this, nullptr, scrapes.get(), o.status_period);
     reconciler->set_certificate_validity(o.certificate_validity);
     kube::WorkQueue* q = queue.get();
     auto job_handler = [q](const kube::WatchEvent& ev) { q->Add(kube::KeyOf(ev.object)); };
@@ -152,13 +165,13 @@ struct Operator::Impl : public Children {
       const std::string job = md.value("labels", Json::object()).value(kJobLabel, "");
       if (!job.empty()) q->Add(md.value("namespace", "") + "/" + job);
     };
-    informers.push_back(std::make_unique<kube::Informer>(client, kube::AdamJobs(), o.watch_namespace,
+    informers.push_back(std::make_unique<kube::Informer>(reads, kube::AdamJobs(), o.watch_namespace,
                                                          "", job_handler));
     by_plural.clear();
     for (const kube::Resource& r : {kube::Pods(), kube::StatefulSets(), kube::ConfigMaps(),
                                     kube::Services(), kube::PersistentVolumeClaims(),
                                     kube::NetworkPolicies(), kube::Secrets()}) {
-      informers.push_back(std::make_unique<kube::Informer>(client, r, o.watch_namespace,
+      informers.push_back(std::make_unique<kube::Informer>(reads, r, o.watch_namespace,
                                                            kManagedSelector, child_handler));
       by_plural[r.plural] = informers.back().get();
     }
@@ -178,10 +191,13 @@ struct Operator::Impl : public Children {
       ws.swap(workers);
     }
     for (auto& t : ws) t.join();
+    // No reconcile runs from here on (and no write of theirs started after the fence closed).
+    spdlog::info("reconciling stopped");
     std::lock_guard<std::mutex> lock(mu);
     for (auto& i : informers) i->Stop();
     informers.clear();
     by_plural.clear();
+    scrapes.reset();
   }
 
   void Work() {
@@ -193,7 +209,6 @@ struct Operator::Impl : public Children {
       active_workers->Increment();
       const auto t0 = std::chrono::steady_clock::now();
       StatusOr<ReconcileResult> r = [&]() -> StatusOr<ReconcileResult> {
-        std::lock_guard<std::mutex> lock(reconcile_mu);
         try {
           return reconciler->Reconcile(ns, name);
         } catch (const std::exception& e) {  // an object of an unexpected shape: retry, never die
@@ -206,7 +221,7 @@ struct Operator::Impl : public Children {
       if (!r.ok()) {
         reconcile_error->Increment();
         reconcile_errors->Increment();
-        if (r.status().code() != StatusCode::kAborted)
+        if (r.status().code() != StatusCode::kAborted && running.load())
           spdlog::warn("reconcile {}: {}", *key, r.status().message());
         q->AddRateLimited(*key);
       } else {
@@ -227,10 +242,13 @@ Operator::Operator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Operator::~Operator() { Stop(); }
 
-StatusOr<std::unique_ptr<Operator>> Operator::Start(kube::Client* client, const OperatorOptions& o) {
+StatusOr<std::unique_ptr<Operator>> Operator::Start(kube::Client* reads, kube::Client* writes,
+                                                    const OperatorOptions& o) {
   auto impl = std::make_unique<Impl>();
-  impl->client = client;
+  impl->reads = reads;
+  impl->writes = writes;
   impl->o = o;
+  impl->registry = o.registry ? o.registry : std::make_shared<prometheus::Registry>();
   if (impl->o.identity.empty()) {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
@@ -255,12 +273,6 @@ StatusOr<std::unique_ptr<Operator>> Operator::Start(kube::Client* client, const 
         }}});
   if (!endpoint.ok()) return endpoint.status();
   impl->endpoint = std::move(*endpoint);
-  std::unique_ptr<Operator> op(new Operator(std::move(impl)));
-  if (!o.leader_elect) {
-    raw->leader_gauge->Set(1);
-    raw->StartRunning();
-    return op;
-  }
   kube::LeaderOptions lo;
   lo.name_space = o.lease_namespace.empty() ? "default" : o.lease_namespace;
   lo.name = o.lease_name;
@@ -268,8 +280,18 @@ StatusOr<std::unique_ptr<Operator>> Operator::Start(kube::Client* client, const 
   lo.lease_duration = o.lease_duration;
   lo.renew_deadline = o.renew_deadline;
   lo.retry_period = o.retry_period;
+  if (o.leader_elect) ADAM_RETURN_IF_ERROR(kube::CheckLeaderTimes(lo, o.write_timeout));
+  std::unique_ptr<Operator> op(new Operator(std::move(impl)));
+  if (!o.leader_elect) {
+    raw->fenced = std::make_unique<kube::FencedClient>(writes, [] { return true; });
+    raw->leader_gauge->Set(1);
+    raw->StartRunning();
+    return op;
+  }
+  raw->fenced = std::make_unique<kube::FencedClient>(
+      writes, [raw] { return raw->elector && raw->elector->Leading(); });
   raw->elector = std::make_unique<kube::LeaderElector>(
-      client, lo,
+      writes, lo,
       [raw] {
         raw->was_leader = true;
         raw->leader_gauge->Set(1);
@@ -292,15 +314,37 @@ void Operator::Stop() {
   impl_->endpoint.reset();
 }
 
-bool Operator::IsLeader() const { return impl_->elector ? impl_->elector->IsLeader() : true; }
+bool Operator::IsLeader() const { return impl_->elector ? impl_->elector->Leading() : true; }
 bool Operator::LostLeadership() const { return impl_->lost.load(); }
 int Operator::metrics_port() const { return impl_->endpoint ? impl_->endpoint->port() : 0; }
 uint64_t Operator::reconciles() const { return impl_->reconciles.load(); }
 
+namespace {
+
+// Where the operator finds its cluster, as controller-runtime looks: --kubeconfig, then
+// $KUBECONFIG, then the pod's service account, then ~/.kube/config.
+StatusOr<kube::Config> FindConfig(const std::string& kubeconfig, const std::string& context) {
+  if (!kubeconfig.empty()) return kube::LoadKubeconfig(kubeconfig, context);
+  const char* env = std::getenv("KUBECONFIG");
+  if (env && *env) {
+    const std::string path = kube::DefaultKubeconfigPath(env);
+    if (path.empty()) return InvalidArgumentError(std::string("$KUBECONFIG (") + env + ") names no file that exists");
+    return kube::LoadKubeconfig(path, context);
+  }
+  auto in_cluster = kube::InClusterConfig();
+  if (in_cluster.ok() || in_cluster.status().message().find("KUBERNETES_SERVICE_HOST") == std::string::npos)
+    return in_cluster;
+  const std::string home = kube::DefaultKubeconfigPath("");
+  if (!home.empty()) return kube::LoadKubeconfig(home, context);
+  return NotFoundError("no cluster: pass --kubeconfig, set $KUBECONFIG, or run in a pod");
+}
+
+}  // namespace
+
 int OperatorMain(const OperatorOptions& options, const std::string& kubeconfig,
                  const std::string& context) {
   BlockTerminationSignals();
-  auto config = kubeconfig.empty() ? kube::InClusterConfig() : kube::LoadKubeconfig(kubeconfig, context);
+  auto config = FindConfig(kubeconfig, context);
   if (!config.ok()) {
     spdlog::error("{}", config.status().message());
     return 2;
@@ -308,18 +352,42 @@ int OperatorMain(const OperatorOptions& options, const std::string& kubeconfig,
   OperatorOptions o = options;
   if (o.lease_namespace.empty()) o.lease_namespace = config->name_space;
   o.metrics = kube::NewHttpMetricsSource();
-  auto client = kube::NewHttpClient(*config);
-  auto op = Operator::Start(client.get(), o);
+  o.registry = std::make_shared<prometheus::Registry>();
+  // client-go's names: requests by answer code and method, and their latency.
+  auto& requests = prometheus::BuildCounter()
+                       .Name("rest_client_requests_total")
+                       .Help("Number of HTTP requests to the API server, by status code and method")
+                       .Register(*o.registry);
+  auto& latency = prometheus::BuildHistogram()
+                      .Name("rest_client_request_duration_seconds")
+                      .Help("Request latency to the API server, by verb")
+                      .Register(*o.registry);
+  config->observer = [&requests, &latency](const kube::RequestRecord& r) {
+    requests.Add({{"code", r.code ? std::to_string(r.code) : "<error>"}, {"method", r.method}}).Increment();
+    latency.Add({{"verb", r.method}}, prometheus::Histogram::BucketBoundaries{
+                                          0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60})
+        .Observe(r.seconds);
+  };
+  config->qps = o.qps;
+  config->burst = o.burst;
+  kube::Config read_config = *config;
+  read_config.request_timeout = std::chrono::seconds(30);
+  kube::Config write_config = *config;
+  write_config.request_timeout = o.write_timeout;
+  auto reads = kube::NewHttpClient(read_config);
+  auto writes = kube::NewHttpClient(write_config);
+  auto op = Operator::Start(reads.get(), writes.get(), o);
   if (!op.ok()) {
     spdlog::error("{}", op.status().message());
-    return 1;
+    return op.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  spdlog::info("adam operator: API {}, watching {}, endpoints on port {}", config->server,
+  spdlog::info("adam operator: API {}, watching {}, endpoints on port {}, {} workers, {} QPS "
+               "(burst {})", config->server,
                o.watch_namespace.empty() ? "every namespace" : "namespace " + o.watch_namespace,
-               (*op)->metrics_port());
+               (*op)->metrics_port(), o.workers, config->qps, config->burst);
   int code = 0;
   while (true) {
-    if (WaitForTerminationSignal(std::chrono::milliseconds(500))) break;
+    if (WaitForTerminationSignal(std::chrono::milliseconds(100))) break;
     if ((*op)->LostLeadership()) {
       spdlog::error("lost the leader Lease; exiting to start again clean");
       code = 1;

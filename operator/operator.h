@@ -2,9 +2,13 @@
 // Lease leader election, with /metrics, /healthz and /readyz.
 //
 // Only the leader runs informers and workers; a leader that cannot renew its Lease stops them
-// (and the process exits, as controller-runtime's managers do, to start again clean). Metrics use
-// the conventional names (controller_runtime_reconcile_total, workqueue_depth, ...; see
-// docs/metrics.md). Thread-safe.
+// (and the process exits, as controller-runtime's managers do, to start again clean). Its writes
+// go through a FencedClient: none starts once renew_deadline has passed without a renewal, so a
+// standby that takes over after lease_duration never writes at the same time (kube/leader.h).
+// Up to `workers` different jobs are reconciled at once; trainers' /metrics are scraped in the
+// background (kube::MetricsCache), so a slow pod never holds a reconcile. Metrics use the
+// conventional names (controller_runtime_reconcile_total, workqueue_depth,
+// rest_client_requests_total, ...; see docs/metrics.md). Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -16,10 +20,17 @@
 #include "kube/scrape.h"
 #include "net/tls.h"
 
+namespace prometheus {
+class Registry;
+}  // namespace prometheus
+
 namespace adam::op {
 
 struct OperatorOptions {
   std::string watch_namespace;          // "" = every namespace
+  // Where the operator's metrics live (the API client's too, when the caller records them
+  // there); null = a registry of its own.
+  std::shared_ptr<prometheus::Registry> registry;
   std::string metrics_address = "0.0.0.0:8080";  // /metrics, /healthz, /readyz; port 0 = any
   bool leader_elect = true;
   std::string lease_namespace;           // "" = the operator's own namespace ("default" in tests)
@@ -29,6 +40,11 @@ struct OperatorOptions {
   std::chrono::milliseconds lease_duration{15000};
   std::chrono::milliseconds renew_deadline{10000};
   std::chrono::milliseconds retry_period{2000};
+  // The bound on each request of the `writes` client (checked against the Lease times).
+  std::chrono::milliseconds write_timeout{2000};
+  // Client-side limit on API requests (not watches): qps on average, bursts of `burst`.
+  double qps = 20;
+  int burst = 30;
   // Reads trainers' /metrics for the job status (epoch, accuracy, images/s); null = none.
   std::shared_ptr<kube::MetricsSource> metrics;
   std::chrono::milliseconds status_period{10000};
@@ -38,8 +54,14 @@ struct OperatorOptions {
 
 class Operator {
  public:
-  // Does not take ownership of `client`, which must outlive the operator.
-  static StatusOr<std::unique_ptr<Operator>> Start(kube::Client* client, const OperatorOptions& o);
+  // Does not take ownership of the clients, which must outlive the operator. `reads` serves the
+  // informers' lists and watches; `writes` the reconciler and the Lease, and its requests must be
+  // bounded (Config::request_timeout) so that the leader's last write ends before its Lease does.
+  static StatusOr<std::unique_ptr<Operator>> Start(kube::Client* reads, kube::Client* writes,
+                                                   const OperatorOptions& o);
+  static StatusOr<std::unique_ptr<Operator>> Start(kube::Client* client, const OperatorOptions& o) {
+    return Start(client, client, o);
+  }
   ~Operator();
 
   // Stops workers, informers and campaigning (a leader gives up its Lease).

@@ -13,7 +13,10 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -92,28 +95,64 @@ class Client {
                        const std::atomic<bool>* stop) = 0;
 };
 
-// Where the API server is and how to authenticate.
+// An exec credential plugin (a kubeconfig user's `exec`, client.authentication.k8s.io/v1 or
+// v1beta1): a command that prints an ExecCredential with a token or a client certificate.
+struct ExecPlugin {
+  std::string api_version = "client.authentication.k8s.io/v1";
+  std::string command;  // a path (resolved against the kubeconfig's folder when relative) or a name
+  std::vector<std::string> args;
+  std::vector<std::pair<std::string, std::string>> env;  // added to the operator's own
+  std::string where;  // "kubeconfig.users[NAME].user.exec", for errors
+};
+
+// One answer of the API server, or a failure to get one, as the client saw it (metrics).
+struct RequestRecord {
+  std::string method;  // GET, POST, PUT, DELETE, WATCH
+  int code = 0;        // HTTP status; 0 = no answer
+  double seconds = 0;  // until the answer's headers (a watch: until the stream opened)
+};
+
+// Where the API server is, how to authenticate, and the client's own limits.
 struct Config {
   std::string server;                 // https://host:port (or http:// for tests)
   std::string token;                  // bearer token; empty = none
+  // A file holding the bearer token, read again whenever it changes and after a 401 (bound
+  // service-account tokens are rotated by the kubelet); replaces `token`.
+  std::string token_file;
+  std::optional<ExecPlugin> exec;     // credentials from a plugin, cached until they expire
   std::string ca_pem;                 // CA bundle to verify the server; empty = system roots
   std::string client_cert_pem;        // client certificate and key (kubeconfig users)
   std::string client_key_pem;
   bool insecure_skip_tls_verify = false;
   std::string name_space = "default";  // the context's (or service account's) namespace
+  // Client-side rate limit of requests (not watches): `qps` per second on average, bursts of
+  // `burst`; qps <= 0 = none. A 429 or 503 answer with Retry-After is retried after that long,
+  // up to `max_retries` times.
+  double qps = 20;
+  int burst = 30;
+  int max_retries = 10;
+  // A request whose answer makes no progress for this long fails UNAVAILABLE (a watch: its own
+  // timeout plus 30 s).
+  std::chrono::milliseconds request_timeout{30000};
+  std::function<void(const RequestRecord&)> observer;  // every answer, on the calling thread
 };
-
-// The service account's token and CA, and KUBERNETES_SERVICE_HOST/PORT; NOT_FOUND outside a pod.
-// `root` replaces "/" for tests.
+// The service account's token file and CA, and KUBERNETES_SERVICE_HOST/PORT; NOT_FOUND outside a
+// pod. The token is read again whenever the kubelet rotates it. `root` replaces "/" for tests.
 StatusOr<Config> InClusterConfig(const std::string& root = "");
 
-// The current (or named) context of a kubeconfig file: server, CA (file or -data), token or
-// client certificate (file or -data). Errors name the field at fault.
+// The current (or named) context of a kubeconfig file: server, CA (file or -data), and the user's
+// token, tokenFile, client certificate (file or -data) or exec plugin. Errors name the field at
+// fault.
 StatusOr<Config> LoadKubeconfig(const std::string& path, const std::string& context = "");
 // The same, from the file's text; relative file references resolve against `base_dir`.
 StatusOr<Config> ParseKubeconfig(const std::string& text, const std::string& base_dir,
                                  const std::string& context = "");
 
+// The first existing file of a $KUBECONFIG-style list ("a:b"; missing ones are skipped, as
+// kubectl does), or ~/.kube/config when `list` is empty and that file exists; "" when none is.
+std::string DefaultKubeconfigPath(const std::string& list);
+
+// Over HTTPS (HTTP for tests), reusing its connections; thread-safe.
 std::unique_ptr<Client> NewHttpClient(const Config& config);
 
 // RFC 3339 UTC time ("2026-11-23T05:55:15Z") of a system_clock time point, and back (nullopt

@@ -5,11 +5,19 @@
 #include <cpprest/uri.h>
 #include <yaml-cpp/yaml.h>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -130,9 +138,148 @@ Status FromHttp(int code, const std::string& method, const std::string& path,
   }
 }
 
+// What an exec plugin answered.
+struct ExecAnswer {
+  std::string token, cert_pem, key_pem;
+  std::optional<std::chrono::system_clock::time_point> expiry;  // none: valid until refused
+};
+
+// Runs the plugin with KUBERNETES_EXEC_INFO set, as kubectl does, and reads the ExecCredential it
+// prints. Errors name the kubeconfig field and what the plugin did wrong.
+StatusOr<ExecAnswer> RunExecPlugin(const ExecPlugin& p) {
+  const std::string where = p.where.empty() ? "exec plugin" : p.where;
+  int out[2];
+  if (pipe(out) != 0) return UnavailableError(where + ": pipe: " + std::strerror(errno));
+  std::vector<std::string> env_store;
+  for (char** e = environ; *e; ++e) env_store.emplace_back(*e);
+  for (const auto& [k, v] : p.env) env_store.push_back(k + "=" + v);
+  const Json info = {{"apiVersion", p.api_version},
+                     {"kind", "ExecCredential"},
+                     {"spec", {{"interactive", false}}}};
+  env_store.push_back("KUBERNETES_EXEC_INFO=" + info.dump());
+  std::vector<char*> envp;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_store = {p.command};
+  argv_store.insert(argv_store.end(), p.args.begin(), p.args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_store) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, out[0]);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, p.command.c_str(), &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[1]);
+  if (rc != 0) {
+    close(out[0]);
+    return FailedPreconditionError(where + ".command: cannot run '" + p.command + "': " + std::strerror(rc));
+  }
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    if (text.size() < (1 << 20)) text.append(buf, size_t(n));
+  }
+  close(out[0]);
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
+    return FailedPreconditionError(where + ": '" + p.command + "' failed (" +
+                                   (WIFEXITED(wstatus) ? "exit code " + std::to_string(WEXITSTATUS(wstatus))
+                                                       : "killed by a signal") + ")");
+  Json cred;
+  try {
+    cred = Json::parse(text);
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(where + ": '" + p.command + "' printed no ExecCredential JSON: " + e.what());
+  }
+  if (!cred.is_object() || cred.value("kind", "") != "ExecCredential")
+    return InvalidArgumentError(where + ": the plugin's answer is not an ExecCredential (kind)");
+  if (cred.value("apiVersion", "") != p.api_version)
+    return InvalidArgumentError(where + ": the plugin answered apiVersion '" + cred.value("apiVersion", "") +
+                                "', asked for '" + p.api_version + "'");
+  const Json st = cred.value("status", Json::object());
+  if (!st.is_object()) return InvalidArgumentError(where + ": the plugin's answer has no status object");
+  auto str = [&](const char* k) {
+    auto it = st.find(k);
+    return it != st.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  ExecAnswer a{str("token"), str("clientCertificateData"), str("clientKeyData"), std::nullopt};
+  if (a.token.empty() && a.cert_pem.empty())
+    return InvalidArgumentError(where + ": the plugin's status has neither token nor clientCertificateData");
+  if (a.cert_pem.empty() != a.key_pem.empty())
+    return InvalidArgumentError(where + ": clientCertificateData and clientKeyData come together");
+  if (const std::string exp = str("expirationTimestamp"); !exp.empty()) {
+    a.expiry = ParseTime(exp);
+    if (!a.expiry) return InvalidArgumentError(where + ": status.expirationTimestamp '" + exp + "' is not RFC 3339");
+  }
+  return a;
+}
+
+// A token bucket: `qps` tokens a second, at most `burst` saved up. Acquire blocks until one is
+// free. Thread-safe.
+class RateLimiter {
+ public:
+  RateLimiter(double qps, int burst) : qps_(qps), burst_(std::max(1, burst)), tokens_(burst_) {}
+
+  // Returns how long the caller waited.
+  std::chrono::duration<double> Acquire() {
+    if (qps_ <= 0) return {};
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto start = std::chrono::steady_clock::now();
+    while (true) {
+      const auto now = std::chrono::steady_clock::now();
+      tokens_ = std::min<double>(burst_, tokens_ + qps_ * std::chrono::duration<double>(now - last_).count());
+      last_ = now;
+      if (tokens_ >= 1) {
+        tokens_ -= 1;
+        return now - start;
+      }
+      const auto wait = std::chrono::duration<double>((1 - tokens_) / qps_);
+      lock.unlock();
+      std::this_thread::sleep_for(wait);
+      lock.lock();
+    }
+  }
+
+ private:
+  const double qps_;
+  const int burst_;
+  std::mutex mu_;
+  double tokens_;  // guarded by mu_
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+// What a request authenticates with: a bearer token and/or a client certificate.
+struct Credentials {
+  std::string token;
+  std::string cert_pem, key_pem;
+};
+
+// The Retry-After header's delay in whole seconds (RFC 9110 also allows a date; the API server
+// sends seconds); nullopt when absent or not a number.
+std::optional<std::chrono::seconds> RetryAfter(const http::http_response& resp) {
+  const auto& h = resp.headers();
+  auto it = h.find("Retry-After");
+  if (it == h.end()) return std::nullopt;
+  try {
+    const long v = std::stol(it->second);
+    if (v < 0) return std::nullopt;
+    return std::chrono::seconds(std::min(v, 60L));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 class HttpClient : public Client {
  public:
-  explicit HttpClient(const Config& c) : config_(c) {}
+  explicit HttpClient(const Config& c) : config_(c), limiter_(c.qps, c.burst) {}
 
   StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
     return Call(http::methods::GET, r.Path(ns) + "/" + name, nullptr);
@@ -189,11 +336,22 @@ class HttpClient : public Client {
     });
     Status result = OkStatus();
     try {
-      http::client::http_client client(config_.server, ClientConfig(o.timeout + std::chrono::seconds(30)));
+      auto creds = CurrentCredentials();
+      if (!creds.ok()) {
+        done = true;
+        canceller.join();
+        return creds.status();
+      }
+      // A stream of its own: a watch holds its connection for minutes.
+      http::client::http_client client(
+          config_.server, ClientConfig(o.timeout + std::chrono::seconds(30), *creds));
       http::http_request req(http::methods::GET);
       req.set_request_uri(path);
-      Authorize(req);
+      Authorize(req, *creds);
+      const auto t0 = std::chrono::steady_clock::now();
       http::http_response resp = client.request(req, cancel.get_token()).get();
+      Observe("WATCH", resp.status_code(), t0);
+      if (resp.status_code() == 401) InvalidateCredentials(creds->token);
       if (resp.status_code() != 200) {
         result = FromHttp(resp.status_code(), "WATCH", path, BodyText(resp));
       } else {
@@ -233,41 +391,129 @@ class HttpClient : public Client {
     return object.value("metadata", Json::object()).value("name", "");
   }
 
-  http::client::http_client_config ClientConfig(std::chrono::seconds timeout) const {
+  http::client::http_client_config ClientConfig(std::chrono::milliseconds timeout,
+                                                const Credentials& creds) const {
     http::client::http_client_config cc;
-    cc.set_timeout(timeout);
+    cc.set_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
     cc.set_validate_certificates(!config_.insecure_skip_tls_verify);
-    const Config c = config_;
-    if (!c.ca_pem.empty() || !c.client_cert_pem.empty()) {
-      cc.set_ssl_context_callback([c](boost::asio::ssl::context& ctx) {
-        if (!c.ca_pem.empty()) ctx.add_certificate_authority(boost::asio::buffer(c.ca_pem));
-        if (!c.client_cert_pem.empty()) {
-          ctx.use_certificate_chain(boost::asio::buffer(c.client_cert_pem));
-          ctx.use_private_key(boost::asio::buffer(c.client_key_pem), boost::asio::ssl::context::pem);
+    const std::string ca = config_.ca_pem, cert = creds.cert_pem, key = creds.key_pem;
+    if (!ca.empty() || !cert.empty()) {
+      cc.set_ssl_context_callback([ca, cert, key](boost::asio::ssl::context& ctx) {
+        if (!ca.empty()) ctx.add_certificate_authority(boost::asio::buffer(ca));
+        if (!cert.empty()) {
+          ctx.use_certificate_chain(boost::asio::buffer(cert));
+          ctx.use_private_key(boost::asio::buffer(key), boost::asio::ssl::context::pem);
         }
       });
     }
     return cc;
   }
 
-  void Authorize(http::http_request& req) const {
-    if (!config_.token.empty()) req.headers().add("Authorization", "Bearer " + config_.token);
+  static void Authorize(http::http_request& req, const Credentials& creds) {
+    if (!creds.token.empty()) req.headers().add("Authorization", "Bearer " + creds.token);
     req.headers().add("Accept", "application/json");
   }
 
-  StatusOr<Json> Call(const http::method& method, const std::string& path, const Json* body) {
-    try {
-      http::client::http_client client(config_.server, ClientConfig(std::chrono::seconds(30)));
-      http::http_request req(method);
-      req.set_request_uri(path);
-      Authorize(req);
-      if (body) {
-        req.set_body(Bytes(body->dump()));
-        req.headers().set_content_type("application/json");
+  void Observe(const std::string& method, int code, std::chrono::steady_clock::time_point t0) const {
+    if (!config_.observer) return;
+    config_.observer(RequestRecord{
+        method, code, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+  }
+
+  // The credentials for the next request: the static ones, the token file's current content, or
+  // the exec plugin's cached answer (run again once it expires or the server refused it).
+  StatusOr<Credentials> CurrentCredentials() {
+    std::lock_guard<std::mutex> lock(creds_mu_);
+    Credentials c{config_.token, config_.client_cert_pem, config_.client_key_pem};
+    if (!config_.token_file.empty()) {
+      std::error_code ec;
+      const auto mtime = std::filesystem::last_write_time(config_.token_file, ec);
+      if (ec) return UnavailableError(config_.token_file + ": cannot read the token: " + ec.message());
+      if (!token_read_ || mtime != token_mtime_) {
+        bool ok = false;
+        std::string t = ReadFile(config_.token_file, &ok);
+        if (!ok) return UnavailableError(config_.token_file + ": cannot read the token");
+        while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+        file_token_ = t;
+        token_mtime_ = mtime;
+        token_read_ = true;
       }
-      http::http_response resp = client.request(req).get();
-      const std::string text = BodyText(resp);
-      const int code = resp.status_code();
+      c.token = file_token_;
+    }
+    if (config_.exec) {
+      if (!exec_creds_ || (exec_expiry_ && std::chrono::system_clock::now() >= *exec_expiry_)) {
+        auto got = RunExecPlugin(*config_.exec);
+        if (!got.ok()) return got.status();
+        exec_creds_ = Credentials{got->token, got->cert_pem, got->key_pem};
+        exec_expiry_ = got->expiry;
+      }
+      if (!exec_creds_->token.empty()) c.token = exec_creds_->token;
+      if (!exec_creds_->cert_pem.empty()) {
+        c.cert_pem = exec_creds_->cert_pem;
+        c.key_pem = exec_creds_->key_pem;
+      }
+    }
+    return c;
+  }
+
+  // After a 401: read the token file again and run the plugin again next time.
+  void InvalidateCredentials(const std::string& refused_token) {
+    std::lock_guard<std::mutex> lock(creds_mu_);
+    if (config_.exec && exec_creds_ && exec_creds_->token == refused_token) exec_creds_.reset();
+    token_read_ = false;
+  }
+
+  // The pooled client for requests with `creds`' certificate: one per certificate, so its
+  // connections are kept alive and reused across requests and threads.
+  std::shared_ptr<http::client::http_client> Pooled(const Credentials& creds) {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    if (!pooled_ || pooled_cert_ != creds.cert_pem) {
+      pooled_ = std::make_shared<http::client::http_client>(
+          config_.server, ClientConfig(config_.request_timeout, creds));
+      pooled_cert_ = creds.cert_pem;
+    }
+    return pooled_;
+  }
+
+  StatusOr<Json> Call(const http::method& method, const std::string& path, const Json* body) {
+    bool refused_once = false;
+    for (int attempt = 0;; ++attempt) {
+      int code = 0;
+      std::string text;
+      std::optional<std::chrono::seconds> retry_after;
+      std::string token;
+      try {
+        limiter_.Acquire();
+        ADAM_ASSIGN_OR_RETURN(const Credentials creds, CurrentCredentials());
+        token = creds.token;
+        auto client = Pooled(creds);
+        http::http_request req(method);
+        req.set_request_uri(path);
+        Authorize(req, creds);
+        if (body) {
+          req.set_body(Bytes(body->dump()));
+          req.headers().set_content_type("application/json");
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        http::http_response resp = client->request(req).get();
+        text = BodyText(resp);
+        code = resp.status_code();
+        Observe(method, code, t0);
+        if (code == 429 || code == 503) retry_after = RetryAfter(resp);
+      } catch (const std::exception& e) {
+        Observe(method, 0, std::chrono::steady_clock::now());
+        return UnavailableError(method + " " + path + ": " + e.what());
+      }
+      if (code == 401 && !refused_once && (config_.exec || !config_.token_file.empty())) {
+        // Rotated or expired credentials: fetch them again and try once more.
+        refused_once = true;
+        InvalidateCredentials(token);
+        continue;
+      }
+      if (retry_after && attempt < config_.max_retries) {
+        std::this_thread::sleep_for(*retry_after);
+        continue;
+      }
       if (code < 200 || code >= 300) return FromHttp(code, method, path, text);
       if (text.empty()) return Json::object();
       try {
@@ -275,12 +521,20 @@ class HttpClient : public Client {
       } catch (const std::exception& e) {
         return DataLossError(method + " " + path + ": the answer is not JSON: " + e.what());
       }
-    } catch (const std::exception& e) {
-      return UnavailableError(method + " " + path + ": " + e.what());
     }
   }
 
   const Config config_;
+  RateLimiter limiter_;
+  std::mutex pool_mu_;
+  std::shared_ptr<http::client::http_client> pooled_;  // guarded by pool_mu_
+  std::string pooled_cert_;                            // guarded by pool_mu_
+  std::mutex creds_mu_;
+  bool token_read_ = false;                              // guarded by creds_mu_
+  std::filesystem::file_time_type token_mtime_{};        // guarded by creds_mu_
+  std::string file_token_;                               // guarded by creds_mu_
+  std::optional<Credentials> exec_creds_;                // guarded by creds_mu_
+  std::optional<std::chrono::system_clock::time_point> exec_expiry_;  // guarded by creds_mu_
 };
 
 // A PEM given inline (FIELD-data, base64) or as a file (FIELD); "" when neither.
@@ -302,6 +556,42 @@ StatusOr<std::string> Pem(const YAML::Node& n, const std::string& field, const s
   return std::string();
 }
 
+// A kubeconfig user's `exec` stanza. A command with a slash is a path, relative to the
+// kubeconfig's folder; a bare name is looked up in $PATH when it runs.
+StatusOr<ExecPlugin> ParseExec(const YAML::Node& n, const std::string& where,
+                               const std::string& base_dir) {
+  if (!n.IsMap()) return InvalidArgumentError(where + ": must be a mapping");
+  ExecPlugin p;
+  p.where = where;
+  if (!n["apiVersion"]) return InvalidArgumentError(where + ".apiVersion: required");
+  p.api_version = n["apiVersion"].as<std::string>();
+  if (p.api_version != "client.authentication.k8s.io/v1" &&
+      p.api_version != "client.authentication.k8s.io/v1beta1")
+    return InvalidArgumentError(where + ".apiVersion: must be client.authentication.k8s.io/v1 or "
+                                        "v1beta1, got '" + p.api_version + "'");
+  if (!n["command"] || n["command"].as<std::string>().empty())
+    return InvalidArgumentError(where + ".command: required");
+  p.command = n["command"].as<std::string>();
+  if (p.command.find('/') != std::string::npos && std::filesystem::path(p.command).is_relative() &&
+      !base_dir.empty())
+    p.command = (std::filesystem::path(base_dir) / p.command).string();
+  if (const YAML::Node args = n["args"]) {
+    if (!args.IsSequence()) return InvalidArgumentError(where + ".args: must be a list");
+    for (const auto& a : args) p.args.push_back(a.as<std::string>());
+  }
+  if (const YAML::Node env = n["env"]) {
+    if (!env.IsSequence()) return InvalidArgumentError(where + ".env: must be a list");
+    for (size_t i = 0; i < env.size(); ++i) {
+      if (!env[i]["name"] || !env[i]["value"])
+        return InvalidArgumentError(where + ".env[" + std::to_string(i) + "]: needs name and value");
+      p.env.emplace_back(env[i]["name"].as<std::string>(), env[i]["value"].as<std::string>());
+    }
+  }
+  if (n["interactiveMode"] && n["interactiveMode"].as<std::string>() == "Always")
+    return InvalidArgumentError(where + ".interactiveMode: Always needs a terminal; the operator has none");
+  return p;
+}
+
 }  // namespace
 
 std::unique_ptr<Client> NewHttpClient(const Config& config) {
@@ -317,8 +607,9 @@ StatusOr<Config> InClusterConfig(const std::string& root) {
   const std::string h = host;
   c.server = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port;
   bool ok = false;
-  c.token = ReadFile(dir + "/token", &ok);
-  if (!ok) return NotFoundError(dir + "/token: cannot read the service-account token");
+  c.token_file = dir + "/token";
+  (void)ReadFile(c.token_file, &ok);
+  if (!ok) return NotFoundError(c.token_file + ": cannot read the service-account token");
   c.ca_pem = ReadFile(dir + "/ca.crt", &ok);
   if (!ok) return NotFoundError(dir + "/ca.crt: cannot read the cluster CA");
   std::string ns = ReadFile(dir + "/namespace", &ok);
@@ -370,24 +661,48 @@ StatusOr<Config> ParseKubeconfig(const std::string& text, const std::string& bas
       const std::string uw = "kubeconfig.users[" + user_name + "].user";
       if (u["token"]) c.token = u["token"].as<std::string>();
       if (u["tokenFile"]) {
+        std::filesystem::path p = u["tokenFile"].as<std::string>();
+        if (p.is_relative() && !base_dir.empty()) p = std::filesystem::path(base_dir) / p;
         bool ok = false;
-        c.token = ReadFile(u["tokenFile"].as<std::string>(), &ok);
-        if (!ok) return NotFoundError(uw + ".tokenFile: cannot read it");
+        (void)ReadFile(p, &ok);
+        if (!ok) return NotFoundError(uw + ".tokenFile: cannot read " + p.string());
+        c.token_file = p.string();
+        c.token.clear();
       }
       ADAM_ASSIGN_OR_RETURN(c.client_cert_pem, Pem(u, "client-certificate", uw, base_dir));
       ADAM_ASSIGN_OR_RETURN(c.client_key_pem, Pem(u, "client-key", uw, base_dir));
       if (c.client_cert_pem.empty() != c.client_key_pem.empty())
         return InvalidArgumentError(uw + ": client-certificate and client-key come together");
-      if (u["exec"] || u["auth-provider"])
-        if (c.token.empty() && c.client_cert_pem.empty())
-          return InvalidArgumentError(uw + ": exec and auth-provider credentials are not supported; "
-                                           "use a token or a client certificate");
+      if (u["exec"]) {
+        ADAM_ASSIGN_OR_RETURN(c.exec, ParseExec(u["exec"], uw + ".exec", base_dir));
+      } else if (u["auth-provider"] && c.token.empty() && c.token_file.empty() &&
+                 c.client_cert_pem.empty()) {
+        return InvalidArgumentError(uw + ".auth-provider: not supported (removed from kubectl in "
+                                         "1.26); use an exec plugin, a token or a certificate");
+      }
     }
     while (!c.token.empty() && (c.token.back() == '\n' || c.token.back() == '\r')) c.token.pop_back();
     return c;
   } catch (const YAML::Exception& e) {
     return InvalidArgumentError(std::string("kubeconfig: ") + e.what());
   }
+}
+
+std::string DefaultKubeconfigPath(const std::string& list) {
+  if (!list.empty()) {
+    // As kubectl merges the list, a file that does not exist is skipped.
+    for (size_t start = 0; start <= list.size();) {
+      const size_t colon = std::min(list.find(':', start), list.size());
+      const std::string one = list.substr(start, colon - start);
+      if (!one.empty() && std::filesystem::exists(one)) return one;
+      start = colon + 1;
+    }
+    return "";
+  }
+  const char* home = std::getenv("HOME");
+  if (!home) return "";
+  const std::string p = std::string(home) + "/.kube/config";
+  return std::filesystem::exists(p) ? p : "";
 }
 
 StatusOr<Config> LoadKubeconfig(const std::string& path, const std::string& context) {

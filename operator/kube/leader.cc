@@ -23,9 +23,42 @@ LeaderElector::LeaderElector(Client* client, LeaderOptions options, std::functio
     : client_(client), o_(std::move(options)), on_started_(std::move(on_started)),
       on_stopped_(std::move(on_stopped)) {}
 
+namespace {
+
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Status CheckLeaderTimes(const LeaderOptions& o, std::chrono::milliseconds request_timeout) {
+  using std::to_string;
+  if (o.retry_period.count() <= 0 || o.retry_period >= o.renew_deadline)
+    return InvalidArgumentError("--leader-elect-retry-period (" + to_string(o.retry_period.count()) +
+                                " ms) must be > 0 and below --leader-elect-renew-deadline (" +
+                                to_string(o.renew_deadline.count()) + " ms)");
+  if (o.renew_deadline + request_timeout >= o.lease_duration)
+    return InvalidArgumentError(
+        "--leader-elect-renew-deadline (" + to_string(o.renew_deadline.count()) +
+        " ms) plus the API request timeout (" + to_string(request_timeout.count()) +
+        " ms) must be below --leader-elect-lease-duration (" + to_string(o.lease_duration.count()) +
+        " ms): a leader's last write must end before a standby may take over");
+  return OkStatus();
+}
+
 LeaderElector::~LeaderElector() { Stop(); }
 
-void LeaderElector::Start() { thread_ = std::thread([this] { Run(); }); }
+void LeaderElector::Start() {
+  thread_ = std::thread([this] { Run(); });
+  watchdog_ = std::thread([this] { Watchdog(); });
+}
+
+bool LeaderElector::Leading() const {
+  const int64_t at = renewed_at_.load(std::memory_order_relaxed);
+  return at != 0 && SteadyNanos() - at < std::chrono::nanoseconds(o_.renew_deadline).count();
+}
 
 Json LeaderElector::LeaseSpec(const Json& old, bool transition) const {
   Json spec = old.is_object() ? old : Json::object();
@@ -75,25 +108,60 @@ bool LeaderElector::TryAcquireOrRenew() {
 }
 
 void LeaderElector::Run() {
-  auto wait = [&](std::chrono::milliseconds d) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, d, [&] { return stop_.load(); });
-  };
   while (!stop_) {
+    const int64_t attempt = SteadyNanos();
     if (TryAcquireOrRenew()) {
-      last_renew_ = std::chrono::steady_clock::now();
-      if (!leader_.exchange(true)) {
+      bool started = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        // A renewal that succeeded after the watchdog stepped down does not undo it.
+        if (stop_ || stepped_down_) break;
+        // Renewed as of when the attempt began: the Lease's record is no older than that.
+        started = renewed_at_.exchange(attempt) == 0;
+      }
+      cv_.notify_all();
+      if (started) {
         spdlog::info("leader election: {} now leads {}/{}", o_.identity, o_.name_space, o_.name);
         if (on_started_) on_started_();
       }
-    } else if (leader_ && std::chrono::steady_clock::now() - last_renew_ > o_.renew_deadline) {
-      leader_ = false;
-      spdlog::warn("leader election: {} could not renew {}/{} for {} ms; stepping down",
-                   o_.identity, o_.name_space, o_.name, o_.renew_deadline.count());
-      if (on_stopped_) on_stopped_();
     }
-    wait(o_.retry_period);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stepped_down_) break;  // lost: campaign no more
+    cv_.wait_for(lock, o_.retry_period, [&] { return stop_.load(); });
   }
+}
+
+// Steps down at the renew deadline even while the campaign thread waits on a hung request.
+void LeaderElector::Watchdog() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    const int64_t at = renewed_at_.load(std::memory_order_relaxed);
+    if (at == 0) {
+      cv_.wait(lock, [&] { return stop_.load() || renewed_at_.load(std::memory_order_relaxed) != 0; });
+      continue;
+    }
+    const auto deadline = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at)) +
+                          o_.renew_deadline;
+    if (std::chrono::steady_clock::now() < deadline) {
+      cv_.wait_until(lock, deadline);
+      continue;
+    }
+    lock.unlock();
+    StepDown("could not renew");
+    lock.lock();
+  }
+}
+
+void LeaderElector::StepDown(const char* why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (renewed_at_.exchange(0) == 0 || stepped_down_) return;
+    stepped_down_ = true;
+  }
+  cv_.notify_all();
+  spdlog::warn("leader election: {} {} {}/{} within {} ms; stepping down", o_.identity, why,
+               o_.name_space, o_.name, o_.renew_deadline.count());
+  if (on_stopped_) on_stopped_();
 }
 
 void LeaderElector::Stop() {
@@ -103,7 +171,14 @@ void LeaderElector::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (leader_.exchange(false)) {
+  if (watchdog_.joinable()) watchdog_.join();
+  bool was_leading = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    was_leading = renewed_at_.exchange(0) != 0 && !stepped_down_;
+    stepped_down_ = true;
+  }
+  if (was_leading) {
     // Give the Lease up so a successor takes over at once.
     auto lease = client_->Get(Leases(), o_.name_space, o_.name);
     if (lease.ok() && (*lease)["spec"].value("holderIdentity", "") == o_.identity) {
@@ -114,6 +189,33 @@ void LeaderElector::Stop() {
     }
     if (on_stopped_) on_stopped_();
   }
+}
+
+Status FencedClient::Check(const char* verb, const Resource& r) const {
+  if (allowed_()) return OkStatus();
+  return UnavailableError(std::string(verb) + " " + r.plural + ": refused, this operator no longer "
+                          "holds the leader Lease");
+}
+
+StatusOr<Json> FencedClient::Create(const Resource& r, const std::string& ns, const Json& object) {
+  ADAM_RETURN_IF_ERROR(Check("create", r));
+  return inner_->Create(r, ns, object);
+}
+
+StatusOr<Json> FencedClient::Update(const Resource& r, const std::string& ns, const Json& object) {
+  ADAM_RETURN_IF_ERROR(Check("update", r));
+  return inner_->Update(r, ns, object);
+}
+
+StatusOr<Json> FencedClient::UpdateStatus(const Resource& r, const std::string& ns,
+                                          const Json& object) {
+  ADAM_RETURN_IF_ERROR(Check("update status of", r));
+  return inner_->UpdateStatus(r, ns, object);
+}
+
+Status FencedClient::Delete(const Resource& r, const std::string& ns, const std::string& name) {
+  ADAM_RETURN_IF_ERROR(Check("delete", r));
+  return inner_->Delete(r, ns, name);
 }
 
 }  // namespace adam::kube

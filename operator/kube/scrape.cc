@@ -3,6 +3,7 @@
 
 #include <cpprest/http_client.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -85,5 +86,79 @@ class HttpMetricsSource : public MetricsSource {
 }  // namespace
 
 std::unique_ptr<MetricsSource> NewHttpMetricsSource() { return std::make_unique<HttpMetricsSource>(); }
+
+MetricsCache::MetricsCache(MetricsSource* source, std::chrono::milliseconds period, int threads)
+    : source_(source), period_(period) {
+  for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Run(); });
+}
+
+MetricsCache::~MetricsCache() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+std::vector<MetricsCache::Sample> MetricsCache::Latest(const std::string& key, const std::string& host,
+                                                       int port) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  Target& t = targets_[key];
+  if (t.host != host || t.port != port) {
+    t.host = host;
+    t.port = port;
+    t.samples.clear();
+    t.due = now;
+    cv_.notify_one();
+  }
+  t.asked = now;
+  return {t.samples.begin(), t.samples.end()};
+}
+
+uint64_t MetricsCache::scrapes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return scrapes_;
+}
+
+void MetricsCache::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    const auto now = std::chrono::steady_clock::now();
+    auto next = now + period_;
+    std::string key;
+    for (auto it = targets_.begin(); it != targets_.end();) {
+      Target& t = it->second;
+      if (!t.in_flight && now - t.asked > 3 * period_) {  // its pod is gone or no longer asked about
+        it = targets_.erase(it);
+        continue;
+      }
+      if (!t.in_flight && key.empty() && t.due <= now) key = it->first;
+      if (!t.in_flight && t.due > now) next = std::min(next, t.due);
+      ++it;
+    }
+    if (key.empty()) {
+      cv_.wait_until(lock, next);
+      continue;
+    }
+    Target& t = targets_[key];
+    t.in_flight = true;
+    const std::string host = t.host;
+    const int port = t.port;
+    lock.unlock();
+    auto got = source_->Scrape(host, port);
+    lock.lock();
+    ++scrapes_;
+    auto it = targets_.find(key);
+    if (it == targets_.end()) continue;
+    it->second.in_flight = false;
+    it->second.due = std::chrono::steady_clock::now() + period_;
+    if (got.ok() && it->second.host == host && it->second.port == port) {
+      it->second.samples.push_front({std::move(*got), std::chrono::steady_clock::now()});
+      if (it->second.samples.size() > 2) it->second.samples.pop_back();
+    }
+  }
+}
 
 }  // namespace adam::kube

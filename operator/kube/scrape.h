@@ -3,9 +3,15 @@
 // naming the line, never a crash (fuzzed by tests/fuzz/prometheus_text). Thread-safe.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/status.h"
 
@@ -24,5 +30,45 @@ class MetricsSource {
 
 // Over HTTP with a 1 s timeout.
 std::unique_ptr<MetricsSource> NewHttpMetricsSource();
+
+// Many pods' /metrics, scraped in the background so that a caller never waits for a pod's
+// answer (a pod whose address black-holes costs the source's timeout, on a scrape thread).
+// Latest() returns what the last scrapes found and keeps the pod on the list: it is scraped
+// every `period` until nobody asked for it for three periods. Thread-safe.
+class MetricsCache {
+ public:
+  struct Sample {
+    std::map<std::string, double> values;
+    std::chrono::steady_clock::time_point at;  // when the answer came
+  };
+
+  // `source` must outlive the cache; `threads` scrapes run at once.
+  MetricsCache(MetricsSource* source, std::chrono::milliseconds period, int threads = 4);
+  ~MetricsCache();
+
+  // The newest two samples of the pod `key` (a uid) at host:port, newest first; empty until the
+  // first answer. A changed address starts the pod's history again.
+  std::vector<Sample> Latest(const std::string& key, const std::string& host, int port);
+  uint64_t scrapes() const;
+
+ private:
+  struct Target {
+    std::string host;
+    int port = 0;
+    std::chrono::steady_clock::time_point asked, due;
+    bool in_flight = false;
+    std::deque<Sample> samples;  // newest first, at most two
+  };
+  void Run();
+
+  MetricsSource* source_;
+  const std::chrono::milliseconds period_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Target> targets_;  // guarded by mu_
+  bool stop_ = false;                       // guarded by mu_
+  uint64_t scrapes_ = 0;                    // guarded by mu_
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace adam::kube

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "core/exit_codes.h"
 #include "net/tls.h"
 #include "reconcile/render.h"
 #include "spec/adamjob.h"
@@ -36,6 +37,7 @@ struct Reconciler::State {
   std::chrono::system_clock::time_point now;
   bool finished = false;
   std::optional<std::chrono::system_clock::time_point> renew_at;  // the certificate's renewal
+  std::optional<std::chrono::milliseconds> requeue_after;          // Finalize's next look
 };
 
 namespace {
@@ -68,10 +70,23 @@ int ExitCode(const Json& pod) {
 
 const char* kRoles[] = {"controller", "ps", "data-server", "trainer"};
 
+// ": " and the last line the container wrote before it ended (its termination message: the
+// kubelet keeps the end of the log of a failed container, FallbackToLogsOnError); "" if none.
+std::string LastWords(const Json& pod) {
+  for (const Json& cs : pod.value("status", Json::object()).value("containerStatuses", Json::array())) {
+    std::string msg = cs.value("state", Json::object()).value("terminated", Json::object()).value("message", "");
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    if (msg.empty()) continue;
+    const size_t nl = msg.rfind('\n');
+    return ": " + (nl == std::string::npos ? msg : msg.substr(nl + 1)).substr(0, 1024);
+  }
+  return "";
+}
+
 }  // namespace
 
 Reconciler::Reconciler(kube::Client* client, const Children* children, Now now,
-                       kube::MetricsSource* metrics, std::chrono::milliseconds status_period)
+                       kube::MetricsCache* metrics, std::chrono::milliseconds status_period)
     : client_(client),
       children_(children),
       now_(now ? std::move(now) : Now([] { return std::chrono::system_clock::now(); })),
@@ -79,46 +94,56 @@ Reconciler::Reconciler(kube::Client* client, const Children* children, Now now,
       status_period_(status_period) {}
 
 // Trainer 0 evaluates after each epoch: its epoch and test accuracy are the job's; images/s is
-// the sum of every trainer's rate between two looks.
+// the sum of every trainer's rate between its last two samples. A trainer that runs unpinned
+// (its cpuset is not its own: no static CPU manager) says so in adam_cpu_pinned, and the job's
+// CpuPinned condition names it. Samples come from the cache, never from a wait on a pod.
 void Reconciler::ReadTrainerMetrics(State& s) {
   if (!metrics_) return;
   double rate = 0;
   bool any_rate = false;
+  std::vector<std::string> unpinned;
+  int pinned = 0;
   for (const Json& pod : s.pods) {
     if (Label(pod, kRoleLabel) != "trainer" || PodPhase(pod) != "Running" || HasDeletion(pod)) continue;
     const std::string ip = pod.value("status", Json::object()).value("podIP", "");
     if (ip.empty()) continue;
-    auto m = metrics_->Scrape(ip, kMetricsPort);
-    if (!m.ok()) continue;  // not serving yet: the next look will tell
+    const auto samples = metrics_->Latest(pod["metadata"].value("uid", ""), ip, kMetricsPort);
+    if (samples.empty()) continue;  // not answered yet: the next look will tell
+    const auto& m = samples[0].values;
     if (Label(pod, kIndexLabel) == "0") {
-      if (auto e = m->find("adam_trainer_epoch"); e != m->end()) s.status["epoch"] = int64_t(e->second);
-      if (auto a = m->find("adam_trainer_test_accuracy"); a != m->end() && a->second > 0)
+      if (auto e = m.find("adam_trainer_epoch"); e != m.end()) s.status["epoch"] = int64_t(e->second);
+      if (auto a = m.find("adam_trainer_test_accuracy"); a != m.end() && a->second > 0)
         s.status["testAccuracy"] = std::round(a->second * 10000) / 10000;
     }
-    if (auto im = m->find("adam_trainer_images_total"); im != m->end()) {
-      // The rate over a window of at least one status period (reconciles come more often).
-      Sample& smp = last_images_[pod["metadata"].value("uid", "")];
-      if (smp.at == std::chrono::system_clock::time_point{}) {
-        smp.images = im->second;
-        smp.at = s.now;
-      } else if (s.now - smp.at >= status_period_) {
-        const double dt = std::chrono::duration<double>(s.now - smp.at).count();
-        smp.rate = std::max(0.0, im->second - smp.images) / dt;
-        smp.has_rate = true;
-        smp.images = im->second;
-        smp.at = s.now;
-      }
-      if (smp.has_rate) {
-        rate += smp.rate;
-        any_rate = true;
-      }
+    if (auto p = m.find("adam_cpu_pinned"); p != m.end()) {
+      if (p->second > 0) ++pinned;
+      else unpinned.push_back(pod["metadata"].value("name", ""));
     }
+    if (samples.size() < 2) continue;
+    auto now_images = m.find("adam_trainer_images_total");
+    auto old_images = samples[1].values.find("adam_trainer_images_total");
+    const double dt = std::chrono::duration<double>(samples[0].at - samples[1].at).count();
+    if (now_images == m.end() || old_images == samples[1].values.end() || dt <= 0) continue;
+    rate += std::max(0.0, now_images->second - old_images->second) / dt;
+    any_rate = true;
   }
   if (any_rate) s.status["imagesPerSecond"] = std::round(rate);
+  if (!unpinned.empty()) {
+    std::string names;
+    for (const auto& n : unpinned) names += (names.empty() ? "" : ", ") + n;
+    SetCondition(s, "CpuPinned", false, "CpuSetShared",
+                 "trainers " + names + " run unpinned: their allowed CPUs are not their own (no "
+                 "static CPU manager on the node, or a fractional CPU limit), so pinning would pile "
+                 "threads of different pods onto the same cores",
+                 /*report_false=*/true);
+  } else if (pinned > 0) {
+    SetCondition(s, "CpuPinned", true, "ExclusiveCpus", "every trainer's threads are pinned to its own cores");
+  }
 }
 
 void Reconciler::SetCondition(State& s, const std::string& type, bool value,
-                              const std::string& reason, const std::string& message) {
+                              const std::string& reason, const std::string& message,
+                              bool report_false) {
   Json& conds = s.status["conditions"];
   if (!conds.is_array()) conds = Json::array();
   const std::string v = value ? "True" : "False";
@@ -131,7 +156,7 @@ void Reconciler::SetCondition(State& s, const std::string& type, bool value,
     c["observedGeneration"] = s.generation;
     return;
   }
-  if (!value) return;  // a condition never set need not be reported false
+  if (!value && !report_false) return;  // a condition never set need not be reported false
   conds.push_back({{"type", type},
                    {"status", v},
                    {"observedGeneration", s.generation},
@@ -195,7 +220,7 @@ Status Reconciler::Cleanup(State& s, bool all) {
     Status d = client_->Delete(kube::Pods(), s.ns, pod["metadata"]["name"]);
     if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
   }
-  for (const Json& sts : children_->Owned(kube::StatefulSets(), s.ns, s.name)) {
+  for (const Json& sts : children_->Owned(kube::StatefulSets(), s.ns, s.name, s.uid)) {
     if (HasDeletion(sts)) continue;
     Status d = client_->Delete(kube::StatefulSets(), s.ns, sts["metadata"]["name"]);
     if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
@@ -204,19 +229,37 @@ Status Reconciler::Cleanup(State& s, bool all) {
 }
 
 // Parameter servers flush on SIGTERM: the job's finalizer holds its deletion until they are
-// gone, then lets the garbage collector take the rest.
+// gone, then lets the garbage collector take the rest. A server stuck terminating (its node
+// unreachable) holds it for at most spec.runPolicy.flushTimeoutSeconds.
 Status Reconciler::Finalize(State& s) {
   const Json fins = s.job["metadata"].value("finalizers", Json::array());
   if (std::find(fins.begin(), fins.end(), kFinalizer) == fins.end()) return OkStatus();
-  bool ps_left = false;
+  std::vector<std::string> left;
   for (const Json& pod : s.pods) {
     if (Label(pod, kRoleLabel) != "ps") continue;
-    ps_left = true;
+    left.push_back(pod["metadata"].value("name", ""));
     if (HasDeletion(pod)) continue;
     Status d = client_->Delete(kube::Pods(), s.ns, pod["metadata"]["name"]);
     if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
   }
-  if (ps_left) return Status(StatusCode::kUnavailable, "waiting for parameter servers to flush");
+  if (!left.empty()) {
+    const int64_t timeout = s.spec ? s.spec->run_policy.flush_timeout_seconds
+                                   : spec::RunPolicy{}.flush_timeout_seconds;
+    const auto since = ParseTime(s.job["metadata"].value("deletionTimestamp", ""));
+    const auto until = (since ? *since : s.now) + std::chrono::seconds(timeout);
+    if (s.now < until) {
+      s.requeue_after = std::min<std::chrono::milliseconds>(
+          std::chrono::milliseconds(1000),
+          std::chrono::duration_cast<std::chrono::milliseconds>(until - s.now) +
+              std::chrono::milliseconds(10));
+      return Status(StatusCode::kUnavailable, "waiting for parameter servers to flush");
+    }
+    std::string names;
+    for (const auto& n : left) names += (names.empty() ? "" : ", ") + n;
+    Event(s, "Warning", "FlushTimedOut",
+          "parameter servers " + names + " did not finish within spec.runPolicy.flushTimeoutSeconds (" +
+              std::to_string(timeout) + " s); deleting the job without their last checkpoint flush");
+  }
   Json updated = s.job;
   Json rest = Json::array();
   for (const Json& f : fins)
@@ -227,9 +270,20 @@ Status Reconciler::Finalize(State& s) {
   return OkStatus();
 }
 
+bool HasCondition(const Json& pod, const char* type) {
+  for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array()))
+    if (c.value("type", "") == type && c.value("status", "") == "True") return true;
+  return false;
+}
+
+// Failed pods are replaced. A failure counts as a restart against the run policy unless the
+// cluster caused it (the DisruptionTarget condition: eviction, preemption, node loss). The count
+// is written to the status before the pod is deleted, so a conflicting status write loses
+// nothing: the pod stays Failed and the next pass counts it again.
 Status Reconciler::HandlePods(State& s) {
   const int backoff_limit = s.spec->run_policy.backoff_limit;
   int trainers_done = 0;
+  std::vector<std::pair<std::string, std::string>> replace;  // pod name, uid
   for (const Json& pod : s.pods) {
     if (HasDeletion(pod)) continue;
     const std::string role = Label(pod, kRoleLabel);
@@ -238,41 +292,93 @@ Status Reconciler::HandlePods(State& s) {
     if (phase == "Succeeded" && role == "trainer") ++trainers_done;
     if (phase != "Failed") continue;
     const std::string uid = pod["metadata"].value("uid", pod_name);
-    if (!counted_failures_.count(uid)) {
-      const int code = ExitCode(pod);
-      const std::string why = pod.value("status", Json::object()).value("reason", "");
-      const std::string what = "pod " + pod_name + " failed (" +
-                               (code >= 0 ? "exit code " + std::to_string(code) : "no exit code") +
-                               (why.empty() ? "" : ", " + why) + ")";
-      if (code == 2) {
-        Finish(s, false, "InvalidInput",
-               what + ": the role refused its input (a manifest field or data file; see the "
-                      "pod's log), which no restart can fix");
-        return OkStatus();
-      }
-      counted_failures_.insert(uid);
-      const int restarts = s.status.value("restarts", 0) + 1;
-      s.status["restarts"] = restarts;
-      Json& rs = s.status["roles"][role];
-      rs["restarts"] = rs.value("restarts", 0) + 1;
-      if (restarts > backoff_limit) {
-        Finish(s, false, "BackoffLimitExceeded",
-               what + "; " + std::to_string(restarts) + " restarts exceed spec.runPolicy.backoffLimit " +
-                   std::to_string(backoff_limit));
-        return OkStatus();
-      }
-      SetCondition(s, "Restarting", true, "PodFailed", what + "; restarting it");
-      Event(s, "Warning", "PodFailed",
-            what + "; restarting it (" + std::to_string(restarts) + " of " +
-                std::to_string(backoff_limit) + " restarts)");
+    replace.emplace_back(pod_name, uid);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (counted_failures_.count(uid)) continue;
     }
-    Status d = client_->Delete(kube::Pods(), s.ns, pod_name);
-    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+    const int code = ExitCode(pod);
+    const std::string why = pod.value("status", Json::object()).value("reason", "");
+    const std::string what = "pod " + pod_name + " failed (" +
+                             (code >= 0 ? "exit code " + std::to_string(code) : "no exit code") +
+                             (why.empty() ? "" : ", " + why) + ")";
+    if (HasCondition(pod, "DisruptionTarget")) {
+      Event(s, "Normal", "PodDisrupted",
+            what + " by the cluster (DisruptionTarget: eviction, preemption or node loss); "
+                   "replacing it without counting a restart");
+      continue;
+    }
+    if (code == kExitInvalid) {
+      Finish(s, false, "InvalidInput",
+             what + ": the role refused its input (a manifest field or data file; see the "
+                    "pod's log), which no restart can fix" + LastWords(pod));
+      return OkStatus();
+    }
+    if (code == kExitDiverged) {
+      Finish(s, false, "Diverged",
+             what + ": training diverged; a restart would go on from the same weights" + LastWords(pod));
+      return OkStatus();
+    }
+    const int restarts = s.status.value("restarts", 0) + 1;
+    s.status["restarts"] = restarts;
+    Json& rs = s.status["roles"][role];
+    rs["restarts"] = rs.value("restarts", 0) + 1;
+    if (restarts > backoff_limit) {
+      Finish(s, false, "BackoffLimitExceeded",
+             what + "; " + std::to_string(restarts) + " restarts exceed spec.runPolicy.backoffLimit " +
+                 std::to_string(backoff_limit));
+      return OkStatus();
+    }
+    SetCondition(s, "Restarting", true, "PodFailed", what + "; restarting it");
+    Event(s, "Warning", "PodFailed",
+          what + "; restarting it (" + std::to_string(restarts) + " of " +
+              std::to_string(backoff_limit) + " restarts)");
+  }
+  if (!replace.empty()) {
+    ADAM_RETURN_IF_ERROR(WriteStatus(s));  // the counts first
+    for (const auto& [pod_name, uid] : replace) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        counted_failures_.insert(uid);
+      }
+      Status d = client_->Delete(kube::Pods(), s.ns, pod_name);
+      if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+    }
   }
   if (trainers_done >= s.spec->roles.trainer.replicas)
     Finish(s, true, "TrainersSucceeded",
            "every trainer finished its " + std::to_string(s.spec->training.epochs) + " epochs");
   return OkStatus();
+}
+
+// Pods the scheduler cannot place: the job's status and an Event say why, in the scheduler's
+// words, so `kubectl describe aj` answers "why is it Pending?".
+void Reconciler::ReportScheduling(State& s) {
+  std::string first;
+  int unschedulable = 0;
+  for (const Json& pod : s.pods) {
+    if (HasDeletion(pod) || PodPhase(pod) != "Pending") continue;
+    for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array())) {
+      if (c.value("type", "") != "PodScheduled" || c.value("status", "") != "False" ||
+          c.value("reason", "") != "Unschedulable")
+        continue;
+      if (unschedulable++ == 0)
+        first = "pod " + pod["metadata"].value("name", "") + " cannot be scheduled: " +
+                c.value("message", "");
+    }
+  }
+  if (unschedulable == 0) {
+    SetCondition(s, "Unschedulable", false, "PodsScheduled", "every pod of the job is placed");
+    return;
+  }
+  const std::string message =
+      first + (unschedulable > 1 ? " (and " + std::to_string(unschedulable - 1) + " more pods)" : "");
+  bool known = false;
+  for (const Json& c : s.status.value("conditions", Json::array()))
+    known |= c.value("type", "") == "Unschedulable" && c.value("status", "") == "True" &&
+             c.value("message", "") == message;
+  SetCondition(s, "Unschedulable", true, "Unschedulable", message);
+  if (!known) Event(s, "Warning", "Unschedulable", message);
 }
 
 namespace {
@@ -320,7 +426,7 @@ std::string SecretData(const Json& secret, const char* key) {
 Status Reconciler::EnsureCertificates(State& s) {
   const std::string tls_name = TlsSecretName(*s.spec), ca_name = CaSecretName(*s.spec);
   std::optional<Json> tls, ca;
-  for (const Json& sec : children_->Owned(kube::Secrets(), s.ns, s.name)) {
+  for (const Json& sec : children_->Owned(kube::Secrets(), s.ns, s.name, s.uid)) {
     const std::string n = sec["metadata"].value("name", "");
     if (n == tls_name) tls = sec;
     if (n == ca_name) ca = sec;
@@ -370,10 +476,17 @@ Status Reconciler::EnsureCertificates(State& s) {
   // looked after while someone mends the CA Secret. Every reconcile tries again; one fault is
   // warned of at most hourly.
   auto not_renewable = [&](const std::string& why) {
-    auto& [when, what] = certificate_warned_[s.ns + "/" + s.name];
-    if (what != why || s.now - when >= std::chrono::hours(1)) {
-      when = s.now;
-      what = why;
+    bool warn = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& [when, what] = certificate_warned_[s.ns + "/" + s.name];
+      if (what != why || s.now - when >= std::chrono::hours(1)) {
+        when = s.now;
+        what = why;
+        warn = true;
+      }
+    }
+    if (warn) {
       Event(s, "Warning", "CertificateNotRenewable",
             "the job's certificate in Secret " + tls_name + " " + expiry + " and " + why +
                 "; mend it, or delete " + tls_name + " and the job's pods to start over with a new CA");
@@ -390,7 +503,10 @@ Status Reconciler::EnsureCertificates(State& s) {
   updated["data"]["ca.crt"] = kube::Base64Encode(renewed->ca_pem);
   auto u = client_->Update(kube::Secrets(), s.ns, updated);  // ABORTED if the cache was stale
   if (!u.ok()) return u.status();
-  certificate_warned_.erase(s.ns + "/" + s.name);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    certificate_warned_.erase(s.ns + "/" + s.name);
+  }
   const auto new_end = s.now + certificate_validity_;
   Event(s, "Normal", "CertificateRenewed",
         "the job's certificate " + expiry + "; renewed from the job's CA until " +
@@ -414,7 +530,7 @@ Status Reconciler::EnsureObjects(State& s) {
   const char* kind_names[] = {"ConfigMap", "Service", "StatefulSet", "PersistentVolumeClaim", "Pod",
                               "NetworkPolicy"};
   for (size_t i = 0; i < 6; ++i)
-    for (Json& o : children_->Owned(kinds[i], s.ns, s.name))
+    for (Json& o : children_->Owned(kinds[i], s.ns, s.name, s.uid))
       existing[std::string(kind_names[i]) + "/" + o["metadata"].value("name", "")] = o;
 
   bool created_all = true;
@@ -469,13 +585,14 @@ Status Reconciler::EnsureObjects(State& s) {
     }
     stage_ready_through = stage;
   }
-  // What the plan no longer has (trainers after a scale-down) goes.
+  // Trainers the plan no longer has (a scale-down) go. Nothing else is deleted for a changed
+  // spec: parameter servers and controllers hold the model and the shard map, whose shape the
+  // CRD keeps immutable; if a change slipped past it, they keep running.
   for (const auto& [key, o] : existing) {
-    const std::string kind = key.substr(0, key.find('/'));
-    if (desired_names.count(key) || HasDeletion(o) || (kind != "Pod" && kind != "StatefulSet"))
+    if (desired_names.count(key) || HasDeletion(o) || key.rfind("Pod/", 0) != 0 ||
+        Label(o, kRoleLabel) != "trainer")
       continue;
-    Status d = client_->Delete(kind == "Pod" ? kube::Pods() : kube::StatefulSets(), s.ns,
-                               o["metadata"]["name"].get<std::string>());
+    Status d = client_->Delete(kube::Pods(), s.ns, o["metadata"]["name"].get<std::string>());
     if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
   }
   if (created_all || stage_ready_through == max_stage)
@@ -483,16 +600,32 @@ Status Reconciler::EnsureObjects(State& s) {
   return OkStatus();
 }
 
+// A conflict from a write to metadata alone (an annotation, a label) does not make this pass's
+// status stale: the job is read again and, if its spec and status are still the ones this pass
+// started from, the status is written over the new resourceVersion. Without that, a client that
+// keeps touching the job's metadata could hold off every status write, and with it the
+// replacement of a failed pod, indefinitely.
 Status Reconciler::WriteStatus(State& s) {
   s.status["observedGeneration"] = s.generation;
   if (s.status == s.old_status) return OkStatus();
   Json updated = s.job;
-  updated["status"] = s.status;
-  auto r = client_->UpdateStatus(kube::AdamJobs(), s.ns, updated);
-  if (!r.ok()) return r.status();
-  s.job = *r;
-  s.old_status = s.status;
-  return OkStatus();
+  for (int attempt = 0;; ++attempt) {
+    updated["status"] = s.status;
+    auto r = client_->UpdateStatus(kube::AdamJobs(), s.ns, updated);
+    if (r.ok()) {
+      s.job = *r;
+      s.old_status = s.status;
+      return OkStatus();
+    }
+    if (r.status().code() != StatusCode::kAborted || attempt == 4) return r.status();
+    auto fresh = client_->Get(kube::AdamJobs(), s.ns, s.name);
+    if (!fresh.ok()) return r.status();
+    const Json& md = (*fresh)["metadata"];
+    if (md.value("uid", "") != s.uid || md.value("generation", int64_t{0}) != s.generation ||
+        fresh->value("status", Json::object()) != s.old_status)
+      return r.status();  // the spec or the status moved: the next pass starts again
+    updated = *fresh;
+  }
 }
 
 StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
@@ -500,6 +633,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   auto got = client_->Get(kube::AdamJobs(), ns, name);
   if (!got.ok()) {
     if (got.status().code() == StatusCode::kNotFound) {  // gone: owned objects too
+      std::lock_guard<std::mutex> lock(mu_);
       certificate_warned_.erase(ns + "/" + name);
       return result;
     }
@@ -514,12 +648,13 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   s.status = s.job.value("status", Json::object());
   s.old_status = s.status;
   s.now = now_();
-  s.pods = children_->Owned(kube::Pods(), ns, name);
+  s.pods = children_->Owned(kube::Pods(), ns, name, s.uid);
 
   if (HasDeletion(s.job)) {
+    if (auto parsed = spec::ParseAdamJob(ManifestOf(s.job)); parsed.ok()) s.spec = std::move(*parsed);
     Status f = Finalize(s);
     if (f.code() == StatusCode::kUnavailable) {
-      result.requeue_after = std::chrono::milliseconds(1000);
+      result.requeue_after = s.requeue_after;
       return result;
     }
     if (!f.ok()) return f;
@@ -626,8 +761,8 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
                                         {"data-server", s.spec->roles.data_server.replicas},
                                         {"trainer", s.spec->roles.trainer.replicas}};
   bool all_running = true;
-  const std::vector<Json> sets = children_->Owned(kube::StatefulSets(), ns, name);
-  const std::vector<Json> pods_now = children_->Owned(kube::Pods(), ns, name);  // after this pass's writes
+  const std::vector<Json> sets = children_->Owned(kube::StatefulSets(), ns, name, s.uid);
+  const std::vector<Json> pods_now = children_->Owned(kube::Pods(), ns, name, s.uid);  // after this pass's writes
   for (const char* role : kRoles) {
     int active = 0, ready = 0, succeeded = 0, failed = 0;
     if (std::string(role) == "controller") {
@@ -659,6 +794,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     if (!r.contains("restarts")) r["restarts"] = 0;
   }
   ReadTrainerMetrics(s);
+  ReportScheduling(s);
   if (metrics_ && (!result.requeue_after || *result.requeue_after > status_period_))
     result.requeue_after = status_period_;  // refresh epoch, accuracy and throughput
   if (all_running) {

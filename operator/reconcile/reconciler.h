@@ -9,16 +9,20 @@
 //
 // Run policy: a pod that exits 0 has finished (a job succeeds when every trainer has); exit code
 // 2 means invalid input (a manifest or file the role refused), which no restart can fix, so the
-// job fails at once; any other failure (a crash, a signal, an eviction, OOM) deletes the pod to
-// be recreated and counts one restart; more than spec.runPolicy.backoffLimit fails the job.
+// job fails at once; any other failure (a crash, a signal, OOM) deletes the pod to be recreated
+// and counts one restart, written to the status before the pod goes; more than
+// spec.runPolicy.backoffLimit fails the job. A pod the cluster took away (its DisruptionTarget
+// condition: eviction, preemption, node loss) is replaced without counting.
 //
-// Children are read from `Children` (the informers' caches); writes go through the Client. Not
-// thread-safe: one worker per key (the work queue guarantees it).
+// Children are read from `Children` (the informers' caches); writes go through the Client.
+// Thread-safe for different jobs at once; one job must not be reconciled twice at once (the
+// work queue guarantees it).
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -36,9 +40,12 @@ using Json = kube::Json;
 class Children {
  public:
   virtual ~Children() = default;
-  // Objects of `resource` in `ns` labelled adam.dev/job=`job`.
+  // Objects of `resource` in `ns` labelled adam.dev/job=`job` whose controller ownerReference is
+  // the job with `uid`; an object with no controller (a parameter server's checkpoint claim,
+  // which outlives its job) is matched by the label alone. A dying predecessor's objects of the
+  // same name are not the job's.
   virtual std::vector<Json> Owned(const kube::Resource& resource, const std::string& ns,
-                                  const std::string& job) const = 0;
+                                  const std::string& job, const std::string& uid) const = 0;
 };
 
 // The phases and condition types of status.
@@ -51,10 +58,11 @@ struct ReconcileResult {
 class Reconciler {
  public:
   using Now = std::function<std::chrono::system_clock::time_point()>;
-  // `metrics` (may be null) reads the trainers' /metrics for status.epoch, testAccuracy and
-  // imagesPerSecond; while a job runs it is then looked at again every `status_period`.
+  // `metrics` (may be null) holds the trainers' /metrics for status.epoch, testAccuracy,
+  // imagesPerSecond and the CpuPinned condition; while a job runs it is then looked at again
+  // every `status_period`.
   Reconciler(kube::Client* client, const Children* children, Now now = nullptr,
-             kube::MetricsSource* metrics = nullptr,
+             kube::MetricsCache* metrics = nullptr,
              std::chrono::milliseconds status_period = std::chrono::milliseconds(10000));
 
   // ABORTED on a write conflict (the caller requeues with backoff); other errors likewise.
@@ -74,25 +82,21 @@ class Reconciler {
   Status DeletePods(State& s, const std::string& role);
   Status WriteStatus(State& s);
   void Event(State& s, const std::string& type, const std::string& reason, const std::string& message);
+  // Sets (or adds) a condition; a false one that was never set is added only with report_false.
   void SetCondition(State& s, const std::string& type, bool status, const std::string& reason,
-                    const std::string& message);
+                    const std::string& message, bool report_false = false);
   void Finish(State& s, bool succeeded, const std::string& reason, const std::string& message);
   void ReadTrainerMetrics(State& s);
+  void ReportScheduling(State& s);
 
   kube::Client* client_;
   const Children* children_;
   Now now_;
-  kube::MetricsSource* metrics_;
+  kube::MetricsCache* metrics_;
   std::chrono::milliseconds status_period_;
-  struct Sample {
-    double images = 0;                          // images_total at the window's start
-    std::chrono::system_clock::time_point at;   // the window's start
-    double rate = 0;                            // images/s over the last complete window
-    bool has_rate = false;
-  };
-  std::map<std::string, Sample> last_images_;  // trainer pod uid -> its throughput window
-  std::set<std::string> counted_failures_;  // pod uids whose failure counted as a restart
   std::chrono::seconds certificate_validity_ = net::kCertificateValidity;
+  std::mutex mu_;  // guards the bookkeeping below, shared by the workers
+  std::set<std::string> counted_failures_;  // pod uids whose failure counted as a restart
   // "ns/job" -> when its last CertificateNotRenewable warning went out, and the fault it named.
   std::map<std::string, std::pair<std::chrono::system_clock::time_point, std::string>>
       certificate_warned_;

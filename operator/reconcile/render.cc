@@ -116,9 +116,18 @@ Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::
       {"env",
        {{{"name", "ADAM_NODE_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
         {{"name", "ADAM_POD_NAME"},
-         {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}}}},
+         {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
+        // The container's CPU limit in millicores: a role pins its threads only when its
+        // allowed cpuset is exactly this many whole CPUs (its own, from the static CPU manager).
+        {{"name", "ADAM_CPU_LIMIT_MILLIS"},
+         {"valueFrom",
+          {{"resourceFieldRef", {{"containerName", role}, {"resource", "limits.cpu"}, {"divisor", "1m"}}}}}}}},
       {"ports", ContainerPorts(in)},
       {"resources", ResourcesOf(job, in)},
+      // A failed container's last log lines become its termination message, which the operator
+      // quotes in the job's Failed condition (a divergence's loss and learning rate, a refused
+      // input's field).
+      {"terminationMessagePolicy", "FallbackToLogsOnError"},
       {"volumeMounts", mounts},
       {"securityContext",
        {{"runAsNonRoot", true},
@@ -151,7 +160,7 @@ Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::
 }
 
 std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in,
-                                const spec::Endpoints& endpoints) {
+                                const spec::Endpoints& endpoints, const RenderOptions& o) {
   const std::string job_path = std::string(kJobMountPath) + "/job.yaml";
   std::vector<std::string> args = spec::RoleArgs(in, job_path, endpoints);
   args.insert(args.end(), {"--tls-dir", kTlsPath});  // mutual TLS between the job's pods
@@ -161,6 +170,8 @@ std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in
       if (args[i] == "--id") args[i + 1] = "hostname";
       else if (args[i] == "--name") args[i + 1] = "$(ADAM_POD_NAME)";  // expanded by the kubelet
     args.insert(args.end(), {"--state-dir", std::string(kStatePath) + "/raft"});
+    // The Raft volume belongs to this job: one of a predecessor with the same name is refused.
+    if (!o.owner_uid.empty()) args.insert(args.end(), {"--cluster-id", o.owner_uid});
   }
   if (in.role == Role::kParamServer) {
     args.insert(args.end(), {"--state-dir", std::string(kStatePath) + "/checkpoints"});
@@ -235,7 +246,7 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
       if (in.role == Role::kController && !first) first = &in;
     const std::string name = job.name + "-controller";
     Json md = Metadata(job, name, "controller", 0, o);
-    Json pod = PodSpec(job, *first, ArgsOf(job, *first, endpoints), true);
+    Json pod = PodSpec(job, *first, ArgsOf(job, *first, endpoints, o), true);
     pod["affinity"] = AntiAffinity(job, "controller", true);
     pod["topologySpreadConstraints"] = Spread(job, "controller");
     Json tmd = {{"labels", Labels(job, "controller")},
@@ -248,6 +259,8 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
          {{"serviceName", job.name},
           {"replicas", job.roles.controller.replicas},
           {"podManagementPolicy", "Parallel"},
+          // The Raft volumes go with the job (a new job of the same name starts empty).
+          {"persistentVolumeClaimRetentionPolicy", {{"whenDeleted", "Delete"}, {"whenScaled", "Retain"}}},
           {"selector", Selector(job, "controller")},
           {"template", {{"metadata", tmd}, {"spec", pod}}},
           {"volumeClaimTemplates",
@@ -282,7 +295,7 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
     md["labels"][kIndexLabel] = std::to_string(in.index);
     if (ps && !job.networks.replication.empty())
       md["annotations"][kMultusAnnotation] = job.networks.replication;
-    Json pod = PodSpec(job, in, ArgsOf(job, in, endpoints), ps);
+    Json pod = PodSpec(job, in, ArgsOf(job, in, endpoints, o), ps);
     pod["hostname"] = name;
     pod["subdomain"] = job.name;
     // The operator restarts failed pods itself, counting them against runPolicy.backoffLimit.

@@ -92,6 +92,9 @@ struct FakeApiServer::Impl {
   int64_t compacted = 0;  // events at or below this version are forgotten
   std::vector<std::shared_ptr<Watcher>> watchers;
   int fail_updates = 0;
+  bool touch_on_events = false;
+  int throttle = 0, retry_after = 1, throttled = 0, requests = 0;
+  std::chrono::milliseconds delay{0};
   int watches = 0, lists = 0, conflicts = 0;
   std::mt19937 rng{7};
   std::unique_ptr<http::experimental::listener::http_listener> listener;
@@ -122,6 +125,21 @@ struct FakeApiServer::Impl {
       if (w->open && w->collection == collection && (w->ns.empty() || w->ns == ns) &&
           Matches(w->selector, Labels(object)))
         Write(w, type, object);
+  }
+
+  // Another client's write to an object's metadata alone (an annotation): a new resourceVersion,
+  // the same generation.
+  void Touch(const std::string& uid) {
+    for (auto& [collection, objs] : store)
+      for (auto& [key, o] : objs) {
+        if (o["metadata"].value("uid", "") != uid) continue;
+        Json& notes = o["metadata"]["annotations"];
+        if (!notes.is_object()) notes = Json::object();
+        notes["touched"] = std::to_string(std::stoi(notes.value("touched", "0")) + 1);
+        o = Stamp(o);
+        Emit(collection, "MODIFIED", o);
+        return;
+      }
   }
 
   Json Stamp(Json o) {
@@ -221,9 +239,29 @@ struct FakeApiServer::Impl {
   }
 
   void Handle(http::http_request req) {
-    if (!token.empty()) {
+    std::chrono::milliseconds hold{0};
+    std::string want_token;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++requests;
+      hold = delay;
+      want_token = token;
+      if (throttle > 0) {
+        --throttle;
+        ++throttled;
+        http::http_response resp(429);
+        resp.headers().add("Retry-After", std::to_string(retry_after));
+        const std::string text = Json{{"kind", "Status"}, {"code", 429}, {"reason", "TooManyRequests"},
+                                      {"message", "too many requests"}}.dump();
+        resp.set_body(std::vector<unsigned char>(text.begin(), text.end()));
+        req.reply(resp);
+        return;
+      }
+    }
+    if (hold.count() > 0) std::this_thread::sleep_for(hold);
+    if (!want_token.empty()) {
       auto h = req.headers().find("Authorization");
-      if (h == req.headers().end() || h->second != "Bearer " + token)
+      if (h == req.headers().end() || h->second != "Bearer " + want_token)
         return Fail(req, 401, "Unauthorized", "Unauthorized");
     }
     Target t;
@@ -283,6 +321,7 @@ struct FakeApiServer::Impl {
       o = Stamp(o);
       objs[k] = o;
       Emit(t.collection, "ADDED", o);
+      if (touch_on_events && t.collection == "v1/events") Touch(o["involvedObject"].value("uid", ""));
       return Reply(req, 201, o);
     }
     if (method == http::methods::PUT) {
@@ -516,6 +555,37 @@ void FakeApiServer::BreakWatches() {
 void FakeApiServer::FailUpdates(int n) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->fail_updates = n;
+}
+
+void FakeApiServer::TouchOnEvents(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->touch_on_events = on;
+}
+
+void FakeApiServer::Throttle(int n, int retry_after_seconds) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->throttle = n;
+  impl_->retry_after = retry_after_seconds;
+}
+
+void FakeApiServer::Delay(std::chrono::milliseconds d) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->delay = d;
+}
+
+void FakeApiServer::SetToken(const std::string& token) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->token = token;
+}
+
+int FakeApiServer::requests_served() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->requests;
+}
+
+int FakeApiServer::throttled_served() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->throttled;
 }
 
 int FakeApiServer::watches_opened() const {

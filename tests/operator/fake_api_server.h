@@ -7,9 +7,14 @@
 //
 // There is no scheduler or kubelet: tests play them by writing pod status (SetPodPhase). Faults:
 // Compact() forgets history, BreakWatches() cuts every open stream, FailUpdates(n) answers the
-// next n PUTs with 409. Thread-safe.
+// next n PUTs with 409, TouchOnEvents(true) changes an object's metadata (a new resourceVersion)
+// whenever an Event about it is created, as a client annotating it all the time would between a
+// reader's GET and PUT, Throttle(n, s) the next n requests with 429 and Retry-After: s,
+// Delay(d) holds every request for d before answering, SetToken() changes the accepted token.
+// Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -47,6 +52,12 @@ class FakeApiServer {
   void Compact();
   void BreakWatches();
   void FailUpdates(int n);
+  void TouchOnEvents(bool on);
+  void Throttle(int n, int retry_after_seconds);
+  void Delay(std::chrono::milliseconds d);
+  void SetToken(const std::string& token);
+  int requests_served() const;
+  int throttled_served() const;
 
   int watches_opened() const;
   int lists_served() const;

@@ -284,15 +284,15 @@ TEST_F(LeaderTest, OneLeaderAndAQuickHandOver) {
   LeaderElector b(c2.get(), o, [&] { ++started; }, nullptr);
   a.Start();
   b.Start();
-  ASSERT_TRUE(Eventually([&] { return a.IsLeader() || b.IsLeader(); }));
+  ASSERT_TRUE(Eventually([&] { return a.Leading() || b.Leading(); }));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_NE(a.IsLeader(), b.IsLeader());
+  EXPECT_NE(a.Leading(), b.Leading());
   EXPECT_EQ(started.load(), 1);
-  LeaderElector& leader = a.IsLeader() ? a : b;
-  LeaderElector& other = a.IsLeader() ? b : a;
+  LeaderElector& leader = a.Leading() ? a : b;
+  LeaderElector& other = a.Leading() ? b : a;
   const auto t0 = std::chrono::steady_clock::now();
   leader.Stop();  // gives the Lease up
-  EXPECT_TRUE(Eventually([&] { return other.IsLeader(); }));
+  EXPECT_TRUE(Eventually([&] { return other.Leading(); }));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(900));
   Json lease = api->Get("coordination.k8s.io/v1/leases", "default", "adam-operator");
   EXPECT_EQ(lease["spec"]["leaseTransitions"], 1);
@@ -312,6 +312,211 @@ TEST_F(LeaderTest, AnUnrenewedLeaseIsTakenOnlyAfterItsDuration) {
   ASSERT_TRUE(Eventually([&] { return b.TryAcquireOrRenew(); }, std::chrono::milliseconds(3000)));
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(950));
   EXPECT_FALSE(a.TryAcquireOrRenew());  // the old holder sees the new one and does not take it back
+}
+
+// A 429 with Retry-After is waited out and retried, as client-go does; the caller sees success.
+TEST_F(ClientTest, TooManyRequestsIsRetriedAfterTheServersDelay) {
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
+  api->Throttle(2, 1);
+  const int before = api->requests_served();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto got = client->Get(ConfigMaps(), "ns", "one");
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1900));
+  EXPECT_EQ(api->requests_served() - before, 3);
+  EXPECT_EQ(api->throttled_served(), 2);
+  // Past max_retries the 429 is the answer (UNAVAILABLE, retried later by the caller's queue).
+  Config c = Plain(api->url());
+  c.max_retries = 1;
+  api->Throttle(5, 0);
+  EXPECT_EQ(NewHttpClient(c)->Get(ConfigMaps(), "ns", "one").status().code(), StatusCode::kUnavailable);
+}
+
+// qps and burst bound the request rate: the burst goes at once, the rest at qps.
+TEST_F(ClientTest, RequestsAreRateLimited) {
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
+  Config c = Plain(api->url());
+  c.qps = 20;
+  c.burst = 5;
+  auto limited = NewHttpClient(c);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 25; ++i) ASSERT_TRUE(limited->Get(ConfigMaps(), "ns", "one").ok());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, std::chrono::milliseconds(950));   // 20 beyond the burst at 20/s
+  EXPECT_LT(took, std::chrono::milliseconds(3000));
+}
+
+// Sockets to or from `port` in TIME_WAIT: each one a connection that was closed.
+int ClosedConnections(int port) {
+  int n = 0;
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream f(table);
+    std::string line;
+    std::getline(f, line);
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      std::string sl, local, remote, state;
+      in >> sl >> local >> remote >> state;
+      auto port_of = [](const std::string& a) { return std::stoi(a.substr(a.rfind(':') + 1), nullptr, 16); };
+      if (state == "06" && (port_of(local) == port || port_of(remote) == port)) ++n;
+    }
+  }
+  return n;
+}
+
+// One client keeps its connection: 50 requests open no 50 connections.
+TEST_F(ClientTest, ConnectionsAreReused) {
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
+  const int port = std::stoi(api->url().substr(api->url().rfind(':') + 1));
+  const int before = ClosedConnections(port);
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(client->Get(ConfigMaps(), "ns", "one").ok());
+  EXPECT_LE(ClosedConnections(port) - before, 2);
+}
+
+// A token file is read again when it changes (the kubelet rotates bound tokens).
+TEST(Credentials, ATokenFileIsReadAgainWhenRotated) {
+  testing::TmpDir dir;
+  auto api = FakeApiServer::StartTls("", "", "");
+  std::ofstream(dir.File("token")) << "first\n";
+  api->SetToken("first");
+  Config c = Plain(api->url());
+  c.token_file = dir.File("token");
+  auto client = NewHttpClient(c);
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
+  api->SetToken("second");
+  EXPECT_EQ(client->Get(ConfigMaps(), "ns", "one").status().code(), StatusCode::kFailedPrecondition);
+  std::ofstream(dir.File("token")) << "second\n";
+  auto got = client->Get(ConfigMaps(), "ns", "one");
+  EXPECT_TRUE(got.ok()) << got.status().message();
+}
+
+// An exec plugin's credential is cached until it expires or is refused, then asked for again.
+TEST(Credentials, AnExecPluginIsRunOnceAndAgainWhenRefused) {
+  testing::TmpDir dir;
+  auto api = FakeApiServer::StartTls("", "", "");
+  const std::string plugin = dir.File("plugin.sh");
+  std::ofstream(plugin) << "#!/bin/sh\n"
+                           "echo run >> \"$(dirname \"$0\")/runs\"\n"
+                           "case \"$KUBERNETES_EXEC_INFO\" in *ExecCredential*) ;; *) exit 3;; esac\n"
+                           "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+                           "\"status\":{\"token\":\"%s\"}}' \"$(cat \"$(dirname \"$0\")/token\")\"\n";
+  std::filesystem::permissions(plugin, std::filesystem::perms::owner_all);
+  std::ofstream(dir.File("token")) << "t1";
+  api->SetToken("t1");
+  const std::string kubeconfig = R"(
+apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: ")" + api->url() + R"("}}]
+users:
+- name: u
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: ./plugin.sh
+      env: [{name: PLUGIN_MODE, value: test}]
+)";
+  auto c = ParseKubeconfig(kubeconfig, dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_TRUE(c->exec.has_value());
+  EXPECT_EQ(c->exec->command, dir.File("./plugin.sh"));
+  auto client = NewHttpClient(*c);
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(client->Get(ConfigMaps(), "ns", "one").ok());
+  auto runs = [&] {
+    std::ifstream f(dir.File("runs"));
+    int n = 0;
+    for (std::string l; std::getline(f, l);) ++n;
+    return n;
+  };
+  EXPECT_EQ(runs(), 1);
+  std::ofstream(dir.File("token")) << "t2";
+  api->SetToken("t2");
+  auto got = client->Get(ConfigMaps(), "ns", "one");  // 401, the plugin again, then success
+  EXPECT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(runs(), 2);
+
+  // Bad stanzas and bad answers are named.
+  std::string bad = kubeconfig;
+  bad.replace(bad.find("authentication.k8s.io/v1\n"), 25, "authentication.k8s.io/v9\n");
+  EXPECT_NE(ParseKubeconfig(bad, dir.path()).status().message().find("users[u].user.exec.apiVersion"),
+            std::string::npos);
+  std::ofstream(plugin) << "#!/bin/sh\necho not json\n";
+  std::filesystem::permissions(plugin, std::filesystem::perms::owner_all);
+  auto broken = NewHttpClient(*c)->Get(ConfigMaps(), "ns", "one");
+  EXPECT_NE(broken.status().message().find("no ExecCredential JSON"), std::string::npos)
+      << broken.status().message();
+}
+
+TEST(Kubeconfig, TheFirstExistingFileOfTheListIsUsed) {
+  testing::TmpDir dir;
+  std::ofstream(dir.File("one")) << "x";
+  std::ofstream(dir.File("two")) << "x";
+  EXPECT_EQ(DefaultKubeconfigPath(dir.File("one") + ":" + dir.File("two")), dir.File("one"));
+  EXPECT_EQ(DefaultKubeconfigPath("/nonexistent:" + dir.File("two")), dir.File("two"));
+  EXPECT_EQ(DefaultKubeconfigPath(":/nonexistent"), "");
+}
+
+// A leader whose renewals hang steps down at its renew deadline, while the request still hangs,
+// and its fenced writes stop at that moment.
+TEST_F(LeaderTest, ALeaderWhoseRenewalsHangStepsDownAtTheDeadline) {
+  LeaderOptions o;
+  o.lease_duration = std::chrono::milliseconds(3000);
+  o.renew_deadline = std::chrono::milliseconds(1000);
+  o.retry_period = std::chrono::milliseconds(100);
+  o.identity = "one";
+  Config slow = Plain(api->url());
+  slow.request_timeout = std::chrono::seconds(10);  // longer than the deadline on purpose
+  auto c = NewHttpClient(slow);
+  std::atomic<bool> stopped{false};
+  LeaderElector a(c.get(), o, nullptr, [&] { stopped = true; });
+  FencedClient fenced(c.get(), [&] { return a.Leading(); });
+  a.Start();
+  ASSERT_TRUE(Eventually([&] { return a.Leading(); }));
+  ASSERT_TRUE(fenced.Create(ConfigMaps(), "ns", Cm("ok", "1")).ok());
+  api->Delay(std::chrono::milliseconds(4000));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return stopped.load(); }, std::chrono::milliseconds(3000)));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
+  EXPECT_FALSE(a.Leading());
+  auto refused = fenced.Create(ConfigMaps(), "ns", Cm("late", "1"));
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("no longer holds the leader Lease"), std::string::npos);
+  api->Delay(std::chrono::milliseconds(0));
+  a.Stop();
+}
+
+TEST(LeaderTimes, ALeaseThatALastWriteCouldOutliveIsRefused) {
+  LeaderOptions o;  // 15 s, 10 s, 2 s
+  EXPECT_TRUE(CheckLeaderTimes(o, std::chrono::seconds(2)).ok());
+  auto s = CheckLeaderTimes(o, std::chrono::seconds(5));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--leader-elect-lease-duration"), std::string::npos);
+  o.retry_period = std::chrono::seconds(10);
+  EXPECT_NE(CheckLeaderTimes(o, std::chrono::seconds(1)).message().find("--leader-elect-retry-period"),
+            std::string::npos);
+}
+
+// A pod that does not answer costs a scrape thread its timeout, never the caller a wait.
+TEST(MetricsCacheTest, ASlowPodHoldsNobody) {
+  struct Source : MetricsSource {
+    std::atomic<int> calls{0};
+    StatusOr<std::map<std::string, double>> Scrape(const std::string& host, int) override {
+      ++calls;
+      if (host == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      return std::map<std::string, double>{{"up", host == "slow" ? 0.0 : 1.0}};
+    }
+  } source;
+  MetricsCache cache(&source, std::chrono::milliseconds(100), 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(cache.Latest("a", "slow", 1).empty());
+  EXPECT_TRUE(cache.Latest("b", "fast", 1).empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+  ASSERT_TRUE(Eventually([&] { return cache.Latest("b", "fast", 1).size() == 2; }, std::chrono::milliseconds(1000)));
+  EXPECT_EQ(cache.Latest("b", "fast", 1)[0].values.at("up"), 1.0);
+  EXPECT_TRUE(cache.Latest("a", "slow", 1).empty());  // still in flight
+  ASSERT_TRUE(Eventually([&] { return !cache.Latest("a", "slow", 1).empty(); }, std::chrono::milliseconds(3000)));
 }
 
 // HTTPS as on a real cluster: the server's certificate checked against the configured CA, the
@@ -368,7 +573,9 @@ TEST(InCluster, ReadsTheServiceAccount) {
   unsetenv("KUBERNETES_SERVICE_PORT");
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->server, "https://10.96.0.1:443");
-  EXPECT_EQ(c->token, "tok");
+  // The token is a file the kubelet rotates: the client reads it, not a copy made once.
+  EXPECT_EQ(c->token, "");
+  EXPECT_EQ(c->token_file, sa + "/token");
   EXPECT_EQ(c->ca_pem, "CA");
   EXPECT_EQ(c->name_space, "ml");
 }

@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "operator/openapi.h"
+#include "testing/yaml_json.h"
 #include "spec/adamjob.h"
 #include "testing/wait.h"
 

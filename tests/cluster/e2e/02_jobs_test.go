@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// podLog records, in the order the API server reported them, when each pod of a namespace
+// appeared and became Ready.
+type podLog struct {
+	mu     sync.Mutex
+	events []string // "ADDED ps fashion-mnist-ha-ps-0", "READY controller ..."
+	ready  map[string]bool
+	stop   func()
+}
+
+func watchPods(t *testing.T, ns string) *podLog {
+	t.Helper()
+	w, err := env.cs.CoreV1().Pods(ns).Watch(ctx(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &podLog{ready: map[string]bool{}, stop: w.Stop}
+	go func() {
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			role := p.Labels["adam.dev/role"]
+			l.mu.Lock()
+			if ev.Type == watch.Added {
+				l.events = append(l.events, "ADDED "+role+" "+p.Name)
+			}
+			if podReady(p) && !l.ready[p.Name] {
+				l.ready[p.Name] = true
+				l.events = append(l.events, "READY "+role+" "+p.Name)
+			}
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
+
+// first returns the index of the first event starting with `prefix`, or -1.
+func (l *podLog) first(prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, e := range l.events {
+		if strings.HasPrefix(e, prefix) {
+			return i
+		}
+	}
+	return -1
+}
+
+// readyAll returns the index at which the n-th pod of `role` became Ready, or -1.
+func (l *podLog) readyAll(role string, n int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := 0
+	for i, e := range l.events {
+		if strings.HasPrefix(e, "READY "+role+" ") {
+			if seen++; seen == n {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// Both examples, as a user applies them: the real scheduler places every pod (copies of a shard
+// and controller members on different nodes, spread over the zones, Guaranteed QoS), kwok runs
+// them, the operator starts the stages in order, `kubectl get aj` shows the phase and `kubectl
+// wait` works on the documented conditions; trainers that exit 0 finish the job.
+func testExamplesRunStageByStageOnTheRealScheduler(t *testing.T) {
+	sharedOperator(t)
+	for _, c := range []struct {
+		example     string
+		controllers int
+		servers     int
+	}{{"fashion-mnist", 0, 2}, {"fashion-mnist-ha", 3, 3}} {
+		t.Run(c.example, func(t *testing.T) {
+			ns := namespace(t, "e2e-"+c.example)
+			log := watchPods(t, ns)
+			defer log.stop()
+			kubectl(t, "apply", "-n", ns, "-f", "examples/"+c.example+".yaml")
+			kubectl(t, "wait", "-n", ns, "--for=condition=Running", "adamjob/"+c.example, "--timeout=90s")
+			out := kubectl(t, "get", "aj", "-n", ns)
+			if !strings.Contains(out, "PHASE") || !strings.Contains(out, "Running") {
+				t.Errorf("kubectl get aj:\n%s", out)
+			}
+			kubectl(t, "wait", "-n", ns, "--for=condition=Created", "adamjob/"+c.example, "--timeout=10s")
+
+			// Stages: controllers first; servers once every controller is Ready; data server
+			// and trainers once every server is Ready.
+			ps, trainer, data := log.first("ADDED ps "), log.first("ADDED trainer "), log.first("ADDED data-server ")
+			if ps < 0 || trainer < 0 || data < 0 {
+				t.Fatalf("pods missing from the watch: %v", log.events)
+			}
+			if c.controllers > 0 {
+				if r := log.readyAll("controller", c.controllers); r < 0 || r > ps {
+					t.Errorf("parameter servers created before every controller was Ready: %v", log.events)
+				}
+			}
+			if r := log.readyAll("ps", c.servers); r < 0 || r > trainer || r > data {
+				t.Errorf("trainers or data server created before every parameter server was Ready: %v", log.events)
+			}
+
+			// Placement by the real scheduler.
+			zones := map[string]string{}
+			nodes, _ := env.cs.CoreV1().Nodes().List(ctx(), metav1.ListOptions{})
+			for _, n := range nodes.Items {
+				zones[n.Name] = n.Labels["topology.kubernetes.io/zone"]
+			}
+			for _, role := range []string{"ps", "controller"} {
+				seenNode, seenZone := map[string]bool{}, map[string]bool{}
+				pods := jobPods(t, ns, c.example, role)
+				for _, p := range pods {
+					if p.Spec.NodeName == "" {
+						t.Errorf("%s not scheduled", p.Name)
+					}
+					if p.Status.QOSClass != corev1.PodQOSGuaranteed {
+						t.Errorf("%s: QoS %s, want Guaranteed (numaPinning)", p.Name, p.Status.QOSClass)
+					}
+					if c.controllers > 0 && seenNode[p.Spec.NodeName] {
+						t.Errorf("two %s pods on node %s: copies must not share a machine", role, p.Spec.NodeName)
+					}
+					seenNode[p.Spec.NodeName] = true
+					seenZone[zones[p.Spec.NodeName]] = true
+				}
+				if len(pods) >= 3 && len(seenZone) < 3 {
+					t.Errorf("%d %s pods in %d zones, want them spread over 3", len(pods), role, len(seenZone))
+				}
+			}
+
+			// The trainers exit 0: the job succeeds and the running pods are cleaned up.
+			for _, p := range jobPods(t, ns, c.example, "trainer") {
+				exitPod(t, ns, p.Name, 0, "")
+			}
+			kubectl(t, "wait", "-n", ns, "--for=condition=Succeeded", "adamjob/"+c.example, "--timeout=60s")
+			eventually(t, 30*time.Second, "running pods cleaned up (cleanPodPolicy Running)", func() (bool, string) {
+				left := 0
+				for _, p := range jobPods(t, ns, c.example, "") {
+					if p.Status.Phase == corev1.PodRunning {
+						left++
+					}
+				}
+				return left == 0, fmt.Sprintf("%d running", left)
+			})
+		})
+	}
+}
+
+// The tests that share the operator and leave the cluster as they found it run at once: most of
+// their time is waiting for the cluster. (Faults that take nodes or operators away run alone.)
+func TestJobsWithTheSharedOperator(t *testing.T) {
+	sharedOperator(t)
+	for _, c := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"ExamplesRunStageByStageOnTheRealScheduler", testExamplesRunStageByStageOnTheRealScheduler},
+		{"TooFewNodesIsExplainedWithin30s", testTooFewNodesIsExplainedWithin30s},
+		{"TheApiServerRefusesEveryDocumentedBadManifest", testTheApiServerRefusesEveryDocumentedBadManifest},
+		{"RenderedObjectsPassStrictServerValidation", testRenderedObjectsPassStrictServerValidation},
+		{"ShardLayoutFieldsAreImmutableTheirPresenceIncluded", testShardLayoutFieldsAreImmutableTheirPresenceIncluded},
+		{"DeleteFlushesThenTheGarbageCollectorTakesTheRest", testDeleteFlushesThenTheGarbageCollectorTakesTheRest},
+		{"AStuckParameterServerHoldsTheDeletionOnlyUntilTheFlushTimeout", testAStuckParameterServerHoldsTheDeletionOnlyUntilTheFlushTimeout},
+		{"ARecreatedJobDoesNotAdoptItsPredecessorsObjects", testARecreatedJobDoesNotAdoptItsPredecessorsObjects},
+	} {
+		c := c
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.test(t)
+		})
+	}
+}
