@@ -3,16 +3,23 @@
 # Idempotent: packages already present are skipped, and apt-get runs only when one is missing.
 set -euo pipefail
 
+# What building the `adam` binary needs (all that docker/Dockerfile's build stage installs, with
+# ADAM_INSTALL_BUILD_ONLY=1).
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcpprest-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libhwloc-dev prometheus-cpp-dev libyaml-cpp-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libzstd-dev zlib1g-dev
-  libcli11-dev libspdlog-dev nlohmann-json3-dev
-  clang libclang-rt-14-dev
-  dataset-fashion-mnist
-  python3 openssl prometheus chromium
+  libzstd-dev zlib1g-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
 )
+# The tests, the sanitizer builds, the demo's data set and the image's base (mmdebstrap).
+if [[ "${ADAM_INSTALL_BUILD_ONLY:-0}" != 1 ]]; then
+  packages+=(
+    libgtest-dev libgmock-dev libbenchmark-dev
+    clang libclang-rt-14-dev libomp-14-dev
+    dataset-fashion-mnist
+    python3 openssl curl prometheus chromium mmdebstrap
+  )
+fi
 # Extra groups: ADAM_INSTALL_BENCH=1 adds the peers the benchmarks compare against.
 if [[ "${ADAM_INSTALL_BENCH:-0}" == 1 ]]; then
   packages+=(python3-torch python3-numpy python3-matplotlib etcd-server etcd-client)
