@@ -2,7 +2,8 @@
 # ThreadSanitizer over the parts of Adam meant to be race-free: the parameter server's store,
 # shard workers and queues, consistency gate, buffer pool and checkpointer; the data source; and
 # two trainers with two Hogwild workers each, with their prefetch, sync and evaluation threads
-# (the intended weight races are marked in core/hogwild.h); the operator's work queue.
+# (the intended weight races are marked in core/hogwild.h); the operator's work queue and metrics
+# cache.
 # Builds in build-tsan/ with clang (its ignorelist keeps the uninstrumented libraries' header code
 # uninstrumented too: tests/tsan-ignorelist.txt); any report fails the run.
 set -euo pipefail
@@ -29,6 +30,6 @@ run() {
 run param_server_test 'ParamStore.*:ApplyDense.*:ClockGate.*:BufferPool.*:CheckpointTest.*:UpdatePlan.*:Routing.*'
 run data_server_test '*'
 run trainer_test '*NoNetwork*:ReplicaPrivate.*'
-run kube_test 'WorkQueue.*'
+run kube_test 'WorkQueue.*:MetricsCacheTest.*'
 
 echo "tsan: no data race reported"

@@ -4,8 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <zlib.h>
+
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "data/augment.h"
 #include "testing/tmp_dir.h"
@@ -111,6 +114,32 @@ TEST(Idx, MissingFileIsNotFound) {
   ASSERT_FALSE(arr.ok());
   EXPECT_EQ(arr.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(arr.status().message(), HasSubstr("/nonexistent/x.idx"));
+}
+
+// A gzip stream that promises 100 bytes and decompresses to 64 MB is refused as soon as it passes
+// what its IDX header declares, not after the whole bomb is in memory.
+TEST(Idx, AGzipBombIsRefusedAtTheDeclaredSize) {
+  testing::TmpDir dir;
+  const std::string path = dir.File("bomb.gz");
+  gzFile gz = gzopen(path.c_str(), "wb9");
+  ASSERT_NE(gz, nullptr);
+  const unsigned char header[] = {0, 0, 8, 2, 0, 0, 0, 10, 0, 0, 0, 10};  // 10 x 10 bytes declared
+  gzwrite(gz, header, sizeof header);
+  std::vector<char> zeros(1 << 20, 0);
+  for (int i = 0; i < 64; ++i) gzwrite(gz, zeros.data(), unsigned(zeros.size()));
+  ASSERT_EQ(gzclose(gz), Z_OK);
+  auto r = data::ReadIdx(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr(
+      path + ": byte 112 of the decompressed data: the stream goes on past the 112 bytes its IDX "
+             "header declares"));
+}
+
+TEST(Idx, ADirectoryIsNamedAsOne) {
+  testing::TmpDir dir;
+  auto r = data::ReadIdx(dir.path());
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr(dir.path() + ": is a directory, not a data file"));
 }
 
 TEST(Idx, LabelMismatchesAreNamed) {

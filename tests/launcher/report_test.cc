@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include "testing/chromium.h"
 #include "testing/tmp_dir.h"
 #include "testing/wait.h"
 
@@ -22,7 +23,7 @@ RunRecord Sample() {
     r.epochs.push_back({e, 10.0 * e, 0.9 / e, 0.7 + 0.03 * e});
   for (int t = 1; t <= 60; ++t) r.rates.push_back({double(t), t == 31 ? 1200.0 : 5000.0 + 10 * t});
   r.marks.push_back({30.0, "kill -9 ps-0"});
-  r.marks.push_back({30.6, "failover: ps-1 primary"});
+  r.marks.push_back({30.6, "failover: ps-0 lost, 3 shard(s) moved"});
   r.summary = {{"result", "completed"}, {"test accuracy", "88.00%"}};
   return r;
 }
@@ -37,8 +38,13 @@ TEST(Report, ChartsEveryEpochAndMarksEveryFault) {
   const std::string html = RenderReportHtml(Sample());
   EXPECT_EQ(Count(html, "<svg"), 3u);
   EXPECT_EQ(Count(html, "<polyline class=\"series\""), 3u);
-  EXPECT_EQ(Count(html, "<g class=\"mark\">"), 2u);
-  EXPECT_NE(html.find("kill -9 ps-0"), std::string::npos);
+  EXPECT_EQ(Count(html, "<line class=\"mark-line\""), 2u);
+  // 0.6 s apart on a 60 s axis: one badge numbers both lines, and the table has a row each.
+  EXPECT_EQ(Count(html, "<g class=\"mark\">"), 1u);
+  EXPECT_NE(html.find(">1-2</text>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>1</td><td>30.0</td><td>kill -9 ps-0</td></tr>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>2</td><td>30.6</td><td>failover: ps-0 lost, 3 shard(s) moved</td></tr>"),
+            std::string::npos);
   // One dot per epoch on the accuracy and loss charts (the 60-point rate line has none).
   EXPECT_EQ(Count(html, "<circle"), 12u);
   EXPECT_NE(html.find("<td>6</td><td>60.0</td><td>0.1500</td><td>88.00%</td>"), std::string::npos);
@@ -124,14 +130,8 @@ bool DecodePng(const std::string& file, Image* img, std::string* error) {
   return true;
 }
 
-std::string Chromium() {
-  for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
-    if (std::ifstream(c).good()) return c;
-  return "";
-}
-
 TEST(Report, HeadlessChromiumShowsTheCharts) {
-  const std::string chromium = Chromium();
+  const std::string chromium = testing::Chromium();
   if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
   testing::TmpDir dir;
   const std::string page = dir.File("index.html");
@@ -162,6 +162,48 @@ TEST(Report, HeadlessChromiumShowsTheCharts) {
   EXPECT_GT(non_white, pixels / 100) << "the page looks blank";
   EXPECT_GT(series_pixels, 500u) << "no chart lines drawn";
   EXPECT_GT(colors.size(), 20u);
+}
+
+// A chaos run's faults, as a --chaos 40 run has them: a kill every 1-2 s, its restart, the
+// failover and the under-replication it causes, some within a few pixels of each other, out of
+// time order as the launcher may record them. Chromium's layout shows every badge readable
+// (its label inside it, none overlapping, all inside the chart), every line numbered exactly
+// once, and the table a row per fault in time order.
+TEST(Report, ChaosFaultsAreNumberedReadablyInTheBrowser) {
+  const std::string chromium = testing::Chromium();
+  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
+  RunRecord r = Sample();
+  r.marks.clear();
+  int failovers = 0;
+  for (double t = 1.0; t < 41.0; t += 1.0 + 0.37 * double(int(t) % 3)) {
+    const std::string victim = "ps-" + std::to_string(int(t) % 3);
+    r.marks.push_back({t, "kill -9 " + victim});
+    r.marks.push_back({t + 0.5, "failover: " + victim + " lost, 4 shard(s) moved"});
+    ++failovers;
+    r.marks.push_back({t + 0.6, "under-replicated: 4 shard(s)"});
+    r.marks.push_back({t + 0.9, "restart " + victim});
+  }
+  r.marks.push_back({58.0, "every shard has all its copies again"});
+  std::swap(r.marks[3], r.marks[4]);  // recorded out of order
+  const size_t n = r.marks.size();
+  ASSERT_GT(n, 100u);
+  const std::string html = RenderReportHtml(r);
+  testing::TmpDir dir;
+  std::string error;
+  const std::string layout = testing::BadgeLayout(chromium, html, dir, &error);
+  ASSERT_TRUE(error.empty()) << error;
+  // The throughput chart (the third) has every line; the layout names no problem.
+  EXPECT_NE(layout.find("chart 2: " + std::to_string(n) + " lines, "), std::string::npos) << layout;
+  EXPECT_EQ(Count(layout, "\n"), 2u) << layout;
+  // Badges are grouped, not one per line, and not one for all.
+  const size_t badges = Count(html, "<g class=\"mark\">");
+  EXPECT_GT(badges, 5u);
+  EXPECT_LT(badges, n);
+  // A row per fault, failovers included, numbered in time order.
+  EXPECT_EQ(Count(html, "</td><td>failover: ps-"), size_t(failovers));
+  EXPECT_EQ(Count(html, "<tr><td>"), r.epochs.size() + n);
+  EXPECT_NE(html.find("<tr><td>1</td><td>1.0</td><td>kill -9 ps-1</td></tr>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>" + std::to_string(n) + "</td><td>58.0</td>"), std::string::npos);
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "testing/tmp_dir.h"
 
@@ -63,6 +66,36 @@ TEST(NetworkStatus, ReadsThePodsFile) {
   auto none = PodNetworkAddress(path, "adam-replication");
   EXPECT_NE(none.status().message().find("is Multus installed"), std::string::npos);
   EXPECT_EQ(PodNetworkAddress(dir.path() + "/nope", "x").status().code(), StatusCode::kNotFound);
+}
+
+// Multus writes the annotation after the pod starts: the server waits for it, bounded.
+TEST(NetworkStatus, WaitsForTheAnnotationToAppear) {
+  testing::TmpDir dir;
+  const std::string path = dir.path() + "/annotations";
+  std::ofstream(path) << "";  // the kubelet's first, empty, file
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::ofstream(path + ".tmp") << kFile;
+    std::filesystem::rename(path + ".tmp", path);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ip = WaitForPodNetworkAddress(path, "adam-replication", std::chrono::seconds(5),
+                                     std::chrono::milliseconds(20));
+  later.join();
+  ASSERT_TRUE(ip.ok()) << ip.status().message();
+  EXPECT_EQ(*ip, "192.168.50.7");
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
+  std::ofstream(path) << "";
+  auto none = WaitForPodNetworkAddress(path, "adam-replication", std::chrono::milliseconds(200),
+                                       std::chrono::milliseconds(20));
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find(path + ": no address for network 'adam-replication' after waiting"),
+            std::string::npos) << none.status().message();
+  std::ofstream(path) << "broken";  // malformed: at once, not after the wait
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_NE(WaitForPodNetworkAddress(path, "adam-replication", std::chrono::seconds(5)).status().code(),
+            StatusCode::kOk);
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(1));
 }
 
 }  // namespace

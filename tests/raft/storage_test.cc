@@ -51,6 +51,28 @@ TEST(RaftStorage, PersistedStateSurvivesReopen) {
   EXPECT_EQ(st.entries[2], E(2, 3, "c"));
 }
 
+// A member never joins one group with another's votes and entries: a job re-created under the
+// same name on its predecessor's volume.
+TEST(RaftStorage, AStateDirOfAnotherGroupIsRefused) {
+  testing::TmpDir dir;
+  {
+    auto s = Storage::Open(dir.path(), nullptr, "uid-of-the-first-job");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_TRUE((*s)->Persist(Batch({E(3, 1, "a")}, HardState{3, 2, 1})).ok());
+  }
+  EXPECT_TRUE(Storage::Open(dir.path(), nullptr, "uid-of-the-first-job").ok());
+  auto other = Storage::Open(dir.path(), nullptr, "uid-of-the-second-job");
+  ASSERT_EQ(other.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.status().message().find("written for group 'uid-of-the-first-job', not "
+                                          "'uid-of-the-second-job'"), std::string::npos)
+      << other.status().message();
+  // A folder from before groups had ids is claimed by the first to open it.
+  testing::TmpDir old;
+  ASSERT_TRUE(Storage::Open(old.path()).ok());
+  ASSERT_TRUE(Storage::Open(old.path(), nullptr, "g").ok());
+  EXPECT_FALSE(Storage::Open(old.path(), nullptr, "h").ok());
+}
+
 TEST(RaftStorage, AnEntryReplacesTheConflictingSuffix) {
   testing::TmpDir dir;
   {

@@ -4,14 +4,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <regex>
 
 #include "spec/plan.h"
+#include "testing/wait.h"
+#include "testing/yaml_json.h"
 
 namespace adam::spec {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 const char kValid[] = R"(
@@ -83,9 +87,73 @@ TEST(AdamJob, ValidManifestGetsDefaults) {
 }
 
 TEST(AdamJob, ExampleManifestsAreValid) {
-  for (const char* name : {"fashion-mnist.yaml"}) {
+  for (const char* name : {"fashion-mnist.yaml", "fashion-mnist-ha.yaml"}) {
     auto job = LoadAdamJob(std::string(ADAM_SOURCE_DIR) + "/examples/" + name);
     EXPECT_TRUE(job.ok()) << name << ": " << job.status().ToString();
+  }
+}
+
+// A key given twice would silently lose one of the two values: refused, naming both lines.
+TEST(AdamJob, AKeyGivenTwiceIsRefusedNamingBothLines) {
+  const std::string twice = With("spec:\n", "spec:\n  training:\n    epochs: 1\n    epochs: 2\n");
+  const std::string err = ErrorOf(twice);
+  EXPECT_THAT(err, HasSubstr("spec.training.epochs: given twice (lines 7 and 8)")) << err;
+  EXPECT_THAT(ErrorOf(With("{type: maxpool, size: 2}", "{type: maxpool, size: 2, size: 3}")),
+              HasSubstr("spec.model.layers[1].size: given twice"));
+}
+
+// What a manifest may ask for is bounded, and a huge one is refused at once, not after minutes.
+TEST(AdamJob, TheModelsSizeIsBounded) {
+  std::string many = With("      - {type: softmax, classes: 10}\n", "");
+  for (int i = 0; i < kMaxLayers; ++i) many += "      - {type: dense, units: 4}\n";
+  many += "      - {type: softmax, classes: 10}\n";
+  EXPECT_THAT(ErrorOf(many), HasSubstr("spec.model.layers: has " + std::to_string(6 + kMaxLayers + 1) +
+                                      " layers; at most 256"));
+  const std::string big = ErrorOf(With("{type: dense, units: 400, activation: relu}",
+                                       "{type: dense, units: 40000}\n      - {type: dense, units: 40000}"));
+  // 260 + 5020 + 128400 (conv, conv, dense 320->400) + 16040000 + 1600040000 + 400010.
+  EXPECT_THAT(big, HasSubstr("spec.model: has 1616613690 parameters; at most 1000000000")) << big;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string huge = std::string(kValid) + "# " + std::string(kMaxManifestBytes, 'x') + "\n";
+  EXPECT_THAT(ErrorOf(huge), AllOf(HasSubstr("the manifest is 1049"), HasSubstr("at most 1048576")));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+}
+
+// Whole CPUs pin; fractions do not, unless pinning is off.
+TEST(AdamJob, PinningNeedsWholeCpus) {
+  for (const char* cpu : {"2", "2000m", "\"3.0\"", "1k"})
+    EXPECT_TRUE(ParseAdamJob(With("spec:\n", std::string("spec:\n  roles: {trainer: {resources: {cpu: ") +
+                                                   cpu + "}}}\n")).ok()) << cpu;
+  for (const char* cpu : {"500m", "1500m", "\"1.5\""})
+    EXPECT_THAT(ErrorOf(With("spec:\n", std::string("spec:\n  roles: {trainer: {resources: {cpu: ") + cpu +
+                                            "}}}\n")),
+                HasSubstr("spec.roles.trainer.resources.cpu: must be a whole number")) << cpu;
+  EXPECT_TRUE(ParseAdamJob(With("spec:\n", "spec:\n  placement: {numaPinning: false}\n"
+                                          "  roles: {trainer: {resources: {cpu: 500m}}}\n")).ok());
+}
+
+// The documented bad manifests (tests/operator/bad-manifests.yaml), each a change to the HA
+// example, are refused naming the field; the real API server refuses the same ones
+// (tests/cluster/e2e reads the same catalogue).
+TEST(AdamJob, DocumentedBadManifestsAreRefused) {
+  using Json = nlohmann::json;
+  const Json example = testing::YamlToJson(
+      testing::ReadText(std::string(ADAM_SOURCE_DIR) + "/examples/fashion-mnist-ha.yaml"));
+  const Json catalogue = testing::YamlToJson(
+      testing::ReadText(std::string(ADAM_SOURCE_DIR) + "/tests/operator/bad-manifests.yaml"));
+  ASSERT_TRUE(catalogue.is_array());
+  EXPECT_GE(catalogue.size(), 15u);
+  for (const Json& bad : catalogue) {
+    SCOPED_TRACE(bad["name"].get<std::string>());
+    Json job = example;
+    const Json::json_pointer ptr(bad["pointer"].get<std::string>());
+    if (bad.value("remove", false))
+      job[ptr.parent_pointer()].erase(ptr.back());
+    else
+      job[ptr] = bad["value"];
+    auto parsed = ParseAdamJob(job.dump());  // JSON is YAML
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_THAT(parsed.status().message(), HasSubstr(bad["validate"].get<std::string>()));
   }
 }
 
@@ -107,7 +175,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCase{"apiVersion: adam.dev/v1alpha1", "apiVersion: v1", "apiVersion: must be adam.dev/v1alpha1"},
         BadCase{"kind: AdamJob", "kind: Job", "kind: must be AdamJob"},
-        BadCase{"{name: tiny}", "{name: Tiny_Job}", "metadata.name: must be a DNS label"},
+        BadCase{"{name: tiny}", "{name: Tiny_Job}", "metadata.name: must be a DNS-1035 label"},
+        BadCase{"{name: tiny}", "{name: 1job}", "metadata.name: must be a DNS-1035 label"},
+        BadCase{"spec:\n", "spec:\n  roles: {parameterServer: {resources: {cpu: \"1.5\"}}}\n",
+                "spec.roles.parameterServer.resources.cpu: must be a whole number of CPUs"},
+        BadCase{"spec:\n", "spec:\n  runPolicy: {flushTimeoutSeconds: 0}\n",
+                "spec.runPolicy.flushTimeoutSeconds: must be > 0, got 0"},
         BadCase{"units: 400}", "units: 0}", "spec.model.layers[4].units: must be > 0, got 0"},
         BadCase{"units: 400}", "units: many}", "spec.model.layers[4].units: must be an integer, got 'many'"},
         BadCase{"{type: maxpool, size: 2}", "{type: pool, size: 2}",

@@ -1,5 +1,6 @@
 // `adam ARGS` as a child process for end-to-end tests: its stdout events can be awaited, its
-// stderr goes to a log file, and it is killed (SIGKILL) when the object is destroyed.
+// stderr goes to a log file, and it is stopped when the object is destroyed: SIGTERM, so that it
+// removes its temporary files as a user's Ctrl-C would have it, then SIGKILL after 10 s.
 // ADAM_BINARY must be defined by the test target.
 #pragma once
 
@@ -43,8 +44,16 @@ class Child {
   }
   ~Child() {
     if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
+      kill(pid_, SIGTERM);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (waitpid(pid_, nullptr, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          kill(pid_, SIGKILL);
+          waitpid(pid_, nullptr, 0);
+          break;
+        }
+        usleep(20 * 1000);
+      }
     }
     close(fd_);
   }

@@ -7,6 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <future>
 #include <mutex>
 #include <random>
@@ -195,6 +198,20 @@ std::vector<StatusOr<TrainerResult>> RunWithoutNetwork(spec::AdamJob job) {
 }
 
 class NoNetworkJob : public ::testing::TestWithParam<spec::Consistency> {};
+
+// Diverged: a loss that is not a number, infinite, or above twice what guessing costs.
+TEST(Divergence, IsALossFarAboveGuessing) {
+  EXPECT_EQ(DivergenceMessage(3, 0.45, 10, 0.02, 1), "");
+  EXPECT_EQ(DivergenceMessage(1, 2.4, 10, 0.02, 1), "");  // a slow start: about ln 10
+  const std::string nan = DivergenceMessage(2, std::nan(""), 10, 0.5, 32);
+  EXPECT_NE(nan.find("training diverged in epoch 2: the mean training loss is NaN"), std::string::npos) << nan;
+  EXPECT_NE(nan.find("at learning rate 0.5 with batch size 32"), std::string::npos) << nan;
+  EXPECT_NE(DivergenceMessage(1, std::numeric_limits<double>::infinity(), 10, 1, 1).find("is infinite"),
+            std::string::npos);
+  const std::string high = DivergenceMessage(4, 9.3, 10, 1, 1);  // 2 ln 10 = 4.6
+  EXPECT_NE(high.find("loss is 9.3"), std::string::npos) << high;
+  EXPECT_NE(high.find("guessing among 10 classes costs 2.303"), std::string::npos) << high;
+}
 
 TEST_P(NoNetworkJob, TwoReplicasTrainFarAboveChance) {
   auto results = RunWithoutNetwork(Job(GetParam()));

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "controller/main.h"
+#include "core/exit_codes.h"
 #include "data_server/main.h"
 #include "launcher/launcher.h"
 #include "model/layout.h"
@@ -27,7 +28,7 @@
 
 namespace {
 
-constexpr int kExitInvalid = 2;
+using adam::kExitInvalid;
 
 void SetUpLogging(const std::string& name) {
   auto logger = spdlog::stderr_color_mt(name.empty() ? "adam" : name);
@@ -174,7 +175,19 @@ int main(int argc, char** argv) {
   oper->add_option("--leader-election-namespace", oo.lease_namespace,
                    "namespace of the Lease (default: the operator's own)");
   oper->add_option("--leader-election-id", oo.lease_name, "name of the Lease");
-  oper->add_option("--workers", oo.workers, "concurrent reconciles (of different jobs)");
+  oper->add_option("--workers", oo.workers, "concurrent reconciles (of different jobs)")
+      ->check(CLI::Range(1, 64));
+  oper->add_option("--kube-api-qps", oo.qps, "API requests per second on average (0 = no limit)")
+      ->check(CLI::Range(0.0, 10000.0));
+  oper->add_option("--kube-api-burst", oo.burst, "API requests in a burst")->check(CLI::Range(1, 100000));
+  std::string lease_duration = "15s", renew_deadline = "10s", retry_period = "2s", write_timeout = "2s";
+  oper->add_option("--leader-elect-lease-duration", lease_duration,
+                   "how long a standby waits after the leader's last renewal (30s, 500ms, ...)");
+  oper->add_option("--leader-elect-renew-deadline", renew_deadline,
+                   "how long the leader keeps acting without a renewal");
+  oper->add_option("--leader-elect-retry-period", retry_period, "how often candidates try the Lease");
+  oper->add_option("--api-write-timeout", write_timeout,
+                   "bound on each write to the API; renew deadline + this < lease duration");
   int certificate_days = int(oo.certificate_validity.count() / 86400);
   oper->add_option("--certificate-days", certificate_days,
                    "lifetime of the job certificates it issues (renewed with a third left)")
@@ -210,6 +223,10 @@ int main(int argc, char** argv) {
   ps->add_option("--pod-annotations", pod_annotations,
                  "the downward-API file of this pod's annotations")
       ->default_val("/etc/podinfo/annotations");
+  int network_wait_ms = 120000;
+  ps->add_option("--network-wait-ms", network_wait_ms,
+                 "how long to wait for --replication-network's address to appear in the pod's "
+                 "annotations (Multus writes it after the pod starts)");
   ps->add_option("--restore-from", restore_from,
                  "a replication address holding this server's checkpoint (its own former one, or "
                  "its checkpoint peer's): copied first when --state-dir has none");
@@ -237,6 +254,10 @@ int main(int argc, char** argv) {
   ctl->add_option("--members", members, "every member: ID=HOST:PORT,... (this one listens on its own)")
       ->required();
   ctl->add_option("--state-dir", state_dir, "Raft log and snapshots")->required();
+  std::string cluster_id;
+  ctl->add_option("--cluster-id", cluster_id,
+                  "the job the Raft state belongs to (a state dir written for another is "
+                  "refused; default: NAMESPACE/NAME of the job)");
   ctl->add_option("--server-timeout-ms", server_timeout_ms,
                   "a parameter server silent this long is failed over");
   ctl->add_option("--tick-ms", tick_ms, "Raft tick");
@@ -251,10 +272,19 @@ int main(int argc, char** argv) {
   tr->add_option("--controller", controller,
                  "controller members ID=HOST:PORT,...: route by its shard map instead of --ps");
   tr->add_flag("--no-bind", no_bind, "do not bind worker threads to cores");
+  bool evaluate_only = false;
+  tr->add_flag("--evaluate-only", evaluate_only,
+               "train nothing: pull the model from the parameter servers, evaluate it on the test "
+               "set (an `evaluated` event) and exit");
   std::string metrics_host = "127.0.0.1";
   tr->add_option("--metrics-host", metrics_host, "address /metrics listens on (0.0.0.0: every one)");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version end with 0; every usage error with 2, as an invalid manifest does.
+    return app.exit(e) == 0 ? 0 : kExitInvalid;
+  }
 
   if (validate->parsed()) {
     auto job = Load(job_path);
@@ -274,6 +304,24 @@ int main(int argc, char** argv) {
   }
   if (oper->parsed()) {
     SetUpLogging("operator");
+    // Wall-clock UTC to the microsecond: operator logs are read beside the API server's.
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l %v", spdlog::pattern_time_type::utc);
+    const std::pair<const char*, std::string*> durations[] = {
+        {"--leader-elect-lease-duration", &lease_duration},
+        {"--leader-elect-renew-deadline", &renew_deadline},
+        {"--leader-elect-retry-period", &retry_period},
+        {"--api-write-timeout", &write_timeout}};
+    for (const auto& [flag, text] : durations) {
+      if (adam::spec::ParseDurationMs(*text) <= 0) {
+        std::fprintf(stderr, "adam operator: %s: expected a duration like 15s or 500ms, got '%s'\n",
+                     flag, text->c_str());
+        return kExitInvalid;
+      }
+    }
+    oo.lease_duration = std::chrono::milliseconds(adam::spec::ParseDurationMs(lease_duration));
+    oo.renew_deadline = std::chrono::milliseconds(adam::spec::ParseDurationMs(renew_deadline));
+    oo.retry_period = std::chrono::milliseconds(adam::spec::ParseDurationMs(retry_period));
+    oo.write_timeout = std::chrono::milliseconds(adam::spec::ParseDurationMs(write_timeout));
     if (const char* pod = std::getenv("ADAM_POD_NAME")) oo.identity = pod;
     oo.certificate_validity = std::chrono::seconds(int64_t(certificate_days) * 86400);
     return adam::op::OperatorMain(oo, kubeconfig, kube_context);
@@ -408,7 +456,8 @@ int main(int argc, char** argv) {
     o.replication_listen = replication_listen;
     if (!replication_network.empty()) {
       // The second NIC: its address comes from Multus, through the downward API.
-      auto addr = adam::net::PodNetworkAddress(pod_annotations, replication_network);
+      auto addr = adam::net::WaitForPodNetworkAddress(pod_annotations, replication_network,
+                                                      std::chrono::milliseconds(network_wait_ms));
       if (!addr.ok()) {
         spdlog::error("--replication-network {}: {}", replication_network, addr.status().message());
         return 1;
@@ -439,6 +488,7 @@ int main(int argc, char** argv) {
     o.id = *id;
     o.members = members;
     o.state_dir = state_dir;
+    o.cluster_id = cluster_id;
     o.metrics_port = metrics_port;
     o.server_timeout_ms = server_timeout_ms;
     o.tick_ms = tick_ms;
@@ -460,6 +510,7 @@ int main(int argc, char** argv) {
     o.metrics_port = metrics_port;
     o.metrics_host = metrics_host;
     o.bind = !no_bind;
+    o.evaluate_only = evaluate_only;
     return adam::trainer::Main(*job, o);
   }
   return kExitInvalid;

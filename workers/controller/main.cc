@@ -65,6 +65,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   co.raft.id = options.id;
   co.raft.peers = *members;
   co.raft.dir = options.state_dir;
+  co.raft.cluster_id = options.cluster_id.empty() ? job.name_space + "/" + job.name : options.cluster_id;
   co.raft.tick = std::chrono::milliseconds(options.tick_ms);
   co.raft.election_ticks = options.election_ticks;
   co.raft.heartbeat_ticks = std::max(1, options.election_ticks / 10);

@@ -3,8 +3,11 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace adam::data {
@@ -14,6 +17,21 @@ uint32_t BigEndian32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
+// The size a complete IDX header declares (header and data), once `bytes` holds the header;
+// nullopt before that or when the header is not IDX (ParseIdx names the fault later).
+std::optional<size_t> IdxDeclaredSize(std::string_view bytes) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  if (bytes.size() < 4 || p[0] != 0 || p[1] != 0 || p[3] < 1 || p[3] > 4) return std::nullopt;
+  const size_t header = 4 + 4 * size_t(p[3]);
+  if (bytes.size() < header) return std::nullopt;
+  uint64_t total = 1;
+  for (int i = 0; i < p[3]; ++i) total = std::min<uint64_t>(total * BigEndian32(p + 4 + 4 * i), uint64_t{1} << 40);
+  return size_t(header + total);
+}
+
+// Inflates gzip `in`. Once the output holds an IDX header, anything past the size it declares
+// is refused at once: a stream that decompresses to gigabytes (a gzip bomb) costs no more memory
+// than the file honestly needs.
 std::string Inflate(const std::string& in, const std::string& path, size_t max_bytes,
                     Status* status) {
   z_stream zs{};
@@ -26,6 +44,7 @@ std::string Inflate(const std::string& in, const std::string& path, size_t max_b
   zs.avail_in = static_cast<uInt>(in.size());
   char buf[1 << 16];
   int rc = Z_OK;
+  std::optional<size_t> declared;
   while (rc != Z_STREAM_END) {
     zs.next_out = reinterpret_cast<Bytef*>(buf);
     zs.avail_out = sizeof(buf);
@@ -39,6 +58,14 @@ std::string Inflate(const std::string& in, const std::string& path, size_t max_b
       return {};
     }
     out.append(buf, sizeof(buf) - zs.avail_out);
+    if (!declared) declared = IdxDeclaredSize(out);
+    if (declared && out.size() > *declared) {
+      *status = DataLossError(path + ": byte " + std::to_string(*declared) + " of the decompressed data: "
+                              "the stream goes on past the " + std::to_string(*declared) +
+                              " bytes its IDX header declares; refusing (corrupt, or a gzip bomb)");
+      inflateEnd(&zs);
+      return {};
+    }
     if (out.size() > max_bytes) {
       *status = DataLossError(path + ": decompresses to more than " + std::to_string(max_bytes) +
                               " bytes; refusing");
@@ -53,6 +80,9 @@ std::string Inflate(const std::string& in, const std::string& path, size_t max_b
 }  // namespace
 
 StatusOr<std::string> ReadMaybeGzip(const std::string& path, size_t max_bytes) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return InvalidArgumentError(path + ": is a directory, not a data file");
   std::ifstream f(path, std::ios::binary);
   if (!f) return NotFoundError(path + ": cannot open: " + std::strerror(errno));
   std::ostringstream ss;

@@ -23,8 +23,9 @@ struct IdxArray {
 // Parses an in-memory IDX image; `name` is used in error messages.
 StatusOr<IdxArray> ParseIdx(std::string_view bytes, const std::string& name);
 
-// Reads a whole file; gzip input (detected by its magic 1f 8b) is decompressed. Refuses files
-// that decompress to more than `max_bytes`.
+// Reads a whole file; gzip input (detected by its magic 1f 8b) is decompressed. Refuses a
+// directory, files that decompress to more than `max_bytes`, and a gzip stream that goes on past
+// the size its IDX header declares (stopped as soon as it does: a gzip bomb costs no memory).
 StatusOr<std::string> ReadMaybeGzip(const std::string& path, size_t max_bytes = size_t{1} << 31);
 
 // Returns `raw` decompressed when it starts with the gzip magic (1f 8b), else `raw` itself;

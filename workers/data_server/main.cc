@@ -5,13 +5,26 @@
 
 #include <chrono>
 
+#include "core/exit_codes.h"
 #include "core/periodic.h"
+#include "core/status.h"
 #include "core/signals.h"
 #include "data_server/data_service.h"
 #include "metrics/metrics.h"
 #include "net/grpc.h"
 
 namespace adam::data_server {
+
+namespace {
+
+// A data file that is corrupt, truncated or does not fit the model is refused input (exit 2: no
+// restart can fix it); one that cannot be opened may yet appear (a volume still mounting): 1.
+int RefusedInputExit(const Status& s) {
+  return s.code() == StatusCode::kDataLoss || s.code() == StatusCode::kInvalidArgument ? kExitInvalid
+                                                                                      : kExitFailed;
+}
+
+}  // namespace
 
 int Main(const spec::AdamJob& job, const MainOptions& options) {
   BlockTerminationSignals();
@@ -23,13 +36,13 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                                     in.channels, in.height, in.width);
   if (!train.ok()) {
     spdlog::error("training set: {}", train.status().message());
-    return 1;
+    return RefusedInputExit(train.status());
   }
   auto test = data::LoadIdxDataset(job.dataset.test.images, job.dataset.test.labels, classes,
                                    in.channels, in.height, in.width);
   if (!test.ok()) {
     spdlog::error("test set: {}", test.status().message());
-    return 1;
+    return RefusedInputExit(test.status());
   }
   spdlog::info("loaded {} training and {} test images of {}x{}x{}", train->count, test->count,
                train->channels, train->height, train->width);

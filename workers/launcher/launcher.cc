@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "core/event.h"
+#include "core/exit_codes.h"
 #include "core/ports.h"
 #include "launcher/report.h"
 #include "net/tls.h"
@@ -102,17 +104,31 @@ class Supervisor {
       std::fprintf(stderr, "adam run: pipe: %s\n", std::strerror(errno));
       return 1;
     }
+    // Every way the run can be told to end stops the roles and removes what it made: an
+    // interrupt, a terminal that hangs up, and a reader that closed the pipe (`adam run | head`).
     struct sigaction sa {};
     sa.sa_handler = OnSignal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(sig, &sa, nullptr);
     start_ = Clock::now();
-    // Parameter-server checkpoints: the caller's directory (kept, and resumed from), or a
-    // throw-away one for this run.
+    // Outputs are checked before anything trains: a report that cannot be written is found now,
+    // not after the run.
+    if (int code = CheckOutputs(); code != 0) return Restore(code);
+    // How big the model is, before any role allocates it.
+    if (auto shapes = spec::InferShapes(job_.model); shapes.ok()) {
+      int64_t params = 0;
+      for (const auto& l : *shapes) params += l.weights + l.biases;
+      std::fprintf(stderr, "adam run: %s: %s parameters (%.1f MB) in %zu layers on %d parameter "
+                   "servers\n", job_.name.c_str(), Thousands(double(params)).c_str(),
+                   double(params) * 4 / 1e6, job_.model.layers.size(), job_.roles.parameter_server.replicas);
+    }
+    // Parameter-server checkpoints: the caller's directory (kept, resumed from, and locked for
+    // this run), or a throw-away one for this run.
     state_root_ = o_.state_dir;
     bool temporary = false;
-    if (state_root_.empty()) {
+    if (!state_root_.empty()) {
+      if (int code = LockStateDir(); code != 0) return Restore(code);
+    } else {
       std::string tmpl = (std::filesystem::temp_directory_path() / "adam-run-XXXXXX").string();
       if (mkdtemp(tmpl.data()) == nullptr) {
         std::fprintf(stderr, "adam run: mkdtemp: %s\n", std::strerror(errno));
@@ -144,22 +160,94 @@ class Supervisor {
     members_ = spec::ControllerMembers(plan);
     ha_ = !members_.empty();
     PlanCpus(plan);
-    int code = RunPlan(plan);
+    int code = 1;
+    try {
+      code = RunPlan(plan);
+    } catch (const std::exception& e) {  // never leave the roles and the run's files behind
+      Fail(nullptr, std::string("internal error: ") + e.what());
+    }
     StopAll();
-    if (!o_.report_dir.empty()) WriteReport(code);
+    if (!o_.report_dir.empty() && !WriteReport(code) && code == 0) code = 1;
     if (temporary) {
       std::error_code ec;
       std::filesystem::remove_all(state_root_, ec);
     }
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    close(g_signal_pipe[0]);
-    close(g_signal_pipe[1]);
     if (code == 0) PrintSummary();
-    return code;
+    return Restore(code);
   }
 
  private:
+  // Puts the signals back and closes the lock; returns `code`.
+  int Restore(int code) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(sig, SIG_DFL);
+    if (g_signal_pipe[0] >= 0) close(g_signal_pipe[0]);
+    if (g_signal_pipe[1] >= 0) close(g_signal_pipe[1]);
+    g_signal_pipe[0] = g_signal_pipe[1] = -1;
+    if (lock_fd_ >= 0) close(lock_fd_);  // releases the state directory
+    lock_fd_ = -1;
+    return code;
+  }
+
+  // --report DIR and --prometheus-sd FILE: made and written to once before anything runs.
+  int CheckOutputs() {
+    auto probe = [](const std::filesystem::path& file) -> std::string {
+      std::error_code ec;
+      if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
+      if (ec) return ec.message();
+      const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd < 0) return std::strerror(errno);
+      close(fd);
+      std::filesystem::remove(file, ec);
+      return "";
+    };
+    if (!o_.report_dir.empty()) {
+      const std::string why = probe(std::filesystem::path(o_.report_dir) / ".adam-write-check");
+      if (!why.empty()) {
+        std::fprintf(stderr, "adam run: --report %s: cannot write there: %s\n", o_.report_dir.c_str(),
+                     why.c_str());
+        return kExitInvalid;
+      }
+    }
+    if (!o_.prometheus_sd.empty()) {
+      const std::string why = probe(o_.prometheus_sd + ".adam-write-check");
+      if (!why.empty()) {
+        std::fprintf(stderr, "adam run: --prometheus-sd %s: cannot write there: %s\n",
+                     o_.prometheus_sd.c_str(), why.c_str());
+        return kExitInvalid;
+      }
+    }
+    return 0;
+  }
+
+  // One run at a time per --state-dir: a second would overwrite the first's certificates and
+  // checkpoints under it. The lock (flock on DIR/.lock, which names the holder) goes with the
+  // process, however it ends.
+  int LockStateDir() {
+    std::error_code ec;
+    std::filesystem::create_directories(state_root_, ec);
+    const std::string path = state_root_ + "/.lock";
+    lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (ec || lock_fd_ < 0) {
+      std::fprintf(stderr, "adam run: --state-dir %s: cannot use it: %s\n", state_root_.c_str(),
+                   ec ? ec.message().c_str() : std::strerror(errno));
+      return kExitInvalid;
+    }
+    if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      char holder[128] = {};
+      const ssize_t n = pread(lock_fd_, holder, sizeof holder - 1, 0);
+      std::string who = n > 0 ? std::string(holder, size_t(n)) : "";
+      while (!who.empty() && who.back() == '\n') who.pop_back();
+      std::fprintf(stderr, "adam run: --state-dir %s is in use by another adam run (%s); wait for it "
+                   "to end or give another directory\n", state_root_.c_str(),
+                   who.empty() ? "its process holds the lock" : who.c_str());
+      return kExitInvalid;
+    }
+    const std::string me = "pid " + std::to_string(getpid()) + ", job " + job_.name + "\n";
+    if (ftruncate(lock_fd_, 0) != 0 || pwrite(lock_fd_, me.data(), me.size(), 0) != ssize_t(me.size()))
+      std::fprintf(stderr, "adam run: cannot note this run in %s\n", path.c_str());
+    return 0;
+  }
+
   int RunPlan(const spec::Plan& plan) {
     int max_stage = 0;
     for (const auto& in : plan.instances) max_stage = std::max(max_stage, in.stage);
@@ -175,7 +263,10 @@ class Supervisor {
           if (c.inst.role == spec::Role::kParamServer) endpoints.param_servers.push_back(addr);
         }
       }
-      if (stage == max_stage) train_start_ = Clock::now();
+      if (stage == max_stage) {
+        train_start_ = Clock::now();
+        endpoints_ = endpoints;  // what restarted trainers and the final evaluator are given
+      }
       for (const auto& in : plan.instances)
         if (in.stage == stage && !Spawn(in, endpoints)) return 1;
       // Every serving role of this stage must listen before the next stage starts.
@@ -200,6 +291,42 @@ class Supervisor {
       if (all_done) break;
     }
     train_end_ = Clock::now();
+    return EvaluateWithoutTrainer0(plan);
+  }
+
+  // Trainer 0 evaluates the model after every epoch. When it did not live to the end (killed
+  // while the others trained on), the job's result is not its last evaluation but one of the
+  // final model: an evaluator (`adam trainer --evaluate-only` with trainer 0's arguments) pulls
+  // it from the parameter servers and measures it on the test set. Returns the run's exit code.
+  int EvaluateWithoutTrainer0(const spec::Plan& plan) {
+    if (done_.count(0) || done_.empty()) return 0;
+    const spec::RoleInstance* t0 = nullptr;
+    for (const auto& in : plan.instances)
+      if (in.role == spec::Role::kTrainer && in.index == 0) t0 = &in;
+    if (t0 == nullptr) return 0;
+    for (const auto& [_, ev] : done_) last_epoch_ = std::max(last_epoch_, int(EventInt(ev, "epochs", 0)));
+    std::fprintf(stderr, "adam run: trainer-0 did not finish (its last evaluation was after epoch %d); "
+                 "evaluating the final model (epoch %d) with an evaluator\n", evaluated_epoch_, last_epoch_);
+    spec::RoleInstance in = *t0;
+    in.name = "evaluator";
+    if (!Spawn(in, endpoints_, {"--evaluate-only"})) return 1;
+    const auto deadline = Clock::now() + o_.ready_timeout;
+    while (true) {
+      if (int code = Pump(); code >= 0) return code;
+      const Child& c = children_.back();
+      if (c.exited) break;
+      if (Clock::now() > deadline) {
+        Fail(&c, "the evaluator did not finish within " + std::to_string(o_.ready_timeout.count()) + " s");
+        return 1;
+      }
+    }
+    if (final_accuracy_ < 0) {
+      Fail(&children_.back(), "the evaluator of the final model reported no accuracy");
+      return 1;
+    }
+    last_accuracy_ = final_accuracy_;
+    Mark("final model evaluated without trainer-0");
+    std::fprintf(stderr, "adam run: the final model: test accuracy %s\n", Percent(last_accuracy_).c_str());
     return 0;
   }
 
@@ -234,8 +361,10 @@ class Supervisor {
     return true;
   }
 
-  bool Spawn(const spec::RoleInstance& in, const spec::Endpoints& endpoints) {
+  bool Spawn(const spec::RoleInstance& in, const spec::Endpoints& endpoints,
+             const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = spec::RoleArgs(in, o_.job_path, endpoints);
+    args.insert(args.end(), extra.begin(), extra.end());
     if (tls_dir_.empty()) {
       args.push_back("--plaintext");
     } else {
@@ -300,8 +429,8 @@ class Supervisor {
     for (size_t i = 1; i < pfds.size(); ++i)
       if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) ReadFrom(*owners[i]);
     if (g_signal) {
-      std::fprintf(stderr, "adam run: interrupted; stopping every role\n");
-      return 130;
+      if (g_signal != SIGPIPE) std::fprintf(stderr, "adam run: interrupted; stopping every role\n");
+      return 128 + g_signal;
     }
     int status = 0;
     pid_t pid;
@@ -325,9 +454,15 @@ class Supervisor {
                        c.inst.name.c_str(), ExitText(status).c_str());
           continue;
         }
+        if (!c.expected_exit && c.inst.role == spec::Role::kTrainer && WIFEXITED(status) &&
+            WEXITSTATUS(status) == kExitDiverged) {
+          Fail(nullptr, diverged_.empty() ? c.inst.name + ": training diverged" : diverged_);
+          return kExitDiverged;
+        }
         if (!c.expected_exit) {
           Fail(&c, c.inst.name + " " + ExitText(status));
-          return 1;
+          // A role that refused its input (a data file) makes the run's exit 2, as a manifest does.
+          return WIFEXITED(status) && WEXITSTATUS(status) == kExitInvalid ? kExitInvalid : kExitFailed;
         }
       }
     }
@@ -357,7 +492,12 @@ class Supervisor {
 
   void Line(Child& c, const std::string& line) {
     if (auto ev = ParseEvent(line)) {
-      Event(c, *ev);
+      try {
+        Event(c, *ev);
+      } catch (const std::exception& e) {  // an event of an unexpected shape is shown, not acted on
+        std::fprintf(stderr, "[%s] unreadable event (%s): %s\n", c.inst.name.c_str(), e.what(),
+                     line.c_str());
+      }
       return;
     }
     c.tail.push_back(line);
@@ -366,37 +506,60 @@ class Supervisor {
   }
 
   void Event(Child& c, const nlohmann::json& ev) {
-    const std::string type = ev.value("event", "");
+    const std::string type = EventString(ev, "event");
     if (type == "ready") {
       c.ready = true;
-      c.port = ev.value("port", 0);
-      c.metrics_port = ev.value("metrics_port", 0);
+      c.port = int(EventInt(ev, "port", 0));
+      c.metrics_port = int(EventInt(ev, "metrics_port", 0));
       WriteScrapeTargets();
     } else if (type == "progress" || type == "epoch" || type == "done") {
-      const int t = ev.value("trainer", 0);
-      images_total_[t] = std::max<int64_t>(images_total_[t], ev.value("images_total", int64_t{0}));
+      const int t = int(EventInt(ev, "trainer", 0));
+      images_total_[t] = std::max<int64_t>(images_total_[t], EventInt(ev, "images_total", 0));
       if (type == "epoch") Epoch(ev);
       if (type == "done") done_[t] = ev;
     } else if (type == "promoted_first_update" && kill_unix_ms_ > 0) {
-      const int64_t ms = ev.value("unix_ms", int64_t{0}) - kill_unix_ms_;
+      const int64_t ms = EventInt(ev, "unix_ms", 0) - kill_unix_ms_;
       if (promoted_ == 0)
         std::fprintf(stderr, "adam run: failover: %s accepted its first update as the new primary "
                      "of shard %d %lld ms after the kill\n", c.inst.name.c_str(),
-                     ev.value("shard", 0), static_cast<long long>(ms));
-      if (promoted_ == 0) Mark("failover: " + c.inst.name + " primary");
-      ++promoted_;
+                     int(EventInt(ev, "shard", 0)), static_cast<long long>(ms));
+      if (promoted_ == 0) Mark(c.inst.name + ": first update as a new primary");
+      // Shards, not promotions: a shard promoted again (its new primary lost too) moved once.
+      promoted_shards_.insert(int(EventInt(ev, "shard", -1)));
+      promoted_ = int(promoted_shards_.size());
       failover_ms_ = std::max(failover_ms_, ms);
       if (first_failover_ms_ < 0) first_failover_ms_ = ms;
+    } else if (type == "evaluated") {
+      final_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
+    } else if (type == "diverged") {
+      if (diverged_.empty()) diverged_ = c.inst.name + ": " + EventString(ev, "message", "training diverged");
+    } else if (type == "failover") {
+      // The controller leader moved a lost server's shards: one row per failover in the report.
+      std::string dead;
+      if (auto it = ev.find("dead"); it != ev.end() && it->is_array())
+        for (const auto& d : *it)
+          if (d.is_number_integer()) dead += (dead.empty() ? "ps-" : ", ps-") + std::to_string(d.get<int64_t>());
+      if (dead.empty()) dead = "a parameter server";
+      const int shards = int(EventInt(ev, "shards", 0));
+      ++failovers_;
+      std::fprintf(stderr, "adam run: failover: %s lost; %d shard(s) moved (shard map v%lld)\n",
+                   dead.c_str(), shards, static_cast<long long>(EventInt(ev, "map_version", 0)));
+      Mark("failover: " + dead + " lost, " + std::to_string(shards) + " shard(s) moved");
     } else if (type == "shard_map_committed") {
-      if (ev.value("version", int64_t{0}) >= map_version_) {
-        map_version_ = ev.value("version", int64_t{0});
-        under_replicated_ = ev.value("under_replicated", 0);
+      if (EventInt(ev, "version", 0) >= map_version_) {
+        map_version_ = EventInt(ev, "version", 0);
+        const int under = int(EventInt(ev, "under_replicated", 0));
+        if (under > 0 && under_replicated_ == 0)
+          Mark("under-replicated: " + std::to_string(under) + " shard(s)");
+        else if (under == 0 && under_replicated_ > 0)
+          Mark("every shard has all its copies again");
+        under_replicated_ = under;
       }
     } else if (type == "controller_leader") {
       if (!controller_leader_.empty() && controller_leader_ != c.inst.name)
         Mark("new controller leader " + c.inst.name);
       controller_leader_ = c.inst.name;
-      controller_term_ = ev.value("term", int64_t{0});
+      controller_term_ = EventInt(ev, "term", 0);
       if (kill_unix_ms_ > 0 && controller_failover_ms_ < 0 && c.inst.name != killed_)
         controller_failover_ms_ = UnixMs() - kill_unix_ms_;
     }
@@ -451,19 +614,18 @@ class Supervisor {
       }
       std::fprintf(stderr, "adam run: restarting %s at %.1f s\n", it->first.name.c_str(), t);
       Mark("restart " + it->first.name);
-      spec::Endpoints endpoints;
-      endpoints.controller_members = members_;
       // A controller member comes back on its address (the members list is fixed); a
-      // parameter server on new ports, which it registers with the controller.
-      Spawn(it->first, endpoints);
+      // parameter server on new ports, which it registers with the controller; a trainer with
+      // the addresses the first ones had.
+      Spawn(it->first, endpoints_);
       it = restarts_.erase(it);
     }
   }
 
   void Epoch(const nlohmann::json& ev) {
-    const int t = ev.value("trainer", 0);
-    const int epoch = ev.value("epoch", 0);
-    epoch_loss_[epoch].push_back(ev.value("loss", 0.0));
+    const int t = int(EventInt(ev, "trainer", 0));
+    const int epoch = int(EventInt(ev, "epoch", 0));
+    epoch_loss_[epoch].push_back(EventNumber(ev, "loss", 0.0));
     if (t != 0) return;
     const auto now = Clock::now();
     int64_t total = 0;
@@ -476,8 +638,9 @@ class Supervisor {
     double loss = 0;
     for (double l : epoch_loss_[epoch]) loss += l;
     loss /= double(epoch_loss_[epoch].size());
-    last_accuracy_ = ev.value("test_accuracy", -1.0);
+    last_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
     last_epoch_ = epoch;
+    evaluated_epoch_ = epoch;
     last_loss_ = loss;
     record_.epochs.push_back({epoch, std::chrono::duration<double>(now - train_start_).count(), loss,
                               last_accuracy_});
@@ -536,7 +699,8 @@ class Supervisor {
     if (dt >= 1.0) record_.rates.push_back({TrainSeconds(), double(total - n0) / dt});
   }
 
-  void WriteReport(int code) {
+  // Writes DIR/index.html; false (after saying why) when it cannot.
+  bool WriteReport(int code) {
     int64_t images = 0;
     for (const auto& [_, v] : images_total_) images += v;
     record_.job = job_.name;
@@ -555,16 +719,23 @@ class Supervisor {
                                  std::to_string(first_failover_ms_) + " ms"});
     if (controller_failover_ms_ >= 0)
       record_.summary.push_back({"controller failover", std::to_string(controller_failover_ms_) + " ms"});
+    if (o_.chaos_seconds > 0) record_.summary.push_back({"chaos faults", std::to_string(chaos_faults_)});
+    if (failovers_ > 0)
+      record_.summary.push_back({"parameter-server failovers", std::to_string(failovers_)});
+    if (map_version_ > 0)
+      record_.summary.push_back({"shards under-replicated at the end", std::to_string(under_replicated_)});
     std::error_code ec;
     std::filesystem::create_directories(o_.report_dir, ec);
     const std::string path = o_.report_dir + "/index.html";
     std::ofstream out(path);
     out << RenderReportHtml(record_);
+    out.close();
     if (!out) {
       std::fprintf(stderr, "adam run: cannot write the report %s\n", path.c_str());
-      return;
+      return false;
     }
     std::fprintf(stderr, "adam run: report written to %s\n", path.c_str());
+    return true;
   }
 
   void Fail(const Child* c, const std::string& why) {
@@ -651,7 +822,8 @@ class Supervisor {
       if (map_version_ > 0)
         j["shard_map"] = {{"version", map_version_}, {"under_replicated", under_replicated_}};
       if (o_.chaos_seconds > 0) j["chaos_faults"] = chaos_faults_;
-      std::printf("%s\n", j.dump().c_str());
+      if (failovers_ > 0) j["failovers"] = failovers_;
+      std::printf("%s\n", FiniteJson(j).dump().c_str());
     } else {
       std::printf("%s: %d epochs, test accuracy %.2f%%, %s images in %s (%s img/s), wall %s\n",
                   job_.name.c_str(), last_epoch_, 100 * last_accuracy_,
@@ -690,7 +862,8 @@ class Supervisor {
   std::vector<std::pair<spec::RoleInstance, double>> restarts_;  // instance, at seconds
   int64_t kill_unix_ms_ = 0;
   std::string killed_;
-  int promoted_ = 0;
+  int promoted_ = 0;            // shards that moved to a new primary since the kill
+  std::set<int> promoted_shards_;
   int64_t failover_ms_ = -1, first_failover_ms_ = -1, controller_failover_ms_ = -1;
   std::string controller_leader_;
   int64_t controller_term_ = 0;
@@ -698,8 +871,14 @@ class Supervisor {
   double next_chaos_ = 1.0;
   int chaos_faults_ = 0;
   int64_t map_version_ = 0;   // the newest shard map the controller leader committed
+  int failovers_ = 0;         // the controller's failovers (lost servers whose shards moved)
   int under_replicated_ = 0;  // its shards with fewer in-sync copies than wanted
   std::string tls_dir_;       // the run's TLS material; empty: --plaintext
+  std::string diverged_;      // the first trainer's divergence message
+  spec::Endpoints endpoints_; // the last stage's: data server, parameter servers, controller
+  double final_accuracy_ = -1;  // the evaluator's, when trainer 0 did not finish
+  int evaluated_epoch_ = 0;     // the epoch of trainer 0's last evaluation
+  int lock_fd_ = -1;          // holds the --state-dir lock
   RunRecord record_;          // for --report
   std::optional<Clock::time_point> rate_at_;
   std::deque<std::pair<Clock::time_point, int64_t>> rate_window_;  // (time, images) samples

@@ -8,7 +8,8 @@
 // every child is stopped (SIGTERM, then SIGKILL after a grace period) and the run fails, showing
 // the dead child's last lines -- except, with copies > 1, a parameter server or controller member,
 // which the job survives (a failover; trainers fail if it cannot recover). Children die with the launcher (PR_SET_PDEATHSIG). Run is called
-// once from the main thread; it installs SIGINT/SIGTERM handlers for its duration.
+// once from the main thread; it installs SIGINT, SIGTERM, SIGHUP and SIGPIPE handlers for its
+// duration. With --state-dir it holds a lock on DIR/.lock: one run per directory.
 #pragma once
 
 #include <chrono>
@@ -57,7 +58,10 @@ struct RunOptions {
 };
 
 // Runs the job; returns the process exit code: 0 when every trainer finished, 1 when a role
-// failed, 130 when interrupted.
+// failed, 2 when an output path cannot be written or --state-dir is in use by another run, 3 when
+// training diverged (core/exit_codes.h), 128 + the signal when interrupted (SIGINT, SIGTERM,
+// SIGHUP, or SIGPIPE from a reader that went away). However it ends, the roles are stopped and a
+// temporary state directory (with its TLS key) is removed.
 int Run(const spec::AdamJob& job, const RunOptions& options);
 
 }  // namespace adam::launcher

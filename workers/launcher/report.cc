@@ -40,6 +40,56 @@ struct Chart {
 
 constexpr int kWidth = 720, kHeight = 280, kLeft = 70, kRight = 20, kTop = 36, kBottom = 46;
 
+// A numbered badge over the fault lines marks[first..last] (0-based; shown 1-based).
+struct Badge {
+  size_t first = 0, last = 0;
+  std::string label;
+  double left = 0, width = 0;
+};
+
+// Badge width for a label of digits and a dash at font-size 10 (digits are about 5.6 px wide in
+// the sans-serif fonts browsers use; 7 leaves room), with 4 px padding on each side.
+double BadgeWidth(const std::string& label) { return 8 + 7.0 * double(label.size()); }
+
+// One row of badges, left to right without overlap: each starts at its first line (or just
+// after the previous badge), and a line that falls under the badge being built joins it. A
+// last badge that would leave the plot is merged into the one before it.
+template <typename XFn>
+std::vector<Badge> LayOutBadges(const std::vector<RunRecord::Mark>& marks, XFn X, double lo, double hi) {
+  constexpr double kGap = 2;
+  std::vector<Badge> out;
+  auto label = [](size_t first, size_t last) {
+    return first == last ? std::to_string(first + 1) : std::to_string(first + 1) + "-" + std::to_string(last + 1);
+  };
+  for (size_t i = 0; i < marks.size(); ++i) {
+    const double x = X(marks[i].seconds);
+    if (!out.empty()) {
+      Badge& b = out.back();
+      const double w = BadgeWidth(label(b.first, i));
+      if (x <= b.left + w + kGap) {
+        b.last = i;
+        b.label = label(b.first, i);
+        b.width = w;
+        continue;
+      }
+    }
+    Badge b{i, i, label(i, i), 0, 0};
+    b.width = BadgeWidth(b.label);
+    b.left = std::max({lo, x - b.width / 2, out.empty() ? lo : out.back().left + out.back().width + kGap});
+    out.push_back(b);
+  }
+  while (out.size() > 1 && out.back().left + out.back().width > hi) {
+    const size_t last = out.back().last;
+    out.pop_back();
+    out.back().last = last;
+    out.back().label = label(out.back().first, last);
+    out.back().width = BadgeWidth(out.back().label);
+  }
+  if (!out.empty() && out.back().left + out.back().width > hi)
+    out.back().left = std::max(lo, hi - out.back().width);
+  return out;
+}
+
 std::string RenderChart(const Chart& c) {
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   for (const auto& s : c.series)
@@ -98,15 +148,22 @@ std::string RenderChart(const Chart& c) {
   svg += "<text x=\"14\" y=\"" + Num(kTop + ph / 2, 1) + "\" text-anchor=\"middle\" font-size=\"12\" "
          "fill=\"#222\" transform=\"rotate(-90 14 " + Num(kTop + ph / 2, 1) + ")\">" +
          HtmlEscape(c.y_label) + "</text>\n";
-  // Faults: dashed vertical lines, labelled.
-  for (size_t i = 0; i < c.marks.size(); ++i) {
-    const auto& m = c.marks[i];
-    svg += "<g class=\"mark\"><title>" + HtmlEscape(m.what) + " at " + Num(m.seconds, 1) +
-           " s</title><line x1=\"" + Num(X(m.seconds), 1) + "\" y1=\"" + Num(kTop, 1) + "\" x2=\"" +
-           Num(X(m.seconds), 1) + "\" y2=\"" + Num(kTop + ph, 1) +
-           "\" stroke=\"#d62728\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"/>" + "<text x=\"" +
-           Num(X(m.seconds) + 3, 1) + "\" y=\"" + Num(kTop + 12 + 12 * double(i % 3), 1) +
-           "\" font-size=\"10\" fill=\"#d62728\">" + HtmlEscape(m.what) + "</text></g>\n";
+  // Faults: a dashed vertical line each, numbered as in the faults table. Numbers whose badges
+  // would touch share one ("4-9"), so that a chaos run's dozens of faults stay readable.
+  for (const auto& m : c.marks)
+    svg += "<line class=\"mark-line\" x1=\"" + Num(X(m.seconds), 1) + "\" y1=\"" + Num(kTop, 1) +
+           "\" x2=\"" + Num(X(m.seconds), 1) + "\" y2=\"" + Num(kTop + ph, 1) +
+           "\" stroke=\"#d62728\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"><title>" +
+           HtmlEscape(m.what) + " at " + Num(m.seconds, 1) + " s</title></line>\n";
+  for (const auto& b : LayOutBadges(c.marks, X, kLeft, kLeft + pw)) {
+    std::string title;
+    for (size_t i = b.first; i <= b.last; ++i)
+      title += (title.empty() ? "" : "; ") + std::to_string(i + 1) + ": " + c.marks[i].what;
+    svg += "<g class=\"mark\"><title>" + HtmlEscape(title) + "</title><rect class=\"mark-badge\" x=\"" +
+           Num(b.left, 1) + "\" y=\"" + Num(kTop + 2, 1) + "\" width=\"" + Num(b.width, 1) +
+           "\" height=\"14\" rx=\"3\" fill=\"#ffffff\" stroke=\"#d62728\"/><text class=\"mark-label\" x=\"" +
+           Num(b.left + b.width / 2, 1) + "\" y=\"" + Num(kTop + 13, 1) +
+           "\" text-anchor=\"middle\" font-size=\"10\" fill=\"#d62728\">" + b.label + "</text></g>\n";
   }
   // Series: a polyline and a dot per point.
   for (const auto& s : c.series) {
@@ -162,8 +219,12 @@ std::string RenderReportHtml(const RunRecord& r) {
   }
   accuracy.series.push_back(acc);
   loss.series.push_back(lo);
-  Chart rate{"Throughput over time (faults marked)", "seconds since training started", "images/s",
-             {}, r.marks, 0, true, false};
+  // Faults in time order: the chart's badge numbers are the table's row numbers.
+  std::vector<RunRecord::Mark> marks = r.marks;
+  std::stable_sort(marks.begin(), marks.end(),
+                   [](const RunRecord::Mark& a, const RunRecord::Mark& b) { return a.seconds < b.seconds; });
+  Chart rate{"Throughput over time (faults numbered as in the table below)", "seconds since training started",
+             "images/s", {}, marks, 0, true, false};
   Series rs{"images/s", "#2ca02c", {}};
   for (const auto& p : r.rates) rs.points.push_back({p.seconds, p.images_per_second});
   rate.series.push_back(rs);
@@ -186,10 +247,11 @@ std::string RenderReportHtml(const RunRecord& r) {
             Num(e.loss, 4) + "</td><td>" + (e.accuracy >= 0 ? Num(100 * e.accuracy, 2) + "%" : "-") +
             "</td></tr>\n";
   html += "</table>\n";
-  if (!r.marks.empty()) {
-    html += "<h2>Faults</h2>\n<table class=\"marks\"><tr><th>time (s)</th><th>event</th></tr>\n";
-    for (const auto& m : r.marks)
-      html += "<tr><td>" + Num(m.seconds, 1) + "</td><td>" + HtmlEscape(m.what) + "</td></tr>\n";
+  if (!marks.empty()) {
+    html += "<h2>Faults</h2>\n<table class=\"marks\"><tr><th>#</th><th>time (s)</th><th>event</th></tr>\n";
+    for (size_t i = 0; i < marks.size(); ++i)
+      html += "<tr><td>" + std::to_string(i + 1) + "</td><td>" + Num(marks[i].seconds, 1) + "</td><td>" +
+              HtmlEscape(marks[i].what) + "</td></tr>\n";
     html += "</table>\n";
   }
   html += "</body></html>\n";

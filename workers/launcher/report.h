@@ -1,6 +1,7 @@
 // The training report of a local run (`adam run --report DIR`): one self-contained HTML page
 // with the loss and test-accuracy curves per epoch, images/s over time, and the run's faults
-// (kills, restarts, failovers) marked on the time axis. Charts are inline SVG: no script, no
+// (kills, restarts, failovers, under-replication) as numbered lines on the time axis and rows
+// of a table. Charts are inline SVG: no script, no
 // network, readable offline and in a CI artifact. Pure and thread-compatible.
 #pragma once
 
@@ -23,7 +24,7 @@ struct RunRecord {
   };
   struct Mark {
     double seconds = 0;
-    std::string what;          // "kill -9 ps-0", "restart ps-0", "failover: ps-1 primary", ...
+    std::string what;          // "kill -9 ps-0", "restart ps-0", "failover: ps-0 lost, 3 shard(s) moved", ...
   };
   std::vector<EpochPoint> epochs;
   std::vector<RatePoint> rates;

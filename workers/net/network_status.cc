@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace adam::net {
 namespace {
@@ -156,6 +157,21 @@ StatusOr<std::string> PodNetworkAddress(const std::string& path, const std::stri
   auto addr = NetworkAddress(it->second, network);
   if (!addr.ok()) return addr.status().Annotate(path);
   return addr;
+}
+
+StatusOr<std::string> WaitForPodNetworkAddress(const std::string& path, const std::string& network,
+                                               std::chrono::milliseconds timeout,
+                                               std::chrono::milliseconds poll) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    auto addr = PodNetworkAddress(path, network);
+    if (addr.ok() || addr.status().code() != StatusCode::kNotFound) return addr;
+    if (std::chrono::steady_clock::now() >= deadline)
+      return NotFoundError(path + ": no address for network '" + network + "' after waiting " +
+                           std::to_string(timeout.count() / 1000.0).substr(0, 5) + " s (" +
+                           addr.status().message() + ")");
+    std::this_thread::sleep_for(poll);
+  }
 }
 
 }  // namespace adam::net

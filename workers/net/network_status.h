@@ -8,6 +8,7 @@
 // crash (fuzzed by tests/fuzz/network_status). Pure and thread-compatible.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <string>
 
@@ -28,5 +29,13 @@ StatusOr<std::string> NetworkAddress(const std::string& network_status_json,
 // Reads `annotations_path` and returns the address of `network` on this pod.
 StatusOr<std::string> PodNetworkAddress(const std::string& annotations_path,
                                         const std::string& network);
+
+// The same, waiting while the file is empty or has no address for `network` yet: Multus writes
+// the annotation after the pod starts, and the kubelet refreshes the downward-API file a little
+// later. After `timeout` the error names the file and the wait; a malformed file fails at once.
+StatusOr<std::string> WaitForPodNetworkAddress(const std::string& annotations_path,
+                                               const std::string& network,
+                                               std::chrono::milliseconds timeout,
+                                               std::chrono::milliseconds poll = std::chrono::milliseconds(200));
 
 }  // namespace adam::net

@@ -10,9 +10,13 @@
 #include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -195,6 +199,9 @@ Status WriteTls(const TlsMaterial& m, const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return UnavailableError(dir + ": " + ec.message());
+  // Only the owner reads the folder: the key is never readable by anyone else, not even while it
+  // is written.
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
   // Each file renamed into place whole, the key before its certificate. (Kubernetes swaps all of
   // a Secret volume's files at once; this writer serves `adam run` and tests.)
   for (auto [file, text] : {std::pair<const char*, const std::string*>{"ca.crt", &m.ca_pem},
@@ -202,11 +209,12 @@ Status WriteTls(const TlsMaterial& m, const std::string& dir) {
                             {"tls.crt", &m.cert_pem}}) {
     const std::string path = dir + "/" + file;
     const std::string aside = path + ".new";
-    std::ofstream f(aside, std::ios::binary | std::ios::trunc);
-    f << *text;
-    f.close();
-    if (!f) return UnavailableError(aside + ": cannot write");
-    if (std::string(file) == "tls.key") chmod(aside.c_str(), 0600);
+    const int fd = ::open(aside.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                          std::string(file) == "tls.key" ? 0600 : 0644);
+    if (fd < 0) return UnavailableError(aside + ": cannot write: " + std::strerror(errno));
+    const ssize_t n = ::write(fd, text->data(), text->size());
+    const int closed = ::close(fd);
+    if (n != ssize_t(text->size()) || closed != 0) return UnavailableError(aside + ": cannot write");
     std::filesystem::rename(aside, path, ec);
     if (ec) return UnavailableError(path + ": " + ec.message());
   }

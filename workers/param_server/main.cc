@@ -21,6 +21,7 @@
 #include "param_server/param_service.h"
 #include "param_server/replica_service.h"
 #include "param_server/routing.h"
+#include "topology/topology.h"
 #include "update/update_plan.h"
 
 namespace adam::ps {
@@ -116,6 +117,12 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   StoreOptions so;
   so.threads = options.threads;
   so.bind = options.bind;
+  if (so.bind) {
+    if (const auto pin = topology::DecidePinningHere(); !pin.pin) {
+      spdlog::warn("shard workers not pinned: {}", pin.why);
+      so.bind = false;
+    }
+  }
   ParamStore store(store_map, options.index, initial.data(), so);
   for (auto& [id, s] : restored.shards) {
     store.RestoreVersion(id, s.version);
@@ -138,6 +145,8 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   }
   auto& reg = **metrics;
   reg.Gauge("adam_ps_shards", "Shards held by this parameter server").Set(double(store.shard_ids().size()));
+  reg.Gauge("adam_cpu_pinned", "1 when this role's threads are pinned to cores of its own, else 0")
+      .Set(so.bind ? 1 : 0);
   reg.Gauge("adam_ps_parameters", "Parameters held by this parameter server").Set(double(store.total_floats()));
   auto& queue_depth = reg.Gauge("adam_ps_queue_depth", "Updates and reads queued to the shard workers");
   auto& applied = reg.Counter("adam_ps_applied_bytes_total",

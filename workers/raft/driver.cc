@@ -353,7 +353,7 @@ StatusOr<std::unique_ptr<Driver>> Driver::Open(const DriverOptions& options,
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->machine = machine;
-  ADAM_ASSIGN_OR_RETURN(impl->storage, Storage::Open(options.dir));
+  ADAM_ASSIGN_OR_RETURN(impl->storage, Storage::Open(options.dir, nullptr, options.cluster_id));
   const PersistentState& st = impl->storage->state();
   if (st.snapshot.index > 0) ADAM_RETURN_IF_ERROR(machine->Restore(st.snapshot));
   impl->applied = st.snapshot.index;

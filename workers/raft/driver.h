@@ -41,6 +41,7 @@ struct DriverOptions {
   NodeId id = 0;
   std::map<NodeId, std::string> peers;  // every member's Raft address (host:port), own included
   std::string dir;                      // log and snapshot
+  std::string cluster_id;               // the group the log belongs to (Storage::Open); "" = any
   std::chrono::milliseconds tick{10};
   int election_ticks = 20;              // campaign after 20..40 silent ticks (200..400 ms)
   int heartbeat_ticks = 2;

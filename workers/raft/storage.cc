@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 namespace adam::raft {
 namespace {
@@ -214,10 +215,42 @@ StatusOr<ParsedLog> ParseLog(std::string_view b, uint64_t snapshot_index,
   return out;
 }
 
-StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir, size_t* torn) {
+namespace {
+
+// The folder belongs to the group `cluster_id`: a folder that holds another's is refused, so a
+// member never joins one group with the votes and entries of another (a job re-created under
+// the same name on a volume its predecessor left). A folder without the file is claimed.
+Status ClaimForCluster(const std::string& dir, const std::string& cluster_id) {
+  const std::string path = dir + "/cluster-id";
+  StatusOr<std::string> held = ReadFile(path);
+  if (held.ok()) {
+    std::string id = *held;
+    while (!id.empty() && (id.back() == '\n' || id.back() == '\r')) id.pop_back();
+    if (id == cluster_id) return OkStatus();
+    return FailedPreconditionError(path + ": this Raft state was written for group '" + id +
+                                   "', not '" + cluster_id +
+                                   "' (another job's volume?); refusing to start with its votes "
+                                   "and entries: delete the folder (or the volume) to start empty");
+  }
+  if (held.status().code() != StatusCode::kNotFound) return held.status();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << cluster_id << "\n";
+    if (!f.flush()) return InternalError("write " + tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename " + tmp);
+  return FsyncDir(dir);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir, size_t* torn,
+                                                 const std::string& cluster_id) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return InternalError("create " + dir + ": " + ec.message());
+  if (!cluster_id.empty()) ADAM_RETURN_IF_ERROR(ClaimForCluster(dir, cluster_id));
   std::unique_ptr<Storage> s(new Storage());
   s->dir_ = dir;
   Snapshot snap;

@@ -46,9 +46,11 @@ std::string EncodeSnapshot(const Snapshot& s);
 class Storage {
  public:
   // Opens or creates `dir`. `torn_tail_bytes` (optional) receives how many bytes of a torn final
-  // record were cut off.
+  // record were cut off. With a `cluster_id`, `dir` holds it in a file `cluster-id`: a folder
+  // written for another id is refused (FAILED_PRECONDITION naming both), one without is claimed.
   static StatusOr<std::unique_ptr<Storage>> Open(const std::string& dir,
-                                                 size_t* torn_tail_bytes = nullptr);
+                                                 size_t* torn_tail_bytes = nullptr,
+                                                 const std::string& cluster_id = "");
   ~Storage();
 
   // What is on disk: the state to construct a Node from.

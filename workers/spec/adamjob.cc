@@ -6,11 +6,25 @@
 #include <cmath>
 #include <fstream>
 #include <initializer_list>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 
 namespace adam::spec {
+
+int64_t ParseDurationMs(const std::string& s) {
+  static const std::regex re("^([0-9]+)(ms|s|m|h)$");
+  std::smatch m;
+  if (!std::regex_match(s, m, re)) return -1;
+  int64_t v = std::stoll(m[1]);
+  std::string unit = m[2];
+  if (unit == "ms") return v;
+  if (unit == "s") return v * 1000;
+  if (unit == "m") return v * 60000;
+  return v * 3600000;
+}
+
 namespace {
 
 // Walks a YAML tree and collects errors with their field paths.
@@ -110,19 +124,6 @@ bool IsQuantity(const std::string& s) {
   return std::regex_match(s, re);
 }
 
-// "30s", "500ms", "2m", "1h" -> milliseconds; -1 if malformed.
-int64_t ParseDurationMs(const std::string& s) {
-  static const std::regex re("^([0-9]+)(ms|s|m|h)$");
-  std::smatch m;
-  if (!std::regex_match(s, m, re)) return -1;
-  int64_t v = std::stoll(m[1]);
-  std::string unit = m[2];
-  if (unit == "ms") return v;
-  if (unit == "s") return v * 1000;
-  if (unit == "m") return v * 60000;
-  return v * 3600000;
-}
-
 void ReadResources(Reader& r, const YAML::Node& n, const std::string& path, Resources* out) {
   if (!r.Map(n, path, {"cpu", "memory"})) return;
   if (!n) return;
@@ -193,6 +194,11 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
   const std::string lp = path + ".layers";
   if (!layers || !layers.IsSequence() || layers.size() == 0) {
     r.Error(lp, "must be a non-empty list of layers");
+    return;
+  }
+  if (layers.size() > size_t(kMaxLayers)) {
+    r.Error(lp, "has " + std::to_string(layers.size()) + " layers; at most " +
+                    std::to_string(kMaxLayers));
     return;
   }
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -385,7 +391,7 @@ void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
   const std::string p = "spec.runPolicy";
   if (r.Map(rp, p,
             {"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "cleanPodPolicy",
-             "suspend"}) &&
+             "suspend", "flushTimeoutSeconds"}) &&
       rp) {
     auto& pol = job->run_policy;
     r.Int(rp, "backoffLimit", p, 0, 1000, &pol.backoff_limit);
@@ -398,13 +404,71 @@ void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
       r.Error(p + ".cleanPodPolicy",
               "must be one of Running, All, None; got '" + pol.clean_pod_policy + "'");
     r.Get(rp, "suspend", p, &pol.suspend);
+    r.Int(rp, "flushTimeoutSeconds", p, 1, 86400, &pol.flush_timeout_seconds);
   }
+}
+
+// "2", "2000m", "1k" and the like: a quantity of whole units (the static CPU manager gives a
+// container exclusive cores only for an integer CPU count).
+bool IsWholeQuantity(const std::string& q) {
+  static const std::regex re("^([0-9]+)(\\.([0-9]+))?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$");
+  std::smatch m;
+  if (!std::regex_match(q, m, re)) return false;
+  const std::string frac = m[3];
+  const std::string unit = m[4];
+  if (unit == "m") return frac.empty() && std::stoll(m[1].str().substr(0, 15)) % 1000 == 0;
+  return unit.empty() ? frac.find_first_not_of('0') == std::string::npos : true;
+}
+
+// numaPinning pins threads to the cores the kubelet gives a Guaranteed pod, which it does only
+// for whole CPUs; a fractional CPU is refused rather than silently shared.
+void CheckPinning(Reader& r, const AdamJob& job) {
+  if (!job.placement.numa_pinning) return;
+  const std::pair<const char*, const Resources*> roles[] = {
+      {"controller", &job.roles.controller.resources},
+      {"parameterServer", &job.roles.parameter_server.resources},
+      {"dataServer", &job.roles.data_server.resources},
+      {"trainer", &job.roles.trainer.resources}};
+  for (const auto& [role, res] : roles)
+    if (!res->cpu.empty() && IsQuantity(res->cpu) && !IsWholeQuantity(res->cpu))
+      r.Error(std::string("spec.roles.") + role + ".resources.cpu",
+              "must be a whole number of CPUs with spec.placement.numaPinning (the kubelet pins "
+              "only whole CPUs), got '" + res->cpu + "'");
 }
 
 void CheckShapes(Reader& r, const ModelSpec& m) {
   if (m.input.size() <= 0 || m.layers.empty()) return;
   auto shapes = InferShapes(m);
-  if (!shapes.ok()) r.Error("spec.model", shapes.status().message());
+  if (!shapes.ok()) {
+    r.Error("spec.model", shapes.status().message());
+    return;
+  }
+  int64_t params = 0;
+  for (const auto& l : *shapes) params += l.weights + l.biases;
+  if (params > kMaxParameters)
+    r.Error("spec.model", "has " + std::to_string(params) + " parameters; at most " +
+                              std::to_string(kMaxParameters) + " (4 GB of floats in every copy)");
+}
+
+// YAML allows no key twice in one mapping, but yaml-cpp keeps both and reads the first: a
+// manifest with `epochs: 1` and then `epochs: 2` would run 1 epoch. Each such key is an error
+// naming both lines.
+void CheckDuplicateKeys(Reader& r, const YAML::Node& n, const std::string& path) {
+  if (n.IsMap()) {
+    std::map<std::string, int> seen;  // key -> its first line (1-based)
+    for (const auto& kv : n) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+      const std::string p = path.empty() ? key : path + "." + key;
+      const int line = kv.first.Mark().line + 1;
+      if (auto [it, fresh] = seen.emplace(key, line); !fresh)
+        r.Error(p, "given twice (lines " + std::to_string(it->second) + " and " +
+                       std::to_string(line) + "); give it once");
+      CheckDuplicateKeys(r, kv.second, p);
+    }
+  } else if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i)
+      CheckDuplicateKeys(r, n[i], path + "[" + std::to_string(i) + "]");
+  }
 }
 
 }  // namespace
@@ -490,6 +554,10 @@ int NumClasses(const ModelSpec& model) {
 }
 
 StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
+  if (yaml_text.size() > kMaxManifestBytes)
+    return InvalidArgumentError("(root): the manifest is " + std::to_string(yaml_text.size()) +
+                                " bytes; at most " + std::to_string(kMaxManifestBytes) +
+                                " (Kubernetes keeps an object under 1.5 MiB)");
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -504,6 +572,7 @@ StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
   Reader r;
   AdamJob job;
   try {
+    CheckDuplicateKeys(r, root, "");
     r.Map(root, "(root)", {"apiVersion", "kind", "metadata", "spec", "status"});
     if (r.Get(root, "apiVersion", "(root)", &job.api_version, true) &&
         job.api_version != "adam.dev/v1alpha1")
@@ -516,11 +585,13 @@ StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
     } else if (md.IsMap()) {
       // Kubernetes owns the rest of metadata (labels, annotations, ...): only these are ours.
       // At most 40: pod and host names add "-data-server-0" and the like, within DNS's 63.
+      // A DNS-1035 label: it names the job's Service, which may not start with a digit.
+      static const std::regex dns1035("^[a-z]([-a-z0-9]*[a-z0-9])?$");
       if (r.Get(md, "name", "metadata", &job.name, true) &&
-          (!IsDnsLabel(job.name) || job.name.size() > 40))
+          (!std::regex_match(job.name, dns1035) || job.name.size() > 40))
         r.Error("metadata.name",
-                "must be a DNS label (lower-case letters, digits, '-') of at most 40 characters, "
-                "got '" + job.name + "'");
+                "must be a DNS-1035 label (lower-case letters, digits and '-', starting with a "
+                "letter) of at most 40 characters, got '" + job.name + "'");
       r.Get(md, "namespace", "metadata", &job.name_space);
     } else {
       r.Error("metadata", "must be a mapping");
@@ -540,6 +611,7 @@ StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
       ReadRoles(r, spec["roles"], &job.roles);
       ReadRest(r, spec, &job);
       if (model_read) CheckShapes(r, job.model);
+      CheckPinning(r, job);
       if (job.roles.parameter_server.copies > 1) {
         // Copies move between servers on failover: dense layers must travel as weight deltas,
         // which route per shard (activations and errors go per server).

@@ -153,6 +153,8 @@ struct RunPolicy {
   std::optional<int64_t> ttl_seconds_after_finished;
   std::string clean_pod_policy = "Running";
   bool suspend = false;
+  // How long a deleted job waits for its parameter servers' last checkpoint flush.
+  int64_t flush_timeout_seconds = 120;
 };
 
 struct AdamJob {
@@ -178,8 +180,14 @@ struct LayerShape {
   int64_t biases = 0;   // number of bias parameters
 };
 
+// Bounds on what a manifest may ask for (the CRD has the same layer bound).
+inline constexpr size_t kMaxManifestBytes = 1 << 20;
+inline constexpr int kMaxLayers = 256;
+inline constexpr int64_t kMaxParameters = 1'000'000'000;
+
 // Parses and validates an AdamJob from YAML text. On error the status is INVALID_ARGUMENT and its
-// message lists every problem, one per line, each starting with a field path.
+// message lists every problem, one per line, each starting with a field path. A key given twice
+// in one mapping is an error naming both lines.
 StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text);
 
 // Reads `path` and parses it; the error names the file.
@@ -187,6 +195,9 @@ StatusOr<AdamJob> LoadAdamJob(const std::string& path);
 
 // Infers every layer's shapes from spec.model, or names the first layer whose shape is impossible.
 StatusOr<std::vector<LayerShape>> InferShapes(const ModelSpec& model);
+
+// "30s", "500ms", "2m", "1h" -> milliseconds; -1 if malformed.
+int64_t ParseDurationMs(const std::string& s);
 
 // Number of classes the model predicts (its softmax layer's classes).
 int NumClasses(const ModelSpec& model);

@@ -1,6 +1,10 @@
 // Topology on hwloc 2.x.
 #include "topology/topology.h"
 
+#include <sched.h>
+
+#include <cstdlib>
+
 #include <hwloc.h>
 
 #include <algorithm>
@@ -132,6 +136,31 @@ Status Topology::BindThisThread(const Placement& p) const {
     }
   }
   return OkStatus();
+}
+
+PinningDecision DecidePinning(int allowed_cpus, int64_t limit_millis) {
+  if (limit_millis <= 0) return {};
+  if (limit_millis % 1000 != 0)
+    return {false, "CPU limit " + std::to_string(limit_millis) + "m is not whole CPUs: running unpinned"};
+  if (allowed_cpus != limit_millis / 1000)
+    return {false, "allowed cpuset has " + std::to_string(allowed_cpus) + " CPUs but the CPU limit is " +
+                       std::to_string(limit_millis / 1000) +
+                       ": the cores are shared with other pods (no static CPU manager), running "
+                       "unpinned"};
+  return {};
+}
+
+PinningDecision DecidePinningHere() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  int64_t limit = 0;
+  if (const char* env = std::getenv("ADAM_CPU_LIMIT_MILLIS")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (end != env && *end == '\0' && v > 0) limit = v;
+  }
+  return DecidePinning(allowed, limit);
 }
 
 }  // namespace adam::topology

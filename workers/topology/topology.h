@@ -28,6 +28,22 @@ struct Placement {
   Core core;
 };
 
+// Whether a role should pin its threads, from what Kubernetes gave its container. The kubelet's
+// static CPU manager gives a Guaranteed container with a whole-CPU limit exactly that many cores
+// of its own; without it (the default on managed clusters) every pod may run on every core, and
+// placing threads "from the first allowed core" would pile the threads of every pod onto the same
+// few cores. So: pin only when the allowed cpuset has exactly limit/1000 CPUs.
+struct PinningDecision {
+  bool pin = true;
+  std::string why;  // one line for the log; empty when pinned as asked
+};
+// `allowed_cpus`: CPUs in the process's affinity mask; `limit_millis`: the container's CPU limit
+// in millicores (ADAM_CPU_LIMIT_MILLIS from the downward API), 0 when unknown (not on
+// Kubernetes, where the launcher's own cores are the process's).
+PinningDecision DecidePinning(int allowed_cpus, int64_t limit_millis);
+// The same for this process: its affinity mask and $ADAM_CPU_LIMIT_MILLIS.
+PinningDecision DecidePinningHere();
+
 class Topology {
  public:
   static StatusOr<Topology> Discover();

@@ -4,9 +4,11 @@
 #include <spdlog/spdlog.h>
 
 #include "core/event.h"
+#include "core/exit_codes.h"
 #include "metrics/metrics.h"
 #include "model/layout.h"
 #include "net/grpc.h"
+#include "topology/topology.h"
 #include "trainer/trainer.h"
 #include "update/update_plan.h"
 
@@ -76,7 +78,16 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   to.index = options.index;
   to.threads = options.threads > 0 ? options.threads : job.roles.trainer.threads;
   to.name = options.name;
+  to.evaluate_only = options.evaluate_only;
   to.bind = options.bind && job.placement.numa_pinning;
+  if (to.bind) {
+    if (const auto pin = topology::DecidePinningHere(); !pin.pin) {
+      spdlog::warn("worker threads not pinned: {}", pin.why);
+      to.bind = false;
+    }
+  }
+  reg.Gauge("adam_cpu_pinned", "1 when this role's threads are pinned to cores of its own, else 0")
+      .Set(to.bind ? 1 : 0);
   spdlog::info("training with {} threads, batch {}, {} parameters in {} shards on {} servers",
                to.threads, job.training.batch_size, layout->num_params(), map->shards().size(),
                map->num_servers());
@@ -84,7 +95,11 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   auto result = trainer.Run();
   if (!result.ok()) {
     spdlog::error("{}", result.status().message());
-    return 1;
+    return kExitFailed;
+  }
+  if (!result->diverged.empty()) {
+    spdlog::error("{}", result->diverged);
+    return kExitDiverged;
   }
   spdlog::info("done: {} epochs, {} images in {:.1f} s", result->epochs, result->images,
                result->seconds);

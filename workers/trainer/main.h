@@ -18,6 +18,7 @@ struct MainOptions {
   std::string metrics_host = "127.0.0.1";
   int metrics_port = 0;
   bool bind = true;  // bind workers to cores (also needs spec.placement.numaPinning)
+  bool evaluate_only = false;  // pull the model, evaluate it, exit (see TrainerOptions)
 };
 
 // Trains to the end of the job; returns the process exit code.

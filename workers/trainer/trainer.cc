@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -312,7 +313,7 @@ StatusOr<TrainerResult> Trainer::Run() {
                                       s.job.training.dense_updates);
   }
   ADAM_RETURN_IF_ERROR(s.CheckDataServer());
-  const bool evaluates = s.opt.index == 0;
+  const bool evaluates = s.opt.index == 0 || s.opt.evaluate_only;
   if (evaluates) ADAM_RETURN_IF_ERROR(s.FetchTestSet());
 
   const size_t n = size_t(s.layout->num_params());
@@ -335,10 +336,19 @@ StatusOr<TrainerResult> Trainer::Run() {
   s.loss.assign(size_t(s.opt.threads), 0);
   s.images.assign(size_t(s.opt.threads), 0);
   spdlog::info("workers: {}", s.replica->placement());
+  TrainerResult result;
+  if (s.opt.evaluate_only) {
+    result.test_accuracy = s.Evaluate();
+    result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    spdlog::info("the model the parameter servers hold: test accuracy {:.2f}%", 100 * result.test_accuracy);
+    EmitEvent({{"event", "evaluated"}, {"trainer", s.opt.index}, {"test_accuracy", result.test_accuracy},
+               {"seconds", result.seconds}});
+    return result;
+  }
 
   std::thread prefetcher([&] { s.PrefetchLoop(); });
   std::thread syncer([&] { s.SyncLoop(); });
-  TrainerResult result;
+  double previous_loss = 0;
   const auto train_start = Clock::now();
   for (int e = 0; e < s.job.training.epochs && !s.abort; ++e) {
     const auto epoch_start = Clock::now();
@@ -384,13 +394,29 @@ StatusOr<TrainerResult> Trainer::Run() {
     if (s.m.epoch) s.m.epoch->Set(e + 1);
     if (s.m.loss && images > 0) s.m.loss->Set(loss / images);
     if (s.m.accuracy && evaluates) s.m.accuracy->Set(acc);
+    if (images > 0) {
+      const double mean = loss / double(images);
+      result.diverged = DivergenceMessage(e + 1, mean, spec::NumClasses(s.job.model), s.lr,
+                                          s.job.training.batch_size);
+      if (!result.diverged.empty()) {
+        EmitEvent({{"event", "diverged"}, {"trainer", s.opt.index}, {"epoch", e + 1},
+                   {"loss", mean}, {"message", result.diverged}});
+        break;
+      }
+      if (e > 0 && mean > previous_loss * 1.05)
+        spdlog::warn("the training loss rose from {:.4f} (epoch {}) to {:.4f} (epoch {}) at learning "
+                     "rate {:g}: a rate too high for batch size {} makes SGD overshoot; if it keeps "
+                     "rising, lower spec.training.learningRate",
+                     previous_loss, e, mean, e + 1, s.lr, s.job.training.batch_size);
+      previous_loss = mean;
+    }
     if (marker.job_stopped) break;
     const auto& target = s.job.training.target_accuracy;
     if (evaluates && target && acc >= *target) break;
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - train_start).count();
   result.images = s.images_total.load();
-  if (evaluates && !s.abort) {
+  if (evaluates && !s.abort && result.diverged.empty()) {
     // Ends the job for every trainer: the last epoch is done or the target is reached.
     if (Status st = s.data->StopJob(); !st.ok()) spdlog::warn("stopping the job: {}", st.message());
   }
@@ -419,6 +445,23 @@ StatusOr<TrainerResult> Trainer::Run() {
              {"total_seconds", std::chrono::duration<double>(Clock::now() - start).count()},
              {"test_accuracy", result.test_accuracy}});
   return result;
+}
+
+std::string DivergenceMessage(int epoch, double loss, int classes, double learning_rate,
+                              int batch_size) {
+  const double uniform = std::log(double(std::max(2, classes)));
+  if (std::isfinite(loss) && loss <= 2 * uniform) return "";
+  char value[32];
+  if (std::isnan(loss)) std::snprintf(value, sizeof value, "NaN");
+  else if (std::isinf(loss)) std::snprintf(value, sizeof value, "infinite");
+  else std::snprintf(value, sizeof value, "%.4g", loss);
+  char text[640];
+  std::snprintf(text, sizeof text,
+                "training diverged in epoch %d: the mean training loss is %s (guessing among %d "
+                "classes costs %.3f) at learning rate %g with batch size %d; lower "
+                "spec.training.learningRate (by 10x to start), or add a learningRateDecay",
+                epoch, value, classes, uniform, learning_rate, batch_size);
+  return text;
 }
 
 }  // namespace adam::trainer

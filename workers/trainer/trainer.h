@@ -33,6 +33,10 @@ struct TrainerOptions {
   bool bind = true;         // bind worker threads to cores and NUMA nodes
   std::chrono::milliseconds rpc_timeout{30000};
   std::chrono::milliseconds progress_interval{2000};  // between progress events
+  // Trains nothing: pulls the model, evaluates it on the test set, emits an `evaluated` event
+  // and returns (epochs 0). The launcher's evaluator of the final model when trainer 0, which
+  // evaluates after every epoch, did not live to the end.
+  bool evaluate_only = false;
 };
 
 struct TrainerMetrics {
@@ -56,7 +60,15 @@ struct TrainerResult {
   int64_t images = 0;
   double seconds = 0;
   double test_accuracy = -1;  // trainer 0 only; -1 when not evaluated
+  std::string diverged;       // why training stopped early as diverged; "" when it did not
 };
+
+// Whether an epoch's mean training loss shows that SGD diverged: the loss is not a number or
+// infinite, or above twice ln(classes) (what guessing every class alike costs; a model that has
+// learnt nothing sits at ln(classes), one whose steps overshoot climbs far above it). Returns the
+// message for the user (the epoch, the loss, the learning rate and what to do), or "".
+std::string DivergenceMessage(int epoch, double loss, int classes, double learning_rate,
+                              int batch_size);
 
 class Trainer {
  public:
