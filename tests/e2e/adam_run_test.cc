@@ -414,6 +414,24 @@ TEST_F(AdamRun, ARestartedTrainerRejoinsTheJob) {
   EXPECT_THAT(r.err, HasSubstr("adam run: restarting trainer-1"));
 }
 
+// Without copies, a parameter server that crashes and comes back does not end the job: the
+// trainers wait for it, it restores its last checkpoint under the same name, and training goes on.
+TEST_F(AdamRun, AParameterServerThatRestartsWithoutCopiesDoesNotEndTheJob) {
+  const std::string job = Manifest(dir_, "epochs: 60, learningRate: 0.02, pushEvery: 50",
+                                   "trainer: {replicas: 2, threads: 1}, parameterServer: "
+                                   "{replicas: 2, copies: 1, persistence: {interval: 200ms}}");
+  Result r = Adam(dir_, "run " + job + " --output json --kill ps-0@0.5+0.5", 240);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["epochs"].get<int>(), 60) << r.out;
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("adam run: restarting ps-0"));
+  // The trainers waited for it (their log lines, shown without -q) and it restored a checkpoint.
+  EXPECT_THAT(r.err, HasSubstr("waiting for parameter server ps-0"));
+  EXPECT_THAT(r.err, HasSubstr("is back after"));
+  EXPECT_THAT(r.err, HasSubstr("restored 1 shards from checkpoint"));
+}
+
 TEST_F(AdamRun, KillNamesAnUnknownRoleInstance) {
   const std::string job = Manifest(dir_, "epochs: 1", "trainer: {replicas: 1}");
   Result r = Adam(dir_, "run " + job + " --kill ps-7@1");

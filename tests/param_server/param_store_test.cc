@@ -286,6 +286,46 @@ TEST_F(ParamServiceTest, BothProtocolsThroughTheClientGiveTheExpectedWeights) {
   EXPECT_EQ(covered, n);
 }
 
+// Without copies a server that goes away and comes back on its address (restarted from its
+// checkpoint) is waited for: the call is answered once it is back. One that stays away fails the
+// call after server_wait, naming it.
+TEST_F(ParamServiceTest, TheClientWaitsForAServerThatComesBackAndNamesOneThatDoesNot) {
+  Start(spec::Consistency::kAsync, 1);
+  trainer::GrpcParamServerClientOptions o;
+  o.server_wait = std::chrono::milliseconds(1500);
+  auto client = trainer::ConnectParamServers(*map_, *plan_, addresses_, o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  Server& srv = servers_[1];
+  const int port = srv.server.port;
+  auto stop = [&] {
+    srv.server.server->Shutdown();
+    srv.server.server.reset();
+  };
+  stop();
+  std::thread back([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    srv.service = std::make_unique<ParamService>(srv.store.get(), srv.gate.get(), &*plan_, 1,
+                                                 &pool_, ParamServiceMetrics{});
+    auto again = net::StartServer("127.0.0.1:" + std::to_string(port), {srv.service.get()});
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    srv.server = std::move(*again);
+  });
+  std::vector<float> out(init_.size(), -1.f);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status pulled = (*client)->Pull(out.data(), 0);
+  back.join();
+  ASSERT_TRUE(pulled.ok()) << pulled.ToString();
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(350));
+  EXPECT_EQ(out, init_);  // every shard, those of the server that came back included
+
+  stop();
+  Status pushed = (*client)->Push({nullptr, {}, 1, false});
+  ASSERT_FALSE(pushed.ok());
+  EXPECT_EQ(pushed.code(), StatusCode::kUnavailable);
+  EXPECT_THAT(pushed.message(), HasSubstr("push to parameter server ps-1 at " + addresses_[1] +
+                                          ": not back within 1.5 s"));
+}
+
 TEST_F(ParamServiceTest, GarbageRequestAppliesNothingAndServerKeepsServing) {
   Start(spec::Consistency::kAsync, 1);
   const uint32_t held = servers_[0].store->shard_ids()[0];

@@ -57,6 +57,10 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   GrpcParamServerClientOptions po;
   po.trainer_name = options.name;
   po.trainer_index = options.index;
+  po.waits = &reg.Counter("adam_trainer_server_wait_seconds_total",
+                          "Seconds spent waiting for an unreachable parameter server to come back (copies: 1)");
+  po.waiting = &reg.Gauge("adam_trainer_servers_unreachable",
+                          "1 while a push or pull waits for an unreachable parameter server (copies: 1)");
   const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every,
                                              job.training.dense_updates);
   auto ps = options.controller.empty()

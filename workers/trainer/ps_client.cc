@@ -9,12 +9,18 @@
 #include <set>
 #include <thread>
 
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <spdlog/spdlog.h>
+
 #include "adam/v1/controller.grpc.pb.h"
 #include "adam/v1/ps.grpc.pb.h"
 #include "net/grpc.h"
 
 namespace adam::trainer {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 class GrpcClient final : public ParamServerClient {
  public:
@@ -117,30 +123,74 @@ class GrpcClient final : public ParamServerClient {
   uint64_t pulled_bytes() const override { return pulled_; }
 
  private:
-  // Starts `start(i, ctx, done)` for every server i and waits for all; the first error wins.
+  // Starts `start(i, ctx, done)` for every server i and waits for all. Servers that were
+  // unreachable are asked again, every 100 ms, until options_.server_wait has passed; any other
+  // error ends the call at once.
   template <typename Start>
   Status FanOut(int n, Start start, const char* what) {
-    std::mutex mu;
-    std::condition_variable cv;
-    int left = n;
-    std::vector<grpc::Status> results(static_cast<size_t>(n));
-    std::vector<grpc::ClientContext> ctxs(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      net::SetDeadline(&ctxs[size_t(i)], options_.rpc_timeout);
-      start(i, &ctxs[size_t(i)], [&, i](grpc::Status s) {
-        std::lock_guard<std::mutex> lock(mu);
-        results[size_t(i)] = std::move(s);
-        if (--left == 0) cv.notify_all();
-      });
+    std::vector<int> todo(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) todo[size_t(i)] = i;
+    const auto began = Clock::now();
+    auto next_note = began;
+    bool waited_any = false;
+    for (;;) {
+      std::mutex mu;
+      std::condition_variable cv;
+      size_t left = todo.size();
+      std::vector<grpc::Status> results(static_cast<size_t>(n));
+      std::vector<grpc::ClientContext> ctxs(static_cast<size_t>(n));
+      for (int i : todo) {
+        net::SetDeadline(&ctxs[size_t(i)], options_.rpc_timeout);
+        start(i, &ctxs[size_t(i)], [&, i](grpc::Status s) {
+          std::lock_guard<std::mutex> lock(mu);
+          results[size_t(i)] = std::move(s);
+          if (--left == 0) cv.notify_all();
+        });
+      }
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return left == 0; });
+      }
+      std::vector<int> again;
+      for (int i : todo) {
+        const grpc::Status& s = results[size_t(i)];
+        if (s.ok()) continue;
+        if (s.error_code() != grpc::StatusCode::UNAVAILABLE)
+          return net::FromGrpc(s, std::string(what) + " to parameter server " + Name(i));
+        again.push_back(i);
+      }
+      const auto now = Clock::now();
+      const double waited = std::chrono::duration<double>(now - began).count();
+      if (again.empty()) {
+        if (waited_any) {
+          if (options_.waiting) options_.waiting->Set(0);
+          spdlog::info("parameter server {} is back after {:.1f} s", Name(todo.front()), waited);
+        }
+        return OkStatus();
+      }
+      const grpc::Status& last = results[size_t(again.front())];
+      if (now - began >= options_.server_wait) {
+        if (options_.waiting) options_.waiting->Set(0);
+        return net::FromGrpc(last, std::string(what) + " to parameter server " + Name(again.front()) +
+                                       fmt::format(": not back within {:g} s",
+                                                   double(options_.server_wait.count()) / 1000));
+      }
+      if (now >= next_note) {
+        if (options_.waiting) options_.waiting->Set(1);
+        spdlog::warn("waiting for parameter server {} ({:.0f} s of {:g} s): {}", Name(again.front()),
+                     waited, double(options_.server_wait.count()) / 1000, last.error_message());
+        next_note = now + std::chrono::seconds(1);
+      }
+      const auto pause = std::chrono::milliseconds(100);
+      std::this_thread::sleep_for(pause);
+      waited_any = true;
+      if (options_.waits) options_.waits->Increment(std::chrono::duration<double>(pause).count());
+      todo = std::move(again);
     }
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return left == 0; });
-    for (int i = 0; i < n; ++i)
-      if (!results[size_t(i)].ok())
-        return net::FromGrpc(results[size_t(i)], std::string(what) + " to parameter server ps-" +
-                                                     std::to_string(i) + " at " +
-                                                     addresses_[size_t(i)]);
-    return OkStatus();
+  }
+
+  std::string Name(int i) const {
+    return "ps-" + std::to_string(i) + " at " + addresses_[size_t(i)];
   }
 
   const shard::ShardMap map_;
@@ -153,8 +203,6 @@ class GrpcClient final : public ParamServerClient {
   std::atomic<uint64_t> pulled_{0};
 };
 
-
-using Clock = std::chrono::steady_clock;
 
 bool Retryable(grpc::StatusCode c) {
   return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::FAILED_PRECONDITION ||

@@ -14,6 +14,11 @@
 #include "model/layout.h"
 #include "update/update_plan.h"
 
+namespace prometheus {
+class Counter;
+class Gauge;
+}  // namespace prometheus
+
 namespace adam::trainer {
 
 // The activation and error vectors of `images` images for one dense layer of the plan.
@@ -53,11 +58,20 @@ struct GrpcParamServerClientOptions {
   int trainer_index = 0;
   std::chrono::milliseconds rpc_timeout{30000};
   std::chrono::milliseconds connect_timeout{30000};
+  // Without copies: how long a push or pull waits for an unreachable server (UNAVAILABLE: it
+  // crashed and is restarting from its checkpoint) before the trainer fails naming it. Each
+  // second of waiting is logged; `waits` counts the seconds, `waiting` is 1 meanwhile.
+  std::chrono::milliseconds server_wait{120000};
+  prometheus::Counter* waits = nullptr;  // adam_trainer_server_wait_seconds_total
+  prometheus::Gauge* waiting = nullptr;  // adam_trainer_servers_unreachable
 };
 
 // Talks to every server in `addresses` (index = server number of the shard map) over gRPC, one
-// request per server per call, all servers in parallel. Fails naming the first unreachable
-// server.
+// request per server per call, all servers in parallel. A server that cannot be reached is waited
+// for (options.server_wait) and sent its part again when it is back, so a server that restarts
+// costs the job at most what it had not yet checkpointed; a push it applied before it died may be
+// applied twice, which SGD tolerates. Fails naming the server that did not come back, or the
+// first that refused a request.
 StatusOr<std::unique_ptr<ParamServerClient>> ConnectParamServers(
     const shard::ShardMap& map, const update::UpdatePlan& plan,
     const std::vector<std::string>& addresses, const GrpcParamServerClientOptions& options);
