@@ -7,6 +7,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <random>
 #include <thread>
@@ -326,6 +327,23 @@ TEST_F(ParamServiceTest, TheClientWaitsForAServerThatComesBackAndNamesOneThatDoe
                                           ": not back within 1.5 s"));
 }
 
+// A sync pull that another trainer never lets through fails before the caller's deadline naming
+// that trainer, not with a bare "Deadline Exceeded".
+TEST_F(ParamServiceTest, ASyncPullHeldBackByAStoppedTrainerNamesIt) {
+  Start(spec::Consistency::kSync, 2);
+  trainer::GrpcParamServerClientOptions o;
+  o.trainer_index = 0;
+  o.rpc_timeout = std::chrono::milliseconds(1500);
+  auto t0 = trainer::ConnectParamServers(*map_, *plan_, addresses_, o);
+  ASSERT_TRUE(t0.ok()) << t0.status().ToString();
+  ASSERT_TRUE((*t0)->Push({nullptr, {}, 1, false}).ok());
+  std::vector<float> out(init_.size());
+  Status pulled = (*t0)->Pull(out.data(), 1);
+  ASSERT_FALSE(pulled.ok());
+  EXPECT_EQ(pulled.code(), StatusCode::kDeadlineExceeded) << pulled.ToString();
+  EXPECT_THAT(pulled.message(), HasSubstr("waiting for trainer 1 (at epoch 0 push 0; epoch 0 push 1 needed)"));
+}
+
 TEST_F(ParamServiceTest, GarbageRequestAppliesNothingAndServerKeepsServing) {
   Start(spec::Consistency::kAsync, 1);
   const uint32_t held = servers_[0].store->shard_ids()[0];
@@ -525,6 +543,34 @@ TEST(ClockGate, ModesParkAndReleaseExactlyAtTheirBound) {
   async.Advance(1, 4, true);  // left: only trainer 0 counts
   EXPECT_EQ(async.MinClock(), 9u);
   EXPECT_EQ(async.Spread(), 0u);
+}
+
+// A pull parked with an expiry that nothing releases in time is answered by the gate's timer
+// with the trainers it waited for; one released in time runs as always; Close answers the rest.
+TEST(ClockGate, AnExpiredPullNamesTheTrainersItWaitedFor) {
+  ClockGate gate(3, spec::Consistency::kSync, 0);
+  gate.Advance(0, 3, false);
+  gate.Advance(1, 1, false);
+  gate.Advance(2, 2, true);  // left: holds nobody back
+  EXPECT_EQ(gate.WaitingFor(3), "trainer 1 (at epoch 0 push 1; epoch 0 push 3 needed)");
+  std::promise<std::string> expired;
+  std::atomic<int> ran{0};
+  gate.WhenAllowed(3, [&](bool) { ++ran; }, ClockGate::Clock::now() + std::chrono::milliseconds(100),
+                   [&](const std::string& why) { expired.set_value(why); });
+  std::atomic<int> allowed1{-1}, allowed2{-1};  // -1: not run; else the bool it ran with
+  gate.WhenAllowed(1, [&](bool ok) { allowed1 = ok; },
+                   ClockGate::Clock::now() + std::chrono::seconds(30), [&](const std::string&) { ++ran; });
+  EXPECT_EQ(allowed1.load(), 1);  // clock 1 is allowed at once
+  gate.WhenAllowed(2, [&](bool ok) { allowed2 = ok; }, ClockGate::Clock::now() + std::chrono::seconds(30),
+                   [&](const std::string&) { ++ran; });
+  auto f = expired.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(f.get(), "trainer 1 (at epoch 0 push 1; epoch 0 push 3 needed)");
+  EXPECT_EQ(gate.parked(), 1u);  // the clock-2 pull waits on
+  gate.Advance(1, 2, false);
+  EXPECT_EQ(gate.parked(), 0u);
+  EXPECT_EQ(allowed2.load(), 1);  // it ran allowed, not expired or closed
+  EXPECT_EQ(ran.load(), 0);
 }
 
 TEST(UpdatePlan, AdamsModelSendsActivationsForTheBigDenseLayersOnly) {

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "core/status.h"
 
@@ -13,6 +15,15 @@ ClockGate::ClockGate(int trainers, spec::Consistency mode, int max_staleness)
       staleness_(uint64_t(std::max(0, max_staleness))),
       clock_(size_t(std::max(1, trainers)), 0),
       left_(size_t(std::max(1, trainers)), false) {}
+
+ClockGate::~ClockGate() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  expiry_cv_.notify_all();
+  if (expirer_.joinable()) expirer_.join();
+}
 
 uint64_t ClockGate::Needed(uint64_t clock) const {
   switch (mode_) {
@@ -57,32 +68,94 @@ void ClockGate::Advance(int t, uint64_t clock, bool leave) {
     if (leave) left_[size_t(t)] = true;
     const uint64_t min = MinClockLocked();
     auto end = parked_.upper_bound(min);
-    for (auto it = parked_.begin(); it != end; ++it) ready.push_back(std::move(it->second));
+    for (auto it = parked_.begin(); it != end; ++it) ready.push_back(std::move(it->second.fn));
     parked_.erase(parked_.begin(), end);
   }
   for (auto& fn : ready) fn(true);
 }
 
 void ClockGate::WhenAllowed(uint64_t clock, std::function<void(bool)> fn) {
+  WhenAllowed(clock, std::move(fn), Clock::time_point::max(), {});
+}
+
+void ClockGate::WhenAllowed(uint64_t clock, std::function<void(bool)> fn, Clock::time_point expires,
+                            std::function<void(const std::string&)> on_expired) {
   const uint64_t needed = Needed(clock);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_ && needed > MinClockLocked()) {
-      parked_.emplace(needed, std::move(fn));
+      const bool expiring = on_expired && expires != Clock::time_point::max();
+      parked_.emplace(needed, Parked{clock, std::move(fn), expiring ? expires : Clock::time_point::max(),
+                                     std::move(on_expired)});
+      if (expiring) {
+        if (!expirer_.joinable()) expirer_ = std::thread([this] { ExpireLoop(); });
+        expiry_cv_.notify_all();
+      }
       return;
     }
   }
   fn(true);
 }
 
+std::string ClockGate::WaitingFor(uint64_t clock) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return WaitingForLocked(clock);
+}
+
+// Trainers' clocks are (epoch << 32) | pushes this epoch.
+std::string ClockText(uint64_t clock) {
+  return "epoch " + std::to_string(clock >> 32) + " push " + std::to_string(clock & 0xffffffffu);
+}
+
+std::string ClockGate::WaitingForLocked(uint64_t clock) const {
+  const uint64_t needed = Needed(clock);
+  std::string out;
+  for (size_t t = 0; t < clock_.size(); ++t) {
+    if (left_[t] || clock_[t] >= needed) continue;
+    if (!out.empty()) out += ", ";
+    out += "trainer " + std::to_string(t) + " (at " + ClockText(clock_[t]) + "; " +
+           ClockText(needed) + " needed)";
+  }
+  return out.empty() ? "no trainer" : out;
+}
+
+// Answers parked pulls whose expiry has passed, with what they waited for.
+void ClockGate::ExpireLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    auto next = Clock::time_point::max();
+    std::vector<std::pair<std::function<void(const std::string&)>, std::string>> due;
+    const auto now = Clock::now();
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (it->second.expires <= now) {
+        due.emplace_back(std::move(it->second.on_expired), WaitingForLocked(it->second.clock));
+        it = parked_.erase(it);
+      } else {
+        next = std::min(next, it->second.expires);
+        ++it;
+      }
+    }
+    if (!due.empty()) {
+      lock.unlock();
+      for (auto& [fn, why] : due) fn(why);
+      lock.lock();
+      continue;
+    }
+    if (next == Clock::time_point::max())
+      expiry_cv_.wait(lock);
+    else
+      expiry_cv_.wait_until(lock, next);
+  }
+}
+
 void ClockGate::Close() {
-  std::multimap<uint64_t, std::function<void(bool)>> parked;
+  std::multimap<uint64_t, Parked> parked;
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
     parked.swap(parked_);
   }
-  for (auto& [_, fn] : parked) fn(false);
+  for (auto& [_, p] : parked) p.fn(false);
 }
 
 }  // namespace adam::ps

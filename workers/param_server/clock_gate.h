@@ -9,11 +9,17 @@
 // A trainer that leaves (done, or its job share finished) no longer holds anyone back. Clocks are
 // learned from pushes (the maximum seen), so a restarted server catches up with the first push of
 // each trainer. A held-back pull is parked, not a blocked thread: its continuation runs on the
-// thread whose push releases it. Thread-safe.
+// thread whose push releases it. A pull parked with an expiry (its caller's deadline) that is
+// still held back then is answered by the gate's own timer thread with the trainers it waited
+// for, so a trainer that died is named instead of a bare deadline. Thread-safe.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <thread>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -22,9 +28,17 @@
 
 namespace adam::ps {
 
+// "epoch E push P" for a trainer's clock.
+std::string ClockText(uint64_t clock);
+
 class ClockGate {
  public:
+  using Clock = std::chrono::steady_clock;
+
   ClockGate(int trainers, spec::Consistency mode, int max_staleness);
+  ~ClockGate();
+  ClockGate(const ClockGate&) = delete;
+  ClockGate& operator=(const ClockGate&) = delete;
 
   // Records trainer `t`'s clock (kept monotone) or its leaving, then runs every parked pull this
   // allows. `t` must be below the trainer count.
@@ -33,6 +47,13 @@ class ClockGate {
   // Runs `fn(true)` now when a pull at `clock` is allowed, otherwise parks it until it is. On
   // Close, parked continuations run with `fn(false)`.
   void WhenAllowed(uint64_t clock, std::function<void(bool)> fn);
+  // The same, but a pull still parked at `expires` is removed and `on_expired` runs instead of
+  // `fn`, with what it waited for (WaitingFor).
+  void WhenAllowed(uint64_t clock, std::function<void(bool)> fn, Clock::time_point expires,
+                   std::function<void(const std::string&)> on_expired);
+  // The active trainers a pull at `clock` waits for, clocks as (epoch << 32) | pushes:
+  // "trainer 1 (at epoch 2 push 57; epoch 2 push 60 needed)".
+  std::string WaitingFor(uint64_t clock) const;
 
   // Releases every parked pull with fn(false); later pulls run at once (fn(true)).
   void Close();
@@ -46,14 +67,25 @@ class ClockGate {
   int trainers() const { return int(clock_.size()); }
 
  private:
+  struct Parked {
+    uint64_t clock = 0;
+    std::function<void(bool)> fn;
+    Clock::time_point expires = Clock::time_point::max();
+    std::function<void(const std::string&)> on_expired;
+  };
   uint64_t MinClockLocked() const;
+  std::string WaitingForLocked(uint64_t clock) const;
+  void ExpireLoop();
   spec::Consistency mode_;
   uint64_t staleness_;
   mutable std::mutex mu_;
   std::vector<uint64_t> clock_;   // guarded by mu_
   std::vector<bool> left_;        // guarded by mu_
-  std::multimap<uint64_t, std::function<void(bool)>> parked_;  // needed clock -> continuation
+  std::multimap<uint64_t, Parked> parked_;  // needed clock -> continuation; guarded by mu_
   bool closed_ = false;           // guarded by mu_
+  bool stopping_ = false;         // guarded by mu_: the destructor runs
+  std::condition_variable expiry_cv_;  // a pull with an expiry parked, or stopping_
+  std::thread expirer_;           // started with the first pull parked with an expiry
 };
 
 }  // namespace adam::ps

@@ -205,6 +205,23 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
       return reactor;
     }
   const auto asked = std::chrono::steady_clock::now();
+  // A pull held back until just before its caller's deadline (a tenth of the time left, at most
+  // a second, is kept for the answer to travel) is answered with the trainers it waited for: a
+  // trainer that died is named, not a bare deadline.
+  auto expires = ClockGate::Clock::time_point::max();
+  const auto left = ctx->deadline() - std::chrono::system_clock::now();
+  if (left < std::chrono::hours(24 * 365)) {
+    const auto keep = std::min<std::chrono::system_clock::duration>(std::chrono::seconds(1), left / 10);
+    expires = asked + std::chrono::duration_cast<ClockGate::Clock::duration>(left - keep);
+  }
+  const uint64_t clock = req->clock();
+  auto on_expired = [reactor, asked, clock](const std::string& waiting) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+    reactor->Finish({grpc::StatusCode::DEADLINE_EXCEEDED,
+                     "pull at " + ClockText(clock) + " held back " +
+                         std::to_string(int(waited + 0.5)) + " s by the job's consistency model, "
+                         "waiting for " + waiting + ": has that trainer stopped?"});
+  };
   gate_->WhenAllowed(req->clock(), [this, ids, reactor, resp, asked](bool allowed) {
     if (!allowed) {
       reactor->Finish({grpc::StatusCode::UNAVAILABLE, "parameter server is shutting down"});
@@ -254,7 +271,7 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
     for (Op& op : raw->ops) op.done = raw->done.get();
     call.release();
     store_->Submit(raw->ops.data(), raw->ops.size());
-  });
+  }, expires, on_expired);
   return reactor;
 }
 
