@@ -432,6 +432,21 @@ TEST_F(AdamRun, AParameterServerThatRestartsWithoutCopiesDoesNotEndTheJob) {
   EXPECT_THAT(r.err, HasSubstr("restored 1 shards from checkpoint"));
 }
 
+// A data server that crashes and comes back: the trainers wait for it and go on with the batches
+// of the epoch they were in (its shuffles are seeded, so it serves them again).
+TEST_F(AdamRun, ADataServerThatRestartsDoesNotEndTheJob) {
+  const std::string job = Manifest(dir_, "epochs: 60, learningRate: 0.02, pushEvery: 50",
+                                   "trainer: {replicas: 2, threads: 1}");
+  Result r = Adam(dir_, "run " + job + " --output json --kill data-server-0@0.5+0.5", 240);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["epochs"].get<int>(), 60) << r.out;
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("adam run: restarting data-server-0"));
+  EXPECT_THAT(r.err, HasSubstr("waiting for the data server at 127.0.0.1:"));
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("the data server at 127\\.0\\.0\\.1:[0-9]+ is back after"));
+}
+
 TEST_F(AdamRun, KillNamesAnUnknownRoleInstance) {
   const std::string job = Manifest(dir_, "epochs: 1", "trainer: {replicas: 1}");
   Result r = Adam(dir_, "run " + job + " --kill ps-7@1");

@@ -587,9 +587,11 @@ class Supervisor {
         std::fprintf(stderr, "adam run: kill -9 %s at %.1f s\n", c.inst.name.c_str(), t);
         if (kill_at.restart_after > 0) {
           spec::RoleInstance again = c.inst;
-          // Without a controller the trainers know a parameter server by its address only: it
-          // comes back on the port it had, as a pod does under its name.
-          if (again.role == spec::Role::kParamServer && !ha_) again.port = c.port;
+          // The trainers know the data server, and without a controller the parameter servers,
+          // by address only: such a role comes back on the port it had, as a pod under its name.
+          if (again.role == spec::Role::kDataServer ||
+              (again.role == spec::Role::kParamServer && !ha_))
+            again.port = c.port;
           restarts_.push_back({again, t + kill_at.restart_after});
         }
         break;
@@ -622,7 +624,8 @@ class Supervisor {
       Mark("restart " + it->first.name);
       // A controller member comes back on its address (the members list is fixed); a
       // parameter server on new ports, which it registers with the controller (without one, on
-      // its old port); a trainer with the addresses the first ones had.
+      // its old port); the data server on its old port; a trainer with the addresses the first
+      // ones had.
       Spawn(it->first, endpoints_);
       it = restarts_.erase(it);
     }

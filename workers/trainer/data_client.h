@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "adam/v1/data.pb.h"
 #include "core/status.h"
@@ -12,6 +13,10 @@
 namespace grpc {
 class Channel;
 }
+namespace prometheus {
+class Counter;
+class Gauge;
+}  // namespace prometheus
 
 namespace adam::trainer {
 
@@ -25,8 +30,25 @@ class DataClient {
   virtual Status StopJob() = 0;
 };
 
-// Over gRPC; every call has `timeout`. Errors name the call ("data server GetBatch: ...").
+struct DataClientOptions {
+  std::chrono::milliseconds timeout{30000};  // of every call
+  std::string address;                       // for messages
+  // How long a call waits for an unreachable data server (UNAVAILABLE: it is restarting; its
+  // shuffles are seeded, so it serves the same batches again) before failing. Each second of
+  // waiting is logged; `waits` counts the seconds, `waiting` is 1 meanwhile.
+  std::chrono::milliseconds server_wait{120000};
+  prometheus::Counter* waits = nullptr;
+  prometheus::Gauge* waiting = nullptr;
+};
+
+// Over gRPC. Errors name the call ("data server GetBatch: ...").
 std::unique_ptr<DataClient> MakeGrpcDataClient(std::shared_ptr<grpc::Channel> channel,
-                                               std::chrono::milliseconds timeout);
+                                               DataClientOptions options);
+inline std::unique_ptr<DataClient> MakeGrpcDataClient(std::shared_ptr<grpc::Channel> channel,
+                                                      std::chrono::milliseconds timeout) {
+  DataClientOptions o;
+  o.timeout = timeout;
+  return MakeGrpcDataClient(std::move(channel), std::move(o));
+}
 
 }  // namespace adam::trainer

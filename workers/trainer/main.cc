@@ -58,7 +58,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   po.trainer_name = options.name;
   po.trainer_index = options.index;
   po.waits = &reg.Counter("adam_trainer_server_wait_seconds_total",
-                          "Seconds spent waiting for an unreachable parameter server to come back (copies: 1)");
+                          "Seconds requests spent waiting for an unreachable parameter server (copies: 1) or data server");
   po.waiting = &reg.Gauge("adam_trainer_servers_unreachable",
                           "1 while a push or pull waits for an unreachable parameter server (copies: 1)");
   const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every,
@@ -95,7 +95,13 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   spdlog::info("training with {} threads, batch {}, {} parameters in {} shards on {} servers",
                to.threads, job.training.batch_size, layout->num_params(), map->shards().size(),
                map->num_servers());
-  Trainer trainer(job, to, tm, MakeGrpcDataClient(data_channel, to.rpc_timeout), std::move(*ps));
+  DataClientOptions dco;
+  dco.timeout = to.rpc_timeout;
+  dco.address = options.data_server;
+  dco.waits = po.waits;
+  dco.waiting = &reg.Gauge("adam_trainer_data_server_unreachable",
+                           "1 while a request waits for an unreachable data server, else 0");
+  Trainer trainer(job, to, tm, MakeGrpcDataClient(data_channel, dco), std::move(*ps));
   auto result = trainer.Run();
   if (!result.ok()) {
     spdlog::error("{}", result.status().message());
