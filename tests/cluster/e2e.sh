@@ -15,10 +15,11 @@ logs=$root/build/e2e-logs
 rm -rf "$logs"
 mkdir -p "$logs"
 start=$SECONDS
+cluster=$root/tests/cluster/cluster.sh  # absolute: the trap runs after the cd below
 tests/cluster/build.sh >/dev/null
-tests/cluster/cluster.sh down "$dir" >/dev/null 2>&1 || true
-trap 'cp -r "$dir/logs" "$logs/cluster" 2>/dev/null || true; tests/cluster/cluster.sh down "$dir" >/dev/null 2>&1 || true' EXIT
-tests/cluster/cluster.sh up "$dir" >/dev/null
+"$cluster" down "$dir" >/dev/null 2>&1 || true
+trap 'cp -r "$dir/logs" "$logs/cluster" 2>/dev/null || true; "$cluster" down "$dir" >/dev/null 2>&1 || true' EXIT
+"$cluster" up "$dir" >/dev/null
 echo "k8s-e2e: control plane up after $((SECONDS - start)) s; running tests/cluster/e2e (logs in build/e2e-logs)"
 cd tests/cluster
 set +e
