@@ -24,7 +24,15 @@
 namespace adam {
 namespace {
 
+// GCC defines __SANITIZE_ADDRESS__; clang 14 answers __has_feature only.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ADAM_SANITIZER_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define ADAM_SANITIZER_BUILD 1
+#endif
+#endif
+#ifdef ADAM_SANITIZER_BUILD
 constexpr bool kSanitizerBuild = true;
 #else
 constexpr bool kSanitizerBuild = false;
