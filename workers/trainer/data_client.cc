@@ -1,19 +1,12 @@
 // DataClient over a gRPC stub.
 #include "trainer/data_client.h"
 
-#include <thread>
-
-#include <prometheus/counter.h>
-#include <prometheus/gauge.h>
-#include <spdlog/spdlog.h>
-
 #include "adam/v1/data.grpc.pb.h"
 #include "net/grpc.h"
+#include "trainer/server_wait.h"
 
 namespace adam::trainer {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 class GrpcDataClient final : public DataClient {
  public:
@@ -45,39 +38,24 @@ class GrpcDataClient final : public DataClient {
   // o_.server_wait has passed.
   template <typename Rpc>
   Status Call(const char* what, const Rpc& rpc) {
-    const auto began = Clock::now();
-    auto next_note = began;
-    bool waited = false;
-    const std::string where = o_.address.empty() ? "" : " at " + o_.address;
+    ServerWait wait(o_.server_wait, o_.waits, o_.waiting);
     for (;;) {
       grpc::ClientContext ctx;
       net::SetDeadline(&ctx, o_.timeout);
       const grpc::Status s = rpc(&ctx);
-      const auto now = Clock::now();
-      const double so_far = std::chrono::duration<double>(now - began).count();
       if (s.error_code() != grpc::StatusCode::UNAVAILABLE) {
-        if (waited) {
-          if (o_.waiting) o_.waiting->Set(0);
-          spdlog::info("the data server{} is back after {:.1f} s", where, so_far);
-        }
+        if (wait.waited()) wait.Reached(Server());
         return net::FromGrpc(s, std::string("data server ") + what);
       }
-      if (now - began >= o_.server_wait) {
-        if (o_.waiting) o_.waiting->Set(0);
-        return net::FromGrpc(s, fmt::format("data server {}{}: not back within {:g} s", what, where,
-                                            double(o_.server_wait.count()) / 1000));
-      }
-      if (now >= next_note) {
-        if (o_.waiting) o_.waiting->Set(1);
-        spdlog::warn("waiting for the data server{} ({:.0f} s of {:g} s): {}", where, so_far,
-                     double(o_.server_wait.count()) / 1000, s.error_message());
-        next_note = now + std::chrono::seconds(1);
-      }
-      const auto pause = std::chrono::milliseconds(100);
-      std::this_thread::sleep_for(pause);
-      waited = true;
-      if (o_.waits) o_.waits->Increment(std::chrono::duration<double>(pause).count());
+      if (!wait.Again(Server(), s.error_message()))
+        return net::FromGrpc(s, std::string("data server ") + what +
+                                    (o_.address.empty() ? "" : " at " + o_.address) + ": " +
+                                    wait.Expired());
     }
+  }
+
+  std::string Server() const {
+    return "the data server" + (o_.address.empty() ? std::string() : " at " + o_.address);
   }
 
   std::unique_ptr<adam::v1::DataService::Stub> stub_;

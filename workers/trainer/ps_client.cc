@@ -9,13 +9,10 @@
 #include <set>
 #include <thread>
 
-#include <prometheus/counter.h>
-#include <prometheus/gauge.h>
-#include <spdlog/spdlog.h>
-
 #include "adam/v1/controller.grpc.pb.h"
 #include "adam/v1/ps.grpc.pb.h"
 #include "net/grpc.h"
+#include "trainer/server_wait.h"
 
 namespace adam::trainer {
 namespace {
@@ -130,9 +127,7 @@ class GrpcClient final : public ParamServerClient {
   Status FanOut(int n, Start start, const char* what) {
     std::vector<int> todo(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) todo[size_t(i)] = i;
-    const auto began = Clock::now();
-    auto next_note = began;
-    bool waited_any = false;
+    ServerWait wait(options_.server_wait, options_.waits, options_.waiting);
     for (;;) {
       std::mutex mu;
       std::condition_variable cv;
@@ -159,32 +154,14 @@ class GrpcClient final : public ParamServerClient {
           return net::FromGrpc(s, std::string(what) + " to parameter server " + Name(i));
         again.push_back(i);
       }
-      const auto now = Clock::now();
-      const double waited = std::chrono::duration<double>(now - began).count();
       if (again.empty()) {
-        if (waited_any) {
-          if (options_.waiting) options_.waiting->Set(0);
-          spdlog::info("parameter server {} is back after {:.1f} s", Name(todo.front()), waited);
-        }
+        if (wait.waited()) wait.Reached("parameter server " + Name(todo.front()));
         return OkStatus();
       }
       const grpc::Status& last = results[size_t(again.front())];
-      if (now - began >= options_.server_wait) {
-        if (options_.waiting) options_.waiting->Set(0);
+      if (!wait.Again("parameter server " + Name(again.front()), last.error_message()))
         return net::FromGrpc(last, std::string(what) + " to parameter server " + Name(again.front()) +
-                                       fmt::format(": not back within {:g} s",
-                                                   double(options_.server_wait.count()) / 1000));
-      }
-      if (now >= next_note) {
-        if (options_.waiting) options_.waiting->Set(1);
-        spdlog::warn("waiting for parameter server {} ({:.0f} s of {:g} s): {}", Name(again.front()),
-                     waited, double(options_.server_wait.count()) / 1000, last.error_message());
-        next_note = now + std::chrono::seconds(1);
-      }
-      const auto pause = std::chrono::milliseconds(100);
-      std::this_thread::sleep_for(pause);
-      waited_any = true;
-      if (options_.waits) options_.waits->Increment(std::chrono::duration<double>(pause).count());
+                                       ": " + wait.Expired());
       todo = std::move(again);
     }
   }
