@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test fuzz tsan asan bench clean cluster-tools cluster cluster-down k8s-e2e image
+.PHONY: deps build demo test fuzz tsan asan bench clean cluster-tools cluster cluster-down k8s-e2e image multihost
 
 deps:
 	./scripts/install-deps.sh
@@ -44,6 +44,12 @@ k8s-e2e: build cluster-tools
 # (adam --version, validate, non-root, no build tools). ADAM_IMAGE_FROM_SOURCE=1 compiles in it.
 image: build
 	./docker/image.sh
+
+# Both examples with every role in its own container of that image, on two Docker networks (the
+# pod network and the replication one), and faults across them: kills, pauses, partitions
+# (tests/multihost/; rebuilds the image first when it holds another build/adam).
+multihost: build
+	./tests/multihost/run.sh
 
 fuzz: deps
 	./scripts/fuzz.sh

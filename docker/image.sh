@@ -25,6 +25,7 @@ git ls-files -z --cached --others --exclude-standard |
   tar --null -T - -cf - | tar -xf - -C "$tmp/ctx"
 
 prebuilt=""
+digest=""
 codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 if [[ "${ADAM_IMAGE_FROM_SOURCE:-0}" != 1 && -x build/adam && "$codename" == bookworm ]] &&
   grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' build/CMakeCache.txt 2>/dev/null; then
@@ -32,6 +33,8 @@ if [[ "${ADAM_IMAGE_FROM_SOURCE:-0}" != 1 && -x build/adam && "$codename" == boo
   cp build/adam "$tmp/ctx/.prebuilt/adam"
   strip "$tmp/ctx/.prebuilt/adam"
   prebuilt=.prebuilt/adam
+  # Names the binary the image holds: make multihost rebuilds the image when build/adam changed.
+  digest=$(sha256sum build/adam | cut -c1-64)
   echo "image: $image from $base with build/adam (ADAM_IMAGE_FROM_SOURCE=1 compiles it in the image)" >&2
 else
   echo "image: $image from $base, compiling adam in the build stage" >&2
@@ -40,7 +43,7 @@ fi
 start=$SECONDS
 tar -C "$tmp/ctx" -cf - . |
   docker build -q -f docker/Dockerfile --build-arg "BASE=$base" --build-arg "RUNTIME_BASE=$base" \
-    --build-arg "ADAM_PREBUILT=$prebuilt" -t "$image" - >"$tmp/build.log" 2>&1 || {
+    --build-arg "ADAM_PREBUILT=$prebuilt" --label "dev.adam.binary=$digest" -t "$image" - >"$tmp/build.log" 2>&1 || {
   cat "$tmp/build.log" >&2
   echo "image: docker build failed" >&2
   exit 1

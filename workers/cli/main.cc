@@ -160,6 +160,10 @@ int main(int argc, char** argv) {
   render->add_option("file", job_path, "AdamJob manifest (YAML)")->required();
   std::string render_namespace;
   render->add_option("-n,--namespace", render_namespace, "namespace (default: the manifest's)");
+  std::string render_output = "yaml";
+  render->add_option("-o,--output", render_output,
+                     "yaml (documents, as kubectl apply takes them) or json (one list)")
+      ->check(CLI::IsMember({"yaml", "json"}));
 
   auto* oper = app.add_subcommand(
       "operator", "Run the Kubernetes operator: reconcile AdamJob resources into pods");
@@ -335,7 +339,11 @@ int main(int argc, char** argv) {
     text << in.rdbuf();
     adam::op::RenderOptions ro;
     ro.manifest = text.str();
-    std::fputs(adam::op::ToYaml(adam::op::Render(*job, ro)).c_str(), stdout);
+    const auto objects = adam::op::Render(*job, ro);
+    if (render_output == "json")
+      std::printf("%s\n", nlohmann::json(objects).dump(2).c_str());
+    else
+      std::fputs(adam::op::ToYaml(objects).c_str(), stdout);
     return 0;
   }
   if (run->parsed()) {

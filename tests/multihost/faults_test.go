@@ -1,0 +1,353 @@
+package multihost
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Fault helpers for the goroutine that runs beside a job (t.Errorf, never t.Fatal, there).
+
+func (j *job) try(args ...string) bool {
+	if _, err := docker(args...); err != nil {
+		j.t.Errorf("%v", err)
+		return false
+	}
+	return true
+}
+
+// sample reads a pod's /metrics without failing the test (nil when it does not answer).
+func (j *job) sample(p *pod) map[string]float64 {
+	m, err := j.scrape(p)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// leader is the controller member whose adam_controller_is_leader is 1 (nil: none now).
+func (j *job) leader() *pod {
+	for _, p := range j.pods {
+		if p.role == "controller" {
+			if m := j.sample(p); m != nil && m["adam_controller_is_leader"] == 1 {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
+func (j *job) waitLeader(except *pod, limit time.Duration) (*pod, time.Duration) {
+	start := time.Now()
+	for time.Since(start) < limit {
+		if l := j.leader(); l != nil && l != except {
+			return l, time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil, limit
+}
+
+// primary is the parameter server that is primary for the most shards now.
+func (j *job) primaryServer() *pod {
+	var best *pod
+	most := 0.0
+	for _, p := range j.pods {
+		if p.role == "ps" {
+			if m := j.sample(p); m != nil && m["adam_ps_primary_shards"] > most {
+				best, most = p, m["adam_ps_primary_shards"]
+			}
+		}
+	}
+	return best
+}
+
+// failovers counts the controller members' failover events naming a parameter server index.
+func (j *job) failovers(dead int) int {
+	n := 0
+	for _, p := range j.pods {
+		if p.role != "controller" {
+			continue
+		}
+		for _, ev := range j.events(p, "failover") {
+			if d, ok := ev["dead"].(float64); ok && int(d) == dead {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func psIndex(p *pod) int {
+	i, _ := strconv.Atoi(p.name[strings.LastIndex(p.name, "-")+1:])
+	return i
+}
+
+// waitFailover waits for a committed failover of the server (its shards given to other copies).
+func (j *job) waitFailover(p *pod, before int, limit time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < limit {
+		if j.failovers(psIndex(p)) > before {
+			return time.Since(start), true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return limit, false
+}
+
+// cut drops, inside p's network namespace, every packet to and from the given pods' addresses
+// on the pod network (iptables from the tools image; the pod itself keeps no capability).
+func (j *job) cut(p *pod, from []*pod) bool {
+	var rules []string
+	for _, o := range from {
+		ip := j.address(o, j.primary)
+		rules = append(rules, fmt.Sprintf("iptables -A INPUT -s %s -j DROP && iptables -A OUTPUT -d %s -j DROP", ip, ip))
+	}
+	j.logf("partition: %s cut off from %s", p.name, names(from))
+	return j.try("run", "--rm", "--network", "container:"+p.container, "--cap-add", "NET_ADMIN",
+		"--label", "dev.adam.multihost="+j.prefix, os.Getenv("ADAM_TOOLS_IMAGE"), "sh", "-c", strings.Join(rules, " && "))
+}
+
+func (j *job) heal(p *pod) bool {
+	j.logf("partition of %s healed", p.name)
+	return j.try("run", "--rm", "--network", "container:"+p.container, "--cap-add", "NET_ADMIN",
+		"--label", "dev.adam.multihost="+j.prefix, os.Getenv("ADAM_TOOLS_IMAGE"), "iptables", "-F")
+}
+
+func names(ps []*pod) string {
+	var s []string
+	for _, p := range ps {
+		s = append(s, p.name)
+	}
+	return strings.Join(s, ", ")
+}
+
+func (j *job) role(role string) []*pod {
+	var out []*pod
+	for _, p := range j.pods {
+		if p.role == role {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitTraining waits until trainer 0 has trained for `d` (its first epoch event, or time).
+func (j *job) settle(d time.Duration) { time.Sleep(d) }
+
+// Parameter-server faults, one after another in one HA job, each given time to heal: the
+// primary killed (and its pod back 5 s later), a primary paused 3 s, a primary cut off from
+// every controller member but not from the trainers, and a server's second network cut.
+func TestParameterServerFaultsAcrossHosts(t *testing.T) {
+	j := newJob(t, "fashion-mnist-ha", edit{"epochs", strconv.Itoa(epochs())})
+	var figures []string
+	j.run(10*time.Minute, func() {
+		j.settle(8 * time.Second)
+
+		// 1. docker kill of the primary.
+		p := j.primaryServer()
+		if p == nil {
+			j.t.Errorf("no parameter server reports primary shards")
+			return
+		}
+		before := j.failovers(psIndex(p))
+		j.kill(p)
+		took, ok := j.waitFailover(p, before, 20*time.Second)
+		if !ok {
+			j.t.Errorf("no failover of %s within 20 s of its kill", p.name)
+		}
+		figures = append(figures, fmt.Sprintf("kill of primary %s: failover committed %.2f s after", p.name, took.Seconds()))
+		j.restart(p, 5*time.Second)
+		j.settle(6 * time.Second)
+
+		// 2. docker pause of a primary for 3 s: replaced meanwhile, it must not take a write as
+		// primary once it runs again, before it has learnt the new shard map.
+		p = j.primaryServer()
+		if p == nil {
+			j.t.Errorf("no primary after the restart")
+			return
+		}
+		before = j.failovers(psIndex(p))
+		m0 := j.sample(p)
+		j.logf("docker pause %s for 3 s", p.name)
+		if !j.try("pause", p.container) {
+			return
+		}
+		took, ok = j.waitFailover(p, before, 3*time.Second)
+		time.Sleep(3*time.Second - took)
+		j.try("unpause", p.container)
+		j.logf("docker unpause %s", p.name)
+		if !ok {
+			j.t.Errorf("%s was paused 3 s and not replaced", p.name)
+		}
+		figures = append(figures, fmt.Sprintf("pause of primary %s for 3 s: failover committed %.2f s after", p.name, took.Seconds()))
+		j.checkNoStaleWrites(p, m0)
+		j.settle(6 * time.Second)
+
+		// 3. A primary cut off from every controller member, not from the trainers.
+		p = j.primaryServer()
+		if p == nil {
+			j.t.Errorf("no primary after the pause")
+			return
+		}
+		before = j.failovers(psIndex(p))
+		m0 = j.sample(p)
+		if !j.cut(p, j.role("controller")) {
+			return
+		}
+		took, ok = j.waitFailover(p, before, 10*time.Second)
+		if !ok {
+			j.t.Errorf("%s, cut off from the controllers, was not replaced in 10 s", p.name)
+		}
+		figures = append(figures, fmt.Sprintf("primary %s cut off from the controllers: failover committed %.2f s after", p.name, took.Seconds()))
+		// Its lease ran out: it takes no write while the trainers still reach it.
+		time.Sleep(time.Second)
+		mid := j.sample(p)
+		time.Sleep(2 * time.Second)
+		after := j.sample(p)
+		if mid != nil && after != nil && after["adam_ps_push_bytes_total"] > mid["adam_ps_push_bytes_total"] {
+			j.t.Errorf("%s applied %.0f pushed bytes while cut off from the controllers, after its failover",
+				p.name, after["adam_ps_push_bytes_total"]-mid["adam_ps_push_bytes_total"])
+		}
+		_ = m0
+		j.heal(p)
+		j.settle(6 * time.Second)
+
+		// 4. A server's second network cut for 5 s: its copies fall behind, then catch up.
+		p = j.role("ps")[0]
+		j.logf("docker network disconnect %s %s", j.replication, p.name)
+		if !j.try("network", "disconnect", j.replication, p.container) {
+			return
+		}
+		time.Sleep(5 * time.Second)
+		j.try("network", "connect", "--alias", p.hostname+".replication", j.replication, p.container)
+		j.writeAnnotations(p)
+		j.logf("second network of %s back", p.name)
+		for _, f := range figures {
+			j.logf("%s", f)
+		}
+	})
+	checkAccuracy(t, j.result())
+	for _, f := range figures {
+		t.Log(f)
+	}
+}
+
+// checkNoStaleWrites: after a pause, the server's pushed bytes must not grow before its shard
+// map version has reached the leader's (it would be a primary nobody else knows of).
+func (j *job) checkNoStaleWrites(p *pod, before map[string]float64) {
+	l := j.leader()
+	if l == nil || before == nil {
+		return
+	}
+	lm := j.sample(l)
+	if lm == nil {
+		return
+	}
+	want := lm["adam_controller_map_version"]
+	start := time.Now()
+	first := j.sample(p)
+	for time.Since(start) < 5*time.Second {
+		m := j.sample(p)
+		if m == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if m["adam_ps_shard_map_version"] >= want {
+			j.logf("%s caught up with shard map %v %.2f s after its pause", p.name, want, time.Since(start).Seconds())
+			if first != nil && m["adam_ps_push_bytes_total"] > first["adam_ps_push_bytes_total"] {
+				// Pushes applied after catching up are allowed only as a copy's forward or a new
+				// primary's; those before are what the lease must stop.
+				j.logf("%s applied pushes after it caught up (allowed)", p.name)
+			}
+			return
+		}
+		if first != nil && m["adam_ps_push_bytes_total"] > first["adam_ps_push_bytes_total"] {
+			j.t.Errorf("%s applied %.0f pushed bytes after its pause on shard map %v, behind the leader's %v",
+				p.name, m["adam_ps_push_bytes_total"]-first["adam_ps_push_bytes_total"], m["adam_ps_shard_map_version"], want)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Controller faults in one HA job: the leader killed (back 5 s later), then the leader cut off
+// from its peers (not from the servers) for 6 s.
+func TestControllerFaultsAcrossHosts(t *testing.T) {
+	j := newJob(t, "fashion-mnist-ha", edit{"epochs", strconv.Itoa(epochs())})
+	var figures []string
+	j.run(10*time.Minute, func() {
+		j.settle(8 * time.Second)
+		l := j.leader()
+		if l == nil {
+			j.t.Errorf("no controller leader")
+			return
+		}
+		j.kill(l)
+		next, took := j.waitLeader(l, 15*time.Second)
+		if next == nil {
+			j.t.Errorf("no new controller leader within 15 s of killing %s", l.name)
+			return
+		}
+		figures = append(figures, fmt.Sprintf("kill of controller leader %s: %s led %.2f s after", l.name, next.name, took.Seconds()))
+		j.restart(l, 5*time.Second)
+		j.settle(6 * time.Second)
+
+		l = j.leader()
+		if l == nil {
+			j.t.Errorf("no controller leader after the restart")
+			return
+		}
+		var peers []*pod
+		for _, p := range j.role("controller") {
+			if p != l {
+				peers = append(peers, p)
+			}
+		}
+		if !j.cut(l, peers) {
+			return
+		}
+		next, took = j.waitLeader(l, 15*time.Second)
+		if next == nil {
+			j.t.Errorf("no new controller leader within 15 s of cutting %s off from its peers", l.name)
+		} else {
+			figures = append(figures, fmt.Sprintf("controller leader %s cut off from its peers: %s led %.2f s after", l.name, next.name, took.Seconds()))
+		}
+		// The old leader must not still call itself leader once a majority elected another.
+		time.Sleep(2 * time.Second)
+		if m := j.sample(l); m != nil && m["adam_controller_is_leader"] == 1 {
+			j.t.Errorf("%s still says it leads, 2 s after %v was elected without it", l.name, next)
+		}
+		time.Sleep(4 * time.Second)
+		j.heal(l)
+	})
+	checkAccuracy(t, j.result())
+	for _, f := range figures {
+		t.Log(f)
+	}
+}
+
+// Worker faults in the demo (no copies): the data server killed and back 3 s later, then
+// trainer 1, then trainer 0, each killed and back 3 s later, as the operator replaces pods.
+func TestWorkerFaultsAcrossHosts(t *testing.T) {
+	j := newJob(t, "fashion-mnist", edit{"epochs", strconv.Itoa(epochs())})
+	j.run(10*time.Minute, func() {
+		for _, name := range []string{"data-server-0", "trainer-1", "trainer-0"} {
+			j.settle(8 * time.Second)
+			p := j.pod(name)
+			if running, _ := j.state(p); !running {
+				j.logf("%s already ended", name)
+				continue
+			}
+			j.mu.Lock()
+			j.restarts[p.name] = true
+			j.mu.Unlock()
+			j.kill(p)
+			j.restart(p, 3*time.Second)
+		}
+	})
+	checkAccuracy(t, j.result())
+}

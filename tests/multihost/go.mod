@@ -1,0 +1,3 @@
+module adam.dev/tests/multihost
+
+go 1.26.0

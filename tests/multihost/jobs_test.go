@@ -1,0 +1,90 @@
+package multihost
+
+import (
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The accuracy a job must reach: the lowest test accuracy `adam run` reached at the same epochs
+// on these machines, less a point (docs/reliability.md gives the runs). ADAM_MULTIHOST_EPOCHS
+// and ADAM_MULTIHOST_FLOOR change both.
+func epochs() int {
+	if v, err := strconv.Atoi(os.Getenv("ADAM_MULTIHOST_EPOCHS")); err == nil && v > 0 {
+		return v
+	}
+	return 2
+}
+
+func floor() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv("ADAM_MULTIHOST_FLOOR"), 64); err == nil {
+		return v
+	}
+	return 0.84
+}
+
+func checkAccuracy(t *testing.T, r result) {
+	t.Helper()
+	if r.epochs != epochs() {
+		t.Errorf("the job ended after %d epochs, want %d", r.epochs, epochs())
+	}
+	if r.accuracy < floor() {
+		t.Errorf("test accuracy %.2f%% is below %.2f%%, the lowest adam run reaches at %d epochs less a point",
+			100*r.accuracy, 100*floor(), epochs())
+	}
+}
+
+// The demo (no copies): two parameter servers, a data server and two trainers, each in its own
+// container, finding each other by their pods' DNS names, over mutual TLS.
+func TestTheDemoAcrossHosts(t *testing.T) {
+	j := newJob(t, "fashion-mnist", edit{"epochs", strconv.Itoa(epochs())})
+	j.run(8*time.Minute, nil)
+	checkAccuracy(t, j.result())
+}
+
+// The HA example: three controllers, three parameter servers holding three copies of every
+// shard, forwarding to each other on the second network only.
+func TestTheHAExampleReplicatesOnTheSecondNetworkOnly(t *testing.T) {
+	j := newJob(t, "fashion-mnist-ha", edit{"epochs", strconv.Itoa(epochs())})
+	j.run(8*time.Minute, nil)
+	checkAccuracy(t, j.result())
+	checkReplicationNetwork(t, j)
+}
+
+// checkReplicationNetwork: every parameter server forwarded shards, the bytes left through its
+// interface on the second network (its counter there is at least what it forwarded), and no
+// two parameter servers hold a connection between their addresses on the pod network.
+func checkReplicationNetwork(t *testing.T, j *job) {
+	t.Helper()
+	primaryIPs := map[string]string{}
+	for _, p := range j.pods {
+		if p.role == "ps" {
+			primaryIPs[j.address(p, j.primary)] = p.name
+		}
+	}
+	for _, p := range j.pods {
+		if p.role != "ps" {
+			continue
+		}
+		m := j.metrics(p)
+		forwarded := m["adam_ps_forwarded_bytes_total"]
+		ifs := j.interfaces(p)
+		repl, pods := ifs[j.replication], ifs[j.primary]
+		j.logf("%s: forwarded %.1f MB; second network rx %.1f MB tx %.1f MB; pod network rx %.1f MB tx %.1f MB",
+			p.name, forwarded/1e6, float64(repl[0])/1e6, float64(repl[1])/1e6, float64(pods[0])/1e6, float64(pods[1])/1e6)
+		if forwarded <= 0 {
+			t.Errorf("%s forwarded nothing to its copies", p.name)
+		}
+		if float64(repl[1]) < forwarded {
+			t.Errorf("%s forwarded %.0f bytes but sent only %d on the second network", p.name, forwarded, repl[1])
+		}
+		for _, c := range j.connections(p) {
+			if from, ok := primaryIPs[c[0]]; ok {
+				if to, ok := primaryIPs[c[1]]; ok {
+					t.Errorf("%s and %s talk over the pod network (%s -> %s)", from, to, c[0], c[1])
+				}
+			}
+		}
+	}
+}
