@@ -148,6 +148,34 @@ TEST_F(AdamRun, ValidateNamesEveryBadFieldAndExits2) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
+// `adam render -o json` (what make multihost runs as containers) is the YAML render's objects
+// as one JSON list: the same kinds and names in the same order.
+TEST_F(AdamRun, RenderAsJsonListsTheObjectsTheYamlHolds) {
+  const std::string job = Manifest(dir_, "epochs: 1", "trainer: {replicas: 2}");
+  Result json = Adam(dir_, "render -o json " + job);
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto list = nlohmann::json::parse(json.out);
+  ASSERT_TRUE(list.is_array());
+  Result yaml = Adam(dir_, "render " + job);
+  ASSERT_EQ(yaml.exit_code, 0) << yaml.err;
+  std::string names;
+  for (const auto& o : list) {
+    const std::string name = o["metadata"]["name"].get<std::string>();
+    EXPECT_THAT(yaml.out, HasSubstr("kind: " + o["kind"].get<std::string>()));
+    EXPECT_THAT(yaml.out, HasSubstr("name: " + name));
+    names += o["kind"].get<std::string>() + "/" + name + " ";
+  }
+  // One document per object: a top-level `kind:` line each.
+  size_t documents = 0;
+  std::istringstream lines(yaml.out);
+  for (std::string line; std::getline(lines, line);) documents += line.rfind("kind: ", 0) == 0;
+  EXPECT_EQ(documents, list.size());
+  EXPECT_THAT(names, HasSubstr("Pod/"));
+  EXPECT_THAT(names, HasSubstr("-trainer-1 "));
+  Result bad = Adam(dir_, "render -o xml " + job);
+  EXPECT_EQ(bad.exit_code, 2);
+}
+
 TEST_F(AdamRun, CorruptDataFileStopsTheRunNamingFileAndOffset) {
   // Truncate the training images: the data server must name the file and the byte.
   auto bytes = data::ReadMaybeGzip(dir_.File("train-images.gz"));

@@ -64,7 +64,7 @@ type pod struct {
 
 type job struct {
 	t                    *testing.T
-	name                 string
+	name, example        string
 	prefix               string // of every container and network of this job
 	dir                  string
 	primary, replication string // the two Docker networks
@@ -132,7 +132,7 @@ func newJob(t *testing.T, example string, edits ...edit) *job {
 	t.Helper()
 	serial++
 	j := &job{t: t, prefix: fmt.Sprintf("amh%d-%d", os.Getpid()%10000, serial), dir: t.TempDir(),
-		byName: map[string]*pod{}, start: time.Now(), restarts: map[string]bool{}}
+		byName: map[string]*pod{}, start: time.Now(), restarts: map[string]bool{}, example: example}
 	j.primary, j.replication = j.prefix+"-pods", j.prefix+"-replication"
 	text, err := os.ReadFile(filepath.Join(env.source, "examples", example+".yaml"))
 	if err != nil {
