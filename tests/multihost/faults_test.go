@@ -219,7 +219,11 @@ func TestParameterServerFaultsAcrossHosts(t *testing.T) {
 
 		// 4. A server's second network cut for 5 s (every packet on that interface dropped; its
 		// address stays): its copies fall behind, then catch up.
-		p = j.role("ps")[0]
+		p = j.primaryServer()
+		if p == nil {
+			j.t.Errorf("no primary after the partition")
+			return
+		}
 		ip := j.address(p, j.replication)
 		j.logf("second network of %s cut", p.name)
 		if !j.try("run", "--rm", "--network", "container:"+p.container, "--cap-add", "NET_ADMIN",
@@ -234,6 +238,9 @@ func TestParameterServerFaultsAcrossHosts(t *testing.T) {
 				lagged = true
 			}
 		}
+		if !lagged {
+			j.t.Errorf("no copy fell behind while the second network of %s was cut", p.name)
+		}
 		j.heal(p)
 		start := time.Now()
 		for time.Since(start) < 20*time.Second {
@@ -244,7 +251,7 @@ func TestParameterServerFaultsAcrossHosts(t *testing.T) {
 				}
 			}
 			if behind == 0 {
-				figures = append(figures, fmt.Sprintf("second network of %s cut 5 s (copies behind meanwhile: %v): every copy current %.2f s after it came back",
+				figures = append(figures, fmt.Sprintf("second network of %s cut 5 s (its copies fell behind: %v): every copy current %.2f s after it came back",
 					p.name, lagged, time.Since(start).Seconds()))
 				break
 			}

@@ -1,6 +1,10 @@
 #include "param_server/routing.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -92,6 +96,35 @@ TEST(Forwarder, ReportsLagWhileACopyIsUnreachable) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(f.lag_seconds(), 0);
   f.Stop();
+}
+
+// A copy that takes connections but never answers (its packets dropped, its process frozen):
+// the lag shows it within a forward's deadline, and the copy is skipped for the round's other
+// shards instead of holding the round up once per shard. Before, the lag read 0 for the whole
+// 2 s round (two shards, 1 s each).
+TEST(Forwarder, ACopyThatNeverAnswersShowsAsLagWithinAForwardsDeadline) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(fd, 16), 0);  // the kernel completes connections; nobody reads them
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto map = shard::ShardMap::Make(2000, 4000, 1, 1);
+  ASSERT_TRUE(map.ok());
+  std::vector<float> init(2000, 1.f);
+  ParamStore store(*map, 0, init.data());
+  Routing r(0);
+  v1::ShardMap m = Map(1, {{0, 1}, {0, 1}});
+  m.mutable_servers(1)->set_replication_address("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  ASSERT_TRUE(r.Update(m));
+  Forwarder f(0, &r, &store, std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(Forwarder::kForwardDeadline + std::chrono::milliseconds(500));
+  EXPECT_GT(f.lag_seconds(), 1.0);
+  f.Stop();
+  close(fd);
 }
 
 }  // namespace

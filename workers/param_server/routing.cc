@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 #include "core/event.h"
 #include "net/grpc.h"
@@ -199,22 +200,39 @@ Forwarder::Forwarder(uint32_t self, Routing* routing, ParamStore* store,
                      std::chrono::milliseconds interval)
     : self_(self), routing_(routing), store_(store), rounds_(interval, [this] { Round(); }) {}
 
+namespace {
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 double Forwarder::lag_seconds() const {
-  if (in_sync_.load()) return 0;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t now = SteadyNs();
+  const int64_t started = round_started_ns_.load();
+  const bool stuck = started != 0 && now - started >
+      std::chrono::duration_cast<std::chrono::nanoseconds>(kForwardDeadline).count();
+  if (in_sync_.load() && !stuck) return 0;
   return double(now - in_sync_at_ns_.load()) * 1e-9;
 }
 
 void Forwarder::Round() {
+  round_started_ns_ = SteadyNs();
   std::vector<float> values;
   bool behind = false;  // a copy this round could not bring to the version it read
+  std::set<std::string> failed;  // copies that missed a forward's deadline in this round
   for (const auto& [shard, targets] : routing_->ForwardTargets()) {
     const uint64_t version = store_->Version(shard);
     std::vector<std::string> due;
     for (const auto& a : targets) {
       auto it = sent_.find({shard, a});
-      if (it == sent_.end() || it->second != version) due.push_back(a);
+      if (it != sent_.end() && it->second == version) continue;
+      if (failed.count(a)) {
+        behind = true;
+        continue;
+      }
+      due.push_back(a);
     }
     if (due.empty()) continue;
     const int64_t n = store_->ShardSize(shard);
@@ -236,19 +254,19 @@ void Forwarder::Round() {
       if (!stub) stub = v1::ReplicaService::NewStub(net::MakeChannel(a));
       v1::ForwardResponse resp;
       grpc::ClientContext ctx;
-      net::SetDeadline(&ctx, std::chrono::milliseconds(1000));
+      net::SetDeadline(&ctx, kForwardDeadline);
       if (stub->Forward(&ctx, req, &resp).ok()) {
         sent_[{shard, a}] = *read;
         bytes_.fetch_add(uint64_t(n) * 4);
       } else {
         behind = true;
+        failed.insert(a);
       }
     }
   }
-  if (!behind)
-    in_sync_at_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                         std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (!behind) in_sync_at_ns_ = SteadyNs();
   in_sync_ = !behind;
+  round_started_ns_ = 0;
 }
 
 }  // namespace adam::ps

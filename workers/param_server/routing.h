@@ -119,7 +119,11 @@ class Forwarder {
   uint64_t forwarded_bytes() const { return bytes_.load(); }
   // Replication lag: 0 when the last round left every copy of this server's primary shards at
   // the version it read, else the seconds since a round last did (a copy unreachable, or behind).
+  // A round still running past one forward's deadline counts as behind: a copy is not answering.
   double lag_seconds() const;
+  // How long one forward may take; a copy that misses it is skipped for the rest of its round,
+  // so one unreachable copy holds a round up once, not once per shard.
+  static constexpr std::chrono::milliseconds kForwardDeadline{1000};
 
  private:
   void Round();
@@ -130,6 +134,7 @@ class Forwarder {
   std::map<std::pair<uint32_t, std::string>, uint64_t> sent_;  // (shard, address) -> version
   std::atomic<uint64_t> bytes_{0};
   std::atomic<bool> in_sync_{true};
+  std::atomic<int64_t> round_started_ns_{0};  // 0 between rounds
   // steady_clock time (ns) of the last round that ended with every copy current.
   std::atomic<int64_t> in_sync_at_ns_{std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::steady_clock::now().time_since_epoch()).count()};
