@@ -138,7 +138,7 @@ func (j *job) role(role string) []*pod {
 	return out
 }
 
-// waitTraining waits until trainer 0 has trained for `d` (its first epoch event, or time).
+// settle lets the job train for `d` between faults.
 func (j *job) settle(d time.Duration) { time.Sleep(d) }
 
 // Parameter-server faults, one after another in one HA job, each given time to heal: the

@@ -264,7 +264,8 @@ func writeTLS(t *testing.T, dir string) {
 }
 
 // run starts every pod, stage by stage (a stage's serving pods ready before the next starts, as
-// the operator orders them), and waits for the trainers to end, at most `limit`.
+// the operator orders them), runs `during` (the faults) beside the job, and waits for the
+// trainers to end, at most `limit`, and for `during` to return.
 func (j *job) run(limit time.Duration, during func()) {
 	j.logf("job %s: %d pods on networks %s and %s", j.name, len(j.pods), j.primary, j.replication)
 	for stage := 0; ; stage++ {
@@ -291,10 +292,22 @@ func (j *job) run(limit time.Duration, during func()) {
 		j.logf("stage %d ready (%d pods)", stage, len(these))
 	}
 	j.start = time.Now()
+	finished := make(chan struct{})
 	if during != nil {
-		go during()
+		go func() {
+			defer close(finished)
+			during()
+		}()
+	} else {
+		close(finished)
 	}
 	j.waitTrainers(limit)
+	// The faults end before the test does (they report through j.t).
+	select {
+	case <-finished:
+	case <-time.After(2 * time.Minute):
+		j.t.Fatalf("the fault schedule did not end within 2 min of the job")
+	}
 }
 
 // create makes and starts a pod's container.
