@@ -149,7 +149,7 @@ TEST_F(AdamRun, ValidateNamesEveryBadFieldAndExits2) {
 }
 
 // `adam render -o json` (what make multihost runs as containers) is the YAML render's objects
-// as one JSON list: the same kinds and names in the same order.
+// as one JSON list: every object's kind and name in the YAML, one YAML document per object.
 TEST_F(AdamRun, RenderAsJsonListsTheObjectsTheYamlHolds) {
   const std::string job = Manifest(dir_, "epochs: 1", "trainer: {replicas: 2}");
   Result json = Adam(dir_, "render -o json " + job);

@@ -110,14 +110,20 @@ func (j *job) cut(p *pod, from []*pod) bool {
 		rules = append(rules, fmt.Sprintf("iptables -A INPUT -s %s -j DROP && iptables -A OUTPUT -d %s -j DROP", ip, ip))
 	}
 	j.logf("partition: %s cut off from %s", p.name, names(from))
-	return j.try("run", "--rm", "--network", "container:"+p.container, "--cap-add", "NET_ADMIN",
-		"--label", "dev.adam.multihost="+j.prefix, os.Getenv("ADAM_TOOLS_IMAGE"), "sh", "-c", strings.Join(rules, " && "))
+	return j.inNetns(p, strings.Join(rules, " && "))
 }
 
+// heal removes every rule cut or the second-network cut added.
 func (j *job) heal(p *pod) bool {
 	j.logf("partition of %s healed", p.name)
+	return j.inNetns(p, "iptables -F")
+}
+
+// inNetns runs a shell script in p's network namespace, from the tools image, with the
+// NET_ADMIN capability the pod itself lacks.
+func (j *job) inNetns(p *pod, script string) bool {
 	return j.try("run", "--rm", "--network", "container:"+p.container, "--cap-add", "NET_ADMIN",
-		"--label", "dev.adam.multihost="+j.prefix, os.Getenv("ADAM_TOOLS_IMAGE"), "iptables", "-F")
+		"--label", "dev.adam.multihost="+j.prefix, os.Getenv("ADAM_TOOLS_IMAGE"), "sh", "-c", script)
 }
 
 func names(ps []*pod) string {
@@ -174,7 +180,6 @@ func TestParameterServerFaultsAcrossHosts(t *testing.T) {
 			return
 		}
 		before = j.failovers(psIndex(p))
-		m0 := j.sample(p)
 		j.logf("docker pause %s for 3 s", p.name)
 		if !j.try("pause", p.container) {
 			return
@@ -187,7 +192,7 @@ func TestParameterServerFaultsAcrossHosts(t *testing.T) {
 			j.t.Errorf("%s was paused 3 s and not replaced", p.name)
 		}
 		figures = append(figures, fmt.Sprintf("pause of primary %s for 3 s: failover committed %.2f s after", p.name, took.Seconds()))
-		j.checkNoStaleWrites(p, m0)
+		j.checkNoStaleWrites(p)
 		j.settle(6 * time.Second)
 
 		// 3. A primary cut off from every controller member, not from the trainers.
@@ -210,7 +215,9 @@ func TestParameterServerFaultsAcrossHosts(t *testing.T) {
 		mid := j.sample(p)
 		time.Sleep(2 * time.Second)
 		after := j.sample(p)
-		if mid != nil && after != nil && after["adam_ps_push_bytes_total"] > mid["adam_ps_push_bytes_total"] {
+		if mid == nil || after == nil {
+			j.t.Errorf("%s, cut off from the controllers, does not answer /metrics", p.name)
+		} else if after["adam_ps_push_bytes_total"] > mid["adam_ps_push_bytes_total"] {
 			j.t.Errorf("%s applied %.0f pushed bytes while cut off from the controllers, after its failover",
 				p.name, after["adam_ps_push_bytes_total"]-mid["adam_ps_push_bytes_total"])
 		}
@@ -226,9 +233,7 @@ func TestParameterServerFaultsAcrossHosts(t *testing.T) {
 		}
 		ip := j.address(p, j.replication)
 		j.logf("second network of %s cut", p.name)
-		if !j.try("run", "--rm", "--network", "container:"+p.container, "--cap-add", "NET_ADMIN",
-			"--label", "dev.adam.multihost="+j.prefix, os.Getenv("ADAM_TOOLS_IMAGE"), "sh", "-c",
-			`i=$(ip -o -4 addr show | awk -v ip=`+ip+` 'index($4, ip"/")==1 {print $2}'); [ -n "$i" ] && iptables -A INPUT -i $i -j DROP && iptables -A OUTPUT -o $i -j DROP`) {
+		if !j.inNetns(p, `i=$(ip -o -4 addr show | awk -v ip=`+ip+` 'index($4, ip"/")==1 {print $2}'); [ -n "$i" ] && iptables -A INPUT -i $i -j DROP && iptables -A OUTPUT -o $i -j DROP`) {
 			return
 		}
 		time.Sleep(5 * time.Second)
@@ -271,41 +276,43 @@ func TestParameterServerFaultsAcrossHosts(t *testing.T) {
 }
 
 // checkNoStaleWrites: after a pause, the server's pushed bytes must not grow before its shard
-// map version has reached the leader's (it would be a primary nobody else knows of).
-func (j *job) checkNoStaleWrites(p *pod, before map[string]float64) {
-	l := j.leader()
-	if l == nil || before == nil {
+// map version has reached the leader's (it would be a primary nobody else knows of), and it must
+// reach it within 5 s.
+func (j *job) checkNoStaleWrites(p *pod) {
+	var want float64
+	if l := j.leader(); l == nil {
+		j.t.Errorf("no controller leader to compare %s's shard map with", p.name)
 		return
-	}
-	lm := j.sample(l)
-	if lm == nil {
+	} else if lm := j.sample(l); lm == nil {
+		j.t.Errorf("the controller leader %s does not answer /metrics", l.name)
 		return
+	} else {
+		want = lm["adam_controller_map_version"]
 	}
-	want := lm["adam_controller_map_version"]
 	start := time.Now()
-	first := j.sample(p)
+	var first map[string]float64
 	for time.Since(start) < 5*time.Second {
 		m := j.sample(p)
 		if m == nil {
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		if m["adam_ps_shard_map_version"] >= want {
-			j.logf("%s caught up with shard map %v %.2f s after its pause", p.name, want, time.Since(start).Seconds())
-			if first != nil && m["adam_ps_push_bytes_total"] > first["adam_ps_push_bytes_total"] {
-				// Pushes applied after catching up are allowed only as a copy's forward or a new
-				// primary's; those before are what the lease must stop.
-				j.logf("%s applied pushes after it caught up (allowed)", p.name)
-			}
+		if first == nil {
+			first = m
+		}
+		if pushed := m["adam_ps_push_bytes_total"] - first["adam_ps_push_bytes_total"]; pushed > 0 &&
+			m["adam_ps_shard_map_version"] < want {
+			j.t.Errorf("%s applied %.0f pushed bytes after its pause on shard map %v, behind the leader's %v",
+				p.name, pushed, m["adam_ps_shard_map_version"], want)
 			return
 		}
-		if first != nil && m["adam_ps_push_bytes_total"] > first["adam_ps_push_bytes_total"] {
-			j.t.Errorf("%s applied %.0f pushed bytes after its pause on shard map %v, behind the leader's %v",
-				p.name, m["adam_ps_push_bytes_total"]-first["adam_ps_push_bytes_total"], m["adam_ps_shard_map_version"], want)
+		if m["adam_ps_shard_map_version"] >= want {
+			j.logf("%s caught up with shard map %v %.2f s after its pause", p.name, want, time.Since(start).Seconds())
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	j.t.Errorf("%s did not reach the leader's shard map %v within 5 s of its pause", p.name, want)
 }
 
 // Controller faults in one HA job: the leader killed (back 5 s later), then the leader cut off

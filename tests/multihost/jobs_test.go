@@ -15,8 +15,8 @@ const (
 )
 
 // The accuracy a job of the example must reach after that many epochs: the lowest test
-// accuracy of three `adam run`s of the same manifest on these machines, less a point
-// (docs/reliability.md lists the runs). ADAM_MULTIHOST_FLOOR sets another.
+// accuracy of the `adam run`s of the same manifest that docs/reliability.md gives (3 to 7 runs
+// on these machines), less a point. ADAM_MULTIHOST_FLOOR sets another.
 func floor(example string, epochs int) float64 {
 	if v, err := strconv.ParseFloat(os.Getenv("ADAM_MULTIHOST_FLOOR"), 64); err == nil {
 		return v
