@@ -269,7 +269,7 @@ func TestParameterServerFaultsAcrossHosts(t *testing.T) {
 			j.logf("%s", f)
 		}
 	})
-	checkAccuracyAfterFaults(t, j, faultEpochs)
+	checkAccuracy(t, j, faultEpochs)
 	for _, f := range figures {
 		t.Log(f)
 	}
@@ -365,7 +365,7 @@ func TestControllerFaultsAcrossHosts(t *testing.T) {
 		time.Sleep(4 * time.Second)
 		j.heal(l)
 	})
-	checkAccuracyAfterFaults(t, j, faultEpochs)
+	checkAccuracy(t, j, faultEpochs)
 	for _, f := range figures {
 		t.Log(f)
 	}
@@ -390,5 +390,5 @@ func TestWorkerFaultsAcrossHosts(t *testing.T) {
 			j.restart(p, 3*time.Second)
 		}
 	})
-	checkAccuracyAfterFaults(t, j, faultEpochs)
+	checkAccuracy(t, j, faultEpochs)
 }

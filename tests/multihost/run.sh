@@ -7,7 +7,6 @@
 # every test are kept in build/multihost-logs.
 #   ADAM_BINARY       the adam binary (default build/adam)
 #   MULTIHOST_RUN     a -run pattern, to run some tests only
-#   ADAM_MULTIHOST_FLOOR   the test accuracy every job must reach (default: per example and epochs)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
