@@ -434,9 +434,16 @@ class HttpClient : public Client {
         std::string t = ReadFile(config_.token_file, &ok);
         if (!ok) return UnavailableError(config_.token_file + ": cannot read the token");
         while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
-        file_token_ = t;
-        token_mtime_ = mtime;
-        token_read_ = true;
+        if (t.empty()) {
+          // Caught between a truncate and a write (a file rewritten in place, not swapped as the
+          // kubelet does): sent empty, the request would be anonymous and refused with 403. Keep
+          // the last token and read the file again next time.
+          if (file_token_.empty()) return UnavailableError(config_.token_file + ": the token file is empty");
+        } else {
+          file_token_ = t;
+          token_mtime_ = mtime;
+          token_read_ = true;
+        }
       }
       c.token = file_token_;
     }

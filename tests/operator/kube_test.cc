@@ -395,6 +395,38 @@ TEST(Credentials, ATokenFileIsReadAgainWhenRotated) {
   EXPECT_TRUE(got.ok()) << got.status().message();
 }
 
+// A token file caught empty (rewritten in place, between the truncate and the write) is not sent
+// as no token at all, which a real API server answers as anonymous with 403: the last token is.
+TEST(Credentials, AnEmptiedTokenFileKeepsTheLastToken) {
+  testing::TmpDir dir;
+  auto api = FakeApiServer::StartTls("", "", "");
+  std::ofstream(dir.File("token")) << "first\n";
+  api->SetToken("first");
+  Config c = Plain(api->url());
+  c.token_file = dir.File("token");
+  auto client = NewHttpClient(c);
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
+  std::ofstream(dir.File("token"), std::ios::trunc).flush();
+  auto got = client->Get(ConfigMaps(), "ns", "one");
+  EXPECT_TRUE(got.ok()) << got.status().message();
+  std::ofstream(dir.File("token")) << "second\n";
+  api->SetToken("second");
+  got = client->Get(ConfigMaps(), "ns", "one");
+  EXPECT_TRUE(got.ok()) << got.status().message();
+}
+
+// Never written: the error names the file instead of sending an anonymous request.
+TEST(Credentials, AnEmptyTokenFileIsAnError) {
+  testing::TmpDir dir;
+  auto api = FakeApiServer::StartTls("", "", "");
+  std::ofstream(dir.File("token")).flush();
+  Config c = Plain(api->url());
+  c.token_file = dir.File("token");
+  auto got = NewHttpClient(c)->Get(ConfigMaps(), "ns", "one");
+  EXPECT_EQ(got.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(got.status().message().find("token file is empty"), std::string::npos) << got.status().message();
+}
+
 // An exec plugin's credential is cached until it expires or is refused, then asked for again.
 TEST(Credentials, AnExecPluginIsRunOnceAndAgainWhenRefused) {
   testing::TmpDir dir;
