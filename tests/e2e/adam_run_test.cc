@@ -523,5 +523,18 @@ TEST_F(AdamRun, KillNamesAnUnknownRoleInstance) {
   EXPECT_THAT(r.err, HasSubstr("seed 'x' is not a number"));
 }
 
+// A controller whose failure timeout a primary's lease could outlive would let two primaries of
+// one shard take writes: refused before it starts, naming the flag and the least it takes.
+TEST_F(AdamRun, AControllerTimeoutShorterThanThePrimaryLeaseIsRefused) {
+  const std::string job = Manifest(dir_, "epochs: 1", "trainer: {replicas: 1}");
+  Result r = Adam(dir_, "controller --job " + job +
+                            " --id 1 --members 1=127.0.0.1:1 --plaintext --state-dir " + dir_.File("ctl") +
+                            " --server-timeout-ms 300");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--server-timeout-ms 300 would let a parameter server's primary "
+                               "lease (300 ms) outlive"));
+  EXPECT_THAT(r.err, HasSubstr("give at least 400"));
+}
+
 }  // namespace
 }  // namespace adam

@@ -69,6 +69,7 @@ type job struct {
 	dir                  string
 	primary, replication string // the two Docker networks
 	pods                 []*pod
+	extra                []*pod // containers of pods run again under other names (check rounds)
 	byName               map[string]*pod
 	start                time.Time
 	mu                   sync.Mutex
@@ -123,7 +124,8 @@ func (j *job) logf(format string, args ...any) {
 	j.t.Logf("%6.1f s  %s", time.Since(j.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-// edit changes the manifest's text: `key: value` lines replaced under their indentation.
+// edit changes the manifest's text: `key: value` lines replaced under their indentation, or,
+// for a key "text:OLD", the text OLD replaced by value.
 type edit struct{ key, value string }
 
 // newJob renders examples/<example>.yaml with the edits through `adam render -o json` and makes
@@ -141,6 +143,13 @@ func newJob(t *testing.T, example string, edits ...edit) *job {
 	manifest := string(text)
 	edits = append([]edit{{"image", env.image}}, edits...)
 	for _, e := range edits {
+		if text, ok := strings.CutPrefix(e.key, "text:"); ok { // a literal replacement
+			if !strings.Contains(manifest, text) {
+				t.Fatalf("%s.yaml has no %q to replace", example, text)
+			}
+			manifest = strings.Replace(manifest, text, e.value, 1)
+			continue
+		}
 		manifest = setKey(t, manifest, e.key, e.value)
 	}
 	if strings.Contains(manifest, "copies: 3") && !strings.Contains(manifest, "networks:") {
@@ -267,11 +276,39 @@ func writeTLS(t *testing.T, dir string) {
 // the operator orders them), runs `during` (the faults) beside the job, and waits for the
 // trainers to end, at most `limit`, and for `during` to return.
 func (j *job) run(limit time.Duration, during func()) {
+	j.startStages(func(*pod) bool { return true })
+	j.start = time.Now()
+	finished := make(chan struct{})
+	if during != nil {
+		go func() {
+			defer close(finished)
+			during()
+		}()
+	} else {
+		close(finished)
+	}
+	j.waitTrainers(limit)
+	// The faults end before the test does (they report through j.t).
+	select {
+	case <-finished:
+	case <-time.After(2 * time.Minute):
+		j.t.Fatalf("the fault schedule did not end within 2 min of the job")
+	}
+}
+
+// startServing starts every pod but the trainers, stage by stage.
+func (j *job) startServing() {
+	j.startStages(func(p *pod) bool { return p.role != "trainer" })
+}
+
+// startStages starts the pods `which` selects, stage by stage: a stage's serving pods ready
+// before the next starts, as the operator orders them.
+func (j *job) startStages(which func(*pod) bool) {
 	j.logf("job %s: %d pods on networks %s and %s", j.name, len(j.pods), j.primary, j.replication)
 	for stage := 0; ; stage++ {
 		var these []*pod
 		for _, p := range j.pods {
-			if p.stage == stage {
+			if p.stage == stage && which(p) {
 				these = append(these, p)
 			}
 		}
@@ -290,23 +327,6 @@ func (j *job) run(limit time.Duration, during func()) {
 			}
 		}
 		j.logf("stage %d ready (%d pods)", stage, len(these))
-	}
-	j.start = time.Now()
-	finished := make(chan struct{})
-	if during != nil {
-		go func() {
-			defer close(finished)
-			during()
-		}()
-	} else {
-		close(finished)
-	}
-	j.waitTrainers(limit)
-	// The faults end before the test does (they report through j.t).
-	select {
-	case <-finished:
-	case <-time.After(2 * time.Minute):
-		j.t.Fatalf("the fault schedule did not end within 2 min of the job")
 	}
 }
 
@@ -602,9 +622,9 @@ func (j *job) cleanup() {
 	dir := filepath.Join(env.logs, strings.ReplaceAll(j.t.Name(), "/", "_"))
 	os.RemoveAll(dir)
 	os.MkdirAll(dir, 0o755)
-	for _, p := range j.pods {
+	for _, p := range append(append([]*pod{}, j.pods...), j.extra...) {
 		out, _ := exec.Command("docker", "logs", "-t", p.container).CombinedOutput()
-		os.WriteFile(filepath.Join(dir, p.name+".log"), out, 0o644)
+		os.WriteFile(filepath.Join(dir, strings.TrimPrefix(p.container, j.prefix+"-")+".log"), out, 0o644)
 	}
 	ids, _ := docker("ps", "-aq", "--filter", "label=dev.adam.multihost="+j.prefix)
 	if ids != "" {

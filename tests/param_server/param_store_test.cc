@@ -46,14 +46,18 @@ TEST(ParamStore, SetReplacesAShardAndItsVersionAfterEarlierUpdates) {
   std::vector<float> init(100, 1.0f), delta(100, 2.0f), copy(100, 7.0f), out(100);
   ParamStore s(*map, 0, init.data());
   ASSERT_TRUE(s.Add(0, delta.data(), 100).ok());
-  ASSERT_TRUE(s.Set(0, copy.data(), 100, 42).ok());
+  ShardMeta meta;
+  meta.version = 42;
+  auto set = s.SetState(0, copy.data(), 100, meta);
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(*set, SetResult::kApplied);
   EXPECT_EQ(s.Version(0), 42u);
   ASSERT_TRUE(s.Add(0, delta.data(), 100).ok());
   auto v = s.Read(0, out.data(), 100);
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(*v, 43u);
   EXPECT_EQ(out[99], 9.0f);
-  EXPECT_FALSE(s.Set(0, copy.data(), 99, 1).ok());  // whole shards only
+  EXPECT_FALSE(s.SetState(0, copy.data(), 99, meta).ok());  // whole shards only
 }
 
 TEST(ParamStore, ConcurrentPushesSumExactly) {

@@ -6,9 +6,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <thread>
 
+#include "net/grpc.h"
 #include "param_server/param_store.h"
+#include "param_server/replica_service.h"
 #include "shard/shard_map.h"
 
 namespace adam::ps {
@@ -41,6 +46,11 @@ TEST(Routing, ServesOnlyItsPrimaryShardsWhileItsLeaseLasts) {
   EXPECT_FALSE(r.Update(Map(2, {{0, 1, 2}, {0, 1, 2}})));  // older: ignored
   EXPECT_NE(r.Refusal(0).find("has not heard from the controller"), std::string::npos);
   r.RenewLease(std::chrono::steady_clock::now());
+  // A shard it becomes the primary of is served once read from its other copies.
+  EXPECT_NE(r.Refusal(0).find("from its other copies"), std::string::npos);
+  r.CaughtUp(0, 2);  // another promotion's: changes nothing
+  EXPECT_NE(r.Refusal(0).find("from its other copies"), std::string::npos);
+  r.CaughtUp(0, 3);
   EXPECT_EQ(r.Refusal(0), "");
   EXPECT_EQ(r.Refusal(1), "ps-1 is not the primary of shard 1 at shard map version 3; the primary is ps-0");
   EXPECT_EQ(r.primaries(), 1);
@@ -51,6 +61,8 @@ TEST(Routing, ServesOnlyItsPrimaryShardsWhileItsLeaseLasts) {
 TEST(Routing, ForwardsToTheOtherCopiesAndReportsPromotionsOnce) {
   Routing r(0);
   ASSERT_TRUE(r.Update(Map(5, {{0, 1, 2}, {1, 0}}, {{}, {2}})));
+  EXPECT_TRUE(r.ForwardTargets().empty());  // nothing forwarded before it caught up
+  r.CaughtUp(0, 5);
   auto targets = r.ForwardTargets();
   ASSERT_EQ(targets.size(), 1u);
   EXPECT_EQ(targets[0].first, 0u);
@@ -59,6 +71,7 @@ TEST(Routing, ForwardsToTheOtherCopiesAndReportsPromotionsOnce) {
   ASSERT_TRUE(r.Update(Map(6, {{0, 1, 2}, {0, 2}})));  // ps-1 died: shard 1 moves here
   EXPECT_TRUE(r.TakePromotion(1));
   EXPECT_FALSE(r.TakePromotion(1));
+  r.CaughtUp(1, 6);
   auto t = r.ForwardTargets();
   ASSERT_EQ(t.size(), 2u);
   EXPECT_EQ(t[1].second, (std::vector<std::string>{"repl-2"}));
@@ -125,6 +138,242 @@ TEST(Forwarder, ACopyThatNeverAnswersShowsAsLagWithinAForwardsDeadline) {
   EXPECT_GT(f.lag_seconds(), 1.0);
   f.Stop();
   close(fd);
+}
+
+
+// A push re-sent after its answer was lost (same session, seq and part) is applied once; another
+// process's push (a new session) is applied whatever its seq.
+TEST(ParamStoreMarks, AResentPushIsAppliedOnce) {
+  auto map = shard::ShardMap::Make(8, 16, 1, 1);  // two shards of 4 floats
+  ASSERT_TRUE(map.ok());
+  std::vector<float> init(8, 0.f);
+  ParamStore store(*map, 0, init.data());
+  const float one[4] = {1, 1, 1, 1};
+  auto push = [&](uint64_t session, uint64_t seq, int parts) {
+    std::vector<Op> ops(static_cast<size_t>(parts));
+    std::vector<uint64_t> versions(ops.size());
+    std::mutex mu;
+    std::condition_variable cv;
+    int left = parts;
+    Completion done(parts, [&] {
+      std::lock_guard<std::mutex> l(mu);
+      left = 0;
+      cv.notify_all();
+    });
+    for (int i = 0; i < parts; ++i) {
+      Op& op = ops[size_t(i)];
+      op.kind = Op::Kind::kAdd;
+      op.shard = 0;
+      op.offset = i;
+      op.count = 1;
+      op.values = one;
+      op.trainer = 1;
+      op.session = session;
+      op.seq = seq;
+      op.part = uint32_t(i);
+      op.applied_version = &versions[size_t(i)];
+      op.done = &done;
+    }
+    store.Submit(ops.data(), ops.size());
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return left == 0; });
+    return versions;
+  };
+  EXPECT_EQ(push(7, 1, 2), (std::vector<uint64_t>{2, 2}));  // both parts, in one run
+  EXPECT_EQ(push(7, 1, 2), (std::vector<uint64_t>{2, 2}));  // re-sent: dropped, version kept
+  push(7, 2, 1);
+  push(9, 1, 1);                                            // a restarted trainer
+  std::vector<float> out(4);
+  auto meta = store.ReadState(0, out.data(), 4);
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(out, (std::vector<float>{3, 1, 0, 0}));
+  EXPECT_EQ(meta->version, 4u);
+  ASSERT_EQ(meta->marks.size(), 2u);
+  EXPECT_EQ(meta->marks[1].session, 9u);
+  // The marks travel with the state: a copy given it drops the same re-sent push.
+  ParamStore copy(*map, 0, init.data());
+  ASSERT_TRUE(copy.SetState(0, out.data(), 4, *meta).ok());
+  auto again = copy.ReadState(0, out.data(), 4);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->marks[1].session, 9u);
+  EXPECT_EQ(again->marks[1].seq, 1u);
+}
+
+// States order by (term, version): an older term is refused whatever its version, the same term
+// replaces only an older version, a newer term replaces any.
+TEST(ParamStoreMarks, ACopyTakesOnlyANewerState) {
+  auto map = shard::ShardMap::Make(4, 16, 1, 1);
+  ASSERT_TRUE(map.ok());
+  std::vector<float> init(4, 0.f), v(4, 5.f), out(4);
+  ParamStore store(*map, 0, init.data());
+  ShardMeta m;
+  m.term = 3;
+  m.version = 10;
+  EXPECT_EQ(*store.SetState(0, v.data(), 4, m), SetResult::kApplied);
+  m.version = 9;
+  EXPECT_EQ(*store.SetState(0, init.data(), 4, m), SetResult::kHeld);
+  m.term = 2;
+  m.version = 100;
+  EXPECT_EQ(*store.SetState(0, init.data(), 4, m), SetResult::kStale);
+  ASSERT_TRUE(store.ReadState(0, out.data(), 4).ok());
+  EXPECT_EQ(out, v);
+  m.term = 4;
+  m.version = 1;
+  EXPECT_EQ(*store.SetState(0, init.data(), 4, m), SetResult::kApplied);
+  EXPECT_EQ(store.Term(0), 4u);
+  ASSERT_TRUE(store.RaiseTerm(0, 2).ok());  // never lowered
+  EXPECT_EQ(store.Term(0), 4u);
+}
+
+// A state's identity survives the wire; a mark of a trainer index out of range is refused,
+// named, instead of growing the marks without bound.
+TEST(ParamStoreMarks, TheWireKeepsTheIdentityAndRefusesAnOutOfRangeTrainer) {
+  ShardMeta meta;
+  meta.version = 12;
+  meta.term = 3;
+  meta.marks.resize(3);
+  meta.marks[2] = PushMark{5, 9, 2};
+  v1::ForwardRequest req;
+  MetaToProto(meta, &req);
+  EXPECT_EQ(req.marks_size(), 1);  // marks of no push are left out
+  auto back = MetaFromProto(req);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->version, 12u);
+  EXPECT_EQ(back->term, 3u);
+  ASSERT_EQ(back->marks.size(), 3u);
+  EXPECT_EQ(back->marks[2].seq, 9u);
+  EXPECT_EQ(back->marks[2].parts, 2u);
+  req.mutable_marks(0)->set_trainer(kMaxTrainers);
+  auto bad = MetaFromProto(req);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("marks trainer 65536"), std::string::npos);
+}
+
+// A server process of the test: a store of every shard and its ReplicaService on loopback.
+struct CopyServer {
+  CopyServer(const shard::ShardMap& map, uint32_t id, const std::vector<float>& init)
+      : store(map, 0, init.data()), routing(id, std::chrono::seconds(60)),
+        replica(nullptr, id, "") {
+    replica.AcceptForwards(&store, &routing);
+    auto s = net::StartServer("127.0.0.1:0", {&replica});
+    ADAM_CHECK(s.ok());
+    server = std::move(*s);
+    address = "127.0.0.1:" + std::to_string(server.port);
+  }
+  ~CopyServer() { server.server->Shutdown(); }
+  ParamStore store;
+  Routing routing;
+  ReplicaService replica;
+  net::Server server;
+  std::string address;
+};
+
+v1::ShardMap MapAt(uint64_t version, const std::vector<std::string>& addresses,
+                   std::vector<uint32_t> replicas) {
+  v1::ShardMap m;
+  m.set_version(version);
+  for (uint32_t id = 0; id < addresses.size(); ++id) {
+    auto* s = m.add_servers();
+    s->set_id(id);
+    s->set_alive(!addresses[id].empty());
+    s->set_replication_address(addresses[id]);
+  }
+  auto* r = m.add_shards();
+  r->set_shard(0);
+  for (uint32_t id : replicas) r->add_replicas(id);
+  return m;
+}
+
+// A push waits until one of the two other copies holds it (a quorum of three), then is
+// answered; with neither copy reachable it waits, and once the primary's lease runs out it is
+// refused instead of acknowledged.
+TEST(Forwarder, AcknowledgesOnceAQuorumOfCopiesHoldsTheUpdate) {
+  auto map = shard::ShardMap::Make(4, 16, 1, 1);
+  ASSERT_TRUE(map.ok());
+  std::vector<float> init(4, 0.f);
+  CopyServer c1(*map, 1, init);
+  ParamStore store(*map, 0, init.data());
+  Routing r(0, std::chrono::milliseconds(400));
+  const v1::ShardMap m = MapAt(2, {"p", c1.address, "127.0.0.1:1"}, {0, 1, 2});
+  ASSERT_TRUE(r.Update(m));
+  ASSERT_TRUE(c1.routing.Update(m));
+  r.RenewLease(std::chrono::steady_clock::now());
+  Forwarder f(0, &r, &store, std::chrono::milliseconds(1000));
+  // Wait out the catch-up of the first map: ps-2 never answers, so it is dropped from the map.
+  const v1::ShardMap m2 = MapAt(3, {"p", c1.address, ""}, {0, 1, 2});
+  ASSERT_TRUE(r.Update(m2));
+  ASSERT_TRUE(c1.routing.Update(m2));
+  const float one[4] = {1, 1, 1, 1};
+  for (int i = 0; i < 100 && r.Refusal(0).find("other copies") != std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  r.RenewLease(std::chrono::steady_clock::now());
+  ASSERT_EQ(r.Refusal(0), "");
+  ASSERT_TRUE(store.Add(0, one, 4).ok());
+  std::promise<grpc::Status> answered;
+  f.WhenDurable({{0, store.Version(0)}}, [&](const grpc::Status& s) { answered.set_value(s); });
+  auto fut = answered.get_future();
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(3)), std::future_status::ready);
+  EXPECT_TRUE(fut.get().ok());
+  std::vector<float> out(4);
+  ASSERT_TRUE(c1.store.ReadState(0, out.data(), 4).ok());
+  EXPECT_EQ(out, std::vector<float>(one, one + 4));  // the copy holds it before the answer
+  // Both copies unreachable (ps-1 stopped): not acknowledged; refused once the lease is over.
+  c1.server.server->Shutdown();
+  ASSERT_TRUE(store.Add(0, one, 4).ok());
+  std::promise<grpc::Status> second;
+  f.WhenDurable({{0, store.Version(0)}}, [&](const grpc::Status& s) { second.set_value(s); });
+  auto fut2 = second.get_future();
+  EXPECT_EQ(fut2.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  ASSERT_EQ(fut2.wait_for(std::chrono::seconds(3)), std::future_status::ready);
+  const grpc::Status s = fut2.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("not acknowledged"), std::string::npos) << s.error_message();
+  f.Stop();
+}
+
+// A newly promoted primary reads its shard from the other in-sync copies before serving it,
+// takes the freshest state (an update only a copy got before the old primary died), and raises
+// its term so the stale state's old primary cannot overwrite it afterwards.
+TEST(Forwarder, APromotedPrimaryStartsFromTheFreshestCopy) {
+  auto map = shard::ShardMap::Make(4, 16, 1, 1);
+  ASSERT_TRUE(map.ok());
+  std::vector<float> init(4, 0.f), fresh(4, 7.f);
+  CopyServer c2(*map, 2, init);
+  ShardMeta newer;
+  newer.term = 0;
+  newer.version = 5;
+  newer.marks.resize(1);
+  newer.marks[0] = PushMark{42, 3, 1};
+  ASSERT_EQ(*c2.store.SetState(0, fresh.data(), 4, newer), SetResult::kApplied);
+  ParamStore store(*map, 0, init.data());  // ps-1, the copy to be promoted, at version 0
+  Routing r(1, std::chrono::seconds(60));
+  r.RenewLease(std::chrono::steady_clock::now());
+  ASSERT_TRUE(r.Update(MapAt(4, {"", "self", c2.address}, {0, 1, 2})));  // ps-0 the primary
+  ASSERT_TRUE(c2.routing.Update(MapAt(4, {"", "self", c2.address}, {0, 1, 2})));
+  Forwarder f(1, &r, &store, std::chrono::milliseconds(20));
+  ASSERT_TRUE(r.Update(MapAt(5, {"", "self", c2.address}, {1, 2})));  // ps-0 died
+  ASSERT_TRUE(c2.routing.Update(MapAt(5, {"", "self", c2.address}, {1, 2})));
+  EXPECT_NE(r.Refusal(0).find("from its other copies"), std::string::npos);
+  for (int i = 0; i < 100 && !r.Refusal(0).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(r.Refusal(0), "");
+  std::vector<float> out(4);
+  auto meta = store.ReadState(0, out.data(), 4);
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(out, fresh);
+  EXPECT_EQ(meta->version, 5u);
+  EXPECT_EQ(meta->term, 5u);
+  ASSERT_EQ(meta->marks.size(), 1u);
+  EXPECT_EQ(meta->marks[0].session, 42u);
+  // The old primary's state (term 0) no longer replaces the copy's, now at the new term.
+  for (int i = 0; i < 100 && c2.store.Term(0) != 5; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(c2.store.Term(0), 5u);
+  ShardMeta old;
+  old.term = 0;
+  old.version = 99;
+  EXPECT_EQ(*c2.store.SetState(0, init.data(), 4, old), SetResult::kStale);
+  f.Stop();
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "launcher/launcher.h"
 #include "model/layout.h"
 #include "param_server/main.h"
+#include "param_server/routing.h"
 #include "net/network_status.h"
 #include "net/tls.h"
 #include "operator.h"
@@ -280,6 +281,12 @@ int main(int argc, char** argv) {
   tr->add_flag("--evaluate-only", evaluate_only,
                "train nothing: pull the model from the parameter servers, evaluate it on the test "
                "set (an `evaluated` event) and exit");
+  int check_pushes = 0, check_round = 0, check_every_ms = 20;
+  tr->add_option("--check-pushes", check_pushes,
+                 "train nothing: make N tagged pushes, then check every copy of every shard for "
+                 "lost, twice-applied and disagreeing updates (a push_check event; exit 1 if any)");
+  tr->add_option("--check-round", check_round, "with --check-pushes: which round's tags to use");
+  tr->add_option("--check-every-ms", check_every_ms, "with --check-pushes: pause between pushes");
   std::string metrics_host = "127.0.0.1";
   tr->add_option("--metrics-host", metrics_host, "address /metrics listens on (0.0.0.0: every one)");
 
@@ -498,6 +505,16 @@ int main(int argc, char** argv) {
     o.state_dir = state_dir;
     o.cluster_id = cluster_id;
     o.metrics_port = metrics_port;
+    if (const auto least = adam::ps::kPrimaryLease + adam::ps::kLeaseMargin;
+        server_timeout_ms < least.count()) {
+      std::fprintf(stderr,
+                   "adam controller: --server-timeout-ms %d would let a parameter server's primary "
+                   "lease (%lld ms) outlive the controller's failure timeout: two primaries of one "
+                   "shard could take writes at once; give at least %lld\n",
+                   server_timeout_ms, static_cast<long long>(adam::ps::kPrimaryLease.count()),
+                   static_cast<long long>(least.count()));
+      return kExitInvalid;
+    }
     o.server_timeout_ms = server_timeout_ms;
     o.tick_ms = tick_ms;
     o.election_ticks = election_ticks;
@@ -519,6 +536,9 @@ int main(int argc, char** argv) {
     o.metrics_host = metrics_host;
     o.bind = !no_bind;
     o.evaluate_only = evaluate_only;
+    o.check_pushes = check_pushes;
+    o.check_round = check_round;
+    o.check_every_ms = check_every_ms;
     return adam::trainer::Main(*job, o);
   }
   return kExitInvalid;

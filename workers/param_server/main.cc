@@ -205,6 +205,8 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     service.RequirePrimary(&routing);
     link.emplace(uint32_t(options.index), options.controller, &routing, &store);
     forwarder.emplace(uint32_t(options.index), &routing, &store, options.forward_interval);
+    if (job.roles.parameter_server.acknowledge == spec::Acknowledge::kQuorum)
+      service.RequireQuorum(&*forwarder);
     on_ready = [&](int port, const std::vector<int>& extra_ports) {
       // The machine label for anti-affinity: the Kubernetes node (downward API), when given.
       // Locally every server shares one machine, and copies only avoid sharing a server.
@@ -253,8 +255,14 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       }
     } while (!cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; }));
   });
-  const int rc = net::Serve(options.listen, {&service}, reg.port(), [&] { gate.Close(); }, extra,
-                            on_ready);
+  // Pushes waiting for a quorum are answered (UNAVAILABLE) before the server shuts down.
+  const int rc = net::Serve(
+      options.listen, {&service}, reg.port(),
+      [&] {
+        gate.Close();
+        if (forwarder) forwarder->Stop();
+      },
+      extra, on_ready);
   if (link) link->Stop();
   if (forwarder) forwarder->Stop();
   {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <unordered_map>
 
 #include "core/event.h"
 
@@ -39,6 +41,7 @@ const float* Floats(const std::string& bytes, BufferPool* pool,
 // One push in flight: its Ops and their payload copies, freed when the last Op is applied.
 struct PushCall {
   std::vector<Op> ops;
+  std::vector<uint64_t> versions;  // per Op: its shard's version once the Op is in it
   std::vector<BufferPool::Buffer> copies;
   std::unique_ptr<Completion> done;
 };
@@ -158,15 +161,45 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
   const int trainer = int(req->trainer_index());
   const uint64_t clock = req->clock();
   const bool leave = req->leave();
+  // An identified push: its parts on each shard are numbered, so a re-sent copy is dropped.
+  if (req->session() != 0) {
+    std::unordered_map<uint32_t, uint32_t> parts;
+    for (Op& op : call->ops) {
+      op.trainer = uint32_t(trainer);
+      op.session = req->session();
+      op.seq = req->seq();
+      op.part = parts[op.shard]++;
+    }
+  }
+  call->versions.resize(call->ops.size());
+  for (size_t i = 0; i < call->ops.size(); ++i) call->ops[i].applied_version = &call->versions[i];
   PushCall* raw = call.get();
-  auto finish = [this, raw, reactor, resp, trainer, clock, leave, bytes, dense_bytes] {
-    std::unique_ptr<PushCall> owned(raw);
+  auto answer = [this, reactor, resp, trainer, clock, leave, bytes, dense_bytes](
+                    const grpc::Status& status) {
+    if (!status.ok()) {
+      reactor->Finish(status);
+      return;
+    }
     gate_->Advance(trainer, clock, leave);
     resp->set_min_clock(gate_->MinClock());
     if (m_.pushes) m_.pushes->Increment();
     if (m_.push_bytes) m_.push_bytes->Increment(double(bytes));
     if (m_.dense_bytes) m_.dense_bytes->Increment(double(dense_bytes));
     reactor->Finish(grpc::Status::OK);
+  };
+  auto finish = [this, raw, answer] {
+    std::unique_ptr<PushCall> owned(raw);
+    if (quorum_ == nullptr || raw->ops.empty()) {
+      answer(grpc::Status::OK);
+      return;
+    }
+    // Acknowledged once a quorum of each shard's copies holds it (routing.h).
+    std::map<uint32_t, uint64_t> need;
+    for (size_t i = 0; i < raw->ops.size(); ++i) {
+      uint64_t& v = need[raw->ops[i].shard];
+      v = std::max(v, raw->versions[i]);
+    }
+    quorum_->WhenDurable({need.begin(), need.end()}, answer);
   };
   if (call->ops.empty()) {
     call.release();
@@ -272,6 +305,38 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
     call.release();
     store_->Submit(raw->ops.data(), raw->ops.size());
   }, expires, on_expired);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParamService::ReadCopy(grpc::CallbackServerContext* ctx,
+                                                 const adam::v1::ReadCopyRequest* req,
+                                                 adam::v1::ReadCopyResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  const int64_t n = store_->ShardSize(req->shard());
+  if (n < 0) {
+    reactor->Finish({grpc::StatusCode::NOT_FOUND,
+                     "shard " + std::to_string(req->shard()) + " is not held here"});
+    return reactor;
+  }
+  if (req->offset() > uint64_t(n) || req->count() > uint64_t(n) - req->offset()) {
+    reactor->Finish(Invalid("shard " + std::to_string(req->shard()) + ": floats [" +
+                            std::to_string(req->offset()) + ", +" + std::to_string(req->count()) +
+                            ") are outside the shard's " + std::to_string(n)));
+    return reactor;
+  }
+  std::vector<float> values(static_cast<size_t>(n));
+  StatusOr<ShardMeta> meta = store_->ReadState(req->shard(), values.data(), n);
+  if (!meta.ok()) {
+    reactor->Finish(ToGrpc(meta.status()));
+    return reactor;
+  }
+  resp->set_values(reinterpret_cast<const char*>(values.data() + req->offset()),
+                   size_t(req->count()) * sizeof(float));
+  resp->set_version(meta->version);
+  resp->set_term(meta->term);
+  resp->set_primary(routing_ == nullptr || routing_->IsPrimary(req->shard()));
+  resp->set_map_version(routing_ != nullptr ? routing_->version() : 0);
+  reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 

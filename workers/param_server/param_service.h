@@ -41,9 +41,17 @@ class ParamService final : public adam::v1::ParameterService::CallbackService {
   // are refused FAILED_PRECONDITION), and report the first update accepted for each shard this
   // server was promoted to primary of (a "promoted_first_update" event). Call before serving.
   void RequirePrimary(Routing* routing) { routing_ = routing; }
+  // Answers a push once `forwarder` has a quorum of copies of every shard it touched (routing.h);
+  // without this call, once applied. Call before serving.
+  void RequireQuorum(Forwarder* forwarder) { quorum_ = forwarder; }
+  // Part of a held shard with its version and term, primary or copy: for checking copies.
+  grpc::ServerUnaryReactor* ReadCopy(grpc::CallbackServerContext* ctx,
+                                     const adam::v1::ReadCopyRequest* req,
+                                     adam::v1::ReadCopyResponse* resp) override;
 
  private:
   Routing* routing_ = nullptr;
+  Forwarder* quorum_ = nullptr;
   ParamStore* store_;
   ClockGate* gate_;
   const update::UpdatePlan* plan_;

@@ -112,6 +112,8 @@ struct ParamStore::ShardState {
   size_t worker = 0;
   std::unique_ptr<float, AlignedFree> values;  // written only by the owning worker
   std::atomic<uint64_t> version{0};
+  std::atomic<uint64_t> term{0};    // written only by the owning worker
+  std::vector<PushMark> marks;      // by trainer index; owned by the worker
   // Worker-local grouping of one drain's Ops.
   Op* head = nullptr;
   Op* tail = nullptr;
@@ -296,11 +298,36 @@ void ParamStore::WorkerLoop(Worker* w) {
           ApplyRun(s, run, whole);
           std::memcpy(op->out, s.values.get(), size_t(s.count) * sizeof(float));
           if (op->version) *op->version = s.version.load(std::memory_order_relaxed);
+          if (op->meta) {
+            op->meta->version = s.version.load(std::memory_order_relaxed);
+            op->meta->term = s.term.load(std::memory_order_relaxed);
+            op->meta->marks = s.marks;
+          }
           if (op->done) op->done->Done();
         } else if (op->kind == Op::Kind::kSet) {
           ApplyRun(s, run, whole);
-          std::memcpy(s.values.get(), op->values, size_t(s.count) * sizeof(float));
-          s.version.store(*op->version, std::memory_order_release);
+          SetResult r = SetResult::kApplied;
+          if (op->conditional) {
+            const uint64_t term = s.term.load(std::memory_order_relaxed);
+            const uint64_t version = s.version.load(std::memory_order_relaxed);
+            if (op->meta->term < term) {
+              r = SetResult::kStale;
+            } else if (op->meta->term == term && op->meta->version <= version) {
+              r = SetResult::kHeld;
+            }
+          }
+          if (r == SetResult::kApplied) {
+            std::memcpy(s.values.get(), op->values, size_t(s.count) * sizeof(float));
+            s.version.store(op->meta->version, std::memory_order_release);
+            s.term.store(op->meta->term, std::memory_order_release);
+            s.marks = op->meta->marks;
+          }
+          if (op->result) *op->result = r;
+          if (op->done) op->done->Done();
+        } else if (op->kind == Op::Kind::kTerm) {
+          ApplyRun(s, run, whole);
+          if (*op->version > s.term.load(std::memory_order_relaxed))
+            s.term.store(*op->version, std::memory_order_release);
           if (op->done) op->done->Done();
         } else {
           run.push_back(op);
@@ -318,6 +345,33 @@ void ParamStore::WorkerLoop(Worker* w) {
 void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run,
                           std::vector<const float*>& whole) {
   if (run.empty()) return;
+  // A re-sent push this state already has is dropped (answered, not applied); the rest are
+  // recorded as the last push of their trainer.
+  std::vector<Op*> dropped;
+  size_t kept = 0;
+  for (Op* op : run) {
+    if (op->kind == Op::Kind::kAdd && op->session != 0) {
+      if (s.marks.size() <= op->trainer) s.marks.resize(size_t(op->trainer) + 1);
+      PushMark& m = s.marks[op->trainer];
+      if (m.session == op->session &&
+          (op->seq < m.seq || (op->seq == m.seq && op->part < m.parts))) {
+        dropped.push_back(op);
+        continue;
+      }
+      if (m.session != op->session || m.seq != op->seq) m = PushMark{op->session, op->seq, 0};
+      m.parts = op->part + 1;
+    }
+    run[kept++] = op;
+  }
+  run.resize(kept);
+  if (!dropped.empty()) {
+    const uint64_t now = s.version.load(std::memory_order_relaxed);
+    for (Op* op : dropped) {
+      if (op->applied_version) *op->applied_version = now;
+      if (op->done) op->done->Done();
+    }
+    if (run.empty()) return;
+  }
   float* v = s.values.get();
   uint64_t bytes = 0;
   bool any_add = false;
@@ -355,10 +409,12 @@ void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run,
                sizeof(float);
     }
   }
-  s.version.fetch_add(run.size(), std::memory_order_release);
+  const uint64_t now = s.version.fetch_add(run.size(), std::memory_order_release) + run.size();
   applied_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  for (Op* op : run)
+  for (Op* op : run) {
+    if (op->applied_version) *op->applied_version = now;
     if (op->done) op->done->Done();
+  }
   run.clear();
 }
 
@@ -404,14 +460,46 @@ StatusOr<uint64_t> ParamStore::Read(uint32_t shard, float* out, int64_t count) {
   return version;
 }
 
-Status ParamStore::Set(uint32_t shard, const float* values, int64_t count, uint64_t version) {
+StatusOr<ShardMeta> ParamStore::ReadState(uint32_t shard, float* out, int64_t count) {
+  ShardMeta meta;
+  Op op;
+  op.kind = Op::Kind::kRead;
+  op.shard = shard;
+  op.count = count;
+  op.out = out;
+  op.meta = &meta;
+  ADAM_RETURN_IF_ERROR(RunOne(&op, "read"));
+  return meta;
+}
+
+StatusOr<SetResult> ParamStore::SetState(uint32_t shard, const float* values, int64_t count,
+                                         const ShardMeta& meta) {
+  ShardMeta copy = meta;
+  SetResult result = SetResult::kApplied;
   Op op;
   op.kind = Op::Kind::kSet;
   op.shard = shard;
   op.count = count;
   op.values = values;
-  op.version = &version;
-  return RunOne(&op, "copy");
+  op.meta = &copy;
+  op.conditional = true;
+  op.result = &result;
+  ADAM_RETURN_IF_ERROR(RunOne(&op, "copy"));
+  return result;
+}
+
+Status ParamStore::RaiseTerm(uint32_t shard, uint64_t term) {
+  Op op;
+  op.kind = Op::Kind::kTerm;
+  op.shard = shard;
+  op.count = ShardSize(shard);
+  op.version = &term;
+  return RunOne(&op, "term");
+}
+
+uint64_t ParamStore::Term(uint32_t shard) const {
+  auto it = slot_of_.find(shard);
+  return it == slot_of_.end() ? 0 : shards_[it->second]->term.load(std::memory_order_acquire);
 }
 
 }  // namespace adam::ps

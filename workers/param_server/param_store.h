@@ -57,19 +57,56 @@ struct DenseArgs {
   const float* e = nullptr;  // images x num_rows
 };
 
+// Trainer indices a shard's state keeps a PushMark for (the job's trainers are far fewer).
+constexpr uint32_t kMaxTrainers = 1 << 16;
+
+// The last push of one trainer applied to a shard's state (PushRequest.session and seq), so a
+// push re-sent after its answer was lost is applied once.
+struct PushMark {
+  uint64_t session = 0;
+  uint64_t seq = 0;
+  uint32_t parts = 0;  // the push's parts on this shard applied so far
+};
+
+// What identifies a shard's state besides its floats: updates applied (`version`), the map
+// version its primary was promoted at (`term`; states order by (term, version)), and the last
+// push applied per trainer index.
+struct ShardMeta {
+  uint64_t version = 0;
+  uint64_t term = 0;
+  std::vector<PushMark> marks;
+};
+
+// What a conditional kSet did.
+enum class SetResult : uint8_t { kApplied, kHeld, kStale };
+
 struct Op {
-  enum class Kind : uint8_t { kAdd, kDense, kRead, kSet };
+  enum class Kind : uint8_t { kAdd, kDense, kRead, kSet, kTerm };
   Kind kind = Kind::kAdd;
   uint32_t shard = 0;
   // kAdd: values[0, count) are added to the shard's floats [offset, offset + count).
   // kRead: the whole shard (count must be its size) is copied to `out`, its version to *version.
-  // kSet: the whole shard is replaced by `values` and its version by *version (a copy forwarded
-  // by the shard's primary).
+  // kSet: the whole shard is replaced by `values` and its version, term and marks by *meta (a
+  // copy forwarded by the shard's primary); when `conditional`, only if (meta->term,
+  // meta->version) is newer than the shard's: a lower term is kStale, the same term at a version
+  // not above the shard's kHeld (*result says which).
+  // kTerm: the shard's term becomes at least *version.
   int64_t offset = 0;
   int64_t count = 0;
   const float* values = nullptr;
   float* out = nullptr;
   uint64_t* version = nullptr;
+  ShardMeta* meta = nullptr;       // kRead: filled when set; kSet: the state's identity (required)
+  bool conditional = false;        // kSet
+  SetResult* result = nullptr;     // kSet, may be null
+  // kAdd with session != 0: part `part` of push (session, seq) of trainer `trainer`; skipped if
+  // the shard's state already has it. *applied_version (when set) becomes the shard's version
+  // once the Op is in it.
+  uint32_t trainer = 0;
+  uint32_t part = 0;
+  uint64_t session = 0;
+  uint64_t seq = 0;
+  uint64_t* applied_version = nullptr;
   DenseArgs dense;
   Completion* done = nullptr;  // may be null
   // Owned by the store between Submit and completion.
@@ -108,7 +145,13 @@ class ParamStore {
   // Synchronous helpers (queue, then wait): add a whole-shard delta, read a shard.
   Status Add(uint32_t shard, const float* delta, int64_t count);
   StatusOr<uint64_t> Read(uint32_t shard, float* out, int64_t count);
-  Status Set(uint32_t shard, const float* values, int64_t count, uint64_t version);
+  // The whole state with its identity; SetState applies it only if newer (see Op::kSet).
+  StatusOr<ShardMeta> ReadState(uint32_t shard, float* out, int64_t count);
+  StatusOr<SetResult> SetState(uint32_t shard, const float* values, int64_t count,
+                               const ShardMeta& meta);
+  // Raises the shard's term to at least `term` (a promoted primary's).
+  Status RaiseTerm(uint32_t shard, uint64_t term);
+  uint64_t Term(uint32_t shard) const;
 
   // Updates applied to `shard` so far (plus the version it was restored with).
   uint64_t Version(uint32_t shard) const;

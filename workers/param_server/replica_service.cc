@@ -213,15 +213,75 @@ grpc::Status ReplicaService::Forward(grpc::ServerContext*, const adam::v1::Forwa
                         "forward: shard " + std::to_string(req->shard()) + " values: " +
                             std::to_string(req->values().size()) + " bytes, expected " +
                             std::to_string(n * 4));
-  if (req->version() < store_->Version(req->shard()))
-    return grpc::Status::OK;  // an older state than this copy holds: nothing to do
+  StatusOr<ShardMeta> meta = MetaFromProto(*req);
+  if (!meta.ok())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "forward: shard " + std::to_string(req->shard()) + ": " +
+                            meta.status().message());
   // values() is not necessarily 4-byte aligned: copy into floats.
   std::vector<float> values(static_cast<size_t>(n));
   std::memcpy(values.data(), req->values().data(), req->values().size());
-  if (Status s = store_->Set(req->shard(), values.data(), n, req->version()); !s.ok())
-    return grpc::Status(grpc::StatusCode::INTERNAL, s.message());
+  StatusOr<SetResult> set = store_->SetState(req->shard(), values.data(), n, *meta);
+  if (!set.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, set.status().message());
+  if (*set == SetResult::kStale)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "ps-" + std::to_string(server_) + " holds shard " +
+                            std::to_string(req->shard()) + " at term " +
+                            std::to_string(store_->Term(req->shard())) +
+                            ", newer than the forward's " + std::to_string(req->term()) +
+                            ": ps-" + std::to_string(req->from_server()) + " was deposed");
+  // kHeld: this copy already holds that state or a later one of the same primary.
   routing_->MarkReceived(req->shard());
   return grpc::Status::OK;
+}
+
+grpc::Status ReplicaService::ReadShard(grpc::ServerContext*, const adam::v1::ReadShardRequest* req,
+                                       adam::v1::ForwardRequest* resp) {
+  if (store_ == nullptr)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "ps-" + std::to_string(server_) + " keeps no copies (no controller)");
+  const int64_t n = store_->ShardSize(req->shard());
+  if (n < 0)
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "read: shard " + std::to_string(req->shard()) + " is not held here");
+  std::string* bytes = resp->mutable_values();
+  bytes->resize(size_t(n) * 4);
+  StatusOr<ShardMeta> meta =
+      store_->ReadState(req->shard(), reinterpret_cast<float*>(bytes->data()), n);
+  if (!meta.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, meta.status().message());
+  resp->set_shard(req->shard());
+  MetaToProto(*meta, resp);
+  resp->set_from_server(server_);
+  if (routing_ != nullptr) resp->set_map_version(routing_->version());
+  return grpc::Status::OK;
+}
+
+void MetaToProto(const ShardMeta& meta, adam::v1::ForwardRequest* out) {
+  out->set_version(meta.version);
+  out->set_term(meta.term);
+  for (size_t i = 0; i < meta.marks.size(); ++i) {
+    const PushMark& m = meta.marks[i];
+    if (m.session == 0) continue;
+    auto* pm = out->add_marks();
+    pm->set_trainer(uint32_t(i));
+    pm->set_session(m.session);
+    pm->set_seq(m.seq);
+    pm->set_parts(m.parts);
+  }
+}
+
+StatusOr<ShardMeta> MetaFromProto(const adam::v1::ForwardRequest& in) {
+  ShardMeta meta;
+  meta.version = in.version();
+  meta.term = in.term();
+  for (const auto& m : in.marks()) {
+    if (m.trainer() >= kMaxTrainers)
+      return InvalidArgumentError("marks trainer " + std::to_string(m.trainer()) +
+                                  ", not below " + std::to_string(kMaxTrainers));
+    if (meta.marks.size() <= m.trainer()) meta.marks.resize(size_t(m.trainer()) + 1);
+    meta.marks[m.trainer()] = PushMark{m.session(), m.seq(), m.parts()};
+  }
+  return meta;
 }
 
 StatusOr<int> FetchCheckpoint(const std::string& address, uint32_t server, const std::string& dir) {

@@ -29,10 +29,14 @@ class ReplicaService final : public adam::v1::ReplicaService::Service {
   grpc::Status PutCheckpoint(grpc::ServerContext* ctx,
                              grpc::ServerReader<adam::v1::CheckpointChunk>* reader,
                              adam::v1::PutCheckpointResponse* resp) override;
-  // Replaces a secondary copy by the state its primary forwards (routing.h). Refused for a shard
-  // this server is the primary of, or when forwards are not enabled (no controller).
+  // Replaces a secondary copy by the state its primary forwards (routing.h), when newer by
+  // (term, version). Refused for a shard this server is the primary of, a forward of an older
+  // term than the copy's (its sender was deposed), or when forwards are not enabled.
   grpc::Status Forward(grpc::ServerContext* ctx, const adam::v1::ForwardRequest* req,
                        adam::v1::ForwardResponse* resp) override;
+  // A held shard's whole state (values, version, term, push marks), for a promoted primary.
+  grpc::Status ReadShard(grpc::ServerContext* ctx, const adam::v1::ReadShardRequest* req,
+                         adam::v1::ForwardRequest* resp) override;
   // Enables Forward into `store` as `routing` allows. Call before serving.
   void AcceptForwards(ParamStore* store, Routing* routing) {
     store_ = store;
@@ -47,6 +51,12 @@ class ReplicaService final : public adam::v1::ReplicaService::Service {
   std::string peer_dir_;
   std::mutex put_mu_;  // one PutCheckpoint at a time
 };
+
+// A shard state's identity on the wire (ForwardRequest's version, term and push marks; marks of
+// no push are left out), and back: a mark of a trainer index of kMaxTrainers or more is refused,
+// naming it.
+void MetaToProto(const ShardMeta& meta, adam::v1::ForwardRequest* out);
+StatusOr<ShardMeta> MetaFromProto(const adam::v1::ForwardRequest& in);
 
 // Copies the newest complete checkpoint of parameter server `server` from the replication
 // address `address` into `dir`: each file is written as <name>.tmp, fsynced and renamed, so

@@ -3,9 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "core/event.h"
+#include "param_server/replica_service.h"
 #include "net/grpc.h"
 
 namespace adam::ps {
@@ -13,16 +15,18 @@ namespace adam::ps {
 bool Routing::Update(const v1::ShardMap& map) {
   std::lock_guard<std::mutex> l(mu_);
   if (known_ && map.version() <= map_.version()) return false;
-  if (known_) {
-    for (const auto& r : map.shards()) {
-      const bool now = !r.replicas().empty() && r.replicas(0) == self_;
-      const bool before = int(r.shard()) < map_.shards_size() &&
-                          !map_.shards(int(r.shard())).replicas().empty() &&
-                          map_.shards(int(r.shard())).replicas(0) == self_;
-      if (now && !before) {
-        promoted_.insert(r.shard());
-        spdlog::warn("primary of shard {} from map version {}", r.shard(), map.version());
-      }
+  for (const auto& r : map.shards()) {
+    const bool now = !r.replicas().empty() && r.replicas(0) == self_;
+    const bool before = known_ && int(r.shard()) < map_.shards_size() &&
+                        !map_.shards(int(r.shard())).replicas().empty() &&
+                        map_.shards(int(r.shard())).replicas(0) == self_;
+    // Every shard this server becomes the primary of, in its first map too (a server restarted
+    // before anyone noticed holds only its checkpoint), is read from its other copies first.
+    if (now && !before) catching_up_[r.shard()] = map.version();
+    if (!now) catching_up_.erase(r.shard());
+    if (known_ && now && !before) {
+      promoted_.insert(r.shard());
+      spdlog::warn("primary of shard {} from map version {}", r.shard(), map.version());
     }
   }
   // A copy this server is no longer assigned must be filled afresh if it is assigned again.
@@ -72,7 +76,13 @@ std::string Routing::RefusalLocked(uint32_t shard) const {
   if (int(shard) >= map_.shards_size())
     return "shard " + std::to_string(shard) + " is not in the shard map";
   const auto& r = map_.shards(int(shard));
-  if (!r.replicas().empty() && r.replicas(0) == self_) return {};
+  if (!r.replicas().empty() && r.replicas(0) == self_) {
+    if (auto it = catching_up_.find(shard); it != catching_up_.end())
+      return "ps-" + std::to_string(self_) + " is reading shard " + std::to_string(shard) +
+             " from its other copies before serving it (primary from map version " +
+             std::to_string(it->second) + ")";
+    return {};
+  }
   return "ps-" + std::to_string(self_) + " is not the primary of shard " + std::to_string(shard) +
          " at shard map version " + std::to_string(map_.version()) +
          (r.replicas().empty() ? std::string(" (no primary)")
@@ -95,8 +105,21 @@ std::string Routing::Admit(const std::vector<uint32_t>& shards, std::vector<uint
 }
 
 std::vector<std::pair<uint32_t, std::vector<std::string>>> Routing::ForwardTargets() const {
-  std::lock_guard<std::mutex> l(mu_);
   std::vector<std::pair<uint32_t, std::vector<std::string>>> out;
+  for (const Target& t : Targets()) {
+    if (t.catching_up) continue;
+    std::vector<std::string> to;
+    for (const auto* list : {&t.in_sync, &t.copying})
+      for (const auto& a : *list)
+        if (!a.empty()) to.push_back(a);
+    if (!to.empty()) out.emplace_back(t.shard, std::move(to));
+  }
+  return out;
+}
+
+std::vector<Routing::Target> Routing::Targets() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<Target> out;
   if (!known_) return out;
   auto address = [&](uint32_t id) {
     return int(id) < map_.servers_size() && map_.servers(int(id)).alive()
@@ -105,14 +128,38 @@ std::vector<std::pair<uint32_t, std::vector<std::string>>> Routing::ForwardTarge
   };
   for (const auto& r : map_.shards()) {
     if (r.replicas().empty() || r.replicas(0) != self_) continue;
-    std::vector<std::string> to;
-    for (int i = 1; i < r.replicas_size(); ++i)
-      if (auto a = address(r.replicas(i)); !a.empty()) to.push_back(a);
-    for (uint32_t id : r.copying())
-      if (auto a = address(id); !a.empty()) to.push_back(a);
-    if (!to.empty()) out.emplace_back(r.shard(), std::move(to));
+    Target t;
+    t.shard = r.shard();
+    t.replicas = r.replicas_size();
+    t.catching_up = catching_up_.count(r.shard()) > 0;
+    for (int i = 1; i < r.replicas_size(); ++i) t.in_sync.push_back(address(r.replicas(i)));
+    for (uint32_t id : r.copying()) t.copying.push_back(address(id));
+    out.push_back(std::move(t));
   }
   return out;
+}
+
+std::vector<Routing::CatchUp> Routing::CatchUps() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<CatchUp> out;
+  for (const auto& [shard, term] : catching_up_) {
+    CatchUp c{shard, term, {}};
+    const auto& r = map_.shards(int(shard));
+    for (int i = 1; i < r.replicas_size(); ++i) {
+      const uint32_t id = r.replicas(i);
+      if (int(id) < map_.servers_size() && map_.servers(int(id)).alive() &&
+          !map_.servers(int(id)).replication_address().empty())
+        c.from.push_back(map_.servers(int(id)).replication_address());
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void Routing::CaughtUp(uint32_t shard, uint64_t term) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (auto it = catching_up_.find(shard); it != catching_up_.end() && it->second == term)
+    catching_up_.erase(it);
 }
 
 std::vector<uint32_t> Routing::Copying() const {
@@ -198,7 +245,8 @@ void ControllerLink::Beat() {
 
 Forwarder::Forwarder(uint32_t self, Routing* routing, ParamStore* store,
                      std::chrono::milliseconds interval)
-    : self_(self), routing_(routing), store_(store), rounds_(interval, [this] { Round(); }) {}
+    : self_(self), routing_(routing), store_(store), interval_(interval),
+      thread_([this] { Loop(); }) {}
 
 namespace {
 int64_t SteadyNs() {
@@ -207,6 +255,15 @@ int64_t SteadyNs() {
       .count();
 }
 }  // namespace
+
+void Forwarder::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
 
 double Forwarder::lag_seconds() const {
   const int64_t now = SteadyNs();
@@ -217,56 +274,267 @@ double Forwarder::lag_seconds() const {
   return double(now - in_sync_at_ns_.load()) * 1e-9;
 }
 
-void Forwarder::Round() {
-  round_started_ns_ = SteadyNs();
-  std::vector<float> values;
-  bool behind = false;  // a copy this round could not bring to the version it read
-  std::set<std::string> failed;  // copies that missed a forward's deadline in this round
-  for (const auto& [shard, targets] : routing_->ForwardTargets()) {
-    const uint64_t version = store_->Version(shard);
-    std::vector<std::string> due;
-    for (const auto& a : targets) {
-      auto it = sent_.find({shard, a});
-      if (it != sent_.end() && it->second == version) continue;
-      if (failed.count(a)) {
-        behind = true;
+void Forwarder::WhenDurable(std::vector<std::pair<uint32_t, uint64_t>> need,
+                            std::function<void(const grpc::Status&)> done) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!stop_) {
+      waiters_.push_back({std::move(need), std::move(done)});
+      kicked_ = true;
+      cv_.notify_all();
+      return;
+    }
+  }
+  done(grpc::Status(grpc::StatusCode::UNAVAILABLE, "parameter server is shutting down"));
+}
+
+size_t Forwarder::waiting() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return waiters_.size();
+}
+
+void Forwarder::Loop() {
+  bool busy = false;  // the last round sent something, or a promotion is being caught up
+  auto last_round = std::chrono::steady_clock::now() - interval_;
+  for (;;) {
+    bool waiting = false;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      // Back to back while pushes wait (a short pause when a round had nothing to send, e.g.
+      // waiting for a copy the controller has yet to drop); otherwise a round every interval,
+      // looking for promotions to catch up every 20 ms.
+      const auto pause = !waiters_.empty() ? (busy ? std::chrono::milliseconds(0)
+                                                   : std::chrono::milliseconds(5))
+                                           : std::chrono::milliseconds(20);
+      cv_.wait_for(l, pause, [&] { return stop_ || kicked_; });
+      kicked_ = false;
+      if (stop_) break;
+      waiting = !waiters_.empty();
+    }
+    const bool catching = !routing_->CatchUps().empty();
+    if (catching) CatchUp();
+    const auto now = std::chrono::steady_clock::now();
+    if (!waiting && !catching && now - last_round < interval_) continue;
+    last_round = now;
+    busy = Round() || catching;
+    Settle();
+  }
+  std::vector<Waiter> left;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    left.swap(waiters_);
+  }
+  for (auto& w : left)
+    w.done(grpc::Status(grpc::StatusCode::UNAVAILABLE, "parameter server is shutting down"));
+}
+
+v1::ReplicaService::Stub* Forwarder::Stub(const std::string& address) {
+  auto& stub = stubs_[address];
+  if (!stub) stub = v1::ReplicaService::NewStub(net::MakeChannel(address));
+  return stub.get();
+}
+
+void Forwarder::CatchUp() {
+  for (const Routing::CatchUp& c : routing_->CatchUps()) {
+    const int64_t n = store_->ShardSize(c.shard);
+    if (n < 0) continue;
+    // Every other in-sync copy, in parallel; the freshest (term, version) wins.
+    struct Call {
+      grpc::ClientContext ctx;
+      v1::ReadShardRequest req;
+      v1::ForwardRequest resp;
+      grpc::Status status;
+    };
+    std::vector<std::unique_ptr<Call>> calls;
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t left = c.from.size();
+    for (const auto& a : c.from) {
+      calls.push_back(std::make_unique<Call>());
+      Call* call = calls.back().get();
+      net::SetDeadline(&call->ctx, kCatchUpDeadline);
+      call->req.set_shard(c.shard);
+      Stub(a)->async()->ReadShard(&call->ctx, &call->req, &call->resp,
+                                  [&, call](grpc::Status s) {
+                                    std::lock_guard<std::mutex> l(mu);
+                                    call->status = std::move(s);
+                                    if (--left == 0) cv.notify_all();
+                                  });
+    }
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return left == 0; });
+    }
+    const v1::ForwardRequest* best = nullptr;
+    bool all = true;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const Call& call = *calls[i];
+      if (!call.status.ok() || call.resp.values().size() != size_t(n) * 4) {
+        spdlog::warn("shard {}: no state from its copy at {} yet: {}", c.shard, c.from[i],
+                     call.status.ok() ? "wrong size" : call.status.error_message());
+        all = false;
         continue;
       }
-      due.push_back(a);
+      if (!best || std::make_pair(call.resp.term(), call.resp.version()) >
+                       std::make_pair(best->term(), best->version()))
+        best = &call.resp;
     }
+    if (!all) continue;  // asked again next time, or the next map drops that copy
+    if (best != nullptr) {
+      StatusOr<ShardMeta> meta = MetaFromProto(*best);
+      if (!meta.ok()) {
+        spdlog::warn("shard {}: its copy's state is refused: {}", c.shard, meta.status().message());
+        continue;
+      }
+      std::vector<float> values(static_cast<size_t>(n));
+      std::memcpy(values.data(), best->values().data(), best->values().size());
+      auto set = store_->SetState(c.shard, values.data(), n, *meta);
+      if (!set.ok()) continue;
+      if (*set == SetResult::kApplied)
+        spdlog::info("shard {}: took its copy's newer state (term {}, version {})", c.shard,
+                     meta->term, meta->version);
+    }
+    if (!store_->RaiseTerm(c.shard, c.term).ok()) continue;
+    routing_->CaughtUp(c.shard, c.term);
+    EmitEvent({{"event", "caught_up"}, {"shard", c.shard}, {"term", c.term},
+               {"version", store_->Version(c.shard)}});
+  }
+}
+
+bool Forwarder::Round() {
+  round_started_ns_ = SteadyNs();
+  bool behind = false;  // a copy this round could not bring to the version it read
+  struct Call {
+    std::string address;
+    uint32_t shard = 0;
+    uint64_t version = 0;
+    std::shared_ptr<v1::ForwardRequest> req;
+    grpc::ClientContext ctx;
+    v1::ForwardResponse resp;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  for (const Routing::Target& t : routing_->Targets()) {
+    if (t.catching_up) {  // its copies may not hold what this server will serve
+      behind = true;
+      continue;
+    }
+    const uint64_t version = store_->Version(t.shard);
+    std::vector<std::string> due;
+    for (const auto* list : {&t.in_sync, &t.copying})
+      for (const auto& a : *list) {
+        if (a.empty()) continue;  // on a server the map marks dead
+        auto it = sent_.find({t.shard, a});
+        if (it == sent_.end() || it->second < version) due.push_back(a);
+      }
     if (due.empty()) continue;
-    const int64_t n = store_->ShardSize(shard);
-    values.resize(size_t(std::max<int64_t>(n, 0)));
-    StatusOr<uint64_t> read = n > 0 ? store_->Read(shard, values.data(), n)
-                                    : StatusOr<uint64_t>(NotFoundError("no such shard"));
+    const int64_t n = store_->ShardSize(t.shard);
+    if (n <= 0) continue;
+    auto req = std::make_shared<v1::ForwardRequest>();
+    std::string* bytes = req->mutable_values();
+    bytes->resize(size_t(n) * 4);
+    StatusOr<ShardMeta> read =
+        store_->ReadState(t.shard, reinterpret_cast<float*>(bytes->data()), n);
     if (!read.ok()) {
       behind = true;
       continue;
     }
-    v1::ForwardRequest req;
-    req.set_shard(shard);
-    req.set_version(*read);
-    req.set_values(reinterpret_cast<const char*>(values.data()), size_t(n) * 4);
-    req.set_from_server(self_);
-    req.set_map_version(routing_->version());
+    req->set_shard(t.shard);
+    MetaToProto(*read, req.get());
+    req->set_from_server(self_);
+    req->set_map_version(routing_->version());
     for (const auto& a : due) {
-      auto& stub = stubs_[a];
-      if (!stub) stub = v1::ReplicaService::NewStub(net::MakeChannel(a));
-      v1::ForwardResponse resp;
-      grpc::ClientContext ctx;
-      net::SetDeadline(&ctx, kForwardDeadline);
-      if (stub->Forward(&ctx, req, &resp).ok()) {
-        sent_[{shard, a}] = *read;
-        bytes_.fetch_add(uint64_t(n) * 4);
+      calls.push_back(std::make_unique<Call>());
+      Call& c = *calls.back();
+      c.address = a;
+      c.shard = t.shard;
+      c.version = read->version;
+      c.req = req;
+    }
+  }
+  // Every forward of the round at once; each copy's answer records what it holds, and the pushes
+  // it completes a quorum for are answered then, not when the slowest copy answers.
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t left = calls.size();
+  std::vector<Call*> answered;
+  for (auto& cp : calls) {
+    Call* c = cp.get();
+    net::SetDeadline(&c->ctx, kForwardDeadline);
+    Stub(c->address)->async()->Forward(&c->ctx, c->req.get(), &c->resp, [&, c](grpc::Status s) {
+      std::lock_guard<std::mutex> l(mu);
+      c->status = std::move(s);
+      answered.push_back(c);
+      --left;
+      cv.notify_all();
+    });
+  }
+  for (bool more = !calls.empty(); more;) {
+    std::vector<Call*> batch;
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return !answered.empty(); });
+      batch.swap(answered);
+      more = left > 0;
+    }
+    for (Call* c : batch) {
+      if (c->status.ok()) {
+        uint64_t& held = sent_[{c->shard, c->address}];
+        held = std::max(held, c->version);
+        bytes_.fetch_add(uint64_t(c->req->values().size()));
       } else {
         behind = true;
-        failed.insert(a);
+        // A copy that restarted or refused holds an unknown state: send it everything again.
+        sent_.erase({c->shard, c->address});
       }
     }
+    Settle();
   }
   if (!behind) in_sync_at_ns_ = SteadyNs();
   in_sync_ = !behind;
   round_started_ns_ = 0;
+  return !calls.empty();
+}
+
+void Forwarder::Settle() {
+  std::vector<Waiter> mine;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (waiters_.empty()) return;
+    mine.swap(waiters_);
+  }
+  std::map<uint32_t, Routing::Target> targets;
+  for (auto& t : routing_->Targets()) targets[t.shard] = std::move(t);
+  std::vector<Waiter> keep;
+  for (auto& w : mine) {
+    std::string refused;
+    bool durable = true;
+    for (const auto& [shard, version] : w.need) {
+      if (std::string why = routing_->Refusal(shard); !why.empty()) {
+        refused = why;
+        break;
+      }
+      auto it = targets.find(shard);
+      if (it == targets.end()) continue;  // no copies to wait for
+      const Routing::Target& t = it->second;
+      int holding = 0;
+      for (const auto& a : t.in_sync) {
+        auto s = sent_.find({shard, a});
+        holding += !a.empty() && s != sent_.end() && s->second >= version;
+      }
+      if (holding < t.replicas / 2) durable = false;
+    }
+    if (!refused.empty()) {
+      w.done(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "update applied but not acknowledged by a quorum of copies: " + refused));
+    } else if (durable) {
+      w.done(grpc::Status::OK);
+    } else {
+      keep.push_back(std::move(w));
+    }
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& w : keep) waiters_.push_back(std::move(w));
 }
 
 }  // namespace adam::ps

@@ -10,12 +10,18 @@
 //   shard and its version). A new copy is filled by the same call; once one arrived, the copy
 //   reports in sync.
 //
-// Acknowledgement: a trainer's push is acknowledged once the primary applied it. It reaches the
-// secondaries with the next forward, so a failover loses at most the updates the dead primary
-// applied in its last `interval` (plus any it applied after its last forward began). A server
-// that is not the primary of a shard (or has no map yet) refuses pushes and pulls for it with
-// FAILED_PRECONDITION naming its map version, and a primary refuses forwards for its own shards,
-// so a deposed primary cannot overwrite its successor. A primary cut off from the controller
+// Acknowledgement: a trainer's push is acknowledged once a quorum of the shard's in-sync copies
+// holds it: the primary applies it, then answers when forwards of a version that includes it
+// reached floor(R/2) of the R-1 other in-sync copies (one of two others with three copies),
+// while it is still the primary with a live lease. Forward rounds run back to back while pushes
+// wait, so one round acknowledges every push applied before it began. A newly promoted primary
+// reads the shard from every other in-sync copy before it serves it and starts from the freshest
+// state (ordered by (term, version), term being the map version a primary was promoted at), so
+// any quorum's update is in it. Each state carries the last push applied per trainer, so a push
+// re-sent after its answer was lost is applied once. A copy refuses forwards of an older term:
+// a deposed primary cannot overwrite its successor's state, nor count as acknowledged.
+// A server that is not the primary of a shard (or has no map yet) refuses pushes and pulls for
+// it with FAILED_PRECONDITION naming its map version. A primary cut off from the controller
 // stops serving when its lease (300 ms after its last accepted heartbeat) runs out, before the
 // controller (500 ms) promotes another copy: two primaries of one shard never serve at once.
 //
@@ -24,12 +30,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "adam/v1/controller.grpc.pb.h"
@@ -39,12 +48,19 @@
 
 namespace adam::ps {
 
+// How long a primary serves after the last heartbeat the controller leader accepted. The
+// controller's failure timeout (`adam controller --server-timeout-ms`) must exceed it by at least
+// kLeaseMargin, or a primary cut off from the controller could still serve after another copy
+// was promoted.
+inline constexpr std::chrono::milliseconds kPrimaryLease{300};
+inline constexpr std::chrono::milliseconds kLeaseMargin{100};
+
 class Routing {
  public:
   // A primary serves only while its lease lasts: `lease` after its last heartbeat the leader
   // accepted. It must be shorter than the controller's server timeout, so a server that lost
   // touch with the controller stops serving before the controller promotes another copy.
-  explicit Routing(uint32_t self, std::chrono::milliseconds lease = std::chrono::milliseconds(300))
+  explicit Routing(uint32_t self, std::chrono::milliseconds lease = kPrimaryLease)
       : self_(self), lease_(lease) {}
   // Called when the leader accepted a heartbeat sent at `sent`.
   void RenewLease(std::chrono::steady_clock::time_point sent);
@@ -58,6 +74,27 @@ class Routing {
   std::string Refusal(uint32_t shard) const;
   // Shards this server is the primary of, with the replication addresses of their other copies.
   std::vector<std::pair<uint32_t, std::vector<std::string>>> ForwardTargets() const;
+  // This server's primary shards and their other copies: in sync (replicas[1..]), being filled
+  // (copying), and the shard's replicas count R (the quorum is floor(R/2) others). A copy on a
+  // server the map marks dead has an empty address.
+  struct Target {
+    uint32_t shard = 0;
+    std::vector<std::string> in_sync;
+    std::vector<std::string> copying;
+    int replicas = 0;
+    bool catching_up = false;  // promoted, not yet caught up from its copies
+  };
+  std::vector<Target> Targets() const;
+  // Shards this server was promoted to primary of and must catch up before serving: the map
+  // version of the promotion and the replication addresses of the other in-sync copies.
+  struct CatchUp {
+    uint32_t shard = 0;
+    uint64_t term = 0;
+    std::vector<std::string> from;
+  };
+  std::vector<CatchUp> CatchUps() const;
+  // The shard is caught up for the promotion at `term`: it may be served.
+  void CaughtUp(uint32_t shard, uint64_t term);
   // Shards being copied to this server.
   std::vector<uint32_t> Copying() const;
   // Records that a forward of `shard` arrived.
@@ -81,6 +118,7 @@ class Routing {
   bool known_ = false;
   std::set<uint32_t> received_;
   std::set<uint32_t> promoted_;
+  std::map<uint32_t, uint64_t> catching_up_;  // shard -> map version it was promoted at
 };
 
 struct ServerAddresses {
@@ -114,31 +152,61 @@ class ControllerLink {
 
 class Forwarder {
  public:
+  // `quorum`: pushes wait for WhenDurable (see Acknowledgement above); without it forwards run
+  // every `interval` and pushes are answered once applied.
   Forwarder(uint32_t self, Routing* routing, ParamStore* store, std::chrono::milliseconds interval);
-  void Stop() { rounds_.Stop(); }
+  ~Forwarder() { Stop(); }
+  void Stop();
   uint64_t forwarded_bytes() const { return bytes_.load(); }
   // Replication lag: 0 when the last round left every copy of this server's primary shards at
   // the version it read, else the seconds since a round last did (a copy unreachable, or behind).
   // A round still running past one forward's deadline counts as behind: a copy is not answering.
   double lag_seconds() const;
+  // Calls `done` (on the forwarder's thread) with OK once, for every (shard, version) in `need`,
+  // a quorum of the shard's in-sync copies holds that version while this server is still its
+  // primary; with FAILED_PRECONDITION naming why once this server may no longer serve one of
+  // them (deposed, or its lease ran out); UNAVAILABLE when the forwarder stops.
+  void WhenDurable(std::vector<std::pair<uint32_t, uint64_t>> need,
+                   std::function<void(const grpc::Status&)> done);
+  // Pushes waiting for a quorum now.
+  size_t waiting() const;
   // How long one forward may take; a copy that misses it is skipped for the rest of its round,
   // so one unreachable copy holds a round up once, not once per shard.
   static constexpr std::chrono::milliseconds kForwardDeadline{1000};
+  // How long a promoted primary waits for one copy's state before asking again.
+  static constexpr std::chrono::milliseconds kCatchUpDeadline{500};
 
  private:
-  void Round();
+  struct Waiter {
+    std::vector<std::pair<uint32_t, uint64_t>> need;
+    std::function<void(const grpc::Status&)> done;
+  };
+  void Loop();
+  // Returns whether it sent anything.
+  bool Round();
+  void CatchUp();
+  // Answers the waiters that are durable or refused (loop thread).
+  void Settle();
+  v1::ReplicaService::Stub* Stub(const std::string& address);
   const uint32_t self_;
   Routing* routing_;
   ParamStore* store_;
+  const std::chrono::milliseconds interval_;
+  // Loop thread only:
   std::map<std::string, std::unique_ptr<v1::ReplicaService::Stub>> stubs_;  // by address
-  std::map<std::pair<uint32_t, std::string>, uint64_t> sent_;  // (shard, address) -> version
+  std::map<std::pair<uint32_t, std::string>, uint64_t> sent_;  // (shard, address) -> version held
   std::atomic<uint64_t> bytes_{0};
   std::atomic<bool> in_sync_{true};
   std::atomic<int64_t> round_started_ns_{0};  // 0 between rounds
   // steady_clock time (ns) of the last round that ended with every copy current.
   std::atomic<int64_t> in_sync_at_ns_{std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::steady_clock::now().time_since_epoch()).count()};
-  Periodic rounds_;  // last: runs Round every interval
+  mutable std::mutex mu_;  // guards the fields below
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool kicked_ = false;
+  std::vector<Waiter> waiters_;
+  std::thread thread_;  // last: runs Loop once everything above exists
 };
 
 }  // namespace adam::ps

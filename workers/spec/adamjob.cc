@@ -329,7 +329,8 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
   }
   if (const YAML::Node s = n["parameterServer"];
       r.Map(s, p + ".parameterServer",
-            {"replicas", "shardBytes", "copies", "resources", "persistence"}) && s) {
+            {"replicas", "shardBytes", "copies", "acknowledge", "resources", "persistence"}) &&
+      s) {
     const std::string sp = p + ".parameterServer";
     auto& ps = roles->parameter_server;
     r.Int(s, "replicas", sp, 1, 1024, &ps.replicas);
@@ -337,6 +338,15 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
       r.Error(sp + ".shardBytes",
               "must be a multiple of 4 (whole floats), got " + std::to_string(ps.shard_bytes));
     r.Int(s, "copies", sp, 1, 5, &ps.copies);
+    if (std::string a; r.Get(s, "acknowledge", sp, &a)) {
+      if (a == "quorum") {
+        ps.acknowledge = Acknowledge::kQuorum;
+      } else if (a == "applied") {
+        ps.acknowledge = Acknowledge::kApplied;
+      } else {
+        r.Error(sp + ".acknowledge", "must be one of quorum, applied; got '" + a + "'");
+      }
+    }
     ReadResources(r, s["resources"], sp + ".resources", &ps.resources);
     const YAML::Node per = s["persistence"];
     if (r.Map(per, sp + ".persistence", {"interval", "size"}) && per) {

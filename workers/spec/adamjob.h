@@ -111,10 +111,16 @@ struct ControllerRole {
   Resources resources;
 };
 
+// When a parameter server with copies answers a push: once a quorum of the shard's copies holds
+// it (no acknowledged update is lost when a primary dies), or once the primary applied it (the
+// copies get it with the next forward: a failover may lose the last forward interval's updates).
+enum class Acknowledge { kQuorum, kApplied };
+
 struct ParameterServerRole {
   int replicas = 1;
   int64_t shard_bytes = 1 << 20;
   int copies = 1;
+  Acknowledge acknowledge = Acknowledge::kQuorum;
   Resources resources;
   Persistence persistence;
 };

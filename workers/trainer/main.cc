@@ -9,6 +9,7 @@
 #include "model/layout.h"
 #include "net/grpc.h"
 #include "topology/topology.h"
+#include "trainer/push_check.h"
 #include "trainer/trainer.h"
 #include "update/update_plan.h"
 
@@ -70,6 +71,25 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   if (!ps.ok()) {
     spdlog::error("{}", ps.status().message());
     return 1;
+  }
+  if (options.check_pushes > 0) {
+    if (options.controller.empty()) {
+      spdlog::error("--check-pushes compares a shard's copies: it needs --controller (copies > 1)");
+      return kExitInvalid;
+    }
+    PushCheckOptions co;
+    co.pushes = options.check_pushes;
+    co.round = options.check_round;
+    co.trainers = job.roles.trainer.replicas;
+    co.index = options.index;
+    co.every = std::chrono::milliseconds(options.check_every_ms);
+    co.controller = options.controller;
+    auto r = RunPushCheck(*map, ps->get(), co);
+    if (!r.ok()) {
+      spdlog::error("{}", r.status().message());
+      return r.status().code() == StatusCode::kInvalidArgument ? kExitInvalid : 1;
+    }
+    return r->lost + r->twice + r->disagree > 0 ? 1 : 0;
   }
   auto data_channel = net::MakeChannel(options.data_server);
   if (Status st = net::WaitForReady(data_channel.get(), "data server", options.data_server,

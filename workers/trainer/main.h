@@ -19,6 +19,9 @@ struct MainOptions {
   int metrics_port = 0;
   bool bind = true;  // bind workers to cores (also needs spec.placement.numaPinning)
   bool evaluate_only = false;  // pull the model, evaluate it, exit (see TrainerOptions)
+  int check_pushes = 0;        // > 0: push tagged updates and check them (push_check.h)
+  int check_round = 0;
+  int check_every_ms = 20;
 };
 
 // Trains to the end of the job; returns the process exit code.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -181,6 +182,13 @@ class GrpcClient final : public ParamServerClient {
 };
 
 
+uint64_t RandomSession() {
+  std::random_device rd;
+  uint64_t s = 0;
+  while (s == 0) s = (uint64_t(rd()) << 32) ^ rd();
+  return s;
+}
+
 bool Retryable(grpc::StatusCode c) {
   return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::FAILED_PRECONDITION ||
          c == grpc::StatusCode::DEADLINE_EXCEEDED || c == grpc::StatusCode::CANCELLED ||
@@ -280,6 +288,8 @@ class RoutedClient final : public ParamServerClient {
     std::set<uint32_t> pending;
     for (const auto& s : base_.shards()) pending.insert(s.id);
     uint64_t bytes = 0;
+    // Every attempt of this push carries the same identity: a server drops a part it has.
+    const uint64_t seq = seq_.fetch_add(1, std::memory_order_relaxed) + 1;
     return Retry("push", &pending, [&](const Route& r, int server,
                                        const std::set<uint32_t>& shards, grpc::ClientContext* ctx,
                                        std::function<void(grpc::Status)> done) {
@@ -289,6 +299,8 @@ class RoutedClient final : public ParamServerClient {
       req.set_trainer_index(uint32_t(options_.trainer_index));
       req.set_clock(args.clock);
       req.set_leave(args.leave);
+      req.set_session(session_);
+      req.set_seq(seq);
       if (args.delta != nullptr)
         for (const auto& range : r.plan.DeltaRanges(server)) {
           if (!shards.count(range.shard)) continue;
@@ -461,6 +473,9 @@ class RoutedClient final : public ParamServerClient {
   std::map<std::string, std::shared_ptr<adam::v1::ParameterService::Stub>> stubs_;
   std::atomic<uint64_t> pushed_{0};
   std::atomic<uint64_t> pulled_{0};
+  // This process's pushes: a random session and a sequence number per push.
+  const uint64_t session_ = RandomSession();
+  std::atomic<uint64_t> seq_{0};
 };
 
 }  // namespace
