@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <random>
 #include <set>
@@ -44,6 +45,7 @@ class Group : public ::testing::Test {
     o.raft.seed = 42;
     o.bootstrap = MakeBootstrap(*shard::ShardMap::Make(12 * 16, 64, kServers, 3), 3);
     o.server_timeout = 300ms;
+    o.server_probation = 1s;
     auto c = Controller::Open(o);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     auto server = net::StartServer(members_[id], {(*c)->controller_service(), (*c)->raft_service()});
@@ -77,9 +79,11 @@ class Group : public ::testing::Test {
   }
 
   v1::HeartbeatResponse Beat(raft::NodeId to, uint32_t server, uint64_t map_version,
-                             const std::vector<v1::ShardVersion>& shards = {}) {
+                             const std::vector<v1::ShardVersion>& shards = {},
+                             uint64_t incarnation = 0) {
     v1::HeartbeatRequest req;
     req.mutable_server()->set_id(server);
+    req.mutable_server()->set_incarnation(incarnation);
     req.mutable_server()->set_address("127.0.0.1:" + std::to_string(7000 + server));
     req.set_map_version(map_version);
     for (const auto& s : shards) *req.add_shards() = s;
@@ -217,6 +221,56 @@ TEST_F(Group, ASilentPrimaryIsFailedOverAndItsThirdCopyRebuilt) {
     EXPECT_EQ(r.copying_size(), 0);
   }
   EXPECT_GE(controllers_[leader]->counters().failovers, 1u);
+}
+
+// A server that restarted between two heartbeats (faster than the timeout) holds only its
+// checkpoint: its copies are failed over before it is accepted again, and it gets new copies only
+// once its probation is over, even when a shard has nowhere else to go.
+TEST_F(Group, ARestartedServerIsFailedOverAndGetsCopiesOnlyAfterItsProbation) {
+  const raft::NodeId leader = WaitLeader();
+  ASSERT_NE(leader, 0u);
+  for (uint32_t s = 0; s < kServers; ++s) ASSERT_TRUE(Beat(leader, s, 0, {}, 1).accepted());
+  const auto holds = [](const v1::ControllerState& st, uint32_t server) {
+    int n = 0;
+    for (const auto& r : st.shards()) {
+      n += int(std::count(r.replicas().begin(), r.replicas().end(), server));
+      n += int(std::count(r.copying().begin(), r.copying().end(), server));
+    }
+    return n;
+  };
+  ASSERT_GT(holds(controllers_[leader]->state(), 0), 0);
+  // Server 0 comes back as a new process: refused (no lease) until its copies are failed over.
+  const v1::HeartbeatResponse refused = Beat(leader, 0, 0, {}, 2);
+  EXPECT_FALSE(refused.accepted());
+  EXPECT_EQ(refused.leader_address(), members_[leader]);
+  Clock::time_point accepted{};
+  for (const auto t0 = Clock::now(); Clock::now() - t0 < 3s && accepted == Clock::time_point{};) {
+    for (uint32_t s = 1; s < kServers; ++s) Beat(leader, s, 0, {}, 1);
+    if (Beat(leader, 0, 0, {}, 2).accepted()) accepted = Clock::now();
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(accepted, Clock::time_point{}) << "the restarted server was never accepted again";
+  v1::ControllerState st = controllers_[leader]->state();
+  EXPECT_TRUE(st.servers(0).alive());
+  EXPECT_EQ(st.servers(0).incarnation(), 2u);
+  EXPECT_EQ(holds(st, 0), 0);
+  EXPECT_EQ(controllers_[leader]->counters().restarts, 1u);
+  EXPECT_GE(controllers_[leader]->counters().failovers, 1u);
+  // Server 1 goes silent: its shards held by 1, 2 and 3 have nowhere to go but server 0, which
+  // gets them only once its second of probation is over.
+  Clock::time_point copied{};
+  for (const auto t0 = Clock::now(); Clock::now() - t0 < 4s && copied == Clock::time_point{};) {
+    Beat(leader, 0, 0, {}, 2);
+    for (uint32_t s = 2; s < kServers; ++s) Beat(leader, s, 0, {}, 1);
+    if (holds(controllers_[leader]->state(), 0) > 0) copied = Clock::now();
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(copied, Clock::time_point{}) << "no copy went to server 0 after its probation";
+  EXPECT_FALSE(controllers_[leader]->state().servers(1).alive());
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(copied - accepted);
+  std::printf("restarted server: first new copy %lld ms after it was accepted again\n",
+              static_cast<long long>(waited.count()));
+  EXPECT_GE(waited, 700ms);  // probation 1 s, counted from the registration just before `accepted`
 }
 
 // A trainer's routed client watches the map: a failover reaches it with no request failing.

@@ -158,4 +158,46 @@ TEST(ShardState, WithoutASpareServerAShardStaysUnderReplicatedUntilRepair) {
 }
 
 }  // namespace
+
+// A server back from the dead gets no new copy while on probation, neither from repair nor from a
+// failover that needs a new home for copies; once off probation it does.
+TEST(ShardState, NoNewCopyGoesToAServerOnProbation) {
+  ShardState st = Registered(4, 12, 3);
+  auto plan = PlanFailover(st.state(), {1}, {});
+  v1::Command c;
+  *c.mutable_reassign() = *plan;
+  ASSERT_TRUE(st.Apply(c).ok());
+  v1::Command back;
+  back.mutable_register_()->set_id(1);
+  back.mutable_register_()->set_address("ps-1");
+  ASSERT_TRUE(st.Apply(back).ok());
+  // Copies placed on 0, 2, 3 by the first failover; server 2 now dies with 1 on probation.
+  auto again = PlanFailover(st.state(), {2}, {}, {1});
+  ASSERT_TRUE(again.has_value());
+  for (const auto& r : again->shards()) EXPECT_EQ(Holders(r).count(1), 0u) << "shard " << r.shard();
+  *c.mutable_reassign() = *again;
+  ASSERT_TRUE(st.Apply(c).ok());
+  EXPECT_FALSE(PlanRepair(st.state(), {1}).has_value());
+  auto repair = PlanRepair(st.state());
+  ASSERT_TRUE(repair.has_value());
+  int on_one = 0;
+  for (const auto& r : repair->shards()) on_one += int(Holders(r).count(1));
+  EXPECT_GT(on_one, 0);
+}
+
+// A registration under a new incarnation (the process restarted) is recorded, not a repeat.
+TEST(ShardState, ANewIncarnationIsRecorded) {
+  ShardState st = Registered(3, 6, 3);
+  v1::Command r;
+  r.mutable_register_()->set_id(1);
+  r.mutable_register_()->set_address("ps-1");
+  r.mutable_register_()->set_incarnation(7);
+  const uint64_t v = st.state().version();
+  ASSERT_TRUE(st.Apply(r).ok());
+  EXPECT_EQ(st.state().version(), v + 1);
+  EXPECT_EQ(st.state().servers(1).incarnation(), 7u);
+  ASSERT_TRUE(st.Apply(r).ok());
+  EXPECT_EQ(st.state().version(), v + 1);
+}
+
 }  // namespace adam::controller

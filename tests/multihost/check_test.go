@@ -127,8 +127,10 @@ type fault struct {
 	at, span time.Duration
 }
 
+// restart-ps: killed and started again at once, so it may be back within the controller's
+// heartbeat timeout, as a new process holding only its checkpoint.
 var faultKinds = []string{"kill-ps", "kill-primary", "pause-primary", "pause-ps", "cut-primary-from-controllers",
-	"cut-second-network", "kill-leader", "cut-leader-from-peers"}
+	"cut-second-network", "kill-leader", "cut-leader-from-peers", "restart-ps"}
 
 // schedule draws two or three faults, one after another (a minority down at any time).
 func (j *job) schedule(rng *rand.Rand) []fault {
@@ -139,7 +141,7 @@ func (j *job) schedule(rng *rand.Rand) []fault {
 		f := fault{kind: faultKinds[rng.Intn(len(faultKinds))], at: at,
 			span: time.Duration(500+rng.Intn(2000)) * time.Millisecond}
 		switch f.kind {
-		case "kill-ps", "pause-ps", "cut-second-network":
+		case "kill-ps", "pause-ps", "cut-second-network", "restart-ps":
 			f.target = fmt.Sprintf("ps-%d", rng.Intn(servers))
 		case "kill-leader", "cut-leader-from-peers":
 			f.target = "leader"
@@ -180,6 +182,10 @@ func (j *job) runSchedule(s []fault) {
 			continue
 		}
 		switch {
+		case f.kind == "restart-ps":
+			j.kill(p)
+			j.restart(p, 0)
+			time.Sleep(f.span)
 		case strings.HasPrefix(f.kind, "kill"):
 			j.kill(p)
 			j.restart(p, f.span)

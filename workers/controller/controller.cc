@@ -42,6 +42,8 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
   ShardState machine;
   std::map<uint32_t, Clock::time_point> last_seen;  // leader-local failure detector
   CopyVersions versions;                            // leader-local freshness reports
+  std::set<uint32_t> restarted;  // alive in the map, heartbeating under a new incarnation
+  std::map<uint32_t, Clock::time_point> probation_until;  // leader-local: back from the dead
   Clock::time_point leader_since{};  // failure detection counts from here (see OnRole)
   bool is_leader = false;
   uint64_t announce_term = 0;
@@ -128,11 +130,32 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             "heartbeat: server " + std::to_string(in.id()) + " is not in the job (" +
                                 std::to_string(s.servers_size()) + " servers)");
-      last_seen[in.id()] = Clock::now();
       const v1::ServerRecord& have = s.servers(int(in.id()));
+      if (have.alive() && s.copies() > 1 && have.incarnation() != 0 &&
+          in.incarnation() != have.incarnation()) {
+        // The process restarted since it registered: what it held in memory is gone, so its
+        // copies are failed over (by the supervisor) before it may register again. No lease
+        // meanwhile: it keeps beating here and is answered once it is marked dead.
+        if (restarted.insert(in.id()).second) {
+          ++counters.restarts;
+          spdlog::warn("controller: server {} restarted (new incarnation): failing over its copies",
+                       in.id());
+          EmitEvent({{"event", "server_restarted"}, {"server", in.id()}});
+        }
+        resp->set_accepted(false);
+        resp->set_leader_address(options.raft.peers.at(options.raft.id));
+        return grpc::Status::OK;
+      }
+      last_seen[in.id()] = Clock::now();
       need_register = !have.alive() || have.address() != in.address() ||
                       have.replication_address() != in.replication_address() ||
-                      have.host() != in.host();
+                      have.host() != in.host() || have.incarnation() != in.incarnation();
+      if (!have.alive()) {
+        restarted.erase(in.id());  // failed over: this registration is its new start
+        // Back from the dead (it registered before): on probation before it gets new copies.
+        if (!have.address().empty() || have.incarnation() != 0)
+          probation_until[in.id()] = Clock::now() + options.server_probation;
+      }
       for (const v1::ShardVersion& v : req->shards()) {
         versions[{v.shard(), in.id()}] = v.version();
         if (!v.in_sync() || v.shard() >= uint32_t(s.shards_size())) continue;
@@ -256,13 +279,25 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         } else if (now - leader_since >= options.server_timeout) {
           std::set<uint32_t> dead;
           for (const v1::ServerRecord& sv : s.servers()) {
-            if (!sv.alive()) continue;
+            if (!sv.alive()) {
+              restarted.erase(sv.id());  // failed over: it may register again
+              continue;
+            }
             auto it = last_seen.find(sv.id());
             const auto seen = it == last_seen.end() ? leader_since : std::max(it->second, leader_since);
-            if (now - seen > options.server_timeout) dead.insert(sv.id());
+            if (now - seen > options.server_timeout || restarted.count(sv.id())) dead.insert(sv.id());
+          }
+          std::set<uint32_t> probation;
+          for (auto it = probation_until.begin(); it != probation_until.end();) {
+            if (it->second <= now) {
+              it = probation_until.erase(it);
+            } else {
+              probation.insert(it->first);
+              ++it;
+            }
           }
           std::optional<v1::Reassign> plan =
-              dead.empty() ? PlanRepair(s) : PlanFailover(s, dead, versions);
+              dead.empty() ? PlanRepair(s, probation) : PlanFailover(s, dead, versions, probation);
           if (plan) {
             cmd.emplace();
             *cmd->mutable_reassign() = std::move(*plan);
@@ -272,7 +307,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
               names += std::to_string(d);
             }
             if (!dead.empty())
-              spdlog::warn("controller: servers {} missed heartbeats for {} ms: failing over",
+              spdlog::warn("controller: servers {} missed heartbeats for {} ms or restarted: failing over",
                            names, options.server_timeout.count());
           }
         }
@@ -294,6 +329,8 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         leader_since = Clock::now() + 2 * election;
         last_seen.clear();
         versions.clear();
+        restarted.clear();
+        probation_until.clear();
       }
       is_leader = leader;
     }

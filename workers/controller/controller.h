@@ -4,8 +4,12 @@
 // Only the leader accepts heartbeats and writes; followers answer with the leader's address.
 // The leader's supervisor thread (every 20 ms) bootstraps the map from the job when the group has
 // none, declares a parameter server dead when it has not heartbeated for `server_timeout` (a new
-// leader first grants every server a full timeout), commits the failover plan (promote the
-// freshest copy, add a copy elsewhere), and commits CopyDone when a new copy reports in sync.
+// leader first grants every server a full timeout) or when it heartbeats under a new incarnation
+// (it restarted, holding only its checkpoint), commits the failover plan (promote the freshest
+// copy, add a copy elsewhere), and commits CopyDone when a new copy reports in sync. A server
+// back from the dead is on probation for `server_probation`: it gets no new copies until it has
+// beaten that long, so one whose heartbeats still stall (TCP backing off after a healed
+// partition) is failed over again holding nothing instead of taking shards with it each time.
 //
 // Thread-safe.
 #pragma once
@@ -26,12 +30,14 @@ struct ControllerOptions {
   raft::DriverOptions raft;                    // id, members' addresses, state dir, timing
   v1::ControllerState bootstrap;               // the initial map (from the job)
   std::chrono::milliseconds server_timeout{500};
+  std::chrono::milliseconds server_probation{2000};
 };
 
 struct ControllerCounters {
   uint64_t heartbeats = 0;
   uint64_t failovers = 0;     // committed Reassign commands for dead servers
   uint64_t copies_done = 0;
+  uint64_t restarts = 0;      // servers seen heartbeating under a new incarnation
 };
 
 class Controller {

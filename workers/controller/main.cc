@@ -72,6 +72,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   co.raft.seed = std::hash<std::string>{}(job.name);
   co.bootstrap = MakeBootstrap(*map, role.copies);
   co.server_timeout = std::chrono::milliseconds(options.server_timeout_ms);
+  co.server_probation = 4 * co.server_timeout;
   auto controller = Controller::Open(co);
   if (!controller.ok()) {
     spdlog::error("controller: {}", controller.status().message());
@@ -96,6 +97,8 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   auto& heartbeats = reg.Counter("adam_controller_heartbeats_total", "Heartbeats accepted (leader)");
   auto& failovers = reg.Counter("adam_controller_failovers_total",
                                 "Failovers committed for dead parameter servers (leader)");
+  auto& restarts = reg.Counter("adam_controller_server_restarts_total",
+                               "Parameter servers seen heartbeating as a new process (leader)");
   auto& rebuilt = reg.Counter("adam_controller_copies_rebuilt_total",
                               "New shard copies committed in sync (every member)");
   auto& leader_changes = reg.Counter("adam_controller_leader_changes_total",
@@ -132,6 +135,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       heartbeats.Increment(double(c.heartbeats - last.heartbeats));
       failovers.Increment(double(c.failovers - last.failovers));
       rebuilt.Increment(double(c.copies_done - last.copies_done));
+      restarts.Increment(double(c.restarts - last.restarts));
       last = c;
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }

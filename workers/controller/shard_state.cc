@@ -15,9 +15,10 @@ const v1::ServerRecord* Server(const v1::ControllerState& s, uint32_t id) {
 }
 
 // Adds copies to `r` until it has `copies` (in sync + copying), choosing alive servers that do
-// not hold it and, when hosts are known, whose host holds no copy; fewest shards first.
-void AddCopies(const v1::ControllerState& s, const std::vector<int>& load, v1::ShardRecord* r,
-               std::vector<int>* load_out) {
+// not hold it, are not on probation and, when hosts are known, whose host holds no copy; fewest
+// shards first.
+void AddCopies(const v1::ControllerState& s, const std::set<uint32_t>& on_probation,
+               v1::ShardRecord* r, std::vector<int>* load) {
   while (r->replicas_size() + r->copying_size() < int(s.copies())) {
     std::set<std::string> hosts;
     for (uint32_t id : r->replicas())
@@ -27,15 +28,14 @@ void AddCopies(const v1::ControllerState& s, const std::vector<int>& load, v1::S
     int best = -1;
     for (int id = 0; id < s.servers_size(); ++id) {
       const v1::ServerRecord& sv = s.servers(id);
-      if (!sv.alive() || Holds(*r, uint32_t(id))) continue;
+      if (!sv.alive() || Holds(*r, uint32_t(id)) || on_probation.count(uint32_t(id))) continue;
       if (!sv.host().empty() && hosts.count(sv.host())) continue;
-      if (best < 0 || (*load_out)[size_t(id)] < (*load_out)[size_t(best)]) best = id;
+      if (best < 0 || (*load)[size_t(id)] < (*load)[size_t(best)]) best = id;
     }
     if (best < 0) return;  // not enough distinct servers: stays under-replicated
     r->add_copying(uint32_t(best));
-    ++(*load_out)[size_t(best)];
+    ++(*load)[size_t(best)];
   }
-  (void)load;
 }
 
 std::vector<int> Load(const v1::ControllerState& s) {
@@ -85,7 +85,8 @@ Status ShardState::Apply(const v1::Command& c) {
                                        " is not in the job");
       v1::ServerRecord* sv = state_.mutable_servers(int(in.id()));
       if (sv->alive() && sv->address() == in.address() &&
-          sv->replication_address() == in.replication_address() && sv->host() == in.host())
+          sv->replication_address() == in.replication_address() && sv->host() == in.host() &&
+          sv->incarnation() == in.incarnation())
         return OkStatus();  // a repeated registration changes nothing
       *sv = in;
       sv->set_alive(true);
@@ -146,7 +147,8 @@ Status ShardState::Restore(const std::string& bytes) {
 
 std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
                                          const std::set<uint32_t>& dead,
-                                         const CopyVersions& versions) {
+                                         const CopyVersions& versions,
+                                         const std::set<uint32_t>& on_probation) {
   v1::Reassign out;
   out.set_expected_version(s.version());
   for (uint32_t id : dead)
@@ -179,21 +181,22 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
     for (uint32_t id : alive) next.add_replicas(id);
     for (uint32_t id : rec.copying())
       if (!dead.count(id)) next.add_copying(id);
-    AddCopies(after, load, &next, &load);
+    AddCopies(after, on_probation, &next, &load);
     *out.add_shards() = next;
   }
   out.set_reason("servers stopped heartbeating");
   return out;
 }
 
-std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& s) {
+std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& s,
+                                       const std::set<uint32_t>& on_probation) {
   v1::Reassign out;
   out.set_expected_version(s.version());
   std::vector<int> load = Load(s);
   for (const v1::ShardRecord& rec : s.shards()) {
     if (rec.replicas_size() + rec.copying_size() >= int(s.copies())) continue;
     v1::ShardRecord next = rec;
-    AddCopies(s, load, &next, &load);
+    AddCopies(s, on_probation, &next, &load);
     if (next.copying_size() != rec.copying_size()) *out.add_shards() = next;
   }
   if (out.shards().empty()) return std::nullopt;

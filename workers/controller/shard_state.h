@@ -43,14 +43,18 @@ using CopyVersions = std::map<std::pair<uint32_t, uint32_t>, uint64_t>;
 // The leader's decision when the servers in `dead` stopped heartbeating: they are marked dead and
 // removed from every shard; a shard whose primary died gets the freshest surviving in-sync copy as
 // primary; every shard below `copies` gets a new copy (state "copying") on the alive server that
-// holds the fewest shards, never one that already holds it or whose host holds it. Returns
-// nullopt when nothing changes.
+// holds the fewest shards, never one that already holds it or whose host holds it, nor one in
+// `on_probation` (a server back from the dead that has not yet beaten steadily). Returns nullopt
+// when nothing changes.
 std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& state,
                                          const std::set<uint32_t>& dead,
-                                         const CopyVersions& versions);
+                                         const CopyVersions& versions,
+                                         const std::set<uint32_t>& on_probation = {});
 
-// Re-plans copies for under-replicated shards (e.g. after a server came back).
-std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& state);
+// Re-plans copies for under-replicated shards (e.g. after a server came back), on servers not
+// in `on_probation`.
+std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& state,
+                                       const std::set<uint32_t>& on_probation = {});
 
 // The map as served to clients.
 v1::ShardMap ToShardMap(const v1::ControllerState& state, const std::string& leader_address);

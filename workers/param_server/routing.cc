@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <set>
 
 #include "core/event.h"
@@ -193,6 +194,7 @@ ControllerLink::ControllerLink(uint32_t self, std::vector<std::string> members, 
       routing_(routing),
       store_(store),
       members_(std::move(members)),
+      incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1),
       beat_(std::chrono::milliseconds(50), [this] { Beat(); }) {}
 
 void ControllerLink::SetAddresses(const ServerAddresses& addresses) {
@@ -214,6 +216,7 @@ void ControllerLink::Beat() {
   req.mutable_server()->set_address(addr.address);
   req.mutable_server()->set_replication_address(addr.replication_address);
   req.mutable_server()->set_host(addr.host);
+  req.mutable_server()->set_incarnation(incarnation_);
   req.set_map_version(routing_->version());
   const std::vector<uint32_t> copying = routing_->Copying();
   for (uint32_t id : store_->shard_ids()) {

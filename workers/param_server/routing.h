@@ -145,6 +145,7 @@ class ControllerLink {
   std::vector<std::string> members_;
   std::mutex mu_;
   std::optional<ServerAddresses> addresses_;
+  const uint64_t incarnation_;  // random, nonzero: tells the controller this process restarted
   size_t target_ = 0;  // the member believed to lead (beat thread only)
   std::atomic<uint64_t> heartbeats_{0};
   Periodic beat_;  // last: runs Beat every 50 ms once everything above exists
