@@ -28,9 +28,9 @@ spec::LayerSpec Conv(int maps, int kernel, spec::Activation a, int padding = 0) 
   l.activation = a;
   return l;
 }
-spec::LayerSpec Pool(int size) {
+spec::LayerSpec Pool(int size, spec::LayerType type = spec::LayerType::kMaxPool) {
   spec::LayerSpec l;
-  l.type = spec::LayerType::kMaxPool;
+  l.type = type;
   l.size = size;
   return l;
 }
@@ -124,6 +124,53 @@ TEST(Network, GradientMatchesFiniteDifferences_DenseOnly) {
                            Softmax(3)},
                           {1, 3, 4}),
                  1, 3);
+}
+
+// Average pooling over a 7x7 input with windows of 2 (the last row and column are in no window:
+// their gradient is 0), between sigmoid layers.
+TEST(Network, GradientMatchesFiniteDifferences_SigmoidAndAvgPool) {
+  CheckGradients(MakeSpec({Conv(3, 2, spec::Activation::kSigmoid),
+                           Pool(2, spec::LayerType::kAvgPool), Dense(5, spec::Activation::kSigmoid),
+                           Softmax(3)},
+                          {2, 8, 8}),
+                 2, 4);
+}
+
+TEST(Network, GradientMatchesFiniteDifferences_LeakyRelu) {
+  CheckGradients(MakeSpec({Conv(3, 3, spec::Activation::kLeakyRelu, 1), Pool(2),
+                           Dense(6, spec::Activation::kLeakyRelu), Softmax(4)},
+                          {1, 6, 6}),
+                 3, 5);
+}
+
+// The activations and the average pool compute what they are named for, on known inputs: a
+// 1x1 conv of weight 1 and bias 0 passes the input through.
+TEST(Network, ActivationsAndAveragePoolComputeTheirFormulas) {
+  for (auto a : {spec::Activation::kSigmoid, spec::Activation::kLeakyRelu}) {
+    SCOPED_TRACE(spec::ActivationName(a));
+    spec::ModelSpec m = MakeSpec({Conv(1, 1, a), Pool(2, spec::LayerType::kAvgPool), Softmax(2)},
+                                 {1, 2, 2});
+    auto layout = ModelLayout::Make(m);
+    ASSERT_TRUE(layout.ok());
+    std::vector<float> params(layout->num_params(), 0.f), grads(params.size());
+    params[0] = 1.f;  // the conv's one weight; its bias (params[1]) stays 0
+    // Softmax: class 0 reads the pooled value with weight 1, class 1 with weight 0.
+    params[2] = 1.f;
+    auto net = Network::Create(*layout, 1, params.data(), grads.data(), NetworkMode::kGradients);
+    ASSERT_TRUE(net.ok()) << net.status().ToString();
+    const float in[4] = {-2.f, -1.f, 0.5f, 3.f};
+    std::copy(in, in + 4, (*net)->input());
+    const uint8_t label = 0;
+    (*net)->Forward(&label, nullptr);
+    const float* probs = (*net)->probabilities();
+    float pooled = 0;
+    for (float x : in)
+      pooled += a == spec::Activation::kSigmoid ? 1.f / (1.f + std::exp(-x))
+                                                : (x > 0 ? x : spec::kLeakySlope * x);
+    pooled /= 4;
+    // p0 / p1 = exp(pooled) / exp(0).
+    EXPECT_NEAR(std::log(probs[0] / probs[1]), pooled, 1e-5);
+  }
 }
 
 TEST(Network, ProbabilitiesSumToOneAndPredictArgmax) {

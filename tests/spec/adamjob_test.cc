@@ -71,6 +71,22 @@ TEST(AdamJob, ConsistencyModesAndDenseUpdates) {
   EXPECT_EQ(job->training.thread_weights, ThreadWeights::kPrivate);
 }
 
+TEST(AdamJob, AveragePoolingAndEveryActivationParse) {
+  auto job = ParseAdamJob(
+      With("      - {type: conv, maps: 10, kernel: 5, activation: tanh}\n      - {type: maxpool, size: 2}",
+           "      - {type: conv, maps: 10, kernel: 5, activation: leakyRelu}\n      - {type: avgpool, size: 2}"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_EQ(job->model.layers[0].activation, Activation::kLeakyRelu);
+  EXPECT_EQ(job->model.layers[1].type, LayerType::kAvgPool);
+  EXPECT_STREQ(LayerTypeName(job->model.layers[1].type), "avgpool");
+  job = ParseAdamJob(With("{type: dense, units: 400}", "{type: dense, units: 400, activation: sigmoid}"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_EQ(job->model.layers[4].activation, Activation::kSigmoid);
+  EXPECT_STREQ(ActivationName(Activation::kSigmoid), "sigmoid");
+  EXPECT_THAT(ErrorOf(With("{type: maxpool, size: 2}", "{type: avgpool}")),
+              HasSubstr("spec.model.layers[1].size"));
+}
+
 TEST(AdamJob, ValidManifestGetsDefaults) {
   auto job = ParseAdamJob(kValid);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
@@ -184,9 +200,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"units: 400}", "units: 0}", "spec.model.layers[4].units: must be > 0, got 0"},
         BadCase{"units: 400}", "units: many}", "spec.model.layers[4].units: must be an integer, got 'many'"},
         BadCase{"{type: maxpool, size: 2}", "{type: pool, size: 2}",
-                "spec.model.layers[1].type: must be one of conv, maxpool, dense, softmax; got 'pool'"},
-        BadCase{"maps: 10, kernel: 5, activation: tanh", "maps: 10, kernel: 5, activation: sigmoid",
-                "spec.model.layers[0].activation: must be one of tanh, relu, none"},
+                "spec.model.layers[1].type: must be one of conv, maxpool, avgpool, dense, softmax; got 'pool'"},
+        BadCase{"maps: 10, kernel: 5, activation: tanh", "maps: 10, kernel: 5, activation: swish",
+                "spec.model.layers[0].activation: must be one of tanh, relu, leakyRelu, sigmoid, none; got 'swish'"},
         BadCase{"maps: 10, kernel: 5,", "maps: 10, kernel: 50,", "layers[0].kernel: 50 is larger than its input 28x28"},
         BadCase{"{type: conv, maps: 20, kernel: 5}", "{type: conv, maps: 20, kernel: 5, color: red}",
                 "spec.model.layers[2].color: unknown field"},

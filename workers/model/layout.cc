@@ -51,7 +51,9 @@ void ModelLayout::InitParams(uint64_t seed, float* out) const {
         fan_in = double(s.in.size());
         fan_out = double(s.out.channels);
       }
-      const double limit = l.activation == spec::Activation::kRelu
+      const bool rectifier =
+          l.activation == spec::Activation::kRelu || l.activation == spec::Activation::kLeakyRelu;
+      const double limit = rectifier
                                ? std::sqrt(6.0 / fan_in)
                                : std::sqrt(6.0 / (fan_in + fan_out));
       std::uniform_real_distribution<float> dist(float(-limit), float(limit));

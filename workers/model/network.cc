@@ -1,6 +1,6 @@
-// Network on oneDNN 2.x primitives: conv, max-pool, inner product, eltwise and softmax, forward
-// and backward, with plain layouts (NCHW activations, OIHW/OI weights) so the parameter vector is
-// the wire format as it is.
+// Network on oneDNN 2.x primitives: conv, max and average pooling, inner product, eltwise and
+// softmax, forward and backward, with plain layouts (NCHW activations, OIHW/OI weights) so the
+// parameter vector is the wire format as it is.
 #include "model/network.h"
 
 #include <algorithm>
@@ -29,9 +29,18 @@ struct Step {
   Args args;
 };
 
+// Every activation's backward is computed from its output (the forward runs in place).
 algorithm EltwiseAlg(spec::Activation a) {
-  return a == spec::Activation::kRelu ? algorithm::eltwise_relu_use_dst_for_bwd
-                                      : algorithm::eltwise_tanh_use_dst_for_bwd;
+  switch (a) {
+    case spec::Activation::kRelu:
+    case spec::Activation::kLeakyRelu: return algorithm::eltwise_relu_use_dst_for_bwd;
+    case spec::Activation::kSigmoid: return algorithm::eltwise_logistic_use_dst_for_bwd;
+    default: return algorithm::eltwise_tanh_use_dst_for_bwd;
+  }
+}
+// The slope below 0 for relu (oneDNN's alpha); unused by the others.
+float EltwiseAlpha(spec::Activation a) {
+  return a == spec::Activation::kLeakyRelu ? spec::kLeakySlope : 0.f;
 }
 
 memory::dims Dims4(int n, const spec::Shape& s) { return {n, s.channels, s.height, s.width}; }
@@ -175,13 +184,15 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         if (train) diff_dst = memory(fpd.dst_desc(), eng);
         if (l.activation != spec::Activation::kNone) {
           dnnl::eltwise_forward::primitive_desc epd(
-              {prop_kind::forward_training, EltwiseAlg(l.activation), fpd.dst_desc(), 0.f, 0.f},
+              {prop_kind::forward_training, EltwiseAlg(l.activation), fpd.dst_desc(),
+               EltwiseAlpha(l.activation), 0.f},
               attr, eng);
           m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
           if (train) {
             dnnl::eltwise_backward::primitive_desc ebd(
-                {EltwiseAlg(l.activation), fpd.dst_desc(), fpd.dst_desc(), 0.f, 0.f}, attr, eng,
-                epd);
+                {EltwiseAlg(l.activation), fpd.dst_desc(), fpd.dst_desc(), EltwiseAlpha(l.activation),
+                 0.f},
+                attr, eng, epd);
             bwd.push_back({dnnl::eltwise_backward(ebd),
                            {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst},
                             {DNNL_ARG_DIFF_SRC, diff_dst}}});
@@ -222,17 +233,23 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         }
         src = dst;
         diff_src = diff_dst;
-      } else if (l.type == spec::LayerType::kMaxPool) {
-        // Pools in the layout its input arrives in.
+      } else if (l.type == spec::LayerType::kMaxPool || l.type == spec::LayerType::kAvgPool) {
+        // Pools in the layout its input arrives in. Windows never overlap padding (stride =
+        // size, no padding), so the average is over the whole window.
+        const bool is_max = l.type == spec::LayerType::kMaxPool;
+        const algorithm alg = is_max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
         memory::desc src_md = src.get_desc();
         memory::desc dst_md(Dims4(batch, s.out), dt::f32, tag::any);
         memory::dims k = {l.size, l.size}, zero = {0, 0};
         dnnl::pooling_forward::primitive_desc fpd(
-            {train ? prop_kind::forward_training : prop_kind::forward_inference,
-             algorithm::pooling_max, src_md, dst_md, k, k, zero, zero}, attr,
-            eng);
+            {train ? prop_kind::forward_training : prop_kind::forward_inference, alg, src_md,
+             dst_md, k, k, zero, zero},
+            attr, eng);
         dnnl::pooling_backward::primitive_desc bpd;
-        if (train) {
+        if (train && !is_max) {
+          bpd = dnnl::pooling_backward::primitive_desc(
+              {alg, src_md, fpd.dst_desc(), k, k, zero, zero}, attr, eng, fpd);
+        } else if (train) {
           // oneDNN 2.6 may pair a simple_nchw forward with a jit backward whose workspace
           // layouts disagree (wrong gradients, caught by the gradient check): walk the forward
           // implementations until one has a backward of the same name.
@@ -250,7 +267,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         memory dst(fpd.dst_desc(), eng);
         Args fargs = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
         memory ws;
-        if (train) {
+        if (train && is_max) {
           ws = memory(fpd.workspace_desc(), eng);
           fargs[DNNL_ARG_WORKSPACE] = ws;
         }
@@ -260,9 +277,9 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           diff_dst = memory(fpd.dst_desc(), eng);
           if (need_diff_src) {
             m.pool_diff_src.push_back(diff_src);
-            bwd.push_back({dnnl::pooling_backward(bpd),
-                           {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_src},
-                            {DNNL_ARG_WORKSPACE, ws}}});
+            Args bargs = {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_src}};
+            if (is_max) bargs[DNNL_ARG_WORKSPACE] = ws;
+            bwd.push_back({dnnl::pooling_backward(bpd), bargs});
           }
         }
         src = dst;
@@ -305,11 +322,14 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
               {dnnl::softmax_forward(spd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, m.probs}}});
         } else if (l.activation != spec::Activation::kNone) {
           dnnl::eltwise_forward::primitive_desc epd(
-              {prop_kind::forward_training, EltwiseAlg(l.activation), dst_md, 0.f, 0.f}, attr, eng);
+              {prop_kind::forward_training, EltwiseAlg(l.activation), dst_md,
+               EltwiseAlpha(l.activation), 0.f},
+              attr, eng);
           m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
           if (train) {
             dnnl::eltwise_backward::primitive_desc ebd(
-                {EltwiseAlg(l.activation), dst_md, dst_md, 0.f, 0.f}, attr, eng, epd);
+                {EltwiseAlg(l.activation), dst_md, dst_md, EltwiseAlpha(l.activation), 0.f}, attr,
+                eng, epd);
             bwd.push_back({dnnl::eltwise_backward(ebd),
                            {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst},
                             {DNNL_ARG_DIFF_SRC, diff_dst}}});

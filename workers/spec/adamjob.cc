@@ -169,8 +169,11 @@ Activation ReadActivation(Reader& r, const YAML::Node& n, const std::string& pat
   r.Get(n, "activation", path, &s);
   if (s == "tanh") return Activation::kTanh;
   if (s == "relu") return Activation::kRelu;
+  if (s == "sigmoid") return Activation::kSigmoid;
+  if (s == "leakyRelu") return Activation::kLeakyRelu;
   if (s == "none") return Activation::kNone;
-  r.Error(path + ".activation", "must be one of tanh, relu, none; got '" + s + "'");
+  r.Error(path + ".activation",
+          "must be one of tanh, relu, leakyRelu, sigmoid, none; got '" + s + "'");
   return Activation::kTanh;
 }
 
@@ -219,8 +222,8 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
       r.Int(l, "stride", p, 1, 1024, &spec.stride);
       r.Int(l, "padding", p, 0, 1024, &spec.padding);
       spec.activation = ReadActivation(r, l, p);
-    } else if (type == "maxpool") {
-      spec.type = LayerType::kMaxPool;
+    } else if (type == "maxpool" || type == "avgpool") {
+      spec.type = type == "maxpool" ? LayerType::kMaxPool : LayerType::kAvgPool;
       r.Map(l, p, {"type", "size"});
       r.Int(l, "size", p, 1, 1024, &spec.size, true);
     } else if (type == "dense") {
@@ -235,7 +238,8 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
       spec.activation = Activation::kNone;
       if (i + 1 != layers.size()) r.Error(p + ".type", "softmax must be the last layer");
     } else {
-      r.Error(p + ".type", "must be one of conv, maxpool, dense, softmax; got '" + type + "'");
+      r.Error(p + ".type",
+              "must be one of conv, maxpool, avgpool, dense, softmax; got '" + type + "'");
       continue;
     }
     m->layers.push_back(spec);
@@ -487,6 +491,7 @@ const char* LayerTypeName(LayerType t) {
   switch (t) {
     case LayerType::kConv: return "conv";
     case LayerType::kMaxPool: return "maxpool";
+    case LayerType::kAvgPool: return "avgpool";
     case LayerType::kDense: return "dense";
     case LayerType::kSoftmax: return "softmax";
   }
@@ -498,6 +503,8 @@ const char* ActivationName(Activation a) {
     case Activation::kNone: return "none";
     case Activation::kTanh: return "tanh";
     case Activation::kRelu: return "relu";
+    case Activation::kSigmoid: return "sigmoid";
+    case Activation::kLeakyRelu: return "leakyRelu";
   }
   return "?";
 }
@@ -512,7 +519,8 @@ StatusOr<std::vector<LayerShape>> InferShapes(const ModelSpec& model) {
     const std::string p = "layers[" + std::to_string(i) + "]";
     const bool bad = (l.type == LayerType::kConv &&
                       (l.maps < 1 || l.kernel < 1 || l.stride < 1 || l.padding < 0)) ||
-                     (l.type == LayerType::kMaxPool && l.size < 1) ||
+                     ((l.type == LayerType::kMaxPool || l.type == LayerType::kAvgPool) &&
+                      l.size < 1) ||
                      (l.type == LayerType::kDense && l.units < 1) ||
                      (l.type == LayerType::kSoftmax && l.classes < 1);
     if (bad) return InvalidArgumentError(p + ": sizes must be positive");
@@ -531,7 +539,8 @@ StatusOr<std::vector<LayerShape>> InferShapes(const ModelSpec& model) {
         s.biases = l.maps;
         break;
       }
-      case LayerType::kMaxPool: {
+      case LayerType::kMaxPool:
+      case LayerType::kAvgPool: {
         if (cur.height < l.size || cur.width < l.size)
           return InvalidArgumentError(p + ".size: " + std::to_string(l.size) +
                                       " is larger than its input " + std::to_string(cur.height) +

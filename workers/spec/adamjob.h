@@ -15,8 +15,10 @@
 
 namespace adam::spec {
 
-enum class LayerType { kConv, kMaxPool, kDense, kSoftmax };
-enum class Activation { kNone, kTanh, kRelu };
+enum class LayerType { kConv, kMaxPool, kAvgPool, kDense, kSoftmax };
+// kLeakyRelu: x for x > 0, kLeakySlope * x below.
+enum class Activation { kNone, kTanh, kRelu, kSigmoid, kLeakyRelu };
+inline constexpr float kLeakySlope = 0.01f;
 
 const char* LayerTypeName(LayerType t);
 const char* ActivationName(Activation a);
