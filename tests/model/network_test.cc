@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "model/layout.h"
@@ -39,6 +40,12 @@ spec::LayerSpec Dense(int units, spec::Activation a) {
   l.type = spec::LayerType::kDense;
   l.units = units;
   l.activation = a;
+  return l;
+}
+spec::LayerSpec Dropout(double rate) {
+  spec::LayerSpec l;
+  l.type = spec::LayerType::kDropout;
+  l.rate = rate;
   return l;
 }
 spec::LayerSpec Softmax(int classes) {
@@ -171,6 +178,53 @@ TEST(Network, ActivationsAndAveragePoolComputeTheirFormulas) {
     // p0 / p1 = exp(pooled) / exp(0).
     EXPECT_NEAR(std::log(probs[0] / probs[1]), pooled, 1e-5);
   }
+}
+
+// In gradient mode a dropout layer keeps its masks, so the loss is one function to check.
+TEST(Network, GradientMatchesFiniteDifferences_Dropout) {
+  CheckGradients(MakeSpec({Conv(3, 3, spec::Activation::kTanh), Dropout(0.3), Pool(2),
+                           Dense(6, spec::Activation::kRelu), Dropout(0.5), Softmax(3)},
+                          {2, 8, 8}),
+                 2, 6);
+}
+
+// Dropout is left out at evaluation, and while training it changes the output from one pass to
+// the next but not on average (a kept input is scaled by 1 / keep): the logit difference, linear
+// in the dropped activations, averages to its value without dropout.
+TEST(Network, DropoutIsLeftOutAtEvaluationAndUnbiasedInTraining) {
+  const spec::Shape in{1, 1, 12};
+  auto with = ModelLayout::Make(MakeSpec({Dense(16, spec::Activation::kNone), Dropout(0.5), Softmax(2)}, in));
+  auto without = ModelLayout::Make(MakeSpec({Dense(16, spec::Activation::kNone), Softmax(2)}, in));
+  ASSERT_TRUE(with.ok() && without.ok());
+  ASSERT_EQ(with->num_params(), without->num_params());
+  std::vector<float> params(with->num_params()), grads(params.size());
+  with->InitParams(7, params.data());
+  std::vector<float> x(12);
+  std::mt19937 rng(7);
+  for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  auto logit_gap = [&](Network& n) {
+    std::copy(x.begin(), x.end(), n.input());
+    n.Forward(nullptr, nullptr);
+    return std::log(double(n.probabilities()[0]) / n.probabilities()[1]);
+  };
+  auto plain = Network::Create(*without, 1, params.data(), nullptr, NetworkMode::kInference);
+  auto eval = Network::Create(*with, 1, params.data(), nullptr, NetworkMode::kInference);
+  auto train = Network::Create(*with, 1, params.data(), grads.data(), NetworkMode::kSgd);
+  ASSERT_TRUE(plain.ok() && eval.ok() && train.ok());
+  const double expected = logit_gap(**plain);
+  EXPECT_EQ(logit_gap(**eval), expected);
+  double sum = 0, sq = 0;
+  std::set<double> seen;
+  const int kPasses = 4000;
+  for (int i = 0; i < kPasses; ++i) {
+    const double g = logit_gap(**train);
+    sum += g;
+    sq += g * g;
+    seen.insert(g);
+  }
+  EXPECT_GT(seen.size(), 100u) << "the masks do not change between passes";
+  const double mean = sum / kPasses, sd = std::sqrt(sq / kPasses - mean * mean);
+  EXPECT_NEAR(mean, expected, 5 * sd / std::sqrt(double(kPasses)) + 1e-6);
 }
 
 TEST(Network, ProbabilitiesSumToOneAndPredictArgmax) {

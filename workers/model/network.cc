@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -103,6 +104,15 @@ struct Network::Impl {
   std::vector<int> held_index;         // per layer: index into held, or -1
   std::vector<float> held_steps;       // sum of lr * grad over the looped ranges
   std::vector<memory> pool_diff_src;
+  // Dropout while training (inverted: a kept input is scaled by 1 / keep, so evaluation, which
+  // leaves the layer out, needs no scaling): each layer's mask, drawn before every Forward in
+  // kSgd mode and the same on every Forward in kGradients mode (one fixed function to check).
+  struct Dropout {
+    memory mask;
+    float keep;
+  };
+  std::vector<Dropout> dropouts;
+  uint64_t rng = 0;  // splitmix64 state
   // One scratchpad for every primitive of this Network: oneDNN's library-managed scratchpad is
   // thread-local and sized at creation, so a Network made on one thread and run on another
   // needs its own.
@@ -128,6 +138,7 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
   m.labels.resize(batch);
   m.mode = mode;
   m.params = params;
+  if (mode == NetworkMode::kSgd) m.rng = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   const bool train = mode != NetworkMode::kInference;
   const bool sgd = mode == NetworkMode::kSgd;
   if (sgd) {
@@ -233,6 +244,21 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         }
         src = dst;
         diff_src = diff_dst;
+      } else if (l.type == spec::LayerType::kDropout) {
+        if (train && l.rate > 0) {  // at inference the layer is the identity
+          const memory::desc md = src.get_desc();
+          memory mask(md, eng), dst(md, eng);
+          dnnl::binary::primitive_desc mul({algorithm::binary_mul, md, md, md}, attr, eng);
+          m.forward.push_back(
+              {dnnl::binary(mul), {{DNNL_ARG_SRC_0, src}, {DNNL_ARG_SRC_1, mask}, {DNNL_ARG_DST, dst}}});
+          memory diff_dst(md, eng);
+          if (need_diff_src)
+            bwd.push_back({dnnl::binary(mul),
+                           {{DNNL_ARG_SRC_0, diff_dst}, {DNNL_ARG_SRC_1, mask}, {DNNL_ARG_DST, diff_src}}});
+          m.dropouts.push_back({mask, float(1.0 - l.rate)});
+          src = dst;
+          diff_src = diff_dst;
+        }
       } else if (l.type == spec::LayerType::kMaxPool || l.type == spec::LayerType::kAvgPool) {
         // Pools in the layout its input arrives in. Windows never overlap padding (stride =
         // size, no padding), so the average is over the whole window.
@@ -468,8 +494,31 @@ const float* Network::probabilities() const {
   return static_cast<const float*>(impl_->probs.get_data_handle());
 }
 
+namespace {
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
 float Network::Forward(const uint8_t* labels, int* predicted) {
   Impl& m = *impl_;
+  if (!m.dropouts.empty()) {
+    if (m.mode == NetworkMode::kGradients) m.rng = 0;
+    for (auto& d : m.dropouts) {
+      float* mask = static_cast<float*>(d.mask.get_data_handle());
+      const size_t n = d.mask.get_desc().get_size() / sizeof(float);
+      const uint32_t below = uint32_t(std::min(double(d.keep) * 4294967296.0, 4294967295.0));
+      const float scale = 1.f / d.keep;
+      for (size_t k = 0; k < n; k += 2) {  // two 32-bit draws per 64-bit number
+        const uint64_t r = SplitMix64(&m.rng);
+        mask[k] = uint32_t(r) < below ? scale : 0.f;
+        if (k + 1 < n) mask[k + 1] = uint32_t(r >> 32) < below ? scale : 0.f;
+      }
+    }
+  }
   for (auto& s : m.forward) s.prim.execute(m.strm, s.args);
   m.strm.wait();
   const float* p = probabilities();

@@ -47,7 +47,9 @@ class Network {
   // Fills input() from `batch` images of input_size bytes each, scaled to [-1, 1].
   void SetInputFromBytes(const uint8_t* pixels);
 
-  // Runs the forward pass. `labels` (batch entries, < classes) may be null for inference. Returns
+  // Runs the forward pass. Dropout layers draw new masks each time in kSgd mode, keep the same
+  // masks in kGradients mode, and are left out in kInference mode. `labels` (batch entries,
+  // < classes) may be null for inference. Returns
   // the summed cross-entropy loss over the batch (0 without labels) and writes each image's
   // argmax class to `predicted` when it is not null.
   float Forward(const uint8_t* labels, int* predicted);

@@ -226,6 +226,11 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
       spec.type = type == "maxpool" ? LayerType::kMaxPool : LayerType::kAvgPool;
       r.Map(l, p, {"type", "size"});
       r.Int(l, "size", p, 1, 1024, &spec.size, true);
+    } else if (type == "dropout") {
+      spec.type = LayerType::kDropout;
+      r.Map(l, p, {"type", "rate"});
+      if (r.Get(l, "rate", p, &spec.rate) && !(spec.rate >= 0 && spec.rate < 1))
+        r.Error(p + ".rate", "must be in [0, 1), got " + std::to_string(spec.rate));
     } else if (type == "dense") {
       spec.type = LayerType::kDense;
       r.Map(l, p, {"type", "units", "activation"});
@@ -239,7 +244,7 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
       if (i + 1 != layers.size()) r.Error(p + ".type", "softmax must be the last layer");
     } else {
       r.Error(p + ".type",
-              "must be one of conv, maxpool, avgpool, dense, softmax; got '" + type + "'");
+              "must be one of conv, maxpool, avgpool, dense, dropout, softmax; got '" + type + "'");
       continue;
     }
     m->layers.push_back(spec);
@@ -494,6 +499,7 @@ const char* LayerTypeName(LayerType t) {
     case LayerType::kAvgPool: return "avgpool";
     case LayerType::kDense: return "dense";
     case LayerType::kSoftmax: return "softmax";
+    case LayerType::kDropout: return "dropout";
   }
   return "?";
 }
@@ -548,6 +554,10 @@ StatusOr<std::vector<LayerShape>> InferShapes(const ModelSpec& model) {
         s.out = {cur.channels, cur.height / l.size, cur.width / l.size};
         break;
       }
+      case LayerType::kDropout:
+        if (!(l.rate >= 0 && l.rate < 1)) return InvalidArgumentError(p + ".rate: must be in [0, 1)");
+        s.out = cur;
+        break;
       case LayerType::kDense:
         s.out = {l.units, 1, 1};
         s.weights = int64_t{l.units} * cur.size();

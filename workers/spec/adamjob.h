@@ -15,7 +15,7 @@
 
 namespace adam::spec {
 
-enum class LayerType { kConv, kMaxPool, kAvgPool, kDense, kSoftmax };
+enum class LayerType { kConv, kMaxPool, kAvgPool, kDense, kSoftmax, kDropout };
 // kLeakyRelu: x for x > 0, kLeakySlope * x below.
 enum class Activation { kNone, kTanh, kRelu, kSigmoid, kLeakyRelu };
 inline constexpr float kLeakySlope = 0.01f;
@@ -30,9 +30,10 @@ struct LayerSpec {
   int kernel = 0;      // conv: square kernel side
   int stride = 1;      // conv: stride (default 1)
   int padding = 0;     // conv: zero padding on each side (default 0)
-  int size = 0;        // maxpool: square window side, also its stride
+  int size = 0;        // maxpool, avgpool: square window side, also its stride
   int units = 0;       // dense: output units
   int classes = 0;     // softmax: number of classes (a dense layer plus softmax)
+  double rate = 0.5;   // dropout: the fraction of its inputs zeroed while training, in [0, 1)
   Activation activation = Activation::kTanh;  // conv and dense only
 };
 
