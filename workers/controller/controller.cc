@@ -43,7 +43,8 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
   std::map<uint32_t, Clock::time_point> last_seen;  // leader-local failure detector
   CopyVersions versions;                            // leader-local freshness reports
   std::set<uint32_t> restarted;  // alive in the map, heartbeating under a new incarnation
-  std::map<uint32_t, Clock::time_point> probation_until;  // leader-local: back from the dead
+  std::map<uint32_t, Clock::time_point> returned_at;      // leader-local: last back from the dead
+  std::map<uint32_t, Clock::time_point> probation_until;  // leader-local: flapping servers
   Clock::time_point leader_since{};  // failure detection counts from here (see OnRole)
   bool is_leader = false;
   uint64_t announce_term = 0;
@@ -152,9 +153,18 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
                       have.host() != in.host() || have.incarnation() != in.incarnation();
       if (!have.alive()) {
         restarted.erase(in.id());  // failed over: this registration is its new start
-        // Back from the dead (it registered before): on probation before it gets new copies.
-        if (!have.address().empty() || have.incarnation() != 0)
-          probation_until[in.id()] = Clock::now() + options.server_probation;
+        // Back from the dead (it registered before). Back again soon after its last return, it
+        // flaps: on probation before it gets new copies.
+        if (!have.address().empty() || have.incarnation() != 0) {
+          const auto now = Clock::now();
+          auto it = returned_at.find(in.id());
+          if (it != returned_at.end() && now - it->second < options.flap_window) {
+            probation_until[in.id()] = now + options.server_probation;
+            EmitEvent({{"event", "server_on_probation"}, {"server", in.id()},
+                       {"ms", options.server_probation.count()}});
+          }
+          returned_at[in.id()] = now;
+        }
       }
       for (const v1::ShardVersion& v : req->shards()) {
         versions[{v.shard(), in.id()}] = v.version();
@@ -330,6 +340,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         last_seen.clear();
         versions.clear();
         restarted.clear();
+        returned_at.clear();
         probation_until.clear();
       }
       is_leader = leader;

@@ -7,9 +7,11 @@
 // leader first grants every server a full timeout) or when it heartbeats under a new incarnation
 // (it restarted, holding only its checkpoint), commits the failover plan (promote the freshest
 // copy, add a copy elsewhere), and commits CopyDone when a new copy reports in sync. A server
-// back from the dead is on probation for `server_probation`: it gets no new copies until it has
-// beaten that long, so one whose heartbeats still stall (TCP backing off after a healed
-// partition) is failed over again holding nothing instead of taking shards with it each time.
+// that flaps (back from the dead again within `flap_window` of its last return) is on probation
+// for `server_probation`: it gets no new copies until it has beaten that long, so one whose
+// heartbeats still stall (TCP backing off after a healed partition) is failed over again holding
+// nothing instead of taking copies with it each time. A first return gets copies at once: a
+// probation then would only leave its shards short of copies for longer.
 //
 // Thread-safe.
 #pragma once
@@ -31,6 +33,7 @@ struct ControllerOptions {
   v1::ControllerState bootstrap;               // the initial map (from the job)
   std::chrono::milliseconds server_timeout{500};
   std::chrono::milliseconds server_probation{2000};
+  std::chrono::milliseconds flap_window{10000};
 };
 
 struct ControllerCounters {

@@ -73,6 +73,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   co.bootstrap = MakeBootstrap(*map, role.copies);
   co.server_timeout = std::chrono::milliseconds(options.server_timeout_ms);
   co.server_probation = 4 * co.server_timeout;
+  co.flap_window = 20 * co.server_timeout;
   auto controller = Controller::Open(co);
   if (!controller.ok()) {
     spdlog::error("controller: {}", controller.status().message());
