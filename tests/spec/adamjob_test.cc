@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <regex>
 
@@ -85,6 +86,41 @@ TEST(AdamJob, AveragePoolingAndEveryActivationParse) {
   EXPECT_STREQ(ActivationName(Activation::kSigmoid), "sigmoid");
   EXPECT_THAT(ErrorOf(With("{type: maxpool, size: 2}", "{type: avgpool}")),
               HasSubstr("spec.model.layers[1].size"));
+}
+
+// The learning rate of every epoch, per schedule, with and without warmup.
+TEST(AdamJob, LearningRateSchedules) {
+  auto job = ParseAdamJob(With("spec:\n", "spec:\n  training: {epochs: 10, learningRate: 0.1, learningRateDecay: 0.5}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_DOUBLE_EQ(LearningRateAt(job->training, 0), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRateAt(job->training, 3), 0.1 * 0.125);
+
+  job = ParseAdamJob(With("spec:\n", "spec:\n  training: {epochs: 10, learningRate: 0.1, "
+                                      "learningRateSchedule: {type: step, everyEpochs: 4, factor: 0.5}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  for (int e : {0, 3}) EXPECT_DOUBLE_EQ(LearningRateAt(job->training, e), 0.1);
+  for (int e : {4, 7}) EXPECT_DOUBLE_EQ(LearningRateAt(job->training, e), 0.05);
+  EXPECT_DOUBLE_EQ(LearningRateAt(job->training, 8), 0.025);
+
+  job = ParseAdamJob(With("spec:\n", "spec:\n  training: {epochs: 4, learningRate: 0.1, warmupEpochs: 1, "
+                                      "learningRateSchedule: {type: cosine, final: 0.2}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  // Half a cosine over 4 epochs from 1 towards 0.2 of the rate; epoch 0 at half of it (warmup).
+  const double expected[] = {0.5 * 0.1, 0.1 * (0.2 + 0.8 * 0.5 * (1 + std::cos(M_PI / 4))),
+                             0.1 * (0.2 + 0.8 * 0.5), 0.1 * (0.2 + 0.8 * 0.5 * (1 + std::cos(3 * M_PI / 4)))};
+  for (int e = 0; e < 4; ++e) EXPECT_NEAR(LearningRateAt(job->training, e), expected[e], 1e-12) << e;
+  EXPECT_GT(LearningRateAt(job->training, 3), 0.02);  // the last epoch still trains
+
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {learningRateDecay: 0.9, learningRateSchedule: {type: cosine}}\n")),
+              HasSubstr("spec.training.learningRateSchedule: replaces learningRateDecay; give one of them"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {learningRateSchedule: {type: step}}\n")),
+              HasSubstr("spec.training.learningRateSchedule.everyEpochs: required"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {learningRateSchedule: {type: cosine, factor: 0.5}}\n")),
+              HasSubstr("spec.training.learningRateSchedule.factor: applies only to type: step"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {learningRateSchedule: {type: linear}}\n")),
+              HasSubstr("spec.training.learningRateSchedule.type: must be one of step, cosine; got 'linear'"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {epochs: 3, warmupEpochs: 3}\n")),
+              HasSubstr("spec.training.warmupEpochs: must be less than epochs (3)"));
 }
 
 TEST(AdamJob, ValidManifestGetsDefaults) {

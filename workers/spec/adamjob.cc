@@ -256,9 +256,9 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
 void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   const std::string p = "spec.training";
   if (!r.Map(n, p,
-             {"epochs", "learningRate", "learningRateDecay", "pushEvery", "batchSize", "applyEvery",
-              "threadWeights", "consistency", "maxStaleness", "denseUpdates", "epochQuorum",
-              "targetAccuracy", "seed"}) ||
+             {"epochs", "learningRate", "learningRateDecay", "learningRateSchedule", "warmupEpochs",
+              "pushEvery", "batchSize", "applyEvery", "threadWeights", "consistency", "maxStaleness",
+              "denseUpdates", "epochQuorum", "targetAccuracy", "seed"}) ||
       !n)
     return;
   r.Int(n, "epochs", p, 1, 100000, &t->epochs);
@@ -269,6 +269,36 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
       !(t->learning_rate_decay > 0 && t->learning_rate_decay <= 1))
     r.Error(p + ".learningRateDecay",
             "must be in (0, 1], got " + std::to_string(t->learning_rate_decay));
+  if (const YAML::Node s = n["learningRateSchedule"]; s && !s.IsNull()) {
+    const std::string sp = p + ".learningRateSchedule";
+    if (n["learningRateDecay"])
+      r.Error(sp, "replaces learningRateDecay; give one of them");
+    std::string type;
+    if (r.Map(s, sp, {"type", "everyEpochs", "factor", "final"}) && r.Get(s, "type", sp, &type, true)) {
+      const auto only = [&](const char* field, const char* with) {
+        if (s[field]) r.Error(sp + "." + field, std::string("applies only to type: ") + with);
+      };
+      if (type == "step") {
+        t->schedule.type = LearningRateSchedule::Type::kStep;
+        r.Int(s, "everyEpochs", sp, 1, 100000, &t->schedule.every_epochs, true);
+        if (r.Get(s, "factor", sp, &t->schedule.factor) &&
+            !(t->schedule.factor > 0 && t->schedule.factor <= 1))
+          r.Error(sp + ".factor", "must be in (0, 1], got " + std::to_string(t->schedule.factor));
+        only("final", "cosine");
+      } else if (type == "cosine") {
+        t->schedule.type = LearningRateSchedule::Type::kCosine;
+        if (r.Get(s, "final", sp, &t->schedule.final) &&
+            !(t->schedule.final >= 0 && t->schedule.final <= 1))
+          r.Error(sp + ".final", "must be in [0, 1], got " + std::to_string(t->schedule.final));
+        only("everyEpochs", "step");
+        only("factor", "step");
+      } else {
+        r.Error(sp + ".type", "must be one of step, cosine; got '" + type + "'");
+      }
+    }
+  }
+  if (r.Int(n, "warmupEpochs", p, 0, 100000, &t->warmup_epochs) && t->warmup_epochs >= t->epochs)
+    r.Error(p + ".warmupEpochs", "must be less than epochs (" + std::to_string(t->epochs) + ")");
   r.Int(n, "pushEvery", p, 1, kMaxInt, &t->push_every);
   r.Int(n, "batchSize", p, 1, 4096, &t->batch_size);
   r.Int(n, "applyEvery", p, 1, 1024, &t->apply_every);
@@ -491,6 +521,27 @@ void CheckDuplicateKeys(Reader& r, const YAML::Node& n, const std::string& path)
 }
 
 }  // namespace
+
+double LearningRateAt(const TrainingSpec& t, int epoch) {
+  double lr = t.learning_rate;
+  switch (t.schedule.type) {
+    case LearningRateSchedule::Type::kExponential:
+      lr *= std::pow(t.learning_rate_decay, epoch);
+      break;
+    case LearningRateSchedule::Type::kStep:
+      lr *= std::pow(t.schedule.factor, epoch / std::max(1, t.schedule.every_epochs));
+      break;
+    case LearningRateSchedule::Type::kCosine: {
+      // Half a cosine from learning_rate at epoch 0 towards final x learning_rate after the
+      // last epoch, which still trains at a rate above the final one.
+      const double done = double(epoch) / std::max(1, t.epochs);
+      lr *= t.schedule.final + (1 - t.schedule.final) * 0.5 * (1 + std::cos(M_PI * done));
+      break;
+    }
+  }
+  if (epoch < t.warmup_epochs) lr *= double(epoch + 1) / double(t.warmup_epochs + 1);
+  return lr;
+}
 
 const char* LayerTypeName(LayerType t) {
   switch (t) {

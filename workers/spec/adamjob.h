@@ -21,6 +21,9 @@ enum class Activation { kNone, kTanh, kRelu, kSigmoid, kLeakyRelu };
 inline constexpr float kLeakySlope = 0.01f;
 
 const char* LayerTypeName(LayerType t);
+struct TrainingSpec;
+// The learning rate of epoch `epoch` (from 0): the schedule, then the warmup ramp.
+double LearningRateAt(const TrainingSpec& t, int epoch);
 const char* ActivationName(Activation a);
 
 // One layer of spec.model.layers. Which fields matter depends on `type`.
@@ -83,10 +86,21 @@ enum class DenseUpdates { kAuto, kWeights, kActivations };
 // other thread's from a ring of update vectors (dense layers as activation and error rows).
 enum class ThreadWeights { kShared, kPrivate };
 
+// spec.training.learningRateSchedule: the learning rate per epoch, instead of learningRateDecay.
+struct LearningRateSchedule {
+  enum class Type { kExponential, kStep, kCosine };
+  Type type = Type::kExponential;  // kExponential: learning_rate * learning_rate_decay^e
+  int every_epochs = 0;            // step: epochs between drops
+  double factor = 0.1;             // step: the rate is multiplied by it at every drop
+  double final = 0.0;              // cosine: the fraction of learning_rate it falls towards
+};
+
 struct TrainingSpec {
   int epochs = 10;
   double learning_rate = 0.02;
   double learning_rate_decay = 1.0;  // learning rate of epoch e = learning_rate * decay^e
+  LearningRateSchedule schedule;
+  int warmup_epochs = 0;             // epoch e < W runs at (e + 1) / (W + 1) of the scheduled rate
   int push_every = 100;         // k: images between update pushes
   int batch_size = 1;           // images per thread per SGD step (1 = Adam's per-image SGD)
   int apply_every = 1;          // steps a worker holds its updates before writing the shared weights

@@ -352,7 +352,7 @@ StatusOr<TrainerResult> Trainer::Run() {
   const auto train_start = Clock::now();
   for (int e = 0; e < s.job.training.epochs && !s.abort; ++e) {
     const auto epoch_start = Clock::now();
-    s.lr = float(s.job.training.learning_rate * std::pow(s.job.training.learning_rate_decay, e));
+    s.lr = float(spec::LearningRateAt(s.job.training, e));
     std::fill(s.loss.begin(), s.loss.end(), 0.0);
     std::fill(s.images.begin(), s.images.end(), 0);
     s.replica->RunWorkers([&s](int t) {
