@@ -126,6 +126,41 @@ INSTANTIATE_TEST_SUITE_P(Modes, ConsistencyRun,
                          ::testing::Values("consistency: sync", "consistency: bounded, maxStaleness: 2",
                                            "consistency: async, denseUpdates: activations"));
 
+// The newer layers (leakyRelu, avgpool, dropout, sigmoid) and a schedule with warmup train the
+// synthetic set through each way updates travel: private thread weights with dense layers as
+// activations and errors, and shared weights with batches whose updates are held and pushed as
+// deltas.
+class LayersRun : public AdamRun, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(LayersRun, TrainsFarAboveChance) {
+  const std::string path = Manifest(
+      dir_, std::string("epochs: 3, learningRate: 0.02, pushEvery: 50, warmupEpochs: 1, "
+                        "learningRateSchedule: {type: cosine, final: 0.1}, ") + GetParam(),
+      "parameterServer: {replicas: 2, shardBytes: 1024}, trainer: {replicas: 2, threads: 2}");
+  std::string m = Slurp(path);
+  const std::string from = "      - {type: conv, maps: 4, kernel: 3, activation: tanh}\n"
+                           "      - {type: maxpool, size: 2}\n"
+                           "      - {type: dense, units: 16, activation: relu}\n";
+  const size_t at = m.find(from);
+  ASSERT_NE(at, std::string::npos) << m;
+  m.replace(at, from.size(),
+            "      - {type: conv, maps: 4, kernel: 3, activation: leakyRelu}\n"
+            "      - {type: avgpool, size: 2}\n"
+            "      - {type: dropout, rate: 0.1}\n"
+            "      - {type: dense, units: 16, activation: sigmoid}\n"
+            "      - {type: dropout, rate: 0.2}\n");
+  std::ofstream(path) << m;
+  Result r = Adam(dir_, "run " + path + " --output json -q");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
+  EXPECT_EQ(j["epochs"].get<int>(), 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(UpdatePaths, LayersRun,
+                         ::testing::Values("threadWeights: private, denseUpdates: activations",
+                                           "batchSize: 4, applyEvery: 2, denseUpdates: weights"));
+
 TEST_F(AdamRun, TargetAccuracyEndsTheJobEarly) {
   const std::string job = Manifest(dir_, "epochs: 50, learningRate: 0.02, targetAccuracy: 0.6",
                                    "trainer: {replicas: 1, threads: 2}");
