@@ -162,13 +162,13 @@ Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::
 std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in,
                                 const spec::Endpoints& endpoints, const RenderOptions& o) {
   const std::string job_path = std::string(kJobMountPath) + "/job.yaml";
-  std::vector<std::string> args = spec::RoleArgs(in, job_path, endpoints);
+  // One template for every member of the controllers' StatefulSet: each finds its id in its host
+  // name and its name in the pod's.
+  spec::RoleIdentity identity;
+  if (in.role == Role::kController) identity = {"hostname", "$(ADAM_POD_NAME)"};
+  std::vector<std::string> args = spec::RoleArgs(in, job_path, endpoints, identity);
   args.insert(args.end(), {"--tls-dir", kTlsPath});  // mutual TLS between the job's pods
   if (in.role == Role::kController) {
-    // One template for every member of the StatefulSet: each finds its id in its host name.
-    for (size_t i = 0; i + 1 < args.size(); ++i)
-      if (args[i] == "--id") args[i + 1] = "hostname";
-      else if (args[i] == "--name") args[i + 1] = "$(ADAM_POD_NAME)";  // expanded by the kubelet
     args.insert(args.end(), {"--state-dir", std::string(kStatePath) + "/raft"});
     // The Raft volume belongs to this job: one of a predecessor with the same name is refused.
     if (!o.owner_uid.empty()) args.insert(args.end(), {"--cluster-id", o.owner_uid});

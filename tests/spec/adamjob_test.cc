@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -381,6 +382,30 @@ TEST(Plan, TrainerArgsCarryEndpoints) {
                                          "--data-server", "127.0.0.1:5", "--ps",
                                          "127.0.0.1:6,127.0.0.1:7"};
   EXPECT_EQ(args, want);
+}
+
+// A controller's id and name come from its instance, or as the pod template gives them.
+TEST(Plan, ControllerArgsTakeTheTemplatesIdentity) {
+  auto job = ParseAdamJob(With("spec:\n", "spec:\n  roles: {controller: {replicas: 3}, "
+                                           "parameterServer: {replicas: 3, copies: 3}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  Plan plan = MakePlan(*job);
+  const RoleInstance* second = nullptr;
+  for (const auto& in : plan.instances)
+    if (in.role == Role::kController && in.index == 1) second = &in;
+  ASSERT_NE(second, nullptr);
+  const Endpoints endpoints{"", {}, ControllerMembers(plan)};
+  const auto value = [](const std::vector<std::string>& args, const std::string& flag) {
+    auto it = std::find(args.begin(), args.end(), flag);
+    return it == args.end() || it + 1 == args.end() ? std::string() : *(it + 1);
+  };
+  auto own = RoleArgs(*second, "job.yaml", endpoints);
+  EXPECT_EQ(value(own, "--id"), "2");
+  EXPECT_EQ(value(own, "--name"), second->name);
+  auto templated = RoleArgs(*second, "job.yaml", endpoints, {"hostname", "$(ADAM_POD_NAME)"});
+  EXPECT_EQ(value(templated, "--id"), "hostname");
+  EXPECT_EQ(value(templated, "--name"), "$(ADAM_POD_NAME)");
+  EXPECT_EQ(value(templated, "--members"), endpoints.controller_members);
 }
 
 }  // namespace

@@ -51,8 +51,9 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options) {
 }
 
 std::vector<std::string> RoleArgs(const RoleInstance& in, const std::string& job_path,
-                                  const Endpoints& endpoints) {
-  std::vector<std::string> args = {RoleSubcommand(in.role), "--job", job_path, "--name", in.name,
+                                  const Endpoints& endpoints, const RoleIdentity& identity) {
+  std::vector<std::string> args = {RoleSubcommand(in.role), "--job", job_path, "--name",
+                                   identity.name.empty() ? in.name : identity.name,
                                    "--metrics-port", std::to_string(in.metrics_port)};
   switch (in.role) {
     case Role::kParamServer:
@@ -68,8 +69,8 @@ std::vector<std::string> RoleArgs(const RoleInstance& in, const std::string& job
       args.insert(args.end(), {"--listen", in.host + ":" + std::to_string(in.port)});
       break;
     case Role::kController:
-      args.insert(args.end(), {"--id", std::to_string(in.index + 1), "--members",
-                               endpoints.controller_members});
+      args.insert(args.end(), {"--id", identity.id.empty() ? std::to_string(in.index + 1) : identity.id,
+                               "--members", endpoints.controller_members});
       break;
     case Role::kTrainer: {
       std::string ps;

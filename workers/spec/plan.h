@@ -63,8 +63,17 @@ struct Endpoints {
 // The controller members string of a plan whose controller instances have their ports.
 std::string ControllerMembers(const Plan& plan);
 
+// How an instance learns who it is when one pod template serves every member of a group (a
+// Kubernetes StatefulSet): `--id` and `--name` as these strings instead of the instance's own
+// ("hostname": the id from the host name's ordinal; "$(ADAM_POD_NAME)", expanded by the kubelet).
+// Empty fields keep the instance's own.
+struct RoleIdentity {
+  std::string id;    // controllers only
+  std::string name;
+};
+
 // The `adam` arguments (after the executable) that start `instance` of the job in `job_path`.
 std::vector<std::string> RoleArgs(const RoleInstance& instance, const std::string& job_path,
-                                  const Endpoints& endpoints);
+                                  const Endpoints& endpoints, const RoleIdentity& identity = {});
 
 }  // namespace adam::spec
