@@ -379,14 +379,19 @@ TEST_F(ClientTest, ConnectionsAreReused) {
 }
 
 // A token file is read again when it changes (the kubelet rotates bound tokens).
-TEST(Credentials, ATokenFileIsReadAgainWhenRotated) {
-  testing::TmpDir dir;
-  auto api = FakeApiServer::StartTls("", "", "");
+// A client reading its token from DIR/token, which holds "first" as the API server expects.
+std::unique_ptr<Client> TokenFileClient(const testing::TmpDir& dir, FakeApiServer* api) {
   std::ofstream(dir.File("token")) << "first\n";
   api->SetToken("first");
   Config c = Plain(api->url());
   c.token_file = dir.File("token");
-  auto client = NewHttpClient(c);
+  return NewHttpClient(c);
+}
+
+TEST(Credentials, ATokenFileIsReadAgainWhenRotated) {
+  testing::TmpDir dir;
+  auto api = FakeApiServer::StartTls("", "", "");
+  auto client = TokenFileClient(dir, api.get());
   ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
   api->SetToken("second");
   EXPECT_EQ(client->Get(ConfigMaps(), "ns", "one").status().code(), StatusCode::kFailedPrecondition);
@@ -400,11 +405,7 @@ TEST(Credentials, ATokenFileIsReadAgainWhenRotated) {
 TEST(Credentials, AnEmptiedTokenFileKeepsTheLastToken) {
   testing::TmpDir dir;
   auto api = FakeApiServer::StartTls("", "", "");
-  std::ofstream(dir.File("token")) << "first\n";
-  api->SetToken("first");
-  Config c = Plain(api->url());
-  c.token_file = dir.File("token");
-  auto client = NewHttpClient(c);
+  auto client = TokenFileClient(dir, api.get());
   ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
   std::ofstream(dir.File("token"), std::ios::trunc).flush();
   auto got = client->Get(ConfigMaps(), "ns", "one");

@@ -448,27 +448,27 @@ Status ParamStore::Add(uint32_t shard, const float* delta, int64_t count) {
   return RunOne(&op, "delta");
 }
 
-StatusOr<uint64_t> ParamStore::Read(uint32_t shard, float* out, int64_t count) {
-  uint64_t version = 0;
+Status ParamStore::RunRead(uint32_t shard, float* out, int64_t count, uint64_t* version,
+                           ShardMeta* meta) {
   Op op;
   op.kind = Op::Kind::kRead;
   op.shard = shard;
   op.count = count;
   op.out = out;
-  op.version = &version;
-  ADAM_RETURN_IF_ERROR(RunOne(&op, "read"));
+  op.version = version;
+  op.meta = meta;
+  return RunOne(&op, "read");
+}
+
+StatusOr<uint64_t> ParamStore::Read(uint32_t shard, float* out, int64_t count) {
+  uint64_t version = 0;
+  ADAM_RETURN_IF_ERROR(RunRead(shard, out, count, &version, nullptr));
   return version;
 }
 
 StatusOr<ShardMeta> ParamStore::ReadState(uint32_t shard, float* out, int64_t count) {
   ShardMeta meta;
-  Op op;
-  op.kind = Op::Kind::kRead;
-  op.shard = shard;
-  op.count = count;
-  op.out = out;
-  op.meta = &meta;
-  ADAM_RETURN_IF_ERROR(RunOne(&op, "read"));
+  ADAM_RETURN_IF_ERROR(RunRead(shard, out, count, nullptr, &meta));
   return meta;
 }
 

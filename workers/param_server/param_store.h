@@ -167,6 +167,8 @@ class ParamStore {
   void WorkerLoop(Worker* w);
   // Checks a whole-shard Op, submits it and waits until it is applied.
   Status RunOne(Op* op, const char* what);
+  // A kRead Op: the values, and the version or the whole identity (either may be null).
+  Status RunRead(uint32_t shard, float* out, int64_t count, uint64_t* version, ShardMeta* meta);
   void ApplyRun(ShardState& s, std::vector<Op*>& run, std::vector<const float*>& whole);
 
   std::vector<std::unique_ptr<ShardState>> shards_;       // immutable after construction

@@ -314,8 +314,9 @@ void Forwarder::Loop() {
       if (stop_) break;
       waiting = !waiters_.empty();
     }
-    const bool catching = !routing_->CatchUps().empty();
-    if (catching) CatchUp();
+    const std::vector<Routing::CatchUp> catch_ups = routing_->CatchUps();
+    const bool catching = !catch_ups.empty();
+    if (catching) CatchUp(catch_ups);
     const auto now = std::chrono::steady_clock::now();
     if (!waiting && !catching && now - last_round < interval_) continue;
     last_round = now;
@@ -337,8 +338,8 @@ v1::ReplicaService::Stub* Forwarder::Stub(const std::string& address) {
   return stub.get();
 }
 
-void Forwarder::CatchUp() {
-  for (const Routing::CatchUp& c : routing_->CatchUps()) {
+void Forwarder::CatchUp(const std::vector<Routing::CatchUp>& catch_ups) {
+  for (const Routing::CatchUp& c : catch_ups) {
     const int64_t n = store_->ShardSize(c.shard);
     if (n < 0) continue;
     // Every other in-sync copy, in parallel; the freshest (term, version) wins.

@@ -185,7 +185,7 @@ class Forwarder {
   void Loop();
   // Returns whether it sent anything.
   bool Round();
-  void CatchUp();
+  void CatchUp(const std::vector<Routing::CatchUp>& catch_ups);
   // Answers the waiters that are durable or refused (loop thread).
   void Settle();
   v1::ReplicaService::Stub* Stub(const std::string& address);
