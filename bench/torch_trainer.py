@@ -5,9 +5,10 @@ Modes, as in DistBelief/Adam comparisons:
   hogwild   one process per thread, each torch.set_num_threads(1), sharing the model's memory
             (torch.multiprocessing Hogwild), at a given batch size;
   intraop   one process with N intra-op threads at a given batch size.
-Prints one JSON object (last line). Also times training to a test accuracy (--tta).
+Prints one JSON object (last line). Also times training to a test accuracy (--tta), of
+Adam's MNIST model or, with --manifest, of any AdamJob's model trained as its manifest says.
 """
-import argparse, gzip, json, os, struct, sys, time
+import argparse, gzip, json, math, os, struct, sys, time
 
 import numpy as np
 import torch
@@ -139,20 +140,105 @@ def augmented_variants(x, shift, hflip, variants, generator):
     return torch.stack(out)
 
 
+class ManifestModel(nn.Module):
+    """spec.model of an AdamJob: conv (maps, kernel, stride, padding, activation), maxpool and
+    avgpool (size), dense (units, activation), dropout (rate), softmax (classes; the softmax itself
+    is in the loss), with the defaults of docs/adamjob.md."""
+
+    ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "sigmoid": nn.Sigmoid,
+                   "leakyRelu": lambda: nn.LeakyReLU(0.01), "none": nn.Identity}
+
+    def __init__(self, model):
+        super().__init__()
+        shape = (model["input"]["channels"], model["input"]["height"], model["input"]["width"])
+        layers = []
+        for i, l in enumerate(model["layers"]):
+            t = l["type"]
+            if t == "conv":
+                c, h, w = shape
+                k, st, pad = l["kernel"], l.get("stride", 1), l.get("padding", 0)
+                layers += [nn.Conv2d(c, l["maps"], k, st, pad),
+                           self.ACTIVATIONS[l.get("activation", "tanh")]()]
+                shape = (l["maps"], (h + 2 * pad - k) // st + 1, (w + 2 * pad - k) // st + 1)
+            elif t in ("maxpool", "avgpool"):
+                pool = nn.MaxPool2d if t == "maxpool" else nn.AvgPool2d
+                layers.append(pool(l["size"]))
+                shape = (shape[0], shape[1] // l["size"], shape[2] // l["size"])
+            elif t == "dropout":
+                layers.append(nn.Dropout(l.get("rate", 0.5)))
+            elif t in ("dense", "softmax"):
+                units = l["units"] if t == "dense" else l["classes"]
+                inputs = shape[0] * shape[1] * shape[2]
+                layers += [nn.Flatten(), nn.Linear(inputs, units)]
+                if t == "dense":
+                    layers.append(self.ACTIVATIONS[l.get("activation", "tanh")]())
+                shape = (units, 1, 1)
+            else:
+                raise ValueError(f"spec.model.layers[{i}].type: {t} has no PyTorch peer here")
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def learning_rate_at(training, epoch):
+    """spec::LearningRateAt (workers/spec/adamjob.cc): the schedule, then the warmup ramp."""
+    lr = training.get("learningRate", 0.02)
+    schedule = training.get("learningRateSchedule")
+    if schedule is None:
+        lr *= training.get("learningRateDecay", 1.0) ** epoch
+    elif schedule["type"] == "step":
+        lr *= schedule.get("factor", 0.1) ** (epoch // schedule["everyEpochs"])
+    else:
+        final = schedule.get("final", 0.0)
+        lr *= final + (1 - final) * 0.5 * (1 + math.cos(math.pi * epoch / training.get("epochs", 10)))
+    warmup = training.get("warmupEpochs", 0)
+    if epoch < warmup:
+        lr *= (epoch + 1) / (warmup + 1)
+    return lr
+
+
 def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epochs, max_seconds,
-                     augment=(0, 0, 1), decay=1.0):
+                     augment=(0, 0, 1), decay=1.0, manifest=None, weight_decay=0.0):
+    """Trains until `target` test accuracy, `max_epochs` or `max_seconds`. With an AdamJob
+    `manifest` (a dict), its model, epochs, batch size, learning rate and schedule, momentum,
+    weight decay and augmentation replace the arguments: the same training, step for step."""
     torch.set_num_threads(threads)
     torch.manual_seed(1)
-    model = AdamMnist()
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    schedule = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=decay)  # per epoch, as ours
+    lr_at = lambda e: lr * decay ** e
+    if manifest:
+        spec = manifest["spec"]
+        training = spec.get("training", {})
+        model = ManifestModel(spec["model"])
+        lr_at = lambda e: learning_rate_at(training, e)
+        lr = training.get("learningRate", 0.02)
+        batch = training.get("batchSize", 1)
+        max_epochs = training.get("epochs", 10)
+        momentum = training.get("momentum", 0.0)
+        weight_decay = training.get("weightDecay", 0.0)
+        a = spec["dataset"].get("augment", {})
+        augment = (a.get("shift", 0), int(a.get("hflip", False)), a.get("variants", 2))
+        # Ours does not decay biases.
+        decayed = [p for n, p in model.named_parameters() if n.endswith("weight")]
+        rest = [p for n, p in model.named_parameters() if not n.endswith("weight")]
+        groups = [{"params": decayed, "weight_decay": weight_decay},
+                  {"params": rest, "weight_decay": 0.0}]
+    else:
+        model = AdamMnist()
+        groups = [{"params": list(model.parameters()), "weight_decay": weight_decay}]
+    opt = torch.optim.SGD(groups, lr=lr_at(0), momentum=momentum)
     x, y = train
     t0, acc, epoch = time.monotonic(), 0.0, 0
     g = torch.Generator().manual_seed(1)
     shift, hflip, variants = augment
     xs = augmented_variants(x, shift, hflip, variants, g)  # inside the timed span, as ours
     rows = torch.arange(x.shape[0])
+    curve = []
+    reached_at = None
     while epoch < max_epochs and acc < target and time.monotonic() - t0 < max_seconds:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(epoch)
+        model.train()
         # Each epoch draws one variant per image, as the data server does.
         xe = xs[torch.randint(0, variants, (x.shape[0],), generator=g), rows] if variants > 1 else x
         perm = torch.randperm(x.shape[0])
@@ -161,14 +247,19 @@ def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epoc
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(xe[idx]), y[idx]).backward()
             opt.step()
-        schedule.step()
+        model.eval()
         acc = accuracy(model, *test)
         epoch += 1
-        print(f"torch tta: epoch {epoch} test accuracy {acc:.4f} {time.monotonic() - t0:.1f} s",
+        elapsed = time.monotonic() - t0
+        curve.append({"epoch": epoch, "accuracy": acc, "seconds": elapsed})
+        print(f"torch tta: epoch {epoch} test accuracy {acc:.4f} {elapsed:.1f} s",
               file=sys.stderr, flush=True)
+    best = max(curve, key=lambda c: c["accuracy"]) if curve else {"accuracy": 0.0}
     return {"target": target, "reached": acc >= target, "accuracy": acc, "epochs": epoch,
+            "best_accuracy": best["accuracy"], "curve": curve,
             "seconds": time.monotonic() - t0, "threads": threads, "batch": batch, "lr": lr,
-            "momentum": momentum, "decay": decay, "augment_variants": variants}
+            "momentum": momentum, "weight_decay": weight_decay, "decay": decay,
+            "augment_variants": variants, "manifest": bool(manifest)}
 
 
 def main():
@@ -186,6 +277,9 @@ def main():
     ap.add_argument("--tta-augment", default="0,0,1",
                     help="SHIFT,HFLIP,VARIANTS: the manifest's augmentation (trainer_bench prints it)")
     ap.add_argument("--throughput", type=int, default=1, help="0: time to accuracy only")
+    ap.add_argument("--manifest", help="an AdamJob: time to accuracy with its model, epochs, "
+                    "batch size, learning rate and schedule, momentum, weight decay and "
+                    "augmentation (instead of the --tta-* settings)")
     a = ap.parse_args()
     train, test = load(a.data_dir)
     x, y = train
@@ -202,9 +296,15 @@ def main():
     out = {"torch_version": torch.__version__, "runs": runs}
     if a.tta > 0:
         threads = max(int(v) for v in a.threads.split(","))
+        manifest = None
+        if a.manifest:
+            import yaml  # Debian's python3-yaml
+            with open(a.manifest) as f:
+                manifest = yaml.safe_load(f)
         out["tta"] = time_to_accuracy(train, test, threads, a.tta_batch, a.tta_lr, a.tta_momentum,
                                       a.tta, a.tta_epochs, a.tta_seconds,
-                                      tuple(int(v) for v in a.tta_augment.split(",")), a.tta_decay)
+                                      tuple(int(v) for v in a.tta_augment.split(",")), a.tta_decay,
+                                      manifest)
     print(json.dumps(out))
 
 

@@ -128,8 +128,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, ConsistencyRun,
 
 // The newer layers (leakyRelu, avgpool, dropout, sigmoid) and a schedule with warmup train the
 // synthetic set through each way updates travel: private thread weights with dense layers as
-// activations and errors, and shared weights with batches whose updates are held and pushed as
-// deltas.
+// activations and errors, shared weights with batches whose updates are held and pushed as
+// deltas, and batches stepped with momentum and weight decay (a velocity per worker thread).
 class LayersRun : public AdamRun, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(LayersRun, TrainsFarAboveChance) {
@@ -159,7 +159,8 @@ TEST_P(LayersRun, TrainsFarAboveChance) {
 
 INSTANTIATE_TEST_SUITE_P(UpdatePaths, LayersRun,
                          ::testing::Values("threadWeights: private, denseUpdates: activations",
-                                           "batchSize: 4, applyEvery: 2, denseUpdates: weights"));
+                                           "batchSize: 4, applyEvery: 2, denseUpdates: weights",
+                                           "batchSize: 4, momentum: 0.9, weightDecay: 0.0005"));
 
 TEST_F(AdamRun, TargetAccuracyEndsTheJobEarly) {
   const std::string job = Manifest(dir_, "epochs: 50, learningRate: 0.02, targetAccuracy: 0.6",

@@ -294,6 +294,81 @@ TEST(Network, SgdModeAppliesTheGradientInPlace) {
   CheckSgdMatchesGradient(spec, 4);
 }
 
+// kSgd with momentum and weight decay follows PyTorch's SGD, step by step: v = mu v + g + wd w
+// (weights only), w -= lr v, with g the kGradients gradient at the current parameters; with no
+// momentum, w = (1 - lr wd) w - lr g (no velocity; the dense layers' fused update takes the
+// decay as its sum scale, rebuilt when the rate changes). Three steps on different images at two
+// rates, so the velocity's history and the rebuild show; a shared velocity buffer (a worker's
+// batch and remainder Networks) carries the velocity from one Network to the other.
+void CheckStepRule(float mu, float wd) {
+  const auto spec = MakeSpec({Conv(3, 3, spec::Activation::kRelu, 1), Pool(2),
+                              Dense(7, spec::Activation::kTanh), Softmax(4)},
+                             {1, 6, 6});
+  auto layout = ModelLayout::Make(spec);
+  ASSERT_TRUE(layout.ok());
+  const int64_t n = layout->num_params();
+  const int batch = 2;
+  std::vector<float> ref(static_cast<size_t>(n)), grads(static_cast<size_t>(n));
+  layout->InitParams(7, ref.data());
+  std::vector<bool> is_weight(static_cast<size_t>(n), false);
+  for (const auto& lp : layout->params()) {
+    for (int64_t k = lp.weights.offset; k < lp.weights.offset + lp.weights.count; ++k)
+      is_weight[size_t(k)] = true;
+    // Biases far from 0, so that decaying them would show (by 1e-3 a step, above the tolerance).
+    for (int64_t k = lp.bias.offset; k < lp.bias.offset + lp.bias.count; ++k) ref[size_t(k)] = 0.5f;
+  }
+  std::vector<float> stepped = ref, velocity(static_cast<size_t>(n), 0.f);
+  std::vector<double> v(static_cast<size_t>(n), 0.0);
+  StepRule rule{mu, wd, velocity.data()};
+  auto g = Network::Create(*layout, batch, ref.data(), grads.data(), NetworkMode::kGradients);
+  auto s = Network::Create(*layout, batch, stepped.data(), nullptr, NetworkMode::kSgd, 1, false, rule);
+  auto s2 = Network::Create(*layout, batch, stepped.data(), nullptr, NetworkMode::kSgd, 1, false, rule);
+  ASSERT_TRUE(g.ok() && s.ok() && s2.ok()) << s.status().ToString();
+  std::mt19937 rng(9);
+  std::vector<uint8_t> pixels(static_cast<size_t>(layout->input_size() * batch)),
+      labels(static_cast<size_t>(batch));
+  const float rates[] = {0.05f, 0.05f, 0.02f};
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(step);
+    const float lr = rates[step];
+    for (auto& p : pixels) p = uint8_t(rng());
+    for (auto& l : labels) l = uint8_t(rng() % layout->classes());
+    Network& net = step == 1 ? **s2 : **s;  // the second step through the other Network
+    (*g)->SetInputFromBytes(pixels.data());
+    net.SetInputFromBytes(pixels.data());
+    EXPECT_NEAR((*g)->Forward(labels.data(), nullptr), net.Forward(labels.data(), nullptr), 1e-4);
+    (*g)->Backward();
+    net.Backward(lr);
+    double moved = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = size_t(i);
+      v[k] = mu * v[k] + grads[k] + (is_weight[k] ? wd * ref[k] : 0.0);
+      ref[k] = float(ref[k] - lr * v[k]);
+      ASSERT_NEAR(stepped[k], ref[k], 1e-5f + 1e-4f * std::fabs(ref[k])) << "parameter " << i;
+      moved += std::fabs(lr * v[k]);
+    }
+    EXPECT_GT(moved, 1e-3);
+  }
+  // Held steps are applied elsewhere, without a velocity or a decay.
+  EXPECT_FALSE(Network::Create(*layout, 1, stepped.data(), nullptr, NetworkMode::kSgd, 2, false, rule).ok());
+  EXPECT_FALSE(Network::Create(*layout, 1, stepped.data(), nullptr, NetworkMode::kSgd, 1, true, rule).ok());
+}
+
+TEST(Network, MomentumAndWeightDecayFollowTheirFormulas) {
+  {
+    SCOPED_TRACE("momentum and weight decay");
+    CheckStepRule(0.9f, 0.05f);
+  }
+  {
+    SCOPED_TRACE("momentum");
+    CheckStepRule(0.5f, 0.f);
+  }
+  {
+    SCOPED_TRACE("weight decay");
+    CheckStepRule(0.f, 0.05f);
+  }
+}
+
 // kSgd with apply_every k: k single-image steps leave the shared parameters untouched until
 // ApplyPending, which then writes the sum of the k steps (each taken at the same parameters): the
 // batch-k mean gradient times k. The held rows are exactly those updates.

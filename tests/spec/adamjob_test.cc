@@ -124,6 +124,34 @@ TEST(AdamJob, LearningRateSchedules) {
               HasSubstr("spec.training.warmupEpochs: must be less than epochs (3)"));
 }
 
+// Momentum and weight decay are read, make dense layers travel as weights (a row of inputs and
+// errors carries a plain SGD step only), and are refused where a step is applied elsewhere.
+TEST(AdamJob, MomentumAndWeightDecay) {
+  auto job = ParseAdamJob(kValid);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->training.momentum, 0);  // Adam's plain SGD by default
+  EXPECT_EQ(job->training.weight_decay, 0);
+  EXPECT_EQ(job->training.dense_updates, DenseUpdates::kAuto);
+  job = ParseAdamJob(With("spec:\n", "spec:\n  training: {momentum: 0.9, weightDecay: 0.0005}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_DOUBLE_EQ(job->training.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(job->training.weight_decay, 0.0005);
+  EXPECT_EQ(job->training.dense_updates, DenseUpdates::kWeights);
+  job = ParseAdamJob(With("spec:\n", "spec:\n  training: {weightDecay: 0.001, denseUpdates: weights}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {momentum: 1}\n")),
+              HasSubstr("spec.training.momentum: must be in [0, 1), got 1"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {weightDecay: -0.1}\n")),
+              HasSubstr("spec.training.weightDecay: must be in [0, 0.1]"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {momentum: 0.9, applyEvery: 4}\n")),
+              HasSubstr("spec.training.momentum: needs each step applied at once: applyEvery: 1"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {weightDecay: 0.001, threadWeights: private}\n")),
+              HasSubstr("spec.training.weightDecay: needs threadWeights: shared"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {momentum: 0.5, denseUpdates: activations}\n")),
+              HasSubstr("spec.training.denseUpdates: activations carry plain SGD steps"));
+}
+
 TEST(AdamJob, ValidManifestGetsDefaults) {
   auto job = ParseAdamJob(kValid);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
@@ -140,7 +168,7 @@ TEST(AdamJob, ValidManifestGetsDefaults) {
 }
 
 TEST(AdamJob, ExampleManifestsAreValid) {
-  for (const char* name : {"fashion-mnist.yaml", "fashion-mnist-ha.yaml"}) {
+  for (const char* name : {"fashion-mnist.yaml", "fashion-mnist-ha.yaml", "fashion-mnist-best.yaml"}) {
     auto job = LoadAdamJob(std::string(ADAM_SOURCE_DIR) + "/examples/" + name);
     EXPECT_TRUE(job.ok()) << name << ": " << job.status().ToString();
   }

@@ -28,7 +28,21 @@ namespace {
 struct Step {
   dnnl::primitive prim;
   Args args;
+  int decayed = -1;  // a dense layer's fused update whose sum scale follows the rate: its index
 };
+
+// The fused dense update W = sum_scale * W + (-lr) * diff_dst^T x src (diff_dst given as
+// units x batch through strides, see Create), with -lr a runtime output scale.
+dnnl::matmul FusedUpdate(const memory::desc& a_md, const memory::desc& src_md,
+                         const memory::desc& w_md, float sum_scale, const dnnl::engine& eng) {
+  dnnl::primitive_attr mattr;
+  mattr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  mattr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+  dnnl::post_ops ops;
+  ops.append_sum(sum_scale);
+  mattr.set_post_ops(ops);
+  return dnnl::matmul(dnnl::matmul::primitive_desc({a_md, src_md, w_md}, mattr, eng));
+}
 
 // Every activation's backward is computed from its output (the forward runs in place).
 algorithm EltwiseAlg(spec::Activation a) {
@@ -83,6 +97,21 @@ struct Network::Impl {
   float* params = nullptr;
   float* grads = nullptr;
   std::vector<ParamRange> looped_updates;
+  // A StepRule other than plain SGD: the dense layers' fused matmuls write momentum * v + g into
+  // the velocity instead of the weights, and Backward takes the step over every range.
+  StepRule rule;
+  std::vector<float> own_velocity;  // when the StepRule brings none
+  float* velocity = nullptr;        // num_params floats, or null for plain SGD
+  std::vector<ParamRange> weight_ranges, bias_ranges;  // every layer's
+  // Weight decay with no momentum needs no velocity: each step is w = (1 - lr * wd) * w - lr * g,
+  // the dense layers' as their fused matmul with that sum scale, rebuilt when the rate changes.
+  struct DecayedMatmul {
+    memory::desc a, src, w;
+  };
+  std::vector<DecayedMatmul> decayed;
+  std::vector<size_t> decayed_steps;  // their indices in `backward`
+  float decay_scale = 1;              // the sum scale they were built with
+  std::vector<bool> looped_is_weight;  // per looped range: decayed (a weight) or not (a bias)
   memory neg_lr;  // one f32: the runtime output scale of the fused updates
   struct DenseBias {
     memory diff_dst;  // batch x units
@@ -125,9 +154,14 @@ Network::~Network() = default;
 
 StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, int batch,
                                                    float* params, float* grads, NetworkMode mode,
-                                                   int apply_every, bool hold) {
+                                                   int apply_every, bool hold, StepRule rule) {
   if (batch < 1) return InvalidArgumentError("network: batch must be >= 1");
   if (apply_every < 1) return InvalidArgumentError("network: apply_every must be >= 1");
+  if (!(rule.momentum >= 0 && rule.momentum < 1) || !(rule.weight_decay >= 0))
+    return InvalidArgumentError("network: momentum must be in [0, 1) and weight decay >= 0");
+  if (mode == NetworkMode::kSgd && !rule.plain() && (apply_every > 1 || hold))
+    return InvalidArgumentError(
+        "network: momentum and weight decay need every step applied at once (apply_every 1)");
   if (mode == NetworkMode::kGradients && grads == nullptr)
     return InvalidArgumentError("network: gradient mode needs a gradient vector");
   auto impl = std::make_unique<Impl>();
@@ -150,6 +184,15 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
   m.apply_every = sgd ? apply_every : 1;
   m.hold = sgd && (apply_every > 1 || hold);
   m.held_index.assign(layout.shapes().size(), -1);
+  if (sgd) m.rule = rule;
+  if (sgd && rule.momentum > 0) {
+    if (rule.velocity == nullptr) m.own_velocity.assign(size_t(layout.num_params()), 0.f);
+    m.velocity = rule.velocity ? rule.velocity : m.own_velocity.data();
+    for (const auto& lp : layout.params()) {
+      if (lp.weights.count > 0) m.weight_ranges.push_back(lp.weights);
+      if (lp.bias.count > 0) m.bias_ranges.push_back(lp.bias);
+    }
+  }
   float* wp = params;
   try {
     const auto& eng = m.eng;
@@ -210,7 +253,10 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           }
         }
         if (train) {
-          if (sgd) m.looped_updates.insert(m.looped_updates.end(), {p.weights, p.bias});
+          if (sgd) {
+            m.looped_updates.insert(m.looped_updates.end(), {p.weights, p.bias});
+            m.looped_is_weight.insert(m.looped_is_weight.end(), {true, false});
+          }
           memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
           // Each backward pass picks its own layouts too; reorder where they differ.
           dnnl::convolution_backward_weights::primitive_desc wpd(
@@ -384,23 +430,37 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           m.held.push_back({int(i), in, units, p.weights.offset, p.bias.offset,
                             std::vector<float>(size_t(m.apply_every) * batch * in),
                             std::vector<float>(size_t(m.apply_every) * batch * units)});
-        } else if (sgd) {
+        } else if (sgd && m.velocity == nullptr) {
           // W += (-lr) * diff_dst^T x src, straight into the shared weights: diff_dst (batch x
           // units, row-major) read as units x batch through strides.
           if (!m.neg_lr) m.neg_lr = memory({{1}, dt::f32, tag::x}, eng);
           memory::desc a_md({units, batch}, dt::f32, memory::dims{1, units});
+          const int decayed = m.rule.weight_decay > 0 ? int(m.decayed.size()) : -1;
+          if (decayed >= 0) m.decayed.push_back({a_md, src_md, w_md});
+          bwd.push_back({FusedUpdate(a_md, src_md, w_md, 1.f, eng),
+                         {{DNNL_ARG_SRC, memory(a_md, eng, diff_dst.get_data_handle())},
+                          {DNNL_ARG_WEIGHTS, flat_src},
+                          {DNNL_ARG_DST, w},
+                          {DNNL_ARG_ATTR_OUTPUT_SCALES, m.neg_lr}},
+                         decayed});
+          // The bias gradient is the column sum of diff_dst: computed in the bias loop below.
+          m.dense_bias.push_back({diff_dst, p.bias.offset, units});
+        } else if (sgd) {
+          // V = momentum * V + diff_dst^T x src into this Network's velocity; Backward then
+          // takes the step from V.
+          memory::desc a_md({units, batch}, dt::f32, memory::dims{1, units});
           dnnl::primitive_attr mattr;
           mattr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-          mattr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
-          dnnl::post_ops ops;
-          ops.append_sum(1.f);
-          mattr.set_post_ops(ops);
+          if (m.rule.momentum > 0) {
+            dnnl::post_ops ops;
+            ops.append_sum(m.rule.momentum);
+            mattr.set_post_ops(ops);
+          }
           dnnl::matmul::primitive_desc mpd({a_md, src_md, w_md}, mattr, eng);
           bwd.push_back({dnnl::matmul(mpd),
                          {{DNNL_ARG_SRC, memory(a_md, eng, diff_dst.get_data_handle())},
                           {DNNL_ARG_WEIGHTS, flat_src},
-                          {DNNL_ARG_DST, w},
-                          {DNNL_ARG_ATTR_OUTPUT_SCALES, m.neg_lr}}});
+                          {DNNL_ARG_DST, memory(w_md, eng, m.velocity + p.weights.offset)}}});
           // The bias gradient is the column sum of diff_dst: computed in the bias loop below.
           m.dense_bias.push_back({diff_dst, p.bias.offset, units});
         }
@@ -410,7 +470,10 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
       bwd_layers.push_back(std::move(bwd));
     }
     for (auto it = bwd_layers.rbegin(); it != bwd_layers.rend(); ++it)
-      for (auto& st : *it) m.backward.push_back(std::move(st));
+      for (auto& st : *it) {
+        if (st.decayed >= 0) m.decayed_steps.push_back(m.backward.size());
+        m.backward.push_back(std::move(st));
+      }
     size_t scratch = 0;
     auto scratch_md = [](const Step& st) {
       return memory::desc(*dnnl_primitive_desc_query_md(st.prim.get_primitive_desc(),
@@ -538,6 +601,20 @@ void Network::Backward(float lr) {
   Impl& m = *impl_;
   ADAM_CHECK(!m.backward.empty());
   if (m.neg_lr) *static_cast<float*>(m.neg_lr.get_data_handle()) = -lr;
+  const float decay_scale = 1.f - lr * m.rule.weight_decay;
+  if (m.velocity == nullptr && decay_scale != m.decay_scale) {
+    // The rate changed (once an epoch): the dense layers' fused updates get the new decay.
+    for (size_t i : m.decayed_steps) {
+      Step& st = m.backward[i];
+      const auto& d = m.decayed[size_t(st.decayed)];
+      st.prim = FusedUpdate(d.a, d.src, d.w, decay_scale, m.eng);
+      const auto it = st.args.find(DNNL_ARG_SCRATCHPAD);
+      ADAM_CHECK(memory::desc(*dnnl_primitive_desc_query_md(st.prim.get_primitive_desc(),
+                                                            dnnl_query_scratchpad_md, 0))
+                     .get_size() <= (it == st.args.end() ? 0 : it->second.get_desc().get_size()));
+    }
+    m.decay_scale = decay_scale;
+  }
   // d(mean cross-entropy)/d(logits) = (softmax - onehot) / batch.
   const float* p = probabilities();
   float* d = static_cast<float*>(m.diff_logits.get_data_handle());
@@ -572,17 +649,53 @@ void Network::Backward(float lr) {
     ++m.pending;
     return;
   }
+  if (m.velocity != nullptr) {
+    StepWithVelocity(lr);
+    return;
+  }
   HogwildScope hogwild;  // the shared weights, written without a lock
   float* w = m.params;
   const float* g = m.grads;
-  for (const auto& r : m.looped_updates)
-    for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] -= lr * g[k];
+  for (size_t i = 0; i < m.looped_updates.size(); ++i) {
+    const auto& r = m.looped_updates[i];
+    const float scale = m.looped_is_weight[i] ? decay_scale : 1.f;
+    if (scale == 1.f) {
+      for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] -= lr * g[k];
+    } else {
+      for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] = scale * w[k] - lr * g[k];
+    }
+  }
   for (const auto& b : m.dense_bias) {
     const float* d = static_cast<const float*>(b.diff_dst.get_data_handle());
     float* bias = w + b.offset;
     for (int n = 0; n < m.batch; ++n)
       for (int u = 0; u < b.units; ++u) bias[u] -= lr * d[int64_t{n} * b.units + u];
   }
+}
+
+void Network::StepWithVelocity(float lr) {
+  Impl& m = *impl_;
+  float* v = m.velocity;
+  const float mu = m.rule.momentum, wd = m.rule.weight_decay;
+  const float* g = m.grads;
+  for (const auto& r : m.looped_updates)
+    for (int64_t k = r.offset; k < r.offset + r.count; ++k) v[k] = mu * v[k] + g[k];
+  for (const auto& b : m.dense_bias) {
+    const float* d = static_cast<const float*>(b.diff_dst.get_data_handle());
+    float* vb = v + b.offset;
+    for (int u = 0; u < b.units; ++u) vb[u] *= mu;
+    for (int n = 0; n < m.batch; ++n)
+      for (int u = 0; u < b.units; ++u) vb[u] += d[int64_t{n} * b.units + u];
+  }
+  HogwildScope hogwild;  // the shared weights, written without a lock
+  float* w = m.params;
+  for (const auto& r : m.weight_ranges)
+    for (int64_t k = r.offset; k < r.offset + r.count; ++k) {
+      v[k] += wd * w[k];
+      w[k] -= lr * v[k];
+    }
+  for (const auto& r : m.bias_ranges)
+    for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] -= lr * v[k];
 }
 
 }  // namespace adam::model

@@ -25,6 +25,19 @@ enum class NetworkMode {
                // dense layers' gradients (a fused oneDNN matmul with scale -lr and a sum post-op)
 };
 
+// kSgd's step (PyTorch's SGD): v = momentum * v + g + weight_decay * w for weights (biases
+// are not decayed), w -= lr * v. With momentum the velocity v is a full pass over it and the
+// weights per step; without, no velocity is kept: w = (1 - lr * weight_decay) * w - lr * g, the
+// dense layers' decay folded into their fused update. Both 0 = plain SGD, w -= lr * g.
+struct StepRule {
+  float momentum = 0;
+  float weight_decay = 0;
+  // num_params zeroed floats holding the velocity, for Networks of one thread that take turns
+  // (a batch's and a remainder's); null = the Network's own.
+  float* velocity = nullptr;
+  bool plain() const { return momentum == 0 && weight_decay == 0; }
+};
+
 class Network {
  public:
   // `params` must outlive the Network; it is written only in kSgd mode. `grads` (num_params
@@ -34,11 +47,12 @@ class Network {
   // parameters at once (one sgemm per dense layer), so the shared weights are written once per k
   // steps instead of every step; the caller calls ApplyPending when pending() reaches k. With
   // `hold` (and k = 1) the same for a caller that applies each step itself: pending_rows,
-  // pending_steps, then ClearPending.
+  // pending_steps, then ClearPending. A `rule` other than plain SGD needs every step applied at
+  // once (apply_every 1, no hold): the velocity and the decay are applied where the step is.
   static StatusOr<std::unique_ptr<Network>> Create(const ModelLayout& layout, int batch,
                                                    float* params, float* grads,
                                                    NetworkMode mode, int apply_every = 1,
-                                                   bool hold = false);
+                                                   bool hold = false, StepRule rule = {});
   ~Network();
 
   int batch() const;
@@ -55,8 +69,9 @@ class Network {
   float Forward(const uint8_t* labels, int* predicted);
 
   // After Forward with labels. kGradients: writes the gradient of the batch's mean loss with
-  // respect to every parameter into the gradient vector (lr unused). kSgd: subtracts lr times
-  // that gradient from the parameters, with no lock (Hogwild).
+  // respect to every parameter into the gradient vector (lr unused). kSgd: takes one step of the
+  // StepRule on the parameters (plain SGD: subtracts lr times that gradient), with no lock
+  // (Hogwild).
   void Backward(float lr = 0.f);
 
   // batch x classes probabilities of the last Forward.
@@ -97,6 +112,7 @@ class Network {
  private:
   struct Impl;
   explicit Network(std::unique_ptr<Impl> impl);
+  void StepWithVelocity(float lr);  // Backward's step when the StepRule is not plain SGD
   std::unique_ptr<Impl> impl_;
 };
 

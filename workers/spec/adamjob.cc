@@ -257,8 +257,9 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   const std::string p = "spec.training";
   if (!r.Map(n, p,
              {"epochs", "learningRate", "learningRateDecay", "learningRateSchedule", "warmupEpochs",
-              "pushEvery", "batchSize", "applyEvery", "threadWeights", "consistency", "maxStaleness",
-              "denseUpdates", "epochQuorum", "targetAccuracy", "seed"}) ||
+              "momentum", "weightDecay", "pushEvery", "batchSize", "applyEvery", "threadWeights",
+              "consistency", "maxStaleness", "denseUpdates", "epochQuorum", "targetAccuracy",
+              "seed"}) ||
       !n)
     return;
   r.Int(n, "epochs", p, 1, 100000, &t->epochs);
@@ -299,9 +300,19 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   }
   if (r.Int(n, "warmupEpochs", p, 0, 100000, &t->warmup_epochs) && t->warmup_epochs >= t->epochs)
     r.Error(p + ".warmupEpochs", "must be less than epochs (" + std::to_string(t->epochs) + ")");
+  if (r.Get(n, "momentum", p, &t->momentum) && !(t->momentum >= 0 && t->momentum < 1))
+    r.Error(p + ".momentum", "must be in [0, 1), got " + std::to_string(t->momentum));
+  if (r.Get(n, "weightDecay", p, &t->weight_decay) &&
+      !(t->weight_decay >= 0 && t->weight_decay <= 0.1))
+    r.Error(p + ".weightDecay", "must be in [0, 0.1], got " + std::to_string(t->weight_decay));
   r.Int(n, "pushEvery", p, 1, kMaxInt, &t->push_every);
   r.Int(n, "batchSize", p, 1, 4096, &t->batch_size);
   r.Int(n, "applyEvery", p, 1, 1024, &t->apply_every);
+  // The velocity and the decay live where each step is applied: a held or private step is
+  // applied later, or by other threads, as rows without either.
+  const char* stepper = t->momentum > 0 ? "momentum" : "weightDecay";
+  if ((t->momentum > 0 || t->weight_decay > 0) && t->apply_every > 1)
+    r.Error(p + "." + stepper, "needs each step applied at once: applyEvery: 1");
   std::string tw;
   if (r.Get(n, "threadWeights", p, &tw)) {
     if (tw == "shared") {
@@ -311,6 +322,10 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
       if (t->apply_every > 1)
         r.Error(p + ".threadWeights",
                 "private applies each update at once; it needs applyEvery: 1");
+      if (t->momentum > 0 || t->weight_decay > 0)
+        r.Error(p + "." + stepper,
+                "needs threadWeights: shared (private copies pass steps as rows, without a velocity "
+                "or a decay)");
     } else {
       r.Error(p + ".threadWeights", "must be one of shared, private; got '" + tw + "'");
     }
@@ -338,6 +353,10 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
       t->dense_updates = DenseUpdates::kWeights;
     } else if (d == "activations") {
       t->dense_updates = DenseUpdates::kActivations;
+      if (t->momentum > 0 || t->weight_decay > 0)
+        r.Error(p + ".denseUpdates",
+                std::string("activations carry plain SGD steps (rows of inputs and errors), not ") +
+                    stepper + "'s; use weights or auto (auto means weights there)");
     } else {
       r.Error(p + ".denseUpdates", "must be one of auto, weights, activations; got '" + d + "'");
     }
@@ -353,6 +372,8 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   }
   int64_t seed = 1;
   if (r.Int(n, "seed", p, 0, INT64_MAX, &seed)) t->seed = static_cast<uint64_t>(seed);
+  // A delta holds the velocity's and the decay's effect; a row only the plain gradient.
+  if (t->momentum > 0 || t->weight_decay > 0) t->dense_updates = DenseUpdates::kWeights;
 }
 
 void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {

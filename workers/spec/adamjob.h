@@ -101,6 +101,11 @@ struct TrainingSpec {
   double learning_rate_decay = 1.0;  // learning rate of epoch e = learning_rate * decay^e
   LearningRateSchedule schedule;
   int warmup_epochs = 0;             // epoch e < W runs at (e + 1) / (W + 1) of the scheduled rate
+  // Each worker's SGD step, as PyTorch's SGD: v = momentum * v + g + weight_decay * w (weights,
+  // not biases), w -= lr * v, with a velocity per worker thread. Both 0 = Adam's plain SGD. The
+  // pushed delta carries the step; dense layers then travel as weights (see ParseAdamJob).
+  double momentum = 0;
+  double weight_decay = 0;
   int push_every = 100;         // k: images between update pushes
   int batch_size = 1;           // images per thread per SGD step (1 = Adam's per-image SGD)
   int apply_every = 1;          // steps a worker holds its updates before writing the shared weights

@@ -55,6 +55,7 @@ struct Replica::Impl {
     std::unique_ptr<std::mutex> log_mu = std::make_unique<std::mutex>();  // guards log
     DenseLog log;
     std::unique_ptr<Private> own;  // private weights only
+    std::vector<float> velocity;   // momentum or weight decay: net's and net_one's step state
   };
   model::ModelLayout layout;
   ReplicaOptions options;
@@ -92,6 +93,10 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
   if (options.private_weights && options.apply_every > 1)
     return InvalidArgumentError("replica: private weights apply every step (apply_every 1)");
   if (options.ring_steps < 1) return InvalidArgumentError("replica: ring_steps must be >= 1");
+  if ((options.momentum != 0 || options.weight_decay != 0) &&
+      (options.private_weights || options.apply_every > 1))
+    return InvalidArgumentError(
+        "replica: momentum and weight decay need shared weights and every step applied at once");
   auto impl = std::make_unique<Impl>(layout);
   Impl& m = *impl;
   m.options = options;
@@ -153,12 +158,18 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
         pv.gather_e.emplace_back(size_t(pv.gather_rows * d.units));
       }
     }
+    model::StepRule rule{s.options.momentum, s.options.weight_decay, nullptr};
+    if (!rule.plain()) {  // the worker's batch and remainder Networks share one velocity
+      wk.velocity.assign(size_t(s.layout.num_params()), 0.f);
+      rule.velocity = wk.velocity.data();
+    }
     auto make = [&](std::unique_ptr<model::Network>* out, int batch, float* params,
                     model::NetworkMode mode, int apply_every = 1) {
       if (!errors[size_t(t)].ok()) return;
       // Private weights: the Network holds each step for Drain to apply with the peers'.
       auto net = model::Network::Create(s.layout, batch, params, nullptr, mode, apply_every,
-                                        s.options.private_weights);
+                                        s.options.private_weights,
+                                        mode == model::NetworkMode::kSgd ? rule : model::StepRule{});
       if (net.ok()) *out = std::move(*net);
       else errors[size_t(t)] = net.status();
     };

@@ -37,6 +37,10 @@ struct ReplicaOptions {
   int apply_every = 1;
   // A private weight copy per worker (spec.training.threadWeights: private; needs apply_every 1).
   bool private_weights = false;
+  // Momentum and weight decay of every step (model::StepRule; a velocity per worker). Needs
+  // apply_every 1 and shared weights.
+  float momentum = 0;
+  float weight_decay = 0;
   int ring_steps = 32;  // private: steps a worker may publish before its slowest peer applies them
   // Dense layers whose activation and error vectors are recorded after every step, for Adam's
   // dense-layer protocol (update::UpdatePlan); empty = none.

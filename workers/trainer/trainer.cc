@@ -328,6 +328,8 @@ StatusOr<TrainerResult> Trainer::Run() {
   ro.batch = s.job.training.batch_size;
   ro.apply_every = s.job.training.apply_every;
   ro.private_weights = s.job.training.thread_weights == spec::ThreadWeights::kPrivate;
+  ro.momentum = float(s.job.training.momentum);
+  ro.weight_decay = float(s.job.training.weight_decay);
   ro.eval_batch = s.opt.eval_batch;
   ro.bind = s.opt.bind;
   ro.evaluate = evaluates;

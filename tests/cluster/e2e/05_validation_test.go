@@ -85,7 +85,7 @@ func testTheApiServerRefusesEveryDocumentedBadManifest(t *testing.T) {
 		})
 	}
 	// The examples themselves are accepted.
-	for _, name := range []string{"fashion-mnist", "fashion-mnist-ha"} {
+	for _, name := range []string{"fashion-mnist", "fashion-mnist-ha", "fashion-mnist-best"} {
 		kubectl(t, "apply", "-n", ns, "--dry-run=server", "-f", "examples/"+name+".yaml")
 	}
 }
