@@ -429,23 +429,24 @@ TEST_F(AdamRun, KilledControllerLeaderIsReplacedAndChaosEndsWithACompletedJob) {
   EXPECT_GT(j["shard_map"]["version"].get<int>(), 6) << r.out;
 }
 
-// --chaos 40: a kill every 1-2 s for 40 s. The job completes with every copy in sync, and its
+// --chaos 15: a kill every 1-2 s for 15 s. The job completes with every copy in sync, and its
 // report has a row per parameter-server failover and fault labels Chromium draws readably.
 TEST_F(AdamRun, ChaosKillingRandomControllersAndServersEndsWithEveryCopyInSync) {
-  // 40 s of chaos over 200 epochs take about 85 s in a Release build on 2 cores (400 epochs took
-  // 170 s, 2.3 epochs/s through the chaos and after it); under a sanitizer every
+  // 200 epochs take 26 s on a quiet 2-core machine and 85 s on a slow one: the chaos must end
+  // well inside the faster (a server killed 0.3 s before the end of 40 s of chaos left 7 shards
+  // under-replicated in the summary). Under a sanitizer every
   // kill's restart is slow enough that even 80 epochs did not end within 400 s. The run of kills
   // and restarts above (KilledControllerLeaderIsReplacedAndChaosEndsWithACompletedJob) covers
   // failover and restart under the sanitizers; this one runs in `make test`.
-  if (kSanitizerBuild) GTEST_SKIP() << "40 s of chaos and its report: too slow under a sanitizer";
+  if (kSanitizerBuild) GTEST_SKIP() << "15 s of chaos and its report: too slow under a sanitizer";
   WriteSynthetic(dir_.File("train"), 12000, 1);  // epochs long enough to outlast the chaos
   const std::string job = Manifest(dir_, "epochs: 200, learningRate: 0.02, pushEvery: 50", kCopiesRoles);
   const std::string report = dir_.File("report");
-  Result r = Adam(dir_, "run " + job + " --output json -q --chaos 40:3 --report " + report, 400);
+  Result r = Adam(dir_, "run " + job + " --output json -q --chaos 15:3 --report " + report, 400);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
-  EXPECT_GE(j["chaos_faults"].get<int>(), 15) << r.out;
+  EXPECT_GE(j["chaos_faults"].get<int>(), 7) << r.out;
   ASSERT_TRUE(j.contains("shard_map")) << r.out;
   EXPECT_EQ(j["shard_map"]["under_replicated"].get<int>(), 0) << r.out << r.err;
 
