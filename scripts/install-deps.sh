@@ -9,7 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcpprest-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libhwloc-dev prometheus-cpp-dev libyaml-cpp-dev
-  libzstd-dev zlib1g-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
+  libzstd-dev zlib1g-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libonnx-dev
 )
 # The tests, the sanitizer builds, the demo's data set and the image's base (mmdebstrap).
 if [[ "${ADAM_INSTALL_BUILD_ONLY:-0}" != 1 ]]; then
@@ -18,6 +18,7 @@ if [[ "${ADAM_INSTALL_BUILD_ONLY:-0}" != 1 ]]; then
     clang libclang-rt-14-dev libomp-14-dev
     dataset-fashion-mnist
     python3 openssl curl prometheus chromium mmdebstrap
+    python3-onnx python3-opencv  # the exported model checked by ONNX's checker and OpenCV's runtime
   )
 fi
 # Extra groups: ADAM_INSTALL_BENCH=1 adds the peers the benchmarks compare against.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -473,10 +474,50 @@ TEST_F(AdamRun, ChaosKillingRandomControllersAndServersEndsWithEveryCopyInSync) 
 
 // Trainer 0 evaluates after every epoch; killed while trainer 1 trains on, the job's result is
 // the final model's accuracy, measured by an evaluator, not trainer 0's last evaluation.
+// The model file `--model-out` names holds the model whose accuracy the summary reports: Adam's
+// own `adam evaluate` and OpenCV's ONNX runtime (after ONNX's checker) get it right to the image.
+void ExpectTheModelScores(const testing::TmpDir& dir, const nlohmann::json& summary) {
+  const std::string model = dir.File("out/model.onnx");
+  EXPECT_EQ(summary.value("model", ""), model);
+  const int expected = int(std::lround(summary["test_accuracy"].get<double>() * 300));
+  Result e = Adam(dir, "evaluate " + model + " --images " + dir.File("test-images.gz") +
+                           " --labels " + dir.File("test-labels") + " -o json");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  auto ej = nlohmann::json::parse(e.out);
+  EXPECT_EQ(ej["images"].get<int>(), 300);
+  EXPECT_EQ(ej["correct"].get<int>(), expected) << e.out;
+  const std::string cmd = "/usr/bin/python3 " ADAM_SOURCE_DIR "/tests/model/onnx_runtime.py accuracy " +
+                          model + " " + dir.File("test-images.gz") + " " + dir.File("test-labels") +
+                          " > " + dir.File("opencv.json");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto oj = nlohmann::json::parse(Slurp(dir.File("opencv.json")));
+  EXPECT_EQ(oj["correct"].get<int>(), expected);
+  Result p = Adam(dir, "predict " + model + " " + dir.File("test-images.gz") + " --first 3");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_THAT(p.out, HasSubstr("image 2: class "));
+}
+
+TEST_F(AdamRun, TheModelOutIsTheModelTheSummaryScores) {
+  const std::string job = Manifest(dir_, "epochs: 3, learningRate: 0.02, pushEvery: 50",
+                                   "trainer: {replicas: 2, threads: 1}");
+  Result r = Adam(dir_, "run " + job + " --output json -q --model-out " + dir_.File("out/model.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectTheModelScores(dir_, nlohmann::json::parse(r.out));
+  // A model for other input is refused by name.
+  Result e = Adam(dir_, "evaluate " + dir_.File("out/model.onnx") + " --images " +
+                            dir_.File("test-labels") + " --labels " + dir_.File("test-labels"));
+  EXPECT_EQ(e.exit_code, 2);
+  EXPECT_THAT(e.err, HasSubstr(dir_.File("test-labels")));
+  Result bad = Adam(dir_, "evaluate " + job + " --images x --labels y");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("not a serialised ModelProto"));
+}
+
 TEST_F(AdamRun, WithoutTrainer0TheFinalModelIsEvaluated) {
   const std::string job = Manifest(dir_, "epochs: 60, learningRate: 0.02, pushEvery: 50",
                                    "trainer: {replicas: 2, threads: 1}");
-  Result r = Adam(dir_, "run " + job + " --output json -q --kill trainer-0@0.5", 240);
+  Result r = Adam(dir_, "run " + job + " --output json -q --kill trainer-0@0.5 --model-out " +
+                            dir_.File("out/model.onnx"), 240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["epochs"].get<int>(), 60) << r.out;
@@ -484,6 +525,8 @@ TEST_F(AdamRun, WithoutTrainer0TheFinalModelIsEvaluated) {
   EXPECT_THAT(r.err, HasSubstr("adam run: trainer-0 did not finish"));
   EXPECT_THAT(r.err, HasSubstr("evaluating the final model (epoch 60) with an evaluator"));
   EXPECT_THAT(r.err, HasSubstr("adam run: the final model: test accuracy "));
+  // The evaluator wrote the final model, the one scored.
+  ExpectTheModelScores(dir_, j);
 }
 
 // A trainer killed and restarted gets the data server's and the parameter servers' addresses

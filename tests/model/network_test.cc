@@ -9,52 +9,18 @@
 #include <vector>
 
 #include "model/layout.h"
+#include "testing/layers.h"
 
 namespace adam::model {
 namespace {
 
-spec::ModelSpec MakeSpec(std::vector<spec::LayerSpec> layers, spec::Shape input) {
-  spec::ModelSpec m;
-  m.input = input;
-  m.layers = std::move(layers);
-  return m;
-}
+using testing::Conv;
+using testing::Dense;
+using testing::Dropout;
+using testing::MakeSpec;
+using testing::Pool;
+using testing::Softmax;
 
-spec::LayerSpec Conv(int maps, int kernel, spec::Activation a, int padding = 0) {
-  spec::LayerSpec l;
-  l.type = spec::LayerType::kConv;
-  l.maps = maps;
-  l.kernel = kernel;
-  l.padding = padding;
-  l.activation = a;
-  return l;
-}
-spec::LayerSpec Pool(int size, spec::LayerType type = spec::LayerType::kMaxPool) {
-  spec::LayerSpec l;
-  l.type = type;
-  l.size = size;
-  return l;
-}
-spec::LayerSpec Dense(int units, spec::Activation a) {
-  spec::LayerSpec l;
-  l.type = spec::LayerType::kDense;
-  l.units = units;
-  l.activation = a;
-  return l;
-}
-spec::LayerSpec Dropout(double rate) {
-  spec::LayerSpec l;
-  l.type = spec::LayerType::kDropout;
-  l.rate = rate;
-  return l;
-}
-spec::LayerSpec Softmax(int classes) {
-  spec::LayerSpec l;
-  l.type = spec::LayerType::kSoftmax;
-  l.classes = classes;
-  l.activation = spec::Activation::kNone;
-  return l;
-}
 
 // Compares Backward's gradient with central finite differences of the mean loss, computed in
 // double from float forward passes, on every parameter.

@@ -12,7 +12,9 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/model_commands.h"
 #include "controller/main.h"
+#include "core/version.h"
 #include "core/exit_codes.h"
 #include "data_server/main.h"
 #include "launcher/launcher.h"
@@ -114,7 +116,7 @@ std::optional<uint64_t> MemberId(const std::string& text) {
 int main(int argc, char** argv) {
   CLI::App app{"Adam: Project Adam's deep-learning training system"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "adam 0.1.0");
+  app.set_version_flag("--version", std::string("adam ") + adam::kAdamVersion);
 
   std::string job_path, output = "text", name, listen = "127.0.0.1:0", data_server, ps_list;
   int index = 0, threads = 0, metrics_port = 0;
@@ -150,8 +152,26 @@ int main(int argc, char** argv) {
   run->add_option("--chaos", chaos,
                   "SECONDS[:SEED]: for that long, kill -9 a random controller member or parameter "
                   "server every 1-2 s and restart it 1 s later (needs copies > 1)");
+  std::string run_model_out;
+  run->add_option("--model-out", run_model_out,
+                  "write the final model (the one the summary's accuracy is of) to FILE as ONNX");
   auto* validate = app.add_subcommand("validate", "Check a manifest; exit 2 listing every problem");
   validate->add_option("file", job_path, "AdamJob manifest (YAML)")->required();
+
+  adam::cli::ModelCommandOptions mo;
+  auto* evaluate = app.add_subcommand(
+      "evaluate", "Evaluate an ONNX model Adam wrote on a labelled IDX set: accuracy, confusion matrix");
+  evaluate->add_option("model", mo.model, "the ONNX file (adam run --model-out)")->required();
+  evaluate->add_option("--images", mo.images, "IDX images (raw or gzip)")->required();
+  evaluate->add_option("--labels", mo.labels, "IDX labels (raw or gzip)")->required();
+  auto* predict = app.add_subcommand(
+      "predict", "Classify images with an ONNX model Adam wrote: each image's class and probability");
+  predict->add_option("model", mo.model, "the ONNX file (adam run --model-out)")->required();
+  predict->add_option("images", mo.images, "IDX images (raw or gzip)")->required();
+  predict->add_option("--first", mo.first, "classify the first N images (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  for (auto* sub : {evaluate, predict})
+    sub->add_option("-o,--output", output, "text or json")->check(CLI::IsMember({"text", "json"}));
 
   auto* plan = app.add_subcommand("plan", "Print the role instances a manifest runs as");
   plan->add_option("file", job_path, "AdamJob manifest (YAML)")->required();
@@ -278,6 +298,9 @@ int main(int argc, char** argv) {
                  "controller members ID=HOST:PORT,...: route by its shard map instead of --ps");
   tr->add_flag("--no-bind", no_bind, "do not bind worker threads to cores");
   bool evaluate_only = false;
+  std::string trainer_model_out;
+  tr->add_option("--model-out", trainer_model_out,
+                 "trainer 0 or --evaluate-only: write the last evaluated model to FILE as ONNX");
   tr->add_flag("--evaluate-only", evaluate_only,
                "train nothing: pull the model from the parameter servers, evaluate it on the test "
                "set (an `evaluated` event) and exit");
@@ -353,6 +376,10 @@ int main(int argc, char** argv) {
       std::fputs(adam::op::ToYaml(objects).c_str(), stdout);
     return 0;
   }
+  if (evaluate->parsed() || predict->parsed()) {
+    mo.json = output == "json";
+    return evaluate->parsed() ? adam::cli::Evaluate(mo) : adam::cli::Predict(mo);
+  }
   if (run->parsed()) {
     if (job_path.empty()) {
       std::fprintf(stderr, "adam run: give a manifest: adam run FILE\n");
@@ -369,6 +396,7 @@ int main(int argc, char** argv) {
     ro.report_dir = report_dir;
     ro.plaintext = run_plaintext;
     ro.prometheus_sd = prometheus_sd;
+    ro.model_out = run_model_out;
     for (const std::string& k : kills) {
       adam::launcher::RunOptions::Kill kill;
       const size_t at = k.find('@'), plus = k.find('+');
@@ -536,6 +564,7 @@ int main(int argc, char** argv) {
     o.metrics_host = metrics_host;
     o.bind = !no_bind;
     o.evaluate_only = evaluate_only;
+    o.model_out = trainer_model_out;
     o.check_pushes = check_pushes;
     o.check_round = check_round;
     o.check_every_ms = check_every_ms;

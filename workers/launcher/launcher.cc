@@ -208,6 +208,14 @@ class Supervisor {
         return kExitInvalid;
       }
     }
+    if (!o_.model_out.empty()) {
+      const std::string why = probe(o_.model_out + ".adam-write-check");
+      if (!why.empty()) {
+        std::fprintf(stderr, "adam run: --model-out %s: cannot write there: %s\n",
+                     o_.model_out.c_str(), why.c_str());
+        return kExitInvalid;
+      }
+    }
     if (!o_.prometheus_sd.empty()) {
       const std::string why = probe(o_.prometheus_sd + ".adam-write-check");
       if (!why.empty()) {
@@ -365,6 +373,10 @@ class Supervisor {
              const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = spec::RoleArgs(in, o_.job_path, endpoints);
     args.insert(args.end(), extra.begin(), extra.end());
+    // Trainer 0 evaluates the model after every epoch (the evaluator, given trainer 0's
+    // arguments, when it did not finish): it writes the one the summary reports.
+    if (!o_.model_out.empty() && in.role == spec::Role::kTrainer && in.index == 0)
+      args.insert(args.end(), {"--model-out", std::filesystem::absolute(o_.model_out).string()});
     if (tls_dir_.empty()) {
       args.push_back("--plaintext");
     } else {
@@ -529,6 +541,8 @@ class Supervisor {
       promoted_ = int(promoted_shards_.size());
       failover_ms_ = std::max(failover_ms_, ms);
       if (first_failover_ms_ < 0) first_failover_ms_ = ms;
+    } else if (type == "model_written") {
+      model_written_ = EventString(ev, "path");
     } else if (type == "evaluated") {
       final_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
     } else if (type == "diverged") {
@@ -832,6 +846,7 @@ class Supervisor {
         j["shard_map"] = {{"version", map_version_}, {"under_replicated", under_replicated_}};
       if (o_.chaos_seconds > 0) j["chaos_faults"] = chaos_faults_;
       if (failovers_ > 0) j["failovers"] = failovers_;
+      if (!model_written_.empty()) j["model"] = model_written_;
       std::printf("%s\n", FiniteJson(j).dump().c_str());
     } else {
       std::printf("%s: %d epochs, test accuracy %.2f%%, %s images in %s (%s img/s), wall %s\n",
@@ -846,6 +861,7 @@ class Supervisor {
       if (controller_failover_ms_ >= 0)
         std::printf("failover after kill -9 %s: a new controller leader after %lld ms\n",
                     killed_.c_str(), static_cast<long long>(controller_failover_ms_));
+      if (!model_written_.empty()) std::printf("model: %s (ONNX)\n", model_written_.c_str());
     }
     std::fflush(stdout);
   }
@@ -885,6 +901,7 @@ class Supervisor {
   std::string tls_dir_;       // the run's TLS material; empty: --plaintext
   std::string diverged_;      // the first trainer's divergence message
   spec::Endpoints endpoints_; // the last stage's: data server, parameter servers, controller
+  std::string model_written_;  // where the final model went (a model_written event)
   double final_accuracy_ = -1;  // the evaluator's, when trainer 0 did not finish
   int evaluated_epoch_ = 0;     // the epoch of trainer 0's last evaluation
   int lock_fd_ = -1;          // holds the --state-dir lock

@@ -55,6 +55,9 @@ struct RunOptions {
   // By default the run makes a throw-away CA and certificate (in its state directory, tls/) and
   // every role talks mutual TLS; true passes --plaintext instead.
   bool plaintext = false;
+  // Non-empty: the final model (the one whose test accuracy the summary reports) is written there
+  // as ONNX (model/onnx.h) by trainer 0, or by the evaluator when trainer 0 did not finish.
+  std::string model_out;
 };
 
 // Runs the job; returns the process exit code: 0 when every trainer finished, 1 when a role

@@ -103,6 +103,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   to.threads = options.threads > 0 ? options.threads : job.roles.trainer.threads;
   to.name = options.name;
   to.evaluate_only = options.evaluate_only;
+  to.model_out = options.model_out;
   to.bind = options.bind && job.placement.numa_pinning;
   if (to.bind) {
     if (const auto pin = topology::DecidePinningHere(); !pin.pin) {

@@ -19,6 +19,7 @@ struct MainOptions {
   int metrics_port = 0;
   bool bind = true;  // bind workers to cores (also needs spec.placement.numaPinning)
   bool evaluate_only = false;  // pull the model, evaluate it, exit (see TrainerOptions)
+  std::string model_out;       // the final model as ONNX (see TrainerOptions)
   int check_pushes = 0;        // > 0: push tagged updates and check them (push_check.h)
   int check_round = 0;
   int check_every_ms = 20;

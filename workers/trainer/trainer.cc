@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "core/event.h"
+#include "core/version.h"
 #include "model/layout.h"
+#include "model/onnx.h"
 #include "trainer/batch_queue.h"
 #include "trainer/replica.h"
 #include "update/update_plan.h"
@@ -48,6 +50,8 @@ struct Trainer::Impl {
   // Sync-thread state, guarded by sync_mu.
   std::mutex sync_mu;
   std::vector<float> w0, snapshot, delta, pulled;
+  std::vector<float> evaluated;  // the weights of the last evaluation, kept for opt.model_out
+  double evaluated_accuracy = -1;
   std::vector<DenseLog> logs;  // per worker, swapped out of the replica at each push
   int64_t ring_waits_seen = 0;  // replica->ring_waits() at the last push
   // Pushes so far: (epoch << 32) | pushes within the epoch, so an epoch's end is a step every
@@ -93,6 +97,8 @@ struct Trainer::Impl {
   void PrefetchLoop();
   void SyncLoop();
   double Evaluate();
+  // Writes the weights of the last evaluation to opt.model_out (when given) as ONNX.
+  Status WriteModel(int epochs);
 };
 
 Trainer::Trainer(spec::AdamJob job, TrainerOptions options, TrainerMetrics metrics,
@@ -296,8 +302,27 @@ double Trainer::Impl::Evaluate() {
     std::lock_guard<std::mutex> lock(sync_mu);
     global = w0;
   }
-  return replica->Evaluate(global.data(), reinterpret_cast<const uint8_t*>(test_pixels.data()),
-                           reinterpret_cast<const uint8_t*>(test_labels.data()), test_count);
+  const double acc =
+      replica->Evaluate(global.data(), reinterpret_cast<const uint8_t*>(test_pixels.data()),
+                        reinterpret_cast<const uint8_t*>(test_labels.data()), test_count);
+  if (!opt.model_out.empty()) {
+    evaluated = std::move(global);
+    evaluated_accuracy = acc;
+  }
+  return acc;
+}
+
+Status Trainer::Impl::WriteModel(int epochs) {
+  if (opt.model_out.empty() || evaluated.empty()) return OkStatus();
+  char doc[160];
+  std::snprintf(doc, sizeof doc, "trained by Adam: %d epochs, test accuracy %.4f", epochs,
+                evaluated_accuracy);
+  ADAM_RETURN_IF_ERROR(model::WriteOnnxFile(opt.model_out, *layout, evaluated.data(),
+                                            {job.name, kAdamVersion, doc}));
+  spdlog::info("the model (test accuracy {:.2f}%) is in {}", 100 * evaluated_accuracy, opt.model_out);
+  EmitEvent({{"event", "model_written"}, {"trainer", opt.index}, {"path", opt.model_out},
+             {"test_accuracy", evaluated_accuracy}});
+  return OkStatus();
 }
 
 StatusOr<TrainerResult> Trainer::Run() {
@@ -345,6 +370,7 @@ StatusOr<TrainerResult> Trainer::Run() {
     spdlog::info("the model the parameter servers hold: test accuracy {:.2f}%", 100 * result.test_accuracy);
     EmitEvent({{"event", "evaluated"}, {"trainer", s.opt.index}, {"test_accuracy", result.test_accuracy},
                {"seconds", result.seconds}});
+    ADAM_RETURN_IF_ERROR(s.WriteModel(0));
     return result;
   }
 
@@ -439,6 +465,7 @@ StatusOr<TrainerResult> Trainer::Run() {
     if (Status st = s.ps->Push(leave); !st.ok()) spdlog::warn("leaving: {}", st.message());
   }
   if (Status err = s.Error(); !err.ok()) return err;
+  if (evaluates && result.diverged.empty()) ADAM_RETURN_IF_ERROR(s.WriteModel(result.epochs));
   EmitEvent({{"event", "done"},
              {"trainer", s.opt.index},
              {"epochs", result.epochs},

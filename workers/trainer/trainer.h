@@ -37,6 +37,9 @@ struct TrainerOptions {
   // and returns (epochs 0). The launcher's evaluator of the final model when trainer 0, which
   // evaluates after every epoch, did not live to the end.
   bool evaluate_only = false;
+  // An evaluating trainer (trainer 0, or the evaluator) writes the model of its last evaluation
+  // there as ONNX (model/onnx.h) when training ends; "" = none.
+  std::string model_out;
 };
 
 struct TrainerMetrics {

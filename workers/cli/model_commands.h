@@ -1,0 +1,22 @@
+// `adam evaluate` and `adam predict`: the ONNX model a job wrote (model/onnx.h), used without
+// another tool.
+#pragma once
+
+#include <string>
+
+namespace adam::cli {
+
+struct ModelCommandOptions {
+  std::string model;   // an ONNX file Adam wrote
+  std::string images;  // IDX images (N x H x W, or N x C x H x W), raw or gzip
+  std::string labels;  // evaluate: IDX labels
+  int first = 10;      // predict: how many images (0 = all)
+  bool json = false;
+};
+
+// Prints the test accuracy and the confusion matrix; exit code 0, or 2 naming the bad input.
+int Evaluate(const ModelCommandOptions& o);
+// Prints each image's class and probability, and the runner-up; exit code 0 or 2.
+int Predict(const ModelCommandOptions& o);
+
+}  // namespace adam::cli

@@ -1,0 +1,507 @@
+// ONNX export and import of Adam's models (see onnx.h for the graph's shape).
+#include "model/onnx.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace adam::model {
+namespace {
+
+constexpr float kPixelScale = 2.f / 255.f;  // Network::SetInputFromBytes: x * 2/255 - 1
+constexpr float kPixelShift = -1.f;
+constexpr int64_t kIrVersion = 8;  // ONNX 1.10+, opset 13 and up
+
+using spec::Activation;
+using spec::LayerType;
+
+void AddInts(onnx::NodeProto* n, const char* name, std::initializer_list<int64_t> v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+void AddInt(onnx::NodeProto* n, const char* name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+void AddTensor(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> dims,
+               const float* data, int64_t count) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t->add_dims(d);
+  // raw_data is little-endian, as this machine's floats.
+  t->set_raw_data(std::string(reinterpret_cast<const char*>(data), size_t(count) * sizeof(float)));
+}
+
+void SetFloatShape(onnx::ValueInfoProto* v, const std::string& name,
+                   std::initializer_list<int64_t> dims) {
+  v->set_name(name);
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  auto* shape = tt->mutable_shape();
+  auto* n = shape->add_dim();
+  n->set_dim_param("N");  // any batch
+  for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
+}
+
+const char* ActivationOp(Activation a) {
+  switch (a) {
+    case Activation::kTanh: return "Tanh";
+    case Activation::kRelu: return "Relu";
+    case Activation::kSigmoid: return "Sigmoid";
+    case Activation::kLeakyRelu: return "LeakyRelu";
+    case Activation::kNone: return nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+StatusOr<std::string> ExportOnnx(const ModelLayout& layout, const float* params,
+                                 const OnnxInfo& info) {
+  const auto& spec = layout.spec();
+  onnx::ModelProto model;
+  model.set_ir_version(kIrVersion);
+  model.set_producer_name("adam");
+  model.set_producer_version(info.producer_version);
+  model.set_doc_string(info.doc);
+  auto* opset = model.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(kOnnxOpset);
+  auto* g = model.mutable_graph();
+  g->set_name(info.name.empty() ? "adam" : info.name);
+  SetFloatShape(g->add_input(), "pixels",
+                {spec.input.channels, spec.input.height, spec.input.width});
+
+  int next = 0;
+  auto node = [&](const char* op, std::vector<std::string> inputs) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(std::string(op) + "_" + std::to_string(next++));
+    for (auto& in : inputs) n->add_input(std::move(in));
+    n->add_output(n->name());
+    return n;
+  };
+  AddTensor(g, "pixel_scale", {}, &kPixelScale, 1);
+  AddTensor(g, "pixel_shift", {}, &kPixelShift, 1);
+  std::string x = node("Mul", {"pixels", "pixel_scale"})->output(0);
+  x = node("Add", {x, "pixel_shift"})->output(0);
+  bool flat = false;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const auto& l = spec.layers[i];
+    const auto& s = layout.shapes()[i];
+    const auto& p = layout.params()[i];
+    const std::string w = "layers." + std::to_string(i) + ".weight";
+    const std::string b = "layers." + std::to_string(i) + ".bias";
+    Activation act = Activation::kNone;
+    switch (l.type) {
+      case LayerType::kConv: {
+        AddTensor(g, w, {l.maps, s.in.channels, l.kernel, l.kernel}, params + p.weights.offset,
+                  p.weights.count);
+        AddTensor(g, b, {l.maps}, params + p.bias.offset, p.bias.count);
+        auto* n = node("Conv", {x, w, b});
+        AddInts(n, "kernel_shape", {l.kernel, l.kernel});
+        AddInts(n, "strides", {l.stride, l.stride});
+        AddInts(n, "pads", {l.padding, l.padding, l.padding, l.padding});
+        x = n->output(0);
+        act = l.activation;
+        break;
+      }
+      case LayerType::kMaxPool:
+      case LayerType::kAvgPool: {
+        auto* n = node(l.type == LayerType::kMaxPool ? "MaxPool" : "AveragePool", {x});
+        AddInts(n, "kernel_shape", {l.size, l.size});
+        AddInts(n, "strides", {l.size, l.size});
+        x = n->output(0);
+        break;
+      }
+      case LayerType::kDropout:
+        break;  // identity at evaluation
+      case LayerType::kDense:
+      case LayerType::kSoftmax: {
+        if (!flat) {
+          auto* n = node("Flatten", {x});
+          AddInt(n, "axis", 1);
+          x = n->output(0);
+          flat = true;
+        }
+        const int units = s.out.channels;
+        AddTensor(g, w, {units, s.in.size()}, params + p.weights.offset, p.weights.count);
+        AddTensor(g, b, {units}, params + p.bias.offset, p.bias.count);
+        auto* n = node("Gemm", {x, w, b});
+        AddInt(n, "transB", 1);
+        x = n->output(0);
+        if (l.type == LayerType::kDense) {
+          act = l.activation;
+        } else {
+          auto* sm = node("Softmax", {x});
+          AddInt(sm, "axis", 1);
+          x = sm->output(0);
+        }
+        break;
+      }
+    }
+    if (const char* op = ActivationOp(act)) {
+      auto* n = node(op, {x});
+      if (act == Activation::kLeakyRelu) {
+        auto* a = n->add_attribute();
+        a->set_name("alpha");
+        a->set_type(onnx::AttributeProto::FLOAT);
+        a->set_f(spec::kLeakySlope);
+      }
+      x = n->output(0);
+    }
+  }
+  if (spec.layers.empty() || spec.layers.back().type != LayerType::kSoftmax)
+    return InvalidArgumentError("onnx: the model does not end in a softmax layer");
+  // The last node's output is the graph's.
+  g->mutable_node(g->node_size() - 1)->set_output(0, "probabilities");
+  SetFloatShape(g->add_output(), "probabilities", {layout.classes()});
+  std::string out;
+  if (!model.SerializeToString(&out)) return InternalError("onnx: serialising the model failed");
+  return out;
+}
+
+namespace {
+
+// Reads the chain of nodes ExportOnnx writes. Every error names the node (index, op, name) or
+// the tensor at fault.
+class Importer {
+ public:
+  explicit Importer(const onnx::GraphProto& g) : g_(g) {
+    for (const auto& t : g.initializer()) tensors_.emplace(t.name(), &t);
+  }
+
+  StatusOr<ImportedModel> Run() {
+    ImportedModel out;
+    out.name = g_.name();
+    if (g_.input_size() < 1)
+      return InvalidArgumentError("onnx: graph.input: the graph has no input");
+    ADAM_ASSIGN_OR_RETURN(out.model.input, InputShape(g_.input(0)));
+    std::string x = g_.input(0).name();
+    // The normalisation: Mul by 2/255, then Add -1.
+    ADAM_RETURN_IF_ERROR(Scalar("Mul", kPixelScale, &x));
+    ADAM_RETURN_IF_ERROR(Scalar("Add", kPixelShift, &x));
+    // Per layer, the tensors it reads, in the order ModelLayout lays them out.
+    std::vector<std::pair<const onnx::TensorProto*, const onnx::TensorProto*>> tensors;
+    while (i_ < g_.node_size()) {
+      const auto& n = g_.node(i_);
+      ADAM_RETURN_IF_ERROR(Chained(n, x));
+      const std::string op = n.op_type();
+      spec::LayerSpec l;
+      if (op == "Conv") {
+        l.type = LayerType::kConv;
+        const onnx::TensorProto *w, *b;
+        ADAM_RETURN_IF_ERROR(Weights(n, 4, &w, &b));
+        std::vector<int64_t> k, st, pads;
+        ADAM_RETURN_IF_ERROR(Ints(n, "kernel_shape", 2, &k));
+        ADAM_RETURN_IF_ERROR(Ints(n, "strides", 2, &st));
+        ADAM_RETURN_IF_ERROR(Ints(n, "pads", 4, &pads));
+        if (k[0] != k[1] || st[0] != st[1] || pads[0] != pads[1] || pads[0] != pads[2] ||
+            pads[0] != pads[3])
+          return NodeError(n, "kernel, strides and pads must be square and symmetric");
+        if (w->dims(2) != k[0] || w->dims(3) != k[0])
+          return NodeError(n, "the weight's dims do not match kernel_shape");
+        ADAM_RETURN_IF_ERROR(Int32(n, w->dims(0), &l.maps));
+        ADAM_RETURN_IF_ERROR(Int32(n, k[0], &l.kernel));
+        ADAM_RETURN_IF_ERROR(Int32(n, st[0], &l.stride));
+        ADAM_RETURN_IF_ERROR(Int32(n, pads[0], &l.padding));
+        tensors.push_back({w, b});
+        x = n.output(0);
+        ++i_;
+        ADAM_RETURN_IF_ERROR(ReadActivation(&l, &x));
+      } else if (op == "MaxPool" || op == "AveragePool") {
+        l.type = op == "MaxPool" ? LayerType::kMaxPool : LayerType::kAvgPool;
+        std::vector<int64_t> k, st;
+        ADAM_RETURN_IF_ERROR(Ints(n, "kernel_shape", 2, &k));
+        ADAM_RETURN_IF_ERROR(Ints(n, "strides", 2, &st));
+        if (k[0] != k[1] || st != k)
+          return NodeError(n, "the window must be square with strides equal to its size");
+        for (const auto& a : n.attribute()) {
+          const bool zero = a.i() == 0 && std::all_of(a.ints().begin(), a.ints().end(),
+                                                      [](int64_t v) { return v == 0; });
+          if ((a.name() == "pads" || a.name() == "ceil_mode") && !zero)
+            return NodeError(n, "attribute " + a.name() + ": Adam's pools have no padding");
+          if (a.name() == "auto_pad" && a.s() != "NOTSET")
+            return NodeError(n, "attribute auto_pad: Adam's pools have no padding");
+        }
+        ADAM_RETURN_IF_ERROR(Int32(n, k[0], &l.size));
+        tensors.push_back({nullptr, nullptr});
+        x = n.output(0);
+        ++i_;
+      } else if (op == "Flatten") {
+        x = n.output(0);
+        ++i_;
+        continue;
+      } else if (op == "Gemm") {
+        const onnx::TensorProto *w, *b;
+        ADAM_RETURN_IF_ERROR(Weights(n, 2, &w, &b));
+        for (const auto& a : n.attribute()) {
+          if (a.name() == "transB" && a.i() == 1) continue;
+          if ((a.name() == "alpha" || a.name() == "beta") && a.f() == 1.f) continue;
+          if (a.name() == "transA" && a.i() == 0) continue;
+          return NodeError(n, "attribute " + a.name() + ": Adam writes Gemm with transB 1 only");
+        }
+        tensors.push_back({w, b});
+        x = n.output(0);
+        ++i_;
+        if (i_ < g_.node_size() && g_.node(i_).op_type() == "Softmax") {
+          const auto& sm = g_.node(i_);
+          ADAM_RETURN_IF_ERROR(Chained(sm, x));
+          for (const auto& a : sm.attribute())
+            if (a.name() == "axis" && a.i() != 1 && a.i() != -1)
+              return NodeError(sm, "axis must be 1");
+          l.type = LayerType::kSoftmax;
+          ADAM_RETURN_IF_ERROR(Int32(n, w->dims(0), &l.classes));
+          x = sm.output(0);
+          ++i_;
+          if (i_ != g_.node_size())
+            return NodeError(g_.node(i_), "a node after the softmax (it must be the last)");
+        } else {
+          l.type = LayerType::kDense;
+          ADAM_RETURN_IF_ERROR(Int32(n, w->dims(0), &l.units));
+          ADAM_RETURN_IF_ERROR(ReadActivation(&l, &x));
+        }
+      } else {
+        return NodeError(n, "an op Adam does not write (Conv, MaxPool, AveragePool, Flatten, "
+                            "Gemm, Softmax and activations only)");
+      }
+      if (int(out.model.layers.size()) >= spec::kMaxLayers)
+        return NodeError(n, "more than " + std::to_string(spec::kMaxLayers) + " layers");
+      out.model.layers.push_back(l);
+    }
+    if (out.model.layers.empty() || out.model.layers.back().type != LayerType::kSoftmax)
+      return InvalidArgumentError("onnx: the graph does not end in Gemm + Softmax");
+    if (g_.output_size() != 1 || g_.output(0).name() != x)
+      return InvalidArgumentError("onnx: graph.output: must be the softmax's output '" + x + "'");
+    auto layout = ModelLayout::Make(out.model);
+    if (!layout.ok()) return layout.status().Annotate("onnx: the graph's model");
+    // Each weight's dims must be the layer's; since every tensor holds the values its dims
+    // promise (Weights checked), the allocation below is bounded by the file's size.
+    for (size_t li = 0; li < tensors.size(); ++li) {
+      const auto& s = layout->shapes()[li];
+      const onnx::TensorProto* w = tensors[li].first;
+      if (w == nullptr) continue;
+      // Dense weights: (units, inputs); the inputs must be the flattened previous output.
+      if (w->dims_size() == 2 && w->dims(1) != s.in.size())
+        return InvalidArgumentError("onnx: tensor '" + w->name() + "': " +
+                                    std::to_string(w->dims(1)) + " inputs where the layer has " +
+                                    std::to_string(s.in.size()));
+      if (w->dims_size() == 4 && w->dims(1) != s.in.channels)
+        return InvalidArgumentError("onnx: tensor '" + w->name() + "': " +
+                                    std::to_string(w->dims(1)) + " input maps where the layer has " +
+                                    std::to_string(s.in.channels));
+    }
+    out.params.resize(size_t(layout->num_params()));
+    for (size_t li = 0; li < tensors.size(); ++li) {
+      const auto& p = layout->params()[li];
+      const auto [w, b] = tensors[li];
+      if (w == nullptr) continue;
+      ADAM_RETURN_IF_ERROR(Floats(*w, p.weights.count, out.params.data() + p.weights.offset));
+      ADAM_RETURN_IF_ERROR(Floats(*b, p.bias.count, out.params.data() + p.bias.offset));
+    }
+    return out;
+  }
+
+ private:
+  static Status NodeError(const onnx::NodeProto& n, const std::string& what) {
+    return InvalidArgumentError("onnx: node '" + n.name() + "' (" + n.op_type() + "): " + what);
+  }
+
+  Status Chained(const onnx::NodeProto& n, const std::string& x) {
+    if (n.input_size() < 1 || n.input(0) != x || n.output_size() != 1)
+      return NodeError(n, "must read '" + x + "' (the previous node's output) and write one "
+                          "output: Adam reads back the chain of nodes it writes");
+    return OkStatus();
+  }
+
+  static StatusOr<spec::Shape> InputShape(const onnx::ValueInfoProto& v) {
+    const std::string at = "onnx: graph.input '" + v.name() + "': ";
+    if (!v.type().has_tensor_type() || v.type().tensor_type().elem_type() != onnx::TensorProto::FLOAT)
+      return InvalidArgumentError(at + "must be a float tensor");
+    const auto& shape = v.type().tensor_type().shape();
+    if (shape.dim_size() != 4) return InvalidArgumentError(at + "must be [N, C, H, W]");
+    int d[3];
+    for (int k = 0; k < 3; ++k) {
+      const int64_t v3 = shape.dim(k + 1).dim_value();
+      if (v3 < 1 || v3 > 65536)
+        return InvalidArgumentError(at + "dim " + std::to_string(k + 1) + " must be in [1, 65536]");
+      d[k] = int(v3);
+    }
+    return spec::Shape{d[0], d[1], d[2]};
+  }
+
+  // The next node must be `op`(x, a scalar initializer equal to `value`).
+  Status Scalar(const char* op, float value, std::string* x) {
+    if (i_ >= g_.node_size())
+      return InvalidArgumentError(std::string("onnx: the graph ends before its ") + op +
+                                  " normalisation node");
+    const auto& n = g_.node(i_);
+    ADAM_RETURN_IF_ERROR(Chained(n, *x));
+    if (n.op_type() != op || n.input_size() != 2)
+      return NodeError(n, std::string("expected the normalisation's ") + op);
+    const auto it = tensors_.find(n.input(1));
+    float v = 0;
+    if (it == tensors_.end() || !Floats(*it->second, 1, &v).ok() || std::fabs(v - value) > 1e-6f)
+      return NodeError(n, "its constant must be " + std::to_string(value) +
+                          " (Adam's pixel normalisation)");
+    *x = n.output(0);
+    ++i_;
+    return OkStatus();
+  }
+
+  // The activation node after a Conv or a hidden Gemm, if any.
+  Status ReadActivation(spec::LayerSpec* l, std::string* x) {
+    l->activation = Activation::kNone;
+    if (i_ >= g_.node_size()) return OkStatus();
+    const auto& n = g_.node(i_);
+    const std::string& op = n.op_type();
+    if (op == "Tanh") l->activation = Activation::kTanh;
+    else if (op == "Relu") l->activation = Activation::kRelu;
+    else if (op == "Sigmoid") l->activation = Activation::kSigmoid;
+    else if (op == "LeakyRelu") l->activation = Activation::kLeakyRelu;
+    else return OkStatus();
+    ADAM_RETURN_IF_ERROR(Chained(n, *x));
+    if (l->activation == Activation::kLeakyRelu)
+      for (const auto& a : n.attribute())
+        if (a.name() == "alpha" && std::fabs(a.f() - spec::kLeakySlope) > 1e-7f)
+          return NodeError(n, "alpha must be " + std::to_string(spec::kLeakySlope));
+    *x = n.output(0);
+    ++i_;
+    return OkStatus();
+  }
+
+  Status Weights(const onnx::NodeProto& n, int rank, const onnx::TensorProto** w,
+                 const onnx::TensorProto** b) {
+    if (n.input_size() != 3) return NodeError(n, "needs a weight and a bias input");
+    const auto wi = tensors_.find(n.input(1)), bi = tensors_.find(n.input(2));
+    if (wi == tensors_.end() || bi == tensors_.end())
+      return NodeError(n, "its weight and bias must be initializers");
+    *w = wi->second;
+    *b = bi->second;
+    if ((*w)->dims_size() != rank)
+      return NodeError(n, "weight '" + (*w)->name() + "' must have " + std::to_string(rank) + " dims");
+    for (int64_t d : (*w)->dims())
+      if (d < 1 || d > spec::kMaxParameters)
+        return NodeError(n, "weight '" + (*w)->name() + "' has a dim out of range");
+    if ((*b)->dims_size() != 1 || (*b)->dims(0) != (*w)->dims(0))
+      return NodeError(n, "bias '" + (*b)->name() + "' must be [" + std::to_string((*w)->dims(0)) + "]");
+    for (const onnx::TensorProto* t : {*w, *b}) {
+      int64_t count = 1;
+      for (int64_t d : t->dims()) {
+        count *= d;
+        if (count > spec::kMaxParameters) return NodeError(n, "'" + t->name() + "' is too large");
+      }
+      ADAM_RETURN_IF_ERROR(Floats(*t, count, nullptr));  // the values its dims promise are there
+    }
+    return OkStatus();
+  }
+
+  Status Ints(const onnx::NodeProto& n, const char* name, int count, std::vector<int64_t>* out) {
+    for (const auto& a : n.attribute())
+      if (a.name() == name) {
+        if (a.ints_size() != count)
+          return NodeError(n, std::string("attribute ") + name + " must have " +
+                              std::to_string(count) + " values");
+        out->assign(a.ints().begin(), a.ints().end());
+        return OkStatus();
+      }
+    return NodeError(n, std::string("attribute ") + name + " is missing");
+  }
+
+  static Status Int32(const onnx::NodeProto& n, int64_t v, int* out) {
+    if (v < 0 || v > (1 << 24)) return NodeError(n, "a size out of range: " + std::to_string(v));
+    *out = int(v);
+    return OkStatus();
+  }
+
+  // Copies the tensor's `count` floats into `out` (null: only checks that it holds them).
+  static Status Floats(const onnx::TensorProto& t, int64_t count, float* out) {
+    const std::string at = "onnx: tensor '" + t.name() + "': ";
+    if (t.data_type() != onnx::TensorProto::FLOAT) return InvalidArgumentError(at + "must be float");
+    int64_t n = 1;
+    for (int64_t d : t.dims()) {
+      if (d < 0 || d > spec::kMaxParameters) return InvalidArgumentError(at + "a dim out of range");
+      n *= d;
+      if (n > spec::kMaxParameters) return InvalidArgumentError(at + "too many values");
+    }
+    if (n != count)
+      return InvalidArgumentError(at + std::to_string(n) + " values where the layer has " +
+                                  std::to_string(count));
+    if (!t.raw_data().empty()) {
+      if (t.raw_data().size() != size_t(count) * sizeof(float))
+        return InvalidArgumentError(at + "raw_data holds " + std::to_string(t.raw_data().size()) +
+                                    " bytes, not " + std::to_string(count * 4));
+      if (out != nullptr) std::memcpy(out, t.raw_data().data(), t.raw_data().size());
+    } else if (t.float_data_size() == count) {
+      if (out != nullptr) std::copy(t.float_data().begin(), t.float_data().end(), out);
+    } else {
+      return InvalidArgumentError(at + "holds " + std::to_string(t.float_data_size()) +
+                                  " floats, not " + std::to_string(count));
+    }
+    return OkStatus();
+  }
+
+  const onnx::GraphProto& g_;
+  std::map<std::string, const onnx::TensorProto*> tensors_;
+  int i_ = 0;  // the next node
+};
+
+}  // namespace
+
+StatusOr<ImportedModel> ImportOnnx(const std::string& bytes) {
+  onnx::ModelProto model;
+  if (!model.ParseFromString(bytes))
+    return InvalidArgumentError("onnx: not a serialised ModelProto (" + std::to_string(bytes.size()) +
+                                " bytes)");
+  bool opset = false;
+  for (const auto& o : model.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version() >= 13;
+  if (!opset) return InvalidArgumentError("onnx: opset_import: needs the default domain at 13 or later");
+  auto out = Importer(model.graph()).Run();
+  if (out.ok()) out->doc = model.doc_string();
+  return out;
+}
+
+Status WriteOnnxFile(const std::string& path, const ModelLayout& layout, const float* params,
+                     const OnnxInfo& info) {
+  ADAM_ASSIGN_OR_RETURN(std::string bytes, ExportOnnx(layout, params, info));
+  // Written aside and renamed: a reader never sees half a model.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return UnavailableError(path + ": cannot write the model: " + std::strerror(errno));
+    f.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!f.flush()) return UnavailableError(tmp + ": write failed: " + std::strerror(errno));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return UnavailableError(path + ": cannot rename the written model: " + ec.message());
+  return OkStatus();
+}
+
+StatusOr<ImportedModel> ReadOnnxFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFoundError(path + ": cannot open the model");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto m = ImportOnnx(ss.str());
+  if (!m.ok()) return m.status().Annotate(path);
+  return m;
+}
+
+}  // namespace adam::model
