@@ -196,6 +196,22 @@ TEST(Onnx, RefusesWhatItDoesNotWriteNamingTheNodeOrTensor) {
                 dims->mutable_dim(2)->set_dim_value(0);
               }).message(),
               HasSubstr("graph.input 'pixels': dim 2 must be in [1, 65536]"));
+  EXPECT_THAT(ImportChanged([](onnx::ModelProto* m) {
+                auto* a = m->mutable_graph()->mutable_node(2)->add_attribute();
+                a->set_name("dilations");
+                a->set_type(onnx::AttributeProto::INTS);
+                a->add_ints(2);
+                a->add_ints(2);
+              }).message(),
+              HasSubstr("node 'Conv_2' (Conv): attribute dilations"));
+  EXPECT_THAT(ImportChanged([](onnx::ModelProto* m) {
+                // Conv_2 -> Relu_3 -> Flatten, then the pool reads the flattened tensor.
+                auto* g = m->mutable_graph();
+                auto* f = g->mutable_node(4);  // the average pool
+                f->set_op_type("Flatten");
+                f->clear_attribute();
+              }).message(),
+              HasSubstr("Adam flattens only right before a Gemm"));
   // A dense layer whose weight does not take the flattened previous output.
   EXPECT_THAT(ImportChanged([](onnx::ModelProto* m) {
                 auto* w = Initializer(m, "layers.6.weight");

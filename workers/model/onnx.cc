@@ -216,6 +216,15 @@ class Importer {
           return NodeError(n, "kernel, strides and pads must be square and symmetric");
         if (w->dims(2) != k[0] || w->dims(3) != k[0])
           return NodeError(n, "the weight's dims do not match kernel_shape");
+        for (const auto& a : n.attribute()) {
+          const bool ones = a.i() <= 1 && std::all_of(a.ints().begin(), a.ints().end(),
+                                                      [](int64_t v) { return v == 1; });
+          if (a.name() == "kernel_shape" || a.name() == "strides" || a.name() == "pads" ||
+              ((a.name() == "dilations" || a.name() == "group") && ones) ||
+              (a.name() == "auto_pad" && a.s() == "NOTSET"))
+            continue;
+          return NodeError(n, "attribute " + a.name() + ": Adam's convolutions have none");
+        }
         ADAM_RETURN_IF_ERROR(Int32(n, w->dims(0), &l.maps));
         ADAM_RETURN_IF_ERROR(Int32(n, k[0], &l.kernel));
         ADAM_RETURN_IF_ERROR(Int32(n, st[0], &l.stride));
@@ -244,6 +253,10 @@ class Importer {
         x = n.output(0);
         ++i_;
       } else if (op == "Flatten") {
+        for (const auto& a : n.attribute())
+          if (a.name() == "axis" && a.i() != 1) return NodeError(n, "axis must be 1");
+        if (i_ + 1 >= g_.node_size() || g_.node(i_ + 1).op_type() != "Gemm")
+          return NodeError(n, "Adam flattens only right before a Gemm");
         x = n.output(0);
         ++i_;
         continue;

@@ -50,8 +50,6 @@ struct Trainer::Impl {
   // Sync-thread state, guarded by sync_mu.
   std::mutex sync_mu;
   std::vector<float> w0, snapshot, delta, pulled;
-  std::vector<float> evaluated;  // the weights of the last evaluation, kept for opt.model_out
-  double evaluated_accuracy = -1;
   std::vector<DenseLog> logs;  // per worker, swapped out of the replica at each push
   int64_t ring_waits_seen = 0;  // replica->ring_waits() at the last push
   // Pushes so far: (epoch << 32) | pushes within the epoch, so an epoch's end is a step every
@@ -97,8 +95,12 @@ struct Trainer::Impl {
   void PrefetchLoop();
   void SyncLoop();
   double Evaluate();
-  // Writes the weights of the last evaluation to opt.model_out (when given) as ONNX.
+  // Writes the weights of the last evaluation to opt.model_out (when given) as ONNX; `epochs`
+  // trained, or < 0 when not known (the evaluator).
   Status WriteModel(int epochs);
+  // The main thread's (Evaluate's): the weights of the last evaluation, kept for opt.model_out.
+  std::vector<float> evaluated;
+  double evaluated_accuracy = -1;
 };
 
 Trainer::Trainer(spec::AdamJob job, TrainerOptions options, TrainerMetrics metrics,
@@ -315,8 +317,12 @@ double Trainer::Impl::Evaluate() {
 Status Trainer::Impl::WriteModel(int epochs) {
   if (opt.model_out.empty() || evaluated.empty()) return OkStatus();
   char doc[160];
-  std::snprintf(doc, sizeof doc, "trained by Adam: %d epochs, test accuracy %.4f", epochs,
-                evaluated_accuracy);
+  if (epochs >= 0)
+    std::snprintf(doc, sizeof doc, "trained by Adam: %d epochs, test accuracy %.4f", epochs,
+                  evaluated_accuracy);
+  else
+    std::snprintf(doc, sizeof doc, "trained by Adam: the final model, test accuracy %.4f",
+                  evaluated_accuracy);
   ADAM_RETURN_IF_ERROR(model::WriteOnnxFile(opt.model_out, *layout, evaluated.data(),
                                             {job.name, kAdamVersion, doc}));
   spdlog::info("the model (test accuracy {:.2f}%) is in {}", 100 * evaluated_accuracy, opt.model_out);
@@ -370,7 +376,7 @@ StatusOr<TrainerResult> Trainer::Run() {
     spdlog::info("the model the parameter servers hold: test accuracy {:.2f}%", 100 * result.test_accuracy);
     EmitEvent({{"event", "evaluated"}, {"trainer", s.opt.index}, {"test_accuracy", result.test_accuracy},
                {"seconds", result.seconds}});
-    ADAM_RETURN_IF_ERROR(s.WriteModel(0));
+    ADAM_RETURN_IF_ERROR(s.WriteModel(-1));
     return result;
   }
 
