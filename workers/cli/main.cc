@@ -14,8 +14,8 @@
 
 #include "cli/model_commands.h"
 #include "controller/main.h"
-#include "core/version.h"
 #include "core/exit_codes.h"
+#include "core/version.h"
 #include "data_server/main.h"
 #include "launcher/launcher.h"
 #include "model/layout.h"
