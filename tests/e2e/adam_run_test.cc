@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <png.h>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -495,6 +496,38 @@ void ExpectTheModelScores(const testing::TmpDir& dir, const nlohmann::json& summ
   Result p = Adam(dir, "predict " + model + " " + dir.File("test-images.gz") + " --first 3");
   ASSERT_EQ(p.exit_code, 0) << p.err;
   EXPECT_THAT(p.out, HasSubstr("image 2: class "));
+  // The first two test images as PNG files (one grey, one colour with equal channels, which
+  // libpng turns back into the same grey) get the IDX images' probabilities.
+  auto images = data::ReadIdx(dir.File("test-images.gz"));
+  ASSERT_TRUE(images.ok());
+  const size_t side = images->dims[1];
+  std::vector<uint8_t> grey(images->data.begin(), images->data.begin() + long(side * side));
+  std::vector<uint8_t> rgb;
+  for (size_t k = 0; k < side * side; ++k) rgb.insert(rgb.end(), 3, images->data[side * side + k]);
+  for (int i = 0; i < 2; ++i) {
+    png_image png{};
+    png.version = PNG_IMAGE_VERSION;
+    png.width = png.height = uint32_t(side);
+    png.format = i == 0 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+    ASSERT_TRUE(png_image_write_to_file(&png, dir.File(std::to_string(i) + ".png").c_str(), 0,
+                                        i == 0 ? grey.data() : rgb.data(), 0, nullptr))
+        << png.message;
+  }
+  Result idx = Adam(dir, "predict " + model + " " + dir.File("test-images.gz") + " --first 2 -o json");
+  Result pngs = Adam(dir, "predict " + model + " " + dir.File("0.png") + " " + dir.File("1.png") +
+                              " -o json");
+  ASSERT_EQ(pngs.exit_code, 0) << pngs.err;
+  EXPECT_EQ(nlohmann::json::parse(pngs.out), nlohmann::json::parse(idx.out));
+  // A PNG of another size is refused naming it.
+  png_image big{};
+  big.version = PNG_IMAGE_VERSION;
+  big.width = big.height = uint32_t(side + 1);
+  big.format = PNG_FORMAT_GRAY;
+  std::vector<uint8_t> zeros((side + 1) * (side + 1));
+  ASSERT_TRUE(png_image_write_to_file(&big, dir.File("big.png").c_str(), 0, zeros.data(), 0, nullptr));
+  Result wrong = Adam(dir, "predict " + model + " " + dir.File("big.png"));
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_THAT(wrong.err, HasSubstr(dir.File("big.png") + ": 13x13 pixels, the model takes 12x12"));
 }
 
 TEST_F(AdamRun, TheModelOutIsTheModelTheSummaryScores) {

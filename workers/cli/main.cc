@@ -167,8 +167,9 @@ int main(int argc, char** argv) {
   auto* predict = app.add_subcommand(
       "predict", "Classify images with an ONNX model Adam wrote: each image's class and probability");
   predict->add_option("model", mo.model, "the ONNX file (adam run --model-out)")->required();
-  predict->add_option("images", mo.images, "IDX images (raw or gzip)")->required();
-  predict->add_option("--first", mo.first, "classify the first N images (0: all)")
+  predict->add_option("images", mo.inputs, "an IDX file of images (raw or gzip), or PNG files")
+      ->required();
+  predict->add_option("--first", mo.first, "an IDX file: classify its first N images (0: all)")
       ->check(CLI::NonNegativeNumber);
   for (auto* sub : {evaluate, predict})
     sub->add_option("-o,--output", output, "text or json")->check(CLI::IsMember({"text", "json"}));

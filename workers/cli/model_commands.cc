@@ -2,8 +2,10 @@
 #include "cli/model_commands.h"
 
 #include <nlohmann/json.hpp>
+#include <png.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -73,6 +75,45 @@ bool ShapeMatches(const Loaded& l, const data::Dataset& d, const std::string& pa
   return false;
 }
 
+bool IsPng(const std::string& path) {
+  std::string ext = path.size() >= 4 ? path.substr(path.size() - 4) : "";
+  for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return ext == ".png";
+}
+
+// Appends one PNG's pixels (libpng's simplified API converts grey or colour, with or without
+// alpha, to the model's 1 or 3 channels) as C x H x W bytes to `out`.
+bool ReadPng(const std::string& path, const spec::Shape& in, std::vector<uint8_t>* out) {
+  if (in.channels != 1 && in.channels != 3) {
+    std::fprintf(stderr, "adam predict: %s: the model takes %d channels; PNG input needs 1 or 3\n",
+                 path.c_str(), in.channels);
+    return false;
+  }
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_file(&image, path.c_str())) {
+    std::fprintf(stderr, "adam predict: %s: not a PNG libpng can read: %s\n", path.c_str(),
+                 image.message);
+    return false;
+  }
+  if (int(image.width) != in.width || int(image.height) != in.height) {
+    std::fprintf(stderr, "adam predict: %s: %ux%u pixels, the model takes %dx%d (width x height)\n",
+                 path.c_str(), image.width, image.height, in.width, in.height);
+    png_image_free(&image);
+    return false;
+  }
+  image.format = in.channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  std::vector<uint8_t> hwc(PNG_IMAGE_SIZE(image));
+  if (!png_image_finish_read(&image, nullptr, hwc.data(), 0, nullptr)) {
+    std::fprintf(stderr, "adam predict: %s: %s\n", path.c_str(), image.message);
+    return false;
+  }
+  const size_t plane = size_t(in.height) * size_t(in.width);
+  for (int c = 0; c < in.channels; ++c)
+    for (size_t p = 0; p < plane; ++p) out->push_back(hwc[p * size_t(in.channels) + size_t(c)]);
+  return true;
+}
+
 }  // namespace
 
 int Evaluate(const ModelCommandOptions& o) {
@@ -119,7 +160,24 @@ int Evaluate(const ModelCommandOptions& o) {
 int Predict(const ModelCommandOptions& o) {
   Loaded l;
   if (!Load(o.model, &l)) return kExitInvalid;
-  auto arr = data::ReadIdx(o.images);
+  if (o.inputs.empty()) {
+    std::fprintf(stderr, "adam predict: give an IDX file or PNG files\n");
+    return kExitInvalid;
+  }
+  data::IdxArray arr_png;
+  const bool png = IsPng(o.inputs[0]);
+  if (png) {
+    const auto& in = l.model.model.input;
+    for (const auto& path : o.inputs)
+      if (!ReadPng(path, in, &arr_png.data)) return kExitInvalid;
+    arr_png.dims = {uint32_t(o.inputs.size()), uint32_t(in.channels), uint32_t(in.height),
+                    uint32_t(in.width)};
+  } else if (o.inputs.size() > 1) {
+    std::fprintf(stderr, "adam predict: %s: more than one file is PNG files only\n",
+                 o.inputs[1].c_str());
+    return kExitInvalid;
+  }
+  auto arr = png ? StatusOr<data::IdxArray>(std::move(arr_png)) : data::ReadIdx(o.inputs[0]);
   if (!arr.ok()) {
     std::fprintf(stderr, "adam predict: %s\n", arr.status().message().c_str());
     return kExitInvalid;
@@ -132,11 +190,12 @@ int Predict(const ModelCommandOptions& o) {
     d.width = int(arr->dims.back());
   } else {
     std::fprintf(stderr, "adam predict: %s: %zu dims; images have 3 (N, H, W) or 4 (N, C, H, W)\n",
-                 o.images.c_str(), arr->dims.size());
+                 o.inputs[0].c_str(), arr->dims.size());
     return kExitInvalid;
   }
-  if (!ShapeMatches(l, d, o.images)) return kExitInvalid;
-  const int count = o.first > 0 ? std::min(o.first, d.count) : d.count;
+  if (!ShapeMatches(l, d, o.inputs[0])) return kExitInvalid;
+  // Every PNG named; the first N images of an IDX file.
+  const int count = !png && o.first > 0 ? std::min(o.first, d.count) : d.count;
   const int classes = l.layout->classes();
   nlohmann::json rows = nlohmann::json::array();
   if (!Classify(l, arr->data.data(), count, [&](int i, const float* p) {
