@@ -234,7 +234,6 @@ def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epoc
     xs = augmented_variants(x, shift, hflip, variants, g)  # inside the timed span, as ours
     rows = torch.arange(x.shape[0])
     curve = []
-    reached_at = None
     while epoch < max_epochs and acc < target and time.monotonic() - t0 < max_seconds:
         for group in opt.param_groups:
             group["lr"] = lr_at(epoch)

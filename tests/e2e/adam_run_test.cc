@@ -514,6 +514,7 @@ void ExpectTheModelScores(const testing::TmpDir& dir, const nlohmann::json& summ
         << png.message;
   }
   Result idx = Adam(dir, "predict " + model + " " + dir.File("test-images.gz") + " --first 2 -o json");
+  ASSERT_EQ(idx.exit_code, 0) << idx.err;
   Result pngs = Adam(dir, "predict " + model + " " + dir.File("0.png") + " " + dir.File("1.png") +
                               " -o json");
   ASSERT_EQ(pngs.exit_code, 0) << pngs.err;

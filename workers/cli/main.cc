@@ -7,7 +7,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -15,6 +14,7 @@
 #include "cli/model_commands.h"
 #include "controller/main.h"
 #include "core/exit_codes.h"
+#include "core/file.h"
 #include "core/version.h"
 #include "data_server/main.h"
 #include "launcher/launcher.h"
@@ -365,11 +365,8 @@ int main(int argc, char** argv) {
     auto job = Load(job_path);
     if (!job) return kExitInvalid;
     if (!render_namespace.empty()) job->name_space = render_namespace;
-    std::ifstream in(job_path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
     adam::op::RenderOptions ro;
-    ro.manifest = text.str();
+    ro.manifest = adam::ReadWholeFile(job_path).value_or("");  // Load read it a moment ago
     const auto objects = adam::op::Render(*job, ro);
     if (render_output == "json")
       std::printf("%s\n", nlohmann::json(objects).dump(2).c_str());

@@ -21,6 +21,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -200,27 +201,17 @@ class Supervisor {
       std::filesystem::remove(file, ec);
       return "";
     };
-    if (!o_.report_dir.empty()) {
-      const std::string why = probe(std::filesystem::path(o_.report_dir) / ".adam-write-check");
+    // flag, its value, and the file written to try it (in the directory, or beside the file).
+    const std::tuple<const char*, const std::string&, std::string> outputs[] = {
+        {"--report", o_.report_dir, o_.report_dir + "/.adam-write-check"},
+        {"--model-out", o_.model_out, o_.model_out + ".adam-write-check"},
+        {"--prometheus-sd", o_.prometheus_sd, o_.prometheus_sd + ".adam-write-check"}};
+    for (const auto& [flag, value, check] : outputs) {
+      if (value.empty()) continue;
+      const std::string why = probe(check);
       if (!why.empty()) {
-        std::fprintf(stderr, "adam run: --report %s: cannot write there: %s\n", o_.report_dir.c_str(),
+        std::fprintf(stderr, "adam run: %s %s: cannot write there: %s\n", flag, value.c_str(),
                      why.c_str());
-        return kExitInvalid;
-      }
-    }
-    if (!o_.model_out.empty()) {
-      const std::string why = probe(o_.model_out + ".adam-write-check");
-      if (!why.empty()) {
-        std::fprintf(stderr, "adam run: --model-out %s: cannot write there: %s\n",
-                     o_.model_out.c_str(), why.c_str());
-        return kExitInvalid;
-      }
-    }
-    if (!o_.prometheus_sd.empty()) {
-      const std::string why = probe(o_.prometheus_sd + ".adam-write-check");
-      if (!why.empty()) {
-        std::fprintf(stderr, "adam run: --prometheus-sd %s: cannot write there: %s\n",
-                     o_.prometheus_sd.c_str(), why.c_str());
         return kExitInvalid;
       }
     }

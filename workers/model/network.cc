@@ -549,8 +549,7 @@ float* Network::input() { return static_cast<float*>(impl_->input.get_data_handl
 void Network::SetInputFromBytes(const uint8_t* pixels) {
   float* in = input();
   const int64_t n = impl_->input_size * impl_->batch;
-  constexpr float kScale = 2.f / 255.f;
-  for (int64_t i = 0; i < n; ++i) in[i] = pixels[i] * kScale - 1.f;
+  for (int64_t i = 0; i < n; ++i) in[i] = pixels[i] * kPixelScale + kPixelShift;
 }
 
 const float* Network::probabilities() const {

@@ -25,6 +25,11 @@ enum class NetworkMode {
                // dense layers' gradients (a fused oneDNN matmul with scale -lr and a sum post-op)
 };
 
+// How SetInputFromBytes scales a pixel byte p to the network's input: p * kPixelScale +
+// kPixelShift, in [-1, 1]. The exported ONNX graph holds the same two constants (model/onnx.h).
+inline constexpr float kPixelScale = 2.f / 255.f;
+inline constexpr float kPixelShift = -1.f;
+
 // kSgd's step (PyTorch's SGD): v = momentum * v + g + weight_decay * w for weights (biases
 // are not decayed), w -= lr * v. With momentum the velocity v is a full pass over it and the
 // weights per step; without, no velocity is kept: w = (1 - lr * weight_decay) * w - lr * g, the

@@ -6,18 +6,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
+
+#include "core/file.h"
+#include "model/network.h"  // kPixelScale, kPixelShift
 
 namespace adam::model {
 namespace {
 
-constexpr float kPixelScale = 2.f / 255.f;  // Network::SetInputFromBytes: x * 2/255 - 1
-constexpr float kPixelShift = -1.f;
 constexpr int64_t kIrVersion = 8;  // ONNX 1.10+, opset 13 and up
 
 using spec::Activation;
@@ -508,11 +507,9 @@ Status WriteOnnxFile(const std::string& path, const ModelLayout& layout, const f
 }
 
 StatusOr<ImportedModel> ReadOnnxFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFoundError(path + ": cannot open the model");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto m = ImportOnnx(ss.str());
+  const auto bytes = ReadWholeFile(path);
+  if (!bytes) return NotFoundError(path + ": cannot open the model");
+  auto m = ImportOnnx(*bytes);
   if (!m.ok()) return m.status().Annotate(path);
   return m;
 }

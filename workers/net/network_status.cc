@@ -3,9 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-#include <sstream>
 #include <thread>
+
+#include "core/file.h"
 
 namespace adam::net {
 namespace {
@@ -144,11 +144,9 @@ StatusOr<std::string> NetworkAddress(const std::string& json_text, const std::st
 }
 
 StatusOr<std::string> PodNetworkAddress(const std::string& path, const std::string& network) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFoundError(path + ": cannot read the pod's annotations");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto annotations = ParseAnnotationsFile(ss.str());
+  const auto text = ReadWholeFile(path);
+  if (!text) return NotFoundError(path + ": cannot read the pod's annotations");
+  auto annotations = ParseAnnotationsFile(*text);
   if (!annotations.ok()) return annotations.status().Annotate(path);
   auto it = annotations->find(kNetworkStatusAnnotation);
   if (it == annotations->end())

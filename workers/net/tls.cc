@@ -19,11 +19,10 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 
+#include "core/file.h"
 #include "net/tls_internal.h"
 
 namespace adam::net {
@@ -184,11 +183,9 @@ StatusOr<TlsMaterial> LoadTls(const std::string& dir) {
                            {"tls.crt", &m.cert_pem},
                            {"tls.key", &m.key_pem}}) {
     const std::string path = dir + "/" + file;
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return NotFoundError(path + ": cannot read (TLS material: ca.crt, tls.crt, tls.key)");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    *out = ss.str();
+    auto text = ReadWholeFile(path);
+    if (!text) return NotFoundError(path + ": cannot read (TLS material: ca.crt, tls.crt, tls.key)");
+    *out = std::move(*text);
     if (out->find("-----BEGIN ") == std::string::npos)
       return InvalidArgumentError(path + ": no PEM block");
   }

@@ -4,12 +4,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
-#include <fstream>
 #include <initializer_list>
 #include <map>
 #include <regex>
 #include <set>
-#include <sstream>
+
+#include "core/file.h"
 
 namespace adam::spec {
 
@@ -740,11 +740,9 @@ StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
 }
 
 StatusOr<AdamJob> LoadAdamJob(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFoundError(path + ": cannot open manifest");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto job = ParseAdamJob(ss.str());
+  const auto text = ReadWholeFile(path);
+  if (!text) return NotFoundError(path + ": cannot open manifest");
+  auto job = ParseAdamJob(*text);
   if (!job.ok()) return job.status().Annotate(path);
   return job;
 }
