@@ -157,6 +157,60 @@ TEST(ShardState, WithoutASpareServerAShardStaysUnderReplicatedUntilRepair) {
   for (const auto& r : repair->shards()) EXPECT_EQ(r.copying(0), 1u);
 }
 
+// Every server lost at once (the whole job restarted): no shard is left without its copies; the
+// first server back serves the shards it holds, the freshest copy first, and the copies still
+// away are rebuilt elsewhere; none is served by a dead server.
+TEST(ShardState, AShardThatLostEveryCopyWaitsForOneAndTheFirstBackServesIt) {
+  ShardState st = Registered(3, 6, 3);
+  CopyVersions versions;
+  for (const auto& r : st.state().shards())
+    for (int i = 0; i < r.replicas_size(); ++i)
+      versions[{r.shard(), r.replicas(i)}] = 100 + uint64_t(i);  // the last copy is freshest
+  const v1::ControllerState before = st.state();
+  auto plan = PlanFailover(before, {0, 1, 2}, versions);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_NE(plan->reason().find("6 shard(s) lost every copy"), std::string::npos) << plan->reason();
+  v1::Command c;
+  *c.mutable_reassign() = *plan;
+  ASSERT_TRUE(st.Apply(c).ok());
+  for (const auto& r : st.state().shards()) {
+    const auto& old = before.shards(int(r.shard()));
+    ASSERT_EQ(r.replicas_size(), 3) << "shard " << r.shard();
+    EXPECT_EQ(r.replicas(0), old.replicas(2));  // the freshest first
+    EXPECT_EQ(Holders(r), Holders(old));
+  }
+  EXPECT_FALSE(PlanRepair(st.state()).has_value());  // nobody back: nothing to do
+  // Server 1 comes back (a new process that restored its checkpoint).
+  v1::Command back;
+  back.mutable_register_()->set_id(1);
+  back.mutable_register_()->set_address("ps-1b");
+  back.mutable_register_()->set_incarnation(7);
+  ASSERT_TRUE(st.Apply(back).ok());
+  auto repair = PlanRepair(st.state());
+  ASSERT_TRUE(repair.has_value());
+  *c.mutable_reassign() = *repair;
+  ASSERT_TRUE(st.Apply(c).ok());
+  for (const auto& r : st.state().shards()) {
+    ASSERT_EQ(r.replicas_size(), 1) << "shard " << r.shard();
+    EXPECT_EQ(r.replicas(0), 1u);
+    EXPECT_EQ(r.copying_size(), 0);  // no other server alive to copy to yet
+  }
+  // The others come back: they are filled again as new copies.
+  for (uint32_t id : {0u, 2u}) {
+    back.mutable_register_()->set_id(id);
+    back.mutable_register_()->set_address("ps-" + std::to_string(id) + "b");
+    ASSERT_TRUE(st.Apply(back).ok());
+  }
+  repair = PlanRepair(st.state());
+  ASSERT_TRUE(repair.has_value());
+  *c.mutable_reassign() = *repair;
+  ASSERT_TRUE(st.Apply(c).ok());
+  for (const auto& r : st.state().shards()) {
+    EXPECT_EQ(r.replicas(0), 1u);
+    EXPECT_EQ(Holders(r).size(), 3u);
+  }
+}
+
 }  // namespace
 
 // A server back from the dead gets no new copy while on probation, neither from repair nor from a

@@ -41,6 +41,7 @@ constexpr bool kSanitizerBuild = false;
 #endif
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::Manifest;
 using testing::WriteSynthetic;
 
@@ -394,6 +395,59 @@ namespace {
 constexpr const char* kCopiesRoles =
     "controller: {replicas: 3}, parameterServer: {replicas: 3, shardBytes: 1024, copies: 3}, "
     "trainer: {replicas: 2, threads: 1}";
+
+// A job goes on where its checkpoints are: 20 epochs with --state-dir, then the manifest raised
+// to 40 epochs and --resume: the second run trains epochs 21-40 only, at the learning rate the
+// schedule gives epoch 21; a third finds nothing left to train and scores the model it holds.
+// With copies every server of the second run is a new process: each shard waits for its copies
+// to come back with their checkpoints instead of being failed over to nobody.
+class ResumedRun : public AdamRun, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ResumedRun, GoesOnAtTheEpochsItsCheckpointsHold) {
+  const std::string state = dir_.File("state");
+  const std::string training = "learningRate: 0.02, learningRateDecay: 0.95, pushEvery: 50, epochs: ";
+  const std::string roles = GetParam();
+  Result empty = Adam(dir_, "run " + Manifest(dir_, training + "20", roles) + " --resume " + state, 60);
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_THAT(empty.err, HasSubstr("--resume " + state + ": no checkpoint of parameter server ps-0 in " +
+                                   state + "/ps-0"));
+  Result first = Adam(dir_, "run " + Manifest(dir_, training + "20", roles) +
+                                " --output json -q --state-dir " + state, 240);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto j1 = nlohmann::json::parse(first.out);
+  ASSERT_EQ(j1["epochs"].get<int>(), 20);
+  EXPECT_FALSE(j1.contains("resumed_after_epoch"));
+
+  Result second = Adam(dir_, "run " + Manifest(dir_, training + "40", roles) +
+                                 " --output json --resume " + state, 240);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  const auto j2 = nlohmann::json::parse(second.out);
+  EXPECT_EQ(j2["epochs"].get<int>(), 40) << second.out;
+  EXPECT_EQ(j2["resumed_after_epoch"].get<int>(), 20) << second.out;
+  EXPECT_GT(j2["test_accuracy"].get<double>(), 0.9) << second.out;
+  EXPECT_THAT(second.err, HasSubstr("adam run: resuming: the checkpoints in " + state + " hold 20 of 40 epochs"));
+  char rate[64];
+  std::snprintf(rate, sizeof rate, "going on at epoch 21 of 40 (learning rate %g)", 0.02 * std::pow(0.95, 20));
+  EXPECT_THAT(second.err, HasSubstr(rate));
+  EXPECT_THAT(second.err, HasSubstr("epoch  21/40"));
+  EXPECT_THAT(second.err, Not(HasSubstr("epoch  20/40")));
+  // Each run trained 20 epochs' images (up to the quorum's early closes).
+  const double ratio = j2["images"].get<double>() / j1["images"].get<double>();
+  EXPECT_NEAR(ratio, 1.0, 0.2) << first.out << "\n" << second.out;
+
+  Result third = Adam(dir_, "run " + Manifest(dir_, training + "40", roles) +
+                                " --output json --resume " + state, 120);
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  const auto j3 = nlohmann::json::parse(third.out);
+  EXPECT_EQ(j3["epochs"].get<int>(), 40) << third.out;
+  EXPECT_EQ(j3["images"].get<int>(), 0) << third.out;
+  EXPECT_GT(j3["test_accuracy"].get<double>(), 0.9) << third.out;
+  EXPECT_THAT(third.err, HasSubstr("hold 40 of 40 epochs (nothing left to train)"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Copies, ResumedRun,
+                         ::testing::Values("trainer: {replicas: 2, threads: 1}", kCopiesRoles),
+                         [](const auto& info) { return info.index == 0 ? "One" : "Three"; });
 
 TEST_F(AdamRun, KilledPrimaryParameterServerFailsOverAndTrainingGoesOn) {
   const std::string job = Manifest(dir_, "epochs: 200, learningRate: 0.02, pushEvery: 50", kCopiesRoles);

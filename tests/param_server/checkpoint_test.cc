@@ -4,7 +4,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <zlib.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -181,6 +183,53 @@ TEST_F(CheckpointTest, CheckpointOfAnotherShardMapIsRejected) {
   auto r = RestoreCheckpoint(opt_, other);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("does not match this server's shard map"));
+}
+
+// The job's epochs finished travel in the checkpoint with the parameters they describe; a
+// change of epochs alone is flushed; a file of format 1 (before epochs) reads as 0 epochs.
+TEST_F(CheckpointTest, EpochsFinishedTravelWithTheParameters) {
+  ParamStore store(*map_, 0, init_.data());
+  Checkpointer cp(&store, &pool_, opt_, Restored{}, {});
+  Bump(store, 1, 2.f);
+  store.RaiseEpochs(3);
+  store.RaiseEpochs(2);  // only rises
+  EXPECT_EQ(store.epochs(), 3u);
+  ASSERT_EQ(*cp.Flush(), 1u);
+  auto r = RestoreCheckpoint(opt_, held_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->epochs, 3u);
+  EXPECT_EQ(*cp.Flush(), 0u);  // nothing moved
+  store.RaiseEpochs(4);        // no shard moved, the epochs did
+  ASSERT_EQ(*cp.Flush(), 2u);
+  r = RestoreCheckpoint(opt_, held_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->generation, 2u);
+  EXPECT_EQ(r->epochs, 4u);
+  EXPECT_EQ(r->shards.at(1).source, 1u);  // the values stay in generation 1
+  auto v = Restart();
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, ReadAll(store));
+
+  // The same file as format 1 wrote it: no epochs field (bytes 32-35), CRC recomputed.
+  std::ifstream in(opt_.dir + "/" + Name(1), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(bytes[8], 2);  // format 2
+  auto refresh_crc = [&bytes] {
+    const size_t body = bytes.size() - 12;
+    const uint32_t crc = uint32_t(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), body));
+    std::memcpy(bytes.data() + body, &crc, 4);
+  };
+  bytes[8] = 1;
+  bytes.erase(32, 4);
+  refresh_crc();
+  auto f1 = ParseCheckpoint(bytes, 1000);
+  ASSERT_TRUE(f1.ok()) << f1.status().ToString();
+  EXPECT_EQ(f1->epochs, 0u);
+  EXPECT_EQ(f1->entries.size(), 3u);
+  bytes[8] = 3;
+  refresh_crc();
+  EXPECT_THAT(ParseCheckpoint(bytes, 1000).status().message(),
+              HasSubstr("byte 8: format 3, this build reads 1 to 2"));
 }
 
 TEST(CheckpointName, RoundTripsAndRejectsEverythingElse) {

@@ -291,6 +291,32 @@ TEST_F(ParamServiceTest, BothProtocolsThroughTheClientGiveTheExpectedWeights) {
   EXPECT_EQ(covered, n);
 }
 
+// A push's clock carries the epochs its trainer finished (high 32 bits): each server keeps the
+// most any acknowledged push said, and a pull reports the least of its servers' counts.
+TEST_F(ParamServiceTest, PullsReportTheEpochsFinishedThatEveryServerHolds) {
+  Start(spec::Consistency::kAsync, 2);
+  auto t0 = Client(0), t1 = Client(1);
+  ASSERT_TRUE(t0 && t1);
+  std::vector<float> out(size_t(layout_->num_params()));
+  ASSERT_TRUE(t0->Pull(out.data(), 0).ok());
+  EXPECT_EQ(t0->epochs(), 0u);
+  trainer::PushArgs args;
+  args.clock = (uint64_t{3} << 32) | 7;  // epoch 3, push 7
+  ASSERT_TRUE(t1->Push(args).ok());
+  args.clock = (uint64_t{1} << 32) | 2;  // a trainer behind does not lower it
+  ASSERT_TRUE(t0->Push(args).ok());
+  ASSERT_TRUE(t0->Pull(out.data(), 0).ok());
+  EXPECT_EQ(t0->epochs(), 3u);
+  EXPECT_EQ(servers_[0].store->epochs(), 3u);
+  EXPECT_EQ(servers_[1].store->epochs(), 3u);
+  servers_[1].store->RaiseEpochs(5);  // e.g. restored from a newer checkpoint
+  ASSERT_TRUE(t0->Pull(out.data(), 0).ok());
+  EXPECT_EQ(t0->epochs(), 3u);  // the least
+  servers_[0].store->RaiseEpochs(6);
+  ASSERT_TRUE(t0->Pull(out.data(), 0).ok());
+  EXPECT_EQ(t0->epochs(), 5u);
+}
+
 // Without copies a server that goes away and comes back on its address (restarted from its
 // checkpoint) is waited for: the call is answered once it is back. One that stays away fails the
 // call after server_wait, naming it.

@@ -309,6 +309,7 @@ TEST(Forwarder, AcknowledgesOnceAQuorumOfCopiesHoldsTheUpdate) {
   r.RenewLease(std::chrono::steady_clock::now());
   ASSERT_EQ(r.Refusal(0), "");
   ASSERT_TRUE(store.Add(0, one, 4).ok());
+  store.RaiseEpochs(2);  // the push's clock said 2 epochs finished
   std::promise<grpc::Status> answered;
   f.WhenDurable({{0, store.Version(0)}}, [&](const grpc::Status& s) { answered.set_value(s); });
   auto fut = answered.get_future();
@@ -317,6 +318,7 @@ TEST(Forwarder, AcknowledgesOnceAQuorumOfCopiesHoldsTheUpdate) {
   std::vector<float> out(4);
   ASSERT_TRUE(c1.store.ReadState(0, out.data(), 4).ok());
   EXPECT_EQ(out, std::vector<float>(one, one + 4));  // the copy holds it before the answer
+  EXPECT_EQ(c1.store.epochs(), 2u);  // and the epochs finished, for its own checkpoints
   // Both copies unreachable (ps-1 stopped): not acknowledged; refused once the lease is over.
   c1.server.server->Shutdown();
   ASSERT_TRUE(store.Add(0, one, 4).ok());
@@ -345,6 +347,7 @@ TEST(Forwarder, APromotedPrimaryStartsFromTheFreshestCopy) {
   newer.marks.resize(1);
   newer.marks[0] = PushMark{42, 3, 1};
   ASSERT_EQ(*c2.store.SetState(0, fresh.data(), 4, newer), SetResult::kApplied);
+  c2.store.RaiseEpochs(4);
   ParamStore store(*map, 0, init.data());  // ps-1, the copy to be promoted, at version 0
   Routing r(1, std::chrono::seconds(60));
   r.RenewLease(std::chrono::steady_clock::now());
@@ -363,6 +366,7 @@ TEST(Forwarder, APromotedPrimaryStartsFromTheFreshestCopy) {
   EXPECT_EQ(out, fresh);
   EXPECT_EQ(meta->version, 5u);
   EXPECT_EQ(meta->term, 5u);
+  EXPECT_EQ(store.epochs(), 4u);  // with the epochs that state had finished
   ASSERT_EQ(meta->marks.size(), 1u);
   EXPECT_EQ(meta->marks[0].session, 42u);
   // The old primary's state (term 0) no longer replaces the copy's, now at the new term.

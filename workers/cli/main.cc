@@ -135,6 +135,12 @@ int main(int argc, char** argv) {
   std::string run_state_dir;
   run->add_option("--state-dir", run_state_dir,
                   "keep parameter-server checkpoints here (a later run resumes from them)");
+  std::string run_resume;
+  run->add_option("--resume", run_resume,
+                  "go on from the checkpoints an earlier run left in its --state-dir DIR: the "
+                  "parameters, the epochs finished and the learning-rate schedule (refused when "
+                  "DIR holds none)")
+      ->excludes("--state-dir");
 
   std::string report_dir;
   run->add_option("--report", report_dir,
@@ -390,7 +396,8 @@ int main(int argc, char** argv) {
     ro.executable = SelfPath();
     ro.json = output == "json";
     ro.quiet = quiet;
-    ro.state_dir = run_state_dir;
+    ro.state_dir = run_resume.empty() ? run_state_dir : run_resume;
+    ro.resume = !run_resume.empty();
     ro.report_dir = report_dir;
     ro.plaintext = run_plaintext;
     ro.prometheus_sd = prometheus_sd;

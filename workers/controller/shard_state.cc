@@ -158,6 +158,7 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
   for (uint32_t id : out.dead()) after.mutable_servers(int(id))->set_alive(false);
   std::vector<int> load = Load(after);
   for (uint32_t id : out.dead()) load[id] = 0;
+  int lost = 0;  // shards whose every in-sync copy died
   for (const v1::ShardRecord& rec : s.shards()) {
     bool touched = false;
     for (uint32_t id : rec.replicas()) touched |= dead.count(id) > 0;
@@ -170,21 +171,27 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
     for (uint32_t id : rec.replicas())
       if (!dead.count(id)) alive.push_back(id);
     const bool primary_died = !rec.replicas().empty() && dead.count(rec.replicas(0));
-    if (primary_died && !alive.empty()) {
-      auto version = [&](uint32_t id) {
-        auto it = versions.find({rec.shard(), id});
-        return it == versions.end() ? uint64_t{0} : it->second;
-      };
+    auto version = [&](uint32_t id) {
+      auto it = versions.find({rec.shard(), id});
+      return it == versions.end() ? uint64_t{0} : it->second;
+    };
+    // Every in-sync copy lost: they stay, waiting for one to come back with its checkpoint.
+    if (alive.empty()) {
+      alive.assign(rec.replicas().begin(), rec.replicas().end());
+      ++lost;
+    }
+    if (primary_died)
       std::stable_sort(alive.begin(), alive.end(),
                        [&](uint32_t a, uint32_t b) { return version(a) > version(b); });
-    }
     for (uint32_t id : alive) next.add_replicas(id);
     for (uint32_t id : rec.copying())
       if (!dead.count(id)) next.add_copying(id);
     AddCopies(after, on_probation, &next, &load);
     *out.add_shards() = next;
   }
-  out.set_reason("servers stopped heartbeating");
+  out.set_reason(lost == 0 ? std::string("servers stopped heartbeating")
+                            : "servers stopped heartbeating; " + std::to_string(lost) +
+                                  " shard(s) lost every copy and wait for one to come back");
   return out;
 }
 
@@ -194,10 +201,18 @@ std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& s,
   out.set_expected_version(s.version());
   std::vector<int> load = Load(s);
   for (const v1::ShardRecord& rec : s.shards()) {
-    if (rec.replicas_size() + rec.copying_size() >= int(s.copies())) continue;
     v1::ShardRecord next = rec;
-    AddCopies(s, on_probation, &next, &load);
-    if (next.copying_size() != rec.copying_size()) *out.add_shards() = next;
+    bool back = false;  // a copy kept on a dead server is back: the dead ones go
+    next.clear_replicas();
+    for (uint32_t id : rec.replicas())
+      if (auto* sv = Server(s, id); sv && sv->alive()) next.add_replicas(id);
+    if (next.replicas().empty() || next.replicas_size() == rec.replicas_size())
+      next = rec;
+    else
+      back = true;
+    if (next.replicas_size() + next.copying_size() < int(s.copies()))
+      AddCopies(s, on_probation, &next, &load);
+    if (back || next.copying_size() != rec.copying_size()) *out.add_shards() = next;
   }
   if (out.shards().empty()) return std::nullopt;
   out.set_reason("under-replicated shards");

@@ -44,15 +44,19 @@ using CopyVersions = std::map<std::pair<uint32_t, uint32_t>, uint64_t>;
 // removed from every shard; a shard whose primary died gets the freshest surviving in-sync copy as
 // primary; every shard below `copies` gets a new copy (state "copying") on the alive server that
 // holds the fewest shards, never one that already holds it or whose host holds it, nor one in
-// `on_probation` (a server back from the dead that has not yet beaten steadily). Returns nullopt
-// when nothing changes.
+// `on_probation` (a server back from the dead that has not yet beaten steadily). A shard whose
+// every in-sync copy died (the whole job restarted, say) keeps them, the freshest first: no other
+// server could serve it, and a copy that comes back has restored its checkpoint; once it
+// registers again the shard is served, its primary catching up from whichever other copies are
+// back. Returns nullopt when nothing changes.
 std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& state,
                                          const std::set<uint32_t>& dead,
                                          const CopyVersions& versions,
                                          const std::set<uint32_t>& on_probation = {});
 
 // Re-plans copies for under-replicated shards (e.g. after a server came back), on servers not
-// in `on_probation`.
+// in `on_probation`. A shard that kept its copies on dead servers (PlanFailover) is served by
+// those of them that are back, in their order; the others are dropped and rebuilt as new copies.
 std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& state,
                                        const std::set<uint32_t>& on_probation = {});
 

@@ -129,6 +129,8 @@ class Supervisor {
     bool temporary = false;
     if (!state_root_.empty()) {
       if (int code = LockStateDir(); code != 0) return Restore(code);
+      if (o_.resume)
+        if (int code = CheckResumable(); code != 0) return Restore(code);
     } else {
       std::string tmpl = (std::filesystem::temp_directory_path() / "adam-run-XXXXXX").string();
       if (mkdtemp(tmpl.data()) == nullptr) {
@@ -244,6 +246,29 @@ class Supervisor {
     const std::string me = "pid " + std::to_string(getpid()) + ", job " + job_.name + "\n";
     if (ftruncate(lock_fd_, 0) != 0 || pwrite(lock_fd_, me.data(), me.size(), 0) != ssize_t(me.size()))
       std::fprintf(stderr, "adam run: cannot note this run in %s\n", path.c_str());
+    return 0;
+  }
+
+  // --resume: every parameter server's directory holds a checkpoint file (whether it is usable
+  // the server finds when it restores it, naming the file).
+  int CheckResumable() {
+    for (int i = 0; i < job_.roles.parameter_server.replicas; ++i) {
+      const std::string dir =
+          state_root_ + "/" + spec::RoleSubcommand(spec::Role::kParamServer) + "-" + std::to_string(i);
+      bool found = false;
+      std::error_code ec;
+      for (const auto& de : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = de.path().filename().string();
+        found = found || (name.rfind("ckpt-", 0) == 0 && name.size() > 10 &&
+                          name.compare(name.size() - 5, 5, ".adam") == 0);
+      }
+      if (!found) {
+        std::fprintf(stderr, "adam run: --resume %s: no checkpoint of parameter server %s-%d in %s "
+                     "(a run with --state-dir %s leaves one per server)\n", state_root_.c_str(),
+                     spec::RoleSubcommand(spec::Role::kParamServer), i, dir.c_str(), state_root_.c_str());
+        return kExitInvalid;
+      }
+    }
     return 0;
   }
 
@@ -535,7 +560,18 @@ class Supervisor {
     } else if (type == "model_written") {
       model_written_ = EventString(ev, "path");
     } else if (type == "evaluated") {
+      // The evaluator's, or trainer 0's in a job resumed after its last epoch.
       final_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
+      last_accuracy_ = final_accuracy_;
+    } else if (type == "resumed") {
+      if (EventInt(ev, "trainer", -1) == 0 && resumed_epochs_ < 0) {
+        resumed_epochs_ = int(EventInt(ev, "epochs", 0));
+        last_epoch_ = evaluated_epoch_ = resumed_epochs_;
+        std::fprintf(stderr, "adam run: resuming: the checkpoints in %s hold %d of %d epochs%s\n",
+                     state_root_.c_str(), resumed_epochs_, job_.training.epochs,
+                     resumed_epochs_ < job_.training.epochs ? "" : " (nothing left to train)");
+        Mark("resumed after epoch " + std::to_string(resumed_epochs_));
+      }
     } else if (type == "diverged") {
       if (diverged_.empty()) diverged_ = c.inst.name + ": " + EventString(ev, "message", "training diverged");
     } else if (type == "failover") {
@@ -838,10 +874,13 @@ class Supervisor {
       if (o_.chaos_seconds > 0) j["chaos_faults"] = chaos_faults_;
       if (failovers_ > 0) j["failovers"] = failovers_;
       if (!model_written_.empty()) j["model"] = model_written_;
+      if (resumed_epochs_ > 0) j["resumed_after_epoch"] = resumed_epochs_;
       std::printf("%s\n", FiniteJson(j).dump().c_str());
     } else {
-      std::printf("%s: %d epochs, test accuracy %.2f%%, %s images in %s (%s img/s), wall %s\n",
-                  job_.name.c_str(), last_epoch_, 100 * last_accuracy_,
+      const std::string resumed =
+          resumed_epochs_ > 0 ? " (resumed after " + std::to_string(resumed_epochs_) + ")" : "";
+      std::printf("%s: %d epochs%s, test accuracy %.2f%%, %s images in %s (%s img/s), wall %s\n",
+                  job_.name.c_str(), last_epoch_, resumed.c_str(), 100 * last_accuracy_,
                   Thousands(double(images)).c_str(), Clock2(train).c_str(),
                   Thousands(ips).c_str(), Clock2(wall).c_str());
       if (first_failover_ms_ >= 0)
@@ -895,6 +934,7 @@ class Supervisor {
   std::string model_written_;  // where the final model went (a model_written event)
   double final_accuracy_ = -1;  // the evaluator's, when trainer 0 did not finish
   int evaluated_epoch_ = 0;     // the epoch of trainer 0's last evaluation
+  int resumed_epochs_ = -1;     // trainer 0's start: the epochs the checkpoints held (-1: none)
   int lock_fd_ = -1;          // holds the --state-dir lock
   RunRecord record_;          // for --report
   std::optional<Clock::time_point> rate_at_;

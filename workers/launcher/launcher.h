@@ -28,9 +28,14 @@ struct RunOptions {
   std::chrono::seconds stop_grace{5};       // SIGTERM -> SIGKILL
   int tail_lines = 20;        // a dead child's last lines to show
   // Parameter-server checkpoints go to <state_dir>/<ps name>; a run given a directory that
-  // holds checkpoints resumes the parameters from them. Empty: a temporary directory, removed
+  // holds checkpoints resumes from them: the parameters, and the epochs finished, so the epochs
+  // and the learning-rate schedule go on where they were. Empty: a temporary directory, removed
   // at the end.
   std::string state_dir;
+  // `adam run --resume DIR`: state_dir is DIR, and it must hold a checkpoint of every parameter
+  // server of the job (an earlier run's --state-dir); otherwise the run is refused (exit 2)
+  // naming the first server without one, before anything starts.
+  bool resume = false;
   // Fault injection: SIGKILL the named role instance ("ps-0", "controller-1", or
   // "controller-leader" for whichever member leads at the time) this many seconds
   // after training starts; with `restart_after` > 0 it is started again that much later. With

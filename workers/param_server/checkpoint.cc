@@ -22,7 +22,9 @@ namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'A', 'D', 'A', 'M', 'C', 'K', 'P', '1'};
 constexpr char kEndMagic[8] = {'A', 'D', 'A', 'M', 'E', 'N', 'D', '1'};
-constexpr uint32_t kFormat = 1;
+// Format 2 adds the epochs finished after the parameter count; format 1 files (no epochs) are
+// still read, as 0 epochs.
+constexpr uint32_t kFormat = 2;
 
 // Byte planes: all floats' byte 0, then byte 1, ... (exponent bytes compress well together).
 void Shuffle(const float* in, int64_t n, uint8_t* out) {
@@ -143,16 +145,20 @@ StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_flo
   uint32_t format = 0, entries = 0;
   uint64_t num_params = 0;
   ADAM_RETURN_IF_ERROR(r.Int(&format, "format"));
-  if (format != kFormat)
-    return DataLossError("byte 8: format " + std::to_string(format) + ", this build reads " +
+  if (format != 1 && format != kFormat)
+    return DataLossError("byte 8: format " + std::to_string(format) + ", this build reads 1 to " +
                          std::to_string(kFormat));
   ADAM_RETURN_IF_ERROR(r.Int(&f.server, "server"));
   ADAM_RETURN_IF_ERROR(r.Int(&f.generation, "generation"));
   ADAM_RETURN_IF_ERROR(r.Int(&num_params, "parameters"));
+  if (format >= 2) ADAM_RETURN_IF_ERROR(r.Int(&f.epochs, "epochs"));
+  const size_t entries_at = r.pos();
   ADAM_RETURN_IF_ERROR(r.Int(&entries, "entry count"));
   if (num_params > uint64_t(INT64_MAX)) return DataLossError("byte 24: parameter count too large");
   f.num_params = int64_t(num_params);
-  if (entries > r.left() / 28) return DataLossError("byte 32: " + std::to_string(entries) + " entries cannot fit");
+  if (entries > r.left() / 28)
+    return DataLossError("byte " + std::to_string(entries_at) + ": " + std::to_string(entries) +
+                         " entries cannot fit");
   for (uint32_t i = 0; i < entries; ++i) {
     const size_t at = r.pos();
     CheckpointEntry e;
@@ -251,6 +257,7 @@ StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& opt,
     Restored r;
     r.generation = g;
     r.file = name;
+    r.epochs = f->epochs;
     std::string why;
     for (const auto& e : f->entries) {
       auto want = shards.find(e.shard);
@@ -306,6 +313,7 @@ Checkpointer::Checkpointer(ParamStore* store, BufferPool* pool, CheckpointOption
     newest = std::max(newest, CheckpointGeneration(de.path().filename().string()));
   next_generation_ = newest + 1;  // never reuse a name, even a rejected file's
   last_generation_ = restored.generation;
+  flushed_epochs_ = restored.epochs;
   for (const auto& [id, s] : restored.shards) {
     flushed_version_[id] = s.version;
     source_[id] = s.source;
@@ -376,12 +384,14 @@ StatusOr<uint64_t> Checkpointer::Flush() {
 StatusOr<uint64_t> Checkpointer::FlushLocked() {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<uint32_t> ids = store_->shard_ids();
+  // Read before the shards (ParamStore::RaiseEpochs): every copy below holds what it says.
+  const uint32_t epochs = store_->epochs();
   std::vector<uint32_t> dirty;
   for (uint32_t id : ids) {
     auto it = flushed_version_.find(id);
     if (it == flushed_version_.end() || it->second != store_->Version(id)) dirty.push_back(id);
   }
-  if (dirty.empty()) return uint64_t{0};
+  if (dirty.empty() && epochs == flushed_epochs_) return uint64_t{0};
   const uint64_t gen = next_generation_++;
   // Consistent copies of the dirty shards, through the shard workers.
   struct Copy {
@@ -406,6 +416,7 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
     ADAM_RETURN_IF_ERROR(w.Int(opt_.server));
     ADAM_RETURN_IF_ERROR(w.Int(gen));
     ADAM_RETURN_IF_ERROR(w.Int(uint64_t(opt_.num_params)));
+    ADAM_RETURN_IF_ERROR(w.Int(epochs));
     ADAM_RETURN_IF_ERROR(w.Int(uint32_t(ids.size())));
     size_t written = 0;
     for (uint32_t id : ids) {
@@ -457,6 +468,7 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
     refs.insert(source_.at(id));
   }
   refs_[gen] = {refs.begin(), refs.end()};
+  flushed_epochs_ = epochs;
   const uint64_t previous = last_generation_;
   last_generation_ = gen;
   Prune(previous);
@@ -468,7 +480,7 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
     m_.last_success->Set(double(std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch()).count()) / 1000.0);
   if (m_.generation) m_.generation->Set(double(gen));
-  EmitEvent({{"event", "checkpoint"}, {"generation", gen}, {"shards", dirty.size()},
+  EmitEvent({{"event", "checkpoint"}, {"generation", gen}, {"shards", dirty.size()}, {"epochs", epochs},
              {"bytes", w.bytes()}, {"seconds", seconds}});
   return gen;
 }

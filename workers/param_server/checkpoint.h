@@ -9,7 +9,8 @@
 // longer needed by the newest two checkpoints are deleted.
 //
 // File layout (little-endian):
-//   "ADAMCKP1" | u32 format (1) | u32 server | u64 generation | u64 model parameters | u32 entries
+//   "ADAMCKP1" | u32 format (2) | u32 server | u64 generation | u64 model parameters |
+//   u32 epochs (the job's epochs finished, ParamStore::epochs(); not in format 1) | u32 entries
 //   entries x { u32 shard | u64 floats | u64 version | u64 source generation
 //               [source == generation: u64 compressed bytes | zstd frame] }
 //   u32 CRC-32 (zlib) of every byte before it | "ADAMEND1"
@@ -53,6 +54,7 @@ struct CheckpointFile {
   uint32_t server = 0;
   uint64_t generation = 0;
   int64_t num_params = 0;
+  uint32_t epochs = 0;  // format 1: 0
   std::vector<CheckpointEntry> entries;
 };
 
@@ -69,6 +71,7 @@ StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_flo
 struct Restored {
   uint64_t generation = 0;  // 0: nothing restored
   std::string file;
+  uint32_t epochs = 0;      // the job's epochs finished when it was written
   struct Shard {
     uint64_t version = 0;
     uint64_t source = 0;
@@ -115,7 +118,8 @@ class Checkpointer {
   // Starts flushing every interval on a background thread; Stop ends it (also on destruction).
   void Start();
   void Stop();
-  // Flushes the dirty shards now; returns the generation written (0 when nothing was dirty).
+  // Flushes the dirty shards now; returns the generation written (0 when no shard was dirty and
+  // the epochs finished had not moved).
   StatusOr<uint64_t> Flush();
   uint64_t generation() const;
   // The files of the newest complete checkpoint (the newest generation and those it refers to),
@@ -140,6 +144,7 @@ class Checkpointer {
   mutable std::mutex mu_;  // one flush at a time; guards the state below
   uint64_t next_generation_ = 1;
   uint64_t last_generation_ = 0;
+  uint32_t flushed_epochs_ = 0;                   // the epochs in the newest checkpoint
   std::map<uint32_t, uint64_t> flushed_version_;  // shard -> version in the newest checkpoint
   std::map<uint32_t, uint64_t> source_;           // shard -> generation holding that copy
   std::map<uint64_t, std::vector<uint64_t>> refs_;  // generation -> generations it refers to

@@ -107,11 +107,11 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       std::copy(s.values.begin(), s.values.end(), initial.begin() + sh.offset);
     }
     if (restored.generation > 0) {
-      spdlog::info("restored {} shards from checkpoint {} in {:.2f} s", restored.shards.size(),
-                   restored.file,
+      spdlog::info("restored {} shards from checkpoint {} ({} epochs finished) in {:.2f} s",
+                   restored.shards.size(), restored.file, restored.epochs,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - restore_start).count());
       EmitEvent({{"event", "restored"}, {"generation", restored.generation}, {"file", restored.file},
-                 {"shards", restored.shards.size()}});
+                 {"shards", restored.shards.size()}, {"epochs", restored.epochs}});
     }
   }
   StoreOptions so;
@@ -128,6 +128,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     store.RestoreVersion(id, s.version);
     s.values = {};
   }
+  store.RaiseEpochs(restored.epochs);
   initial = {};
   spdlog::info("holding {} of {} shards ({} of {} parameters); {}", store.shard_ids().size(),
                map->shards().size(), store.total_floats(), layout->num_params(), store.placement());

@@ -181,6 +181,7 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
       return;
     }
     gate_->Advance(trainer, clock, leave);
+    store_->RaiseEpochs(uint32_t(clock >> 32));  // applied (and durable): see RaiseEpochs
     resp->set_min_clock(gate_->MinClock());
     if (m_.pushes) m_.pushes->Increment();
     if (m_.push_bytes) m_.push_bytes->Increment(double(bytes));
@@ -292,6 +293,7 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
       std::unique_ptr<PullCall> owned(raw);
       for (int i = 0; i < resp->shards_size(); ++i) resp->mutable_shards(i)->set_version((*versions)[size_t(i)]);
       resp->set_min_clock(gate_->MinClock());
+      resp->set_epochs(store_->epochs());
       if (m_.pull_bytes) m_.pull_bytes->Increment(double(bytes));
       reactor->Finish(grpc::Status::OK);
     };

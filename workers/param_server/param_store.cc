@@ -236,6 +236,13 @@ void ParamStore::RestoreVersion(uint32_t shard, uint64_t version) {
   if (it != slot_of_.end()) shards_[it->second]->version.store(version, std::memory_order_release);
 }
 
+void ParamStore::RaiseEpochs(uint32_t epochs) {
+  uint32_t seen = epochs_.load(std::memory_order_relaxed);
+  while (seen < epochs &&
+         !epochs_.compare_exchange_weak(seen, epochs, std::memory_order_release, std::memory_order_relaxed)) {
+  }
+}
+
 void ParamStore::Submit(Op* ops, size_t n) {
   queued_.fetch_add(int64_t(n), std::memory_order_relaxed);
   // Queue everything first, then wake each worker concerned once.

@@ -157,6 +157,13 @@ class ParamStore {
   uint64_t Version(uint32_t shard) const;
   // Before serving: the version a checkpointed shard was restored with.
   void RestoreVersion(uint32_t shard, uint64_t version);
+  // The job's progress that travels with the parameters: the most epochs any trainer had
+  // finished when it pushed (a clock's high 32 bits), as acknowledged pushes, forwards and the
+  // restored checkpoint report it. Only rises. Raise it after the update that carried it is
+  // applied, and read it before reading shards: a state read after `epochs()` holds every update
+  // acknowledged before that epoch count was raised.
+  void RaiseEpochs(uint32_t epochs);
+  uint32_t epochs() const { return epochs_.load(std::memory_order_acquire); }
   // Ops queued and not yet applied, and bytes of update payload applied so far.
   int64_t queue_depth() const { return queued_.load(std::memory_order_relaxed); }
   uint64_t applied_bytes() const { return applied_bytes_.load(std::memory_order_relaxed); }
@@ -178,6 +185,7 @@ class ParamStore {
   std::string placement_;
   std::atomic<int64_t> queued_{0};
   std::atomic<uint64_t> applied_bytes_{0};
+  std::atomic<uint32_t> epochs_{0};  // release on raise, acquire on read (see epochs())
 };
 
 // dst[i] += src[i] for i < n, vectorized for the running CPU.

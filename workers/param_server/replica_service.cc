@@ -231,6 +231,7 @@ grpc::Status ReplicaService::Forward(grpc::ServerContext*, const adam::v1::Forwa
                             ", newer than the forward's " + std::to_string(req->term()) +
                             ": ps-" + std::to_string(req->from_server()) + " was deposed");
   // kHeld: this copy already holds that state or a later one of the same primary.
+  store_->RaiseEpochs(req->epochs());
   routing_->MarkReceived(req->shard());
   return grpc::Status::OK;
 }
@@ -244,6 +245,7 @@ grpc::Status ReplicaService::ReadShard(grpc::ServerContext*, const adam::v1::Rea
   if (n < 0)
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         "read: shard " + std::to_string(req->shard()) + " is not held here");
+  resp->set_epochs(store_->epochs());  // before the state: see ParamStore::RaiseEpochs
   std::string* bytes = resp->mutable_values();
   bytes->resize(size_t(n) * 4);
   StatusOr<ShardMeta> meta =

@@ -394,6 +394,7 @@ void Forwarder::CatchUp(const std::vector<Routing::CatchUp>& catch_ups) {
       std::memcpy(values.data(), best->values().data(), best->values().size());
       auto set = store_->SetState(c.shard, values.data(), n, *meta);
       if (!set.ok()) continue;
+      store_->RaiseEpochs(best->epochs());
       if (*set == SetResult::kApplied)
         spdlog::info("shard {}: took its copy's newer state (term {}, version {})", c.shard,
                      meta->term, meta->version);
@@ -435,6 +436,7 @@ bool Forwarder::Round() {
     const int64_t n = store_->ShardSize(t.shard);
     if (n <= 0) continue;
     auto req = std::make_shared<v1::ForwardRequest>();
+    req->set_epochs(store_->epochs());  // before the state: see ParamStore::RaiseEpochs
     std::string* bytes = req->mutable_values();
     bytes->resize(size_t(n) * 4);
     StatusOr<ShardMeta> read =

@@ -1,7 +1,9 @@
 // ParamServerClient over gRPC with the callback stub API, fanning out to all servers at once.
 #include "trainer/ps_client.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -98,7 +100,9 @@ class GrpcClient final : public ParamServerClient {
       stubs_[size_t(i)]->async()->Pull(ctx, &reqs[size_t(i)], &resps[size_t(i)], done);
     }, "pull"));
     uint64_t bytes = 0;
+    uint32_t epochs = UINT32_MAX;
     for (int i = 0; i < n; ++i) {
+      epochs = std::min(epochs, resps[size_t(i)].epochs());
       for (const auto& sd : resps[size_t(i)].shards()) {
         if (sd.shard() >= map_.shards().size())
           return DataLossError("pull from ps-" + std::to_string(i) + ": unknown shard " +
@@ -113,12 +117,14 @@ class GrpcClient final : public ParamServerClient {
       }
     }
     pulled_ += bytes;
+    if (n > 0) epochs_ = epochs;
     return OkStatus();
   }
 
   uint64_t pushed_bytes() const override { return pushed_; }
   uint64_t dense_bytes() const override { return dense_; }
   uint64_t pulled_bytes() const override { return pulled_; }
+  uint32_t epochs() const override { return epochs_; }
 
  private:
   // Starts `start(i, ctx, done)` for every server i and waits for all. Servers that were
@@ -179,6 +185,7 @@ class GrpcClient final : public ParamServerClient {
   std::atomic<uint64_t> pushed_{0};  // statistics only: relaxed ordering suffices
   std::atomic<uint64_t> dense_{0};
   std::atomic<uint64_t> pulled_{0};
+  std::atomic<uint32_t> epochs_{0};  // a value on its own: relaxed ordering suffices
 };
 
 
@@ -322,6 +329,7 @@ class RoutedClient final : public ParamServerClient {
     std::mutex out_mu;
     Status bad;
     uint64_t bytes = 0;
+    uint32_t epochs = UINT32_MAX;  // guarded by out_mu
     Status st = Retry("pull", &pending, [&](const Route& r, int server,
                                             const std::set<uint32_t>& shards,
                                             grpc::ClientContext* ctx,
@@ -333,6 +341,7 @@ class RoutedClient final : public ParamServerClient {
       auto on_done = [&, call, done](grpc::Status s) {
         if (s.ok()) {
           std::lock_guard<std::mutex> l(out_mu);
+          epochs = std::min(epochs, call->second.epochs());
           for (const auto& sd : call->second.shards()) {
             if (sd.shard() >= base_.shards().size() ||
                 sd.values().size() != size_t(base_.shards()[sd.shard()].count) * 4) {
@@ -352,12 +361,14 @@ class RoutedClient final : public ParamServerClient {
     if (!st.ok()) return st;
     if (!bad.ok()) return bad;
     pulled_ += bytes;
+    if (epochs != UINT32_MAX) epochs_ = epochs;
     return OkStatus();
   }
 
   uint64_t pushed_bytes() const override { return pushed_; }
   uint64_t dense_bytes() const override { return 0; }
   uint64_t pulled_bytes() const override { return pulled_; }
+  uint32_t epochs() const override { return epochs_; }
 
  private:
   struct Route {
@@ -473,6 +484,7 @@ class RoutedClient final : public ParamServerClient {
   std::map<std::string, std::shared_ptr<adam::v1::ParameterService::Stub>> stubs_;
   std::atomic<uint64_t> pushed_{0};
   std::atomic<uint64_t> pulled_{0};
+  std::atomic<uint32_t> epochs_{0};  // a value on its own: relaxed ordering suffices
   // This process's pushes: a random session and a sequence number per push.
   const uint64_t session_ = RandomSession();
   std::atomic<uint64_t> seq_{0};

@@ -51,6 +51,10 @@ class ParamServerClient {
   virtual uint64_t pulled_bytes() const = 0;
   // The controller's shard map version this client routes by (0 without a controller).
   virtual uint64_t shard_map_version() const { return 0; }
+  // The job's epochs finished as the last Pull's servers knew it: the least of their answers
+  // (ps.proto PullResponse.epochs). A trainer starts at that epoch: a resumed job goes on where
+  // its checkpoints were, a restarted trainer where the job is.
+  virtual uint32_t epochs() const { return 0; }
 };
 
 struct GrpcParamServerClientOptions {

@@ -55,6 +55,9 @@ struct Trainer::Impl {
   // Pushes so far: (epoch << 32) | pushes within the epoch, so an epoch's end is a step every
   // trainer reaches (see param_server/clock_gate.h).
   uint64_t clock = 0;
+  // The epoch this trainer starts at (the job's epochs finished when it started): 0 for a new
+  // job, the checkpoints' for a resumed one. Set before the prefetch thread starts.
+  uint32_t first_epoch = 0;
   std::optional<update::UpdatePlan> plan;
   std::string test_pixels, test_labels;
   int test_count = 0;
@@ -227,7 +230,7 @@ void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
 }
 
 void Trainer::Impl::PrefetchLoop() {
-  for (uint32_t e = 0; e < uint32_t(job.training.epochs); ++e) {
+  for (uint32_t e = first_epoch; e < uint32_t(job.training.epochs); ++e) {
     for (uint32_t b = 0;; ++b) {
       if (abort) return;
       adam::v1::GetBatchRequest req;
@@ -380,11 +383,33 @@ StatusOr<TrainerResult> Trainer::Run() {
     return result;
   }
 
+  // Where the job is, as the parameter servers know it: 0 for a new job; the epochs their
+  // checkpoints hold for a resumed one (the schedule goes on from there); the job's epoch for a
+  // trainer restarted while the others train on.
+  const int epochs = s.job.training.epochs;
+  const int first = int(std::min<uint32_t>(s.ps->epochs(), uint32_t(epochs)));
+  s.first_epoch = uint32_t(first);
+  result.epochs = first;
+  if (first > 0) {
+    s.clock = uint64_t(first) << 32;
+    if (first < epochs)
+      spdlog::info("the parameter servers hold {} epochs finished: going on at epoch {} of {} "
+                   "(learning rate {:g})", first, first + 1, epochs,
+                   spec::LearningRateAt(s.job.training, first));
+    else
+      spdlog::info("the parameter servers hold all {} epochs: nothing left to train", epochs);
+    EmitEvent({{"event", "resumed"}, {"trainer", s.opt.index}, {"epochs", first}});
+  }
   std::thread prefetcher([&] { s.PrefetchLoop(); });
   std::thread syncer([&] { s.SyncLoop(); });
   double previous_loss = 0;
   const auto train_start = Clock::now();
-  for (int e = 0; e < s.job.training.epochs && !s.abort; ++e) {
+  if (evaluates && first == epochs) {
+    // A job resumed after its last epoch: its result is the model the servers hold.
+    result.test_accuracy = s.Evaluate();
+    EmitEvent({{"event", "evaluated"}, {"trainer", s.opt.index}, {"test_accuracy", result.test_accuracy}});
+  }
+  for (int e = first; e < epochs && !s.abort; ++e) {
     const auto epoch_start = Clock::now();
     s.lr = float(spec::LearningRateAt(s.job.training, e));
     std::fill(s.loss.begin(), s.loss.end(), 0.0);
@@ -418,6 +443,7 @@ StatusOr<TrainerResult> Trainer::Run() {
     nlohmann::json ev = {{"event", "epoch"},
                          {"trainer", s.opt.index},
                          {"epoch", e + 1},
+                         {"learning_rate", s.lr},
                          {"images", images},
                          {"images_total", s.images_total.load()},
                          {"loss", images > 0 ? loss / images : 0.0},
@@ -437,7 +463,7 @@ StatusOr<TrainerResult> Trainer::Run() {
                    {"loss", mean}, {"message", result.diverged}});
         break;
       }
-      if (e > 0 && mean > previous_loss * 1.05)
+      if (e > first && mean > previous_loss * 1.05)
         spdlog::warn("the training loss rose from {:.4f} (epoch {}) to {:.4f} (epoch {}) at learning "
                      "rate {:g}: a rate too high for batch size {} makes SGD overshoot; if it keeps "
                      "rising, lower spec.training.learningRate",
