@@ -71,4 +71,5 @@ bench: build
 	$(BUILD)/bench/ps_bench --json $(BUILD)/bench/ps.json
 	$(BUILD)/bench/raft_bench --failovers 10 --json $(BUILD)/bench/raft.json
 	/usr/bin/python3 bench/failover.py --build $(BUILD)
+	/usr/bin/python3 bench/image_folder.py --build $(BUILD)
 	/usr/bin/python3 bench/trainer.py --build $(BUILD) --tta 0.91

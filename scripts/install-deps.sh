@@ -10,6 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcpprest-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libhwloc-dev prometheus-cpp-dev libyaml-cpp-dev
   libzstd-dev zlib1g-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libonnx-dev libpng-dev
+  libturbojpeg0-dev libstb-dev
 )
 # The tests, the sanitizer builds, the demo's data set and the image's base (mmdebstrap).
 if [[ "${ADAM_INSTALL_BUILD_ONLY:-0}" != 1 ]]; then

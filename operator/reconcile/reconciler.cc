@@ -345,9 +345,14 @@ Status Reconciler::HandlePods(State& s) {
       if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
     }
   }
-  if (trainers_done >= s.spec->roles.trainer.replicas)
+  if (trainers_done >= s.spec->roles.trainer.replicas) {
+    // Trainer 0 exits 0 only once the model is written (spec.output).
+    if (!s.spec->output.volume.source.empty())
+      s.status["model"] = {{"volume", Json::parse(s.spec->output.volume.source)},
+                           {"file", s.spec->name + ".onnx"}};
     Finish(s, true, "TrainersSucceeded",
            "every trainer finished its " + std::to_string(s.spec->training.epochs) + " epochs");
+  }
   return OkStatus();
 }
 

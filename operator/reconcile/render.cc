@@ -159,6 +159,16 @@ Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::
   return pod;
 }
 
+// Mounts a manifest's volume (spec/adamjob.h VolumeSpec) into the pod's container as `name`.
+void AddVolume(Json* pod, const std::string& name, const spec::VolumeSpec& v, bool read_only) {
+  Json volume = Json::parse(v.source);
+  volume["name"] = name;
+  (*pod)["volumes"].push_back(volume);
+  Json mount = {{"name", name}, {"mountPath", v.mount_path}};
+  if (read_only) mount["readOnly"] = true;
+  (*pod)["containers"][0]["volumeMounts"].push_back(mount);
+}
+
 std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in,
                                 const spec::Endpoints& endpoints, const RenderOptions& o) {
   const std::string job_path = std::string(kJobMountPath) + "/job.yaml";
@@ -180,6 +190,8 @@ std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in
                                "--pod-annotations", std::string(kPodInfoPath) + "/annotations"});
   }
   if (in.role == Role::kTrainer) args.insert(args.end(), {"--metrics-host", "0.0.0.0"});
+  if (in.role == Role::kTrainer && in.index == 0 && !job.output.volume.source.empty())
+    args.insert(args.end(), {"--model-out", ModelPath(job)});
   if ((in.role == Role::kParamServer || in.role == Role::kTrainer) && !job.placement.numa_pinning)
     args.push_back("--no-bind");
   return args;
@@ -309,11 +321,21 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
     } else if (in.role == Role::kTrainer) {
       pod["topologySpreadConstraints"] = Spread(job, role);
     }
+    // The user's volumes: the data set read-only in the data server only, the output volume
+    // writable in trainer 0 only (the one that writes the model).
+    if (in.role == Role::kDataServer && !job.dataset.volume.source.empty())
+      AddVolume(&pod, "dataset", job.dataset.volume, true);
+    if (in.role == Role::kTrainer && in.index == 0 && !job.output.volume.source.empty())
+      AddVolume(&pod, "output", job.output.volume, false);
     out.push_back({{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", md}, {"spec", pod}});
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const Json& a, const Json& b) { return StageOf(a) < StageOf(b); });
   return out;
+}
+
+std::string ModelPath(const spec::AdamJob& job) {
+  return job.output.volume.mount_path + "/" + job.name + ".onnx";
 }
 
 std::string TlsSecretName(const spec::AdamJob& job) { return job.name + "-tls"; }

@@ -32,11 +32,15 @@ inline constexpr const char* kGenerationAnnotation = "adam.dev/generation";
 inline constexpr const char* kMultusAnnotation = "k8s.v1.cni.cncf.io/networks";
 inline constexpr const char* kNetworkStatusAnnotation = "k8s.v1.cni.cncf.io/network-status";
 
-// Where every pod finds its files.
-inline constexpr const char* kJobMountPath = "/etc/adam";
-inline constexpr const char* kPodInfoPath = "/etc/podinfo";
-inline constexpr const char* kStatePath = "/var/lib/adam";
-inline constexpr const char* kTlsPath = "/etc/adam-tls";  // the job's TLS Secret (ca.crt, tls.*)
+// Where every pod finds its files (spec/adamjob.h: a manifest's volumes keep clear of them).
+using spec::kJobMountPath;
+using spec::kPodInfoPath;
+using spec::kStatePath;
+using spec::kTlsPath;
+
+// Where trainer 0 writes the model in its pod with spec.output.volume (mounted at its mountPath):
+// `<mountPath>/<job name>.onnx`.
+std::string ModelPath(const spec::AdamJob& job);
 
 // The job's TLS Secret (created by the reconciler, not rendered: it holds generated keys).
 std::string TlsSecretName(const spec::AdamJob& job);

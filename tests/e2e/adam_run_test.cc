@@ -20,6 +20,7 @@
 
 #include "data/idx.h"
 #include "testing/chromium.h"
+#include "testing/images.h"
 #include "testing/synthetic.h"
 #include "testing/tmp_dir.h"
 
@@ -396,6 +397,45 @@ constexpr const char* kCopiesRoles =
     "controller: {replicas: 3}, parameterServer: {replicas: 3, shardBytes: 1024, copies: 3}, "
     "trainer: {replicas: 2, threads: 1}";
 
+// The synthetic set as an image folder (PNG and JPEG files under class-0 .. class-3), with two
+// broken files and a text file: the data server skips and names the broken ones, holds out a
+// fifth of each class as the test set, and the job trains far above chance; over maxCorrupt
+// it refuses the folder naming the count.
+TEST_F(AdamRun, AnImageFolderTrainsAndItsBrokenFilesAreSkipped) {
+  const std::string root = dir_.File("folder");
+  testing::WriteFolderFromIdx(dir_.File("train"), root);
+  std::ofstream(root + "/class-1/broken.png") << "\x89PNG not really";
+  std::ofstream(root + "/class-2/cut.jpg") << "\xff\xd8\xff\xe0 cut short";
+  std::ofstream(root + "/README.txt") << "not a class folder: a file";
+  std::ofstream(root + "/class-0/notes.txt") << "ignored";
+  auto manifest = [&](const std::string& extra) {
+    std::string text = testing::ReadText(Manifest(dir_, "epochs: 30, learningRate: 0.02, pushEvery: 50",
+                                                  "trainer: {replicas: 2, threads: 1}"));
+    const size_t from = text.find("    train:"), to = text.find("    augment:");
+    text.replace(from, to - from, "    format: folder\n    train: {folder: " + root + "}\n" +
+                                      "    heldOut: 0.2\n" + extra);
+    const std::string path = dir_.File("folder.yaml");
+    std::ofstream(path) << text;
+    return path;
+  };
+  Result r = Adam(dir_, "run " + manifest("") + " --output json", 240);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["epochs"].get<int>(), 30) << r.out;
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("skipped " + root + "/class-1/broken.png: not a PNG libpng can read"));
+  EXPECT_THAT(r.err, HasSubstr("skipped " + root + "/class-2/cut.jpg: JPEG"));
+  EXPECT_THAT(r.err, HasSubstr("skipped 2 files that could not be decoded (spec.dataset.maxCorrupt 100)"));
+  EXPECT_THAT(r.err, HasSubstr("ignored 1 files that are not .png, .jpg or .jpeg"));
+  EXPECT_THAT(r.err, HasSubstr("classes: class-0, class-1, class-2, class-3"));
+  EXPECT_THAT(r.err, HasSubstr("held out 240 of 1200 images as the test set"));
+  EXPECT_THAT(r.err, HasSubstr("decoding: 100% of 1202 images"));
+
+  Result strict = Adam(dir_, "run " + manifest("    maxCorrupt: 1\n") + " -q", 60);
+  EXPECT_EQ(strict.exit_code, 2) << "refused input, as a bad manifest field\n" << strict.err;
+  EXPECT_THAT(strict.err, HasSubstr("2 of 1202 images could not be decoded, more than maxCorrupt (1)"));
+}
+
 // A job goes on where its checkpoints are: 20 epochs with --state-dir, then the manifest raised
 // to 40 epochs and --resume: the second run trains epochs 21-40 only, at the learning rate the
 // schedule gives epoch 21; a third finds nothing left to train and scores the model it holds.
@@ -585,12 +625,19 @@ void ExpectTheModelScores(const testing::TmpDir& dir, const nlohmann::json& summ
   EXPECT_THAT(wrong.err, HasSubstr(dir.File("big.png") + ": 13x13 pixels, the model takes 12x12"));
 }
 
+// With spec.output.everyEpochs: 2 the model is also written after epochs 2 and 4 (over the same
+// file); the last write is the final model.
 TEST_F(AdamRun, TheModelOutIsTheModelTheSummaryScores) {
-  const std::string job = Manifest(dir_, "epochs: 3, learningRate: 0.02, pushEvery: 50",
+  const std::string job = Manifest(dir_, "epochs: 5, learningRate: 0.02, pushEvery: 50",
                                    "trainer: {replicas: 2, threads: 1}");
-  Result r = Adam(dir_, "run " + job + " --output json -q --model-out " + dir_.File("out/model.onnx"));
+  std::ofstream(job, std::ios::app) << "  output: {everyEpochs: 2}\n";
+  const std::string model = dir_.File("out/model.onnx");
+  Result r = Adam(dir_, "run " + job + " --output json --model-out " + model);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ExpectTheModelScores(dir_, nlohmann::json::parse(r.out));
+  int writes = 0;
+  for (size_t at = 0; (at = r.err.find("is in " + model, at)) != std::string::npos; ++at) ++writes;
+  EXPECT_EQ(writes, 3) << r.err;
   // A model for other input is refused by name.
   Result e = Adam(dir_, "evaluate " + dir_.File("out/model.onnx") + " --images " +
                             dir_.File("test-labels") + " --labels " + dir_.File("test-labels"));
@@ -602,58 +649,67 @@ TEST_F(AdamRun, TheModelOutIsTheModelTheSummaryScores) {
 }
 
 TEST_F(AdamRun, WithoutTrainer0TheFinalModelIsEvaluated) {
-  const std::string job = Manifest(dir_, "epochs: 60, learningRate: 0.02, pushEvery: 50",
+  // 400 epochs: about 3 s on a quiet machine, so trainer 0 is still training when it is killed.
+  const std::string job = Manifest(dir_, "epochs: 400, learningRate: 0.02, pushEvery: 50",
                                    "trainer: {replicas: 2, threads: 1}");
   Result r = Adam(dir_, "run " + job + " --output json -q --kill trainer-0@0.5 --model-out " +
                             dir_.File("out/model.onnx"), 240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["epochs"].get<int>(), 60) << r.out;
+  EXPECT_EQ(j["epochs"].get<int>(), 400) << r.out;
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
   EXPECT_THAT(r.err, HasSubstr("adam run: trainer-0 did not finish"));
-  EXPECT_THAT(r.err, HasSubstr("evaluating the final model (epoch 60) with an evaluator"));
+  EXPECT_THAT(r.err, HasSubstr("evaluating the final model (epoch 400) with an evaluator"));
   EXPECT_THAT(r.err, HasSubstr("adam run: the final model: test accuracy "));
   // The evaluator wrote the final model, the one scored.
   ExpectTheModelScores(dir_, j);
 }
 
+// Whether the launcher's `kill` line came after the first epoch's progress line in `err` and
+// before the last one (of `epochs`): the trainers were connected and still training when the
+// role was killed.
+bool KilledMidTraining(const std::string& err, const std::string& kill, int epochs) {
+  char last[32];
+  std::snprintf(last, sizeof last, "epoch %3d/%-3d", epochs, epochs);
+  const size_t first = err.find("epoch   1/");
+  const size_t killed = err.find(kill);
+  const size_t end = err.find(last);
+  return first != std::string::npos && killed != std::string::npos && first < killed &&
+         (end == std::string::npos || killed < end);
+}
+
 // A trainer killed and restarted gets the data server's and the parameter servers' addresses
 // the first one had, and the job completes.
 TEST_F(AdamRun, ARestartedTrainerRejoinsTheJob) {
-  const std::string job = Manifest(dir_, "epochs: 60, learningRate: 0.02, pushEvery: 50",
+  // 400 epochs: about 3 s on a quiet machine, so the kill and the restart come mid-training.
+  const std::string job = Manifest(dir_, "epochs: 400, learningRate: 0.02, pushEvery: 50",
                                    "trainer: {replicas: 2, threads: 1}");
-  Result r = Adam(dir_, "run " + job + " --output json -q --kill trainer-1@0.5+0.5", 240);
+  Result r = Adam(dir_, "run " + job + " --output json --kill trainer-1@0.5+0.5", 240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["epochs"].get<int>(), 60) << r.out;
+  EXPECT_EQ(j["epochs"].get<int>(), 400) << r.out;
+  if (KilledMidTraining(r.err, "kill -9 trainer-1", 400))  // it starts where the job is
+    EXPECT_THAT(r.err, ::testing::ContainsRegex("trainer-1\\] .* going on at epoch [0-9]+ of 400"));
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
   EXPECT_THAT(r.err, HasSubstr("adam run: restarting trainer-1"));
-}
-
-// Whether the launcher's `kill` line came after the first epoch's progress line in `err`: the
-// trainers were connected and training when the role was killed.
-bool KilledMidTraining(const std::string& err, const std::string& kill) {
-  const size_t epoch = err.find("epoch   1/");
-  const size_t killed = err.find(kill);
-  return epoch != std::string::npos && killed != std::string::npos && epoch < killed;
 }
 
 // Without copies, a parameter server that crashes and comes back does not end the job: the
 // trainers wait for it, it restores its last checkpoint under the same name, and training goes on.
 TEST_F(AdamRun, AParameterServerThatRestartsWithoutCopiesDoesNotEndTheJob) {
-  const std::string job = Manifest(dir_, "epochs: 60, learningRate: 0.02, pushEvery: 50",
+  const std::string job = Manifest(dir_, "epochs: 400, learningRate: 0.02, pushEvery: 50",
                                    "trainer: {replicas: 2, threads: 1}, parameterServer: "
                                    "{replicas: 2, copies: 1, persistence: {interval: 200ms}}");
   Result r = Adam(dir_, "run " + job + " --output json --kill ps-0@0.5+0.5", 240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["epochs"].get<int>(), 60) << r.out;
+  EXPECT_EQ(j["epochs"].get<int>(), 400) << r.out;
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
   EXPECT_THAT(r.err, HasSubstr("adam run: restarting ps-0"));
   EXPECT_THAT(r.err, HasSubstr("restored 1 shards from checkpoint"));
   // When the kill came mid-training (always, but in a slow sanitizer build whose trainers may
   // not have connected yet), the trainers waited for it (their log lines, shown without -q).
-  if (KilledMidTraining(r.err, "kill -9 ps-0")) {
+  if (KilledMidTraining(r.err, "kill -9 ps-0", 400)) {
     EXPECT_THAT(r.err, HasSubstr("waiting for parameter server ps-0"));
     EXPECT_THAT(r.err, HasSubstr("is back after"));
   }
@@ -662,15 +718,16 @@ TEST_F(AdamRun, AParameterServerThatRestartsWithoutCopiesDoesNotEndTheJob) {
 // A data server that crashes and comes back: the trainers wait for it and go on with the batches
 // of the epoch they were in (its shuffles are seeded, so it serves them again).
 TEST_F(AdamRun, ADataServerThatRestartsDoesNotEndTheJob) {
-  const std::string job = Manifest(dir_, "epochs: 60, learningRate: 0.02, pushEvery: 50",
+  // 400 epochs: about 3 s on a quiet machine, so the kill at 0.5 s finds the trainers training.
+  const std::string job = Manifest(dir_, "epochs: 400, learningRate: 0.02, pushEvery: 50",
                                    "trainer: {replicas: 2, threads: 1}");
   Result r = Adam(dir_, "run " + job + " --output json --kill data-server-0@0.5+0.5", 240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["epochs"].get<int>(), 60) << r.out;
+  EXPECT_EQ(j["epochs"].get<int>(), 400) << r.out;
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
   EXPECT_THAT(r.err, HasSubstr("adam run: restarting data-server-0"));
-  if (KilledMidTraining(r.err, "kill -9 data-server-0")) {
+  if (KilledMidTraining(r.err, "kill -9 data-server-0", 400)) {
     EXPECT_THAT(r.err, HasSubstr("waiting for the data server at 127.0.0.1:"));
     EXPECT_THAT(r.err, ::testing::ContainsRegex("the data server at 127\\.0\\.0\\.1:[0-9]+ is back after"));
   }

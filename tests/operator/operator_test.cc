@@ -14,8 +14,8 @@
 #include "operator/fake_api_server.h"
 #include "reconcile/reconciler.h"
 #include "reconcile/render.h"
+#include "spec/yaml_json.h"
 #include "testing/wait.h"
-#include "testing/yaml_json.h"
 
 namespace adam::op {
 namespace {
@@ -31,7 +31,7 @@ Json Example(const std::string& name) {
   std::ifstream f(std::string(ADAM_SOURCE_DIR) + "/examples/" + name + ".yaml");
   std::stringstream ss;
   ss << f.rdbuf();
-  Json j = Json::parse(testing::YamlToJson(ss.str()).dump());
+  Json j = Json::parse(spec::YamlToJson(ss.str()).dump());
   j["metadata"]["namespace"] = "ml";
   return j;
 }

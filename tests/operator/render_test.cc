@@ -9,8 +9,8 @@
 #include <set>
 #include <sstream>
 
-#include "testing/yaml_json.h"
 #include "spec/adamjob.h"
+#include "spec/yaml_json.h"
 #include "testing/wait.h"
 
 namespace adam::op {
@@ -67,7 +67,7 @@ INSTANTIATE_TEST_SUITE_P(Examples, Golden, ::testing::Values("fashion-mnist", "f
 TEST(Render, YamlReadsBackToTheSameObjects) {
   for (const char* name : {"fashion-mnist", "fashion-mnist-ha"}) {
     for (const Json& o : RenderExample(name)) {
-      const nlohmann::json back = testing::YamlToJson(ToYaml(o));
+      const nlohmann::json back = spec::YamlToJson(ToYaml(o));
       EXPECT_EQ(back, nlohmann::json::parse(o.dump())) << ToYaml(o);
     }
   }
@@ -179,6 +179,56 @@ TEST(Render, ReplicationNetworkGoesThroughMultusAndTheDownwardApi) {
   }
   for (const Json* p : Pods(objects, "trainer"))
     EXPECT_FALSE((*p)["metadata"]["annotations"].contains(kMultusAnnotation));
+}
+
+// spec.dataset.volume goes read-only into the data server's pod only; spec.output.volume
+// writable into trainer 0's only, which writes the model there.
+TEST(Render, TheDataSetVolumeOnlyInTheDataServerTheOutputOnlyInTrainer0) {
+  std::string text = Read(Source("examples/fashion-mnist-ha.yaml"));
+  const std::string from = "/usr/share/datasets/fashion-mnist/";
+  for (size_t at; (at = text.find(from)) != std::string::npos;) text.replace(at, from.size(), "/data/");
+  text.replace(text.find("    augment:"), 0,
+               "    volume: {persistentVolumeClaim: {claimName: fashion-mnist, readOnly: true}}\n");
+  text += "  output: {volume: {nfs: {server: nfs.example, path: /models}}, mountPath: /models, everyEpochs: 2}\n";
+  auto job = spec::ParseAdamJob(text);
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_EQ(ModelPath(*job), "/models/fashion-mnist-ha.onnx");
+  const auto objects = Render(*job, WithManifest(text));
+  auto volume = [](const Json& pod, const std::string& name) -> const Json* {
+    for (const Json& v : pod["spec"]["volumes"])
+      if (v["name"] == name) return &v;
+    return nullptr;
+  };
+  auto mount = [](const Json& pod, const std::string& name) -> const Json* {
+    for (const Json& m : pod["spec"]["containers"][0]["volumeMounts"])
+      if (m["name"] == name) return &m;
+    return nullptr;
+  };
+  int pods = 0;
+  for (const Json& o : objects) {
+    if (o["kind"] != "Pod") continue;
+    ++pods;
+    const std::string role = o["metadata"]["labels"][kRoleLabel];
+    const bool data_server = role == "data-server";
+    const bool trainer0 = o["metadata"]["name"] == "fashion-mnist-ha-trainer-0";
+    SCOPED_TRACE(o["metadata"]["name"].get<std::string>());
+    EXPECT_EQ(volume(o, "dataset") != nullptr, data_server);
+    EXPECT_EQ(mount(o, "dataset") != nullptr, data_server);
+    EXPECT_EQ(volume(o, "output") != nullptr, trainer0);
+    const std::string args = o["spec"]["containers"][0]["args"].dump();
+    EXPECT_EQ(args.find("\"--model-out\",\"/models/fashion-mnist-ha.onnx\"") != std::string::npos, trainer0);
+    if (data_server) {
+      EXPECT_EQ((*volume(o, "dataset"))["persistentVolumeClaim"]["claimName"], "fashion-mnist");
+      EXPECT_EQ((*mount(o, "dataset"))["mountPath"], "/data");
+      EXPECT_EQ((*mount(o, "dataset"))["readOnly"], true);
+    }
+    if (trainer0) {
+      EXPECT_EQ((*volume(o, "output"))["nfs"]["path"], "/models");
+      EXPECT_EQ((*mount(o, "output"))["mountPath"], "/models");
+      EXPECT_FALSE(mount(o, "output")->contains("readOnly"));
+    }
+  }
+  EXPECT_GT(pods, 3);
 }
 
 // Only the job's own pods reach its gRPC and replication ports; /metrics stays scrapeable.

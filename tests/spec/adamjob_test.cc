@@ -11,8 +11,8 @@
 #include <regex>
 
 #include "spec/plan.h"
+#include "spec/yaml_json.h"
 #include "testing/wait.h"
-#include "testing/yaml_json.h"
 
 namespace adam::spec {
 namespace {
@@ -218,9 +218,9 @@ TEST(AdamJob, PinningNeedsWholeCpus) {
 // (tests/cluster/e2e reads the same catalogue).
 TEST(AdamJob, DocumentedBadManifestsAreRefused) {
   using Json = nlohmann::json;
-  const Json example = testing::YamlToJson(
+  const Json example = spec::YamlToJson(
       testing::ReadText(std::string(ADAM_SOURCE_DIR) + "/examples/fashion-mnist-ha.yaml"));
-  const Json catalogue = testing::YamlToJson(
+  const Json catalogue = spec::YamlToJson(
       testing::ReadText(std::string(ADAM_SOURCE_DIR) + "/tests/operator/bad-manifests.yaml"));
   ASSERT_TRUE(catalogue.is_array());
   EXPECT_GE(catalogue.size(), 15u);
@@ -236,6 +236,75 @@ TEST(AdamJob, DocumentedBadManifestsAreRefused) {
     ASSERT_FALSE(parsed.ok());
     EXPECT_THAT(parsed.status().message(), HasSubstr(bad["validate"].get<std::string>()));
   }
+}
+
+// spec.dataset.volume and spec.output: a volume source passed through as written, where it is
+// mounted, and how often the model is written.
+TEST(AdamJob, DatasetAndOutputVolumes) {
+  auto job = ParseAdamJob(R"(apiVersion: adam.dev/v1alpha1
+kind: AdamJob
+metadata: {name: vol}
+spec:
+  dataset:
+    train: {images: /mnt/fm/train-images.gz, labels: /mnt/fm/train-labels.gz}
+    test: {images: /mnt/fm/t10k-images.gz, labels: /mnt/fm/t10k-labels.gz}
+    volume: {persistentVolumeClaim: {claimName: fashion-mnist, readOnly: true}}
+    mountPath: /mnt/fm
+  output: {volume: {hostPath: {path: /srv/models, type: DirectoryOrCreate}}, everyEpochs: 3}
+  model:
+    input: {channels: 1, height: 28, width: 28}
+    layers: [{type: softmax, classes: 10}]
+  training: {epochs: 12}
+)");
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_EQ(nlohmann::json::parse(job->dataset.volume.source),
+            nlohmann::json::parse(R"({"persistentVolumeClaim": {"claimName": "fashion-mnist", "readOnly": true}})"));
+  EXPECT_EQ(job->dataset.volume.mount_path, "/mnt/fm");
+  EXPECT_EQ(nlohmann::json::parse(job->output.volume.source)["hostPath"]["type"], "DirectoryOrCreate");
+  EXPECT_EQ(job->output.volume.mount_path, "/output");  // the default
+  EXPECT_EQ(job->output.every_epochs, 3);
+  // Without them: no volume, the model at the end only.
+  auto plain = ParseAdamJob(kValid);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->dataset.volume.source, "");
+  EXPECT_EQ(plain->output.every_epochs, 0);
+}
+
+// spec.dataset.format: folder: a training folder and a test folder or a held-out fraction; how
+// images meet model.input; how many broken files may be skipped.
+TEST(AdamJob, ImageFolders) {
+  auto job = ParseAdamJob(With("    train: {images: a.idx, labels: b.idx}\n    test: {images: c.idx, labels: d.idx}\n",
+                               "    format: folder\n    train: {folder: /data/train}\n    heldOut: 0.1\n"
+                               "    fit: stretch\n    maxCorrupt: 5\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_EQ(job->dataset.format, "folder");
+  EXPECT_EQ(job->dataset.train.folder, "/data/train");
+  EXPECT_EQ(job->dataset.test.folder, "");
+  EXPECT_DOUBLE_EQ(job->dataset.held_out, 0.1);
+  EXPECT_EQ(job->dataset.fit, "stretch");
+  EXPECT_EQ(job->dataset.max_corrupt, 5);
+  auto both = ParseAdamJob(With("    train: {images: a.idx, labels: b.idx}\n    test: {images: c.idx, labels: d.idx}\n",
+                                "    format: folder\n    train: {folder: tr}\n    test: {folder: te}\n"));
+  ASSERT_TRUE(both.ok()) << both.status().message();
+  EXPECT_EQ(both->dataset.test.folder, "te");
+  EXPECT_EQ(both->dataset.fit, "crop");  // the default
+  EXPECT_EQ(both->dataset.max_corrupt, 100);
+  const std::string folder = "    format: folder\n    train: {folder: tr}\n    test: {folder: te}\n";
+  const std::string idx = "    train: {images: a.idx, labels: b.idx}\n    test: {images: c.idx, labels: d.idx}\n";
+  EXPECT_THAT(ErrorOf(With(idx, "    format: folder\n" + idx)),
+              AllOf(HasSubstr("spec.dataset.train.images: unknown field"), HasSubstr("spec.dataset.train.folder: required")));
+  EXPECT_THAT(ErrorOf(With(idx, idx + "    heldOut: 0.2\n")), HasSubstr("spec.dataset.heldOut: only with format: folder"));
+  EXPECT_THAT(ErrorOf(With(idx, folder + "    heldOut: 1.5\n")),
+              HasSubstr("spec.dataset.heldOut: must be a fraction between 0 and 1"));
+  EXPECT_THAT(ErrorOf(With(idx, folder + "    heldOut: 0.5\n")),
+              HasSubstr("spec.dataset.heldOut: replaces spec.dataset.test; give one of them"));
+  EXPECT_THAT(ErrorOf(With(idx, folder + "    fit: zoom\n")), HasSubstr("spec.dataset.fit: must be 'crop' or 'stretch', got 'zoom'"));
+  EXPECT_THAT(ErrorOf(With(idx, idx + "    fit: crop\n")), HasSubstr("spec.dataset.fit: only with format: folder"));
+  EXPECT_THAT(ErrorOf(With(idx, "    format: png\n" + idx)), HasSubstr("spec.dataset.format: must be 'idx' or 'folder', got 'png'"));
+  std::string two = With(idx, folder);
+  two.replace(two.find("channels: 1"), 11, "channels: 2");
+  EXPECT_THAT(ErrorOf(two),
+              HasSubstr("spec.model.input.channels: must be 1 (grey) or 3 (RGB) with spec.dataset.format: folder"));
 }
 
 struct BadCase {
@@ -312,7 +381,22 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.roles.parameterServer.persistence.interval: must be a positive duration"},
         BadCase{"spec:\n", "spec:\n  runPolicy: {cleanPodPolicy: Some}\n", "spec.runPolicy.cleanPodPolicy: must be one of"},
         BadCase{"spec:\n", "spec:\n  dataset2: {}\n", "spec.dataset2: unknown field"},
-        BadCase{"spec:\n", "spec:\n  dataset:\n    augment: {shift: 9}\n", "spec.dataset.augment.shift: must be <= 8, got 9"}));
+        BadCase{"spec:\n", "spec:\n  dataset:\n    augment: {shift: 9}\n", "spec.dataset.augment.shift: must be <= 8, got 9"},
+        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    volume: {pvc: {claimName: x}}",
+                "spec.dataset.volume.pvc: is not a Kubernetes volume source"},
+        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    volume: [nfs]",
+                "spec.dataset.volume: must be one volume source"},
+        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    mountPath: data",
+                "spec.dataset.mountPath: must be an absolute path of plain names"},
+        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    mountPath: /data/../etc",
+                "spec.dataset.mountPath: must be an absolute path of plain names"},
+        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    mountPath: /var",
+                "spec.dataset.mountPath: '/var' would overlap /var/lib/adam"},
+        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    mountPath: /usr",
+                "spec.dataset.mountPath: '/usr' would hide the image's /usr"},
+        BadCase{"spec:\n", "spec:\n  output: {everyEpochs: 2, path: x}\n", "spec.output.path: unknown field"},
+        BadCase{"spec:\n", "spec:\n  output: {everyEpochs: -1}\n", "spec.output.everyEpochs: must be >= 0"},
+        BadCase{"spec:\n", "spec:\n  output: {volume: {emptyDir: {}, nfs: {}}}\n", "spec.output.volume: must be one volume source"}));
 
 TEST(AdamJob, ReportsEveryProblemAtOnce) {
   std::string yaml = With("units: 400}", "units: 0}");

@@ -1,14 +1,16 @@
 // The data server process.
 #include "data_server/main.h"
 
+#include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 
 #include "core/exit_codes.h"
 #include "core/periodic.h"
-#include "core/status.h"
 #include "core/signals.h"
+#include "core/status.h"
+#include "data/image_folder.h"
 #include "data_server/data_service.h"
 #include "metrics/metrics.h"
 #include "net/grpc.h"
@@ -24,6 +26,60 @@ int RefusedInputExit(const Status& s) {
                                                                                       : kExitFailed;
 }
 
+// spec.dataset.format folder: the training folder, then the test folder or the held-out part.
+// The class folders must be the model's classes, and the test folder's the training folder's.
+Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train, data::Dataset* test) {
+  const auto& d = job.dataset;
+  data::FolderOptions fo;
+  fo.channels = job.model.input.channels;
+  fo.height = job.model.input.height;
+  fo.width = job.model.input.width;
+  fo.fit = d.fit == "stretch" ? data::Fit::kStretch : data::Fit::kCrop;
+  fo.max_corrupt = d.max_corrupt;
+  auto load = [&](const std::string& dir, const char* what) -> StatusOr<data::FolderSet> {
+    spdlog::info("decoding the {} folder {}", what, dir);
+    int last_pct = -1;
+    fo.progress = [&](int64_t done, int64_t total) {
+      const int pct = total > 0 ? int(100 * done / total) : 100;
+      if (pct / 10 != last_pct / 10) {
+        last_pct = pct;
+        spdlog::info("decoding: {}% of {} images", pct, total);
+      }
+    };
+    ADAM_ASSIGN_OR_RETURN(data::FolderSet set, data::LoadImageFolder(dir, fo));
+    for (const auto& s : set.skipped) spdlog::warn("skipped {}", s);
+    if (!set.skipped.empty())
+      spdlog::warn("{}: skipped {} files that could not be decoded (spec.dataset.maxCorrupt {})", dir,
+                   set.skipped.size(), d.max_corrupt);
+    if (set.other_files > 0)
+      spdlog::info("{}: ignored {} files that are not .png, .jpg or .jpeg", dir, set.other_files);
+    return set;
+  };
+  ADAM_ASSIGN_OR_RETURN(data::FolderSet tr, load(d.train.folder, "training"));
+  if (int(tr.classes.size()) != classes) {
+    std::string names;
+    for (const auto& c : tr.classes) names += (names.empty() ? "" : ", ") + c;
+    return InvalidArgumentError(d.train.folder + " has " + std::to_string(tr.classes.size()) +
+                                " class folders (" + names + ") but the model's softmax has " +
+                                std::to_string(classes) + " classes");
+  }
+  spdlog::info("classes: {}", fmt::join(tr.classes, ", "));
+  *train = std::move(tr.data);
+  if (d.held_out > 0) {
+    *test = data::SplitHeldOut(train, d.held_out, job.training.seed);
+    spdlog::info("held out {} of {} images as the test set (spec.dataset.heldOut {})", test->count,
+                 test->count + train->count, d.held_out);
+    return OkStatus();
+  }
+  ADAM_ASSIGN_OR_RETURN(data::FolderSet te, load(d.test.folder, "test"));
+  if (te.classes != tr.classes)
+    return InvalidArgumentError(d.test.folder + "'s class folders (" + fmt::format("{}", fmt::join(te.classes, ", ")) +
+                                ") are not the training folder's (" +
+                                fmt::format("{}", fmt::join(tr.classes, ", ")) + ")");
+  *test = std::move(te.data);
+  return OkStatus();
+}
+
 }  // namespace
 
 int Main(const spec::AdamJob& job, const MainOptions& options) {
@@ -31,18 +87,26 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   const int classes = spec::NumClasses(job.model);
   const auto& in = job.model.input;
-  spdlog::info("loading {}", job.dataset.train.images);
-  auto train = data::LoadIdxDataset(job.dataset.train.images, job.dataset.train.labels, classes,
-                                    in.channels, in.height, in.width);
-  if (!train.ok()) {
-    spdlog::error("training set: {}", train.status().message());
-    return RefusedInputExit(train.status());
-  }
-  auto test = data::LoadIdxDataset(job.dataset.test.images, job.dataset.test.labels, classes,
-                                   in.channels, in.height, in.width);
-  if (!test.ok()) {
-    spdlog::error("test set: {}", test.status().message());
-    return RefusedInputExit(test.status());
+  StatusOr<data::Dataset> train = data::Dataset{}, test = data::Dataset{};
+  if (job.dataset.format == "folder") {
+    if (Status st = LoadFolders(job, classes, &*train, &*test); !st.ok()) {
+      spdlog::error("data set: {}", st.message());
+      return RefusedInputExit(st);
+    }
+  } else {
+    spdlog::info("loading {}", job.dataset.train.images);
+    train = data::LoadIdxDataset(job.dataset.train.images, job.dataset.train.labels, classes,
+                                 in.channels, in.height, in.width);
+    if (!train.ok()) {
+      spdlog::error("training set: {}", train.status().message());
+      return RefusedInputExit(train.status());
+    }
+    test = data::LoadIdxDataset(job.dataset.test.images, job.dataset.test.labels, classes,
+                                in.channels, in.height, in.width);
+    if (!test.ok()) {
+      spdlog::error("test set: {}", test.status().message());
+      return RefusedInputExit(test.status());
+    }
   }
   spdlog::info("loaded {} training and {} test images of {}x{}x{}", train->count, test->count,
                train->channels, train->height, train->width);

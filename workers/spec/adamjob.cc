@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/file.h"
+#include "spec/yaml_json.h"
 
 namespace adam::spec {
 
@@ -134,14 +135,76 @@ void ReadResources(Reader& r, const YAML::Node& n, const std::string& path, Reso
             "must be a Kubernetes quantity like 8Gi, got '" + out->memory + "'");
 }
 
-void ReadFilePair(Reader& r, const YAML::Node& n, const std::string& path, FilePair* out) {
+void ReadFilePair(Reader& r, const YAML::Node& n, const std::string& path, bool folder, FilePair* out) {
   if (!n) {
     r.Error(path, "required");
+    return;
+  }
+  if (folder) {
+    if (!r.Map(n, path, {"folder"})) return;
+    r.Get(n, "folder", path, &out->folder, true);
     return;
   }
   if (!r.Map(n, path, {"images", "labels"})) return;
   r.Get(n, "images", path, &out->images, true);
   r.Get(n, "labels", path, &out->labels, true);
+}
+
+// The volume source types of a Kubernetes pod's spec.volumes[] (core/v1 VolumeSource).
+bool IsVolumeSource(const std::string& key) {
+  static const std::set<std::string> kinds = {
+      "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap", "csi",
+      "downwardAPI", "emptyDir", "ephemeral", "fc", "flexVolume", "flocker", "gcePersistentDisk",
+      "gitRepo", "glusterfs", "hostPath", "image", "iscsi", "nfs", "persistentVolumeClaim",
+      "photonPersistentDisk", "portworxVolume", "projected", "quobyte", "rbd", "scaleIO", "secret",
+      "storageos", "vsphereVolume"};
+  return kinds.count(key) > 0;
+}
+
+// n[volume] and n[mountPath] of spec.dataset or spec.output.
+void ReadVolume(Reader& r, const YAML::Node& n, const std::string& path, VolumeSpec* v) {
+  const YAML::Node src = n["volume"];
+  const std::string vp = path + ".volume";
+  if (src && !src.IsNull()) {
+    if (!src.IsMap() || src.size() != 1) {
+      r.Error(vp, "must be one volume source, as in a pod's spec.volumes[] without its name "
+                  "(e.g. {persistentVolumeClaim: {claimName: NAME}})");
+    } else {
+      const std::string kind = src.begin()->first.Scalar();
+      if (!IsVolumeSource(kind))
+        r.Error(vp + "." + kind, "is not a Kubernetes volume source (persistentVolumeClaim, nfs, "
+                                 "hostPath, configMap, csi, ...)");
+      else if (!src[kind].IsMap() && !src[kind].IsNull())
+        r.Error(vp + "." + kind, "must be a mapping");
+      else
+        v->source = YamlNodeToJson(src).dump();
+    }
+  }
+  if (!r.Get(n, "mountPath", path, &v->mount_path)) return;
+  const std::string& m = v->mount_path;
+  const std::string field = path + ".mountPath";
+  static const std::regex clean("^(/[A-Za-z0-9._-]+)+$");
+  auto ends = [&m](const std::string& tail) {
+    return m.size() >= tail.size() && m.compare(m.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (!std::regex_match(m, clean) || m.find("/../") != std::string::npos ||
+      m.find("/./") != std::string::npos || ends("/..") || ends("/.")) {
+    r.Error(field, "must be an absolute path of plain names (letters, digits, . _ -; no . or .. "
+                   "component, no trailing /), got '" + m + "'");
+    return;
+  }
+  // Inside or above one of Adam's own mounts would hide it or be hidden by it.
+  for (const char* own : {kJobMountPath, kPodInfoPath, kStatePath, kTlsPath}) {
+    const std::string o = own;
+    if (m == o || m.rfind(o + "/", 0) == 0 || o.rfind(m + "/", 0) == 0) {
+      r.Error(field, "'" + m + "' would overlap " + o + ", where Adam mounts its own files");
+      return;
+    }
+  }
+  static const std::set<std::string> system = {"/bin", "/boot", "/dev", "/home", "/lib", "/lib64",
+                                               "/proc", "/root", "/run", "/sbin", "/sys", "/usr"};
+  if (system.count(m))
+    r.Error(field, "'" + m + "' would hide the image's " + m + "; mount the volume elsewhere");
 }
 
 void ReadDataset(Reader& r, const YAML::Node& n, DatasetSpec* d) {
@@ -150,11 +213,28 @@ void ReadDataset(Reader& r, const YAML::Node& n, DatasetSpec* d) {
     r.Error(path, "required");
     return;
   }
-  if (!r.Map(n, path, {"format", "train", "test", "augment"})) return;
-  if (r.Get(n, "format", path, &d->format) && d->format != "idx")
-    r.Error(path + ".format", "must be 'idx', got '" + d->format + "'");
-  ReadFilePair(r, n["train"], path + ".train", &d->train);
-  ReadFilePair(r, n["test"], path + ".test", &d->test);
+  if (!r.Map(n, path, {"format", "train", "test", "heldOut", "fit", "maxCorrupt", "augment",
+                       "volume", "mountPath"}))
+    return;
+  if (r.Get(n, "format", path, &d->format) && d->format != "idx" && d->format != "folder")
+    r.Error(path + ".format", "must be 'idx' or 'folder', got '" + d->format + "'");
+  const bool folder = d->format == "folder";
+  ReadFilePair(r, n["train"], path + ".train", folder, &d->train);
+  if (r.Get(n, "heldOut", path, &d->held_out)) {
+    if (!folder)
+      r.Error(path + ".heldOut", "only with format: folder (an IDX data set has its test files)");
+    else if (!(d->held_out > 0 && d->held_out < 1))
+      r.Error(path + ".heldOut", "must be a fraction between 0 and 1 (exclusive), got " +
+                                     std::to_string(d->held_out));
+    else if (n["test"])
+      r.Error(path + ".heldOut", "replaces spec.dataset.test; give one of them");
+  }
+  if (d->held_out == 0 || !folder) ReadFilePair(r, n["test"], path + ".test", folder, &d->test);
+  for (const char* key : {"fit", "maxCorrupt"})
+    if (n[key] && !folder) r.Error(path + "." + key, "only with format: folder");
+  if (r.Get(n, "fit", path, &d->fit) && d->fit != "crop" && d->fit != "stretch")
+    r.Error(path + ".fit", "must be 'crop' or 'stretch', got '" + d->fit + "'");
+  r.Int(n, "maxCorrupt", path, 0, kMaxInt, &d->max_corrupt);
   const YAML::Node a = n["augment"];
   const std::string ap = path + ".augment";
   if (r.Map(a, ap, {"shift", "hflip", "variants"}) && a) {
@@ -162,6 +242,26 @@ void ReadDataset(Reader& r, const YAML::Node& n, DatasetSpec* d) {
     r.Get(a, "hflip", ap, &d->augment.hflip);
     r.Int(a, "variants", ap, 1, 16, &d->augment.variants);
   }
+  ReadVolume(r, n, path, &d->volume);
+  if (!d->volume.source.empty()) {
+    // The data server sees only its image and this volume: the files must lie under it.
+    const std::string root = d->volume.mount_path + "/";
+    for (const auto& [field, file] :
+         {std::pair<const char*, const std::string*>{"train.images", &d->train.images},
+          {"train.labels", &d->train.labels}, {"train.folder", &d->train.folder},
+          {"test.images", &d->test.images}, {"test.labels", &d->test.labels},
+          {"test.folder", &d->test.folder}})
+      if (!file->empty() && file->rfind(root, 0) != 0)
+        r.Error(path + "." + field, "'" + *file + "' is not under spec.dataset.mountPath " +
+                                        d->volume.mount_path + ", where spec.dataset.volume is mounted");
+  }
+}
+
+void ReadOutput(Reader& r, const YAML::Node& n, int epochs, OutputSpec* o) {
+  const std::string path = "spec.output";
+  if (!r.Map(n, path, {"volume", "mountPath", "everyEpochs"}) || !n) return;
+  ReadVolume(r, n, path, &o->volume);
+  r.Int(n, "everyEpochs", path, 0, std::max(epochs, 1), &o->every_epochs);
 }
 
 Activation ReadActivation(Reader& r, const YAML::Node& n, const std::string& path) {
@@ -701,17 +801,21 @@ StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
     if (!spec) {
       r.Error("spec", "required");
     } else if (r.Map(spec, "spec",
-                     {"image", "dataset", "model", "training", "roles", "placement", "networks",
-                      "runPolicy"})) {
+                     {"image", "dataset", "output", "model", "training", "roles", "placement",
+                      "networks", "runPolicy"})) {
       r.Get(spec, "image", "spec", &job.image);
       ReadDataset(r, spec["dataset"], &job.dataset);
       const size_t errors_before_model = r.errors().size();
       ReadModel(r, spec["model"], &job.model);
       const bool model_read = r.errors().size() == errors_before_model;
       ReadTraining(r, spec["training"], &job.training);
+      ReadOutput(r, spec["output"], job.training.epochs, &job.output);
       ReadRoles(r, spec["roles"], &job.roles);
       ReadRest(r, spec, &job);
       if (model_read) CheckShapes(r, job.model);
+      if (job.dataset.format == "folder" && job.model.input.channels != 1 && job.model.input.channels != 3)
+        r.Error("spec.model.input.channels", "must be 1 (grey) or 3 (RGB) with spec.dataset.format: "
+                                             "folder, got " + std::to_string(job.model.input.channels));
       CheckPinning(r, job);
       if (job.roles.parameter_server.copies > 1) {
         // Copies move between servers on failover: dense layers must travel as weight deltas,

@@ -54,9 +54,11 @@ struct ModelSpec {
   std::vector<LayerSpec> layers;
 };
 
+// One set of the data: IDX files (format idx), or a folder of class folders (format folder).
 struct FilePair {
   std::string images;
   std::string labels;
+  std::string folder;
 };
 
 struct AugmentSpec {
@@ -65,11 +67,42 @@ struct AugmentSpec {
   int variants = 2;    // precomputed augmented copies of each training image, 1..16
 };
 
+// Where Adam's own volumes are mounted in every pod of a job (operator/reconcile/render.cc).
+inline constexpr const char* kJobMountPath = "/etc/adam";
+inline constexpr const char* kPodInfoPath = "/etc/podinfo";
+inline constexpr const char* kStatePath = "/var/lib/adam";
+inline constexpr const char* kTlsPath = "/etc/adam-tls";  // the job's TLS Secret (ca.crt, tls.*)
+
+// A volume of the cluster: any volume source a pod spec accepts (persistentVolumeClaim, nfs,
+// hostPath, configMap, csi, ...), written as it is there, and where the pod sees it. `adam run`
+// ignores it: locally the paths are this machine's.
+struct VolumeSpec {
+  std::string source;      // a JSON object with one key, the source's type; "": no volume
+  std::string mount_path;  // absolute; not over a system directory or one of Adam's mounts
+};
+
 struct DatasetSpec {
-  std::string format = "idx";
+  std::string format = "idx";  // idx | folder
   FilePair train;
-  FilePair test;
+  FilePair test;               // format folder: absent when held_out > 0
   AugmentSpec augment;
+  // Format folder (data/image_folder.h): the fraction of the training folder held out as the
+  // test set instead of a test folder; how images meet model.input (crop: scaled to cover it and
+  // centre-cropped; stretch: scaled to it); how many undecodable files each set may skip.
+  double held_out = 0;
+  std::string fit = "crop";
+  int max_corrupt = 100;
+  // spec.dataset.volume and mountPath (default /data): mounted read-only into the data server's
+  // pod only; the train and test paths lie under mountPath.
+  VolumeSpec volume{"", "/data"};
+};
+
+// spec.output: where the trained model goes on a cluster (trainer 0 writes `<mountPath>/<job
+// name>.onnx` on the volume), and how often (every `every_epochs` epochs as well as at the end;
+// 0: at the end only). Locally `adam run --model-out PATH` names the file.
+struct OutputSpec {
+  VolumeSpec volume{"", "/output"};
+  int every_epochs = 0;
 };
 
 // async: no waiting (Adam). sync: a trainer's pull after its k-th push returns once every trainer
@@ -192,6 +225,7 @@ struct AdamJob {
   std::string name_space = "default";
   std::string image = "adam:0.1.0";
   DatasetSpec dataset;
+  OutputSpec output;
   ModelSpec model;
   TrainingSpec training;
   Roles roles;

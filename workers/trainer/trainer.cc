@@ -470,6 +470,13 @@ StatusOr<TrainerResult> Trainer::Run() {
                      previous_loss, e, mean, e + 1, s.lr, s.job.training.batch_size);
       previous_loss = mean;
     }
+    // spec.output.everyEpochs: the model so far, over the same file (the last epoch's below).
+    const int every = s.job.output.every_epochs;
+    if (evaluates && every > 0 && (e + 1) % every == 0 && e + 1 < epochs)
+      if (Status st = s.WriteModel(e + 1); !st.ok()) {
+        s.Fail(st);
+        break;
+      }
     if (marker.job_stopped) break;
     const auto& target = s.job.training.target_accuracy;
     if (evaluates && target && acc >= *target) break;

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -175,6 +176,7 @@ func TestJobsWithTheSharedOperator(t *testing.T) {
 		{"DeleteFlushesThenTheGarbageCollectorTakesTheRest", testDeleteFlushesThenTheGarbageCollectorTakesTheRest},
 		{"AStuckParameterServerHoldsTheDeletionOnlyUntilTheFlushTimeout", testAStuckParameterServerHoldsTheDeletionOnlyUntilTheFlushTimeout},
 		{"ARecreatedJobDoesNotAdoptItsPredecessorsObjects", testARecreatedJobDoesNotAdoptItsPredecessorsObjects},
+		{"VolumesGoWhereTheManifestSays", testVolumesGoWhereTheManifestSays},
 	} {
 		c := c
 		t.Run(c.name, func(t *testing.T) {
@@ -182,4 +184,70 @@ func TestJobsWithTheSharedOperator(t *testing.T) {
 			c.test(t)
 		})
 	}
+}
+
+// spec.dataset.volume reaches the data server's pod only, read-only; spec.output.volume trainer
+// 0's only, which is told to write the model there; once the trainers exit 0 the job's status
+// says where the model is.
+func testVolumesGoWhereTheManifestSays(t *testing.T) {
+	sharedOperator(t)
+	ns := namespace(t, "e2e-volumes")
+	job := example(t, "fashion-mnist")
+	set(job, "metadata/name", "volumes")
+	for _, f := range []string{"train/images", "train/labels", "test/images", "test/labels"} {
+		parts := strings.Split(f, "/")
+		d := job["spec"].(map[string]any)["dataset"].(map[string]any)[parts[0]].(map[string]any)
+		d[parts[1]] = strings.Replace(d[parts[1]].(string), "/usr/share/datasets/fashion-mnist/", "/mnt/fm/", 1)
+	}
+	set(job, "spec/dataset/volume", map[string]any{"hostPath": map[string]any{"path": "/srv/fashion-mnist", "type": "Directory"}})
+	set(job, "spec/dataset/mountPath", "/mnt/fm")
+	nfs := map[string]any{"nfs": map[string]any{"server": "nfs.example", "path": "/models"}}
+	set(job, "spec/output/volume", nfs)
+	set(job, "spec/output/everyEpochs", int64(4))
+	createJob(t, ns, job)
+	waitPhase(t, ns, "volumes", "Running", 90*time.Second)
+	eventually(t, 60*time.Second, "the data server and the trainers", func() (bool, string) {
+		return len(jobPods(t, ns, "volumes", "data-server")) == 1 && len(jobPods(t, ns, "volumes", "trainer")) == 2, ""
+	})
+	for _, p := range jobPods(t, ns, "volumes", "") {
+		var dataset, output *corev1.Volume
+		for i := range p.Spec.Volumes {
+			switch p.Spec.Volumes[i].Name {
+			case "dataset":
+				dataset = &p.Spec.Volumes[i]
+			case "output":
+				output = &p.Spec.Volumes[i]
+			}
+		}
+		mounts := map[string]corev1.VolumeMount{}
+		for _, m := range p.Spec.Containers[0].VolumeMounts {
+			mounts[m.Name] = m
+		}
+		args := strings.Join(p.Spec.Containers[0].Args, " ")
+		isData, isTrainer0 := p.Name == "volumes-data-server-0", p.Name == "volumes-trainer-0"
+		if (dataset != nil) != isData {
+			t.Errorf("%s: dataset volume %v", p.Name, dataset)
+		}
+		if isData && (dataset.HostPath == nil || dataset.HostPath.Path != "/srv/fashion-mnist" ||
+			mounts["dataset"].MountPath != "/mnt/fm" || !mounts["dataset"].ReadOnly) {
+			t.Errorf("%s: dataset volume %+v mounted %+v, want /srv/fashion-mnist read-only at /mnt/fm", p.Name, dataset, mounts["dataset"])
+		}
+		if (output != nil) != isTrainer0 {
+			t.Errorf("%s: output volume %v", p.Name, output)
+		}
+		if isTrainer0 && (output.NFS == nil || output.NFS.Server != "nfs.example" ||
+			mounts["output"].MountPath != "/output" || mounts["output"].ReadOnly ||
+			!strings.Contains(args, "--model-out /output/volumes.onnx")) {
+			t.Errorf("%s: output volume %+v mounted %+v, args %s", p.Name, output, mounts["output"], args)
+		}
+	}
+	for _, p := range jobPods(t, ns, "volumes", "trainer") {
+		exitPod(t, ns, p.Name, 0, "")
+	}
+	waitPhase(t, ns, "volumes", "Succeeded", 60*time.Second)
+	model, _, _ := unstructured.NestedMap(getJob(t, ns, "volumes").Object, "status", "model")
+	if fmt.Sprint(model["file"]) != "volumes.onnx" || fmt.Sprint(model["volume"]) != fmt.Sprint(nfs) {
+		t.Errorf("status.model = %v, want file volumes.onnx on %v", model, nfs)
+	}
+	kubectl(t, "delete", "adamjob", "volumes", "-n", ns, "--wait=false")
 }

@@ -1,18 +1,11 @@
-// Test helper: a YAML document as JSON, typing plain scalars as YAML 1.2's core schema does (int,
-// float, bool, null, else string); quoted scalars stay strings. Examples, golden files and the
-// bad-manifest catalogue are YAML; the objects the tests compare are JSON.
-#pragma once
+#include "spec/yaml_json.h"
 
-#include <yaml-cpp/yaml.h>
-
-#include <nlohmann/json.hpp>
 #include <regex>
 #include <stdexcept>
-#include <string>
 
-namespace adam::testing {
+namespace adam::spec {
 
-inline nlohmann::json YamlNodeToJson(const YAML::Node& n) {
+nlohmann::json YamlNodeToJson(const YAML::Node& n) {
   switch (n.Type()) {
     case YAML::NodeType::Map: {
       nlohmann::json out = nlohmann::json::object();
@@ -46,8 +39,6 @@ inline nlohmann::json YamlNodeToJson(const YAML::Node& n) {
   }
 }
 
-inline nlohmann::json YamlToJson(const std::string& yaml_text) {
-  return YamlNodeToJson(YAML::Load(yaml_text));
-}
+nlohmann::json YamlToJson(const std::string& yaml_text) { return YamlNodeToJson(YAML::Load(yaml_text)); }
 
-}  // namespace adam::testing
+}  // namespace adam::spec
