@@ -186,6 +186,8 @@ TEST(ShardState, AShardThatLostEveryCopyWaitsForOneAndTheFirstBackServesIt) {
   back.mutable_register_()->set_address("ps-1b");
   back.mutable_register_()->set_incarnation(7);
   ASSERT_TRUE(st.Apply(back).ok());
+  // Not yet, while the leader waits for the others (it has just started leading).
+  EXPECT_FALSE(PlanRepair(st.state(), {}, /*drop_dead=*/false).has_value());
   auto repair = PlanRepair(st.state());
   ASSERT_TRUE(repair.has_value());
   *c.mutable_reassign() = *repair;
@@ -212,6 +214,20 @@ TEST(ShardState, AShardThatLostEveryCopyWaitsForOneAndTheFirstBackServesIt) {
 }
 
 }  // namespace
+
+// A job starting: the servers register one by one. One that has not registered yet is not dead:
+// the first to register does not take every shard.
+TEST(ShardState, ServersNotYetRegisteredKeepTheirCopies) {
+  ShardState st;
+  v1::Command c;
+  *c.mutable_bootstrap() = Bootstrapped(3, 6, 3);
+  ASSERT_TRUE(st.Apply(c).ok());
+  v1::Command r;
+  r.mutable_register_()->set_id(0);
+  r.mutable_register_()->set_address("ps-0");
+  ASSERT_TRUE(st.Apply(r).ok());
+  EXPECT_FALSE(PlanRepair(st.state()).has_value());
+}
 
 // A server back from the dead gets no new copy while on probation, neither from repair nor from a
 // failover that needs a new home for copies; once off probation it does.

@@ -307,7 +307,9 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
             }
           }
           std::optional<v1::Reassign> plan =
-              dead.empty() ? PlanRepair(s, probation) : PlanFailover(s, dead, versions, probation);
+              dead.empty()
+                  ? PlanRepair(s, probation, /*drop_dead=*/now - leader_since >= 4 * options.server_timeout)
+                  : PlanFailover(s, dead, versions, probation);
           if (plan) {
             cmd.emplace();
             *cmd->mutable_reassign() = std::move(*plan);

@@ -196,20 +196,29 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
 }
 
 std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& s,
-                                       const std::set<uint32_t>& on_probation) {
+                                       const std::set<uint32_t>& on_probation, bool drop_dead) {
   v1::Reassign out;
   out.set_expected_version(s.version());
   std::vector<int> load = Load(s);
   for (const v1::ShardRecord& rec : s.shards()) {
     v1::ShardRecord next = rec;
     bool back = false;  // a copy kept on a dead server is back: the dead ones go
-    next.clear_replicas();
-    for (uint32_t id : rec.replicas())
-      if (auto* sv = Server(s, id); sv && sv->alive()) next.add_replicas(id);
-    if (next.replicas().empty() || next.replicas_size() == rec.replicas_size())
-      next = rec;
-    else
-      back = true;
+    if (drop_dead) {
+      next.clear_replicas();
+      for (uint32_t id : rec.replicas()) {
+        const v1::ServerRecord* sv = Server(s, id);
+        const bool died = sv && !sv->alive() && (!sv->address().empty() || sv->incarnation() != 0);
+        if (!died) next.add_replicas(id);
+      }
+      const bool any_alive = std::any_of(next.replicas().begin(), next.replicas().end(), [&](uint32_t id) {
+        const v1::ServerRecord* sv = Server(s, id);
+        return sv && sv->alive();
+      });
+      if (any_alive && next.replicas_size() != rec.replicas_size())
+        back = true;
+      else
+        next = rec;
+    }
     if (next.replicas_size() + next.copying_size() < int(s.copies()))
       AddCopies(s, on_probation, &next, &load);
     if (back || next.copying_size() != rec.copying_size()) *out.add_shards() = next;

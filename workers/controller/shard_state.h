@@ -55,10 +55,14 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& state,
                                          const std::set<uint32_t>& on_probation = {});
 
 // Re-plans copies for under-replicated shards (e.g. after a server came back), on servers not
-// in `on_probation`. A shard that kept its copies on dead servers (PlanFailover) is served by
-// those of them that are back, in their order; the others are dropped and rebuilt as new copies.
+// in `on_probation`. With `drop_dead`, a shard that kept its copies on dead servers
+// (PlanFailover) and has one back is served by those that are back, in their order; the others
+// are dropped and rebuilt as new copies. (The caller waits a while after it starts leading, so
+// after a whole job restarts every copy is back first and the primaries stay spread.) A server
+// that never registered (a bootstrap map's, not started yet) is not dead: it stays.
 std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& state,
-                                       const std::set<uint32_t>& on_probation = {});
+                                       const std::set<uint32_t>& on_probation = {},
+                                       bool drop_dead = true);
 
 // The map as served to clients.
 v1::ShardMap ToShardMap(const v1::ControllerState& state, const std::string& leader_address);
