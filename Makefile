@@ -1,5 +1,6 @@
 # The two commands of the README, and their parts.
-#   make demo   install, build (Release) and train examples/fashion-mnist.yaml locally
+#   make demo   install, build (Release) and train examples/fashion-mnist.yaml locally; the
+#               trained model is left in build/fashion-mnist.onnx
 #   make test   install, build and run every test with ctest
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -14,7 +15,7 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	./$(BUILD)/adam run examples/fashion-mnist.yaml
+	./$(BUILD)/adam run examples/fashion-mnist.yaml --model-out $(BUILD)/fashion-mnist.onnx
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
