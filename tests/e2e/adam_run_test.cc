@@ -694,6 +694,20 @@ TEST_F(AdamRun, ARestartedTrainerRejoinsTheJob) {
   EXPECT_THAT(r.err, HasSubstr("adam run: restarting trainer-1"));
 }
 
+// Trainer 0 restarted mid-run starts where the job is, and evaluates from there on: that is no
+// resume from checkpoints, and the summary counts the run's own epochs.
+TEST_F(AdamRun, ARestartedTrainer0IsNotAResume) {
+  const std::string job = Manifest(dir_, "epochs: 400, learningRate: 0.02, pushEvery: 50",
+                                   "trainer: {replicas: 2, threads: 1}");
+  Result r = Adam(dir_, "run " + job + " --output json -q --kill trainer-0@0.5+0.5", 240);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["epochs"].get<int>(), 400) << r.out;
+  EXPECT_FALSE(j.contains("resumed_after_epoch")) << r.out;
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
+  EXPECT_THAT(r.err, Not(HasSubstr("adam run: resuming")));
+}
+
 // Without copies, a parameter server that crashes and comes back does not end the job: the
 // trainers wait for it, it restores its last checkpoint under the same name, and training goes on.
 TEST_F(AdamRun, AParameterServerThatRestartsWithoutCopiesDoesNotEndTheJob) {

@@ -564,7 +564,9 @@ class Supervisor {
       final_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
       last_accuracy_ = final_accuracy_;
     } else if (type == "resumed") {
-      if (EventInt(ev, "trainer", -1) == 0 && resumed_epochs_ < 0) {
+      // Trainer 0 starting where the checkpoints are; not trainer 0 restarted mid-run (it too
+      // starts where the job is, after this run's own epochs).
+      if (EventInt(ev, "trainer", -1) == 0 && resumed_epochs_ < 0 && epoch_loss_.empty()) {
         resumed_epochs_ = int(EventInt(ev, "epochs", 0));
         last_epoch_ = evaluated_epoch_ = resumed_epochs_;
         std::fprintf(stderr, "adam run: resuming: the checkpoints in %s hold %d of %d epochs%s\n",
