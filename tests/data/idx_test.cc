@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <vector>
 
 #include "data/augment.h"
@@ -190,6 +191,41 @@ TEST(Augment, CacheKeepsOriginalAsVariantZeroAndIsDeterministic) {
       differ += std::memcmp(c1.Image(v, i), c1.Image(0, i), 36) != 0;
     }
   EXPECT_GT(differ, 20);  // most augmented copies differ from the original
+}
+
+// augment.crop: images 2c larger each way; variant 0 is the centre window, every other a window
+// somewhere inside (each pixel value says where it came from), and the test set's CentreCrop is
+// variant 0's window.
+TEST(Augment, RandomCropsAreWindowsOfTheLargerImage) {
+  Dataset ds;
+  ds.count = 10;
+  ds.height = ds.width = 8;  // windows of 4x4 with crop 2
+  for (int i = 0; i < ds.count; ++i)
+    for (int p = 0; p < 64; ++p) ds.pixels.push_back(uint8_t(p));
+  ds.labels.assign(10, 0);
+  spec::AugmentSpec a;
+  a.crop = 2;
+  a.variants = 4;
+  AugmentedCache c(ds, a, 9);
+  ASSERT_EQ(c.image_bytes(), 16);
+  const Dataset centre = CentreCrop(ds, 2);
+  EXPECT_EQ(centre.height, 4);
+  EXPECT_EQ(centre.width, 4);
+  std::set<int> origins;
+  for (int i = 0; i < ds.count; ++i) {
+    EXPECT_EQ(0, std::memcmp(c.Image(0, i), centre.pixels.data() + i * 16, 16));
+    EXPECT_EQ(c.Image(0, i)[0], 2 * 8 + 2);  // (2, 2)
+    for (int v = 1; v < 4; ++v) {
+      const uint8_t* w = c.Image(v, i);
+      const int y0 = w[0] / 8, x0 = w[0] % 8;
+      EXPECT_LE(y0, 4);
+      EXPECT_LE(x0, 4);
+      origins.insert(w[0]);
+      for (int y = 0; y < 4; ++y)
+        for (int x = 0; x < 4; ++x) ASSERT_EQ(w[y * 4 + x], (y0 + y) * 8 + x0 + x);
+    }
+  }
+  EXPECT_GT(origins.size(), 5u);  // windows from many places
 }
 
 }  // namespace

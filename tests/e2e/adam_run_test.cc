@@ -399,8 +399,8 @@ constexpr const char* kCopiesRoles =
 
 // The synthetic set as an image folder (PNG and JPEG files under class-0 .. class-3), with two
 // broken files and a text file: the data server skips and names the broken ones, holds out a
-// fifth of each class as the test set, and the job trains far above chance; over maxCorrupt
-// it refuses the folder naming the count.
+// fifth of each class as the test set, trains on random crops, and the job trains far above
+// chance; over maxCorrupt it refuses the folder naming the count.
 TEST_F(AdamRun, AnImageFolderTrainsAndItsBrokenFilesAreSkipped) {
   const std::string root = dir_.File("folder");
   testing::WriteFolderFromIdx(dir_.File("train"), root);
@@ -414,6 +414,8 @@ TEST_F(AdamRun, AnImageFolderTrainsAndItsBrokenFilesAreSkipped) {
     const size_t from = text.find("    train:"), to = text.find("    augment:");
     text.replace(from, to - from, "    format: folder\n    train: {folder: " + root + "}\n" +
                                       "    heldOut: 0.2\n" + extra);
+    // Random 12x12 windows of the images fitted to 14x14 (and the test set's centre windows).
+    text.replace(text.find("variants: 2}"), 12, "variants: 2, crop: 1}");
     const std::string path = dir_.File("folder.yaml");
     std::ofstream(path) << text;
     return path;

@@ -301,6 +301,13 @@ TEST(AdamJob, ImageFolders) {
   EXPECT_THAT(ErrorOf(With(idx, folder + "    fit: zoom\n")), HasSubstr("spec.dataset.fit: must be 'crop' or 'stretch', got 'zoom'"));
   EXPECT_THAT(ErrorOf(With(idx, idx + "    fit: crop\n")), HasSubstr("spec.dataset.fit: only with format: folder"));
   EXPECT_THAT(ErrorOf(With(idx, "    format: png\n" + idx)), HasSubstr("spec.dataset.format: must be 'idx' or 'folder', got 'png'"));
+  EXPECT_THAT(ErrorOf(With(idx, idx + "    augment: {crop: 2}\n")),
+              HasSubstr("spec.dataset.augment.crop: only with format: folder"));
+  EXPECT_THAT(ErrorOf(With(idx, folder + "    augment: {crop: 33}\n")),
+              HasSubstr("spec.dataset.augment.crop: must be <= 32, got 33"));
+  auto cropped = ParseAdamJob(With(idx, folder + "    augment: {crop: 4}\n"));
+  ASSERT_TRUE(cropped.ok()) << cropped.status().message();
+  EXPECT_EQ(cropped->dataset.augment.crop, 4);
   std::string two = With(idx, folder);
   two.replace(two.find("channels: 1"), 11, "channels: 2");
   EXPECT_THAT(ErrorOf(two),

@@ -2,8 +2,10 @@
 //
 // Project Adam's data servers precompute randomized transformations so trainers never spend cycles
 // on them. AugmentedCache holds `variants` copies of a training set: variant 0 is the original,
-// the others are shifted by up to `shift` pixels and, with `hflip`, mirrored at random. Built once,
-// then read-only: thread-safe for concurrent readers.
+// the others are shifted by up to `shift` pixels and, with `hflip`, mirrored at random. With
+// `crop` c > 0 the set's images are 2c pixels larger each way than the cache's: variant 0 is the
+// centre window, the others random windows (then shifted and flipped as above). Built once, then
+// read-only: thread-safe for concurrent readers.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,9 @@ namespace adam::data {
 // overlap.
 void AugmentImage(const uint8_t* src, uint8_t* dst, int channels, int height, int width, int dx,
                   int dy, bool flip);
+
+// The centre window of every image of `d`, `margin` pixels in from each edge.
+Dataset CentreCrop(const Dataset& d, int margin);
 
 class AugmentedCache {
  public:

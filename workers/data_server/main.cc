@@ -10,6 +10,7 @@
 #include "core/periodic.h"
 #include "core/signals.h"
 #include "core/status.h"
+#include "data/augment.h"
 #include "data/image_folder.h"
 #include "data_server/data_service.h"
 #include "metrics/metrics.h"
@@ -31,9 +32,11 @@ int RefusedInputExit(const Status& s) {
 Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train, data::Dataset* test) {
   const auto& d = job.dataset;
   data::FolderOptions fo;
+  // With augment.crop the images are fitted larger: the cache crops windows of the input's size.
+  const int margin = d.augment.crop;
   fo.channels = job.model.input.channels;
-  fo.height = job.model.input.height;
-  fo.width = job.model.input.width;
+  fo.height = job.model.input.height + 2 * margin;
+  fo.width = job.model.input.width + 2 * margin;
   fo.fit = d.fit == "stretch" ? data::Fit::kStretch : data::Fit::kCrop;
   fo.max_corrupt = d.max_corrupt;
   auto load = [&](const std::string& dir, const char* what) -> StatusOr<data::FolderSet> {
@@ -66,7 +69,7 @@ Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train, 
   spdlog::info("classes: {}", fmt::join(tr.classes, ", "));
   *train = std::move(tr.data);
   if (d.held_out > 0) {
-    *test = data::SplitHeldOut(train, d.held_out, job.training.seed);
+    *test = data::CentreCrop(data::SplitHeldOut(train, d.held_out, job.training.seed), margin);
     spdlog::info("held out {} of {} images as the test set (spec.dataset.heldOut {})", test->count,
                  test->count + train->count, d.held_out);
     return OkStatus();
@@ -76,7 +79,7 @@ Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train, 
     return InvalidArgumentError(d.test.folder + "'s class folders (" + fmt::format("{}", fmt::join(te.classes, ", ")) +
                                 ") are not the training folder's (" +
                                 fmt::format("{}", fmt::join(tr.classes, ", ")) + ")");
-  *test = std::move(te.data);
+  *test = data::CentreCrop(te.data, margin);
   return OkStatus();
 }
 

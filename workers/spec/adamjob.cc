@@ -237,10 +237,12 @@ void ReadDataset(Reader& r, const YAML::Node& n, DatasetSpec* d) {
   r.Int(n, "maxCorrupt", path, 0, kMaxInt, &d->max_corrupt);
   const YAML::Node a = n["augment"];
   const std::string ap = path + ".augment";
-  if (r.Map(a, ap, {"shift", "hflip", "variants"}) && a) {
+  if (r.Map(a, ap, {"shift", "hflip", "variants", "crop"}) && a) {
     r.Int(a, "shift", ap, 0, 8, &d->augment.shift);
     r.Get(a, "hflip", ap, &d->augment.hflip);
     r.Int(a, "variants", ap, 1, 16, &d->augment.variants);
+    if (r.Int(a, "crop", ap, 0, 32, &d->augment.crop) && !folder && d->augment.crop > 0)
+      r.Error(ap + ".crop", "only with format: folder (IDX images come at the model's size)");
   }
   ReadVolume(r, n, path, &d->volume);
   if (!d->volume.source.empty()) {

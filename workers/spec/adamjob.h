@@ -65,6 +65,10 @@ struct AugmentSpec {
   int shift = 0;       // max pixels of random translation in each direction, 0..8
   bool hflip = false;  // random horizontal flip
   int variants = 2;    // precomputed augmented copies of each training image, 1..16
+  // Format folder only, 0..32: images are fitted to (height + 2 crop) x (width + 2 crop) and
+  // each variant is a random window of the input's size (variant 0 and the test set: the
+  // centre one), as image-classification training crops larger images.
+  int crop = 0;
 };
 
 // Where Adam's own volumes are mounted in every pod of a job (operator/reconcile/render.cc).
