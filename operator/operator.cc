@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <mutex>
 #include <thread>
 
+#include "core/mutex.h"
 #include "core/signals.h"
 #include "kube/http_endpoint.h"
 #include "kube/informer.h"
@@ -48,19 +48,25 @@ struct Operator::Impl : public Children {
 
   std::unique_ptr<kube::HttpEndpoint> endpoint;
   std::unique_ptr<kube::LeaderElector> elector;
-  std::mutex mu;  // guards running state below
+  // Serialises StartRunning, StopRunning and the metrics. The workers read the queue, informers,
+  // by_plural, scrapes and reconciler without it: those are set before the workers start and torn
+  // down only after they are joined (thread start and join order those accesses).
+  Mutex mu;
   std::unique_ptr<kube::WorkQueue> queue;
   std::vector<std::unique_ptr<kube::Informer>> informers;  // jobs first, then children
   std::map<std::string, kube::Informer*> by_plural;
   std::unique_ptr<kube::MetricsCache> scrapes;
   std::unique_ptr<Reconciler> reconciler;  // shared by the workers; the queue hands out each key
                                            // to one worker at a time
-  std::vector<std::thread> workers;
+  std::vector<std::thread> workers ABSL_GUARDED_BY(mu);
+  // running: written under mu, read without it by workers for a log line only. was_leader and
+  // lost: set by the elector's callbacks, read by LostLeadership. reconciles: a counter. Each a
+  // value on its own, ordering no other data (sequentially consistent, rarely written).
   std::atomic<bool> running{false};
   std::atomic<bool> was_leader{false};
   std::atomic<bool> lost{false};
   std::atomic<uint64_t> reconciles{0};
-  uint64_t adds_seen = 0, retries_seen = 0;
+  uint64_t adds_seen ABSL_GUARDED_BY(mu) = 0, retries_seen ABSL_GUARDED_BY(mu) = 0;
 
   std::vector<Json> Owned(const kube::Resource& r, const std::string& ns, const std::string& job,
                           const std::string& uid) const override {
@@ -130,7 +136,7 @@ struct Operator::Impl : public Children {
   }
 
   std::string MetricsText() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (queue) {
       depth->Set(double(queue->Depth()));
       adds->Increment(double(queue->adds() - adds_seen));
@@ -142,7 +148,7 @@ struct Operator::Impl : public Children {
   }
 
   bool Synced() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (!running) return o.leader_elect;  // a standby is ready to take over
     for (const auto& i : informers)
       if (!i->Synced()) return false;
@@ -151,7 +157,7 @@ struct Operator::Impl : public Children {
 
   // Begins reconciling: informers, then workers once the caches are filled.
   void StartRunning() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (running) return;
     queue = std::make_unique<kube::WorkQueue>();
     adds_seen = retries_seen = 0;
@@ -184,7 +190,7 @@ struct Operator::Impl : public Children {
   void StopRunning() {
     std::vector<std::thread> ws;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (!running) return;
       running = false;
       queue->ShutDown();
@@ -193,7 +199,7 @@ struct Operator::Impl : public Children {
     for (auto& t : ws) t.join();
     // No reconcile runs from here on (and no write of theirs started after the fence closed).
     spdlog::info("reconciling stopped");
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     for (auto& i : informers) i->Stop();
     informers.clear();
     by_plural.clear();

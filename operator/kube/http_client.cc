@@ -17,10 +17,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "core/mutex.h"
 #include "kube/client.h"
 #include "kube/watch.h"
 
@@ -231,7 +231,7 @@ class RateLimiter {
   // Returns how long the caller waited.
   std::chrono::duration<double> Acquire() {
     if (qps_ <= 0) return {};
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const auto start = std::chrono::steady_clock::now();
     while (true) {
       const auto now = std::chrono::steady_clock::now();
@@ -242,18 +242,19 @@ class RateLimiter {
         return now - start;
       }
       const auto wait = std::chrono::duration<double>((1 - tokens_) / qps_);
-      lock.unlock();
+      lock.Unlock();
       std::this_thread::sleep_for(wait);
-      lock.lock();
+      lock.Lock();
     }
   }
 
  private:
   const double qps_;
   const int burst_;
-  std::mutex mu_;
-  double tokens_;  // guarded by mu_
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  Mutex mu_;
+  double tokens_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point last_ ABSL_GUARDED_BY(mu_) =
+      std::chrono::steady_clock::now();
 };
 
 // What a request authenticates with: a bearer token and/or a client certificate.
@@ -323,7 +324,7 @@ class HttpClient : public Client {
     if (!o.label_selector.empty())
       path += "&labelSelector=" + web::uri::encode_data_string(o.label_selector);
     pplx::cancellation_token_source cancel;
-    std::atomic<bool> done{false};
+    std::atomic<bool> done{false};  // polled by the canceller: a value on its own
     // Cancelling the request closes the connection, which ends a read that waits for a line.
     std::thread canceller([&] {
       while (!done.load()) {
@@ -423,7 +424,7 @@ class HttpClient : public Client {
   // The credentials for the next request: the static ones, the token file's current content, or
   // the exec plugin's cached answer (run again once it expires or the server refused it).
   StatusOr<Credentials> CurrentCredentials() {
-    std::lock_guard<std::mutex> lock(creds_mu_);
+    MutexLock lock(creds_mu_);
     Credentials c{config_.token, config_.client_cert_pem, config_.client_key_pem};
     if (!config_.token_file.empty()) {
       std::error_code ec;
@@ -465,7 +466,7 @@ class HttpClient : public Client {
 
   // After a 401: read the token file again and run the plugin again next time.
   void InvalidateCredentials(const std::string& refused_token) {
-    std::lock_guard<std::mutex> lock(creds_mu_);
+    MutexLock lock(creds_mu_);
     if (config_.exec && exec_creds_ && exec_creds_->token == refused_token) exec_creds_.reset();
     token_read_ = false;
   }
@@ -473,7 +474,7 @@ class HttpClient : public Client {
   // The pooled client for requests with `creds`' certificate: one per certificate, so its
   // connections are kept alive and reused across requests and threads.
   std::shared_ptr<http::client::http_client> Pooled(const Credentials& creds) {
-    std::lock_guard<std::mutex> lock(pool_mu_);
+    MutexLock lock(pool_mu_);
     if (!pooled_ || pooled_cert_ != creds.cert_pem) {
       pooled_ = std::make_shared<http::client::http_client>(
           config_.server, ClientConfig(config_.request_timeout, creds));
@@ -533,15 +534,15 @@ class HttpClient : public Client {
 
   const Config config_;
   RateLimiter limiter_;
-  std::mutex pool_mu_;
-  std::shared_ptr<http::client::http_client> pooled_;  // guarded by pool_mu_
-  std::string pooled_cert_;                            // guarded by pool_mu_
-  std::mutex creds_mu_;
-  bool token_read_ = false;                              // guarded by creds_mu_
-  std::filesystem::file_time_type token_mtime_{};        // guarded by creds_mu_
-  std::string file_token_;                               // guarded by creds_mu_
-  std::optional<Credentials> exec_creds_;                // guarded by creds_mu_
-  std::optional<std::chrono::system_clock::time_point> exec_expiry_;  // guarded by creds_mu_
+  Mutex pool_mu_;
+  std::shared_ptr<http::client::http_client> pooled_ ABSL_GUARDED_BY(pool_mu_);
+  std::string pooled_cert_ ABSL_GUARDED_BY(pool_mu_);
+  Mutex creds_mu_;
+  bool token_read_ ABSL_GUARDED_BY(creds_mu_) = false;
+  std::filesystem::file_time_type token_mtime_ ABSL_GUARDED_BY(creds_mu_){};
+  std::string file_token_ ABSL_GUARDED_BY(creds_mu_);
+  std::optional<Credentials> exec_creds_ ABSL_GUARDED_BY(creds_mu_);
+  std::optional<std::chrono::system_clock::time_point> exec_expiry_ ABSL_GUARDED_BY(creds_mu_);
 };
 
 // A PEM given inline (FIELD-data, base64) or as a file (FIELD); "" when neither.

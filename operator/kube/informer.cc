@@ -30,7 +30,7 @@ void Informer::Start() { thread_ = std::thread([this] { Run(); }); }
 
 void Informer::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -38,20 +38,20 @@ void Informer::Stop() {
 }
 
 bool Informer::WaitForSync(std::chrono::milliseconds timeout) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return synced_.load() || stop_.load(); });
+  MutexLock lock(mu_);
+  lock.AwaitFor(cv_, timeout, [&] { return synced_.load() || stop_.load(); });
   return synced_.load();
 }
 
 std::optional<Json> Informer::Get(const std::string& ns, const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = cache_.find(ns + "/" + name);
   if (it == cache_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<Json> Informer::List(const std::string& key, const std::string& value) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Json> out;
   for (const auto& [k, o] : cache_) {
     if (!key.empty()) {
@@ -64,7 +64,7 @@ std::vector<Json> Informer::List(const std::string& key, const std::string& valu
 }
 
 std::string Informer::resource_version() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return version_;
 }
 
@@ -84,7 +84,7 @@ Status Informer::ListOnce() {
   for (const Json& item : list->value("items", Json::array())) fresh[KeyOf(item)] = item;
   std::vector<WatchEvent> events;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     // The difference from what the cache held becomes events, so a relist misses nothing.
     for (const auto& [k, o] : cache_)
       if (!fresh.count(k)) events.push_back({"DELETED", o});
@@ -107,7 +107,7 @@ Status Informer::ListOnce() {
 
 void Informer::Apply(const WatchEvent& ev) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     version_ = ev.object["metadata"].value("resourceVersion", version_);
     if (ev.type == "BOOKMARK") return;
     if (ev.type == "DELETED")
@@ -130,8 +130,8 @@ void Informer::Run() {
   std::chrono::milliseconds backoff(100);
   bool need_list = true;
   auto sleep = [&](std::chrono::milliseconds d) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, d, [&] { return stop_.load(); });
+    MutexLock lock(mu_);
+    lock.AwaitFor(cv_, d, [&] { return stop_.load(); });
   };
   while (!stop_) {
     if (need_list) {

@@ -11,12 +11,12 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/mutex.h"
 #include "kube/client.h"
 
 namespace adam::kube {
@@ -56,10 +56,12 @@ class Informer {
   const std::string ns_;
   const std::string selector_;
   Handler handler_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   mutable std::condition_variable cv_;
-  std::map<std::string, Json> cache_;  // "ns/name" -> object
-  std::string version_;
+  std::map<std::string, Json> cache_ ABSL_GUARDED_BY(mu_);  // "ns/name" -> object
+  std::string version_ ABSL_GUARDED_BY(mu_);
+  // synced_ and stop_: written under mu_ (so WaitForSync and sleeps see them), read without it
+  // as values on their own; the cache they describe is read under mu_. lists_, watches_: counters.
   std::atomic<bool> synced_{false};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> lists_{0};

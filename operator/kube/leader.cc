@@ -113,7 +113,7 @@ void LeaderElector::Run() {
     if (TryAcquireOrRenew()) {
       bool started = false;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         // A renewal that succeeded after the watchdog stepped down does not undo it.
         if (stop_ || stepped_down_) break;
         // Renewed as of when the attempt began: the Lease's record is no older than that.
@@ -125,36 +125,37 @@ void LeaderElector::Run() {
         if (on_started_) on_started_();
       }
     }
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stepped_down_) break;  // lost: campaign no more
-    cv_.wait_for(lock, o_.retry_period, [&] { return stop_.load(); });
+    lock.AwaitFor(cv_, o_.retry_period, [&] { return stop_.load(); });
   }
 }
 
 // Steps down at the renew deadline even while the campaign thread waits on a hung request.
 void LeaderElector::Watchdog() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_) {
     const int64_t at = renewed_at_.load(std::memory_order_relaxed);
     if (at == 0) {
-      cv_.wait(lock, [&] { return stop_.load() || renewed_at_.load(std::memory_order_relaxed) != 0; });
+      lock.Await(cv_,
+                 [&] { return stop_.load() || renewed_at_.load(std::memory_order_relaxed) != 0; });
       continue;
     }
     const auto deadline = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at)) +
                           o_.renew_deadline;
     if (std::chrono::steady_clock::now() < deadline) {
-      cv_.wait_until(lock, deadline);
+      lock.WaitUntil(cv_, deadline);
       continue;
     }
-    lock.unlock();
+    lock.Unlock();
     StepDown("could not renew");
-    lock.lock();
+    lock.Lock();
   }
 }
 
 void LeaderElector::StepDown(const char* why) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (renewed_at_.exchange(0) == 0 || stepped_down_) return;
     stepped_down_ = true;
   }
@@ -166,7 +167,7 @@ void LeaderElector::StepDown(const char* why) {
 
 void LeaderElector::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stop_.exchange(true) && !thread_.joinable()) return;
   }
   cv_.notify_all();
@@ -174,7 +175,7 @@ void LeaderElector::Stop() {
   if (watchdog_.joinable()) watchdog_.join();
   bool was_leading = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     was_leading = renewed_at_.exchange(0) != 0 && !stepped_down_;
     stepped_down_ = true;
   }

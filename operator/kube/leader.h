@@ -18,10 +18,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "core/mutex.h"
 #include "kube/client.h"
 
 namespace adam::kube {
@@ -68,10 +68,10 @@ class LeaderElector {
   // Nanoseconds of the steady clock at the last successful renewal; 0 while not leading. Read
   // by Leading() on any thread: relaxed is enough, it orders nothing else.
   std::atomic<int64_t> renewed_at_{0};
-  std::atomic<bool> stop_{false};
-  std::mutex mu_;
+  std::atomic<bool> stop_{false};  // written under mu_ (so waits see it), read anywhere
+  Mutex mu_;
   std::condition_variable cv_;
-  bool stepped_down_ = false;  // guarded by mu_: on_stopped called for this leadership
+  bool stepped_down_ ABSL_GUARDED_BY(mu_) = false;  // on_stopped called for this leadership
   std::thread thread_, watchdog_;
   // What this candidate last saw of the Lease, and when (its own clock); the campaign thread's.
   std::string observed_record_;

@@ -94,7 +94,7 @@ MetricsCache::MetricsCache(MetricsSource* source, std::chrono::milliseconds peri
 
 MetricsCache::~MetricsCache() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -103,7 +103,7 @@ MetricsCache::~MetricsCache() {
 
 std::vector<MetricsCache::Sample> MetricsCache::Latest(const std::string& key, const std::string& host,
                                                        int port) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const auto now = std::chrono::steady_clock::now();
   Target& t = targets_[key];
   if (t.host != host || t.port != port) {
@@ -118,12 +118,12 @@ std::vector<MetricsCache::Sample> MetricsCache::Latest(const std::string& key, c
 }
 
 uint64_t MetricsCache::scrapes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return scrapes_;
 }
 
 void MetricsCache::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_) {
     const auto now = std::chrono::steady_clock::now();
     auto next = now + period_;
@@ -139,16 +139,16 @@ void MetricsCache::Run() {
       ++it;
     }
     if (key.empty()) {
-      cv_.wait_until(lock, next);
+      lock.WaitUntil(cv_, next);
       continue;
     }
     Target& t = targets_[key];
     t.in_flight = true;
     const std::string host = t.host;
     const int port = t.port;
-    lock.unlock();
+    lock.Unlock();
     auto got = source_->Scrape(host, port);
-    lock.lock();
+    lock.Lock();
     ++scrapes_;
     auto it = targets_.find(key);
     if (it == targets_.end()) continue;

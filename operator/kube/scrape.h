@@ -8,11 +8,11 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 
 namespace adam::kube {
@@ -63,11 +63,11 @@ class MetricsCache {
 
   MetricsSource* source_;
   const std::chrono::milliseconds period_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::map<std::string, Target> targets_;  // guarded by mu_
-  bool stop_ = false;                       // guarded by mu_
-  uint64_t scrapes_ = 0;                    // guarded by mu_
+  std::map<std::string, Target> targets_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t scrapes_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_;
 };
 

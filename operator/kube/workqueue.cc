@@ -17,22 +17,22 @@ void WorkQueue::AddLocked(const std::string& key) {
 }
 
 void WorkQueue::Add(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   AddLocked(key);
 }
 
 void WorkQueue::AddAfter(const std::string& key, std::chrono::milliseconds delay) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (delay <= std::chrono::milliseconds(0)) return AddLocked(key);
   if (shut_down_) return;
-  delayed_.emplace(Clock::now() + delay, key);
+  delayed_.emplace(options_.clock->Now() + delay, key);
   cv_.notify_all();
 }
 
 void WorkQueue::AddRateLimited(const std::string& key) {
   std::chrono::milliseconds delay;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const int n = failures_[key]++;
     ++retries_;
     const double d = double(options_.base_delay.count()) * std::pow(2.0, std::min(n, 30));
@@ -42,21 +42,21 @@ void WorkQueue::AddRateLimited(const std::string& key) {
 }
 
 void WorkQueue::Forget(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   failures_.erase(key);
 }
 
 int WorkQueue::Requeues(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = failures_.find(key);
   return it == failures_.end() ? 0 : it->second;
 }
 
 std::optional<std::string> WorkQueue::Get() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (true) {
     if (shut_down_) return std::nullopt;
-    const auto now = Clock::now();
+    const auto now = options_.clock->Now();
     while (!delayed_.empty() && delayed_.begin()->first <= now) {
       const std::string key = delayed_.begin()->second;
       delayed_.erase(delayed_.begin());
@@ -70,17 +70,17 @@ std::optional<std::string> WorkQueue::Get() {
       return key;
     }
     if (delayed_.empty()) {
-      cv_.wait(lock);
+      lock.Wait(cv_);
     } else {
       // A copy: while this waits, another worker may take (and erase) that entry. Found by ASan.
-      const Clock::time_point until = delayed_.begin()->first;
-      cv_.wait_until(lock, until);
+      const Clock::TimePoint until = delayed_.begin()->first;
+      options_.clock->WaitUntil(lock, cv_, until);
     }
   }
 }
 
 void WorkQueue::Done(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   processing_.erase(key);
   if (dirty_.count(key)) {
     queue_.push_back(key);
@@ -89,23 +89,23 @@ void WorkQueue::Done(const std::string& key) {
 }
 
 void WorkQueue::ShutDown() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   shut_down_ = true;
   cv_.notify_all();
 }
 
 size_t WorkQueue::Depth() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return queue_.size();
 }
 
 uint64_t WorkQueue::adds() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return adds_;
 }
 
 uint64_t WorkQueue::retries() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return retries_;
 }
 

@@ -2,7 +2,8 @@
 //
 // A key is queued at most once; a key being processed is never handed to a second worker, and
 // an Add while it is processed queues it again after Done, so no change is ever dropped.
-// AddRateLimited delays a failing key exponentially (per key) until Forget. Thread-safe.
+// AddRateLimited delays a failing key exponentially (per key) until Forget. Delays are measured on
+// the Options' clock. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -10,19 +11,21 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+
+#include "core/clock.h"
+#include "core/mutex.h"
 
 namespace adam::kube {
 
 class WorkQueue {
  public:
-  using Clock = std::chrono::steady_clock;
   struct Options {
     std::chrono::milliseconds base_delay{50};  // first retry; doubles per failure
     std::chrono::milliseconds max_delay{60000};
+    Clock* clock = Clock::Real();  // not owned; outlives the queue
   };
   WorkQueue() : WorkQueue(Options{}) {}
   explicit WorkQueue(Options options) : options_(options) {}
@@ -48,19 +51,19 @@ class WorkQueue {
   uint64_t retries() const;    // AddRateLimited calls
 
  private:
-  void AddLocked(const std::string& key);
+  void AddLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> queue_;
-  std::set<std::string> dirty_;       // queued or to be requeued after Done
-  std::set<std::string> processing_;
-  std::multimap<Clock::time_point, std::string> delayed_;
-  std::map<std::string, int> failures_;
-  uint64_t adds_ = 0;
-  uint64_t retries_ = 0;
-  bool shut_down_ = false;
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);  // queued or to be requeued after Done
+  std::set<std::string> processing_ ABSL_GUARDED_BY(mu_);
+  std::multimap<Clock::TimePoint, std::string> delayed_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> failures_ ABSL_GUARDED_BY(mu_);
+  uint64_t adds_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t retries_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace adam::kube

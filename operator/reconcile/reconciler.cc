@@ -294,7 +294,7 @@ Status Reconciler::HandlePods(State& s) {
     const std::string uid = pod["metadata"].value("uid", pod_name);
     replace.emplace_back(pod_name, uid);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (counted_failures_.count(uid)) continue;
     }
     const int code = ExitCode(pod);
@@ -338,7 +338,7 @@ Status Reconciler::HandlePods(State& s) {
     ADAM_RETURN_IF_ERROR(WriteStatus(s));  // the counts first
     for (const auto& [pod_name, uid] : replace) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         counted_failures_.insert(uid);
       }
       Status d = client_->Delete(kube::Pods(), s.ns, pod_name);
@@ -483,7 +483,7 @@ Status Reconciler::EnsureCertificates(State& s) {
   auto not_renewable = [&](const std::string& why) {
     bool warn = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto& [when, what] = certificate_warned_[s.ns + "/" + s.name];
       if (what != why || s.now - when >= std::chrono::hours(1)) {
         when = s.now;
@@ -509,7 +509,7 @@ Status Reconciler::EnsureCertificates(State& s) {
   auto u = client_->Update(kube::Secrets(), s.ns, updated);  // ABORTED if the cache was stale
   if (!u.ok()) return u.status();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     certificate_warned_.erase(s.ns + "/" + s.name);
   }
   const auto new_end = s.now + certificate_validity_;
@@ -638,7 +638,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   auto got = client_->Get(kube::AdamJobs(), ns, name);
   if (!got.ok()) {
     if (got.status().code() == StatusCode::kNotFound) {  // gone: owned objects too
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       certificate_warned_.erase(ns + "/" + name);
       return result;
     }

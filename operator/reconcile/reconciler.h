@@ -22,12 +22,12 @@
 #include <chrono>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/mutex.h"
 #include "kube/client.h"
 #include "kube/scrape.h"
 #include "net/tls.h"
@@ -95,11 +95,12 @@ class Reconciler {
   kube::MetricsCache* metrics_;
   std::chrono::milliseconds status_period_;
   std::chrono::seconds certificate_validity_ = net::kCertificateValidity;
-  std::mutex mu_;  // guards the bookkeeping below, shared by the workers
-  std::set<std::string> counted_failures_;  // pod uids whose failure counted as a restart
+  Mutex mu_;  // the bookkeeping below, shared by the workers
+  // Pod uids whose failure counted as a restart.
+  std::set<std::string> counted_failures_ ABSL_GUARDED_BY(mu_);
   // "ns/job" -> when its last CertificateNotRenewable warning went out, and the fault it named.
   std::map<std::string, std::pair<std::chrono::system_clock::time_point, std::string>>
-      certificate_warned_;
+      certificate_warned_ ABSL_GUARDED_BY(mu_);
 };
 
 // The manifest the roles read, from an AdamJob object: apiVersion, kind, name, namespace, spec.

@@ -5,10 +5,12 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <cmath>
 #include <thread>
 
+#include "core/clock.h"
 #include "kube/client.h"
 #include "kube/informer.h"
 #include "kube/leader.h"
@@ -249,29 +251,46 @@ TEST(WorkQueue, OneWorkerPerKeyAndNoLostAdds) {
   EXPECT_FALSE(q.Get().has_value());
 }
 
+// On a fake clock: a failing key comes back exactly its backoff later (20, 40, 80 ms, at most
+// max_delay), not a tick sooner, and a worker waiting in Get meanwhile gets it then.
 TEST(WorkQueue, RateLimitedRetriesBackOffPerKey) {
+  FakeClock clock;
   WorkQueue::Options o;
   o.base_delay = std::chrono::milliseconds(20);
-  o.max_delay = std::chrono::milliseconds(1000);
+  o.max_delay = std::chrono::milliseconds(100);
+  o.clock = &clock;
   WorkQueue q(o);
-  auto timed_get = [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto k = q.Get();
-    q.Done(*k);
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  auto due_after = [&](std::chrono::milliseconds backoff) {
+    std::promise<std::string> got;
+    std::thread worker([&] {
+      auto k = q.Get();
+      got.set_value(k.value_or(""));
+    });
+    std::future<std::string> f = got.get_future();
+    EXPECT_TRUE(clock.AwaitWaiters(1));
+    clock.Advance(backoff - std::chrono::milliseconds(1));
+    EXPECT_TRUE(clock.AwaitWaiters(1));  // woken, still not due: waiting again
+    EXPECT_EQ(f.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+    clock.Advance(std::chrono::milliseconds(1));
+    worker.join();
+    const std::string key = f.get();
+    q.Done(key);
+    return key;
   };
   q.AddRateLimited("x");
-  const auto first = timed_get();
-  q.AddRateLimited("x");  // second failure: 40 ms
-  timed_get();
-  q.AddRateLimited("x");  // third failure: 80 ms
-  const auto later = timed_get();
-  EXPECT_GE(first.count(), 15);
-  EXPECT_GE(later.count(), 70);
-  EXPECT_EQ(q.Requeues("x"), 3);
+  EXPECT_EQ(due_after(std::chrono::milliseconds(20)), "x");
+  q.AddRateLimited("x");  // second failure
+  EXPECT_EQ(due_after(std::chrono::milliseconds(40)), "x");
+  q.AddRateLimited("x");  // third
+  EXPECT_EQ(due_after(std::chrono::milliseconds(80)), "x");
+  q.AddRateLimited("x");  // fourth: 160 ms, capped
+  EXPECT_EQ(due_after(std::chrono::milliseconds(100)), "x");
+  q.AddRateLimited("y");  // per key: y's first failure
+  EXPECT_EQ(due_after(std::chrono::milliseconds(20)), "y");
+  EXPECT_EQ(q.Requeues("x"), 4);
   q.Forget("x");
   EXPECT_EQ(q.Requeues("x"), 0);
-  EXPECT_EQ(q.retries(), 3u);
+  EXPECT_EQ(q.retries(), 5u);
 }
 
 using LeaderTest = Fixture;

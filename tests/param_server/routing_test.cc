@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/clock.h"
 #include "net/grpc.h"
 #include "param_server/param_store.h"
 #include "param_server/replica_service.h"
@@ -40,12 +41,15 @@ v1::ShardMap Map(uint64_t version, std::vector<std::vector<uint32_t>> replicas,
 }
 
 TEST(Routing, ServesOnlyItsPrimaryShardsWhileItsLeaseLasts) {
-  Routing r(1, std::chrono::milliseconds(50));
+  FakeClock clock;
+  Routing r(1, std::chrono::milliseconds(50), &clock);
   EXPECT_NE(r.Refusal(0).find("no shard map yet"), std::string::npos);
   ASSERT_TRUE(r.Update(Map(3, {{1, 0, 2}, {0, 1, 2}})));
   EXPECT_FALSE(r.Update(Map(2, {{0, 1, 2}, {0, 1, 2}})));  // older: ignored
   EXPECT_NE(r.Refusal(0).find("has not heard from the controller"), std::string::npos);
-  r.RenewLease(std::chrono::steady_clock::now());
+  const Clock::TimePoint sent = clock.Now();
+  clock.Advance(std::chrono::milliseconds(10));  // the heartbeat's round trip
+  r.RenewLease(sent);
   // A shard it becomes the primary of is served once read from its other copies.
   EXPECT_NE(r.Refusal(0).find("from its other copies"), std::string::npos);
   r.CaughtUp(0, 2);  // another promotion's: changes nothing
@@ -54,8 +58,18 @@ TEST(Routing, ServesOnlyItsPrimaryShardsWhileItsLeaseLasts) {
   EXPECT_EQ(r.Refusal(0), "");
   EXPECT_EQ(r.Refusal(1), "ps-1 is not the primary of shard 1 at shard map version 3; the primary is ps-0");
   EXPECT_EQ(r.primaries(), 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  // The lease counts from when the heartbeat was sent, not when its answer came.
+  clock.Advance(std::chrono::milliseconds(40));
+  EXPECT_EQ(r.Refusal(0), "");
+  clock.Advance(std::chrono::milliseconds(1));
   EXPECT_NE(r.Refusal(0).find("has not heard"), std::string::npos);  // lease ran out
+  // A renewal older than the lease in hand does not shorten it; a newer one extends it.
+  r.RenewLease(sent + std::chrono::milliseconds(45));
+  EXPECT_EQ(r.Refusal(0), "");
+  r.RenewLease(sent);
+  EXPECT_EQ(r.Refusal(0), "");
+  clock.Advance(std::chrono::milliseconds(45));
+  EXPECT_NE(r.Refusal(0).find("has not heard"), std::string::npos);
 }
 
 TEST(Routing, ForwardsToTheOtherCopiesAndReportsPromotionsOnce) {

@@ -4,12 +4,12 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <mutex>
 #include <set>
 #include <thread>
 
 #include "controller/shard_state.h"
 #include "core/event.h"
+#include "core/mutex.h"
 
 namespace adam::controller {
 namespace {
@@ -37,26 +37,30 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
   ControllerOptions options;
   std::unique_ptr<raft::Driver> driver;
 
-  mutable std::mutex mu;  // state, liveness, counters
+  mutable Mutex mu;
   std::condition_variable changed;
-  ShardState machine;
-  std::map<uint32_t, Clock::time_point> last_seen;  // leader-local failure detector
-  CopyVersions versions;                            // leader-local freshness reports
-  std::set<uint32_t> restarted;  // alive in the map, heartbeating under a new incarnation
-  std::map<uint32_t, Clock::time_point> returned_at;      // leader-local: last back from the dead
-  std::map<uint32_t, Clock::time_point> probation_until;  // leader-local: flapping servers
-  Clock::time_point leader_since{};  // failure detection counts from here (see OnRole)
-  bool is_leader = false;
-  uint64_t announce_term = 0;
-  ControllerCounters counters;
-  std::vector<double> failover_seconds;  // drained by TakeFailoverSeconds
-  bool stopping = false;
+  ShardState machine ABSL_GUARDED_BY(mu);
+  // Leader-local: the failure detector, the freshness reports.
+  std::map<uint32_t, Clock::time_point> last_seen ABSL_GUARDED_BY(mu);
+  CopyVersions versions ABSL_GUARDED_BY(mu);
+  // Alive in the map, heartbeating under a new incarnation.
+  std::set<uint32_t> restarted ABSL_GUARDED_BY(mu);
+  // Leader-local: when each server was last back from the dead; flapping servers' probation.
+  std::map<uint32_t, Clock::time_point> returned_at ABSL_GUARDED_BY(mu);
+  std::map<uint32_t, Clock::time_point> probation_until ABSL_GUARDED_BY(mu);
+  // Failure detection counts from here (see OnRole).
+  Clock::time_point leader_since ABSL_GUARDED_BY(mu){};
+  bool is_leader ABSL_GUARDED_BY(mu) = false;
+  uint64_t announce_term ABSL_GUARDED_BY(mu) = 0;
+  ControllerCounters counters ABSL_GUARDED_BY(mu);
+  std::vector<double> failover_seconds ABSL_GUARDED_BY(mu);  // drained by TakeFailoverSeconds
+  bool stopping ABSL_GUARDED_BY(mu) = false;
   std::thread supervisor;
 
   // ---- raft::StateMachine (loop thread) ----
   void Apply(const raft::Entry& e) override {
     v1::Command c;
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     if (!c.ParseFromString(e.data)) {
       spdlog::error("controller: entry {} is not a command; skipped", e.index);
       return;
@@ -92,11 +96,11 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
     }
   }
   std::string TakeSnapshot() override {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     return machine.Serialize();
   }
   Status Restore(const raft::Snapshot& s) override {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     Status st = machine.Restore(s.data);
     changed.notify_all();
     return st;
@@ -124,7 +128,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
     bool need_register = false;
     std::vector<v1::CopyDone> done;
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       ++counters.heartbeats;
       const v1::ControllerState& s = machine.state();
       if (in.id() >= uint32_t(s.servers_size()))
@@ -186,14 +190,14 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
     for (v1::CopyDone& d : done) {
       v1::Command c;
       {
-        std::lock_guard<std::mutex> l(mu);
+        MutexLock l(mu);
         d.set_expected_version(machine.state().version());
       }
       *c.mutable_copy_done() = d;
       (void)Write(c);  // a stale version is simply re-reported by the next heartbeat
     }
     resp->set_accepted(true);
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     if (machine.state().version() > req->map_version())
       *resp->mutable_map() = ToShardMap(machine.state(), options.raft.peers.at(options.raft.id));
     return grpc::Status::OK;
@@ -208,7 +212,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
       }
     }
     const std::string leader = LeaderAddress();
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     *resp = ToShardMap(machine.state(), leader);
     return grpc::Status::OK;
   }
@@ -219,9 +223,11 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
     for (;;) {
       v1::ShardMap m;
       {
-        std::unique_lock<std::mutex> l(mu);
-        changed.wait_for(l, std::chrono::milliseconds(200),
-                         [&] { return stopping || machine.state().version() > sent; });
+        MutexLock l(mu);
+        l.AwaitFor(changed, std::chrono::milliseconds(200),
+                   [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+                     return stopping || machine.state().version() > sent;
+                   });
         if (stopping) return grpc::Status::OK;
         if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
         if (machine.state().version() <= sent) continue;
@@ -263,7 +269,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
     resp->set_leader_address(LeaderAddress());
     resp->set_commit(info.commit);
     resp->set_applied(info.applied);
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     resp->set_map_version(machine.state().version());
     return grpc::Status::OK;
   }
@@ -272,15 +278,16 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
   void Supervise() {
     for (;;) {
       {
-        std::unique_lock<std::mutex> l(mu);
-        changed.wait_for(l, std::chrono::milliseconds(20), [&] { return stopping; });
+        MutexLock l(mu);
+        l.AwaitFor(changed, std::chrono::milliseconds(20),
+                   [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stopping; });
         if (stopping) return;
       }
       if (driver->info().role != raft::Role::kLeader) continue;
       MaybeAnnounce();
       std::optional<v1::Command> cmd;
       {
-        std::lock_guard<std::mutex> l(mu);
+        MutexLock l(mu);
         const v1::ControllerState& s = machine.state();
         const auto now = Clock::now();
         if (s.shards_size() == 0) {
@@ -330,7 +337,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
 
   void OnRole(raft::Role role, uint64_t term) {
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       const bool leader = role == raft::Role::kLeader;
       if (leader && !is_leader) {
         // Grace: every server gets a full timeout from here, and the predecessor (which may
@@ -348,7 +355,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
       is_leader = leader;
     }
     if (role == raft::Role::kLeader) {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       announce_term = term;  // the supervisor announces once the leader has committed
       changed.notify_all();
     }
@@ -359,7 +366,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
   void MaybeAnnounce() {
     uint64_t term = 0;
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       term = announce_term;
       announce_term = 0;
     }
@@ -391,7 +398,7 @@ void Controller::Start() {
 
 void Controller::Stop() {
   {
-    std::lock_guard<std::mutex> l(impl_->mu);
+    MutexLock l(impl_->mu);
     impl_->stopping = true;
     impl_->changed.notify_all();
   }
@@ -402,17 +409,17 @@ void Controller::Stop() {
 raft::DriverInfo Controller::raft_info() const { return impl_->driver->info(); }
 
 v1::ControllerState Controller::state() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   return impl_->machine.state();
 }
 
 ControllerCounters Controller::counters() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   return impl_->counters;
 }
 
 std::vector<double> Controller::TakeFailoverSeconds() {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   std::vector<double> out;
   out.swap(impl_->failover_seconds);
   return out;

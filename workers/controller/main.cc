@@ -108,7 +108,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       "adam_controller_failover_seconds",
       "From a dead parameter server's last heartbeat to the committed map without it (leader)",
       {0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10});
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false};  // tells the sampler to end; sequentially consistent, rare
   (*controller)->Start();
   std::thread sampler([&] {
     ControllerCounters last;

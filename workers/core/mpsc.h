@@ -37,6 +37,8 @@ class MpscStack {
   bool empty() const { return head_.load(std::memory_order_relaxed) == nullptr; }
 
  private:
+  // Push publishes a node (and what its producer wrote into it) with release; TakeAll's acquire
+  // exchange makes that visible to the consumer. empty() is a hint: relaxed.
   std::atomic<T*> head_{nullptr};
 };
 

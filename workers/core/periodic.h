@@ -4,8 +4,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <thread>
+
+#include "core/mutex.h"
 
 namespace adam {
 
@@ -21,7 +22,7 @@ class Periodic {
   // Returns once the thread has ended (a call in progress finishes first). Idempotent.
   void Stop() {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       stop_ = true;
       cv_.notify_all();
     }
@@ -32,8 +33,9 @@ class Periodic {
   void Run() {
     for (;;) {
       {
-        std::unique_lock<std::mutex> l(mu_);
-        if (cv_.wait_for(l, interval_, [&] { return stop_; })) return;
+        MutexLock l(mu_);
+        if (l.AwaitFor(cv_, interval_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; }))
+          return;
       }
       fn_();
     }
@@ -41,9 +43,9 @@ class Periodic {
 
   const std::chrono::milliseconds interval_;
   const std::function<void()> fn_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts after everything it uses exists
 };
 

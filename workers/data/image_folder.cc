@@ -165,6 +165,8 @@ StatusOr<FolderSet> LoadImageFolder(const std::string& dir, const FolderOptions&
   std::vector<uint8_t> pixels(n * image);
   std::vector<std::string> failed(n);
   std::vector<char> ok(n, 0);
+  // The next file to take (fetch_add hands each out once) and a progress count; the decoded
+  // slots are read after the threads are joined, which orders them.
   std::atomic<size_t> next{0}, done{0};
   const int threads = std::max(1, std::min<int>(o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency()),
                                                 int(std::min<size_t>(n, 64))));

@@ -23,7 +23,7 @@ DataSource::DataSource(std::unique_ptr<data::AugmentedCache> train,
 
 DataSource::~DataSource() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     shutdown_ = true;
   }
   cv_.notify_all();
@@ -50,7 +50,7 @@ std::vector<uint32_t> DataSource::Shuffle(uint32_t epoch) const {
 
 std::shared_ptr<const std::vector<uint32_t>> DataSource::Order(uint32_t epoch) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = orders_.find(epoch);
     if (want_prefetch_ < epoch + 1) {
       want_prefetch_ = epoch + 1;
@@ -63,14 +63,14 @@ std::shared_ptr<const std::vector<uint32_t>> DataSource::Order(uint32_t epoch) {
   }
   misses_.fetch_add(1, std::memory_order_relaxed);
   auto order = std::make_shared<const std::vector<uint32_t>>(Shuffle(epoch));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   orders_.emplace(epoch, order);
   while (int(orders_.size()) > options_.max_cached_epochs) orders_.erase(orders_.begin());
   return order;
 }
 
 int DataSource::prefetched_epochs() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   int n = 0;
   for (const auto& [e, order] : orders_)
     if (e + 1 >= want_prefetch_ && want_prefetch_ > 0) ++n;  // the next epoch onwards
@@ -78,14 +78,16 @@ int DataSource::prefetched_epochs() const {
 }
 
 void DataSource::PrefetchLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return shutdown_ || (want_prefetch_ && !orders_.count(want_prefetch_)); });
+    lock.Await(cv_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutdown_ || (want_prefetch_ && !orders_.count(want_prefetch_));
+    });
     if (shutdown_) return;
     const uint32_t e = want_prefetch_;
-    lock.unlock();
+    lock.Unlock();
     auto order = std::make_shared<const std::vector<uint32_t>>(Shuffle(e));
-    lock.lock();
+    lock.Lock();
     orders_.emplace(e, order);
     while (int(orders_.size()) > options_.max_cached_epochs) orders_.erase(orders_.begin());
   }
@@ -97,7 +99,7 @@ Status DataSource::GetBatch(int trainer, uint32_t epoch, uint32_t batch_index, B
                                 std::to_string(options_.trainers) + ")");
   *out = BatchView();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     out->job_stopped = stopped_;
     out->epoch_closed = closed_.count(epoch) > 0;
   }
@@ -128,7 +130,7 @@ Status DataSource::GetBatch(int trainer, uint32_t epoch, uint32_t batch_index, B
 StatusOr<std::pair<int, bool>> DataSource::FinishEpoch(int trainer, uint32_t epoch) {
   if (trainer < 0 || trainer >= options_.trainers)
     return InvalidArgumentError("trainer " + std::to_string(trainer) + " is out of range");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& done = finished_[epoch];
   done.insert(trainer);
   if (int(done.size()) >= quorum_count()) closed_.insert(epoch);
@@ -151,12 +153,12 @@ void DataSource::GetTestBatch(uint32_t offset, uint32_t max_count, BatchView* ou
 }
 
 void DataSource::Stop() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   stopped_ = true;
 }
 
 bool DataSource::stopped() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stopped_;
 }
 

@@ -13,12 +13,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/mutex.h"
 #include "data/augment.h"
 #include "data/idx.h"
 
@@ -83,15 +83,16 @@ class DataSource {
   data::Dataset test_;
   DataSourceOptions options_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::map<uint32_t, std::shared_ptr<const std::vector<uint32_t>>> orders_;  // guarded by mu_
-  std::map<uint32_t, std::set<int>> finished_;                              // guarded by mu_
-  std::set<uint32_t> closed_;                                               // guarded by mu_
-  uint32_t want_prefetch_ = 0;                                              // guarded by mu_
-  bool stopped_ = false;                                                    // guarded by mu_
-  bool shutdown_ = false;                                                   // guarded by mu_
+  std::map<uint32_t, std::shared_ptr<const std::vector<uint32_t>>> orders_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, std::set<int>> finished_ ABSL_GUARDED_BY(mu_);
+  std::set<uint32_t> closed_ ABSL_GUARDED_BY(mu_);
+  uint32_t want_prefetch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::thread prefetcher_;
+  // Counters only, ordering nothing else: relaxed.
   std::atomic<uint64_t> hits_{0};
   std::atomic<uint64_t> misses_{0};
 };

@@ -20,9 +20,9 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 
 #include "core/file.h"
+#include "core/mutex.h"
 #include "net/tls_internal.h"
 
 namespace adam::net {
@@ -98,9 +98,9 @@ bool SignedBy(X509* cert, X509* ca) {
   return ca_key != nullptr && X509_verify(cert, ca_key) == 1;
 }
 
-std::mutex g_mu;
+Mutex g_mu;
 // Every server and channel takes its certificates from here once enabled.
-std::shared_ptr<grpc::experimental::CertificateProviderInterface> g_provider;
+std::shared_ptr<grpc::experimental::CertificateProviderInterface> g_provider ABSL_GUARDED_BY(g_mu);
 
 }  // namespace
 
@@ -222,7 +222,7 @@ void EnableMutualTls(const TlsMaterial& material) {
   auto provider = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
       material.ca_pem,
       std::vector<grpc::experimental::IdentityKeyCertPair>{{material.key_pem, material.cert_pem}});
-  std::lock_guard<std::mutex> l(g_mu);
+  MutexLock l(g_mu);
   g_provider = std::move(provider);
 }
 
@@ -240,18 +240,18 @@ Status EnableMutualTlsFromDir(const std::string& dir, std::chrono::seconds refre
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
       dir + "/tls.key", dir + "/tls.crt", dir + "/ca.crt",
       unsigned(std::max<int64_t>(1, refresh.count())));
-  std::lock_guard<std::mutex> l(g_mu);
+  MutexLock l(g_mu);
   g_provider = std::move(provider);
   return OkStatus();
 }
 
 bool MutualTlsEnabled() {
-  std::lock_guard<std::mutex> l(g_mu);
+  MutexLock l(g_mu);
   return g_provider != nullptr;
 }
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
-  std::lock_guard<std::mutex> l(g_mu);
+  MutexLock l(g_mu);
   if (!g_provider) return grpc::InsecureServerCredentials();
   grpc::experimental::TlsServerCredentialsOptions o(g_provider);
   o.watch_root_certs();
@@ -261,7 +261,7 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
 }
 
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() {
-  std::lock_guard<std::mutex> l(g_mu);
+  MutexLock l(g_mu);
   if (!g_provider) return grpc::InsecureChannelCredentials();
   grpc::experimental::TlsChannelCredentialsOptions o;
   o.set_certificate_provider(g_provider);

@@ -40,7 +40,7 @@ BufferPool::Buffer BufferPool::Get(size_t bytes) {
   b.capacity_ = kMinBytes << b.cls_;
   FreeList& fl = free_[size_t(b.cls_)];
   {
-    std::lock_guard<std::mutex> lock(fl.mu);
+    MutexLock lock(fl.mu);
     if (!fl.buffers.empty()) {
       b.data_ = fl.buffers.back();
       fl.buffers.pop_back();
@@ -59,7 +59,7 @@ void BufferPool::Put(int cls, void* p) {
   if (cls >= 0) {
     FreeList& fl = free_[size_t(cls)];
     const size_t max_free = std::max<size_t>(1, kMaxFreeBytesPerClass / (kMinBytes << cls));
-    std::lock_guard<std::mutex> lock(fl.mu);
+    MutexLock lock(fl.mu);
     if (fl.buffers.size() < max_free) {
       fl.buffers.push_back(p);
       return;

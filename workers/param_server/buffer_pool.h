@@ -10,8 +10,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <vector>
+
+#include "core/mutex.h"
 
 namespace adam::ps {
 
@@ -64,11 +65,11 @@ class BufferPool {
  private:
   void Put(int cls, void* p);
   struct FreeList {
-    std::mutex mu;
-    std::vector<void*> buffers;  // guarded by mu
+    Mutex mu;
+    std::vector<void*> buffers ABSL_GUARDED_BY(mu);
   };
   std::array<FreeList, kClasses> free_;
-  std::atomic<uint64_t> allocations_{0}, reuses_{0};
+  std::atomic<uint64_t> allocations_{0}, reuses_{0};  // counters only: relaxed
 };
 
 }  // namespace adam::ps

@@ -329,7 +329,7 @@ Checkpointer::~Checkpointer() { Stop(); }
 
 void Checkpointer::Stop() {
   {
-    std::lock_guard<std::mutex> lock(stop_mu_);
+    MutexLock lock(stop_mu_);
     stop_ = true;
   }
   stop_cv_.notify_all();
@@ -341,23 +341,24 @@ void Checkpointer::Start() {
 }
 
 void Checkpointer::Loop() {
-  std::unique_lock<std::mutex> lock(stop_mu_);
-  while (!stop_cv_.wait_for(lock, opt_.interval, [this] { return stop_; })) {
-    lock.unlock();
+  MutexLock lock(stop_mu_);
+  while (!lock.AwaitFor(stop_cv_, opt_.interval,
+                        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(stop_mu_) { return stop_; })) {
+    lock.Unlock();
     auto g = Flush();
     if (!g.ok()) spdlog::error("checkpoint failed: {}", g.status().message());
     if (g.ok() && *g > 0 && opt_.after_flush) opt_.after_flush();
-    lock.lock();
+    lock.Lock();
   }
 }
 
 uint64_t Checkpointer::generation() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return last_generation_;
 }
 
 std::vector<Checkpointer::OpenFile> Checkpointer::OpenNewest() const {
-  std::lock_guard<std::mutex> lock(mu_);  // no flush or prune meanwhile
+  MutexLock lock(mu_);  // no flush or prune meanwhile
   std::vector<OpenFile> files;
   auto it = refs_.find(last_generation_);
   if (last_generation_ == 0 || it == refs_.end()) return files;
@@ -377,7 +378,7 @@ std::vector<Checkpointer::OpenFile> Checkpointer::OpenNewest() const {
 }
 
 StatusOr<uint64_t> Checkpointer::Flush() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return FlushLocked();
 }
 
@@ -410,7 +411,7 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return InternalError("cannot create " + tmp + ": " + std::strerror(errno));
   Writer w(fd);
-  auto write_all = [&]() -> Status {
+  auto write_all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> Status {
     ADAM_RETURN_IF_ERROR(w.Put(kMagic, sizeof kMagic));
     ADAM_RETURN_IF_ERROR(w.Int(kFormat));
     ADAM_RETURN_IF_ERROR(w.Int(opt_.server));

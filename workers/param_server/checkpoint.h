@@ -30,12 +30,12 @@
 #include <functional>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/status.h"
 #include "param_server/buffer_pool.h"
 #include "param_server/param_store.h"
@@ -133,24 +133,26 @@ class Checkpointer {
   const std::string& dir() const { return opt_.dir; }
 
  private:
-  StatusOr<uint64_t> FlushLocked();
+  StatusOr<uint64_t> FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
-  void Prune(uint64_t newest);
+  void Prune(uint64_t newest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ParamStore* store_;
   BufferPool* pool_;
   CheckpointOptions opt_;
   CheckpointMetrics m_;
-  mutable std::mutex mu_;  // one flush at a time; guards the state below
-  uint64_t next_generation_ = 1;
-  uint64_t last_generation_ = 0;
-  uint32_t flushed_epochs_ = 0;                   // the epochs in the newest checkpoint
-  std::map<uint32_t, uint64_t> flushed_version_;  // shard -> version in the newest checkpoint
-  std::map<uint32_t, uint64_t> source_;           // shard -> generation holding that copy
-  std::map<uint64_t, std::vector<uint64_t>> refs_;  // generation -> generations it refers to
-  std::mutex stop_mu_;
+  mutable Mutex mu_;  // one flush at a time
+  uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t last_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t flushed_epochs_ ABSL_GUARDED_BY(mu_) = 0;  // the epochs in the newest checkpoint
+  // Shard -> version in the newest checkpoint; shard -> the generation holding that copy.
+  std::map<uint32_t, uint64_t> flushed_version_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, uint64_t> source_ ABSL_GUARDED_BY(mu_);
+  // Generation -> the generations it refers to.
+  std::map<uint64_t, std::vector<uint64_t>> refs_ ABSL_GUARDED_BY(mu_);
+  Mutex stop_mu_;
   std::condition_variable stop_cv_;
-  bool stop_ = false;  // guarded by stop_mu_
+  bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
   std::thread thread_;
 };
 

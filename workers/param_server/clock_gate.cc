@@ -13,12 +13,13 @@ namespace adam::ps {
 ClockGate::ClockGate(int trainers, spec::Consistency mode, int max_staleness)
     : mode_(mode),
       staleness_(uint64_t(std::max(0, max_staleness))),
-      clock_(size_t(std::max(1, trainers)), 0),
-      left_(size_t(std::max(1, trainers)), false) {}
+      trainers_(std::max(1, trainers)),
+      clock_(size_t(trainers_), 0),
+      left_(size_t(trainers_), false) {}
 
 ClockGate::~ClockGate() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   expiry_cv_.notify_all();
@@ -42,12 +43,12 @@ uint64_t ClockGate::MinClockLocked() const {
 }
 
 uint64_t ClockGate::MinClock() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return MinClockLocked();
 }
 
 uint64_t ClockGate::Spread() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   uint64_t lo = std::numeric_limits<uint64_t>::max(), hi = 0;
   for (size_t t = 0; t < clock_.size(); ++t)
     if (!left_[t]) lo = std::min(lo, clock_[t]), hi = std::max(hi, clock_[t]);
@@ -55,15 +56,15 @@ uint64_t ClockGate::Spread() const {
 }
 
 size_t ClockGate::parked() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return parked_.size();
 }
 
 void ClockGate::Advance(int t, uint64_t clock, bool leave) {
-  ADAM_CHECK(t >= 0 && size_t(t) < clock_.size());
+  ADAM_CHECK(t >= 0 && t < trainers_);
   std::vector<std::function<void(bool)>> ready;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     clock_[size_t(t)] = std::max(clock_[size_t(t)], clock);
     if (leave) left_[size_t(t)] = true;
     const uint64_t min = MinClockLocked();
@@ -82,7 +83,7 @@ void ClockGate::WhenAllowed(uint64_t clock, std::function<void(bool)> fn, Clock:
                             std::function<void(const std::string&)> on_expired) {
   const uint64_t needed = Needed(clock);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!closed_ && needed > MinClockLocked()) {
       const bool expiring = on_expired && expires != Clock::time_point::max();
       parked_.emplace(needed, Parked{clock, std::move(fn), expiring ? expires : Clock::time_point::max(),
@@ -98,7 +99,7 @@ void ClockGate::WhenAllowed(uint64_t clock, std::function<void(bool)> fn, Clock:
 }
 
 std::string ClockGate::WaitingFor(uint64_t clock) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return WaitingForLocked(clock);
 }
 
@@ -121,7 +122,7 @@ std::string ClockGate::WaitingForLocked(uint64_t clock) const {
 
 // Answers parked pulls whose expiry has passed, with what they waited for.
 void ClockGate::ExpireLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
     auto next = Clock::time_point::max();
     std::vector<std::pair<std::function<void(const std::string&)>, std::string>> due;
@@ -136,22 +137,22 @@ void ClockGate::ExpireLoop() {
       }
     }
     if (!due.empty()) {
-      lock.unlock();
+      lock.Unlock();
       for (auto& [fn, why] : due) fn(why);
-      lock.lock();
+      lock.Lock();
       continue;
     }
     if (next == Clock::time_point::max())
-      expiry_cv_.wait(lock);
+      lock.Wait(expiry_cv_);
     else
-      expiry_cv_.wait_until(lock, next);
+      lock.WaitUntil(expiry_cv_, next);
   }
 }
 
 void ClockGate::Close() {
   std::multimap<uint64_t, Parked> parked;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     closed_ = true;
     parked.swap(parked_);
   }

@@ -21,9 +21,9 @@
 #include <string>
 #include <thread>
 #include <map>
-#include <mutex>
 #include <vector>
 
+#include "core/mutex.h"
 #include "spec/adamjob.h"
 
 namespace adam::ps {
@@ -64,7 +64,7 @@ class ClockGate {
   uint64_t Spread() const;
   uint64_t Needed(uint64_t clock) const;
   size_t parked() const;
-  int trainers() const { return int(clock_.size()); }
+  int trainers() const { return trainers_; }
 
  private:
   struct Parked {
@@ -73,19 +73,20 @@ class ClockGate {
     Clock::time_point expires = Clock::time_point::max();
     std::function<void(const std::string&)> on_expired;
   };
-  uint64_t MinClockLocked() const;
-  std::string WaitingForLocked(uint64_t clock) const;
+  uint64_t MinClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string WaitingForLocked(uint64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLoop();
   spec::Consistency mode_;
   uint64_t staleness_;
-  mutable std::mutex mu_;
-  std::vector<uint64_t> clock_;   // guarded by mu_
-  std::vector<bool> left_;        // guarded by mu_
-  std::multimap<uint64_t, Parked> parked_;  // needed clock -> continuation; guarded by mu_
-  bool closed_ = false;           // guarded by mu_
-  bool stopping_ = false;         // guarded by mu_: the destructor runs
+  const int trainers_;  // the size of clock_ and left_
+  mutable Mutex mu_;
+  std::vector<uint64_t> clock_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> left_ ABSL_GUARDED_BY(mu_);
+  std::multimap<uint64_t, Parked> parked_ ABSL_GUARDED_BY(mu_);  // needed clock -> continuation
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // the destructor runs
   std::condition_variable expiry_cv_;  // a pull with an expiry parked, or stopping_
-  std::thread expirer_;           // started with the first pull parked with an expiry
+  std::thread expirer_ ABSL_GUARDED_BY(mu_);  // started with the first pull parked with an expiry
 };
 
 }  // namespace adam::ps

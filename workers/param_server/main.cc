@@ -7,11 +7,11 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "core/event.h"
+#include "core/mutex.h"
 #include "core/signals.h"
 #include "metrics/metrics.h"
 #include "model/layout.h"
@@ -232,11 +232,11 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                         "0 when every copy of this server's primary shards got the last forward "
                         "round's versions, else seconds since a round last left them all current");
   // Sampled gauges, once a second.
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
   bool done = false;
   std::thread sampler([&] {
-    std::unique_lock<std::mutex> lock(mu);
+    MutexLock lock(mu);
     uint64_t applied_seen = 0, forwarded_seen = 0, heartbeats_seen = 0;
     do {
       queue_depth.Set(double(store.queue_depth()));
@@ -254,7 +254,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
         heartbeats.Increment(double(link->heartbeats() - heartbeats_seen));
         heartbeats_seen = link->heartbeats();
       }
-    } while (!cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; }));
+    } while (!lock.AwaitFor(cv, std::chrono::seconds(1), [&] { return done; }));
   });
   // Pushes waiting for a quorum are answered (UNAVAILABLE) before the server shuts down.
   const int rc = net::Serve(
@@ -267,7 +267,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   if (link) link->Stop();
   if (forwarder) forwarder->Stop();
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     done = true;
   }
   cv.notify_all();

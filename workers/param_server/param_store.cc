@@ -9,10 +9,10 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
 #include "core/mpsc.h"
+#include "core/mutex.h"
 #include "topology/topology.h"
 
 namespace adam::ps {
@@ -111,8 +111,10 @@ struct ParamStore::ShardState {
   int64_t count = 0;
   size_t worker = 0;
   std::unique_ptr<float, AlignedFree> values;  // written only by the owning worker
+  // Written only by the owning worker (which reads them relaxed); stored with release after the
+  // values they describe, loaded with acquire by other threads.
   std::atomic<uint64_t> version{0};
-  std::atomic<uint64_t> term{0};    // written only by the owning worker
+  std::atomic<uint64_t> term{0};
   std::vector<PushMark> marks;      // by trainer index; owned by the worker
   // Worker-local grouping of one drain's Ops.
   Op* head = nullptr;
@@ -121,6 +123,8 @@ struct ParamStore::ShardState {
 
 struct ParamStore::Worker {
   MpscStack<Op> queue;
+  // A futex word: bumped after a push (the queue's own release orders the op), waited on with
+  // acquire. stop: released by the destructor, acquired by the worker before it returns.
   std::atomic<uint32_t> wake{0};
   std::atomic<bool> stop{false};
   std::vector<uint32_t> slots;  // shards owned
@@ -155,7 +159,7 @@ ParamStore::ParamStore(const shard::ShardMap& map, int server, const float* init
     workers_[i % size_t(threads)]->slots.push_back(uint32_t(i));
   }
   // Each worker binds itself, then allocates and fills its shards (first touch on its node).
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
   int ready = 0, bound = 0;
   for (int t = 0; t < threads; ++t) {
@@ -173,7 +177,7 @@ ParamStore::ParamStore(const shard::ShardMap& map, int server, const float* init
       }
       {
         // Notify under the lock: the constructor's cv and mu die as soon as it sees `ready`.
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(mu);
         ++ready;
         bound += ok;
         cv.notify_all();
@@ -181,8 +185,8 @@ ParamStore::ParamStore(const shard::ShardMap& map, int server, const float* init
       WorkerLoop(w);
     });
   }
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return ready == threads; });
+  MutexLock lock(mu);
+  lock.Await(cv, [&] { return ready == threads; });
   placement_ = std::to_string(threads) + " shard worker" + (threads == 1 ? "" : "s");
   if (!places.empty())
     placement_ += ", " + std::to_string(bound) + " bound to cores (" + topo->Describe() + ")";
@@ -431,18 +435,18 @@ Status ParamStore::RunOne(Op* op, const char* what) {
     return InvalidArgumentError("shard " + std::to_string(op->shard) + ": " + what + " has " +
                                 std::to_string(op->count) + " floats, shard has " +
                                 std::to_string(ShardSize(op->shard)));
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
   bool finished = false;
   Completion done(1, [&] {
-    std::lock_guard<std::mutex> lock(mu);  // notify under the lock: cv dies when we return
+    MutexLock lock(mu);  // notify under the lock: cv dies when we return
     finished = true;
     cv.notify_one();
   });
   op->done = &done;
   Submit(op, 1);
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return finished; });
+  MutexLock lock(mu);
+  lock.Await(cv, [&] { return finished; });
   return OkStatus();
 }
 

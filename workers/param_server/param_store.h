@@ -41,7 +41,7 @@ class Completion {
   }
 
  private:
-  std::atomic<int> pending_;
+  std::atomic<int> pending_;  // acq_rel: the last Done sees every other caller's writes
   std::function<void()> fn_;
 };
 
@@ -183,6 +183,7 @@ class ParamStore {
   std::vector<std::unique_ptr<Worker>> workers_;
   int64_t total_floats_ = 0;
   std::string placement_;
+  // Gauges and counters only: relaxed.
   std::atomic<int64_t> queued_{0};
   std::atomic<uint64_t> applied_bytes_{0};
   std::atomic<uint32_t> epochs_{0};  // release on raise, acquire on read (see epochs())

@@ -137,7 +137,7 @@ grpc::Status ReplicaService::GetCheckpoint(grpc::ServerContext* ctx,
     files = checkpointer_->OpenNewest();
   } else {
     // A peer's copy: every checkpoint file kept for it (its last push pruned the rest).
-    std::lock_guard<std::mutex> lock(put_mu_);
+    MutexLock lock(put_mu_);
     std::error_code ec;
     std::vector<std::string> names;
     if (!peer_dir_.empty())
@@ -160,7 +160,7 @@ grpc::Status ReplicaService::PutCheckpoint(grpc::ServerContext* ctx,
                                            adam::v1::PutCheckpointResponse* resp) {
   if (peer_dir_.empty())
     return {grpc::StatusCode::FAILED_PRECONDITION, "this parameter server keeps no peer copies"};
-  std::lock_guard<std::mutex> lock(put_mu_);
+  MutexLock lock(put_mu_);
   adam::v1::CheckpointChunk c;
   std::optional<ChunkSink> sink;
   std::optional<uint32_t> server;

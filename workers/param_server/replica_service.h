@@ -5,11 +5,11 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 
 #include "adam/v1/replica.grpc.pb.h"
+#include "core/mutex.h"
 #include "core/status.h"
 #include "param_server/checkpoint.h"
 #include "param_server/param_store.h"
@@ -49,7 +49,7 @@ class ReplicaService final : public adam::v1::ReplicaService::Service {
   const Checkpointer* checkpointer_;
   uint32_t server_;
   std::string peer_dir_;
-  std::mutex put_mu_;  // one PutCheckpoint at a time
+  Mutex put_mu_;  // one PutCheckpoint at a time
 };
 
 // A shard state's identity on the wire (ForwardRequest's version, term and push marks; marks of

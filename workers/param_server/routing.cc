@@ -8,13 +8,13 @@
 #include <set>
 
 #include "core/event.h"
-#include "param_server/replica_service.h"
 #include "net/grpc.h"
+#include "param_server/replica_service.h"
 
 namespace adam::ps {
 
 bool Routing::Update(const v1::ShardMap& map) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (known_ && map.version() <= map_.version()) return false;
   for (const auto& r : map.shards()) {
     const bool now = !r.replicas().empty() && r.replicas(0) == self_;
@@ -46,31 +46,31 @@ bool Routing::Update(const v1::ShardMap& map) {
 }
 
 uint64_t Routing::version() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return map_.version();
 }
 
 bool Routing::IsPrimary(uint32_t shard) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return known_ && int(shard) < map_.shards_size() && !map_.shards(int(shard)).replicas().empty() &&
          map_.shards(int(shard)).replicas(0) == self_;
 }
 
 int Routing::primaries() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   int n = 0;
   for (const auto& r : map_.shards()) n += !r.replicas().empty() && r.replicas(0) == self_;
   return n;
 }
 
-void Routing::RenewLease(std::chrono::steady_clock::time_point sent) {
-  std::lock_guard<std::mutex> l(mu_);
+void Routing::RenewLease(Clock::TimePoint sent) {
+  MutexLock l(mu_);
   lease_until_ = std::max(lease_until_, sent + lease_);
 }
 
 std::string Routing::RefusalLocked(uint32_t shard) const {
   if (!known_) return "ps-" + std::to_string(self_) + " has no shard map yet";
-  if (std::chrono::steady_clock::now() > lease_until_)
+  if (clock_->Now() > lease_until_)
     return "ps-" + std::to_string(self_) + " has not heard from the controller leader for " +
            std::to_string(lease_.count()) + " ms (map version " + std::to_string(map_.version()) +
            ")";
@@ -91,12 +91,12 @@ std::string Routing::RefusalLocked(uint32_t shard) const {
 }
 
 std::string Routing::Refusal(uint32_t shard) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return RefusalLocked(shard);
 }
 
 std::string Routing::Admit(const std::vector<uint32_t>& shards, std::vector<uint32_t>* promoted) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (uint32_t id : shards)
     if (std::string why = RefusalLocked(id); !why.empty()) return why;
   if (promoted != nullptr && !promoted_.empty())
@@ -119,10 +119,10 @@ std::vector<std::pair<uint32_t, std::vector<std::string>>> Routing::ForwardTarge
 }
 
 std::vector<Routing::Target> Routing::Targets() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::vector<Target> out;
   if (!known_) return out;
-  auto address = [&](uint32_t id) {
+  auto address = [&](uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return int(id) < map_.servers_size() && map_.servers(int(id)).alive()
                ? map_.servers(int(id)).replication_address()
                : std::string();
@@ -141,7 +141,7 @@ std::vector<Routing::Target> Routing::Targets() const {
 }
 
 std::vector<Routing::CatchUp> Routing::CatchUps() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::vector<CatchUp> out;
   for (const auto& [shard, term] : catching_up_) {
     CatchUp c{shard, term, {}};
@@ -158,13 +158,13 @@ std::vector<Routing::CatchUp> Routing::CatchUps() const {
 }
 
 void Routing::CaughtUp(uint32_t shard, uint64_t term) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (auto it = catching_up_.find(shard); it != catching_up_.end() && it->second == term)
     catching_up_.erase(it);
 }
 
 std::vector<uint32_t> Routing::Copying() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::vector<uint32_t> out;
   for (const auto& r : map_.shards())
     if (std::count(r.copying().begin(), r.copying().end(), self_)) out.push_back(r.shard());
@@ -172,17 +172,17 @@ std::vector<uint32_t> Routing::Copying() const {
 }
 
 void Routing::MarkReceived(uint32_t shard) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   received_.insert(shard);
 }
 
 bool Routing::Received(uint32_t shard) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return received_.count(shard) > 0;
 }
 
 bool Routing::TakePromotion(uint32_t shard) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return promoted_.erase(shard) > 0;
 }
 
@@ -198,7 +198,7 @@ ControllerLink::ControllerLink(uint32_t self, std::vector<std::string> members, 
       beat_(std::chrono::milliseconds(50), [this] { Beat(); }) {}
 
 void ControllerLink::SetAddresses(const ServerAddresses& addresses) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   addresses_ = addresses;
 }
 
@@ -207,7 +207,7 @@ void ControllerLink::Beat() {
     for (const auto& m : members_) stubs_.push_back(v1::Controller::NewStub(net::MakeChannel(m)));
   ServerAddresses addr;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!addresses_) return;
     addr = *addresses_;
   }
@@ -228,7 +228,7 @@ void ControllerLink::Beat() {
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
   net::SetDeadline(&ctx, std::chrono::milliseconds(500));
-  const auto sent = std::chrono::steady_clock::now();
+  const auto sent = routing_->clock()->Now();
   const grpc::Status s = stubs_[target_]->Heartbeat(&ctx, req, &resp);
   if (!s.ok() || !resp.accepted()) {
     // Follow the leader's address when given, otherwise try the next member.
@@ -261,7 +261,7 @@ int64_t SteadyNs() {
 
 void Forwarder::Stop() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -280,7 +280,7 @@ double Forwarder::lag_seconds() const {
 void Forwarder::WhenDurable(std::vector<std::pair<uint32_t, uint64_t>> need,
                             std::function<void(const grpc::Status&)> done) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!stop_) {
       waiters_.push_back({std::move(need), std::move(done)});
       kicked_ = true;
@@ -292,7 +292,7 @@ void Forwarder::WhenDurable(std::vector<std::pair<uint32_t, uint64_t>> need,
 }
 
 size_t Forwarder::waiting() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return waiters_.size();
 }
 
@@ -302,14 +302,14 @@ void Forwarder::Loop() {
   for (;;) {
     bool waiting = false;
     {
-      std::unique_lock<std::mutex> l(mu_);
+      MutexLock l(mu_);
       // Back to back while pushes wait (a short pause when a round had nothing to send, e.g.
       // waiting for a copy the controller has yet to drop); otherwise a round every interval,
       // looking for promotions to catch up every 20 ms.
       const auto pause = !waiters_.empty() ? (busy ? std::chrono::milliseconds(0)
                                                    : std::chrono::milliseconds(5))
                                            : std::chrono::milliseconds(20);
-      cv_.wait_for(l, pause, [&] { return stop_ || kicked_; });
+      l.AwaitFor(cv_, pause, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || kicked_; });
       kicked_ = false;
       if (stop_) break;
       waiting = !waiters_.empty();
@@ -325,7 +325,7 @@ void Forwarder::Loop() {
   }
   std::vector<Waiter> left;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     left.swap(waiters_);
   }
   for (auto& w : left)
@@ -350,7 +350,7 @@ void Forwarder::CatchUp(const std::vector<Routing::CatchUp>& catch_ups) {
       grpc::Status status;
     };
     std::vector<std::unique_ptr<Call>> calls;
-    std::mutex mu;
+    Mutex mu;
     std::condition_variable cv;
     size_t left = c.from.size();
     for (const auto& a : c.from) {
@@ -358,16 +358,15 @@ void Forwarder::CatchUp(const std::vector<Routing::CatchUp>& catch_ups) {
       Call* call = calls.back().get();
       net::SetDeadline(&call->ctx, kCatchUpDeadline);
       call->req.set_shard(c.shard);
-      Stub(a)->async()->ReadShard(&call->ctx, &call->req, &call->resp,
-                                  [&, call](grpc::Status s) {
-                                    std::lock_guard<std::mutex> l(mu);
-                                    call->status = std::move(s);
-                                    if (--left == 0) cv.notify_all();
-                                  });
+      Stub(a)->async()->ReadShard(&call->ctx, &call->req, &call->resp, [&, call](grpc::Status s) {
+        MutexLock l(mu);
+        call->status = std::move(s);
+        if (--left == 0) cv.notify_all();
+      });
     }
     {
-      std::unique_lock<std::mutex> l(mu);
-      cv.wait(l, [&] { return left == 0; });
+      MutexLock l(mu);
+      l.Await(cv, [&] { return left == 0; });
     }
     const v1::ForwardRequest* best = nullptr;
     bool all = true;
@@ -460,7 +459,7 @@ bool Forwarder::Round() {
   }
   // Every forward of the round at once; each copy's answer records what it holds, and the pushes
   // it completes a quorum for are answered then, not when the slowest copy answers.
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
   size_t left = calls.size();
   std::vector<Call*> answered;
@@ -468,7 +467,7 @@ bool Forwarder::Round() {
     Call* c = cp.get();
     net::SetDeadline(&c->ctx, kForwardDeadline);
     Stub(c->address)->async()->Forward(&c->ctx, c->req.get(), &c->resp, [&, c](grpc::Status s) {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       c->status = std::move(s);
       answered.push_back(c);
       --left;
@@ -478,8 +477,8 @@ bool Forwarder::Round() {
   for (bool more = !calls.empty(); more;) {
     std::vector<Call*> batch;
     {
-      std::unique_lock<std::mutex> l(mu);
-      cv.wait(l, [&] { return !answered.empty(); });
+      MutexLock l(mu);
+      l.Await(cv, [&] { return !answered.empty(); });
       batch.swap(answered);
       more = left > 0;
     }
@@ -505,7 +504,7 @@ bool Forwarder::Round() {
 void Forwarder::Settle() {
   std::vector<Waiter> mine;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (waiters_.empty()) return;
     mine.swap(waiters_);
   }
@@ -539,7 +538,7 @@ void Forwarder::Settle() {
       keep.push_back(std::move(w));
     }
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (auto& w : keep) waiters_.push_back(std::move(w));
 }
 

@@ -34,7 +34,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -43,6 +42,8 @@
 
 #include "adam/v1/controller.grpc.pb.h"
 #include "adam/v1/replica.grpc.pb.h"
+#include "core/clock.h"
+#include "core/mutex.h"
 #include "core/periodic.h"
 #include "param_server/param_store.h"
 
@@ -60,10 +61,13 @@ class Routing {
   // A primary serves only while its lease lasts: `lease` after its last heartbeat the leader
   // accepted. It must be shorter than the controller's server timeout, so a server that lost
   // touch with the controller stops serving before the controller promotes another copy.
-  explicit Routing(uint32_t self, std::chrono::milliseconds lease = kPrimaryLease)
-      : self_(self), lease_(lease) {}
-  // Called when the leader accepted a heartbeat sent at `sent`.
-  void RenewLease(std::chrono::steady_clock::time_point sent);
+  // The lease is measured on `clock` (not owned).
+  explicit Routing(uint32_t self, std::chrono::milliseconds lease = kPrimaryLease,
+                   Clock* clock = Clock::Real())
+      : self_(self), lease_(lease), clock_(clock) {}
+  // Called when the leader accepted a heartbeat sent at `sent` (a time of clock()).
+  void RenewLease(Clock::TimePoint sent);
+  Clock* clock() const { return clock_; }
   // Adopts `map` if it is newer; returns whether it did.
   bool Update(const v1::ShardMap& map);
   uint64_t version() const;
@@ -109,16 +113,18 @@ class Routing {
   std::string Admit(const std::vector<uint32_t>& shards, std::vector<uint32_t>* promoted);
 
  private:
-  std::string RefusalLocked(uint32_t shard) const;  // mu_ held
+  std::string RefusalLocked(uint32_t shard) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const uint32_t self_;
   const std::chrono::milliseconds lease_;
-  mutable std::mutex mu_;
-  std::chrono::steady_clock::time_point lease_until_{};
-  v1::ShardMap map_;
-  bool known_ = false;
-  std::set<uint32_t> received_;
-  std::set<uint32_t> promoted_;
-  std::map<uint32_t, uint64_t> catching_up_;  // shard -> map version it was promoted at
+  Clock* const clock_;
+  mutable Mutex mu_;
+  Clock::TimePoint lease_until_ ABSL_GUARDED_BY(mu_){};
+  v1::ShardMap map_ ABSL_GUARDED_BY(mu_);
+  bool known_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<uint32_t> received_ ABSL_GUARDED_BY(mu_);
+  std::set<uint32_t> promoted_ ABSL_GUARDED_BY(mu_);
+  // Shard -> the map version it was promoted at.
+  std::map<uint32_t, uint64_t> catching_up_ ABSL_GUARDED_BY(mu_);
 };
 
 struct ServerAddresses {
@@ -143,11 +149,11 @@ class ControllerLink {
   const ParamStore* store_;
   std::vector<std::unique_ptr<v1::Controller::Stub>> stubs_;
   std::vector<std::string> members_;
-  std::mutex mu_;
-  std::optional<ServerAddresses> addresses_;
+  Mutex mu_;
+  std::optional<ServerAddresses> addresses_ ABSL_GUARDED_BY(mu_);
   const uint64_t incarnation_;  // random, nonzero: tells the controller this process restarted
   size_t target_ = 0;  // the member believed to lead (beat thread only)
-  std::atomic<uint64_t> heartbeats_{0};
+  std::atomic<uint64_t> heartbeats_{0};  // a counter; ordering nothing
   Periodic beat_;  // last: runs Beat every 50 ms once everything above exists
 };
 
@@ -196,17 +202,19 @@ class Forwarder {
   // Loop thread only:
   std::map<std::string, std::unique_ptr<v1::ReplicaService::Stub>> stubs_;  // by address
   std::map<std::pair<uint32_t, std::string>, uint64_t> sent_;  // (shard, address) -> version held
+  // Written by the loop thread, read by lag_seconds() on the metrics thread: each a value on its
+  // own (sequentially consistent, once a round); a reading that mixes two rounds is one round off.
   std::atomic<uint64_t> bytes_{0};
   std::atomic<bool> in_sync_{true};
   std::atomic<int64_t> round_started_ns_{0};  // 0 between rounds
   // steady_clock time (ns) of the last round that ended with every copy current.
   std::atomic<int64_t> in_sync_at_ns_{std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::steady_clock::now().time_since_epoch()).count()};
-  mutable std::mutex mu_;  // guards the fields below
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;
-  bool kicked_ = false;
-  std::vector<Waiter> waiters_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool kicked_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: runs Loop once everything above exists
 };
 

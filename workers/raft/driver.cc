@@ -6,11 +6,11 @@
 #include <condition_variable>
 #include <deque>
 #include <future>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "adam/v1/controller.grpc.pb.h"
+#include "core/mutex.h"
 #include "net/grpc.h"
 #include "raft/storage.h"
 #include "raft/wire.h"
@@ -31,7 +31,7 @@ class PeerSender {
   ~PeerSender() {
     Stream* release = nullptr;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       stopping_ = true;
       if (stream_ != nullptr) {
         stream_->ctx.TryCancel();  // a write in flight fails and releases the stream
@@ -43,13 +43,13 @@ class PeerSender {
       }
     }
     if (release != nullptr) release->RemoveHold();
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return streams_ == 0; });
+    MutexLock l(mu_);
+    l.Await(cv_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_ == 0; });
   }
   void Enqueue(const Message& m) {
     Stream* start = nullptr;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (stopping_) return;
       if (queue_.size() >= 4096) queue_.pop_front();  // a peer that is down: Raft re-sends
       queue_.push_back(m);
@@ -78,8 +78,8 @@ class PeerSender {
     bool held = true;
   };
 
-  // Under mu_: moves the queue into `s`'s batch; nullptr when there is nothing to send.
-  Stream* TakeBatch(Stream* s) {
+  // Moves the queue into `s`'s batch; nullptr when there is nothing to send.
+  Stream* TakeBatch(Stream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (queue_.empty()) {
       s->writing = false;
       return nullptr;
@@ -95,7 +95,7 @@ class PeerSender {
     Stream* next = nullptr;
     bool release = false;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (!ok || stopping_ || stream_ != s) {
         // Broken (or closing): drop this stream; the next message opens a new one.
         s->writing = false;
@@ -111,7 +111,7 @@ class PeerSender {
   }
 
   void StreamDone(Stream* s) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (stream_ == s) stream_ = nullptr;
     delete s;
     --streams_;
@@ -119,12 +119,12 @@ class PeerSender {
   }
 
   std::unique_ptr<v1::RaftTransport::Stub> stub_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<Message> queue_;
-  Stream* stream_ = nullptr;  // the open stream, if any
-  int streams_ = 0;           // streams not yet done (the destructor waits for them)
-  bool stopping_ = false;
+  std::deque<Message> queue_ ABSL_GUARDED_BY(mu_);
+  Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // the open stream, if any
+  int streams_ ABSL_GUARDED_BY(mu_) = 0;  // streams not yet done (the destructor waits for them)
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
@@ -146,13 +146,13 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
     std::promise<Status> done;
   };
 
-  mutable std::mutex mu;  // inbox and info
+  mutable Mutex mu;
   std::condition_variable cv;
-  std::vector<Message> inbox;
-  std::vector<std::shared_ptr<Proposal>> proposals_in;
-  std::vector<std::shared_ptr<Read>> reads_in;
-  bool running = false;
-  DriverInfo info;
+  std::vector<Message> inbox ABSL_GUARDED_BY(mu);
+  std::vector<std::shared_ptr<Proposal>> proposals_in ABSL_GUARDED_BY(mu);
+  std::vector<std::shared_ptr<Read>> reads_in ABSL_GUARDED_BY(mu);
+  bool running ABSL_GUARDED_BY(mu) = false;
+  DriverInfo info ABSL_GUARDED_BY(mu);
   std::thread loop;
 
   // Loop-thread state.
@@ -172,7 +172,7 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
       if (!m.ok()) return m.status();
       ms.push_back(std::move(*m));
     }
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     for (Message& m : ms) inbox.push_back(std::move(m));
     cv.notify_all();
     return OkStatus();
@@ -185,7 +185,7 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
       if (Status s = Deliver(batch); !s.ok())
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, s.message());
       {
-        std::lock_guard<std::mutex> l(mu);
+        MutexLock l(mu);
         if (!running) break;
       }
     }
@@ -200,8 +200,8 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
       std::vector<std::shared_ptr<Proposal>> props;
       std::vector<std::shared_ptr<Read>> rds;
       {
-        std::unique_lock<std::mutex> l(mu);
-        cv.wait_until(l, next_tick, [&] {
+        MutexLock l(mu);
+        l.AwaitUntil(cv, next_tick, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
           return !running || !inbox.empty() || !proposals_in.empty() || !reads_in.empty();
         });
         if (!running) break;
@@ -338,7 +338,7 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
       last_term = node->term();
       if (on_role) on_role(last_role, last_term);
     }
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     info = {node->role(), node->term(), node->leader(), node->commit(), applied, proposals_total,
             storage->log_bytes()};
   }
@@ -379,7 +379,7 @@ void Driver::Start() {
   for (const auto& [id, addr] : impl_->options.peers)
     if (id != impl_->options.id) impl_->senders[id] = std::make_unique<PeerSender>(addr);
   {
-    std::lock_guard<std::mutex> l(impl_->mu);
+    MutexLock l(impl_->mu);
     impl_->running = true;
   }
   impl_->loop = std::thread([this] {
@@ -390,7 +390,7 @@ void Driver::Start() {
 
 void Driver::Stop() {
   {
-    std::lock_guard<std::mutex> l(impl_->mu);
+    MutexLock l(impl_->mu);
     if (!impl_->running && !impl_->loop.joinable()) return;
     impl_->running = false;
     impl_->cv.notify_all();
@@ -406,7 +406,7 @@ void Driver::ProposeAsync(std::string data, std::chrono::milliseconds timeout,
   p->deadline = Clock::now() + timeout;
   p->done = std::move(done);
   {
-    std::lock_guard<std::mutex> l(impl_->mu);
+    MutexLock l(impl_->mu);
     if (impl_->running) {
       impl_->proposals_in.push_back(p);
       impl_->cv.notify_all();
@@ -432,7 +432,7 @@ Status Driver::ReadBarrier(std::chrono::milliseconds timeout) {
   auto r = std::make_shared<Impl::Read>();
   auto f = r->done.get_future();
   {
-    std::lock_guard<std::mutex> l(impl_->mu);
+    MutexLock l(impl_->mu);
     if (!impl_->running) return UnavailableError("raft driver not running");
     impl_->reads_in.push_back(r);
     impl_->cv.notify_all();
@@ -444,7 +444,7 @@ Status Driver::ReadBarrier(std::chrono::milliseconds timeout) {
 }
 
 DriverInfo Driver::info() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   return impl_->info;
 }
 

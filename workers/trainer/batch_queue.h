@@ -6,8 +6,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <string>
+
+#include "core/mutex.h"
 
 namespace adam::trainer {
 
@@ -27,8 +28,10 @@ class BatchQueue {
 
   // Blocks while full. Returns false if the queue was closed.
   bool Push(BatchItem item) {
-    std::unique_lock<std::mutex> lock(mu_);
-    not_full_.wait(lock, [&] { return closed_ || items_.size() < capacity_; });
+    MutexLock lock(mu_);
+    lock.Await(not_full_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return closed_ || items_.size() < capacity_;
+    });
     if (closed_) return false;
     items_.push_back(std::move(item));
     not_empty_.notify_all();
@@ -38,8 +41,9 @@ class BatchQueue {
   // Takes the next batch. Returns false, taking nothing, when the head is an end marker or the
   // queue is closed.
   bool PopBatch(BatchItem* out) {
-    std::unique_lock<std::mutex> lock(mu_);
-    not_empty_.wait(lock, [&] { return closed_ || !items_.empty(); });
+    MutexLock lock(mu_);
+    lock.Await(not_empty_,
+               [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || !items_.empty(); });
     if (closed_ || items_.front().end) return false;
     *out = std::move(items_.front());
     items_.pop_front();
@@ -49,8 +53,10 @@ class BatchQueue {
 
   // Takes the end marker at the head (waiting for it). Returns false if closed.
   bool PopMarker(BatchItem* out) {
-    std::unique_lock<std::mutex> lock(mu_);
-    not_empty_.wait(lock, [&] { return closed_ || (!items_.empty() && items_.front().end); });
+    MutexLock lock(mu_);
+    lock.Await(not_empty_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return closed_ || (!items_.empty() && items_.front().end);
+    });
     if (closed_) return false;
     *out = std::move(items_.front());
     items_.pop_front();
@@ -60,7 +66,7 @@ class BatchQueue {
 
   // Wakes every waiter; later pushes and pops fail.
   void Close() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     closed_ = true;
     not_empty_.notify_all();
     not_full_.notify_all();
@@ -68,10 +74,10 @@ class BatchQueue {
 
  private:
   const size_t capacity_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable not_empty_, not_full_;
-  std::deque<BatchItem> items_;  // guarded by mu_
-  bool closed_ = false;          // guarded by mu_
+  std::deque<BatchItem> items_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace adam::trainer

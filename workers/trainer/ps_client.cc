@@ -7,13 +7,13 @@
 #include <condition_variable>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
 
 #include "adam/v1/controller.grpc.pb.h"
 #include "adam/v1/ps.grpc.pb.h"
+#include "core/mutex.h"
 #include "net/grpc.h"
 #include "trainer/server_wait.h"
 
@@ -136,7 +136,7 @@ class GrpcClient final : public ParamServerClient {
     for (int i = 0; i < n; ++i) todo[size_t(i)] = i;
     ServerWait wait(options_.server_wait, options_.waits, options_.waiting);
     for (;;) {
-      std::mutex mu;
+      Mutex mu;
       std::condition_variable cv;
       size_t left = todo.size();
       std::vector<grpc::Status> results(static_cast<size_t>(n));
@@ -144,14 +144,14 @@ class GrpcClient final : public ParamServerClient {
       for (int i : todo) {
         net::SetDeadline(&ctxs[size_t(i)], options_.rpc_timeout);
         start(i, &ctxs[size_t(i)], [&, i](grpc::Status s) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(mu);
           results[size_t(i)] = std::move(s);
           if (--left == 0) cv.notify_all();
         });
       }
       {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return left == 0; });
+        MutexLock lock(mu);
+        lock.Await(cv, [&] { return left == 0; });
       }
       std::vector<int> again;
       for (int i : todo) {
@@ -182,10 +182,11 @@ class GrpcClient final : public ParamServerClient {
   const std::vector<std::string> addresses_;
   const GrpcParamServerClientOptions options_;
   std::vector<std::unique_ptr<adam::v1::ParameterService::Stub>> stubs_;
-  std::atomic<uint64_t> pushed_{0};  // statistics only: relaxed ordering suffices
+  // Statistics, and a value read on its own: nothing else is ordered by them.
+  std::atomic<uint64_t> pushed_{0};
   std::atomic<uint64_t> dense_{0};
   std::atomic<uint64_t> pulled_{0};
-  std::atomic<uint32_t> epochs_{0};  // a value on its own: relaxed ordering suffices
+  std::atomic<uint32_t> epochs_{0};
 };
 
 
@@ -213,7 +214,7 @@ class RoutedClient final : public ParamServerClient {
 
   ~RoutedClient() override {
     {
-      std::lock_guard<std::mutex> l(watch_mu_);
+      MutexLock l(watch_mu_);
       stop_ = true;
       if (watch_ctx_) watch_ctx_->TryCancel();
     }
@@ -228,7 +229,7 @@ class RoutedClient final : public ParamServerClient {
       for (size_t i = 0; !members_.empty();) {
         grpc::ClientContext ctx;
         {
-          std::lock_guard<std::mutex> l(watch_mu_);
+          MutexLock l(watch_mu_);
           if (stop_) return;
           watch_ctx_ = &ctx;
         }
@@ -239,21 +240,22 @@ class RoutedClient final : public ParamServerClient {
         while (reader->Read(&map)) {
           StatusOr<std::shared_ptr<const Route>> r = MakeRoute(map);
           if (!r.ok()) continue;  // e.g. a shard without a live primary yet: a later map will do
-          std::lock_guard<std::mutex> l(mu_);
+          MutexLock l(mu_);
           if (!route_ || (*r)->version > route_->version) route_ = *r;
         }
         (void)reader->Finish();
-        std::unique_lock<std::mutex> l(watch_mu_);
+        MutexLock l(watch_mu_);
         watch_ctx_ = nullptr;
         if (stop_) return;
         ++i;  // that member failed or went away: the next one, after a pause
-        watch_cv_.wait_for(l, std::chrono::milliseconds(100), [&] { return stop_; });
+        l.AwaitFor(watch_cv_, std::chrono::milliseconds(100),
+                   [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) { return stop_; });
       }
     });
   }
 
   uint64_t shard_map_version() const override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return route_ ? route_->version : 0;
   }
 
@@ -274,7 +276,7 @@ class RoutedClient final : public ParamServerClient {
       if (best && best->version() > min_version) {
         StatusOr<std::shared_ptr<const Route>> r = MakeRoute(*best);
         if (r.ok()) {
-          std::lock_guard<std::mutex> l(mu_);
+          MutexLock l(mu_);
           if (!route_ || (*r)->version > route_->version) route_ = *r;
           return OkStatus();
         }
@@ -326,10 +328,10 @@ class RoutedClient final : public ParamServerClient {
   Status Pull(float* out, uint64_t clock) override {
     std::set<uint32_t> pending;
     for (const auto& s : base_.shards()) pending.insert(s.id);
-    std::mutex out_mu;
+    Mutex out_mu;  // guards the three below (locals: the analysis covers members only)
     Status bad;
     uint64_t bytes = 0;
-    uint32_t epochs = UINT32_MAX;  // guarded by out_mu
+    uint32_t epochs = UINT32_MAX;
     Status st = Retry("pull", &pending, [&](const Route& r, int server,
                                             const std::set<uint32_t>& shards,
                                             grpc::ClientContext* ctx,
@@ -340,7 +342,7 @@ class RoutedClient final : public ParamServerClient {
       for (uint32_t id : shards) call->first.add_shards(id);
       auto on_done = [&, call, done](grpc::Status s) {
         if (s.ok()) {
-          std::lock_guard<std::mutex> l(out_mu);
+          MutexLock l(out_mu);
           epochs = std::min(epochs, call->second.epochs());
           for (const auto& sd : call->second.shards()) {
             if (sd.shard() >= base_.shards().size() ||
@@ -397,7 +399,7 @@ class RoutedClient final : public ParamServerClient {
     update::UpdatePlan plan =
         update::UpdatePlan::Make(layout_, routed, push_every_, spec::DenseUpdates::kWeights);
     auto r = std::make_shared<Route>(Route{m.version(), std::move(routed), std::move(plan), {}, {}});
-    std::lock_guard<std::mutex> l(stub_mu_);
+    MutexLock l(stub_mu_);
     for (const auto& sv : m.servers()) {
       r->addresses.push_back(sv.address());
       auto& stub = stubs_[sv.address()];
@@ -409,7 +411,7 @@ class RoutedClient final : public ParamServerClient {
   }
 
   std::shared_ptr<const Route> current() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     return route_;
   }
 
@@ -425,7 +427,7 @@ class RoutedClient final : public ParamServerClient {
       std::shared_ptr<const Route> r = current();
       std::map<int, std::set<uint32_t>> by_server;
       for (uint32_t id : *pending) by_server[r->map.shards()[id].server].insert(id);
-      std::mutex mu;
+      Mutex mu;
       std::condition_variable cv;
       size_t left = by_server.size();
       std::map<int, grpc::Status> results;
@@ -435,14 +437,14 @@ class RoutedClient final : public ParamServerClient {
         ctxs.push_back(std::make_unique<grpc::ClientContext>());
         net::SetDeadline(ctxs.back().get(), options_.rpc_timeout);
         start(*r, server, entry.second, ctxs.back().get(), [&, server](grpc::Status s) {
-          std::lock_guard<std::mutex> lock(mu);
+          MutexLock lock(mu);
           results[server] = std::move(s);
           if (--left == 0) cv.notify_all();
         });
       }
       {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return left == 0; });
+        MutexLock lock(mu);
+        lock.Await(cv, [&] { return left == 0; });
       }
       std::set<uint32_t> failed;
       std::string last;
@@ -473,19 +475,22 @@ class RoutedClient final : public ParamServerClient {
   const int push_every_;
   const GrpcParamServerClientOptions options_;
   std::vector<std::unique_ptr<adam::v1::Controller::Stub>> members_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const Route> route_;
-  std::mutex watch_mu_;  // guards stop_ and watch_ctx_
+  mutable Mutex mu_;
+  std::shared_ptr<const Route> route_ ABSL_GUARDED_BY(mu_);
+  Mutex watch_mu_;
   std::condition_variable watch_cv_;
-  bool stop_ = false;
-  grpc::ClientContext* watch_ctx_ = nullptr;
+  bool stop_ ABSL_GUARDED_BY(watch_mu_) = false;
+  grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(watch_mu_) = nullptr;
   std::thread watcher_;
-  std::mutex stub_mu_;
-  std::map<std::string, std::shared_ptr<adam::v1::ParameterService::Stub>> stubs_;
+  Mutex stub_mu_;
+  std::map<std::string, std::shared_ptr<adam::v1::ParameterService::Stub>> stubs_
+      ABSL_GUARDED_BY(stub_mu_);
+  // Statistics, and a value read on its own: nothing else is ordered by them.
   std::atomic<uint64_t> pushed_{0};
   std::atomic<uint64_t> pulled_{0};
-  std::atomic<uint32_t> epochs_{0};  // a value on its own: relaxed ordering suffices
-  // This process's pushes: a random session and a sequence number per push.
+  std::atomic<uint32_t> epochs_{0};
+  // This process's pushes: a random session and a sequence number per push (fetch_add hands out
+  // each number once; nothing is published through it).
   const uint64_t session_ = RandomSession();
   std::atomic<uint64_t> seq_{0};
 };

@@ -7,10 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
 #include "core/hogwild.h"
+#include "core/mutex.h"
 #include "model/network.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #include "topology/topology.h"
@@ -25,18 +25,24 @@ struct Replica::Impl {
     std::vector<int64_t> used;                 // capacity: rows of each slot's step
     std::vector<float> steps;                  // capacity x looped floats: -lr * gradient
     std::vector<std::vector<float>> a, e;      // per dense layer: capacity*rows x in, x units
-    alignas(64) std::atomic<int64_t> head{0};  // steps published (release)
+    // Steps published: stored with release after the step's slot is written, loaded with acquire
+    // by readers before they read it.
+    alignas(64) std::atomic<int64_t> head{0};
   };
   struct alignas(64) Cursor {
-    std::atomic<int64_t> done{0};  // steps of one producer that one reader has applied
+    // Steps of one producer that one reader has applied: released by the reader, acquired by the
+    // producer before it reuses their slots.
+    std::atomic<int64_t> done{0};
   };
   struct Private {
     std::vector<float> w;  // this worker's copy of the weights
     Ring ring;
-    std::mutex add_mu;       // guards add
-    std::vector<float> add;  // AddToWeights not yet in w
+    Mutex add_mu;
+    std::vector<float> add ABSL_GUARDED_BY(add_mu);  // AddToWeights not yet in w
+    // A hint that `add` holds something: set with release after writing it under add_mu; the
+    // worker's acquire load only decides whether to take add_mu, which orders the data.
     std::atomic<bool> has_add{false};
-    std::atomic<int64_t> waits{0};  // steps this worker published only after waiting for room
+    std::atomic<int64_t> waits{0};  // steps published only after waiting for room; a counter
     // Drain's scratch: each producer's head, and the rows gathered for one sgemm per layer.
     std::vector<int64_t> drain_to;
     std::vector<std::vector<float>> gather_a, gather_e;  // per dense layer
@@ -52,8 +58,8 @@ struct Replica::Impl {
     std::unique_ptr<model::Network> net_one;   // remainders
     std::unique_ptr<model::Network> eval;      // `eval_batch` images, reads eval_params
     std::unique_ptr<model::Network> eval_one;
-    std::unique_ptr<std::mutex> log_mu = std::make_unique<std::mutex>();  // guards log
-    DenseLog log;
+    std::unique_ptr<Mutex> log_mu = std::make_unique<Mutex>();
+    DenseLog log ABSL_GUARDED_BY(*log_mu);
     std::unique_ptr<Private> own;  // private weights only
     std::vector<float> velocity;   // momentum or weight decay: net's and net_one's step state
   };
@@ -71,7 +77,9 @@ struct Replica::Impl {
   int64_t looped_count = 0;
   std::unique_ptr<Cursor[]> cursors;  // [reader * threads + producer]
   bool exchanging = false;            // rings built (set once after Create's workers)
-  std::atomic<int> finished{0};       // workers whose RunWorkers call has returned
+  // Workers whose RunWorkers call has returned: acq_rel increments and acquire loads, so a worker
+  // that sees them all sees every step they published before.
+  std::atomic<int> finished{0};
 
   explicit Impl(model::ModelLayout l) : layout(std::move(l)) {}
   void ApplyHeld(Worker& wk, model::Network* net);
@@ -81,6 +89,7 @@ struct Replica::Impl {
   void Publish(int t, const model::Network& net);
   void Drain(int t, model::Network* own);
   void ApplyAdds(Private& p);
+  void MergeCopies();
 };
 
 Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -120,6 +129,7 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
     m.cursors = std::make_unique<Impl::Cursor[]>(threads * threads);
   }
   for (auto& wk : m.workers) {
+    MutexLock lock(*wk.log_mu);
     wk.log.activations.resize(options.record_layers.size());
     wk.log.errors.resize(options.record_layers.size());
   }
@@ -140,7 +150,10 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
       wk.own = std::make_unique<Impl::Private>();
       Impl::Private& pv = *wk.own;
       pv.w.assign(initial, initial + s.layout.num_params());
-      pv.add.assign(pv.w.size(), 0.f);
+      {
+        MutexLock lock(pv.add_mu);
+        pv.add.assign(pv.w.size(), 0.f);
+      }
       params = pv.w.data();
       Impl::Ring& ring = pv.ring;
       ring.capacity = s.options.ring_steps;
@@ -207,7 +220,7 @@ void Replica::ReadWeights(float* out) {
     return;
   }
   Impl::Private& p = *m.workers[0].own;
-  std::lock_guard<std::mutex> lock(p.add_mu);
+  MutexLock lock(p.add_mu);
   {
     HogwildScope hogwild;  // worker 0 keeps writing its copy meanwhile
     std::memcpy(out, p.w.data(), n * sizeof(float));
@@ -233,7 +246,7 @@ void Replica::AddToWeights(const float* delta) {
   }
   for (auto& wk : m.workers) {
     Impl::Private& p = *wk.own;
-    std::lock_guard<std::mutex> lock(p.add_mu);
+    MutexLock lock(p.add_mu);
     for (size_t i = 0; i < n; ++i) p.add[i] += delta[i];
     p.has_add.store(true, std::memory_order_release);
   }
@@ -242,7 +255,7 @@ void Replica::AddToWeights(const float* delta) {
 // A worker's copy takes what AddToWeights queued for it.
 void Replica::Impl::ApplyAdds(Private& p) {
   if (!p.has_add.load(std::memory_order_acquire)) return;
-  std::lock_guard<std::mutex> lock(p.add_mu);  // ReadWeights copies worker 0's under it too
+  MutexLock lock(p.add_mu);  // ReadWeights copies worker 0's under it too
   for (size_t i = 0; i < p.w.size(); ++i) {
     p.w[i] += p.add[i];
     p.add[i] = 0.f;
@@ -297,8 +310,10 @@ void Replica::Impl::Drain(int t, model::Network* own) {
     any = any || (p != t && to[size_t(p)] != cursor(t, p).done.load(std::memory_order_relaxed));
   }
   if (any) {
-    std::unique_lock<std::mutex> log_lock;
-    if (logs) log_lock = std::unique_lock<std::mutex>(*workers[0].log_mu);
+    // Held when this worker logs (the analysis cannot follow a conditional lock: `log` below is
+    // only written when `logs`).
+    std::unique_lock<Mutex> log_lock;
+    if (logs) log_lock = std::unique_lock<Mutex>(*workers[0].log_mu);
     // The weight writes only are Hogwild: ReadWeights may be copying worker 0's copy meanwhile.
     if (own) {
       HogwildScope hogwild;
@@ -319,7 +334,9 @@ void Replica::Impl::Drain(int t, model::Network* own) {
     }
     for (size_t k = 0; k < dense.size(); ++k) {
       const auto& d = dense[k];
-      DenseLog& log = workers[0].log;
+      // Worker 0's log, written only when `logs`, under log_lock: a pointer, as the analysis
+      // cannot follow that conditional lock.
+      DenseLog* log = logs ? &workers[0].log : nullptr;
       const auto& record = options.record_layers;
       const auto rec = std::find(record.begin(), record.end(), d.layer);
       const bool log_layer = logs && rec != record.end();
@@ -344,9 +361,9 @@ void Replica::Impl::Drain(int t, model::Network* own) {
         std::memcpy(ge + rows * d.units, e, size_t(n * d.units) * sizeof(float));
         rows += n;
         if (log_layer) {
-          log.activations[li].insert(log.activations[li].end(), a, a + n * d.in);
-          log.errors[li].insert(log.errors[li].end(), e, e + n * d.units);
-          if (li == 0) log.images += int(n);
+          log->activations[li].insert(log->activations[li].end(), a, a + n * d.in);
+          log->errors[li].insert(log->errors[li].end(), e, e + n * d.units);
+          if (li == 0) log->images += int(n);
         }
       };
       if (own) {
@@ -411,19 +428,7 @@ void Replica::RunWorkers(const std::function<void(int)>& fn) {
     // rounding differences from applying steps in different orders do not accumulate. Every
     // lock is held: an AddToWeights meanwhile reaches every copy or none.
     m.finished.store(0, std::memory_order_relaxed);
-    std::vector<std::unique_lock<std::mutex>> locks;
-    for (auto& wk : m.workers) locks.emplace_back(wk.own->add_mu);
-    Impl::Private& first = *m.workers[0].own;
-    for (size_t t = 0; t < m.workers.size(); ++t) {
-      Impl::Private& p = *m.workers[t].own;
-      if (t == 0) {
-        for (size_t i = 0; i < p.w.size(); ++i) p.w[i] += p.add[i];
-      } else {
-        std::memcpy(p.w.data(), first.w.data(), p.w.size() * sizeof(float));
-      }
-      std::fill(p.add.begin(), p.add.end(), 0.f);
-      p.has_add.store(false, std::memory_order_relaxed);
-    }
+    m.MergeCopies();
   }
   m.bound = 0;
   for (int b : bound) m.bound += b;
@@ -431,10 +436,28 @@ void Replica::RunWorkers(const std::function<void(int)>& fn) {
 
 // Logs a Network's held-back rows (they are the updates about to reach the shared weights), then
 // applies them.
+// Every copy's add_mu is held while `add` is read and cleared: a set of locks as long as the
+// workers, which the analysis cannot name.
+void Replica::Impl::MergeCopies() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  std::vector<std::unique_lock<Mutex>> locks;
+  for (auto& wk : workers) locks.emplace_back(wk.own->add_mu);
+  Private& first = *workers[0].own;
+  for (size_t t = 0; t < workers.size(); ++t) {
+    Private& p = *workers[t].own;
+    if (t == 0) {
+      for (size_t i = 0; i < p.w.size(); ++i) p.w[i] += p.add[i];
+    } else {
+      std::memcpy(p.w.data(), first.w.data(), p.w.size() * sizeof(float));
+    }
+    std::fill(p.add.begin(), p.add.end(), 0.f);
+    p.has_add.store(false, std::memory_order_relaxed);
+  }
+}
+
 void Replica::Impl::ApplyHeld(Worker& wk, model::Network* net) {
   if (net->pending() == 0) return;
   if (!options.record_layers.empty()) {
-    std::lock_guard<std::mutex> lock(*wk.log_mu);
+    MutexLock lock(*wk.log_mu);
     for (size_t k = 0; k < options.record_layers.size(); ++k) {
       const auto p = net->pending_rows(options.record_layers[k]);
       wk.log.activations[k].insert(wk.log.activations[k].end(), p.a, p.a + p.rows * p.in);
@@ -463,7 +486,7 @@ double Replica::Train(int t, const uint8_t* pixels, const uint8_t* labels, int c
     if (m.options.apply_every > 1) {
       if (net->pending() == m.options.apply_every) m.ApplyHeld(wk, net);
     } else if (!m.options.record_layers.empty() && !m.exchanging) {  // private: Drain logs
-      std::lock_guard<std::mutex> lock(*wk.log_mu);
+      MutexLock lock(*wk.log_mu);
       for (size_t k = 0; k < m.options.record_layers.size(); ++k) {
         const auto io = net->dense_io(m.options.record_layers[k]);
         auto& a = wk.log.activations[k];
@@ -494,7 +517,7 @@ void Replica::TakeDenseLog(int t, DenseLog* out) {
     out->activations[k].clear();
     out->errors[k].clear();
   }
-  std::lock_guard<std::mutex> lock(*wk.log_mu);
+  MutexLock lock(*wk.log_mu);
   std::swap(wk.log, *out);
 }
 

@@ -9,11 +9,11 @@
 #include <cstdio>
 #include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "core/event.h"
+#include "core/mutex.h"
 #include "core/version.h"
 #include "model/layout.h"
 #include "model/onnx.h"
@@ -47,14 +47,17 @@ struct Trainer::Impl {
   std::unique_ptr<Replica> replica;
   std::vector<double> loss;      // per worker, this epoch; each written by its worker only
   std::vector<int64_t> images;   // per worker, this epoch
-  // Sync-thread state, guarded by sync_mu.
-  std::mutex sync_mu;
-  std::vector<float> w0, snapshot, delta, pulled;
-  std::vector<DenseLog> logs;  // per worker, swapped out of the replica at each push
-  int64_t ring_waits_seen = 0;  // replica->ring_waits() at the last push
+  // The sync thread's state (the main thread's too, before the sync thread starts and after it
+  // ends).
+  Mutex sync_mu;
+  std::vector<float> w0 ABSL_GUARDED_BY(sync_mu), snapshot ABSL_GUARDED_BY(sync_mu),
+      delta ABSL_GUARDED_BY(sync_mu), pulled ABSL_GUARDED_BY(sync_mu);
+  // Per worker, swapped out of the replica at each push.
+  std::vector<DenseLog> logs ABSL_GUARDED_BY(sync_mu);
+  int64_t ring_waits_seen ABSL_GUARDED_BY(sync_mu) = 0;  // replica->ring_waits() at the last push
   // Pushes so far: (epoch << 32) | pushes within the epoch, so an epoch's end is a step every
   // trainer reaches (see param_server/clock_gate.h).
-  uint64_t clock = 0;
+  uint64_t clock ABSL_GUARDED_BY(sync_mu) = 0;
   // The epoch this trainer starts at (the job's epochs finished when it started): 0 for a new
   // job, the checkpoints' for a resumed one. Set before the prefetch thread starts.
   uint32_t first_epoch = 0;
@@ -65,29 +68,31 @@ struct Trainer::Impl {
   float lr = 0;  // this epoch's learning rate; set before the epoch's workers start
   std::atomic<int64_t> images_total{0};       // relaxed: statistics
   std::atomic<int64_t> images_since_sync{0};  // relaxed: a hint for the sync thread
-  std::atomic<bool> abort{false};             // set once on the first error
-  std::mutex err_mu;
-  Status first_error;                         // guarded by err_mu
+  // Set once on the first error, which Fail records under err_mu first; a worker that reads it
+  // late trains one more slice, harmless: relaxed reads suffice.
+  std::atomic<bool> abort{false};
+  Mutex err_mu;
+  Status first_error ABSL_GUARDED_BY(err_mu);
 
-  std::mutex sync_wait_mu;
+  Mutex sync_wait_mu;
   std::condition_variable sync_cv;
-  bool stop_sync = false;                     // guarded by sync_wait_mu
+  bool stop_sync ABSL_GUARDED_BY(sync_wait_mu) = false;
   // consistency: sync: workers wait at each push boundary until the push and pull are done.
-  std::mutex gate_mu;
+  Mutex gate_mu;
   std::condition_variable gate_cv;
 
   void Fail(const Status& s) {
     {
-      std::lock_guard<std::mutex> lock(err_mu);
+      MutexLock lock(err_mu);
       if (first_error.ok()) first_error = s;
       abort = true;
       queue.Close();
     }
-    std::lock_guard<std::mutex> lock(gate_mu);
+    MutexLock lock(gate_mu);
     gate_cv.notify_all();
   }
   Status Error() {
-    std::lock_guard<std::mutex> lock(err_mu);
+    MutexLock lock(err_mu);
     return first_error;
   }
 
@@ -153,7 +158,7 @@ Status Trainer::Impl::FetchTestSet() {
 }
 
 Status Trainer::Impl::Sync(bool epoch_end) {
-  std::lock_guard<std::mutex> lock(sync_mu);
+  MutexLock lock(sync_mu);
   const int64_t seen = images_since_sync.load(std::memory_order_relaxed);
   const int64_t n = layout->num_params();
   // The dense logs first, then the weights: every logged image's update is in the snapshot (an
@@ -196,7 +201,7 @@ Status Trainer::Impl::Sync(bool epoch_end) {
   w0.swap(pulled);
   images_since_sync.fetch_sub(seen, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> gl(gate_mu);
+    MutexLock gl(gate_mu);
     gate_cv.notify_all();
   }
   if (m.pushes) m.pushes->Increment();
@@ -214,8 +219,8 @@ void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
   const bool lockstep = job.training.consistency == spec::Consistency::kSync;
   for (int i = 0; i < item.count && !abort.load(std::memory_order_relaxed); i += step) {
     if (lockstep) {  // sync: no image past a push boundary until that push's pull is back
-      std::unique_lock<std::mutex> lock(gate_mu);
-      gate_cv.wait(lock, [&] {
+      MutexLock lock(gate_mu);
+      lock.Await(gate_cv, [&] {
         return abort.load() || images_since_sync.load(std::memory_order_relaxed) < push_every;
       });
     }
@@ -277,17 +282,18 @@ void Trainer::Impl::PrefetchLoop() {
 
 void Trainer::Impl::SyncLoop() {
   auto last_progress = Clock::now();
-  std::unique_lock<std::mutex> lock(sync_wait_mu);
+  MutexLock lock(sync_wait_mu);
   while (!stop_sync) {
-    sync_cv.wait_for(lock, std::chrono::milliseconds(100), [&] {
-      return stop_sync ||
-             images_since_sync.load(std::memory_order_relaxed) >= job.training.push_every;
-    });
+    lock.AwaitFor(
+        sync_cv, std::chrono::milliseconds(100), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_wait_mu) {
+          return stop_sync ||
+                 images_since_sync.load(std::memory_order_relaxed) >= job.training.push_every;
+        });
     if (stop_sync) break;
     if (images_since_sync.load(std::memory_order_relaxed) >= job.training.push_every) {
-      lock.unlock();
+      lock.Unlock();
       Status st = Sync(false);
-      lock.lock();
+      lock.Lock();
       if (!st.ok()) {
         Fail(st);
         return;
@@ -304,7 +310,7 @@ void Trainer::Impl::SyncLoop() {
 double Trainer::Impl::Evaluate() {
   std::vector<float> global;
   {
-    std::lock_guard<std::mutex> lock(sync_mu);
+    MutexLock lock(sync_mu);
     global = w0;
   }
   const double acc =
@@ -351,24 +357,27 @@ StatusOr<TrainerResult> Trainer::Run() {
   if (evaluates) ADAM_RETURN_IF_ERROR(s.FetchTestSet());
 
   const size_t n = size_t(s.layout->num_params());
-  s.w0.resize(n);
-  s.snapshot.resize(n);
-  s.delta.resize(n);
-  s.pulled.resize(n);
-  ADAM_RETURN_IF_ERROR(s.ps->Pull(s.w0.data(), 0));
-  ReplicaOptions ro;
-  for (const auto& d : s.plan->dense()) ro.record_layers.push_back(d.layer);
-  ro.threads = s.opt.threads;
-  ro.batch = s.job.training.batch_size;
-  ro.apply_every = s.job.training.apply_every;
-  ro.private_weights = s.job.training.thread_weights == spec::ThreadWeights::kPrivate;
-  ro.momentum = float(s.job.training.momentum);
-  ro.weight_decay = float(s.job.training.weight_decay);
-  ro.eval_batch = s.opt.eval_batch;
-  ro.bind = s.opt.bind;
-  ro.evaluate = evaluates;
-  ADAM_ASSIGN_OR_RETURN(s.replica, Replica::Create(*s.layout, ro, s.w0.data()));
-  s.logs.resize(size_t(s.opt.threads));
+  {
+    MutexLock setup(s.sync_mu);  // no other thread yet; the analysis cannot know that
+    s.w0.resize(n);
+    s.snapshot.resize(n);
+    s.delta.resize(n);
+    s.pulled.resize(n);
+    ADAM_RETURN_IF_ERROR(s.ps->Pull(s.w0.data(), 0));
+    ReplicaOptions ro;
+    for (const auto& d : s.plan->dense()) ro.record_layers.push_back(d.layer);
+    ro.threads = s.opt.threads;
+    ro.batch = s.job.training.batch_size;
+    ro.apply_every = s.job.training.apply_every;
+    ro.private_weights = s.job.training.thread_weights == spec::ThreadWeights::kPrivate;
+    ro.momentum = float(s.job.training.momentum);
+    ro.weight_decay = float(s.job.training.weight_decay);
+    ro.eval_batch = s.opt.eval_batch;
+    ro.bind = s.opt.bind;
+    ro.evaluate = evaluates;
+    ADAM_ASSIGN_OR_RETURN(s.replica, Replica::Create(*s.layout, ro, s.w0.data()));
+    s.logs.resize(size_t(s.opt.threads));
+  }
   s.loss.assign(size_t(s.opt.threads), 0);
   s.images.assign(size_t(s.opt.threads), 0);
   spdlog::info("workers: {}", s.replica->placement());
@@ -391,7 +400,10 @@ StatusOr<TrainerResult> Trainer::Run() {
   s.first_epoch = uint32_t(first);
   result.epochs = first;
   if (first > 0) {
-    s.clock = uint64_t(first) << 32;
+    {
+      MutexLock lock(s.sync_mu);
+      s.clock = uint64_t(first) << 32;
+    }
     if (first < epochs)
       spdlog::info("the parameter servers hold {} epochs finished: going on at epoch {} of {} "
                    "(learning rate {:g})", first, first + 1, epochs,
@@ -488,7 +500,7 @@ StatusOr<TrainerResult> Trainer::Run() {
     if (Status st = s.data->StopJob(); !st.ok()) spdlog::warn("stopping the job: {}", st.message());
   }
   {
-    std::lock_guard<std::mutex> lock(s.sync_wait_mu);
+    MutexLock lock(s.sync_wait_mu);
     s.stop_sync = true;
   }
   s.sync_cv.notify_all();
@@ -497,7 +509,7 @@ StatusOr<TrainerResult> Trainer::Run() {
   prefetcher.join();
   {
     // Consistency stops waiting for this trainer (best effort: the servers may be gone).
-    std::lock_guard<std::mutex> lock(s.sync_mu);
+    MutexLock lock(s.sync_mu);
     PushArgs leave;
     leave.clock = s.clock;
     leave.leave = true;
