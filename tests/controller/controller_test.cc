@@ -13,11 +13,13 @@
 #include <thread>
 
 #include "controller/shard_state.h"
+#include "core/clock.h"
 #include "model/layout.h"
 #include "trainer/ps_client.h"
 #include "net/grpc.h"
 #include "core/ports.h"
 #include "testing/tmp_dir.h"
+#include "testing/wait.h"
 
 namespace adam::controller {
 namespace {
@@ -47,6 +49,7 @@ class Group : public ::testing::Test {
     o.bootstrap = MakeBootstrap(*shard::ShardMap::Make(12 * 16, 64, kServers, 3), 3);
     o.server_timeout = 300ms;
     o.server_probation = 2s;
+    if (fake_clock_ != nullptr) o.clock = fake_clock_;
     auto c = Controller::Open(o);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     auto server = net::StartServer(members_[id], {(*c)->controller_service(), (*c)->raft_service()});
@@ -95,11 +98,66 @@ class Group : public ::testing::Test {
     return resp;
   }
 
+  FakeClock* fake_clock_ = nullptr;  // the members' clock when set (else the real one)
   testing::TmpDir dir_;
   std::map<raft::NodeId, std::string> members_;
   std::map<raft::NodeId, std::unique_ptr<Controller>> controllers_;
   std::map<raft::NodeId, std::unique_ptr<grpc::Server>> servers_;
 };
+
+// The members' failure detector on a fake clock (Raft still on real time): a server silent for
+// exactly the timeout is alive, one millisecond more and it is failed over.
+class GroupOnFakeTime : public Group {
+ protected:
+  void SetUp() override {
+    fake_clock_ = &clock_;
+    Group::SetUp();
+  }
+  FakeClock clock_;
+};
+
+TEST_F(GroupOnFakeTime, ASilentServerIsDeadAfterItsTimeoutAndNotBefore) {
+  const raft::NodeId leader = WaitLeader();
+  ASSERT_NE(leader, 0u);
+  clock_.Advance(10s);  // past a new leader's grace (two election timeouts)
+  for (uint32_t s = 0; s < kServers; ++s) ASSERT_TRUE(Beat(leader, s, 0).accepted());
+  Controller& c = *controllers_[leader];
+  ASSERT_TRUE(testing::Eventually([&] {
+    const v1::ControllerState st = c.state();
+    for (const auto& sv : st.servers())
+      if (!sv.alive()) return false;
+    return true;
+  }));
+  const uint64_t version = c.state().version();
+  // Servers 1..3 beat after each step of the clock; server 0 has gone silent.
+  const auto others_beat = [&] {
+    for (uint32_t s = 1; s < kServers; ++s) ASSERT_TRUE(Beat(leader, s, version).accepted());
+  };
+  // Rounds of the leader's supervisor that judged the servers at the clock's current time.
+  const auto judged_twice = [&] {
+    const uint64_t from = c.counters().supervisions;
+    return testing::Eventually([&] { return c.counters().supervisions >= from + 2; });
+  };
+  clock_.Advance(299ms);
+  others_beat();
+  ASSERT_TRUE(judged_twice());
+  clock_.Advance(1ms);  // silent for exactly the timeout: not yet dead
+  others_beat();
+  ASSERT_TRUE(judged_twice());
+  EXPECT_TRUE(c.state().servers(0).alive());
+  EXPECT_EQ(c.counters().failovers, 0u);
+  clock_.Advance(1ms);
+  others_beat();
+  ASSERT_TRUE(testing::Eventually([&] { return !c.state().servers(0).alive(); }));
+  const v1::ControllerState after = c.state();
+  for (uint32_t s = 1; s < kServers; ++s) EXPECT_TRUE(after.servers(int(s)).alive()) << s;
+  for (const auto& r : after.shards())
+    for (uint32_t id : r.replicas()) EXPECT_NE(id, 0u) << "shard " << r.shard();
+  // The failover's time is the fake clock's: 301 ms from the last heartbeat.
+  const std::vector<double> seconds = c.TakeFailoverSeconds();
+  ASSERT_EQ(seconds.size(), 1u);
+  EXPECT_NEAR(seconds[0], 0.301, 1e-9);
+}
 
 TEST_F(Group, ElectsALeaderThatCommitsAndServesLinearizableReads) {
   const raft::NodeId leader = WaitLeader();

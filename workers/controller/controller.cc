@@ -14,7 +14,6 @@
 namespace adam::controller {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr auto kWriteTimeout = std::chrono::milliseconds(2000);
 
 grpc::Status ToGrpc(const Status& s) {
@@ -41,15 +40,15 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
   std::condition_variable changed;
   ShardState machine ABSL_GUARDED_BY(mu);
   // Leader-local: the failure detector, the freshness reports.
-  std::map<uint32_t, Clock::time_point> last_seen ABSL_GUARDED_BY(mu);
+  std::map<uint32_t, Clock::TimePoint> last_seen ABSL_GUARDED_BY(mu);
   CopyVersions versions ABSL_GUARDED_BY(mu);
   // Alive in the map, heartbeating under a new incarnation.
   std::set<uint32_t> restarted ABSL_GUARDED_BY(mu);
   // Leader-local: when each server was last back from the dead; flapping servers' probation.
-  std::map<uint32_t, Clock::time_point> returned_at ABSL_GUARDED_BY(mu);
-  std::map<uint32_t, Clock::time_point> probation_until ABSL_GUARDED_BY(mu);
+  std::map<uint32_t, Clock::TimePoint> returned_at ABSL_GUARDED_BY(mu);
+  std::map<uint32_t, Clock::TimePoint> probation_until ABSL_GUARDED_BY(mu);
   // Failure detection counts from here (see OnRole).
-  Clock::time_point leader_since ABSL_GUARDED_BY(mu){};
+  Clock::TimePoint leader_since ABSL_GUARDED_BY(mu){};
   bool is_leader ABSL_GUARDED_BY(mu) = false;
   uint64_t announce_term ABSL_GUARDED_BY(mu) = 0;
   ControllerCounters counters ABSL_GUARDED_BY(mu);
@@ -77,7 +76,8 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
       for (uint32_t d : c.reassign().dead()) {
         dead.push_back(d);
         if (auto it = last_seen.find(d); it != last_seen.end() && failover_seconds.size() < 1024)
-          failover_seconds.push_back(std::chrono::duration<double>(Clock::now() - it->second).count());
+          failover_seconds.push_back(
+              std::chrono::duration<double>(options.clock->Now() - it->second).count());
       }
       EmitEvent({{"event", "failover"}, {"dead", dead}, {"map_version", machine.state().version()},
                  {"shards", c.reassign().shards_size()}});
@@ -151,7 +151,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         resp->set_leader_address(options.raft.peers.at(options.raft.id));
         return grpc::Status::OK;
       }
-      last_seen[in.id()] = Clock::now();
+      last_seen[in.id()] = options.clock->Now();
       need_register = !have.alive() || have.address() != in.address() ||
                       have.replication_address() != in.replication_address() ||
                       have.host() != in.host() || have.incarnation() != in.incarnation();
@@ -160,7 +160,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         // Back from the dead (it registered before). Back again soon after its last return, it
         // flaps: on probation before it gets new copies.
         if (!have.address().empty() || have.incarnation() != 0) {
-          const auto now = Clock::now();
+          const auto now = options.clock->Now();
           auto it = returned_at.find(in.id());
           if (it != returned_at.end() && now - it->second < options.flap_window) {
             probation_until[in.id()] = now + options.server_probation;
@@ -289,11 +289,12 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
       {
         MutexLock l(mu);
         const v1::ControllerState& s = machine.state();
-        const auto now = Clock::now();
+        const auto now = options.clock->Now();
         if (s.shards_size() == 0) {
           cmd.emplace();
           *cmd->mutable_bootstrap() = options.bootstrap;
         } else if (now - leader_since >= options.server_timeout) {
+          ++counters.supervisions;
           std::set<uint32_t> dead;
           for (const v1::ServerRecord& sv : s.servers()) {
             if (!sv.alive()) {
@@ -345,7 +346,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         // deposed it: at most two election timeouts) is counted as if it led until then, so
         // every lease it granted has run out before this leader moves a shard.
         const auto election = options.raft.tick * options.raft.election_ticks;
-        leader_since = Clock::now() + 2 * election;
+        leader_since = options.clock->Now() + 2 * election;
         last_seen.clear();
         versions.clear();
         restarted.clear();

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "adam/v1/controller.grpc.pb.h"
+#include "core/clock.h"
 #include "core/status.h"
 #include "raft/driver.h"
 
@@ -34,6 +35,9 @@ struct ControllerOptions {
   std::chrono::milliseconds server_timeout{500};
   std::chrono::milliseconds server_probation{2000};
   std::chrono::milliseconds flap_window{10000};
+  // Where the failure detector, probation and a new leader's grace read the time (not owned).
+  // The supervisor still looks every 20 ms of real time; Raft keeps its own ticks.
+  Clock* clock = Clock::Real();
 };
 
 struct ControllerCounters {
@@ -41,6 +45,7 @@ struct ControllerCounters {
   uint64_t failovers = 0;     // committed Reassign commands for dead servers
   uint64_t copies_done = 0;
   uint64_t restarts = 0;      // servers seen heartbeating under a new incarnation
+  uint64_t supervisions = 0;  // rounds in which this leader judged which servers are dead
 };
 
 class Controller {
