@@ -24,12 +24,12 @@
 #include "topology/topology.h"
 #include "update/update_plan.h"
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 using namespace adam;
 
 namespace {
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
+double Seconds(Steady::time_point a, Steady::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
@@ -61,9 +61,9 @@ double TriadGbps(int threads, int64_t n, int reps) {
         while (go.load() < threads) {}
         for (int64_t i = 0; i < per; ++i) x[i] = y[i] + 0.5f * z[i];
       });
-    const auto t0 = Clock::now();
+    const auto t0 = Steady::now();
     for (auto& th : ts) th.join();
-    best = std::min(best, Seconds(t0, Clock::now()));
+    best = std::min(best, Seconds(t0, Steady::now()));
   }
   for (int t = 0; t < threads; ++t)
     for (auto* v : {&a, &b, &c}) std::free((*v)[size_t(t)]);
@@ -100,7 +100,7 @@ ApplyResult ApplyGbps(int threads, int shards, int updates, int reps) {
       ops[i].values = bufs[i].as<float>();
       ops[i].done = &completion;
     }
-    const auto t0 = Clock::now();
+    const auto t0 = Steady::now();
     std::vector<std::thread> producers;
     const size_t chunk = (ops.size() + size_t(threads) - 1) / size_t(threads);
     for (int t = 0; t < threads; ++t)
@@ -110,7 +110,7 @@ ApplyResult ApplyGbps(int threads, int shards, int updates, int reps) {
       });
     for (auto& p : producers) p.join();
     done.get_future().wait();
-    best = std::min(best, Seconds(t0, Clock::now()));
+    best = std::min(best, Seconds(t0, Steady::now()));
   }
   const double bytes = double(ops.size()) * double(per) * 4;
   return {bytes / best / 1e9, double(ops.size()) / best};
@@ -139,7 +139,7 @@ RpcResult RpcBench(bool push, int clients, double seconds, const std::string& ad
   std::vector<std::vector<double>> lat(static_cast<size_t>(clients));
   std::atomic<int64_t> bytes{0};
   std::vector<std::thread> ts;
-  const auto start = Clock::now();
+  const auto start = Steady::now();
   for (int c = 0; c < clients; ++c)
     ts.emplace_back([&, c] {
       auto stub = adam::v1::ParameterService::NewStub(net::MakeChannel(address));
@@ -149,9 +149,9 @@ RpcResult RpcBench(bool push, int clients, double seconds, const std::string& ad
       d->set_values(std::string(1 << 20, '\0'));
       adam::v1::PullRequest lreq;
       lreq.add_shards(ids[size_t(c) % ids.size()]);
-      while (Seconds(start, Clock::now()) < seconds) {
+      while (Seconds(start, Steady::now()) < seconds) {
         grpc::ClientContext ctx;
-        const auto t0 = Clock::now();
+        const auto t0 = Steady::now();
         grpc::Status st;
         if (push) {
           adam::v1::PushResponse resp;
@@ -164,14 +164,14 @@ RpcResult RpcBench(bool push, int clients, double seconds, const std::string& ad
           std::fprintf(stderr, "rpc failed: %s\n", st.error_message().c_str());
           return;
         }
-        lat[size_t(c)].push_back(Seconds(t0, Clock::now()));
+        lat[size_t(c)].push_back(Seconds(t0, Steady::now()));
         bytes += 1 << 20;
       }
     });
   for (auto& t : ts) t.join();
   std::vector<double> all;
   for (auto& l : lat) all.insert(all.end(), l.begin(), l.end());
-  return Percentiles(all, double(bytes.load()), Seconds(start, Clock::now()));
+  return Percentiles(all, double(bytes.load()), Seconds(start, Steady::now()));
 }
 
 }  // namespace

@@ -603,7 +603,8 @@ TEST(ClockGate, AnExpiredPullNamesTheTrainersItWaitedFor) {
   EXPECT_EQ(ran.load(), 0);
 }
 
-TEST(UpdatePlan, AdamsModelSendsActivationsForTheBigDenseLayersOnly) {
+// Project Adam's MNIST model: two conv + pool layers, two dense layers of 400, softmax.
+spec::ModelSpec AdamsModel() {
   spec::ModelSpec m;
   m.input = {1, 28, 28};
   auto layer = [](spec::LayerType t, int a, int b = 0) {
@@ -619,7 +620,59 @@ TEST(UpdatePlan, AdamsModelSendsActivationsForTheBigDenseLayersOnly) {
               layer(spec::LayerType::kConv, 20, 5), layer(spec::LayerType::kMaxPool, 2),
               layer(spec::LayerType::kDense, 400), layer(spec::LayerType::kDense, 400),
               layer(spec::LayerType::kSoftmax, 10)};
-  auto layout = model::ModelLayout::Make(m);
+  return m;
+}
+
+// Trainers, servers and controller members each call DeriveJobLayout: the same job gives the same
+// map and plan every time, dense layers go as activations only while no controller routes
+// shards, and a model that cannot be laid out is refused naming the layer.
+TEST(UpdatePlan, EveryRoleDerivesTheSameLayoutMapAndPlanFromTheJob) {
+  spec::AdamJob job;
+  job.model = AdamsModel();
+  job.training.seed = 7;
+  job.training.push_every = 100;
+  job.training.dense_updates = spec::DenseUpdates::kAuto;
+  job.roles.parameter_server.replicas = 3;
+  job.roles.parameter_server.shard_bytes = 1 << 18;
+  job.roles.parameter_server.copies = 1;
+  auto a = update::DeriveJobLayout(job);
+  auto b = update::DeriveJobLayout(job);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
+  EXPECT_EQ(a->layout.num_params(), b->layout.num_params());
+  ASSERT_EQ(a->map.shards().size(), b->map.shards().size());
+  EXPECT_EQ(a->map.num_servers(), 3);
+  for (size_t i = 0; i < a->map.shards().size(); ++i) {
+    EXPECT_EQ(a->map.shards()[i].offset, b->map.shards()[i].offset);
+    EXPECT_EQ(a->map.shards()[i].count, b->map.shards()[i].count);
+    EXPECT_EQ(a->map.shards()[i].server, b->map.shards()[i].server);
+  }
+  ASSERT_EQ(a->plan.dense().size(), 2u);  // auto: the two 400-unit layers
+  ASSERT_EQ(b->plan.dense().size(), 2u);
+  EXPECT_EQ(a->plan.dense()[1].layer, b->plan.dense()[1].layer);
+  // A controller routes shards: weights only, told or implied by copies.
+  auto routed = update::DeriveJobLayout(job, /*routed=*/true);
+  ASSERT_TRUE(routed.ok());
+  EXPECT_TRUE(routed->plan.dense().empty());
+  job.roles.parameter_server.copies = 2;
+  auto copies = update::DeriveJobLayout(job);
+  ASSERT_TRUE(copies.ok());
+  EXPECT_TRUE(copies->plan.dense().empty());
+  // The seed places the shards: another seed, another map of the same sizes.
+  job.training.seed = 8;
+  auto other = update::DeriveJobLayout(job);
+  ASSERT_TRUE(other.ok());
+  bool moved = false;
+  for (size_t i = 0; i < a->map.shards().size(); ++i)
+    moved |= other->map.shards()[i].server != a->map.shards()[i].server;
+  EXPECT_TRUE(moved);
+  job.model.layers[0].kernel = 40;  // larger than the 28x28 input
+  auto bad = update::DeriveJobLayout(job);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("layers[0]"), std::string::npos) << bad.status().message();
+}
+
+TEST(UpdatePlan, AdamsModelSendsActivationsForTheBigDenseLayersOnly) {
+  auto layout = model::ModelLayout::Make(AdamsModel());
   ASSERT_TRUE(layout.ok()) << layout.status().ToString();
   auto map = shard::ShardMap::Make(layout->num_params(), 1 << 18, 2, 1);
   ASSERT_TRUE(map.ok());

@@ -2,16 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
-#include <atomic>
-#include <thread>
-
 #include "controller/controller.h"
 #include "controller/shard_state.h"
+#include "core/periodic.h"
 #include "core/signals.h"
 #include "metrics/metrics.h"
 #include "model/layout.h"
 #include "net/grpc.h"
 #include "shard/shard_map.h"
+#include "update/update_plan.h"
 
 namespace adam::controller {
 
@@ -49,18 +48,12 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     spdlog::error("--state-dir is required: a member must keep its votes and log");
     return 2;
   }
-  auto layout = model::ModelLayout::Make(job.model);
-  if (!layout.ok()) {
-    spdlog::error("{}", layout.status().message());
+  auto derived = update::DeriveJobLayout(job);
+  if (!derived.ok()) {
+    spdlog::error("{}", derived.status().message());
     return 1;
   }
   const auto& role = job.roles.parameter_server;
-  auto map = shard::ShardMap::Make(layout->num_params(), role.shard_bytes, role.replicas,
-                                   job.training.seed);
-  if (!map.ok()) {
-    spdlog::error("{}", map.status().message());
-    return 1;
-  }
   ControllerOptions co;
   co.raft.id = options.id;
   co.raft.peers = *members;
@@ -70,7 +63,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   co.raft.election_ticks = options.election_ticks;
   co.raft.heartbeat_ticks = std::max(1, options.election_ticks / 10);
   co.raft.seed = std::hash<std::string>{}(job.name);
-  co.bootstrap = MakeBootstrap(*map, role.copies);
+  co.bootstrap = MakeBootstrap(derived->map, role.copies);
   co.server_timeout = std::chrono::milliseconds(options.server_timeout_ms);
   co.server_probation = 4 * co.server_timeout;
   co.flap_window = 20 * co.server_timeout;
@@ -108,43 +101,38 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       "adam_controller_failover_seconds",
       "From a dead parameter server's last heartbeat to the committed map without it (leader)",
       {0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10});
-  std::atomic<bool> done{false};  // tells the sampler to end; sequentially consistent, rare
   (*controller)->Start();
-  std::thread sampler([&] {
-    ControllerCounters last;
-    raft::NodeId last_leader = 0;
-    while (!done.load()) {
-      const raft::DriverInfo info = (*controller)->raft_info();
-      if (info.leader != 0 && info.leader != last_leader) {
-        if (last_leader != 0) leader_changes.Increment();
-        last_leader = info.leader;
-      }
-      for (double sec : (*controller)->TakeFailoverSeconds()) failover_seconds.Observe(sec);
-      term.Set(double(info.term));
-      leader.Set(info.role == raft::Role::kLeader ? 1 : 0);
-      commit.Set(double(info.commit));
-      applied.Set(double(info.applied));
-      log_bytes.Set(double(info.log_bytes));
-      const v1::ControllerState s = (*controller)->state();
-      version.Set(double(s.version()));
-      int n_alive = 0, n_under = 0;
-      for (const auto& sv : s.servers()) n_alive += sv.alive();
-      for (const auto& sh : s.shards()) n_under += sh.replicas_size() < int(s.copies());
-      alive.Set(n_alive);
-      under.Set(n_under);
-      const ControllerCounters c = (*controller)->counters();
-      heartbeats.Increment(double(c.heartbeats - last.heartbeats));
-      failovers.Increment(double(c.failovers - last.failovers));
-      rebuilt.Increment(double(c.copies_done - last.copies_done));
-      restarts.Increment(double(c.restarts - last.restarts));
-      last = c;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ControllerCounters last;  // the sampler's
+  raft::NodeId last_leader = 0;
+  Periodic sampler(std::chrono::milliseconds(200), [&] {
+    const raft::DriverInfo info = (*controller)->raft_info();
+    if (info.leader != 0 && info.leader != last_leader) {
+      if (last_leader != 0) leader_changes.Increment();
+      last_leader = info.leader;
     }
+    for (double sec : (*controller)->TakeFailoverSeconds()) failover_seconds.Observe(sec);
+    term.Set(double(info.term));
+    leader.Set(info.role == raft::Role::kLeader ? 1 : 0);
+    commit.Set(double(info.commit));
+    applied.Set(double(info.applied));
+    log_bytes.Set(double(info.log_bytes));
+    const v1::ControllerState s = (*controller)->state();
+    version.Set(double(s.version()));
+    int n_alive = 0, n_under = 0;
+    for (const auto& sv : s.servers()) n_alive += sv.alive();
+    for (const auto& sh : s.shards()) n_under += sh.replicas_size() < int(s.copies());
+    alive.Set(n_alive);
+    under.Set(n_under);
+    const ControllerCounters c = (*controller)->counters();
+    heartbeats.Increment(double(c.heartbeats - last.heartbeats));
+    failovers.Increment(double(c.failovers - last.failovers));
+    rebuilt.Increment(double(c.copies_done - last.copies_done));
+    restarts.Increment(double(c.restarts - last.restarts));
+    last = c;
   });
   const int rc = net::Serve(listen, {(*controller)->controller_service(), (*controller)->raft_service()},
                             reg.port(), [&] { (*controller)->Stop(); });
-  done = true;
-  sampler.join();
+  sampler.Stop();
   (*controller)->Stop();
   return rc;
 }

@@ -3,15 +3,12 @@
 
 #include <spdlog/spdlog.h>
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
-#include <thread>
 
 #include "core/event.h"
-#include "core/mutex.h"
+#include "core/periodic.h"
 #include "core/signals.h"
 #include "metrics/metrics.h"
 #include "model/layout.h"
@@ -28,22 +25,11 @@ namespace adam::ps {
 
 int Main(const spec::AdamJob& job, const MainOptions& options) {
   BlockTerminationSignals();
-  auto layout = model::ModelLayout::Make(job.model);
-  if (!layout.ok()) {
-    spdlog::error("{}", layout.status().message());
-    return 1;
-  }
   const auto& role = job.roles.parameter_server;
   if (options.index < 0 || options.index >= role.replicas) {
     spdlog::error("--index {} is not below spec.roles.parameterServer.replicas ({})",
                   options.index, role.replicas);
     return 2;
-  }
-  auto map = shard::ShardMap::Make(layout->num_params(), role.shard_bytes, role.replicas,
-                                   job.training.seed);
-  if (!map.ok()) {
-    spdlog::error("{}", map.status().message());
-    return 1;
   }
   // With a controller, shards move between servers, so every dense layer travels as weight
   // deltas (routable per shard); every server allocates every shard, so it can take any copy.
@@ -52,27 +38,32 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     spdlog::error("--controller needs --replication-listen: copies travel over it");
     return 2;
   }
-  const auto plan = update::UpdatePlan::Make(
-      *layout, *map, job.training.push_every,
-      ha ? spec::DenseUpdates::kWeights : job.training.dense_updates);
+  auto derived = update::DeriveJobLayout(job, /*routed=*/ha);
+  if (!derived.ok()) {
+    spdlog::error("{}", derived.status().message());
+    return 1;
+  }
+  const model::ModelLayout& layout = derived->layout;
+  const shard::ShardMap& map = derived->map;
+  const update::UpdatePlan& plan = derived->plan;
   std::optional<shard::ShardMap> all_here;
   if (ha) {
-    auto m = map->WithServers(std::vector<int>(map->shards().size(), options.index));
+    auto m = map.WithServers(std::vector<int>(map.shards().size(), options.index));
     if (!m.ok()) {
       spdlog::error("{}", m.status().message());
       return 1;
     }
     all_here.emplace(std::move(*m));
   }
-  const shard::ShardMap& store_map = ha ? *all_here : *map;
+  const shard::ShardMap& store_map = ha ? *all_here : map;
   // Every server derives the same initial vector from the job's seed and keeps its shards; a
   // checkpoint, when there is one, overrides them.
-  std::vector<float> initial(size_t(layout->num_params()));
-  layout->InitParams(job.training.seed, initial.data());
+  std::vector<float> initial(size_t(layout.num_params()));
+  layout.InitParams(job.training.seed, initial.data());
   CheckpointOptions copt;
   copt.dir = options.state_dir;
   copt.server = uint32_t(options.index);
-  copt.num_params = layout->num_params();
+  copt.num_params = layout.num_params();
   copt.interval = std::chrono::milliseconds(role.persistence.interval_ms);
   copt.debug_pause_mid_flush = options.debug_flush_pause;
   Restored restored;
@@ -103,7 +94,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     }
     restored = std::move(*r);
     for (const auto& [id, s] : restored.shards) {
-      const auto& sh = map->shards()[id];
+      const auto& sh = map.shards()[id];
       std::copy(s.values.begin(), s.values.end(), initial.begin() + sh.offset);
     }
     if (restored.generation > 0) {
@@ -131,7 +122,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   store.RaiseEpochs(restored.epochs);
   initial = {};
   spdlog::info("holding {} of {} shards ({} of {} parameters); {}", store.shard_ids().size(),
-               map->shards().size(), store.total_floats(), layout->num_params(), store.placement());
+               map.shards().size(), store.total_floats(), layout.num_params(), store.placement());
   if (!plan.dense().empty()) {
     std::string layers;
     for (const auto& d : plan.dense()) layers += (layers.empty() ? "" : ", ") + std::to_string(d.layer);
@@ -231,31 +222,27 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   auto& lag = reg.Gauge("adam_ps_replication_lag_seconds",
                         "0 when every copy of this server's primary shards got the last forward "
                         "round's versions, else seconds since a round last left them all current");
-  // Sampled gauges, once a second.
-  Mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::thread sampler([&] {
-    MutexLock lock(mu);
-    uint64_t applied_seen = 0, forwarded_seen = 0, heartbeats_seen = 0;
-    do {
-      queue_depth.Set(double(store.queue_depth()));
-      const uint64_t now = store.applied_bytes();
-      applied.Increment(double(now - applied_seen));
-      applied_seen = now;
-      parked.Set(double(gate.parked()));
-      spread.Set(double(gate.Spread()));
-      if (link) {
-        map_version.Set(double(routing.version()));
-        primaries.Set(routing.primaries());
-        forwarded.Increment(double(forwarder->forwarded_bytes() - forwarded_seen));
-        forwarded_seen = forwarder->forwarded_bytes();
-        lag.Set(forwarder->lag_seconds());
-        heartbeats.Increment(double(link->heartbeats() - heartbeats_seen));
-        heartbeats_seen = link->heartbeats();
-      }
-    } while (!lock.AwaitFor(cv, std::chrono::seconds(1), [&] { return done; }));
-  });
+  // Sampled gauges: now, then once a second.
+  uint64_t applied_seen = 0, forwarded_seen = 0, heartbeats_seen = 0;  // the sampler's
+  const auto sample = [&] {
+    queue_depth.Set(double(store.queue_depth()));
+    const uint64_t now = store.applied_bytes();
+    applied.Increment(double(now - applied_seen));
+    applied_seen = now;
+    parked.Set(double(gate.parked()));
+    spread.Set(double(gate.Spread()));
+    if (link) {
+      map_version.Set(double(routing.version()));
+      primaries.Set(routing.primaries());
+      forwarded.Increment(double(forwarder->forwarded_bytes() - forwarded_seen));
+      forwarded_seen = forwarder->forwarded_bytes();
+      lag.Set(forwarder->lag_seconds());
+      heartbeats.Increment(double(link->heartbeats() - heartbeats_seen));
+      heartbeats_seen = link->heartbeats();
+    }
+  };
+  sample();
+  Periodic sampler(std::chrono::seconds(1), sample);
   // Pushes waiting for a quorum are answered (UNAVAILABLE) before the server shuts down.
   const int rc = net::Serve(
       options.listen, {&service}, reg.port(),
@@ -266,12 +253,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
       extra, on_ready);
   if (link) link->Stop();
   if (forwarder) forwarder->Stop();
-  {
-    MutexLock lock(mu);
-    done = true;
-  }
-  cv.notify_all();
-  sampler.join();
+  sampler.Stop();
   if (checkpointer) {
     checkpointer->Stop();            // no background flush (or peer copy) from here on
     auto g = checkpointer->Flush();  // the last updates, before the process goes

@@ -16,18 +16,13 @@
 namespace adam::trainer {
 
 int Main(const spec::AdamJob& job, const MainOptions& options) {
-  auto layout = model::ModelLayout::Make(job.model);
-  if (!layout.ok()) {
-    spdlog::error("{}", layout.status().message());
+  auto derived = update::DeriveJobLayout(job);
+  if (!derived.ok()) {
+    spdlog::error("{}", derived.status().message());
     return 1;
   }
-  const auto& role = job.roles.parameter_server;
-  auto map = shard::ShardMap::Make(layout->num_params(), role.shard_bytes, role.replicas,
-                                   job.training.seed);
-  if (!map.ok()) {
-    spdlog::error("{}", map.status().message());
-    return 1;
-  }
+  const model::ModelLayout& layout = derived->layout;
+  const shard::ShardMap& map = derived->map;
   auto metrics = metrics::MetricsServer::Start(options.metrics_host, options.metrics_port);
   if (!metrics.ok()) {
     spdlog::error("{}", metrics.status().message());
@@ -60,14 +55,13 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   po.trainer_index = options.index;
   po.waits = &reg.Counter("adam_trainer_server_wait_seconds_total",
                           "Seconds requests spent waiting for an unreachable parameter server (copies: 1) or data server");
-  po.waiting = &reg.Gauge("adam_trainer_servers_unreachable",
-                          "1 while a push or pull waits for an unreachable parameter server (copies: 1)");
-  const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every,
-                                             job.training.dense_updates);
-  auto ps = options.controller.empty()
-                ? ConnectParamServers(*map, plan, options.param_servers, po)
-                : ConnectRoutedParamServers(*map, *layout, job.training.push_every,
-                                            options.controller, po);
+  po.waiting =
+      &reg.Gauge("adam_trainer_servers_unreachable",
+                 "1 while a push or pull waits for an unreachable parameter server (copies: 1)");
+  auto ps =
+      options.controller.empty()
+          ? ConnectParamServers(map, derived->plan, options.param_servers, po)
+          : ConnectRoutedParamServers(map, layout, job.training.push_every, options.controller, po);
   if (!ps.ok()) {
     spdlog::error("{}", ps.status().message());
     return 1;
@@ -84,7 +78,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     co.index = options.index;
     co.every = std::chrono::milliseconds(options.check_every_ms);
     co.controller = options.controller;
-    auto r = RunPushCheck(*map, ps->get(), co);
+    auto r = RunPushCheck(map, ps->get(), co);
     if (!r.ok()) {
       spdlog::error("{}", r.status().message());
       return r.status().code() == StatusCode::kInvalidArgument ? kExitInvalid : 1;
@@ -114,8 +108,8 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   reg.Gauge("adam_cpu_pinned", "1 when this role's threads are pinned to cores of its own, else 0")
       .Set(to.bind ? 1 : 0);
   spdlog::info("training with {} threads, batch {}, {} parameters in {} shards on {} servers",
-               to.threads, job.training.batch_size, layout->num_params(), map->shards().size(),
-               map->num_servers());
+               to.threads, job.training.batch_size, layout.num_params(), map.shards().size(),
+               map.num_servers());
   DataClientOptions dco;
   dco.timeout = to.rpc_timeout;
   dco.address = options.data_server;

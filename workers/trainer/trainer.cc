@@ -343,14 +343,10 @@ Status Trainer::Impl::WriteModel(int epochs) {
 StatusOr<TrainerResult> Trainer::Run() {
   Impl& s = *impl_;
   const auto start = Clock::now();
-  ADAM_ASSIGN_OR_RETURN(auto layout, model::ModelLayout::Make(s.job.model));
-  s.layout = std::move(layout);
   {
-    const auto& role = s.job.roles.parameter_server;
-    ADAM_ASSIGN_OR_RETURN(auto map, shard::ShardMap::Make(s.layout->num_params(), role.shard_bytes,
-                                                          role.replicas, s.job.training.seed));
-    s.plan = update::UpdatePlan::Make(*s.layout, map, s.job.training.push_every,
-                                      s.job.training.dense_updates);
+    ADAM_ASSIGN_OR_RETURN(update::JobLayout derived, update::DeriveJobLayout(s.job));
+    s.layout = std::move(derived.layout);
+    s.plan = std::move(derived.plan);
   }
   ADAM_RETURN_IF_ERROR(s.CheckDataServer());
   const bool evaluates = s.opt.index == 0 || s.opt.evaluate_only;

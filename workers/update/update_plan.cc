@@ -111,4 +111,20 @@ DenseWireBytes UpdatePlan::DenseBytes(int64_t images) const {
   return b;
 }
 
+StatusOr<JobLayout> DeriveJobLayout(const spec::AdamJob& job) {
+  return DeriveJobLayout(job, job.roles.parameter_server.copies > 1);
+}
+
+StatusOr<JobLayout> DeriveJobLayout(const spec::AdamJob& job, bool routed) {
+  ADAM_ASSIGN_OR_RETURN(model::ModelLayout layout, model::ModelLayout::Make(job.model));
+  const auto& role = job.roles.parameter_server;
+  ADAM_ASSIGN_OR_RETURN(shard::ShardMap map,
+                        shard::ShardMap::Make(layout.num_params(), role.shard_bytes, role.replicas,
+                                              job.training.seed));
+  UpdatePlan plan =
+      UpdatePlan::Make(layout, map, job.training.push_every,
+                       routed ? spec::DenseUpdates::kWeights : job.training.dense_updates);
+  return JobLayout{std::move(layout), std::move(map), std::move(plan)};
+}
+
 }  // namespace adam::update

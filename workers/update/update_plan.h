@@ -71,4 +71,19 @@ class UpdatePlan {
   std::vector<std::vector<std::vector<int32_t>>> rows_;
 };
 
+// What every process of a job derives from its manifest alike: the model's layout, the initial
+// shard map (before any failover) and the update plan. Trainers, parameter servers and
+// controller members all take it from here, so "every process computes the same map" rests on
+// this one function.
+struct JobLayout {
+  model::ModelLayout layout;
+  shard::ShardMap map;
+  UpdatePlan plan;
+};
+// `routed`: a controller moves shards between servers, so every dense layer travels as weight
+// deltas (routable per shard) whatever spec.training.denseUpdates says; by default, when the job
+// has copies (spec.roles.parameterServer.copies > 1).
+StatusOr<JobLayout> DeriveJobLayout(const spec::AdamJob& job);
+StatusOr<JobLayout> DeriveJobLayout(const spec::AdamJob& job, bool routed);
+
 }  // namespace adam::update
