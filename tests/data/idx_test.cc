@@ -13,6 +13,7 @@
 
 #include "data/augment.h"
 #include "testing/tmp_dir.h"
+#include "testing/wait.h"
 
 namespace adam::data {
 namespace {
@@ -23,15 +24,6 @@ std::vector<uint8_t> Pixels(int n, int h, int w) {
   std::vector<uint8_t> p(size_t(n * h * w));
   for (size_t i = 0; i < p.size(); ++i) p[i] = uint8_t(i * 7 + 3);
   return p;
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 TEST(Idx, RoundTripsRawAndGzip) {
@@ -64,8 +56,8 @@ TEST(Idx, LoadsDatasetAndChecksShape) {
 TEST(Idx, TruncatedDataNamesFileAndOffset) {
   testing::TmpDir dir;
   ASSERT_TRUE(WriteIdx(dir.File("a"), {10, 4, 4}, Pixels(10, 4, 4), false).ok());
-  std::string bytes = ReadBytes(dir.File("a"));
-  WriteBytes(dir.File("t"), bytes.substr(0, bytes.size() - 30));
+  std::string bytes = testing::ReadText(dir.File("a"));
+  testing::WriteText(dir.File("t"), bytes.substr(0, bytes.size() - 30));
   auto arr = ReadIdx(dir.File("t"));
   ASSERT_FALSE(arr.ok());
   EXPECT_EQ(arr.status().code(), StatusCode::kDataLoss);
@@ -75,7 +67,7 @@ TEST(Idx, TruncatedDataNamesFileAndOffset) {
 TEST(Idx, TrailingDataIsRejected) {
   testing::TmpDir dir;
   ASSERT_TRUE(WriteIdx(dir.File("a"), {2, 2}, {1, 2, 3, 4}, false).ok());
-  WriteBytes(dir.File("b"), ReadBytes(dir.File("a")) + "xx");
+  testing::WriteText(dir.File("b"), testing::ReadText(dir.File("a")) + "xx");
   auto arr = ReadIdx(dir.File("b"));
   ASSERT_FALSE(arr.ok());
   EXPECT_THAT(arr.status().message(), HasSubstr("(trailing data)"));
@@ -96,15 +88,15 @@ TEST(Idx, BadHeadersNameTheByte) {
 TEST(Idx, CorruptGzipNamesTheOffset) {
   testing::TmpDir dir;
   ASSERT_TRUE(WriteIdx(dir.File("a.gz"), {50, 8, 8}, Pixels(50, 8, 8), true).ok());
-  std::string bytes = ReadBytes(dir.File("a.gz"));
+  std::string bytes = testing::ReadText(dir.File("a.gz"));
   std::string corrupt = bytes;
   for (size_t i = 20; i < 40 && i < corrupt.size(); ++i) corrupt[i] = char(~corrupt[i]);
-  WriteBytes(dir.File("c.gz"), corrupt);
+  testing::WriteText(dir.File("c.gz"), corrupt);
   auto c = ReadIdx(dir.File("c.gz"));
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(c.status().message(), HasSubstr("of the gzip file"));
-  WriteBytes(dir.File("t.gz"), bytes.substr(0, bytes.size() / 2));
+  testing::WriteText(dir.File("t.gz"), bytes.substr(0, bytes.size() / 2));
   auto t = ReadIdx(dir.File("t.gz"));
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(t.status().message(), HasSubstr("truncated gzip stream"));

@@ -23,6 +23,7 @@
 #include "testing/images.h"
 #include "testing/synthetic.h"
 #include "testing/tmp_dir.h"
+#include "testing/wait.h"
 
 namespace adam {
 namespace {
@@ -51,11 +52,6 @@ struct Result {
   std::string out, err;
 };
 
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 // Runs `adam ARGS` to completion (bounded by `timeout_s`), capturing stdout and stderr; `env`
 // ("NAME=value ...") is set for it.
 Result Adam(const testing::TmpDir& dir, const std::string& args, int timeout_s = 240,
@@ -66,8 +62,8 @@ Result Adam(const testing::TmpDir& dir, const std::string& args, int timeout_s =
   const int status = std::system(cmd.c_str());
   Result r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = Slurp(out);
-  r.err = Slurp(err);
+  r.out = testing::ReadText(out);
+  r.err = testing::ReadText(err);
   return r;
 }
 
@@ -89,7 +85,7 @@ TEST_F(AdamRun, TrainsSyntheticDataFarAboveChance) {
   auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;  // chance is 0.25
   // The report: a row and a dot per epoch, and the summary.
-  const std::string report = Slurp(dir_.File("report/index.html"));
+  const std::string report = testing::ReadText(dir_.File("report/index.html"));
   EXPECT_THAT(report, HasSubstr("<td>3</td><td>"));
   EXPECT_THAT(report, HasSubstr("<th>result</th><td>completed</td>"));
   EXPECT_THAT(report, HasSubstr("<polyline class=\"series\""));
@@ -141,7 +137,7 @@ TEST_P(LayersRun, TrainsFarAboveChance) {
       dir_, std::string("epochs: 3, learningRate: 0.02, pushEvery: 50, warmupEpochs: 1, "
                         "learningRateSchedule: {type: cosine, final: 0.1}, ") + GetParam(),
       "parameterServer: {replicas: 2, shardBytes: 1024}, trainer: {replicas: 2, threads: 2}");
-  std::string m = Slurp(path);
+  std::string m = testing::ReadText(path);
   const std::string from = "      - {type: conv, maps: 4, kernel: 3, activation: tanh}\n"
                            "      - {type: maxpool, size: 2}\n"
                            "      - {type: dense, units: 16, activation: relu}\n";
@@ -250,16 +246,6 @@ pid_t StartRun(const std::string& job, const std::string& err_path, const std::s
   return pid;
 }
 
-// Waits until the file contains `text`, up to `seconds`.
-bool WaitForText(const std::string& path, const std::string& text, int seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (Slurp(path).find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
 // Pids of processes whose command line contains `needle` (no regex characters in it).
 std::vector<pid_t> Pgrep(const std::string& needle) {
   std::vector<pid_t> pids;
@@ -288,12 +274,13 @@ TEST_F(AdamRun, KilledParameterServerStopsEveryRoleWithAClearError) {
                                    "parameterServer: {replicas: 2}, trainer: {replicas: 1}");
   const std::string err = dir_.File("run.err");
   const pid_t run = StartRun(job, err);
-  ASSERT_TRUE(WaitForText(err, "epoch   1/1000", 120)) << Slurp(err);
+  ASSERT_TRUE(testing::WaitForText(err, "epoch   1/1000", std::chrono::seconds(120)))
+      << testing::ReadText(err);
   auto ps = Pgrep("ps --job " + job + " --name ps-1");
   ASSERT_EQ(ps.size(), 1u);
   kill(ps[0], SIGKILL);
   EXPECT_EQ(WaitExit(run, 60), 1);
-  EXPECT_THAT(Slurp(err), HasSubstr("ps-1 was killed by signal"));
+  EXPECT_THAT(testing::ReadText(err), HasSubstr("ps-1 was killed by signal"));
   EXPECT_TRUE(Pgrep("--job " + job).empty()) << "children left behind";
 }
 
@@ -353,7 +340,8 @@ TEST_F(AdamRun, AHangUpOrAClosedPipeLeavesNothingBehind) {
   const std::string job = Manifest(dir_, "epochs: 1000", "trainer: {replicas: 1}");
   const std::string err = dir_.File("run.err");
   const pid_t run = StartRun(job, err, tmp);
-  ASSERT_TRUE(WaitForText(err, "epoch   1/1000", 120)) << Slurp(err);
+  ASSERT_TRUE(testing::WaitForText(err, "epoch   1/1000", std::chrono::seconds(120)))
+      << testing::ReadText(err);
   kill(run, SIGHUP);
   EXPECT_EQ(WaitExit(run, 30), 128 + SIGHUP);
   EXPECT_THAT(Leftovers(tmp), ::testing::IsEmpty());
@@ -362,7 +350,7 @@ TEST_F(AdamRun, AHangUpOrAClosedPipeLeavesNothingBehind) {
   const std::string cmd = "cd " + dir_.path() + " && TMPDIR=" + tmp + " timeout 120 " ADAM_BINARY " run " + job +
                           " 2>&1 | head -c 1 > /dev/null; echo ${PIPESTATUS[0]} > " + dir_.File("pipe.rc");
   ASSERT_EQ(std::system(("bash -c '" + cmd + "'").c_str()), 0);
-  EXPECT_EQ(Slurp(dir_.File("pipe.rc")), std::to_string(128 + SIGPIPE) + "\n");
+  EXPECT_EQ(testing::ReadText(dir_.File("pipe.rc")), std::to_string(128 + SIGPIPE) + "\n");
   EXPECT_THAT(Leftovers(tmp), ::testing::IsEmpty());
   EXPECT_TRUE(Pgrep("--job " + job).empty()) << "children left behind";
 }
@@ -378,10 +366,11 @@ TEST_F(AdamRun, InterruptStopsEveryRole) {
   const std::string job = Manifest(dir_, "epochs: 1000", "trainer: {replicas: 2}");
   const std::string err = dir_.File("run.err");
   const pid_t run = StartRun(job, err);
-  ASSERT_TRUE(WaitForText(err, "epoch   1/1000", 120)) << Slurp(err);
+  ASSERT_TRUE(testing::WaitForText(err, "epoch   1/1000", std::chrono::seconds(120)))
+      << testing::ReadText(err);
   kill(run, SIGINT);
   EXPECT_EQ(WaitExit(run, 30), 130);
-  EXPECT_THAT(Slurp(err), HasSubstr("interrupted"));
+  EXPECT_THAT(testing::ReadText(err), HasSubstr("interrupted"));
   EXPECT_TRUE(Pgrep("--job " + job).empty()) << "children left behind";
 }
 
@@ -548,7 +537,7 @@ TEST_F(AdamRun, ChaosKillingRandomControllersAndServersEndsWithEveryCopyInSync) 
   ASSERT_TRUE(j.contains("shard_map")) << r.out;
   EXPECT_EQ(j["shard_map"]["under_replicated"].get<int>(), 0) << r.out << r.err;
 
-  const std::string html = Slurp(report + "/index.html");
+  const std::string html = testing::ReadText(report + "/index.html");
   const auto count = [](const std::string& s, const std::string& what) {
     size_t n = 0;
     for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
@@ -587,7 +576,7 @@ void ExpectTheModelScores(const testing::TmpDir& dir, const nlohmann::json& summ
                           model + " " + dir.File("test-images.gz") + " " + dir.File("test-labels") +
                           " > " + dir.File("opencv.json");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  auto oj = nlohmann::json::parse(Slurp(dir.File("opencv.json")));
+  auto oj = nlohmann::json::parse(testing::ReadText(dir.File("opencv.json")));
   EXPECT_EQ(oj["correct"].get<int>(), expected);
   Result p = Adam(dir, "predict " + model + " " + dir.File("test-images.gz") + " --first 3");
   ASSERT_EQ(p.exit_code, 0) << p.err;

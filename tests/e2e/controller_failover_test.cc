@@ -110,10 +110,8 @@ TEST_F(ControllerProcesses, KillNineOfTheLeaderANewOneCommitsWithinASecond) {
   }
   auto s = Status(leader);
   EXPECT_TRUE(caught_up) << "restarted member: " << (s ? s->ShortDebugString() : "no answer")
-                         << "; leader commit " << commit << "\n" << [&] {
-                              std::ifstream in(dir_.File("m" + std::to_string(leader) + ".log"));
-                              return std::string((std::istreambuf_iterator<char>(in)), {});
-                            }();
+                         << "; leader commit " << commit << "\n"
+                         << testing::ReadText(dir_.File("m" + std::to_string(leader) + ".log"));
 }
 
 TEST_F(ControllerProcesses, AMemberWithACorruptLogRefusesToStartNamingTheByte) {
@@ -129,20 +127,15 @@ TEST_F(ControllerProcesses, AMemberWithACorruptLogRefusesToStartNamingTheByte) {
   }));
   children_[size_t(victim)]->Signal(SIGKILL);
   children_[size_t(victim)]->Wait();
-  std::string bytes;
-  {
-    std::ifstream in(log, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string bytes = testing::ReadText(log);
   ASSERT_GT(bytes.size(), 40u);
   bytes[12] ^= 0x55;  // inside the first record, which is followed by others
-  std::ofstream(log, std::ios::binary | std::ios::trunc) << bytes;
+  testing::WriteText(log, bytes);
   Start(victim);
   const int status = children_[size_t(victim)]->Wait();
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 1);
-  std::ifstream in(dir_.File("m" + std::to_string(victim) + ".log"));
-  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  const std::string text = testing::ReadText(dir_.File("m" + std::to_string(victim) + ".log"));
   EXPECT_NE(text.find("raft.log: record at byte 0: crc mismatch"), std::string::npos) << text;
 }
 

@@ -21,6 +21,7 @@
 #include "spec/adamjob.h"
 #include "testing/child.h"
 #include "testing/tmp_dir.h"
+#include "testing/wait.h"
 #include "trainer/ps_client.h"
 #include "update/update_plan.h"
 
@@ -186,11 +187,7 @@ TEST_F(PsPersistence, ReplicationAddressServesTheCheckpointToAPeerAndNothingElse
 // Server 0 copies every flush to server 1 over the replication address; when server 0's machine
 // and volume are gone, a new server 0 restores from server 1's copy.
 TEST_F(PsPersistence, AServerThatLostItsVolumeRestoresFromItsCheckpointPeer) {
-  std::string text;
-  {
-    std::ifstream in(job_path_);
-    text.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string text = testing::ReadText(job_path_);
   text.replace(text.find("replicas: 1"), 11, "replicas: 2");
   std::ofstream(job_path_) << text;
   auto job = spec::LoadAdamJob(job_path_);

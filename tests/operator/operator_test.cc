@@ -28,10 +28,9 @@ constexpr const char* kSets = "apps/v1/statefulsets";
 using testing::Eventually;
 
 Json Example(const std::string& name) {
-  std::ifstream f(std::string(ADAM_SOURCE_DIR) + "/examples/" + name + ".yaml");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  Json j = Json::parse(spec::YamlToJson(ss.str()).dump());
+  const std::string yaml =
+      testing::ReadText(std::string(ADAM_SOURCE_DIR) + "/examples/" + name + ".yaml");
+  Json j = Json::parse(spec::YamlToJson(yaml).dump());
   j["metadata"]["namespace"] = "ml";
   return j;
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "testing/tmp_dir.h"
+#include "testing/wait.h"
 
 namespace adam::ps {
 namespace {
@@ -211,8 +212,7 @@ TEST_F(CheckpointTest, EpochsFinishedTravelWithTheParameters) {
   EXPECT_EQ(*v, ReadAll(store));
 
   // The same file as format 1 wrote it: no epochs field (bytes 32-35), CRC recomputed.
-  std::ifstream in(opt_.dir + "/" + Name(1), std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes = testing::ReadText(opt_.dir + "/" + Name(1));
   ASSERT_EQ(bytes[8], 2);  // format 2
   auto refresh_crc = [&bytes] {
     const size_t body = bytes.size() - 12;

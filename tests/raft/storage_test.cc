@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "testing/tmp_dir.h"
+#include "testing/wait.h"
 
 namespace adam::raft {
 namespace {
@@ -19,14 +20,6 @@ Ready Batch(std::vector<Entry> entries, std::optional<HardState> hs = std::nullo
   r.entries = std::move(entries);
   r.hard_state = hs;
   return r;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void Spit(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
 std::unique_ptr<Storage> OpenOk(const std::string& dir) {
@@ -93,7 +86,7 @@ TEST(RaftStorage, TornFinalRecordIsCutOffAndReported) {
   }
   const std::string log = dir.path() + "/raft.log";
   const std::string partial = EncodeEntry(E(1, 3, "never acknowledged"));
-  Spit(log, Slurp(log) + partial.substr(0, partial.size() - 3));
+  testing::WriteText(log, testing::ReadText(log) + partial.substr(0, partial.size() - 3));
   size_t torn = 0;
   auto s = Storage::Open(dir.path(), &torn);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -115,10 +108,10 @@ TEST(RaftStorage, CorruptRecordBeforeTheEndIsDataLossNamingTheByte) {
     ASSERT_TRUE(s->Persist(Batch({E(1, 1, "a"), E(1, 2, "b")})).ok());
   }
   const std::string log = dir.path() + "/raft.log";
-  std::string bytes = Slurp(log);
+  std::string bytes = testing::ReadText(log);
   const size_t second = EncodeEntry(E(1, 1, "a")).size();
   bytes[second - 1] ^= 0x40;  // the data byte of the first record
-  Spit(log, bytes);
+  testing::WriteText(log, bytes);
   auto s = Storage::Open(dir.path());
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
@@ -157,11 +150,11 @@ TEST(RaftStorage, SnapshotDropsCoveredEntriesFromTheLog) {
 
 TEST(RaftStorage, CorruptSnapshotIsRefused) {
   testing::TmpDir dir;
-  Spit(dir.path() + "/snapshot", EncodeSnapshot(Snapshot{3, 1, "abc"}));
+  testing::WriteText(dir.path() + "/snapshot", EncodeSnapshot(Snapshot{3, 1, "abc"}));
   ASSERT_TRUE(Storage::Open(dir.path()).ok());
   std::string b = EncodeSnapshot(Snapshot{3, 1, "abc"});
   b[33] ^= 1;
-  Spit(dir.path() + "/snapshot", b);
+  testing::WriteText(dir.path() + "/snapshot", b);
   auto s = Storage::Open(dir.path());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("crc mismatch"), std::string::npos) << s.status().message();

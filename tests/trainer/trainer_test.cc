@@ -21,34 +21,17 @@
 #include "net/grpc.h"
 #include "param_server/clock_gate.h"
 #include "param_server/param_service.h"
+#include "testing/synthetic.h"
 #include "trainer/small_model.h"
 #include "update/update_plan.h"
 
 namespace adam::trainer {
 namespace {
 
-// Four classes of 12x12 images: a bright 4x4 square in one quadrant, over noise.
-data::Dataset Synthetic(int n, uint32_t seed) {
-  data::Dataset d;
-  d.count = n;
-  d.height = d.width = 12;
-  std::mt19937 rng(seed);
-  for (int i = 0; i < n; ++i) {
-    const int c = int(rng() % 4);
-    d.labels.push_back(uint8_t(c));
-    const int y0 = (c / 2) * 6 + 1 + int(rng() % 2), x0 = (c % 2) * 6 + 1 + int(rng() % 2);
-    for (int y = 0; y < 12; ++y)
-      for (int x = 0; x < 12; ++x) {
-        const bool in = y >= y0 && y < y0 + 4 && x >= x0 && x < x0 + 4;
-        d.pixels.push_back(uint8_t(in ? 200 + rng() % 30 : rng() % 60));
-      }
-  }
-  return d;
-}
-
 // The synthetic training and test sets, shared by two trainers in batches of 64.
 std::unique_ptr<data_server::DataSource> MakeSource() {
-  data::Dataset train = Synthetic(800, 1), test = Synthetic(200, 2);
+  data::Dataset train = testing::SyntheticDataset(800, 1);
+  data::Dataset test = testing::SyntheticDataset(200, 2);
   spec::AugmentSpec aug;
   aug.variants = 1;
   data_server::DataSourceOptions so;

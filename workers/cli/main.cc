@@ -81,14 +81,6 @@ std::vector<std::string> MemberAddresses(const std::string& members) {
   return out;
 }
 
-// A finite, non-negative number of seconds ("30", "0.5"), or nullopt.
-std::optional<double> Seconds(const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(v) || v < 0) return std::nullopt;
-  return v;
-}
-
 // "3" -> 3; "hostname" -> the ordinal at the end of this host's name plus one
 // ("job-controller-0" -> 1); nullopt when neither.
 std::optional<uint64_t> MemberId(const std::string& text) {
@@ -403,66 +395,16 @@ int main(int argc, char** argv) {
     ro.prometheus_sd = prometheus_sd;
     ro.model_out = run_model_out;
     for (const std::string& k : kills) {
-      adam::launcher::RunOptions::Kill kill;
-      const size_t at = k.find('@'), plus = k.find('+');
-      if (at == std::string::npos || at == 0) {
-        std::fprintf(stderr, "adam run: --kill %s: expected NAME@SECONDS[+RESTART]\n", k.c_str());
+      auto kill = adam::launcher::ParseKill(k, *job);
+      if (!kill.ok()) {
+        std::fprintf(stderr, "adam run: %s\n", kill.status().message().c_str());
         return kExitInvalid;
       }
-      kill.name = k.substr(0, at);
-      const std::string when =
-          k.substr(at + 1, plus == std::string::npos ? std::string::npos : plus - at - 1);
-      const std::optional<double> at_s = Seconds(when);
-      if (!at_s) {
-        std::fprintf(stderr, "adam run: --kill %s: '%s' is not a number of seconds\n", k.c_str(),
-                     when.c_str());
-        return kExitInvalid;
-      }
-      kill.at_seconds = *at_s;
-      if (plus != std::string::npos) {
-        const std::string again = k.substr(plus + 1);
-        const std::optional<double> restart = Seconds(again);
-        if (!restart || *restart <= 0) {
-          std::fprintf(stderr, "adam run: --kill %s: restart '%s' is not a positive number\n",
-                       k.c_str(), again.c_str());
-          return kExitInvalid;
-        }
-        kill.restart_after = *restart;
-      }
-      bool known = false;
-      for (const auto& in : adam::spec::MakePlan(*job).instances)
-        known |= in.name == kill.name ||
-                 (kill.name == "controller-leader" && in.role == adam::spec::Role::kController);
-      if (!known) {
-        std::fprintf(stderr,
-                     "adam run: --kill %s: the job has no role instance '%s' (see adam plan)\n",
-                     k.c_str(), kill.name.c_str());
-        return kExitInvalid;
-      }
-      ro.kills.push_back(kill);
+      ro.kills.push_back(*kill);
     }
     if (!chaos.empty()) {
-      const size_t colon = chaos.find(':');
-      const std::string secs = chaos.substr(0, colon);
-      const std::optional<double> length = Seconds(secs);
-      if (!length || *length <= 0) {
-        std::fprintf(stderr, "adam run: --chaos %s: '%s' is not a positive number of seconds\n",
-                     chaos.c_str(), secs.c_str());
-        return kExitInvalid;
-      }
-      ro.chaos_seconds = *length;
-      if (colon != std::string::npos) {
-        const std::string seed = chaos.substr(colon + 1);
-        char* end = nullptr;
-        ro.chaos_seed = std::strtoull(seed.c_str(), &end, 10);
-        if (seed.empty() || *end != '\0') {
-          std::fprintf(stderr, "adam run: --chaos %s: seed '%s' is not a number\n", chaos.c_str(),
-                       seed.c_str());
-          return kExitInvalid;
-        }
-      }
-      if (job->roles.parameter_server.copies < 2) {
-        std::fprintf(stderr, "adam run: --chaos needs spec.roles.parameterServer.copies > 1\n");
+      if (adam::Status st = adam::launcher::ParseChaos(chaos, *job, &ro); !st.ok()) {
+        std::fprintf(stderr, "adam run: %s\n", st.message().c_str());
         return kExitInvalid;
       }
     }

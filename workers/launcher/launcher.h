@@ -15,6 +15,7 @@
 #include <chrono>
 #include <string>
 
+#include "core/status.h"
 #include "spec/adamjob.h"
 
 namespace adam::launcher {
@@ -71,5 +72,14 @@ struct RunOptions {
 // SIGHUP, or SIGPIPE from a reader that went away). However it ends, the roles are stopped and a
 // temporary state directory (with its TLS key) is removed.
 int Run(const spec::AdamJob& job, const RunOptions& options);
+
+// `--kill NAME@SECONDS[+RESTART]` as a Kill. NAME must be one of the job's role instances (see
+// spec::MakePlan), or controller-leader when it has controllers; SECONDS a finite number >= 0,
+// RESTART > 0. An error names the argument and the part at fault.
+StatusOr<RunOptions::Kill> ParseKill(const std::string& text, const spec::AdamJob& job);
+// `--chaos SECONDS[:SEED]` into options->chaos_seconds (> 0) and chaos_seed (a decimal number; the
+// default seed stays without one). Refused unless spec.roles.parameterServer.copies > 1; on an
+// error `options` is unchanged.
+Status ParseChaos(const std::string& text, const spec::AdamJob& job, RunOptions* options);
 
 }  // namespace adam::launcher
