@@ -46,6 +46,9 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                               "Version of the controller's shard map the trainer routes by (copies > 1)");
   tm.staleness = &reg.Gauge("adam_trainer_staleness_images",
                             "Images trained on the replica's weights since their last pull, at the last push");
+  tm.drift_waits = &reg.Counter("adam_trainer_drift_waits_total",
+                                "Times a worker waited because the replica was kMaxUnsyncedPushes "
+                                "pushes ahead of its last push (e.g. a push held up by a failover)");
   tm.ring_waits = &reg.Counter("adam_trainer_ring_waits_total",
                                "threadWeights private: steps a worker published only after waiting "
                                "for a slower worker to apply its earlier ones");

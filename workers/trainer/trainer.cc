@@ -68,6 +68,7 @@ struct Trainer::Impl {
   float lr = 0;  // this epoch's learning rate; set before the epoch's workers start
   std::atomic<int64_t> images_total{0};       // relaxed: statistics
   std::atomic<int64_t> images_since_sync{0};  // relaxed: a hint for the sync thread
+  std::atomic<int64_t> drift_waits{0};        // relaxed: a count (see kMaxUnsyncedPushes)
   // Set once on the first error, which Fail records under err_mu first; a worker that reads it
   // late trains one more slice, harmless: relaxed reads suffice.
   std::atomic<bool> abort{false};
@@ -217,11 +218,20 @@ void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
   // Slices of pushEvery images keep the sync thread's counter fresh within a batch.
   const int step = std::max(1, std::min(push_every, item.count));
   const bool lockstep = job.training.consistency == spec::Consistency::kSync;
+  // sync: no image past a push boundary until that push's pull is back. Otherwise the replica
+  // may run at most kMaxUnsyncedPushes pushes' worth of images ahead of its last push: while a
+  // push waits out a failover, the workers wait too, instead of training thousands of images on
+  // weights the next pull replaces and then pushing them as one oversized step.
+  const int64_t limit = lockstep ? push_every : kMaxUnsyncedPushes * int64_t{push_every};
   for (int i = 0; i < item.count && !abort.load(std::memory_order_relaxed); i += step) {
-    if (lockstep) {  // sync: no image past a push boundary until that push's pull is back
+    if (lockstep || images_since_sync.load(std::memory_order_relaxed) >= limit) {
       MutexLock lock(gate_mu);
+      if (!lockstep) {
+        drift_waits.fetch_add(1, std::memory_order_relaxed);
+        if (m.drift_waits) m.drift_waits->Increment();
+      }
       lock.Await(gate_cv, [&] {
-        return abort.load() || images_since_sync.load(std::memory_order_relaxed) < push_every;
+        return abort.load() || images_since_sync.load(std::memory_order_relaxed) < limit;
       });
     }
     const int n = std::min(step, item.count - i);
@@ -490,6 +500,9 @@ StatusOr<TrainerResult> Trainer::Run() {
     if (evaluates && target && acc >= *target) break;
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - train_start).count();
+  if (const int64_t w = s.drift_waits.load(std::memory_order_relaxed); w > 0)
+    spdlog::info("workers waited {} times for a push, {} pushes ahead of the last", w,
+                 kMaxUnsyncedPushes);
   result.images = s.images_total.load();
   if (evaluates && !s.abort && result.diverged.empty()) {
     // Ends the job for every trainer: the last epoch is done or the target is reached.

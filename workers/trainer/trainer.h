@@ -55,7 +55,13 @@ struct TrainerMetrics {
   prometheus::Gauge* staleness = nullptr;   // adam_trainer_staleness_images
   prometheus::Gauge* map_version = nullptr; // adam_trainer_shard_map_version
   prometheus::Counter* ring_waits = nullptr;  // adam_trainer_ring_waits_total
+  prometheus::Counter* drift_waits = nullptr;  // adam_trainer_drift_waits_total
 };
+
+// Under async and bounded consistency a trainer's workers train on while its sync thread pushes
+// and pulls, but never more than this many pushes' worth of images (pushEvery each) ahead of the
+// last push: past it they wait for the push (a push held up by a failover holds them up too).
+inline constexpr int kMaxUnsyncedPushes = 8;
 
 // The result of a run, also emitted as the "done" event.
 struct TrainerResult {
