@@ -22,20 +22,21 @@
 #include "param_server/clock_gate.h"
 #include "param_server/param_service.h"
 #include "testing/synthetic.h"
+#include "testing/wait.h"
 #include "trainer/small_model.h"
 #include "update/update_plan.h"
 
 namespace adam::trainer {
 namespace {
 
-// The synthetic training and test sets, shared by two trainers in batches of 64.
-std::unique_ptr<data_server::DataSource> MakeSource() {
+// The synthetic training and test sets, shared by `trainers` trainers in batches of 64.
+std::unique_ptr<data_server::DataSource> MakeSource(int trainers = 2) {
   data::Dataset train = testing::SyntheticDataset(800, 1);
   data::Dataset test = testing::SyntheticDataset(200, 2);
   spec::AugmentSpec aug;
   aug.variants = 1;
   data_server::DataSourceOptions so;
-  so.trainers = 2;
+  so.trainers = trainers;
   so.batch_images = 64;
   return std::make_unique<data_server::DataSource>(std::make_unique<data::AugmentedCache>(train, aug, 1),
                                                    train.labels, std::move(test), so);
@@ -181,6 +182,80 @@ std::vector<StatusOr<TrainerResult>> RunWithoutNetwork(spec::AdamJob job) {
 }
 
 class NoNetworkJob : public ::testing::TestWithParam<spec::Consistency> {};
+
+// A parameter-server client whose first push hangs until released, as a push does while the
+// servers fail over. Until it is through nothing is pushed, so no worker that waits for it is let
+// go: each waits once, whenever it got there.
+class StallingClient final : public ParamServerClient {
+ public:
+  explicit StallingClient(std::unique_ptr<ParamServerClient> inner) : inner_(std::move(inner)) {}
+  Status Push(const PushArgs& a) override {
+    if (!a.leave && ++pushes_ == 1) {
+      stalled_.set_value();
+      release_.get_future().wait();
+    }
+    return inner_->Push(a);
+  }
+  Status Pull(float* out, uint64_t clock) override { return inner_->Pull(out, clock); }
+  uint64_t pushed_bytes() const override { return 0; }
+  uint64_t dense_bytes() const override { return 0; }
+  uint64_t pulled_bytes() const override { return 0; }
+  std::promise<void> stalled_, release_;
+
+ private:
+  std::unique_ptr<ParamServerClient> inner_;
+  int pushes_ = 0;  // the sync thread's (and the final leave's, after it ends)
+};
+
+// While a push hangs, the workers train at most kMaxUnsyncedPushes pushes' worth of images on
+// (then wait, counted in adam_trainer_drift_waits_total), and go on once it is through.
+TEST(NoNetworkStall, AHangingPushHoldsTheWorkersWithinTheDriftBound) {
+  spec::AdamJob job = Job(spec::Consistency::kAsync);
+  job.roles.parameter_server.replicas = 1;
+  job.roles.trainer.replicas = 1;
+  job.training.epochs = 2;
+  auto layout = model::ModelLayout::Make(job.model);
+  auto map = shard::ShardMap::Make(layout->num_params(), 1 << 20, 1, job.training.seed);
+  const auto plan =
+      update::UpdatePlan::Make(*layout, *map, job.training.push_every, job.training.dense_updates);
+  auto source = MakeSource(1);
+  std::vector<float> init(size_t(layout->num_params()));
+  layout->InitParams(job.training.seed, init.data());
+  LocalParams params(init, &plan, &*map, job);
+  auto client = std::make_unique<StallingClient>(std::make_unique<LocalParams::Client>(&params, 0));
+  StallingClient* stalling = client.get();
+  prometheus::Counter images, drift_waits;
+  TrainerMetrics tm;
+  tm.images = &images;
+  tm.drift_waits = &drift_waits;
+  TrainerOptions to;
+  to.threads = 2;
+  to.bind = false;
+  Trainer trainer(job, to, tm, std::make_unique<LocalData>(source.get()), std::move(client));
+  std::future<StatusOr<TrainerResult>> run =
+      std::async(std::launch::async, [&] { return trainer.Run(); });
+  // However the test ends, the push is let through, so the run can end.
+  struct Release {
+    StallingClient* c;
+    ~Release() {
+      if (!released) c->release_.set_value();
+    }
+    bool released = false;
+  } release{stalling};
+  stalling->stalled_.get_future().wait();
+  // Both workers come to wait.
+  ASSERT_TRUE(testing::Eventually([&] { return drift_waits.Value() >= 2; }));
+  EXPECT_EQ(drift_waits.Value(), 2);
+  // Images are counted per batch item once done: the bound, plus the batch each had in hand.
+  const double trained = images.Value();
+  EXPECT_LE(trained, kMaxUnsyncedPushes * job.training.push_every + 2 * 64) << trained;
+  stalling->release_.set_value();
+  release.released = true;
+  StatusOr<TrainerResult> r = run.get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->epochs, 2);
+  EXPECT_GT(r->test_accuracy, 0.5);
+}
 
 // Diverged: a loss that is not a number, infinite, or above twice what guessing costs.
 TEST(Divergence, IsALossFarAboveGuessing) {
