@@ -53,9 +53,8 @@ void FakeClock::Advance(Duration d) {
     waiting = waiters_;
   }
   for (const Waiter& w : waiting) {
-    w.mu->Lock();
+    MutexLock l(*w.mu);
     w.cv->notify_all();
-    w.mu->Unlock();
   }
 }
 

@@ -25,9 +25,6 @@ class Clock {
   // Returns false when the deadline passed (spurious wake-ups return true: callers loop on their
   // condition, as with std::condition_variable).
   virtual bool WaitUntil(MutexLock& lock, std::condition_variable& cv, TimePoint deadline) = 0;
-  bool WaitFor(MutexLock& lock, std::condition_variable& cv, Duration timeout) {
-    return WaitUntil(lock, cv, Now() + timeout);
-  }
 
   // std::chrono::steady_clock.
   static Clock* Real();

@@ -26,11 +26,9 @@ class ABSL_LOCKABLE Mutex {
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
-  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
-  void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
-  // BasicLockable, for std::unique_lock where a function holds a set of mutexes decided at run
-  // time (the analysis cannot follow those: such a function says so with
-  // ABSL_NO_THREAD_SAFETY_ANALYSIS and why its accesses are held).
+  // Taken through MutexLock. BasicLockable too, for std::unique_lock where a function holds a
+  // lock taken on a condition or a set of mutexes decided at run time (the analysis cannot follow
+  // those: such a function says so, and why its accesses are held).
   void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   void unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
 
@@ -71,11 +69,6 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
   bool AwaitUntil(std::condition_variable& cv, std::chrono::time_point<Clock, Duration> deadline,
                   Pred pred) {
     return cv.wait_until(lock_, deadline, pred);
-  }
-  // Waits for a notification or `timeout`; false when the time ran out.
-  template <class Rep, class Period>
-  bool WaitFor(std::condition_variable& cv, std::chrono::duration<Rep, Period> timeout) {
-    return cv.wait_for(lock_, timeout) == std::cv_status::no_timeout;
   }
   // Waits for a notification or `deadline`; false when the time ran out.
   template <class Clock, class Duration>
