@@ -8,26 +8,15 @@
 #include <thread>
 
 #include "controller/shard_state.h"
+#include "controller/supervisor.h"
 #include "core/event.h"
 #include "core/mutex.h"
+#include "net/grpc.h"
 
 namespace adam::controller {
 namespace {
 
 constexpr auto kWriteTimeout = std::chrono::milliseconds(2000);
-
-grpc::Status ToGrpc(const Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  grpc::StatusCode c = grpc::StatusCode::UNKNOWN;
-  switch (s.code()) {
-    case StatusCode::kFailedPrecondition: c = grpc::StatusCode::FAILED_PRECONDITION; break;
-    case StatusCode::kUnavailable: c = grpc::StatusCode::UNAVAILABLE; break;
-    case StatusCode::kDeadlineExceeded: c = grpc::StatusCode::DEADLINE_EXCEEDED; break;
-    case StatusCode::kInvalidArgument: c = grpc::StatusCode::INVALID_ARGUMENT; break;
-    default: c = grpc::StatusCode::INTERNAL; break;
-  }
-  return grpc::Status(c, s.message());
-}
 
 }  // namespace
 
@@ -39,16 +28,8 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
   mutable Mutex mu;
   std::condition_variable changed;
   ShardState machine ABSL_GUARDED_BY(mu);
-  // Leader-local: the failure detector, the freshness reports.
-  std::map<uint32_t, Clock::TimePoint> last_seen ABSL_GUARDED_BY(mu);
-  CopyVersions versions ABSL_GUARDED_BY(mu);
-  // Alive in the map, heartbeating under a new incarnation.
-  std::set<uint32_t> restarted ABSL_GUARDED_BY(mu);
-  // Leader-local: when each server was last back from the dead; flapping servers' probation.
-  std::map<uint32_t, Clock::TimePoint> returned_at ABSL_GUARDED_BY(mu);
-  std::map<uint32_t, Clock::TimePoint> probation_until ABSL_GUARDED_BY(mu);
-  // Failure detection counts from here (see OnRole).
-  Clock::TimePoint leader_since ABSL_GUARDED_BY(mu){};
+  // Leader-local: the failure detector and planner (started afresh by OnRole).
+  Supervisor supervisor_state ABSL_GUARDED_BY(mu);
   bool is_leader ABSL_GUARDED_BY(mu) = false;
   uint64_t announce_term ABSL_GUARDED_BY(mu) = 0;
   ControllerCounters counters ABSL_GUARDED_BY(mu);
@@ -75,9 +56,9 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
       nlohmann::json dead = nlohmann::json::array();
       for (uint32_t d : c.reassign().dead()) {
         dead.push_back(d);
-        if (auto it = last_seen.find(d); it != last_seen.end() && failover_seconds.size() < 1024)
-          failover_seconds.push_back(
-              std::chrono::duration<double>(options.clock->Now() - it->second).count());
+        if (auto silent = supervisor_state.SilentFor(d, options.clock->Now());
+            silent && failover_seconds.size() < 1024)
+          failover_seconds.push_back(*silent);
       }
       EmitEvent({{"event", "failover"}, {"dead", dead}, {"map_version", machine.state().version()},
                  {"shards", c.reassign().shards_size()}});
@@ -135,57 +116,30 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             "heartbeat: server " + std::to_string(in.id()) + " is not in the job (" +
                                 std::to_string(s.servers_size()) + " servers)");
-      const v1::ServerRecord& have = s.servers(int(in.id()));
-      if (have.alive() && s.copies() > 1 && have.incarnation() != 0 &&
-          in.incarnation() != have.incarnation()) {
-        // The process restarted since it registered: what it held in memory is gone, so its
-        // copies are failed over (by the supervisor) before it may register again. No lease
-        // meanwhile: it keeps beating here and is answered once it is marked dead.
-        if (restarted.insert(in.id()).second) {
-          ++counters.restarts;
-          spdlog::warn("controller: server {} restarted (new incarnation): failing over its copies",
-                       in.id());
-          EmitEvent({{"event", "server_restarted"}, {"server", in.id()}});
-        }
+      const Supervisor::Beat beat = supervisor_state.Heartbeat(s, *req, options.clock->Now());
+      if (beat.restart_seen) {
+        ++counters.restarts;
+        spdlog::warn("controller: server {} restarted (new incarnation): failing over its copies",
+                     in.id());
+        EmitEvent({{"event", "server_restarted"}, {"server", in.id()}});
+      }
+      if (!beat.accepted) {
+        // No lease meanwhile: it keeps beating here and is answered once it is marked dead.
         resp->set_accepted(false);
         resp->set_leader_address(options.raft.peers.at(options.raft.id));
         return grpc::Status::OK;
       }
-      last_seen[in.id()] = options.clock->Now();
-      need_register = !have.alive() || have.address() != in.address() ||
-                      have.replication_address() != in.replication_address() ||
-                      have.host() != in.host() || have.incarnation() != in.incarnation();
-      if (!have.alive()) {
-        restarted.erase(in.id());  // failed over: this registration is its new start
-        // Back from the dead (it registered before). Back again soon after its last return, it
-        // flaps: on probation before it gets new copies.
-        if (!have.address().empty() || have.incarnation() != 0) {
-          const auto now = options.clock->Now();
-          auto it = returned_at.find(in.id());
-          if (it != returned_at.end() && now - it->second < options.flap_window) {
-            probation_until[in.id()] = now + options.server_probation;
-            EmitEvent({{"event", "server_on_probation"}, {"server", in.id()},
-                       {"ms", options.server_probation.count()}});
-          }
-          returned_at[in.id()] = now;
-        }
-      }
-      for (const v1::ShardVersion& v : req->shards()) {
-        versions[{v.shard(), in.id()}] = v.version();
-        if (!v.in_sync() || v.shard() >= uint32_t(s.shards_size())) continue;
-        const auto& cp = s.shards(int(v.shard())).copying();
-        if (std::find(cp.begin(), cp.end(), in.id()) == cp.end()) continue;
-        v1::CopyDone d;
-        d.set_shard(v.shard());
-        d.set_server(in.id());
-        done.push_back(d);
-      }
+      if (beat.probation)
+        EmitEvent({{"event", "server_on_probation"}, {"server", in.id()},
+                   {"ms", options.server_probation.count()}});
+      need_register = beat.register_server;
+      done = beat.copies_done;
     }
     if (need_register) {
       v1::Command c;
       *c.mutable_register_() = in;
       c.mutable_register_()->set_alive(true);
-      if (Status s = Write(c); !s.ok()) return ToGrpc(s);
+      if (Status s = Write(c); !s.ok()) return net::ToGrpc(s);
     }
     for (v1::CopyDone& d : done) {
       v1::Command c;
@@ -207,7 +161,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
                            v1::ShardMap* resp) override {
     if (req->linearizable()) {
       if (Status s = driver->ReadBarrier(kWriteTimeout); !s.ok()) {
-        grpc::Status g = ToGrpc(s);
+        grpc::Status g = net::ToGrpc(s);
         return grpc::Status(g.error_code(), g.error_message() + "; leader: " + LeaderAddress());
       }
     }
@@ -248,7 +202,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
     driver->ProposeAsync(c.SerializeAsString(), kWriteTimeout,
                          [this, reactor, resp](StatusOr<uint64_t> index) {
                            if (!index.ok()) {
-                             grpc::Status g = ToGrpc(index.status());
+                             grpc::Status g = net::ToGrpc(index.status());
                              reactor->Finish(grpc::Status(
                                  g.error_code(), g.error_message() + "; leader: " + LeaderAddress()));
                              return;
@@ -293,40 +247,18 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         if (s.shards_size() == 0) {
           cmd.emplace();
           *cmd->mutable_bootstrap() = options.bootstrap;
-        } else if (now - leader_since >= options.server_timeout) {
-          ++counters.supervisions;
-          std::set<uint32_t> dead;
-          for (const v1::ServerRecord& sv : s.servers()) {
-            if (!sv.alive()) {
-              restarted.erase(sv.id());  // failed over: it may register again
-              continue;
-            }
-            auto it = last_seen.find(sv.id());
-            const auto seen = it == last_seen.end() ? leader_since : std::max(it->second, leader_since);
-            if (now - seen > options.server_timeout || restarted.count(sv.id())) dead.insert(sv.id());
-          }
-          std::set<uint32_t> probation;
-          for (auto it = probation_until.begin(); it != probation_until.end();) {
-            if (it->second <= now) {
-              it = probation_until.erase(it);
-            } else {
-              probation.insert(it->first);
-              ++it;
-            }
-          }
-          std::optional<v1::Reassign> plan =
-              dead.empty()
-                  ? PlanRepair(s, probation, /*drop_dead=*/now - leader_since >= 4 * options.server_timeout)
-                  : PlanFailover(s, dead, versions, probation);
-          if (plan) {
+        } else {
+          Supervisor::Round round = supervisor_state.Judge(s, now);
+          if (round.judged) ++counters.supervisions;
+          if (round.plan) {
             cmd.emplace();
-            *cmd->mutable_reassign() = std::move(*plan);
+            *cmd->mutable_reassign() = std::move(*round.plan);
             std::string names;
-            for (uint32_t d : dead) {
+            for (uint32_t d : round.dead) {
               if (!names.empty()) names += ',';
               names += std::to_string(d);
             }
-            if (!dead.empty())
+            if (!round.dead.empty())
               spdlog::warn("controller: servers {} missed heartbeats for {} ms or restarted: failing over",
                            names, options.server_timeout.count());
           }
@@ -346,12 +278,7 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         // deposed it: at most two election timeouts) is counted as if it led until then, so
         // every lease it granted has run out before this leader moves a shard.
         const auto election = options.raft.tick * options.raft.election_ticks;
-        leader_since = options.clock->Now() + 2 * election;
-        last_seen.clear();
-        versions.clear();
-        restarted.clear();
-        returned_at.clear();
-        probation_until.clear();
+        supervisor_state.Lead(options.clock->Now(), 2 * election);
       }
       is_leader = leader;
     }
@@ -383,6 +310,11 @@ Controller::~Controller() { Stop(); }
 StatusOr<std::unique_ptr<Controller>> Controller::Open(const ControllerOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  {
+    MutexLock l(impl->mu);
+    impl->supervisor_state =
+        Supervisor({options.server_timeout, options.server_probation, options.flap_window});
+  }
   ADAM_ASSIGN_OR_RETURN(impl->driver, raft::Driver::Open(options.raft, impl.get()));
   Impl* p = impl.get();
   impl->driver->OnRoleChange([p](raft::Role r, uint64_t t) { p->OnRole(r, t); });

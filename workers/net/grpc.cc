@@ -103,6 +103,25 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
   return Status(code, what + ": " + s.error_message());
 }
 
+grpc::Status ToGrpc(const Status& s) {
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  switch (s.code()) {
+    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case StatusCode::kDataLoss: code = grpc::StatusCode::DATA_LOSS; break;
+    case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case StatusCode::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case StatusCode::kAlreadyExists: code = grpc::StatusCode::ALREADY_EXISTS; break;
+    case StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
+    case StatusCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case StatusCode::kAborted: code = grpc::StatusCode::ABORTED; break;
+    case StatusCode::kOutOfRange: code = grpc::StatusCode::OUT_OF_RANGE; break;
+    case StatusCode::kInternal: break;
+  }
+  return grpc::Status(code, s.message());
+}
+
 void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
   ctx->set_deadline(std::chrono::system_clock::now() + timeout);
 }

@@ -56,6 +56,8 @@ Status WaitForReady(grpc::Channel* channel, const std::string& what, const std::
 
 // `what: CODE: message` as a Status (UNAVAILABLE, DEADLINE_EXCEEDED, ... keep their meaning).
 Status FromGrpc(const grpc::Status& s, const std::string& what);
+// A Status as a gRPC status with the same code and message (a code gRPC lacks: INTERNAL).
+grpc::Status ToGrpc(const Status& s);
 
 // A ClientContext deadline `timeout` from now.
 void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout);
