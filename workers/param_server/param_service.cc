@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/event.h"
+#include "net/grpc.h"
 
 namespace adam::ps {
 namespace {
@@ -16,13 +17,6 @@ namespace {
 // Images one dense update may carry: far beyond any pushEvery, small enough to bound a request.
 constexpr uint32_t kMaxDenseImages = 1 << 16;
 
-grpc::Status ToGrpc(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kNotFound: return {grpc::StatusCode::NOT_FOUND, s.message()};
-    case StatusCode::kInvalidArgument: return {grpc::StatusCode::INVALID_ARGUMENT, s.message()};
-    default: return {grpc::StatusCode::INTERNAL, s.message()};
-  }
-}
 
 grpc::Status Invalid(const std::string& message) {
   return {grpc::StatusCode::INVALID_ARGUMENT, message};
@@ -81,7 +75,7 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
       return reactor;
     }
     if (Status st = store_->CheckRange(d.shard(), int64_t(d.offset()), n); !st.ok()) {
-      reactor->Finish(ToGrpc(st));
+      reactor->Finish(net::ToGrpc(st));
       return reactor;
     }
     Op op;
@@ -329,7 +323,7 @@ grpc::ServerUnaryReactor* ParamService::ReadCopy(grpc::CallbackServerContext* ct
   std::vector<float> values(static_cast<size_t>(n));
   StatusOr<ShardMeta> meta = store_->ReadState(req->shard(), values.data(), n);
   if (!meta.ok()) {
-    reactor->Finish(ToGrpc(meta.status()));
+    reactor->Finish(net::ToGrpc(meta.status()));
     return reactor;
   }
   resp->set_values(reinterpret_cast<const char*>(values.data() + req->offset()),

@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "net/grpc.h"
+#include "param_server/replication.h"
 
 namespace adam::ps {
 namespace {
@@ -113,13 +114,6 @@ class ChunkSink {
   int files_ = 0;
 };
 
-grpc::Status ToGrpcStatus(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kInvalidArgument: return {grpc::StatusCode::INVALID_ARGUMENT, s.message()};
-    case StatusCode::kDataLoss: return {grpc::StatusCode::DATA_LOSS, s.message()};
-    default: return {grpc::StatusCode::INTERNAL, s.message()};
-  }
-}
 
 std::string PeerDir(const std::string& root, uint32_t server) {
   return root + "/ps-" + std::to_string(server);
@@ -177,11 +171,11 @@ grpc::Status ReplicaService::PutCheckpoint(grpc::ServerContext* ctx,
     } else if (c.server() != *server) {
       return {grpc::StatusCode::INVALID_ARGUMENT, "one PutCheckpoint carries one server's files"};
     }
-    if (Status st = sink->Add(c); !st.ok()) return ToGrpcStatus(st);
+    if (Status st = sink->Add(c); !st.ok()) return net::ToGrpc(st);
     if (c.keep_size() > 0) keep.assign(c.keep().begin(), c.keep().end());
   }
   if (!sink) return grpc::Status::OK;  // nothing sent
-  if (Status st = sink->Finish(); !st.ok()) return ToGrpcStatus(st);
+  if (Status st = sink->Finish(); !st.ok()) return net::ToGrpc(st);
   if (!keep.empty()) {
     std::error_code ec;
     for (const auto& de : fs::directory_iterator(PeerDir(peer_dir_, *server), ec)) {
@@ -199,41 +193,20 @@ grpc::Status ReplicaService::Forward(grpc::ServerContext*, const adam::v1::Forwa
   if (store_ == nullptr || routing_ == nullptr)
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "ps-" + std::to_string(server_) + " takes no forwards (no controller)");
-  if (routing_->IsPrimary(req->shard()))
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "ps-" + std::to_string(server_) + " is the primary of shard " +
-                            std::to_string(req->shard()) + " at map version " +
-                            std::to_string(routing_->version()));
-  const int64_t n = store_->ShardSize(req->shard());
-  if (n < 0)
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        "forward: shard " + std::to_string(req->shard()) + " is not held here");
-  if (req->values().size() != size_t(n) * 4)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "forward: shard " + std::to_string(req->shard()) + " values: " +
-                            std::to_string(req->values().size()) + " bytes, expected " +
-                            std::to_string(n * 4));
   StatusOr<ShardMeta> meta = MetaFromProto(*req);
   if (!meta.ok())
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "forward: shard " + std::to_string(req->shard()) + ": " +
                             meta.status().message());
+  if (req->values().size() % 4 != 0)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "forward: shard " + std::to_string(req->shard()) + " values: " +
+                            std::to_string(req->values().size()) + " bytes, not a multiple of 4");
   // values() is not necessarily 4-byte aligned: copy into floats.
-  std::vector<float> values(static_cast<size_t>(n));
+  std::vector<float> values(req->values().size() / 4);
   std::memcpy(values.data(), req->values().data(), req->values().size());
-  StatusOr<SetResult> set = store_->SetState(req->shard(), values.data(), n, *meta);
-  if (!set.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, set.status().message());
-  if (*set == SetResult::kStale)
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "ps-" + std::to_string(server_) + " holds shard " +
-                            std::to_string(req->shard()) + " at term " +
-                            std::to_string(store_->Term(req->shard())) +
-                            ", newer than the forward's " + std::to_string(req->term()) +
-                            ": ps-" + std::to_string(req->from_server()) + " was deposed");
-  // kHeld: this copy already holds that state or a later one of the same primary.
-  store_->RaiseEpochs(req->epochs());
-  routing_->MarkReceived(req->shard());
-  return grpc::Status::OK;
+  return net::ToGrpc(AcceptForward(server_, store_, routing_, req->shard(), values.data(),
+                              int64_t(values.size()), *meta, req->epochs(), req->from_server()));
 }
 
 grpc::Status ReplicaService::ReadShard(grpc::ServerContext*, const adam::v1::ReadShardRequest* req,

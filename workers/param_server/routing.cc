@@ -10,6 +10,7 @@
 #include "core/event.h"
 #include "net/grpc.h"
 #include "param_server/replica_service.h"
+#include "param_server/replication.h"
 
 namespace adam::ps {
 
@@ -211,20 +212,7 @@ void ControllerLink::Beat() {
     if (!addresses_) return;
     addr = *addresses_;
   }
-  v1::HeartbeatRequest req;
-  req.mutable_server()->set_id(self_);
-  req.mutable_server()->set_address(addr.address);
-  req.mutable_server()->set_replication_address(addr.replication_address);
-  req.mutable_server()->set_host(addr.host);
-  req.mutable_server()->set_incarnation(incarnation_);
-  req.set_map_version(routing_->version());
-  const std::vector<uint32_t> copying = routing_->Copying();
-  for (uint32_t id : store_->shard_ids()) {
-    auto* v = req.add_shards();
-    v->set_shard(id);
-    v->set_version(store_->Version(id));
-    v->set_in_sync(std::count(copying.begin(), copying.end(), id) > 0 && routing_->Received(id));
-  }
+  const v1::HeartbeatRequest req = MakeHeartbeat(self_, addr, incarnation_, *routing_, *store_);
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
   net::SetDeadline(&ctx, std::chrono::milliseconds(500));
@@ -239,9 +227,8 @@ void ControllerLink::Beat() {
     return;
   }
   heartbeats_.fetch_add(1);
-  if (resp.has_map() && routing_->Update(resp.map()))
+  if (TakeHeartbeatAnswer(routing_, resp, sent))
     EmitEvent({{"event", "shard_map"}, {"version", resp.map().version()}});
-  routing_->RenewLease(sent);
 }
 
 // ---- Forwarder ----
@@ -368,38 +355,34 @@ void Forwarder::CatchUp(const std::vector<Routing::CatchUp>& catch_ups) {
       MutexLock l(mu);
       l.Await(cv, [&] { return left == 0; });
     }
-    const v1::ForwardRequest* best = nullptr;
+    std::vector<CopyState> states;
     bool all = true;
     for (size_t i = 0; i < calls.size(); ++i) {
       const Call& call = *calls[i];
-      if (!call.status.ok() || call.resp.values().size() != size_t(n) * 4) {
+      StatusOr<ShardMeta> meta = call.status.ok() ? MetaFromProto(call.resp)
+                                                  : StatusOr<ShardMeta>(UnavailableError(
+                                                        call.status.error_message()));
+      if (!meta.ok() || call.resp.values().size() != size_t(n) * 4) {
         spdlog::warn("shard {}: no state from its copy at {} yet: {}", c.shard, c.from[i],
-                     call.status.ok() ? "wrong size" : call.status.error_message());
+                     meta.ok() ? std::string("wrong size") : meta.status().message());
         all = false;
         continue;
       }
-      if (!best || std::make_pair(call.resp.term(), call.resp.version()) >
-                       std::make_pair(best->term(), best->version()))
-        best = &call.resp;
+      CopyState& st = states.emplace_back();
+      st.meta = std::move(*meta);
+      st.epochs = call.resp.epochs();
+      st.values.resize(static_cast<size_t>(n));
+      std::memcpy(st.values.data(), call.resp.values().data(), call.resp.values().size());
     }
     if (!all) continue;  // asked again next time, or the next map drops that copy
-    if (best != nullptr) {
-      StatusOr<ShardMeta> meta = MetaFromProto(*best);
-      if (!meta.ok()) {
-        spdlog::warn("shard {}: its copy's state is refused: {}", c.shard, meta.status().message());
-        continue;
-      }
-      std::vector<float> values(static_cast<size_t>(n));
-      std::memcpy(values.data(), best->values().data(), best->values().size());
-      auto set = store_->SetState(c.shard, values.data(), n, *meta);
-      if (!set.ok()) continue;
-      store_->RaiseEpochs(best->epochs());
-      if (*set == SetResult::kApplied)
-        spdlog::info("shard {}: took its copy's newer state (term {}, version {})", c.shard,
-                     meta->term, meta->version);
+    StatusOr<bool> taken = FinishCatchUp(store_, routing_, c, states);
+    if (!taken.ok()) {
+      spdlog::warn("shard {}: catching up: {}", c.shard, taken.status().message());
+      continue;
     }
-    if (!store_->RaiseTerm(c.shard, c.term).ok()) continue;
-    routing_->CaughtUp(c.shard, c.term);
+    if (*taken)
+      spdlog::info("shard {}: took its copy's newer state (version {})", c.shard,
+                   store_->Version(c.shard));
     EmitEvent({{"event", "caught_up"}, {"shard", c.shard}, {"term", c.term},
                {"version", store_->Version(c.shard)}});
   }
@@ -423,14 +406,7 @@ bool Forwarder::Round() {
       behind = true;
       continue;
     }
-    const uint64_t version = store_->Version(t.shard);
-    std::vector<std::string> due;
-    for (const auto* list : {&t.in_sync, &t.copying})
-      for (const auto& a : *list) {
-        if (a.empty()) continue;  // on a server the map marks dead
-        auto it = sent_.find({t.shard, a});
-        if (it == sent_.end() || it->second < version) due.push_back(a);
-      }
+    const std::vector<std::string> due = DueCopies(t, store_->Version(t.shard), sent_);
     if (due.empty()) continue;
     const int64_t n = store_->ShardSize(t.shard);
     if (n <= 0) continue;
@@ -483,14 +459,11 @@ bool Forwarder::Round() {
       more = left > 0;
     }
     for (Call* c : batch) {
+      RecordForward(&sent_, c->shard, c->address, c->version, c->status.ok());
       if (c->status.ok()) {
-        uint64_t& held = sent_[{c->shard, c->address}];
-        held = std::max(held, c->version);
         bytes_.fetch_add(uint64_t(c->req->values().size()));
       } else {
         behind = true;
-        // A copy that restarted or refused holds an unknown state: send it everything again.
-        sent_.erase({c->shard, c->address});
       }
     }
     Settle();
@@ -513,26 +486,11 @@ void Forwarder::Settle() {
   std::vector<Waiter> keep;
   for (auto& w : mine) {
     std::string refused;
-    bool durable = true;
-    for (const auto& [shard, version] : w.need) {
-      if (std::string why = routing_->Refusal(shard); !why.empty()) {
-        refused = why;
-        break;
-      }
-      auto it = targets.find(shard);
-      if (it == targets.end()) continue;  // no copies to wait for
-      const Routing::Target& t = it->second;
-      int holding = 0;
-      for (const auto& a : t.in_sync) {
-        auto s = sent_.find({shard, a});
-        holding += !a.empty() && s != sent_.end() && s->second >= version;
-      }
-      if (holding < t.replicas / 2) durable = false;
-    }
-    if (!refused.empty()) {
+    const Durability d = CheckDurable(*routing_, targets, sent_, w.need, &refused);
+    if (d == Durability::kRefused) {
       w.done(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "update applied but not acknowledged by a quorum of copies: " + refused));
-    } else if (durable) {
+    } else if (d == Durability::kDurable) {
       w.done(grpc::Status::OK);
     } else {
       keep.push_back(std::move(w));

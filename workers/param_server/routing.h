@@ -7,8 +7,9 @@
 //   each copy's version (updates applied), and adopts every newer map the leader returns.
 // - Forwarder: every `interval` sends each shard it is the primary of, when changed, to the
 //   shard's other copies over their replication addresses (ReplicaService.Forward: the whole
-//   shard and its version). A new copy is filled by the same call; once one arrived, the copy
-//   reports in sync.
+//   shard and its version). A new copy is filled by the same call, sent every round until the map
+//   has it in sync; once one arrived, the copy reports in sync. The decisions (which copies are
+//   due, when a push is durable, what a copy accepts, a catch-up) are in replication.h.
 //
 // Acknowledgement: a trainer's push is acknowledged once a quorum of the shard's in-sync copies
 // holds it: the primary applies it, then answers when forwards of a version that includes it
@@ -201,7 +202,7 @@ class Forwarder {
   const std::chrono::milliseconds interval_;
   // Loop thread only:
   std::map<std::string, std::unique_ptr<v1::ReplicaService::Stub>> stubs_;  // by address
-  std::map<std::pair<uint32_t, std::string>, uint64_t> sent_;  // (shard, address) -> version held
+  std::map<std::pair<uint32_t, std::string>, uint64_t> sent_;  // SentVersions (replication.h)
   // Written by the loop thread, read by lag_seconds() on the metrics thread: each a value on its
   // own (sequentially consistent, once a round); a reading that mixes two rounds is one round off.
   std::atomic<uint64_t> bytes_{0};
