@@ -145,6 +145,8 @@ Status ShardState::Restore(const std::string& bytes) {
   return OkStatus();
 }
 
+int CopiesToServe(int replicas) { return replicas - replicas / 2; }
+
 std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
                                          const std::set<uint32_t>& dead,
                                          const CopyVersions& versions,
@@ -158,7 +160,7 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
   for (uint32_t id : out.dead()) after.mutable_servers(int(id))->set_alive(false);
   std::vector<int> load = Load(after);
   for (uint32_t id : out.dead()) load[id] = 0;
-  int lost = 0;  // shards whose every in-sync copy died
+  int lost = 0;  // shards waiting for copies to come back
   for (const v1::ShardRecord& rec : s.shards()) {
     bool touched = false;
     for (uint32_t id : rec.replicas()) touched |= dead.count(id) > 0;
@@ -175,12 +177,17 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
       auto it = versions.find({rec.shard(), id});
       return it == versions.end() ? uint64_t{0} : it->second;
     };
-    // Every in-sync copy lost: they stay, waiting for one to come back with its checkpoint.
-    if (alive.empty()) {
+    // The primary and too many copies lost to be sure a survivor holds every acknowledged update
+    // (a push is acknowledged on the primary and floor(R/2) others): they all stay, the dead
+    // primary first, and the shard waits for enough of them to come back (PlanRepair).
+    // When every copy died (the whole job), the freshest goes first: it serves once it is back.
+    const bool wait = primary_died && int(alive.size()) < CopiesToServe(rec.replicas_size());
+    const bool sort = primary_died && (!wait || alive.empty());
+    if (wait) {
       alive.assign(rec.replicas().begin(), rec.replicas().end());
       ++lost;
     }
-    if (primary_died)
+    if (sort)
       std::stable_sort(alive.begin(), alive.end(),
                        [&](uint32_t a, uint32_t b) { return version(a) > version(b); });
     for (uint32_t id : alive) next.add_replicas(id);
@@ -191,7 +198,7 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
   }
   out.set_reason(lost == 0 ? std::string("servers stopped heartbeating")
                             : "servers stopped heartbeating; " + std::to_string(lost) +
-                                  " shard(s) lost every copy and wait for one to come back");
+                                  " shard(s) lost too many copies and wait for them to come back");
   return out;
 }
 
@@ -210,11 +217,17 @@ std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& s,
         const bool died = sv && !sv->alive() && (!sv->address().empty() || sv->incarnation() != 0);
         if (!died) next.add_replicas(id);
       }
-      const bool any_alive = std::any_of(next.replicas().begin(), next.replicas().end(), [&](uint32_t id) {
+      auto alive = [&](uint32_t id) {
         const v1::ServerRecord* sv = Server(s, id);
         return sv && sv->alive();
-      });
-      if (any_alive && next.replicas_size() != rec.replicas_size())
+      };
+      // Served again once the primary is back, or enough copies to hold every acknowledged
+      // update (see PlanFailover).
+      const int back_now = int(std::count_if(rec.replicas().begin(), rec.replicas().end(), alive));
+      const bool enough = !rec.replicas().empty() &&
+                          (alive(rec.replicas(0)) ||
+                           back_now >= CopiesToServe(rec.replicas_size()));
+      if (enough && back_now > 0 && next.replicas_size() != rec.replicas_size())
         back = true;
       else
         next = rec;

@@ -37,6 +37,10 @@ class ShardState {
 // (hash-balanced), its secondaries the next `copies - 1` servers in index order.
 v1::ControllerState MakeBootstrap(const shard::ShardMap& map, int copies);
 
+// Of a shard's R in-sync copies, how many must be alive for one of them to hold every
+// acknowledged push: R - floor(R/2).
+int CopiesToServe(int replicas);
+
 // Freshness reports from heartbeats: (shard, server) -> updates applied to that copy.
 using CopyVersions = std::map<std::pair<uint32_t, uint32_t>, uint64_t>;
 
@@ -44,11 +48,13 @@ using CopyVersions = std::map<std::pair<uint32_t, uint32_t>, uint64_t>;
 // removed from every shard; a shard whose primary died gets the freshest surviving in-sync copy as
 // primary; every shard below `copies` gets a new copy (state "copying") on the alive server that
 // holds the fewest shards, never one that already holds it or whose host holds it, nor one in
-// `on_probation` (a server back from the dead that has not yet beaten steadily). A shard whose
-// every in-sync copy died (the whole job restarted, say) keeps them, the freshest first: no other
-// server could serve it, and a copy that comes back has restored its checkpoint; once it
-// registers again the shard is served, its primary catching up from whichever other copies are
-// back. Returns nullopt when nothing changes.
+// `on_probation` (a server back from the dead that has not yet beaten steadily).
+// A push is acknowledged once the primary and floor(R/2) of the other R-1 in-sync copies hold it,
+// so only CopiesToServe(R) survivors are sure to hold every acknowledged push between them. A
+// shard whose primary died with fewer survivors than that (every copy died when the whole job
+// restarted, or two of three servers stalled at once) keeps its in-sync copies, the dead primary
+// first, and is not served until enough of them are back (PlanRepair): a lone survivor could be
+// missing pushes the others acknowledged. Returns nullopt when nothing changes.
 std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& state,
                                          const std::set<uint32_t>& dead,
                                          const CopyVersions& versions,
@@ -56,10 +62,11 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& state,
 
 // Re-plans copies for under-replicated shards (e.g. after a server came back), on servers not
 // in `on_probation`. With `drop_dead`, a shard that kept its copies on dead servers
-// (PlanFailover) and has one back is served by those that are back, in their order; the others
-// are dropped and rebuilt as new copies. (The caller waits a while after it starts leading, so
-// after a whole job restarts every copy is back first and the primaries stay spread.) A server
-// that never registered (a bootstrap map's, not started yet) is not dead: it stays.
+// (PlanFailover) is served again once its primary is back or CopiesToServe(R) of its R copies
+// are, by those that are back, in their order; the others are dropped and rebuilt as new copies.
+// (The caller waits a while after it starts leading, so after a whole job restarts every copy is
+// back first and the primaries stay spread.) A server that never registered (a bootstrap map's,
+// not started yet) is not dead: it stays.
 std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& state,
                                        const std::set<uint32_t>& on_probation = {},
                                        bool drop_dead = true);
