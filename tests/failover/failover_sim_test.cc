@@ -1,0 +1,143 @@
+// Seeded simulations of parameter-server failover (see sim.h): 1,000 seeds within the promise
+// (one server out at a time) and 250 with partitions of any shape. A failing seed prints the
+// command that replays it; FAILOVER_SIM_TRACE=1 with it prints every decision.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+
+#include "failover/sim.h"
+
+namespace adam::failover_sim {
+namespace {
+
+// Seeds per shard of the parameterized test; FAILOVER_SIM_SEEDS overrides the total.
+constexpr int kShards = 10;
+int SeedsPerShard() {
+  if (const char* s = std::getenv("FAILOVER_SIM_SEEDS")) return std::max(1, std::atoi(s) / kShards);
+  return 100;
+}
+
+// Seeds from here run with partitions of any set of nodes (Options::any_partition).
+constexpr uint64_t kAnyPartitionSeeds = 1000000;
+
+Options OptionsFor(uint64_t seed) {
+  // The seed picks the cluster and the fault mix.
+  Options o;
+  o.any_partition = seed >= kAnyPartitionSeeds;
+  o.servers = seed % 3 == 0 ? 4 : 3;
+  o.shards = 2 + int(seed % 3);
+  o.trainers = 2 + int(seed % 2);
+  Faults& f = o.faults;
+  f.drop = 0.01 * double(seed % 6);           // 0..5% loss
+  f.max_delay = 1 + int(seed % 8);            // up to 40 ms: reordering
+  f.partition = seed % 4 == 1 ? 0.0 : 0.006;
+  f.one_way = 0.5;
+  f.crash = seed % 5 == 2 ? 0.0 : 0.004;
+  f.pause = seed % 7 == 3 ? 0.0 : 0.001;
+  f.leader_change = seed % 6 == 4 ? 0.0 : 0.003;
+  f.drift = 0.05;                             // every clock within 5% of true time
+  return o;
+}
+
+struct Outcome {
+  std::string failure;
+  Sim::Counts counts;
+};
+
+constexpr int kFaultTicks = 1000;    // 5 s of faults
+constexpr int kConvergeTicks = 4000;  // 20 s to heal
+
+Outcome RunSeed(uint64_t seed) {
+  spdlog::set_level(spdlog::level::err);  // promotions log warnings by the thousand
+  Options options = OptionsFor(seed);
+  options.trace = std::getenv("FAILOVER_SIM_TRACE") != nullptr;
+  Sim sim(seed, options);
+  for (int t = 0; t < kFaultTicks && sim.ok(); ++t) sim.Step();
+  Outcome o;
+  if (sim.ok() && !sim.Converge(kConvergeTicks) && sim.ok())
+    o.failure = "the copies did not converge once the faults stopped (liveness): " + sim.Describe();
+  if (!sim.ok()) o.failure = sim.failure();
+  o.counts = sim.counts();
+  spdlog::set_level(spdlog::level::info);
+  return o;
+}
+
+std::string Replay(uint64_t seed) {
+  return "replay: FAILOVER_SIM_SEED=" + std::to_string(seed) +
+         " build/tests/failover_sim_test --gtest_filter=FailoverSim.Replay";
+}
+
+class FailoverSim : public ::testing::TestWithParam<int> {};
+
+TEST_P(FailoverSim, OneWriterNoAcknowledgedUpdateLostCopiesConverge) {
+  const int per = SeedsPerShard();
+  Sim::Counts sum;
+  for (int i = 0; i < per; ++i) {
+    const uint64_t seed = uint64_t(GetParam() * per + i + 1);
+    const Outcome o = RunSeed(seed);
+    ASSERT_TRUE(o.failure.empty()) << "seed " << seed << ": " << o.failure << "\n" << Replay(seed);
+    sum.pushes_acked += o.counts.pushes_acked;
+    sum.failovers += o.counts.failovers;
+    sum.crashes += o.counts.crashes;
+    sum.partitions += o.counts.partitions;
+    sum.leader_changes += o.counts.leader_changes;
+    sum.catch_ups += o.counts.catch_ups;
+    sum.pulls_served += o.counts.pulls_served;
+  }
+  // The faults must happen and the job must still get work done through them.
+  EXPECT_GT(sum.pushes_acked, uint64_t(per) * 30);
+  EXPECT_GT(sum.pulls_served, uint64_t(per) * 50);
+  EXPECT_GT(sum.failovers, uint64_t(per));
+  EXPECT_GT(sum.crashes, uint64_t(per) / 2);
+  EXPECT_GT(sum.partitions, uint64_t(per));
+  EXPECT_GT(sum.leader_changes, uint64_t(per));
+  EXPECT_GT(sum.catch_ups, uint64_t(per));
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, FailoverSim, ::testing::Range(0, kShards));
+
+// Beyond the promise: partitions cut any set of nodes (a majority of the servers, the controller
+// from all of them) at any time. At most one server still accepts writes for a shard, and once
+// the network heals every push is acknowledged and the copies converge.
+class FailoverSimAnyPartition : public ::testing::TestWithParam<int> {};
+
+TEST_P(FailoverSimAnyPartition, OneWriterCopiesConverge) {
+  const int per = std::max(1, SeedsPerShard() / 4);
+  uint64_t partitions = 0, acked = 0;
+  for (int i = 0; i < per; ++i) {
+    const uint64_t seed = kAnyPartitionSeeds + uint64_t(GetParam() * per + i + 1);
+    const Outcome o = RunSeed(seed);
+    ASSERT_TRUE(o.failure.empty()) << "seed " << seed << ": " << o.failure << "\n" << Replay(seed);
+    partitions += o.counts.partitions;
+    acked += o.counts.pushes_acked;
+  }
+  EXPECT_GT(partitions, uint64_t(per));
+  EXPECT_GT(acked, uint64_t(per) * 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, FailoverSimAnyPartition, ::testing::Range(0, kShards));
+
+TEST(FailoverSim, Replay) {
+  const char* s = std::getenv("FAILOVER_SIM_SEED");
+  if (s == nullptr) GTEST_SKIP() << "set FAILOVER_SIM_SEED to replay one seed";
+  const uint64_t seed = std::strtoull(s, nullptr, 10);
+  const Outcome o = RunSeed(seed);
+  EXPECT_TRUE(o.failure.empty()) << "seed " << seed << ": " << o.failure;
+  const Sim::Counts& c = o.counts;
+  std::printf(
+      "seed %llu: %llu pushes acknowledged, %llu refused, %llu pulls; %llu failovers, %llu "
+      "repairs, %llu catch-ups; %llu crashes, %llu pauses, %llu partitions, %llu leader changes, "
+      "%llu messages lost, %llu sent again\n",
+      (unsigned long long)seed, (unsigned long long)c.pushes_acked,
+      (unsigned long long)c.pushes_refused, (unsigned long long)c.pulls_served,
+      (unsigned long long)c.failovers, (unsigned long long)c.repairs,
+      (unsigned long long)c.catch_ups, (unsigned long long)c.crashes, (unsigned long long)c.pauses,
+      (unsigned long long)c.partitions, (unsigned long long)c.leader_changes,
+      (unsigned long long)c.dropped, (unsigned long long)c.retransmits);
+}
+
+}  // namespace
+}  // namespace adam::failover_sim
