@@ -1,0 +1,150 @@
+// The primary/copy protocol's decisions (param_server/replication.h) on a fake clock, without
+// gRPC: the failover simulation runs the same functions under faults.
+#include "param_server/replication.h"
+
+#include <gtest/gtest.h>
+
+#include "core/clock.h"
+#include "shard/shard_map.h"
+
+namespace adam::ps {
+namespace {
+
+using namespace std::chrono_literals;
+
+v1::ShardMap Map(uint64_t version, std::vector<std::vector<uint32_t>> replicas,
+                 std::vector<std::vector<uint32_t>> copying = {}) {
+  v1::ShardMap m;
+  m.set_version(version);
+  for (uint32_t id = 0; id < 4; ++id) {
+    auto* s = m.add_servers();
+    s->set_id(id);
+    s->set_alive(true);
+    s->set_replication_address("repl-" + std::to_string(id));
+  }
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    auto* r = m.add_shards();
+    r->set_shard(uint32_t(i));
+    for (uint32_t id : replicas[i]) r->add_replicas(id);
+    if (i < copying.size())
+      for (uint32_t id : copying[i]) r->add_copying(id);
+  }
+  return m;
+}
+
+// A primary of shard 0 (copies 1 and 2 in sync, 3 being filled) with a live lease.
+struct Primary {
+  FakeClock clock;
+  Routing routing{0, 300ms, &clock};
+  Primary() {
+    routing.Update(Map(5, {{0, 1, 2}}, {{3}}));
+    routing.CaughtUp(0, 5);
+    routing.RenewLease(clock.Now());
+  }
+  std::map<uint32_t, Routing::Target> Targets() const {
+    std::map<uint32_t, Routing::Target> out;
+    for (auto& t : routing.Targets()) out[t.shard] = t;
+    return out;
+  }
+};
+
+TEST(Replication, InSyncCopiesAreDueWhenBehindAndCopiesBeingFilledEveryRound) {
+  Primary p;
+  const Routing::Target t = p.Targets().at(0);
+  SentVersions sent;
+  EXPECT_EQ(DueCopies(t, 7, sent), (std::vector<std::string>{"repl-1", "repl-2", "repl-3"}));
+  RecordForward(&sent, 0, "repl-1", 7, true);
+  RecordForward(&sent, 0, "repl-3", 7, true);
+  // repl-1 holds 7; repl-3 is still being filled: sent again until the map has it in sync.
+  EXPECT_EQ(DueCopies(t, 7, sent), (std::vector<std::string>{"repl-2", "repl-3"}));
+  RecordForward(&sent, 0, "repl-1", 5, true);  // a late answer to an older forward
+  EXPECT_EQ(sent.at({0, "repl-1"}), 7u);
+  RecordForward(&sent, 0, "repl-1", 8, false);  // refused: its state is unknown
+  EXPECT_EQ(sent.count({0, "repl-1"}), 0u);
+}
+
+TEST(Replication, APushIsDurableOnceAQuorumOfInSyncCopiesHoldsItAndRefusedOnceTheLeaseEnds) {
+  Primary p;
+  SentVersions sent;
+  std::string why;
+  const std::vector<std::pair<uint32_t, uint64_t>> need = {{0, 7}};
+  EXPECT_EQ(CheckDurable(p.routing, p.Targets(), sent, need, &why), Durability::kWaiting);
+  RecordForward(&sent, 0, "repl-3", 7, true);  // a copy being filled does not count
+  EXPECT_EQ(CheckDurable(p.routing, p.Targets(), sent, need, &why), Durability::kWaiting);
+  RecordForward(&sent, 0, "repl-2", 6, true);  // an older version does not count
+  EXPECT_EQ(CheckDurable(p.routing, p.Targets(), sent, need, &why), Durability::kWaiting);
+  RecordForward(&sent, 0, "repl-2", 7, true);  // one of the two others: a quorum of three
+  EXPECT_EQ(CheckDurable(p.routing, p.Targets(), sent, need, &why), Durability::kDurable);
+  p.clock.Advance(300ms + 1ns);  // the lease ran out: not acknowledged, whatever the copies hold
+  EXPECT_EQ(CheckDurable(p.routing, p.Targets(), sent, need, &why), Durability::kRefused);
+  EXPECT_NE(why.find("has not heard from the controller"), std::string::npos) << why;
+}
+
+TEST(Replication, ACopyTakesANewerStateRefusesAnOlderTermAndThePrimaryRefusesForwards) {
+  FakeClock clock;
+  auto map = *shard::ShardMap::Make(16, 64, 1, 7);
+  const std::vector<float> zeros(16, 0.f);
+  ParamStore store(map, 0, zeros.data());
+  Routing copy(1, 300ms, &clock);
+  copy.Update(Map(5, {{0, 1, 2}}));
+  std::vector<float> values(16, 2.f);
+  ShardMeta meta;
+  meta.version = 4;
+  meta.term = 5;
+  ASSERT_TRUE(AcceptForward(1, &store, &copy, 0, values.data(), 16, meta, 3, 0).ok());
+  EXPECT_EQ(store.Version(0), 4u);
+  EXPECT_EQ(store.epochs(), 3u);
+  EXPECT_TRUE(copy.Received(0));
+  meta.term = 4;  // a deposed primary's
+  meta.version = 9;
+  const Status stale = AcceptForward(1, &store, &copy, 0, values.data(), 16, meta, 3, 2);
+  EXPECT_EQ(stale.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale.message().find("ps-2 was deposed"), std::string::npos) << stale.message();
+  EXPECT_EQ(store.Version(0), 4u);
+  EXPECT_EQ(AcceptForward(1, &store, &copy, 0, values.data(), 15, meta, 3, 0).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(AcceptForward(1, &store, &copy, 3, values.data(), 16, meta, 3, 0).code(),
+            StatusCode::kNotFound);
+  copy.Update(Map(6, {{1, 0, 2}}));  // now its primary
+  EXPECT_EQ(AcceptForward(1, &store, &copy, 0, values.data(), 16, meta, 3, 0).code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST(Replication, APromotedPrimaryStartsFromTheFreshestCopyAndThenServes) {
+  FakeClock clock;
+  auto map = *shard::ShardMap::Make(16, 64, 1, 7);
+  const std::vector<float> zeros(16, 0.f);
+  ParamStore store(map, 0, zeros.data());
+  Routing r(0, 300ms, &clock);
+  r.Update(Map(8, {{0, 1, 2}}));
+  r.RenewLease(clock.Now());
+  const std::vector<Routing::CatchUp> c = r.CatchUps();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].term, 8u);
+  EXPECT_EQ(c[0].from, (std::vector<std::string>{"repl-1", "repl-2"}));
+  EXPECT_NE(r.Refusal(0), "");
+  CopyState older{std::vector<float>(16, 1.f), {}, 2};
+  older.meta.version = 10;
+  older.meta.term = 3;
+  CopyState fresher{std::vector<float>(16, 5.f), {}, 4};
+  fresher.meta.version = 2;
+  fresher.meta.term = 6;  // a later term wins over a higher version
+  auto taken = FinishCatchUp(&store, &r, c[0], {older, fresher});
+  ASSERT_TRUE(taken.ok()) << taken.status().message();
+  EXPECT_TRUE(*taken);
+  std::vector<float> out(16);
+  ASSERT_TRUE(store.Read(0, out.data(), 16).ok());
+  EXPECT_EQ(out[0], 5.f);
+  EXPECT_EQ(store.Term(0), 8u);  // raised to the promotion's
+  EXPECT_EQ(store.epochs(), 4u);
+  EXPECT_EQ(r.Refusal(0), "");
+  // A copy that sent the wrong size: not caught up.
+  Routing r2(0, 300ms, &clock);
+  r2.Update(Map(9, {{0, 1}}));
+  CopyState bad{std::vector<float>(15, 1.f), {}, 0};
+  EXPECT_FALSE(FinishCatchUp(&store, &r2, r2.CatchUps()[0], {bad}).ok());
+  EXPECT_EQ(r2.CatchUps().size(), 1u);
+}
+
+}  // namespace
+}  // namespace adam::ps
