@@ -285,7 +285,7 @@ void Sim::CrashServer(int i) {
 void Sim::InjectFaults() {
   const Faults& f = options_.faults;
   if (!cut_.empty() && now_ >= heal_at_) cut_.clear();
-  const int nodes = options_.servers + 1 + options_.trainers;
+  const int nodes = Nodes();
   // A server fault (crash, pause, a partition that cuts a server off) starts only when the job
   // is healthy, so at most one server is out at a time; see the file comment. With
   // any_partition, partitions cut any set of nodes from the rest at any time.
@@ -303,12 +303,13 @@ void Sim::InjectFaults() {
     if (!side.empty() && int(side.size()) < nodes) {
       const bool one_way = Chance(f.one_way);
       const bool out = Chance(0.5);
-      // A server may lose only its link to the controller.
+      // A server may lose only its link to the leader, or to the deposed leader.
       const bool controller_only = !options_.any_partition && side[0] < options_.servers && Chance(0.3);
+      const int member = Chance(0.5) ? ControllerNode() : DeposedNode();
       for (int a : side)
         for (int b = 0; b < nodes; ++b) {
           if (std::count(side.begin(), side.end(), b)) continue;
-          if (controller_only && b != ControllerNode()) continue;
+          if (controller_only && b != member) continue;
           if (!one_way || out) cut_.insert({a, b});
           if (!one_way || !out) cut_.insert({b, a});
         }
@@ -515,9 +516,12 @@ void Sim::ServerBeat(Server& s) {
   const ps::ServerAddresses addr{"p" + std::to_string(i), Address(s.id), "h" + std::to_string(i)};
   v1::HeartbeatRequest req = ps::MakeHeartbeat(s.id, addr, s.incarnation, *s.routing, *s.store);
   const uint64_t life = s.life;
-  Send(i, ControllerNode(), 0, [this, i, life, beat, req = std::move(req)] {
-    OnHeartbeat(i, life, beat, req);
-  });
+  // While a deposed leader still believes it leads, a server may still be talking to it.
+  const bool to_deposed = controller_->deposed && Chance(0.5);
+  Send(i, to_deposed ? DeposedNode() : ControllerNode(), 0,
+       [this, i, life, beat, to_deposed, req = std::move(req)] {
+         OnHeartbeat(i, life, beat, to_deposed, req);
+       });
 }
 
 void Sim::ServerCatchUp(Server& s) {
@@ -744,10 +748,12 @@ void Sim::ControllerTick() {
   }
 }
 
-void Sim::OnHeartbeat(int i, uint64_t server_life, uint64_t beat, v1::HeartbeatRequest req) {
+void Sim::OnHeartbeat(int i, uint64_t server_life, uint64_t beat, bool to_deposed,
+                      v1::HeartbeatRequest req) {
   Controller& c = *controller_;
   v1::HeartbeatResponse resp;
-  if (c.deposed && Chance(0.5)) {
+  if (to_deposed) {
+    if (!c.deposed) return;  // it stepped down: no answer
     // The deposed leader: it renews the lease, answers with the map it has, commits nothing.
     auto b = c.deposed->Heartbeat(c.deposed_state, req, c.clock.Now());
     resp.set_accepted(b.accepted && !b.register_server);
@@ -773,7 +779,8 @@ void Sim::OnHeartbeat(int i, uint64_t server_life, uint64_t beat, v1::HeartbeatR
         *resp.mutable_map() = controller::ToShardMap(c.machine.state(), "leader");
     }
   }
-  Send(ControllerNode(), i, server_life, [this, i, beat, resp = std::move(resp)] {
+  Send(to_deposed ? DeposedNode() : ControllerNode(), i, server_life,
+       [this, i, beat, resp = std::move(resp)] {
     Server& s = *servers_[size_t(i)];
     if (!s.beating || s.beat != beat) return;
     s.beating = false;

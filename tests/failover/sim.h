@@ -10,7 +10,8 @@
 // Faults, chosen by the seed: message delay (so reordering) and retransmission, partitions (one-way too),
 // parameter-server crashes (a restart holds nothing: a new incarnation with zeroed shards), pauses
 // (a process frozen while time goes on), controller leader changes (an election gap, and the
-// deposed leader still answering heartbeats with its stale map for up to two election timeouts),
+// deposed leader, a node of its own, still answering heartbeats with its stale map for up to two
+// election timeouts),
 // and every clock running fast or slow within a bound.
 //
 // Checked after every step, the first violation recorded:
@@ -143,9 +144,12 @@ class Sim {
     bool operator>(const Message& o) const { return std::tie(at, order) > std::tie(o.at, o.order); }
   };
 
-  // Node ids: servers 0..S-1, the controller S, trainers S+1...
+  // Node ids: servers 0..S-1, the controller leader S, trainers S+1..S+T, and the deposed leader
+  // (a member of its own, so a partition can leave a server talking to it alone) after them.
   int ControllerNode() const { return options_.servers; }
   int TrainerNode(int t) const { return options_.servers + 1 + t; }
+  int DeposedNode() const { return options_.servers + 1 + options_.trainers; }
+  int Nodes() const { return DeposedNode() + 1; }
   uint64_t Life(int node) const;
   bool Running(int node) const;  // up and not paused
   void Send(int from, int to, uint64_t to_life, std::function<void()> deliver);
@@ -177,7 +181,8 @@ class Sim {
   void ForwardAnswered(Server& s, uint64_t round, const std::string& address, bool ok);
 
   void ControllerTick();
-  void OnHeartbeat(int i, uint64_t server_life, uint64_t beat, v1::HeartbeatRequest req);
+  void OnHeartbeat(int i, uint64_t server_life, uint64_t beat, bool to_deposed,
+                   v1::HeartbeatRequest req);
   void Commit(const v1::Command& c);
 
   void TrainerTick(Trainer& t);
