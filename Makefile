@@ -5,7 +5,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test fuzz tsan asan bench clean cluster-tools cluster cluster-down k8s-e2e image multihost
+.PHONY: deps build demo test fuzz tsan asan tidy bench clean cluster-tools cluster cluster-down k8s-e2e image multihost
 
 deps:
 	./scripts/install-deps.sh
@@ -58,6 +58,11 @@ fuzz: deps
 # ThreadSanitizer over the race-free parts (clang build in build-tsan/).
 tsan: deps
 	./scripts/tsan.sh
+
+# clang-tidy's chosen checks (.clang-tidy) over every .cc of workers/ and operator/, with the
+# compile commands of build/; any finding fails.
+tidy: build
+	./scripts/tidy.sh
 
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/).
 asan: deps

@@ -55,6 +55,7 @@ StatusOr<std::string> Base64Decode(const std::string& text);
 // The resource a rendered object of `kind` ("Pod", "StatefulSet", ...) belongs to.
 StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::string& kind);
 
+// NOLINTNEXTLINE(bugprone-exception-escape): its implicit moves move a json, which may throw.
 struct WatchEvent {
   std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
   Json object;

@@ -158,11 +158,13 @@ StatusOr<ExecAnswer> RunExecPlugin(const ExecPlugin& p) {
                      {"spec", {{"interactive", false}}}};
   env_store.push_back("KUBERNETES_EXEC_INFO=" + info.dump());
   std::vector<char*> envp;
+  envp.reserve(env_store.size() + 1);
   for (auto& e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);
   std::vector<std::string> argv_store = {p.command};
   argv_store.insert(argv_store.end(), p.args.begin(), p.args.end());
   std::vector<char*> argv;
+  argv.reserve(argv_store.size() + 1);
   for (auto& a : argv_store) argv.push_back(a.data());
   argv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
@@ -701,7 +703,7 @@ std::string DefaultKubeconfigPath(const std::string& list) {
     // As kubectl merges the list, a file that does not exist is skipped.
     for (size_t start = 0; start <= list.size();) {
       const size_t colon = std::min(list.find(':', start), list.size());
-      const std::string one = list.substr(start, colon - start);
+      std::string one = list.substr(start, colon - start);
       if (!one.empty() && std::filesystem::exists(one)) return one;
       start = colon + 1;
     }

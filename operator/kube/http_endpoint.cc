@@ -27,7 +27,7 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::string& h
   try {
     e->impl_->listener = std::make_unique<web::http::experimental::listener::http_listener>(url);
     Impl* impl = e->impl_.get();
-    e->impl_->listener->support(web::http::methods::GET, [impl](web::http::http_request req) {
+    e->impl_->listener->support(web::http::methods::GET, [impl](const web::http::http_request& req) {
       auto it = impl->handlers.find(req.relative_uri().path());
       const HttpAnswer a = it == impl->handlers.end()
                                ? HttpAnswer{404, "text/plain; charset=utf-8", "not found\n"}

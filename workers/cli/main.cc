@@ -105,7 +105,9 @@ std::optional<uint64_t> MemberId(const std::string& text) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int RunAdam(int argc, char** argv) {
   CLI::App app{"Adam: Project Adam's deep-learning training system"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("adam ") + adam::kAdamVersion);
@@ -518,4 +520,19 @@ int main(int argc, char** argv) {
     return adam::trainer::Main(*job, o);
   }
   return kExitInvalid;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Errors are Statuses and exit codes; an exception that still gets here is a bug, said as one
+  // rather than an abort.
+  try {
+    return RunAdam(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "adam: internal error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "adam: internal error: an unknown exception\n");
+  }
+  return adam::kExitFailed;
 }

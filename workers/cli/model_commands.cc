@@ -61,7 +61,7 @@ bool Classify(Loaded& l, const uint8_t* pixels, int count, Each each) {
     model::Network* net = count - i >= nets[0]->batch() ? nets[0].get() : nets[1].get();
     net->SetInputFromBytes(pixels + i * isz);
     net->Forward(nullptr, nullptr);
-    for (int k = 0; k < net->batch(); ++k) each(i + k, net->probabilities() + k * classes);
+    for (int k = 0; k < net->batch(); ++k) each(i + k, net->probabilities() + ptrdiff_t(k) * classes);
     i += net->batch();
   }
   return true;

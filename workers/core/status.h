@@ -111,10 +111,12 @@ class StatusOr {
 // `ADAM_ASSIGN_OR_RETURN(auto x, F());` binds the value or returns the error.
 #define ADAM_ASSIGN_OR_RETURN(lhs, expr) \
   ADAM_ASSIGN_OR_RETURN_IMPL(ADAM_CONCAT(adam_statusor_, __LINE__), lhs, expr)
+// NOLINTBEGIN(bugprone-macro-parentheses): `lhs` may be a declaration, which parentheses break.
 #define ADAM_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                               \
   if (!tmp.ok()) return tmp.status();              \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 // Crashes with a message when an internal invariant does not hold (never for bad input).
 #define ADAM_CHECK(cond)                                                              \

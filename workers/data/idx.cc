@@ -25,7 +25,7 @@ std::optional<size_t> IdxDeclaredSize(std::string_view bytes) {
   const size_t header = 4 + 4 * size_t(p[3]);
   if (bytes.size() < header) return std::nullopt;
   uint64_t total = 1;
-  for (int i = 0; i < p[3]; ++i) total = std::min<uint64_t>(total * BigEndian32(p + 4 + 4 * i), uint64_t{1} << 40);
+  for (int i = 0; i < p[3]; ++i) total = std::min<uint64_t>(total * BigEndian32(p + 4 + 4 * ptrdiff_t(i)), uint64_t{1} << 40);
   return size_t(header + total);
 }
 
@@ -127,7 +127,7 @@ StatusOr<IdxArray> ParseIdx(std::string_view bytes, const std::string& name) {
   IdxArray arr;
   uint64_t total = 1;
   for (int i = 0; i < ndims; ++i) {
-    uint32_t d = BigEndian32(p + 4 + 4 * i);
+    uint32_t d = BigEndian32(p + 4 + 4 * ptrdiff_t(i));
     if (d == 0)
       return DataLossError(name + ": byte " + std::to_string(4 + 4 * i) + ": dimension " +
                            std::to_string(i) + " is 0");

@@ -171,6 +171,7 @@ StatusOr<FolderSet> LoadImageFolder(const std::string& dir, const FolderOptions&
   const int threads = std::max(1, std::min<int>(o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency()),
                                                 int(std::min<size_t>(n, 64))));
   std::vector<std::thread> pool;
+  pool.reserve(size_t(threads));
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&] {
       for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) {

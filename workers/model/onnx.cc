@@ -36,7 +36,7 @@ void AddInt(onnx::NodeProto* n, const char* name, int64_t v) {
   a->set_i(v);
 }
 
-void AddTensor(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> dims,
+void AddTensor(onnx::GraphProto* g, const std::string& name, const std::vector<int64_t>& dims,
                const float* data, int64_t count) {
   auto* t = g->add_initializer();
   t->set_name(name);

@@ -52,6 +52,7 @@ int Serve(const std::string& address, const std::vector<grpc::Service*>& service
   spdlog::info("serving on port {} (metrics on {})", server->port, metrics_port);
   if (on_ready) {
     std::vector<int> ports;
+    ports.reserve(extras.size());
     for (const auto& e : extras) ports.push_back(e.port);
     on_ready(server->port, ports);
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <unordered_map>
@@ -197,13 +198,13 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
     quorum_->WhenDurable({need.begin(), need.end()}, answer);
   };
   if (call->ops.empty()) {
-    call.release();
+    (void)call.release();  // owned by `finish` from here
     finish();
     return reactor;
   }
   call->done = std::make_unique<Completion>(int(call->ops.size()), finish);
   for (Op& op : call->ops) op.done = call->done.get();
-  call.release();
+  (void)call.release();  // owned by its Completion from here
   store_->Submit(raw->ops.data(), raw->ops.size());
   return reactor;
 }
@@ -247,7 +248,7 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
     reactor->Finish({grpc::StatusCode::DEADLINE_EXCEEDED,
                      "pull at " + ClockText(clock) + " held back " +
-                         std::to_string(int(waited + 0.5)) + " s by the job's consistency model, "
+                         std::to_string(std::lround(waited)) + " s by the job's consistency model, "
                          "waiting for " + waiting + ": has that trainer stopped?"});
   };
   gate_->WhenAllowed(req->clock(), [this, ids, reactor, resp, asked](bool allowed) {
@@ -292,13 +293,13 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
       reactor->Finish(grpc::Status::OK);
     };
     if (raw->ops.empty()) {
-      call.release();
+      (void)call.release();  // owned by `finish` from here
       finish();
       return;
     }
     raw->done = std::make_unique<Completion>(int(raw->ops.size()), finish);
     for (Op& op : raw->ops) op.done = raw->done.get();
-    call.release();
+    (void)call.release();  // owned by its Completion from here
     store_->Submit(raw->ops.data(), raw->ops.size());
   }, expires, on_expired);
   return reactor;

@@ -291,6 +291,7 @@ PeerSender::PeerSender(std::string address, uint32_t server)
 StatusOr<int> PeerSender::Send(const Checkpointer& checkpointer) {
   auto files = checkpointer.OpenNewest();
   std::vector<std::string> keep;
+  keep.reserve(files.size());
   for (const auto& f : files) keep.push_back(f.name);
   std::vector<Checkpointer::OpenFile> todo;
   for (auto& f : files) {
@@ -307,6 +308,7 @@ StatusOr<int> PeerSender::Send(const Checkpointer& checkpointer) {
   auto writer = stub_->PutCheckpoint(&ctx, &resp);
   const int n = int(todo.size());
   std::vector<std::string> names;
+  names.reserve(todo.size());
   for (const auto& f : todo) names.push_back(f.name);
   Status st = SendFiles(std::move(todo), server_,
                         [&](const adam::v1::CheckpointChunk& c) { return writer->Write(c); }, keep);

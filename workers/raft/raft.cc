@@ -371,7 +371,7 @@ void Node::Step(const Message& m) {
       ++ignored_;
       return;
     }
-    if (m.type == MessageType::kPreVote) {
+    if (m.type == MessageType::kPreVote) {  // NOLINT(bugprone-branch-clone): empty on purpose
       // A pre-vote never changes our term.
     } else if (m.type == MessageType::kPreVoteResp && !m.reject) {
       // Granted for a future term: counted below.

@@ -10,7 +10,7 @@ namespace {
 
 class GrpcDataClient final : public DataClient {
  public:
-  GrpcDataClient(std::shared_ptr<grpc::Channel> ch, DataClientOptions options)
+  GrpcDataClient(const std::shared_ptr<grpc::Channel>& ch, DataClientOptions options)
       : stub_(adam::v1::DataService::NewStub(ch)), o_(std::move(options)) {}
 
   Status GetInfo(adam::v1::DatasetInfo* info) override {
@@ -64,9 +64,9 @@ class GrpcDataClient final : public DataClient {
 
 }  // namespace
 
-std::unique_ptr<DataClient> MakeGrpcDataClient(std::shared_ptr<grpc::Channel> channel,
+std::unique_ptr<DataClient> MakeGrpcDataClient(const std::shared_ptr<grpc::Channel>& channel,
                                                DataClientOptions options) {
-  return std::make_unique<GrpcDataClient>(std::move(channel), std::move(options));
+  return std::make_unique<GrpcDataClient>(channel, std::move(options));
 }
 
 }  // namespace adam::trainer

@@ -42,13 +42,13 @@ struct DataClientOptions {
 };
 
 // Over gRPC. Errors name the call ("data server GetBatch: ...").
-std::unique_ptr<DataClient> MakeGrpcDataClient(std::shared_ptr<grpc::Channel> channel,
+std::unique_ptr<DataClient> MakeGrpcDataClient(const std::shared_ptr<grpc::Channel>& channel,
                                                DataClientOptions options);
-inline std::unique_ptr<DataClient> MakeGrpcDataClient(std::shared_ptr<grpc::Channel> channel,
+inline std::unique_ptr<DataClient> MakeGrpcDataClient(const std::shared_ptr<grpc::Channel>& channel,
                                                       std::chrono::milliseconds timeout) {
   DataClientOptions o;
   o.timeout = timeout;
-  return MakeGrpcDataClient(std::move(channel), std::move(o));
+  return MakeGrpcDataClient(channel, std::move(o));
 }
 
 }  // namespace adam::trainer

@@ -301,7 +301,7 @@ class RoutedClient final : public ParamServerClient {
     const uint64_t seq = seq_.fetch_add(1, std::memory_order_relaxed) + 1;
     return Retry("push", &pending, [&](const Route& r, int server,
                                        const std::set<uint32_t>& shards, grpc::ClientContext* ctx,
-                                       std::function<void(grpc::Status)> done) {
+                                       const std::function<void(grpc::Status)>& done) {
       auto call = std::make_shared<std::pair<adam::v1::PushRequest, adam::v1::PushResponse>>();
       auto& req = call->first;
       req.set_trainer(options_.trainer_name);
@@ -321,7 +321,7 @@ class RoutedClient final : public ParamServerClient {
           bytes += uint64_t(range.count) * 4;
         }
       r.stubs[size_t(server)]->async()->Push(ctx, &call->first, &call->second,
-                                             [call, done](grpc::Status s) { done(s); });
+                                             [call, done](grpc::Status s) { done(std::move(s)); });
     }, [&] { pushed_ += bytes; });
   }
 
@@ -335,12 +335,12 @@ class RoutedClient final : public ParamServerClient {
     Status st = Retry("pull", &pending, [&](const Route& r, int server,
                                             const std::set<uint32_t>& shards,
                                             grpc::ClientContext* ctx,
-                                            std::function<void(grpc::Status)> done) {
+                                            const std::function<void(grpc::Status)>& done) {
       auto call = std::make_shared<std::pair<adam::v1::PullRequest, adam::v1::PullResponse>>();
       call->first.set_trainer_index(uint32_t(options_.trainer_index));
       call->first.set_clock(clock);
       for (uint32_t id : shards) call->first.add_shards(id);
-      auto on_done = [&, call, done](grpc::Status s) {
+      auto on_done = [&, call, done](const grpc::Status& s) {
         if (s.ok()) {
           MutexLock l(out_mu);
           epochs = std::min(epochs, call->second.epochs());

@@ -84,7 +84,7 @@ struct Replica::Impl {
   explicit Impl(model::ModelLayout l) : layout(std::move(l)) {}
   void ApplyHeld(Worker& wk, model::Network* net);
   Cursor& cursor(int reader, int producer) {
-    return cursors[size_t(reader * options.threads + producer)];
+    return cursors[size_t(reader) * size_t(options.threads) + size_t(producer)];
   }
   void Publish(int t, const model::Network& net);
   void Drain(int t, model::Network* own);
@@ -405,6 +405,7 @@ std::string Replica::placement() const {
 void Replica::RunWorkers(const std::function<void(int)>& fn) {
   Impl& m = *impl_;
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(m.options.threads));
   std::vector<int> bound(static_cast<size_t>(m.options.threads), 0);
   for (int t = 0; t < m.options.threads; ++t)
     threads.emplace_back([&, t] {
