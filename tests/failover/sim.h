@@ -7,12 +7,11 @@
 // the simulation replaces is threads, timers and gRPC: one seeded event loop moves every message
 // and every clock.
 //
-// Faults, chosen by the seed: message delay (so reordering) and retransmission, partitions (one-way too),
-// parameter-server crashes (a restart holds nothing: a new incarnation with zeroed shards), pauses
-// (a process frozen while time goes on), controller leader changes (an election gap, and the
-// deposed leader, a node of its own, still answering heartbeats with its stale map for up to two
-// election timeouts),
-// and every clock running fast or slow within a bound.
+// Faults, chosen by the seed: message delay (so reordering) and retransmission, partitions
+// (one-way too), parameter-server crashes (a restart holds nothing: a new incarnation with zeroed
+// shards), pauses (a process frozen while time goes on), controller leader changes (an election
+// gap, and the deposed leader, a node of its own, still answering heartbeats with its stale map
+// for up to two election timeouts), and every clock running fast or slow within a bound.
 //
 // Checked after every step, the first violation recorded:
 // - one writer: at most one running server accepts updates for a shard at any moment;
@@ -26,8 +25,8 @@
 // The promise is for the loss of any minority of machines at a time, so a server fault (a crash,
 // a pause, a partition cutting a server off) starts only when the job is healthy: every server
 // up, in touch with the leader and on the committed map, registered as the process it is, and
-// every shard with all its copies in sync. With two of three copies, that is one server out at a
-// time, and back (refilled) before the next. Leader changes, trainers cut off and late messages
+// every shard with all its copies in sync. With three copies, that is one server out at a time,
+// and back (refilled) before the next. Leader changes, trainers cut off and late messages
 // come at any time. With any_partition, partitions cut any set of nodes at any time; that is
 // beyond the promise, and only "one writer" and "copies converge" are checked.
 #pragma once
