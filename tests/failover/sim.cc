@@ -88,7 +88,6 @@ namespace {
 std::string Address(uint32_t server) { return "r" + std::to_string(server); }
 int ServerOf(const std::string& address) { return std::stoi(address.substr(1)); }
 
-controller::SupervisorOptions SupervisorOpts() { return {500ms, 2000ms, 10000ms}; }
 
 // A push of one trainer to one shard: 1.0 added to the trainer's float, identified by (session,
 // seq), as ParamService queues it. Returns the shard's version once the push is in it.
@@ -140,7 +139,7 @@ Sim::Sim(uint64_t seed, Options options)
   v1::Command boot;
   *boot.mutable_bootstrap() = controller::MakeBootstrap(*map_, options_.copies);
   (void)controller_->machine.Apply(boot);
-  controller_->leader = std::make_unique<controller::Supervisor>(SupervisorOpts());
+  controller_->leader = std::make_unique<controller::Supervisor>();
   controller_->lead_at = 0;
   for (int i = 0; i < options_.servers; ++i) {
     servers_.push_back(std::make_unique<Server>());
@@ -345,7 +344,7 @@ void Sim::InjectFaults() {
     c.deposed = std::move(c.leader);
     c.deposed_state = c.machine.state();
     c.deposed_until = now_ + Uniform(0, 2 * kElectionTicks);
-    c.leader = std::make_unique<controller::Supervisor>(SupervisorOpts());
+    c.leader = std::make_unique<controller::Supervisor>();
     c.leading = false;
     c.lead_at = now_ + Uniform(0, kElectionTicks);
     ++counts_.leader_changes;

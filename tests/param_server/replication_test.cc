@@ -6,6 +6,7 @@
 
 #include "core/clock.h"
 #include "shard/shard_map.h"
+#include "testing/shard_maps.h"
 
 namespace adam::ps {
 namespace {
@@ -14,22 +15,7 @@ using namespace std::chrono_literals;
 
 v1::ShardMap Map(uint64_t version, std::vector<std::vector<uint32_t>> replicas,
                  std::vector<std::vector<uint32_t>> copying = {}) {
-  v1::ShardMap m;
-  m.set_version(version);
-  for (uint32_t id = 0; id < 4; ++id) {
-    auto* s = m.add_servers();
-    s->set_id(id);
-    s->set_alive(true);
-    s->set_replication_address("repl-" + std::to_string(id));
-  }
-  for (size_t i = 0; i < replicas.size(); ++i) {
-    auto* r = m.add_shards();
-    r->set_shard(uint32_t(i));
-    for (uint32_t id : replicas[i]) r->add_replicas(id);
-    if (i < copying.size())
-      for (uint32_t id : copying[i]) r->add_copying(id);
-  }
-  return m;
+  return testing::ShardMapOf(version, replicas, copying, 4);
 }
 
 // A primary of shard 0 (copies 1 and 2 in sync, 3 being filled) with a live lease.
@@ -46,6 +32,13 @@ struct Primary {
     for (auto& t : routing.Targets()) out[t.shard] = t;
     return out;
   }
+};
+
+// A server's store holding shard 0 (16 floats, all zero) and nothing else.
+struct OneShard {
+  shard::ShardMap map = *shard::ShardMap::Make(16, 64, 1, 7);
+  std::vector<float> zeros = std::vector<float>(16, 0.f);
+  ParamStore store{map, 0, zeros.data()};
 };
 
 TEST(Replication, InSyncCopiesAreDueWhenBehindAndCopiesBeingFilledEveryRound) {
@@ -82,9 +75,8 @@ TEST(Replication, APushIsDurableOnceAQuorumOfInSyncCopiesHoldsItAndRefusedOnceTh
 
 TEST(Replication, ACopyTakesANewerStateRefusesAnOlderTermAndThePrimaryRefusesForwards) {
   FakeClock clock;
-  auto map = *shard::ShardMap::Make(16, 64, 1, 7);
-  const std::vector<float> zeros(16, 0.f);
-  ParamStore store(map, 0, zeros.data());
+  OneShard held;
+  ParamStore& store = held.store;
   Routing copy(1, 300ms, &clock);
   copy.Update(Map(5, {{0, 1, 2}}));
   std::vector<float> values(16, 2.f);
@@ -112,9 +104,8 @@ TEST(Replication, ACopyTakesANewerStateRefusesAnOlderTermAndThePrimaryRefusesFor
 
 TEST(Replication, APromotedPrimaryStartsFromTheFreshestCopyAndThenServes) {
   FakeClock clock;
-  auto map = *shard::ShardMap::Make(16, 64, 1, 7);
-  const std::vector<float> zeros(16, 0.f);
-  ParamStore store(map, 0, zeros.data());
+  OneShard held;
+  ParamStore& store = held.store;
   Routing r(0, 300ms, &clock);
   r.Update(Map(8, {{0, 1, 2}}));
   r.RenewLease(clock.Now());

@@ -16,28 +16,14 @@
 #include "param_server/param_store.h"
 #include "param_server/replica_service.h"
 #include "shard/shard_map.h"
+#include "testing/shard_maps.h"
 
 namespace adam::ps {
 namespace {
 
 v1::ShardMap Map(uint64_t version, std::vector<std::vector<uint32_t>> replicas,
                  std::vector<std::vector<uint32_t>> copying = {}) {
-  v1::ShardMap m;
-  m.set_version(version);
-  for (uint32_t id = 0; id < 3; ++id) {
-    auto* s = m.add_servers();
-    s->set_id(id);
-    s->set_alive(true);
-    s->set_replication_address("repl-" + std::to_string(id));
-  }
-  for (size_t i = 0; i < replicas.size(); ++i) {
-    auto* r = m.add_shards();
-    r->set_shard(uint32_t(i));
-    for (uint32_t id : replicas[i]) r->add_replicas(id);
-    if (i < copying.size())
-      for (uint32_t id : copying[i]) r->add_copying(id);
-  }
-  return m;
+  return testing::ShardMapOf(version, replicas, copying);
 }
 
 TEST(Routing, ServesOnlyItsPrimaryShardsWhileItsLeaseLasts) {

@@ -24,6 +24,7 @@
 
 namespace adam::controller {
 
+// The defaults are `adam controller`'s: probation and the flap window four and twenty timeouts.
 struct SupervisorOptions {
   std::chrono::milliseconds server_timeout{500};
   std::chrono::milliseconds server_probation{2000};
@@ -63,8 +64,6 @@ class Supervisor {
 
   // Seconds from `server`'s last heartbeat to `now`, if this leader heard from it.
   std::optional<double> SilentFor(uint32_t server, Clock::TimePoint now) const;
-
-  const SupervisorOptions& options() const { return options_; }
 
  private:
   SupervisorOptions options_;
