@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "spec/plan.h"
+#include "spec/role_options.h"
 
 namespace adam::op {
 namespace {
@@ -176,25 +177,27 @@ std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in
   // name and its name in the pod's.
   spec::RoleIdentity identity;
   if (in.role == Role::kController) identity = {"hostname", "$(ADAM_POD_NAME)"};
-  std::vector<std::string> args = spec::RoleArgs(in, job_path, endpoints, identity);
-  args.insert(args.end(), {"--tls-dir", kTlsPath});  // mutual TLS between the job's pods
-  if (in.role == Role::kController) {
-    args.insert(args.end(), {"--state-dir", std::string(kStatePath) + "/raft"});
+  spec::RoleOptions options = spec::OptionsFor(in, job_path, endpoints, identity);
+  spec::Common(options).tls_dir = kTlsPath;  // mutual TLS between the job's pods
+  if (auto* c = std::get_if<spec::ControllerOptions>(&options)) {
+    c->state_dir = std::string(kStatePath) + "/raft";
     // The Raft volume belongs to this job: one of a predecessor with the same name is refused.
-    if (!o.owner_uid.empty()) args.insert(args.end(), {"--cluster-id", o.owner_uid});
+    c->cluster_id = o.owner_uid;
   }
-  if (in.role == Role::kParamServer) {
-    args.insert(args.end(), {"--state-dir", std::string(kStatePath) + "/checkpoints"});
-    if (!job.networks.replication.empty())
-      args.insert(args.end(), {"--replication-network", job.networks.replication,
-                               "--pod-annotations", std::string(kPodInfoPath) + "/annotations"});
+  if (auto* p = std::get_if<spec::ParamServerOptions>(&options)) {
+    p->state_dir = std::string(kStatePath) + "/checkpoints";
+    if (!job.networks.replication.empty()) {
+      p->replication_network = job.networks.replication;
+      p->pod_annotations = std::string(kPodInfoPath) + "/annotations";
+    }
+    p->no_bind = !job.placement.numa_pinning;
   }
-  if (in.role == Role::kTrainer) args.insert(args.end(), {"--metrics-host", "0.0.0.0"});
-  if (in.role == Role::kTrainer && in.index == 0 && !job.output.volume.source.empty())
-    args.insert(args.end(), {"--model-out", ModelPath(job)});
-  if ((in.role == Role::kParamServer || in.role == Role::kTrainer) && !job.placement.numa_pinning)
-    args.push_back("--no-bind");
-  return args;
+  if (auto* t = std::get_if<spec::TrainerOptions>(&options)) {
+    t->metrics_host = "0.0.0.0";
+    if (in.index == 0 && !job.output.volume.source.empty()) t->model_out = ModelPath(job);
+    t->no_bind = !job.placement.numa_pinning;
+  }
+  return spec::ToArgs(options);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "spec/adamjob.h"
+#include "spec/role_options.h"
 #include "spec/yaml_json.h"
 #include "testing/wait.h"
 
@@ -122,6 +123,36 @@ TEST(Render, CopiesNeverShareAHostAndControllersComeFirst) {
   const std::string targs = Pods(objects, "trainer")[0]->at("spec")["containers"][0]["args"].dump();
   EXPECT_NE(targs.find("--controller"), std::string::npos);
   EXPECT_EQ(targs.find("--ps\""), std::string::npos);
+}
+
+// What the operator writes into a container's arguments is what `adam` reads: every pod's and
+// the controllers' template's arguments parse back to their role, with the pod's TLS and state.
+TEST(Render, EveryContainersArgumentsParseBackToItsRole) {
+  for (const char* example : {"fashion-mnist", "fashion-mnist-ha"}) {
+    SCOPED_TRACE(example);
+    int parsed = 0;
+    for (const Json& o : RenderExample(example, "uid-1")) {
+      const Json* pod = o["kind"] == "Pod"           ? &o["spec"]
+                        : o["kind"] == "StatefulSet" ? &o["spec"]["template"]["spec"]
+                                                     : nullptr;
+      if (!pod) continue;
+      const auto args = (*pod)["containers"][0]["args"].get<std::vector<std::string>>();
+      auto options = spec::ParseArgs(args);
+      ASSERT_TRUE(options.ok()) << options.status().message();
+      EXPECT_EQ(spec::RoleSubcommand(spec::RoleOf(*options)), args[0]);
+      EXPECT_EQ(spec::Common(*options).tls_dir, "/etc/adam-tls");
+      EXPECT_EQ(spec::Common(*options).job, std::string(spec::kJobMountPath) + "/job.yaml");
+      if (const auto* c = std::get_if<spec::ControllerOptions>(&*options)) {
+        EXPECT_EQ(c->id, "hostname");
+        EXPECT_EQ(c->cluster_id, "uid-1");
+      }
+      if (const auto* p = std::get_if<spec::ParamServerOptions>(&*options)) {
+        EXPECT_FALSE(p->state_dir.empty());
+      }
+      ++parsed;
+    }
+    EXPECT_GE(parsed, 4);
+  }
 }
 
 TEST(Render, WithoutCopiesServersOnlyPreferSeparateHosts) {

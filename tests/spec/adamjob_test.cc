@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "spec/plan.h"
+#include "spec/role_options.h"
 #include "spec/yaml_json.h"
 #include "testing/wait.h"
 
@@ -495,9 +496,9 @@ TEST(Plan, TrainerArgsCarryEndpoints) {
   ASSERT_TRUE(job.ok());
   Plan plan = MakePlan(*job);
   const RoleInstance& trainer = plan.instances.back();
-  auto args = RoleArgs(trainer, "job.yaml", {"127.0.0.1:5", {"127.0.0.1:6", "127.0.0.1:7"}, ""});
+  auto args = ToArgs(OptionsFor(trainer, "job.yaml", {"127.0.0.1:5", {"127.0.0.1:6", "127.0.0.1:7"}, ""}));
   const std::vector<std::string> want = {"trainer", "--job", "job.yaml", "--name", "trainer-0",
-                                         "--metrics-port", "0", "--index", "0", "--threads", "1",
+                                         "--index", "0", "--threads", "1",
                                          "--data-server", "127.0.0.1:5", "--ps",
                                          "127.0.0.1:6,127.0.0.1:7"};
   EXPECT_EQ(args, want);
@@ -518,10 +519,11 @@ TEST(Plan, ControllerArgsTakeTheTemplatesIdentity) {
     auto it = std::find(args.begin(), args.end(), flag);
     return it == args.end() || it + 1 == args.end() ? std::string() : *(it + 1);
   };
-  auto own = RoleArgs(*second, "job.yaml", endpoints);
+  auto own = ToArgs(OptionsFor(*second, "job.yaml", endpoints));
   EXPECT_EQ(value(own, "--id"), "2");
   EXPECT_EQ(value(own, "--name"), second->name);
-  auto templated = RoleArgs(*second, "job.yaml", endpoints, {"hostname", "$(ADAM_POD_NAME)"});
+  auto templated =
+      ToArgs(OptionsFor(*second, "job.yaml", endpoints, {"hostname", "$(ADAM_POD_NAME)"}));
   EXPECT_EQ(value(templated, "--id"), "hostname");
   EXPECT_EQ(value(templated, "--name"), "$(ADAM_POD_NAME)");
   EXPECT_EQ(value(templated, "--members"), endpoints.controller_members);

@@ -31,6 +31,7 @@
 #include "launcher/report.h"
 #include "net/tls.h"
 #include "spec/plan.h"
+#include "spec/role_options.h"
 
 namespace adam::launcher {
 namespace {
@@ -333,7 +334,7 @@ class Supervisor {
                  "evaluating the final model (epoch %d) with an evaluator\n", evaluated_epoch_, last_epoch_);
     spec::RoleInstance in = *t0;
     in.name = "evaluator";
-    if (!Spawn(in, endpoints_, {"--evaluate-only"})) return 1;
+    if (!Spawn(in, endpoints_, /*evaluate_only=*/true)) return 1;
     const auto deadline = Clock::now() + o_.ready_timeout;
     while (true) {
       if (int code = Pump(); code >= 0) return code;
@@ -386,22 +387,31 @@ class Supervisor {
   }
 
   bool Spawn(const spec::RoleInstance& in, const spec::Endpoints& endpoints,
-             const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = spec::RoleArgs(in, o_.job_path, endpoints);
-    args.insert(args.end(), extra.begin(), extra.end());
-    // Trainer 0 evaluates the model after every epoch (the evaluator, given trainer 0's
-    // arguments, when it did not finish): it writes the one the summary reports.
-    if (!o_.model_out.empty() && in.role == spec::Role::kTrainer && in.index == 0)
-      args.insert(args.end(), {"--model-out", std::filesystem::absolute(o_.model_out).string()});
+             bool evaluate_only = false) {
+    spec::RoleOptions options = spec::OptionsFor(in, o_.job_path, endpoints);
+    spec::CommonRoleOptions& common = spec::Common(options);
     if (tls_dir_.empty()) {
-      args.push_back("--plaintext");
+      common.plaintext = true;
     } else {
-      args.insert(args.end(), {"--tls-dir", tls_dir_});
+      common.tls_dir = tls_dir_;
     }
+    const bool no_bind = no_bind_.count(in.name) > 0;
+    const std::string state_dir = state_root_ + "/" + in.name;
+    if (auto* t = std::get_if<spec::TrainerOptions>(&options)) {
+      t->evaluate_only = evaluate_only;
+      t->no_bind = no_bind;
+      // Trainer 0 evaluates the model after every epoch (the evaluator, given trainer 0's
+      // options, when it did not finish): it writes the one the summary reports.
+      if (!o_.model_out.empty() && in.index == 0)
+        t->model_out = std::filesystem::absolute(o_.model_out).string();
+    }
+    if (auto* p = std::get_if<spec::ParamServerOptions>(&options)) {
+      p->no_bind = no_bind;
+      p->state_dir = state_dir;
+    }
+    if (auto* c = std::get_if<spec::ControllerOptions>(&options)) c->state_dir = state_dir;
+    std::vector<std::string> args = spec::ToArgs(options);
     args.insert(args.begin(), o_.executable);
-    if (no_bind_.count(in.name)) args.push_back("--no-bind");
-    if (in.role == spec::Role::kParamServer || in.role == spec::Role::kController)
-      args.insert(args.end(), {"--state-dir", state_root_ + "/" + in.name});
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
     const auto slice = cpus_.find(in.name);

@@ -47,15 +47,14 @@
 #include "core/mutex.h"
 #include "core/periodic.h"
 #include "param_server/param_store.h"
+#include "spec/role_options.h"
 
 namespace adam::ps {
 
-// How long a primary serves after the last heartbeat the controller leader accepted. The
-// controller's failure timeout (`adam controller --server-timeout-ms`) must exceed it by at least
-// kLeaseMargin, or a primary cut off from the controller could still serve after another copy
-// was promoted.
-inline constexpr std::chrono::milliseconds kPrimaryLease{300};
-inline constexpr std::chrono::milliseconds kLeaseMargin{100};
+// How long a primary serves after the last heartbeat the controller leader accepted, and the
+// margin the controller's failure timeout must leave beyond it (spec::Check enforces it).
+using spec::kLeaseMargin;
+using spec::kPrimaryLease;
 
 class Routing {
  public:

@@ -1,4 +1,4 @@
-// MakePlan and RoleArgs.
+// MakePlan and ControllerMembers.
 #include "spec/plan.h"
 
 namespace adam::spec {
@@ -48,43 +48,6 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options) {
   for (int i = 0; i < job.roles.trainer.replicas; ++i)
     add(Role::kTrainer, i, job.roles.trainer.threads, job.roles.trainer.resources, 1);
   return plan;
-}
-
-std::vector<std::string> RoleArgs(const RoleInstance& in, const std::string& job_path,
-                                  const Endpoints& endpoints, const RoleIdentity& identity) {
-  std::vector<std::string> args = {RoleSubcommand(in.role), "--job", job_path, "--name",
-                                   identity.name.empty() ? in.name : identity.name,
-                                   "--metrics-port", std::to_string(in.metrics_port)};
-  switch (in.role) {
-    case Role::kParamServer:
-      args.insert(args.end(), {"--index", std::to_string(in.index), "--listen",
-                               in.host + ":" + std::to_string(in.port)});
-      if (!in.replication_host.empty())
-        args.insert(args.end(), {"--replication-listen", in.replication_host + ":" +
-                                                        std::to_string(in.replication_port)});
-      if (!endpoints.controller_members.empty())
-        args.insert(args.end(), {"--controller", endpoints.controller_members});
-      break;
-    case Role::kDataServer:
-      args.insert(args.end(), {"--listen", in.host + ":" + std::to_string(in.port)});
-      break;
-    case Role::kController:
-      args.insert(args.end(), {"--id", identity.id.empty() ? std::to_string(in.index + 1) : identity.id,
-                               "--members", endpoints.controller_members});
-      break;
-    case Role::kTrainer: {
-      std::string ps;
-      for (const auto& a : endpoints.param_servers) ps += (ps.empty() ? "" : ",") + a;
-      args.insert(args.end(), {"--index", std::to_string(in.index), "--threads",
-                               std::to_string(in.threads), "--data-server", endpoints.data_server});
-      if (endpoints.controller_members.empty())
-        args.insert(args.end(), {"--ps", ps});
-      else
-        args.insert(args.end(), {"--controller", endpoints.controller_members});
-      break;
-    }
-  }
-  return args;
 }
 
 std::string ControllerMembers(const Plan& plan) {

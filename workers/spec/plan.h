@@ -2,7 +2,8 @@
 //
 // The local launcher renders a plan to child processes on loopback; the operator renders the same
 // plan to pods. A plan says what runs (role, index, name, threads, ports, addresses, resources,
-// start stage); RoleArgs says how one instance is invoked once its peers' addresses are known.
+// start stage); role_options.h says how one instance is invoked once its peers' addresses are
+// known.
 // Pure and thread-compatible.
 #pragma once
 
@@ -71,9 +72,5 @@ struct RoleIdentity {
   std::string id;    // controllers only
   std::string name;
 };
-
-// The `adam` arguments (after the executable) that start `instance` of the job in `job_path`.
-std::vector<std::string> RoleArgs(const RoleInstance& instance, const std::string& job_path,
-                                  const Endpoints& endpoints, const RoleIdentity& identity = {});
 
 }  // namespace adam::spec
