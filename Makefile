@@ -5,7 +5,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test fuzz tsan asan tidy bench clean cluster-tools cluster cluster-down k8s-e2e image multihost
+.PHONY: deps build demo test fuzz tsan asan tidy format format-check bench clean cluster-tools cluster cluster-down k8s-e2e image multihost
 
 deps:
 	./scripts/install-deps.sh
@@ -59,8 +59,17 @@ fuzz: deps
 tsan: deps
 	./scripts/tsan.sh
 
+# clang-format (.clang-format) over every C++ file: format rewrites them, format-check fails
+# naming each file that is not clean.
+format: deps
+	./scripts/format.sh
+
+format-check: deps
+	./scripts/format.sh --check
+
 # clang-tidy's chosen checks (.clang-tidy) over every .cc of workers/ and operator/, with the
-# compile commands of build/; any finding fails.
+# compile commands of build/; any finding fails. A file whose preprocessed text, flags and checks
+# were seen clean is skipped (~/.cache/adam/tidy and .ci/tidy.sums, which a clean run rewrites).
 tidy: build
 	./scripts/tidy.sh
 
