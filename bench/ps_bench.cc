@@ -14,12 +14,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "model/layout.h"
 #include "net/grpc.h"
 #include "param_server/buffer_pool.h"
 #include "param_server/clock_gate.h"
 #include "param_server/param_service.h"
 #include "param_server/param_store.h"
-#include "model/layout.h"
 #include "spec/adamjob.h"
 #include "topology/topology.h"
 #include "update/update_plan.h"
@@ -36,7 +36,8 @@ double Seconds(Steady::time_point a, Steady::time_point b) {
 // a = b + s * c over `n` floats per array, each thread on its own slice (first-touched by it);
 // GB/s counted STREAM's way (two reads and one write per element).
 double TriadGbps(int threads, int64_t n, int reps) {
-  std::vector<float*> a(static_cast<size_t>(threads)), b(static_cast<size_t>(threads)), c(static_cast<size_t>(threads));
+  std::vector<float*> a(static_cast<size_t>(threads)), b(static_cast<size_t>(threads)),
+      c(static_cast<size_t>(threads));
   const int64_t per = n / threads;
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t)
@@ -51,14 +52,15 @@ double TriadGbps(int threads, int64_t n, int reps) {
   for (int r = 0; r < reps; ++r) {
     std::atomic<int> go{0};
     ts.clear();
-    
+
     for (int t = 0; t < threads; ++t)
       ts.emplace_back([&, t] {
         float* __restrict x = a[size_t(t)];
         const float* __restrict y = b[size_t(t)];
         const float* __restrict z = c[size_t(t)];
         go.fetch_add(1);
-        while (go.load() < threads) {}
+        while (go.load() < threads) {
+        }
         for (int64_t i = 0; i < per; ++i) x[i] = y[i] + 0.5f * z[i];
       });
     const auto t0 = Steady::now();
@@ -181,7 +183,8 @@ int main(int argc, char** argv) {
   int threads = 0, shards = 32, updates = 8, reps = 5, clients = 4;
   double seconds = 3;
   std::string json_path, job_path = "examples/fashion-mnist.yaml";
-  app.add_option("--threads", threads, "threads for triad and shard workers (default: usable cores)");
+  app.add_option("--threads", threads,
+                 "threads for triad and shard workers (default: usable cores)");
   app.add_option("--shards", shards, "1 MiB shards in the apply benchmark");
   app.add_option("--updates", updates, "queued updates per shard per round");
   app.add_option("--reps", reps, "rounds (best is reported)");
@@ -198,7 +201,8 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "parameter server benchmark: %d threads\n", threads);
   // Triad and apply alternate, one round each at a time, so both see the same machine (these
   // machines are shared): the ratio is the median of the rounds' ratios.
-  std::fprintf(stderr, "  %d rounds of: triad (3 x 192 MiB), apply (%d shards x %d updates of 1 MiB)\n",
+  std::fprintf(stderr,
+               "  %d rounds of: triad (3 x 192 MiB), apply (%d shards x %d updates of 1 MiB)\n",
                reps, shards, updates);
   double triad = 0;
   ApplyResult apply;
@@ -206,8 +210,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r) {
     const double t = TriadGbps(threads, int64_t{64} << 20 >> 2, 1);
     const ApplyResult a = ApplyGbps(threads, shards, updates, 1);
-    std::fprintf(stderr, "    round %d: triad %.2f GB/s, apply %.2f GB/s (%.2fx)\n", r + 1, t, a.gbps,
-                 a.gbps / t);
+    std::fprintf(stderr, "    round %d: triad %.2f GB/s, apply %.2f GB/s (%.2fx)\n", r + 1, t,
+                 a.gbps, a.gbps / t);
     triad = std::max(triad, t);
     if (a.gbps > apply.gbps) apply = a;
     ratios.push_back(a.gbps / t);
@@ -237,7 +241,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string address = "127.0.0.1:" + std::to_string(server->port);
-  std::fprintf(stderr, "  gRPC push/pull of 1 MiB shards, %d clients, %.0f s each ...\n", clients, seconds);
+  std::fprintf(stderr, "  gRPC push/pull of 1 MiB shards, %d clients, %.0f s each ...\n", clients,
+               seconds);
   const RpcResult push = RpcBench(true, clients, seconds, address, store.shard_ids());
   const RpcResult pull = RpcBench(false, clients, seconds, address, store.shard_ids());
   server->server->Shutdown();
@@ -250,16 +255,21 @@ int main(int argc, char** argv) {
     auto layout = model::ModelLayout::Make(job->model);
     const auto& role = job->roles.parameter_server;
     auto bytes_for = [&](int servers, int push_every) {
-      auto m = shard::ShardMap::Make(layout->num_params(), role.shard_bytes, servers, job->training.seed);
+      auto m = shard::ShardMap::Make(layout->num_params(), role.shard_bytes, servers,
+                                     job->training.seed);
       return update::UpdatePlan::Make(*layout, *m, push_every, spec::DenseUpdates::kAuto)
           .DenseBytes(push_every);
     };
     const auto b = bytes_for(role.replicas, job->training.push_every);
-    dense_json = {{"job", job_path}, {"push_every", job->training.push_every}, {"servers", role.replicas},
-                  {"weights_bytes", b.weights}, {"activations_bytes", b.activations},
+    dense_json = {{"job", job_path},
+                  {"push_every", job->training.push_every},
+                  {"servers", role.replicas},
+                  {"weights_bytes", b.weights},
+                  {"activations_bytes", b.activations},
                   {"planned_bytes", b.planned}};
     char line[160];
-    std::snprintf(line, sizeof line, "\ndense-layer bytes per push, auto protocol / weight deltas (%s):\n%-10s",
+    std::snprintf(line, sizeof line,
+                  "\ndense-layer bytes per push, auto protocol / weight deltas (%s):\n%-10s",
                   job_path.c_str(), "servers");
     dense_table += line;
     for (int k : {25, 50, 100, 200}) {
@@ -283,18 +293,20 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "%-44s %9.2f GB/s\n", "STREAM-style triad (all threads)", triad);
   std::fprintf(stderr, "%-44s %9.2f GB/s  (median of rounds: %.2fx triad)\n",
                "update application (batched, all threads)", apply.gbps, ratio);
-  std::fprintf(stderr, "%-44s %9.2f GB/s  p50 %.2f ms  p99 %.2f ms\n", "gRPC push of 1 MiB (loopback)",
-               push.gbps, push.p50_ms, push.p99_ms);
-  std::fprintf(stderr, "%-44s %9.2f GB/s  p50 %.2f ms  p99 %.2f ms\n", "gRPC pull of 1 MiB (loopback)",
-               pull.gbps, pull.p50_ms, pull.p99_ms);
+  std::fprintf(stderr, "%-44s %9.2f GB/s  p50 %.2f ms  p99 %.2f ms\n",
+               "gRPC push of 1 MiB (loopback)", push.gbps, push.p50_ms, push.p99_ms);
+  std::fprintf(stderr, "%-44s %9.2f GB/s  p50 %.2f ms  p99 %.2f ms\n",
+               "gRPC pull of 1 MiB (loopback)", pull.gbps, pull.p50_ms, pull.p99_ms);
   if (!dense_json.is_null())
-    std::fprintf(stderr, "dense layers per push of %d images on %d servers: weights %.0f KB, "
-                 "activations+errors %.0f KB, as planned %.0f KB (%.2fx of weights)\n",
-                 dense_json["push_every"].get<int>(), dense_json["servers"].get<int>(),
-                 dense_json["weights_bytes"].get<double>() / 1e3,
-                 dense_json["activations_bytes"].get<double>() / 1e3,
-                 dense_json["planned_bytes"].get<double>() / 1e3,
-                 dense_json["planned_bytes"].get<double>() / dense_json["weights_bytes"].get<double>());
+    std::fprintf(
+        stderr,
+        "dense layers per push of %d images on %d servers: weights %.0f KB, "
+        "activations+errors %.0f KB, as planned %.0f KB (%.2fx of weights)\n",
+        dense_json["push_every"].get<int>(), dense_json["servers"].get<int>(),
+        dense_json["weights_bytes"].get<double>() / 1e3,
+        dense_json["activations_bytes"].get<double>() / 1e3,
+        dense_json["planned_bytes"].get<double>() / 1e3,
+        dense_json["planned_bytes"].get<double>() / dense_json["weights_bytes"].get<double>());
   std::fprintf(stderr, "%s", dense_table.c_str());
 
   nlohmann::json out = {{"threads", threads},

@@ -70,7 +70,8 @@ struct Cluster {
   std::vector<std::string> client_addresses;  // by member index
   std::function<pid_t(int member)> start;
   std::function<bool(int member, const std::string& key, const std::string& value,
-                     std::chrono::milliseconds deadline)> put;
+                     std::chrono::milliseconds deadline)>
+      put;
   std::function<int()> leader;  // member index, -1 if unknown
   std::vector<pid_t> pids;
 
@@ -94,8 +95,8 @@ struct Cluster {
 
 struct Row {
   double p50 = 0, p99 = 0, writes_per_s = 0, failover_ms = 0;
-  std::vector<double> latencies;     // every sequential write, all rounds
-  std::vector<double> round_rates;   // writes/s per throughput round
+  std::vector<double> latencies;    // every sequential write, all rounds
+  std::vector<double> round_rates;  // writes/s per throughput round
   std::vector<double> failovers;
 };
 
@@ -158,7 +159,8 @@ void Measure(Cluster& a, Cluster& b, int writes, int clients, double seconds, in
   a.StartAll();
   b.StartAll();
   for (Cluster* c : {&a, &b})
-    if (c->WaitLeader(20s) < 0) std::fprintf(stderr, "%s: no leader within 20 s\n", c->name.c_str());
+    if (c->WaitLeader(20s) < 0)
+      std::fprintf(stderr, "%s: no leader within 20 s\n", c->name.c_str());
   for (int r = 0; r < rounds; ++r) {
     LatencyRound(a, writes / rounds, ra);
     LatencyRound(b, writes / rounds, rb);
@@ -191,8 +193,8 @@ void Measure(Cluster& a, Cluster& b, int writes, int clients, double seconds, in
 
 int main(int argc, char** argv) {
   CLI::App app{"Raft: adam controller vs etcd, 3 members each on loopback"};
-  std::string adam = ADAM_BINARY, etcd = "etcd", json_path, job = std::string(ADAM_SOURCE_DIR) +
-                                                               "/examples/fashion-mnist.yaml";
+  std::string adam = ADAM_BINARY, etcd = "etcd", json_path,
+              job = std::string(ADAM_SOURCE_DIR) + "/examples/fashion-mnist.yaml";
   int writes = 2000, clients = 16, failovers = 5, rounds = 5, tick_ms = 10;
   double seconds = 5;
   app.add_option("--adam", adam, "adam executable");
@@ -209,8 +211,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({5, 10, 20}));
   CLI11_PARSE(app, argc, argv);
 
-  const std::string root = (std::filesystem::temp_directory_path() /
-                            ("adam-raft-bench-" + std::to_string(getpid()))).string();
+  const std::string root =
+      (std::filesystem::temp_directory_path() / ("adam-raft-bench-" + std::to_string(getpid())))
+          .string();
   std::filesystem::create_directories(root);
   std::fprintf(stderr, "raft_bench: state and logs in %s\n", root.c_str());
 
@@ -227,9 +230,10 @@ int main(int argc, char** argv) {
   for (const auto& a : ours.client_addresses)
     stubs.push_back(adam::v1::Controller::NewStub(adam::net::MakeChannel(a)));
   ours.start = [&](int m) {
-    return Spawn({adam, "controller", "--plaintext", "--job", job, "--id", std::to_string(m + 1), "--members",
-                  members, "--state-dir", root + "/adam-" + std::to_string(m), "--tick-ms", std::to_string(tick_ms),
-                  "--election-ticks", std::to_string(200 / tick_ms), "--name", "controller-" + std::to_string(m + 1)},
+    return Spawn({adam, "controller", "--plaintext", "--job", job, "--id", std::to_string(m + 1),
+                  "--members", members, "--state-dir", root + "/adam-" + std::to_string(m),
+                  "--tick-ms", std::to_string(tick_ms), "--election-ticks",
+                  std::to_string(200 / tick_ms), "--name", "controller-" + std::to_string(m + 1)},
                  root + "/adam-" + std::to_string(m) + ".log");
   };
   ours.put = [&](int m, const std::string& k, const std::string& v, std::chrono::milliseconds d) {
@@ -272,14 +276,31 @@ int main(int argc, char** argv) {
   ec.start = [&](int m) {
     const std::string dir = root + "/etcd-" + std::to_string(m);
     const bool fresh = !std::filesystem::exists(dir);
-    return Spawn({etcd, "--name", "e" + std::to_string(m), "--data-dir", dir,
-                  "--listen-client-urls", "http://" + ec.client_addresses[size_t(m)],
-                  "--advertise-client-urls", "http://" + ec.client_addresses[size_t(m)],
-                  "--listen-peer-urls", peer_urls[size_t(m)], "--initial-advertise-peer-urls",
-                  peer_urls[size_t(m)], "--initial-cluster", initial, "--initial-cluster-state",
-                  fresh ? "new" : "existing", "--initial-cluster-token", "adam-bench",
-                  "--heartbeat-interval", "20", "--election-timeout", "200",
-                  "--log-level", "warn"},
+    return Spawn({etcd,
+                  "--name",
+                  "e" + std::to_string(m),
+                  "--data-dir",
+                  dir,
+                  "--listen-client-urls",
+                  "http://" + ec.client_addresses[size_t(m)],
+                  "--advertise-client-urls",
+                  "http://" + ec.client_addresses[size_t(m)],
+                  "--listen-peer-urls",
+                  peer_urls[size_t(m)],
+                  "--initial-advertise-peer-urls",
+                  peer_urls[size_t(m)],
+                  "--initial-cluster",
+                  initial,
+                  "--initial-cluster-state",
+                  fresh ? "new" : "existing",
+                  "--initial-cluster-token",
+                  "adam-bench",
+                  "--heartbeat-interval",
+                  "20",
+                  "--election-timeout",
+                  "200",
+                  "--log-level",
+                  "warn"},
                  dir + ".log");
   };
   ec.put = [&](int m, const std::string& k, const std::string& v, std::chrono::milliseconds d) {
@@ -307,9 +328,12 @@ int main(int argc, char** argv) {
   Measure(ours, ec, writes, clients, seconds, failovers, rounds, &a, &e);
 
   auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
-  std::printf("\n%-34s %12s %12s %10s\n", "Raft, 3 members on loopback", "adam", "etcd", "adam/etcd");
-  std::printf("%-34s %12.2f %12.2f %9.2fx\n", "commit latency p50 (ms)", a.p50, e.p50, ratio(a.p50, e.p50));
-  std::printf("%-34s %12.2f %12.2f %9.2fx\n", "commit latency p99 (ms)", a.p99, e.p99, ratio(a.p99, e.p99));
+  std::printf("\n%-34s %12s %12s %10s\n", "Raft, 3 members on loopback", "adam", "etcd",
+              "adam/etcd");
+  std::printf("%-34s %12.2f %12.2f %9.2fx\n", "commit latency p50 (ms)", a.p50, e.p50,
+              ratio(a.p50, e.p50));
+  std::printf("%-34s %12.2f %12.2f %9.2fx\n", "commit latency p99 (ms)", a.p99, e.p99,
+              ratio(a.p99, e.p99));
   std::printf("%-34s %12.0f %12.0f %9.2fx\n",
               ("throughput, " + std::to_string(clients) + " clients (writes/s)").c_str(),
               a.writes_per_s, e.writes_per_s, ratio(a.writes_per_s, e.writes_per_s));
@@ -317,16 +341,23 @@ int main(int argc, char** argv) {
               e.failover_ms, ratio(a.failover_ms, e.failover_ms));
   std::printf("(latency and failover: lower is better; throughput: higher is better)\n");
   if (!json_path.empty()) {
-    nlohmann::json j = {{"ours_commit_p50_ms", a.p50},      {"etcd_commit_p50_ms", e.p50},
-                        {"ours_commit_p99_ms", a.p99},      {"etcd_commit_p99_ms", e.p99},
-                        {"ours_writes_per_s", a.writes_per_s}, {"etcd_writes_per_s", e.writes_per_s},
-                        {"ours_failover_ms", a.failover_ms}, {"etcd_failover_ms", e.failover_ms},
-                        {"ours_failovers_ms", a.failovers},  {"etcd_failovers_ms", e.failovers},
-                        {"clients", clients},               {"writes", writes},
+    nlohmann::json j = {{"ours_commit_p50_ms", a.p50},
+                        {"etcd_commit_p50_ms", e.p50},
+                        {"ours_commit_p99_ms", a.p99},
+                        {"etcd_commit_p99_ms", e.p99},
+                        {"ours_writes_per_s", a.writes_per_s},
+                        {"etcd_writes_per_s", e.writes_per_s},
+                        {"ours_failover_ms", a.failover_ms},
+                        {"etcd_failover_ms", e.failover_ms},
+                        {"ours_failovers_ms", a.failovers},
+                        {"etcd_failovers_ms", e.failovers},
+                        {"clients", clients},
+                        {"writes", writes},
                         {"rounds", rounds},
                         {"ours_round_writes_per_s", a.round_rates},
                         {"etcd_round_writes_per_s", e.round_rates},
-                        {"election_timeout_ms", 200},       {"heartbeat_ms", 20},
+                        {"election_timeout_ms", 200},
+                        {"heartbeat_ms", 20},
                         {"ours_tick_ms", tick_ms}};
     std::ofstream(json_path) << j.dump(2) << "\n";
   }

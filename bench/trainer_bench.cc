@@ -91,7 +91,8 @@ double Throughput(const adam::model::ModelLayout& layout, const std::vector<floa
       if (pos + chunk > data.train.count) pos = 0;
       (*r)->Train(t, data.train.pixels.data() + int64_t{pos} * 784, data.train.labels.data() + pos,
                   chunk, 0.001f);
-      if (phase.load(std::memory_order_relaxed) == 1) images.fetch_add(chunk, std::memory_order_relaxed);
+      if (phase.load(std::memory_order_relaxed) == 1)
+        images.fetch_add(chunk, std::memory_order_relaxed);
       steps.fetch_add((chunk + batch - 1) / batch, std::memory_order_relaxed);
       pos += chunk;
     }
@@ -154,11 +155,15 @@ int main(int argc, char** argv) {
   // Time to accuracy trains on the manifest's augmentation (the data server's) unless told not to.
   adam::spec::AugmentSpec aug = job->dataset.augment;
   if (!tta_augment) aug = adam::spec::AugmentSpec{0, false, 1};
-  nlohmann::json out = {{"model_params", layout->num_params()}, {"train_flops_per_image", flops},
-                        {"cores", cores}, {"real_data", real}, {"runs", nlohmann::json::array()},
+  nlohmann::json out = {{"model_params", layout->num_params()},
+                        {"train_flops_per_image", flops},
+                        {"cores", cores},
+                        {"real_data", real},
+                        {"runs", nlohmann::json::array()},
                         {"augment", {aug.shift, int(aug.hflip), aug.variants}}};
   // Human-readable lines go to stderr; stdout carries only the final JSON.
-  std::fprintf(stderr, "%-8s %-6s %12s %10s  %s\n", "threads", "batch", "images/s", "GFLOP/s", "placement");
+  std::fprintf(stderr, "%-8s %-6s %12s %10s  %s\n", "threads", "batch", "images/s", "GFLOP/s",
+               "placement");
   for (int b : ParseList(batches_s))
     for (int t : threads) {
       std::string where;
@@ -166,9 +171,13 @@ int main(int argc, char** argv) {
       const double ips = Throughput(*layout, init, data, t, b, apply_every, private_weights,
                                     seconds, &where, &waits);
       if (private_weights) where += "; ring waits per step " + std::to_string(waits);
-      std::fprintf(stderr, "%-8d %-6d %12.0f %10.2f  %s\n", t, b, ips, ips * flops / 1e9, where.c_str());
-      out["runs"].push_back({{"threads", t}, {"batch", b}, {"apply_every", apply_every},
-                             {"private_weights", private_weights}, {"images_per_second", ips},
+      std::fprintf(stderr, "%-8d %-6d %12.0f %10.2f  %s\n", t, b, ips, ips * flops / 1e9,
+                   where.c_str());
+      out["runs"].push_back({{"threads", t},
+                             {"batch", b},
+                             {"apply_every", apply_every},
+                             {"private_weights", private_weights},
+                             {"images_per_second", ips},
                              {"ring_waits_per_step", waits}});
     }
 
@@ -211,13 +220,20 @@ int main(int argc, char** argv) {
       acc = (*r)->Evaluate(weights.data(), data.test.pixels.data(), data.test.labels.data(),
                            data.test.count);
       std::fprintf(stderr, "tta: epoch %d  test accuracy %.4f  %.1f s\n", epoch + 1, acc,
-                  std::chrono::duration<double>(Clock::now() - t0).count());
+                   std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    out["tta"] = {{"target", tta}, {"reached", acc >= tta}, {"accuracy", acc}, {"epochs", epoch},
+    out["tta"] = {{"target", tta},
+                  {"reached", acc >= tta},
+                  {"accuracy", acc},
+                  {"epochs", epoch},
                   {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
-                  {"threads", t}, {"batch", tta_batch}, {"apply_every", o.apply_every},
+                  {"threads", t},
+                  {"batch", tta_batch},
+                  {"apply_every", o.apply_every},
                   {"private_weights", tta_private},
-                  {"lr", tta_lr}, {"decay", tta_decay}, {"augment_variants", cache.variants()}};
+                  {"lr", tta_lr},
+                  {"decay", tta_decay},
+                  {"augment_variants", cache.variants()}};
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

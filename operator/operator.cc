@@ -101,13 +101,13 @@ struct Operator::Impl : public Children {
                             .Help("Total number of reconciliation errors per controller")
                             .Register(*registry)
                             .Add({{"controller", "adamjob"}});
-    reconcile_time = &prometheus::BuildHistogram()
-                          .Name("controller_runtime_reconcile_time_seconds")
-                          .Help("Length of time per reconciliation per controller")
-                          .Register(*registry)
-                          .Add({{"controller", "adamjob"}},
-                               prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1,
-                                                                       0.5, 1, 5});
+    reconcile_time =
+        &prometheus::BuildHistogram()
+             .Name("controller_runtime_reconcile_time_seconds")
+             .Help("Length of time per reconciliation per controller")
+             .Register(*registry)
+             .Add({{"controller", "adamjob"}}, prometheus::Histogram::BucketBoundaries{
+                                                   0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5});
     active_workers = &prometheus::BuildGauge()
                           .Name("controller_runtime_active_workers")
                           .Help("Number of currently used workers per controller")
@@ -162,7 +162,8 @@ struct Operator::Impl : public Children {
     queue = std::make_unique<kube::WorkQueue>();
     adds_seen = retries_seen = 0;
     if (o.metrics) scrapes = std::make_unique<kube::MetricsCache>(o.metrics.get(), o.status_period);
-    reconciler = std::make_unique<Reconciler>(fenced.get(), this, nullptr, scrapes.get(), o.status_period);
+    reconciler =
+        std::make_unique<Reconciler>(fenced.get(), this, nullptr, scrapes.get(), o.status_period);
     reconciler->set_certificate_validity(o.certificate_validity);
     kube::WorkQueue* q = queue.get();
     auto job_handler = [q](const kube::WatchEvent& ev) { q->Add(kube::KeyOf(ev.object)); };
@@ -174,9 +175,9 @@ struct Operator::Impl : public Children {
     informers.push_back(std::make_unique<kube::Informer>(reads, kube::AdamJobs(), o.watch_namespace,
                                                          "", job_handler));
     by_plural.clear();
-    for (const kube::Resource& r : {kube::Pods(), kube::StatefulSets(), kube::ConfigMaps(),
-                                    kube::Services(), kube::PersistentVolumeClaims(),
-                                    kube::NetworkPolicies(), kube::Secrets()}) {
+    for (const kube::Resource& r :
+         {kube::Pods(), kube::StatefulSets(), kube::ConfigMaps(), kube::Services(),
+          kube::PersistentVolumeClaims(), kube::NetworkPolicies(), kube::Secrets()}) {
       informers.push_back(std::make_unique<kube::Informer>(reads, r, o.watch_namespace,
                                                            kManagedSelector, child_handler));
       by_plural[r.plural] = informers.back().get();
@@ -221,7 +222,8 @@ struct Operator::Impl : public Children {
           return InternalError("reconcile " + *key + ": " + e.what());
         }
       }();
-      reconcile_time->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      reconcile_time->Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       active_workers->Decrement();
       ++reconciles;
       if (!r.ok()) {
@@ -270,12 +272,17 @@ StatusOr<std::unique_ptr<Operator>> Operator::Start(kube::Client* reads, kube::C
       host.empty() ? "0.0.0.0" : host, port,
       {{"/metrics",
         [raw] {
-          return kube::HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8", raw->MetricsText()};
+          return kube::HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8",
+                                  raw->MetricsText()};
         }},
-       {"/healthz", [] { return kube::HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"}; }},
+       {"/healthz",
+        [] {
+          return kube::HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"};
+        }},
        {"/readyz", [raw] {
-          return raw->Synced() ? kube::HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"}
-                               : kube::HttpAnswer{503, "text/plain; charset=utf-8", "caches not synced\n"};
+          return raw->Synced()
+                     ? kube::HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"}
+                     : kube::HttpAnswer{503, "text/plain; charset=utf-8", "caches not synced\n"};
         }}});
   if (!endpoint.ok()) return endpoint.status();
   impl->endpoint = std::move(*endpoint);
@@ -334,11 +341,14 @@ StatusOr<kube::Config> FindConfig(const std::string& kubeconfig, const std::stri
   const char* env = std::getenv("KUBECONFIG");
   if (env && *env) {
     const std::string path = kube::DefaultKubeconfigPath(env);
-    if (path.empty()) return InvalidArgumentError(std::string("$KUBECONFIG (") + env + ") names no file that exists");
+    if (path.empty())
+      return InvalidArgumentError(std::string("$KUBECONFIG (") + env +
+                                  ") names no file that exists");
     return kube::LoadKubeconfig(path, context);
   }
   auto in_cluster = kube::InClusterConfig();
-  if (in_cluster.ok() || in_cluster.status().message().find("KUBERNETES_SERVICE_HOST") == std::string::npos)
+  if (in_cluster.ok() ||
+      in_cluster.status().message().find("KUBERNETES_SERVICE_HOST") == std::string::npos)
     return in_cluster;
   const std::string home = kube::DefaultKubeconfigPath("");
   if (!home.empty()) return kube::LoadKubeconfig(home, context);
@@ -369,9 +379,12 @@ int OperatorMain(const OperatorOptions& options, const std::string& kubeconfig,
                       .Help("Request latency to the API server, by verb")
                       .Register(*o.registry);
   config->observer = [&requests, &latency](const kube::RequestRecord& r) {
-    requests.Add({{"code", r.code ? std::to_string(r.code) : "<error>"}, {"method", r.method}}).Increment();
-    latency.Add({{"verb", r.method}}, prometheus::Histogram::BucketBoundaries{
-                                          0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60})
+    requests.Add({{"code", r.code ? std::to_string(r.code) : "<error>"}, {"method", r.method}})
+        .Increment();
+    latency
+        .Add({{"verb", r.method}},
+             prometheus::Histogram::BucketBoundaries{0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15,
+                                                     30, 60})
         .Observe(r.seconds);
   };
   config->qps = o.qps;
@@ -387,10 +400,12 @@ int OperatorMain(const OperatorOptions& options, const std::string& kubeconfig,
     spdlog::error("{}", op.status().message());
     return op.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  spdlog::info("adam operator: API {}, watching {}, endpoints on port {}, {} workers, {} QPS "
-               "(burst {})", config->server,
-               o.watch_namespace.empty() ? "every namespace" : "namespace " + o.watch_namespace,
-               (*op)->metrics_port(), o.workers, config->qps, config->burst);
+  spdlog::info(
+      "adam operator: API {}, watching {}, endpoints on port {}, {} workers, {} QPS "
+      "(burst {})",
+      config->server,
+      o.watch_namespace.empty() ? "every namespace" : "namespace " + o.watch_namespace,
+      (*op)->metrics_port(), o.workers, config->qps, config->burst);
   int code = 0;
   while (true) {
     if (WaitForTerminationSignal(std::chrono::milliseconds(100))) break;

@@ -27,15 +27,15 @@ class Registry;
 namespace adam::op {
 
 struct OperatorOptions {
-  std::string watch_namespace;          // "" = every namespace
+  std::string watch_namespace;  // "" = every namespace
   // Where the operator's metrics live (the API client's too, when the caller records them
   // there); null = a registry of its own.
   std::shared_ptr<prometheus::Registry> registry;
   std::string metrics_address = "0.0.0.0:8080";  // /metrics, /healthz, /readyz; port 0 = any
   bool leader_elect = true;
-  std::string lease_namespace;           // "" = the operator's own namespace ("default" in tests)
+  std::string lease_namespace;  // "" = the operator's own namespace ("default" in tests)
   std::string lease_name = "adam-operator";
-  std::string identity;                 // this candidate; default: the host name
+  std::string identity;  // this candidate; default: the host name
   int workers = 2;
   std::chrono::milliseconds lease_duration{15000};
   std::chrono::milliseconds renew_deadline{10000};

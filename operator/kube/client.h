@@ -115,14 +115,14 @@ struct RequestRecord {
 
 // Where the API server is, how to authenticate, and the client's own limits.
 struct Config {
-  std::string server;                 // https://host:port (or http:// for tests)
-  std::string token;                  // bearer token; empty = none
+  std::string server;  // https://host:port (or http:// for tests)
+  std::string token;   // bearer token; empty = none
   // A file holding the bearer token, read again whenever it changes and after a 401 (bound
   // service-account tokens are rotated by the kubelet); replaces `token`.
   std::string token_file;
-  std::optional<ExecPlugin> exec;     // credentials from a plugin, cached until they expire
-  std::string ca_pem;                 // CA bundle to verify the server; empty = system roots
-  std::string client_cert_pem;        // client certificate and key (kubeconfig users)
+  std::optional<ExecPlugin> exec;  // credentials from a plugin, cached until they expire
+  std::string ca_pem;              // CA bundle to verify the server; empty = system roots
+  std::string client_cert_pem;     // client certificate and key (kubeconfig users)
   std::string client_key_pem;
   bool insecure_skip_tls_verify = false;
   std::string name_space = "default";  // the context's (or service account's) namespace

@@ -1,15 +1,14 @@
 // Client over cpprestsdk, kubeconfig and in-cluster configuration.
-#include <boost/asio/ssl.hpp>
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 #include <cpprest/uri.h>
-#include <yaml-cpp/yaml.h>
-
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
+#include <boost/asio/ssl.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -64,8 +63,7 @@ StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::st
     if (r.plural == "networkpolicies") singular = "networkpolicy";
     std::string k = kind;
     for (char& c : k) c = char(std::tolower(static_cast<unsigned char>(c)));
-    if (r.group_version == api_version && singular == k)
-      return r;
+    if (r.group_version == api_version && singular == k) return r;
   }
   return InvalidArgumentError("no resource for " + api_version + " " + kind);
 }
@@ -123,18 +121,25 @@ Status FromHttp(int code, const std::string& method, const std::string& path,
   }
   const std::string what = method + " " + path + ": HTTP " + std::to_string(code) + ": " + msg;
   switch (code) {
-    case 404: return NotFoundError(what);
-    case 409: return method == "POST" ? Status(StatusCode::kAlreadyExists, what) : AbortedError(what);
-    case 410: return OutOfRangeError(what);
+    case 404:
+      return NotFoundError(what);
+    case 409:
+      return method == "POST" ? Status(StatusCode::kAlreadyExists, what) : AbortedError(what);
+    case 410:
+      return OutOfRangeError(what);
     case 400:
-    case 422: return InvalidArgumentError(what);
+    case 422:
+      return InvalidArgumentError(what);
     case 401:
-    case 403: return FailedPreconditionError(what);
+    case 403:
+      return FailedPreconditionError(what);
     case 429:
     case 500:
     case 503:
-    case 504: return UnavailableError(what);
-    default: return InternalError(what);
+    case 504:
+      return UnavailableError(what);
+    default:
+      return InternalError(what);
   }
 }
 
@@ -178,7 +183,8 @@ StatusOr<ExecAnswer> RunExecPlugin(const ExecPlugin& p) {
   close(out[1]);
   if (rc != 0) {
     close(out[0]);
-    return FailedPreconditionError(where + ".command: cannot run '" + p.command + "': " + std::strerror(rc));
+    return FailedPreconditionError(where + ".command: cannot run '" + p.command +
+                                   "': " + std::strerror(rc));
   }
   std::string text;
   char buf[4096];
@@ -193,33 +199,41 @@ StatusOr<ExecAnswer> RunExecPlugin(const ExecPlugin& p) {
   }
   if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)
     return FailedPreconditionError(where + ": '" + p.command + "' failed (" +
-                                   (WIFEXITED(wstatus) ? "exit code " + std::to_string(WEXITSTATUS(wstatus))
-                                                       : "killed by a signal") + ")");
+                                   (WIFEXITED(wstatus)
+                                        ? "exit code " + std::to_string(WEXITSTATUS(wstatus))
+                                        : "killed by a signal") +
+                                   ")");
   Json cred;
   try {
     cred = Json::parse(text);
   } catch (const std::exception& e) {
-    return InvalidArgumentError(where + ": '" + p.command + "' printed no ExecCredential JSON: " + e.what());
+    return InvalidArgumentError(where + ": '" + p.command +
+                                "' printed no ExecCredential JSON: " + e.what());
   }
   if (!cred.is_object() || cred.value("kind", "") != "ExecCredential")
     return InvalidArgumentError(where + ": the plugin's answer is not an ExecCredential (kind)");
   if (cred.value("apiVersion", "") != p.api_version)
-    return InvalidArgumentError(where + ": the plugin answered apiVersion '" + cred.value("apiVersion", "") +
-                                "', asked for '" + p.api_version + "'");
+    return InvalidArgumentError(where + ": the plugin answered apiVersion '" +
+                                cred.value("apiVersion", "") + "', asked for '" + p.api_version +
+                                "'");
   const Json st = cred.value("status", Json::object());
-  if (!st.is_object()) return InvalidArgumentError(where + ": the plugin's answer has no status object");
+  if (!st.is_object())
+    return InvalidArgumentError(where + ": the plugin's answer has no status object");
   auto str = [&](const char* k) {
     auto it = st.find(k);
     return it != st.end() && it->is_string() ? it->get<std::string>() : std::string();
   };
   ExecAnswer a{str("token"), str("clientCertificateData"), str("clientKeyData"), std::nullopt};
   if (a.token.empty() && a.cert_pem.empty())
-    return InvalidArgumentError(where + ": the plugin's status has neither token nor clientCertificateData");
+    return InvalidArgumentError(
+        where + ": the plugin's status has neither token nor clientCertificateData");
   if (a.cert_pem.empty() != a.key_pem.empty())
     return InvalidArgumentError(where + ": clientCertificateData and clientKeyData come together");
   if (const std::string exp = str("expirationTimestamp"); !exp.empty()) {
     a.expiry = ParseTime(exp);
-    if (!a.expiry) return InvalidArgumentError(where + ": status.expirationTimestamp '" + exp + "' is not RFC 3339");
+    if (!a.expiry)
+      return InvalidArgumentError(where + ": status.expirationTimestamp '" + exp +
+                                  "' is not RFC 3339");
   }
   return a;
 }
@@ -237,7 +251,8 @@ class RateLimiter {
     const auto start = std::chrono::steady_clock::now();
     while (true) {
       const auto now = std::chrono::steady_clock::now();
-      tokens_ = std::min<double>(burst_, tokens_ + qps_ * std::chrono::duration<double>(now - last_).count());
+      tokens_ = std::min<double>(
+          burst_, tokens_ + qps_ * std::chrono::duration<double>(now - last_).count());
       last_ = now;
       if (tokens_ >= 1) {
         tokens_ -= 1;
@@ -309,9 +324,8 @@ class HttpClient : public Client {
   }
 
   Status Delete(const Resource& r, const std::string& ns, const std::string& name) override {
-    const Json options = {{"kind", "DeleteOptions"},
-                          {"apiVersion", "v1"},
-                          {"propagationPolicy", "Background"}};
+    const Json options = {
+        {"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", "Background"}};
     auto s = Call(http::methods::DEL, r.Path(ns) + "/" + name, &options);
     return s.status();
   }
@@ -346,8 +360,8 @@ class HttpClient : public Client {
         return creds.status();
       }
       // A stream of its own: a watch holds its connection for minutes.
-      http::client::http_client client(
-          config_.server, ClientConfig(o.timeout + std::chrono::seconds(30), *creds));
+      http::client::http_client client(config_.server,
+                                       ClientConfig(o.timeout + std::chrono::seconds(30), *creds));
       http::http_request req(http::methods::GET);
       req.set_request_uri(path);
       Authorize(req, *creds);
@@ -385,7 +399,8 @@ class HttpClient : public Client {
     }
     done = true;
     canceller.join();
-    if (stop && stop->load() && !result.ok()) return Status(StatusCode::kCancelled, "watch stopped");
+    if (stop && stop->load() && !result.ok())
+      return Status(StatusCode::kCancelled, "watch stopped");
     return result;
   }
 
@@ -417,10 +432,12 @@ class HttpClient : public Client {
     req.headers().add("Accept", "application/json");
   }
 
-  void Observe(const std::string& method, int code, std::chrono::steady_clock::time_point t0) const {
+  void Observe(const std::string& method, int code,
+               std::chrono::steady_clock::time_point t0) const {
     if (!config_.observer) return;
     config_.observer(RequestRecord{
-        method, code, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+        method, code,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
   }
 
   // The credentials for the next request: the static ones, the token file's current content, or
@@ -431,7 +448,8 @@ class HttpClient : public Client {
     if (!config_.token_file.empty()) {
       std::error_code ec;
       const auto mtime = std::filesystem::last_write_time(config_.token_file, ec);
-      if (ec) return UnavailableError(config_.token_file + ": cannot read the token: " + ec.message());
+      if (ec)
+        return UnavailableError(config_.token_file + ": cannot read the token: " + ec.message());
       if (!token_read_ || mtime != token_mtime_) {
         bool ok = false;
         std::string t = ReadFile(config_.token_file, &ok);
@@ -441,7 +459,8 @@ class HttpClient : public Client {
           // Caught between a truncate and a write (a file rewritten in place, not swapped as the
           // kubelet does): sent empty, the request would be anonymous and refused with 403. Keep
           // the last token and read the file again next time.
-          if (file_token_.empty()) return UnavailableError(config_.token_file + ": the token file is empty");
+          if (file_token_.empty())
+            return UnavailableError(config_.token_file + ": the token file is empty");
         } else {
           file_token_ = t;
           token_mtime_ = mtime;
@@ -577,8 +596,10 @@ StatusOr<ExecPlugin> ParseExec(const YAML::Node& n, const std::string& where,
   p.api_version = n["apiVersion"].as<std::string>();
   if (p.api_version != "client.authentication.k8s.io/v1" &&
       p.api_version != "client.authentication.k8s.io/v1beta1")
-    return InvalidArgumentError(where + ".apiVersion: must be client.authentication.k8s.io/v1 or "
-                                        "v1beta1, got '" + p.api_version + "'");
+    return InvalidArgumentError(where +
+                                ".apiVersion: must be client.authentication.k8s.io/v1 or "
+                                "v1beta1, got '" +
+                                p.api_version + "'");
   if (!n["command"] || n["command"].as<std::string>().empty())
     return InvalidArgumentError(where + ".command: required");
   p.command = n["command"].as<std::string>();
@@ -593,12 +614,14 @@ StatusOr<ExecPlugin> ParseExec(const YAML::Node& n, const std::string& where,
     if (!env.IsSequence()) return InvalidArgumentError(where + ".env: must be a list");
     for (size_t i = 0; i < env.size(); ++i) {
       if (!env[i]["name"] || !env[i]["value"])
-        return InvalidArgumentError(where + ".env[" + std::to_string(i) + "]: needs name and value");
+        return InvalidArgumentError(where + ".env[" + std::to_string(i) +
+                                    "]: needs name and value");
       p.env.emplace_back(env[i]["name"].as<std::string>(), env[i]["value"].as<std::string>());
     }
   }
   if (n["interactiveMode"] && n["interactiveMode"].as<std::string>() == "Always")
-    return InvalidArgumentError(where + ".interactiveMode: Always needs a terminal; the operator has none");
+    return InvalidArgumentError(where +
+                                ".interactiveMode: Always needs a terminal; the operator has none");
   return p;
 }
 
@@ -639,7 +662,8 @@ StatusOr<Config> ParseKubeconfig(const std::string& text, const std::string& bas
     if (!root.IsMap()) return InvalidArgumentError("kubeconfig: must be a mapping");
     std::string ctx_name = context;
     if (ctx_name.empty()) {
-      if (!root["current-context"]) return InvalidArgumentError("kubeconfig.current-context: required");
+      if (!root["current-context"])
+        return InvalidArgumentError("kubeconfig.current-context: required");
       ctx_name = root["current-context"].as<std::string>();
     }
     auto find = [&](const char* list, const std::string& name) -> YAML::Node {
@@ -650,7 +674,8 @@ StatusOr<Config> ParseKubeconfig(const std::string& text, const std::string& bas
       return YAML::Node();
     };
     const YAML::Node ctx = find("contexts", ctx_name);
-    if (!ctx || !ctx["context"]) return NotFoundError("kubeconfig.contexts: no context '" + ctx_name + "'");
+    if (!ctx || !ctx["context"])
+      return NotFoundError("kubeconfig.contexts: no context '" + ctx_name + "'");
     const YAML::Node cx = ctx["context"];
     Config c;
     if (cx["namespace"]) c.name_space = cx["namespace"].as<std::string>();
@@ -662,7 +687,8 @@ StatusOr<Config> ParseKubeconfig(const std::string& text, const std::string& bas
     const std::string where = "kubeconfig.clusters[" + cluster_name + "].cluster";
     if (!cl["server"]) return InvalidArgumentError(where + ".server: required");
     c.server = cl["server"].as<std::string>();
-    if (cl["insecure-skip-tls-verify"]) c.insecure_skip_tls_verify = cl["insecure-skip-tls-verify"].as<bool>();
+    if (cl["insecure-skip-tls-verify"])
+      c.insecure_skip_tls_verify = cl["insecure-skip-tls-verify"].as<bool>();
     ADAM_ASSIGN_OR_RETURN(c.ca_pem, Pem(cl, "certificate-authority", where, base_dir));
     const std::string user_name = cx["user"] ? cx["user"].as<std::string>() : "";
     const YAML::Node user = find("users", user_name);
@@ -687,11 +713,13 @@ StatusOr<Config> ParseKubeconfig(const std::string& text, const std::string& bas
         ADAM_ASSIGN_OR_RETURN(c.exec, ParseExec(u["exec"], uw + ".exec", base_dir));
       } else if (u["auth-provider"] && c.token.empty() && c.token_file.empty() &&
                  c.client_cert_pem.empty()) {
-        return InvalidArgumentError(uw + ".auth-provider: not supported (removed from kubectl in "
-                                         "1.26); use an exec plugin, a token or a certificate");
+        return InvalidArgumentError(uw +
+                                    ".auth-provider: not supported (removed from kubectl in "
+                                    "1.26); use an exec plugin, a token or a certificate");
       }
     }
-    while (!c.token.empty() && (c.token.back() == '\n' || c.token.back() == '\r')) c.token.pop_back();
+    while (!c.token.empty() && (c.token.back() == '\n' || c.token.back() == '\r'))
+      c.token.pop_back();
     return c;
   } catch (const YAML::Exception& e) {
     return InvalidArgumentError(std::string("kubeconfig: ") + e.what());

@@ -26,7 +26,9 @@ Informer::Informer(Client* client, Resource resource, std::string ns, std::strin
 
 Informer::~Informer() { Stop(); }
 
-void Informer::Start() { thread_ = std::thread([this] { Run(); }); }
+void Informer::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void Informer::Stop() {
   {
@@ -168,7 +170,8 @@ void Informer::Run() {
       continue;
     }
     if (progressed) backoff = std::chrono::milliseconds(100);
-    spdlog::warn("watch {}: {}; reconnecting in {} ms", resource_.plural, s.message(), backoff.count());
+    spdlog::warn("watch {}: {}; reconnecting in {} ms", resource_.plural, s.message(),
+                 backoff.count());
     sleep(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
   }

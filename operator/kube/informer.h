@@ -39,10 +39,11 @@ class Informer {
 
   // Cache reads: copies.
   std::optional<Json> Get(const std::string& ns, const std::string& name) const;
-  std::vector<Json> List(const std::string& label_key = "", const std::string& label_value = "") const;
+  std::vector<Json> List(const std::string& label_key = "",
+                         const std::string& label_value = "") const;
 
-  uint64_t lists() const { return lists_.load(); }     // lists made (1 + relists)
-  uint64_t watches() const { return watches_.load(); } // watch streams opened
+  uint64_t lists() const { return lists_.load(); }      // lists made (1 + relists)
+  uint64_t watches() const { return watches_.load(); }  // watch streams opened
   std::string resource_version() const;
 
  private:

@@ -9,7 +9,9 @@ namespace {
 // MicroTime, as Lease times are written.
 std::string MicroTime() {
   const auto now = std::chrono::system_clock::now();
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+      1000000;
   std::string t = FormatTime(now);
   char frac[16];
   std::snprintf(frac, sizeof frac, ".%06lld", static_cast<long long>(us));
@@ -18,9 +20,11 @@ std::string MicroTime() {
 
 }  // namespace
 
-LeaderElector::LeaderElector(Client* client, LeaderOptions options, std::function<void()> on_started,
-                             std::function<void()> on_stopped)
-    : client_(client), o_(std::move(options)), on_started_(std::move(on_started)),
+LeaderElector::LeaderElector(Client* client, LeaderOptions options,
+                             std::function<void()> on_started, std::function<void()> on_stopped)
+    : client_(client),
+      o_(std::move(options)),
+      on_started_(std::move(on_started)),
       on_stopped_(std::move(on_stopped)) {}
 
 namespace {
@@ -36,7 +40,8 @@ int64_t SteadyNanos() {
 Status CheckLeaderTimes(const LeaderOptions& o, std::chrono::milliseconds request_timeout) {
   using std::to_string;
   if (o.retry_period.count() <= 0 || o.retry_period >= o.renew_deadline)
-    return InvalidArgumentError("--leader-elect-retry-period (" + to_string(o.retry_period.count()) +
+    return InvalidArgumentError("--leader-elect-retry-period (" +
+                                to_string(o.retry_period.count()) +
                                 " ms) must be > 0 and below --leader-elect-renew-deadline (" +
                                 to_string(o.renew_deadline.count()) + " ms)");
   if (o.renew_deadline + request_timeout >= o.lease_duration)
@@ -141,8 +146,8 @@ void LeaderElector::Watchdog() {
                  [&] { return stop_.load() || renewed_at_.load(std::memory_order_relaxed) != 0; });
       continue;
     }
-    const auto deadline = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at)) +
-                          o_.renew_deadline;
+    const auto deadline =
+        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at)) + o_.renew_deadline;
     if (std::chrono::steady_clock::now() < deadline) {
       lock.WaitUntil(cv_, deadline);
       continue;
@@ -194,7 +199,8 @@ void LeaderElector::Stop() {
 
 Status FencedClient::Check(const char* verb, const Resource& r) const {
   if (allowed_()) return OkStatus();
-  return UnavailableError(std::string(verb) + " " + r.plural + ": refused, this operator no longer "
+  return UnavailableError(std::string(verb) + " " + r.plural +
+                          ": refused, this operator no longer "
                           "holds the leader Lease");
 }
 

@@ -94,7 +94,8 @@ class FencedClient : public Client {
   }
   StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) override;
   StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) override;
-  StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns, const Json& object) override;
+  StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns,
+                              const Json& object) override;
   Status Delete(const Resource& r, const std::string& ns, const std::string& name) override;
   Status Watch(const Resource& r, const std::string& ns, const WatchOptions& o,
                const std::function<bool(const WatchEvent&)>& on_event,

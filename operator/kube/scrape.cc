@@ -25,16 +25,18 @@ StatusOr<std::map<std::string, double>> ParsePrometheusText(const std::string& t
     };
     // The series: a name, then optionally {labels} (label values may hold spaces and braces).
     size_t i = 0;
-    while (i < line.size() && (std::isalnum(static_cast<unsigned char>(line[i])) || line[i] == '_' ||
-                               line[i] == ':'))
+    while (i < line.size() &&
+           (std::isalnum(static_cast<unsigned char>(line[i])) || line[i] == '_' || line[i] == ':'))
       ++i;
     if (i == 0) return bad("expected a metric name");
     if (i < line.size() && line[i] == '{') {
       bool quoted = false;
       ++i;
       while (i < line.size() && (quoted || line[i] != '}')) {
-        if (line[i] == '\\' && quoted) ++i;
-        else if (line[i] == '"') quoted = !quoted;
+        if (line[i] == '\\' && quoted)
+          ++i;
+        else if (line[i] == '"')
+          quoted = !quoted;
         ++i;
       }
       if (i >= line.size()) return bad("unterminated label set");
@@ -44,7 +46,8 @@ StatusOr<std::map<std::string, double>> ParsePrometheusText(const std::string& t
     while (i < line.size() && line[i] == ' ') ++i;
     if (i >= line.size()) return bad("no value for " + series.substr(0, 64));
     const size_t vend = line.find(' ', i);
-    const std::string value = line.substr(i, vend == std::string::npos ? std::string::npos : vend - i);
+    const std::string value =
+        line.substr(i, vend == std::string::npos ? std::string::npos : vend - i);
     double v = 0;
     if (value == "+Inf") {
       v = INFINITY;
@@ -75,7 +78,8 @@ class HttpMetricsSource : public MetricsSource {
       auto resp = client.request(web::http::methods::GET, "/metrics").get();
       if (resp.status_code() != 200)
         return UnavailableError(url + "/metrics: HTTP " + std::to_string(resp.status_code()));
-      const std::vector<unsigned char> body = resp.extract_vector().get();  // bytes: see http_client.cc
+      const std::vector<unsigned char> body =
+          resp.extract_vector().get();  // bytes: see http_client.cc
       return ParsePrometheusText(std::string(body.begin(), body.end()));
     } catch (const std::exception& e) {
       return UnavailableError(url + "/metrics: " + e.what());
@@ -85,7 +89,9 @@ class HttpMetricsSource : public MetricsSource {
 
 }  // namespace
 
-std::unique_ptr<MetricsSource> NewHttpMetricsSource() { return std::make_unique<HttpMetricsSource>(); }
+std::unique_ptr<MetricsSource> NewHttpMetricsSource() {
+  return std::make_unique<HttpMetricsSource>();
+}
 
 MetricsCache::MetricsCache(MetricsSource* source, std::chrono::milliseconds period, int threads)
     : source_(source), period_(period) {
@@ -101,8 +107,8 @@ MetricsCache::~MetricsCache() {
   for (auto& t : threads_) t.join();
 }
 
-std::vector<MetricsCache::Sample> MetricsCache::Latest(const std::string& key, const std::string& host,
-                                                       int port) {
+std::vector<MetricsCache::Sample> MetricsCache::Latest(const std::string& key,
+                                                       const std::string& host, int port) {
   MutexLock lock(mu_);
   const auto now = std::chrono::steady_clock::now();
   Target& t = targets_[key];
@@ -130,7 +136,8 @@ void MetricsCache::Run() {
     std::string key;
     for (auto it = targets_.begin(); it != targets_.end();) {
       Target& t = it->second;
-      if (!t.in_flight && now - t.asked > 3 * period_) {  // its pod is gone or no longer asked about
+      if (!t.in_flight &&
+          now - t.asked > 3 * period_) {  // its pod is gone or no longer asked about
         it = targets_.erase(it);
         continue;
       }

@@ -16,11 +16,12 @@ StatusOr<WatchEvent> WatchDecoder::Decode(const std::string& line) {
   }
   if (!j.is_object()) return DataLossError(where + ": not a JSON object");
   auto type = j.find("type");
-  if (type == j.end() || !type->is_string()) return DataLossError(where + ": no string field 'type'");
+  if (type == j.end() || !type->is_string())
+    return DataLossError(where + ": no string field 'type'");
   WatchEvent ev;
   ev.type = type->get<std::string>();
-  if (ev.type != "ADDED" && ev.type != "MODIFIED" && ev.type != "DELETED" && ev.type != "BOOKMARK" &&
-      ev.type != "ERROR")
+  if (ev.type != "ADDED" && ev.type != "MODIFIED" && ev.type != "DELETED" &&
+      ev.type != "BOOKMARK" && ev.type != "ERROR")
     return DataLossError(where + ": unknown event type '" + ev.type.substr(0, 64) + "'");
   auto object = j.find("object");
   if (object == j.end() || !object->is_object())
@@ -47,7 +48,8 @@ Status WatchErrorStatus(const Json& status_object) {
       message = m->get<std::string>();
   }
   if (code == 410) return OutOfRangeError("watch: " + message + " (410 Gone: list again)");
-  return UnavailableError("watch: " + message + (code ? " (code " + std::to_string(code) + ")" : ""));
+  return UnavailableError("watch: " + message +
+                          (code ? " (code " + std::to_string(code) + ")" : ""));
 }
 
 }  // namespace adam::kube

@@ -46,9 +46,9 @@ class WorkQueue {
   void Done(const std::string& key);
   void ShutDown();
 
-  size_t Depth() const;        // keys waiting now (not delayed, not processing)
-  uint64_t adds() const;       // every Add that queued or re-marked a key
-  uint64_t retries() const;    // AddRateLimited calls
+  size_t Depth() const;      // keys waiting now (not delayed, not processing)
+  uint64_t adds() const;     // every Add that queued or re-marked a key
+  uint64_t retries() const;  // AddRateLimited calls
 
  private:
   void AddLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

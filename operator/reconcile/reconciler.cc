@@ -21,7 +21,8 @@ std::string ManifestOf(const Json& job) {
   const Json md = job.value("metadata", Json::object());
   Json m = {{"apiVersion", job.value("apiVersion", "adam.dev/v1alpha1")},
             {"kind", job.value("kind", "AdamJob")},
-            {"metadata", {{"name", md.value("name", "")}, {"namespace", md.value("namespace", "default")}}},
+            {"metadata",
+             {{"name", md.value("name", "")}, {"namespace", md.value("namespace", "default")}}},
             {"spec", job.value("spec", Json::object())}};
   return m.dump(2) + "\n";  // JSON is YAML: every role parses it as its manifest
 }
@@ -37,7 +38,7 @@ struct Reconciler::State {
   std::chrono::system_clock::time_point now;
   bool finished = false;
   std::optional<std::chrono::system_clock::time_point> renew_at;  // the certificate's renewal
-  std::optional<std::chrono::milliseconds> requeue_after;          // Finalize's next look
+  std::optional<std::chrono::milliseconds> requeue_after;         // Finalize's next look
 };
 
 namespace {
@@ -63,7 +64,8 @@ int ExitCode(const Json& pod) {
   const Json st = pod.value("status", Json::object());
   for (const Json& cs : st.value("containerStatuses", Json::array())) {
     const Json term = cs.value("state", Json::object()).value("terminated", Json::object());
-    if (term.contains("exitCode") && term["exitCode"].is_number_integer()) return term["exitCode"].get<int>();
+    if (term.contains("exitCode") && term["exitCode"].is_number_integer())
+      return term["exitCode"].get<int>();
   }
   return -1;
 }
@@ -73,8 +75,10 @@ const char* kRoles[] = {"controller", "ps", "data-server", "trainer"};
 // ": " and the last line the container wrote before it ended (its termination message: the
 // kubelet keeps the end of the log of a failed container, FallbackToLogsOnError); "" if none.
 std::string LastWords(const Json& pod) {
-  for (const Json& cs : pod.value("status", Json::object()).value("containerStatuses", Json::array())) {
-    std::string msg = cs.value("state", Json::object()).value("terminated", Json::object()).value("message", "");
+  for (const Json& cs :
+       pod.value("status", Json::object()).value("containerStatuses", Json::array())) {
+    std::string msg =
+        cs.value("state", Json::object()).value("terminated", Json::object()).value("message", "");
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
     if (msg.empty()) continue;
     const size_t nl = msg.rfind('\n');
@@ -104,20 +108,24 @@ void Reconciler::ReadTrainerMetrics(State& s) {
   std::vector<std::string> unpinned;
   int pinned = 0;
   for (const Json& pod : s.pods) {
-    if (Label(pod, kRoleLabel) != "trainer" || PodPhase(pod) != "Running" || HasDeletion(pod)) continue;
+    if (Label(pod, kRoleLabel) != "trainer" || PodPhase(pod) != "Running" || HasDeletion(pod))
+      continue;
     const std::string ip = pod.value("status", Json::object()).value("podIP", "");
     if (ip.empty()) continue;
     const auto samples = metrics_->Latest(pod["metadata"].value("uid", ""), ip, kMetricsPort);
     if (samples.empty()) continue;  // not answered yet: the next look will tell
     const auto& m = samples[0].values;
     if (Label(pod, kIndexLabel) == "0") {
-      if (auto e = m.find("adam_trainer_epoch"); e != m.end()) s.status["epoch"] = int64_t(e->second);
+      if (auto e = m.find("adam_trainer_epoch"); e != m.end())
+        s.status["epoch"] = int64_t(e->second);
       if (auto a = m.find("adam_trainer_test_accuracy"); a != m.end() && a->second > 0)
         s.status["testAccuracy"] = std::round(a->second * 10000) / 10000;
     }
     if (auto p = m.find("adam_cpu_pinned"); p != m.end()) {
-      if (p->second > 0) ++pinned;
-      else unpinned.push_back(pod["metadata"].value("name", ""));
+      if (p->second > 0)
+        ++pinned;
+      else
+        unpinned.push_back(pod["metadata"].value("name", ""));
     }
     if (samples.size() < 2) continue;
     auto now_images = m.find("adam_trainer_images_total");
@@ -131,13 +139,16 @@ void Reconciler::ReadTrainerMetrics(State& s) {
   if (!unpinned.empty()) {
     std::string names;
     for (const auto& n : unpinned) names += (names.empty() ? "" : ", ") + n;
-    SetCondition(s, "CpuPinned", false, "CpuSetShared",
-                 "trainers " + names + " run unpinned: their allowed CPUs are not their own (no "
-                 "static CPU manager on the node, or a fractional CPU limit), so pinning would pile "
-                 "threads of different pods onto the same cores",
-                 /*report_false=*/true);
+    SetCondition(
+        s, "CpuPinned", false, "CpuSetShared",
+        "trainers " + names +
+            " run unpinned: their allowed CPUs are not their own (no "
+            "static CPU manager on the node, or a fractional CPU limit), so pinning would pile "
+            "threads of different pods onto the same cores",
+        /*report_false=*/true);
   } else if (pinned > 0) {
-    SetCondition(s, "CpuPinned", true, "ExclusiveCpus", "every trainer's threads are pinned to its own cores");
+    SetCondition(s, "CpuPinned", true, "ExclusiveCpus",
+                 "every trainer's threads are pinned to its own cores");
   }
 }
 
@@ -243,8 +254,8 @@ Status Reconciler::Finalize(State& s) {
     if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
   }
   if (!left.empty()) {
-    const int64_t timeout = s.spec ? s.spec->run_policy.flush_timeout_seconds
-                                   : spec::RunPolicy{}.flush_timeout_seconds;
+    const int64_t timeout =
+        s.spec ? s.spec->run_policy.flush_timeout_seconds : spec::RunPolicy{}.flush_timeout_seconds;
     const auto since = ParseTime(s.job["metadata"].value("deletionTimestamp", ""));
     const auto until = (since ? *since : s.now) + std::chrono::seconds(timeout);
     if (s.now < until) {
@@ -257,8 +268,10 @@ Status Reconciler::Finalize(State& s) {
     std::string names;
     for (const auto& n : left) names += (names.empty() ? "" : ", ") + n;
     Event(s, "Warning", "FlushTimedOut",
-          "parameter servers " + names + " did not finish within spec.runPolicy.flushTimeoutSeconds (" +
-              std::to_string(timeout) + " s); deleting the job without their last checkpoint flush");
+          "parameter servers " + names +
+              " did not finish within spec.runPolicy.flushTimeoutSeconds (" +
+              std::to_string(timeout) +
+              " s); deleting the job without their last checkpoint flush");
   }
   Json updated = s.job;
   Json rest = Json::array();
@@ -304,19 +317,23 @@ Status Reconciler::HandlePods(State& s) {
                              (why.empty() ? "" : ", " + why) + ")";
     if (HasCondition(pod, "DisruptionTarget")) {
       Event(s, "Normal", "PodDisrupted",
-            what + " by the cluster (DisruptionTarget: eviction, preemption or node loss); "
-                   "replacing it without counting a restart");
+            what +
+                " by the cluster (DisruptionTarget: eviction, preemption or node loss); "
+                "replacing it without counting a restart");
       continue;
     }
     if (code == kExitInvalid) {
       Finish(s, false, "InvalidInput",
-             what + ": the role refused its input (a manifest field or data file; see the "
-                    "pod's log), which no restart can fix" + LastWords(pod));
+             what +
+                 ": the role refused its input (a manifest field or data file; see the "
+                 "pod's log), which no restart can fix" +
+                 LastWords(pod));
       return OkStatus();
     }
     if (code == kExitDiverged) {
       Finish(s, false, "Diverged",
-             what + ": training diverged; a restart would go on from the same weights" + LastWords(pod));
+             what + ": training diverged; a restart would go on from the same weights" +
+                 LastWords(pod));
       return OkStatus();
     }
     const int restarts = s.status.value("restarts", 0) + 1;
@@ -325,8 +342,8 @@ Status Reconciler::HandlePods(State& s) {
     rs["restarts"] = rs.value("restarts", 0) + 1;
     if (restarts > backoff_limit) {
       Finish(s, false, "BackoffLimitExceeded",
-             what + "; " + std::to_string(restarts) + " restarts exceed spec.runPolicy.backoffLimit " +
-                 std::to_string(backoff_limit));
+             what + "; " + std::to_string(restarts) +
+                 " restarts exceed spec.runPolicy.backoffLimit " + std::to_string(backoff_limit));
       return OkStatus();
     }
     SetCondition(s, "Restarting", true, "PodFailed", what + "; restarting it");
@@ -368,8 +385,8 @@ void Reconciler::ReportScheduling(State& s) {
           c.value("reason", "") != "Unschedulable")
         continue;
       if (unschedulable++ == 0)
-        first = "pod " + pod["metadata"].value("name", "") + " cannot be scheduled: " +
-                c.value("message", "");
+        first = "pod " + pod["metadata"].value("name", "") +
+                " cannot be scheduled: " + c.value("message", "");
     }
   }
   if (unschedulable == 0) {
@@ -377,7 +394,8 @@ void Reconciler::ReportScheduling(State& s) {
     return;
   }
   const std::string message =
-      first + (unschedulable > 1 ? " (and " + std::to_string(unschedulable - 1) + " more pods)" : "");
+      first +
+      (unschedulable > 1 ? " (and " + std::to_string(unschedulable - 1) + " more pods)" : "");
   bool known = false;
   for (const Json& c : s.status.value("conditions", Json::array()))
     known |= c.value("type", "") == "Unschedulable" && c.value("status", "") == "True" &&
@@ -450,9 +468,10 @@ Status Reconciler::EnsureCertificates(State& s) {
         ca ? net::RenewCertificate(issuer_of(*ca), s.name, hosts, certificate_validity_)
            : net::MakeJobCertificates(s.name, hosts, certificate_validity_);
     if (!ca && made.ok()) {
-      auto c = client_->Create(kube::Secrets(), s.ns,
-                               SecretObject(ca_name, s.ns, s.name, s.uid, "Opaque",
-                                            {{"ca.crt", made->ca_pem}, {"ca.key", made->ca_key_pem}}));
+      auto c =
+          client_->Create(kube::Secrets(), s.ns,
+                          SecretObject(ca_name, s.ns, s.name, s.uid, "Opaque",
+                                       {{"ca.crt", made->ca_pem}, {"ca.key", made->ca_key_pem}}));
       if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
       if (!c.ok()) {  // made by an earlier pass the cache has not shown yet: issue from that CA
         ADAM_ASSIGN_OR_RETURN(const Json existing, client_->Get(kube::Secrets(), s.ns, ca_name));
@@ -460,11 +479,11 @@ Status Reconciler::EnsureCertificates(State& s) {
       }
     }
     if (!made.ok()) return Status(made.status().code(), ca_name + ": " + made.status().message());
-    auto c = client_->Create(kube::Secrets(), s.ns,
-                             SecretObject(tls_name, s.ns, s.name, s.uid, "kubernetes.io/tls",
-                                          {{"ca.crt", made->ca_pem},
-                                           {"tls.crt", made->cert_pem},
-                                           {"tls.key", made->key_pem}}));
+    auto c = client_->Create(
+        kube::Secrets(), s.ns,
+        SecretObject(
+            tls_name, s.ns, s.name, s.uid, "kubernetes.io/tls",
+            {{"ca.crt", made->ca_pem}, {"tls.crt", made->cert_pem}, {"tls.key", made->key_pem}}));
     if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
     s.renew_at = s.now + certificate_validity_ - renew_before;
     return OkStatus();
@@ -494,14 +513,16 @@ Status Reconciler::EnsureCertificates(State& s) {
     if (warn) {
       Event(s, "Warning", "CertificateNotRenewable",
             "the job's certificate in Secret " + tls_name + " " + expiry + " and " + why +
-                "; mend it, or delete " + tls_name + " and the job's pods to start over with a new CA");
+                "; mend it, or delete " + tls_name +
+                " and the job's pods to start over with a new CA");
     }
     s.renew_at = s.now + std::chrono::hours(1);
     return OkStatus();
   };
   if (!ca) return not_renewable("Secret " + ca_name + " with its CA's key is missing");
   auto renewed = net::RenewCertificate(issuer_of(*ca), s.name, hosts, certificate_validity_);
-  if (!renewed.ok()) return not_renewable("Secret " + ca_name + " is unusable: " + renewed.status().message());
+  if (!renewed.ok())
+    return not_renewable("Secret " + ca_name + " is unusable: " + renewed.status().message());
   Json updated = *tls;
   updated["data"]["tls.crt"] = kube::Base64Encode(renewed->cert_pem);
   updated["data"]["tls.key"] = kube::Base64Encode(renewed->key_pem);
@@ -515,7 +536,8 @@ Status Reconciler::EnsureCertificates(State& s) {
   const auto new_end = s.now + certificate_validity_;
   Event(s, "Normal", "CertificateRenewed",
         "the job's certificate " + expiry + "; renewed from the job's CA until " +
-            FormatTime(new_end) + " (each role reads it within a minute of its Secret volume's update)");
+            FormatTime(new_end) +
+            " (each role reads it within a minute of its Secret volume's update)");
   s.renew_at = new_end - renew_before;
   return OkStatus();
 }
@@ -529,11 +551,11 @@ Status Reconciler::EnsureObjects(State& s) {
 
   std::map<std::string, Json> existing;  // "Kind/name"
   std::set<std::string> desired_names;
-  const kube::Resource kinds[] = {kube::ConfigMaps(), kube::Services(), kube::StatefulSets(),
-                                  kube::PersistentVolumeClaims(), kube::Pods(),
-                                  kube::NetworkPolicies()};
-  const char* kind_names[] = {"ConfigMap", "Service", "StatefulSet", "PersistentVolumeClaim", "Pod",
-                              "NetworkPolicy"};
+  const kube::Resource kinds[] = {kube::ConfigMaps(),   kube::Services(),
+                                  kube::StatefulSets(), kube::PersistentVolumeClaims(),
+                                  kube::Pods(),         kube::NetworkPolicies()};
+  const char* kind_names[] = {"ConfigMap", "Service",      "StatefulSet", "PersistentVolumeClaim",
+                              "Pod",       "NetworkPolicy"};
   for (size_t i = 0; i < 6; ++i)
     for (Json& o : children_->Owned(kinds[i], s.ns, s.name, s.uid))
       existing[std::string(kind_names[i]) + "/" + o["metadata"].value("name", "")] = o;
@@ -543,7 +565,8 @@ Status Reconciler::EnsureObjects(State& s) {
   int max_stage = 0;
   for (const Json& o : desired) {
     max_stage = std::max(max_stage, StageOf(o));
-    desired_names.insert(o["kind"].get<std::string>() + "/" + o["metadata"]["name"].get<std::string>());
+    desired_names.insert(o["kind"].get<std::string>() + "/" +
+                         o["metadata"]["name"].get<std::string>());
   }
   for (int stage = 0; stage <= max_stage; ++stage) {
     bool ready = true;
@@ -565,7 +588,8 @@ Status Reconciler::EnsureObjects(State& s) {
         ready = false;
         continue;
       }
-      if (kind == "ConfigMap" && cur.value("data", Json::object()) != Json::parse(o["data"].dump())) {
+      if (kind == "ConfigMap" &&
+          cur.value("data", Json::object()) != Json::parse(o["data"].dump())) {
         Json u = cur;
         u["data"] = Json::parse(o["data"].dump());
         auto r2 = client_->Update(r, s.ns, u);
@@ -656,7 +680,8 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   s.pods = children_->Owned(kube::Pods(), ns, name, s.uid);
 
   if (HasDeletion(s.job)) {
-    if (auto parsed = spec::ParseAdamJob(ManifestOf(s.job)); parsed.ok()) s.spec = std::move(*parsed);
+    if (auto parsed = spec::ParseAdamJob(ManifestOf(s.job)); parsed.ok())
+      s.spec = std::move(*parsed);
     Status f = Finalize(s);
     if (f.code() == StatusCode::kUnavailable) {
       result.requeue_after = s.requeue_after;
@@ -718,7 +743,8 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   if (phase == "Succeeded" || phase == "Failed") return after_finish();
 
   if (s.spec->run_policy.suspend) {
-    if (phase != "Suspended") Event(s, "Normal", "Suspended", "spec.runPolicy.suspend is true; pods deleted");
+    if (phase != "Suspended")
+      Event(s, "Normal", "Suspended", "spec.runPolicy.suspend is true; pods deleted");
     ADAM_RETURN_IF_ERROR(Cleanup(s, true));
     s.status["phase"] = "Suspended";
     SetCondition(s, "Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
@@ -759,15 +785,16 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   }
 
   // Per-role counts, phase and the Running condition.
-  std::map<std::string, int> desired = {{"controller", s.spec->roles.parameter_server.copies > 1
-                                                           ? s.spec->roles.controller.replicas
-                                                           : 0},
-                                        {"ps", s.spec->roles.parameter_server.replicas},
-                                        {"data-server", s.spec->roles.data_server.replicas},
-                                        {"trainer", s.spec->roles.trainer.replicas}};
+  std::map<std::string, int> desired = {
+      {"controller",
+       s.spec->roles.parameter_server.copies > 1 ? s.spec->roles.controller.replicas : 0},
+      {"ps", s.spec->roles.parameter_server.replicas},
+      {"data-server", s.spec->roles.data_server.replicas},
+      {"trainer", s.spec->roles.trainer.replicas}};
   bool all_running = true;
   const std::vector<Json> sets = children_->Owned(kube::StatefulSets(), ns, name, s.uid);
-  const std::vector<Json> pods_now = children_->Owned(kube::Pods(), ns, name, s.uid);  // after this pass's writes
+  const std::vector<Json> pods_now =
+      children_->Owned(kube::Pods(), ns, name, s.uid);  // after this pass's writes
   for (const char* role : kRoles) {
     int active = 0, ready = 0, succeeded = 0, failed = 0;
     if (std::string(role) == "controller") {

@@ -81,7 +81,8 @@ class Reconciler {
   Status Cleanup(State& s, bool all);
   Status DeletePods(State& s, const std::string& role);
   Status WriteStatus(State& s);
-  void Event(State& s, const std::string& type, const std::string& reason, const std::string& message);
+  void Event(State& s, const std::string& type, const std::string& reason,
+             const std::string& message);
   // Sets (or adds) a condition; a false one that was never set is added only with report_false.
   void SetCondition(State& s, const std::string& type, bool status, const std::string& reason,
                     const std::string& message, bool report_false = false);

@@ -18,10 +18,13 @@ using spec::RoleInstance;
 int KubeStage(Role role, bool has_controllers) {
   const int base = has_controllers ? 1 : 0;
   switch (role) {
-    case Role::kController: return 0;
-    case Role::kParamServer: return base;
+    case Role::kController:
+      return 0;
+    case Role::kParamServer:
+      return base;
     case Role::kDataServer:
-    case Role::kTrainer: return base + 1;
+    case Role::kTrainer:
+      return base + 1;
   }
   return 0;
 }
@@ -39,8 +42,8 @@ Json Selector(const spec::AdamJob& job, const std::string& role) {
   return Json{{"matchLabels", {{kJobLabel, job.name}, {kRoleLabel, role}}}};
 }
 
-Json Metadata(const spec::AdamJob& job, const std::string& name, const std::string& role,
-              int stage, const RenderOptions& o) {
+Json Metadata(const spec::AdamJob& job, const std::string& name, const std::string& role, int stage,
+              const RenderOptions& o) {
   Json md = {{"name", name}, {"namespace", job.name_space}, {"labels", Labels(job, role)}};
   md["annotations"] = Json{{kStageAnnotation, std::to_string(stage)},
                            {kGenerationAnnotation, std::to_string(o.generation)}};
@@ -115,14 +118,16 @@ Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::
       {"command", {"adam"}},
       {"args", args},
       {"env",
-       {{{"name", "ADAM_NODE_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
+       {{{"name", "ADAM_NODE_NAME"},
+         {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
         {{"name", "ADAM_POD_NAME"},
          {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
         // The container's CPU limit in millicores: a role pins its threads only when its
         // allowed cpuset is exactly this many whole CPUs (its own, from the static CPU manager).
         {{"name", "ADAM_CPU_LIMIT_MILLIS"},
          {"valueFrom",
-          {{"resourceFieldRef", {{"containerName", role}, {"resource", "limits.cpu"}, {"divisor", "1m"}}}}}}}},
+          {{"resourceFieldRef",
+            {{"containerName", role}, {"resource", "limits.cpu"}, {"divisor", "1m"}}}}}}}},
       {"ports", ContainerPorts(in)},
       {"resources", ResourcesOf(job, in)},
       // A failed container's last log lines become its termination message, which the operator
@@ -136,9 +141,8 @@ Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::
         {"readOnlyRootFilesystem", true},
         {"capabilities", {{"drop", {"ALL"}}}}}}};
   if (in.role != Role::kTrainer)
-    container["readinessProbe"] = {{"tcpSocket", {{"port", "grpc"}}},
-                                   {"periodSeconds", 2},
-                                   {"failureThreshold", 3}};
+    container["readinessProbe"] = {
+        {"tcpSocket", {{"port", "grpc"}}}, {"periodSeconds", 2}, {"failureThreshold", 3}};
   Json volumes = Json::array(
       {{{"name", "job"}, {"configMap", {{"name", job.name + "-job"}}}},
        {{"name", "tls"}, {"secret", {{"secretName", TlsSecretName(job)}, {"defaultMode", 0440}}}},
@@ -226,18 +230,19 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
              {"metadata", Metadata(job, job.name + "-job", "job", 0, o)},
              {"data", {{"job.yaml", o.manifest}}}};
   out.push_back(cm);
-  Json svc = {{"apiVersion", "v1"},
-              {"kind", "Service"},
-              {"metadata", Metadata(job, job.name, "job", 0, o)},
-              {"spec",
-               {{"clusterIP", "None"},
-                // Peers must find each other before they are ready (Raft members, copies).
-                {"publishNotReadyAddresses", true},
-                {"selector", {{kJobLabel, job.name}}},
-                {"ports",
-                 {{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", "grpc"}},
-                  {{"name", "replication"}, {"port", kReplicationPort}, {"targetPort", "replication"}},
-                  {{"name", "metrics"}, {"port", kMetricsPort}, {"targetPort", "metrics"}}}}}}};
+  Json svc = {
+      {"apiVersion", "v1"},
+      {"kind", "Service"},
+      {"metadata", Metadata(job, job.name, "job", 0, o)},
+      {"spec",
+       {{"clusterIP", "None"},
+        // Peers must find each other before they are ready (Raft members, copies).
+        {"publishNotReadyAddresses", true},
+        {"selector", {{kJobLabel, job.name}}},
+        {"ports",
+         {{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", "grpc"}},
+          {{"name", "replication"}, {"port", kReplicationPort}, {"targetPort", "replication"}},
+          {{"name", "metrics"}, {"port", kMetricsPort}, {"targetPort", "metrics"}}}}}}};
   out.push_back(svc);
   // Only the job's own pods reach its gRPC and replication ports; /metrics stays open to
   // scrapers (Prometheus, the operator's status reads). Egress is not restricted.
@@ -264,25 +269,24 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
     Json pod = PodSpec(job, *first, ArgsOf(job, *first, endpoints, o), true);
     pod["affinity"] = AntiAffinity(job, "controller", true);
     pod["topologySpreadConstraints"] = Spread(job, "controller");
-    Json tmd = {{"labels", Labels(job, "controller")},
-                {"annotations", {{kStageAnnotation, "0"}}}};
-    Json sts = {
-        {"apiVersion", "apps/v1"},
-        {"kind", "StatefulSet"},
-        {"metadata", md},
-        {"spec",
-         {{"serviceName", job.name},
-          {"replicas", job.roles.controller.replicas},
-          {"podManagementPolicy", "Parallel"},
-          // The Raft volumes go with the job (a new job of the same name starts empty).
-          {"persistentVolumeClaimRetentionPolicy", {{"whenDeleted", "Delete"}, {"whenScaled", "Retain"}}},
-          {"selector", Selector(job, "controller")},
-          {"template", {{"metadata", tmd}, {"spec", pod}}},
-          {"volumeClaimTemplates",
-           {{{"metadata", {{"name", "state"}}},
-             {"spec",
-              {{"accessModes", {"ReadWriteOnce"}},
-               {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}}}}}}};
+    Json tmd = {{"labels", Labels(job, "controller")}, {"annotations", {{kStageAnnotation, "0"}}}};
+    Json sts = {{"apiVersion", "apps/v1"},
+                {"kind", "StatefulSet"},
+                {"metadata", md},
+                {"spec",
+                 {{"serviceName", job.name},
+                  {"replicas", job.roles.controller.replicas},
+                  {"podManagementPolicy", "Parallel"},
+                  // The Raft volumes go with the job (a new job of the same name starts empty).
+                  {"persistentVolumeClaimRetentionPolicy",
+                   {{"whenDeleted", "Delete"}, {"whenScaled", "Retain"}}},
+                  {"selector", Selector(job, "controller")},
+                  {"template", {{"metadata", tmd}, {"spec", pod}}},
+                  {"volumeClaimTemplates",
+                   {{{"metadata", {{"name", "state"}}},
+                     {"spec",
+                      {{"accessModes", {"ReadWriteOnce"}},
+                       {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}}}}}}};
     out.push_back(sts);
   }
 
@@ -398,11 +402,21 @@ void Emit(YAML::Emitter& e, const Json& v) {
       }
       return;
     }
-    case Json::value_t::boolean: e << (v.get<bool>() ? "true" : "false"); return;
-    case Json::value_t::number_integer: e << v.get<int64_t>(); return;
-    case Json::value_t::number_unsigned: e << v.get<uint64_t>(); return;
-    case Json::value_t::number_float: e << v.get<double>(); return;
-    default: e << YAML::Null; return;
+    case Json::value_t::boolean:
+      e << (v.get<bool>() ? "true" : "false");
+      return;
+    case Json::value_t::number_integer:
+      e << v.get<int64_t>();
+      return;
+    case Json::value_t::number_unsigned:
+      e << v.get<uint64_t>();
+      return;
+    case Json::value_t::number_float:
+      e << v.get<double>();
+      return;
+    default:
+      e << YAML::Null;
+      return;
   }
 }
 

@@ -2,7 +2,6 @@
 // writes, linearizable reads, leader loss, parameter-server failover driven by heartbeats.
 #include "controller/controller.h"
 
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,12 +13,12 @@
 
 #include "controller/shard_state.h"
 #include "core/clock.h"
-#include "model/layout.h"
-#include "trainer/ps_client.h"
-#include "net/grpc.h"
 #include "core/ports.h"
+#include "model/layout.h"
+#include "net/grpc.h"
 #include "testing/tmp_dir.h"
 #include "testing/wait.h"
+#include "trainer/ps_client.h"
 
 namespace adam::controller {
 namespace {
@@ -52,7 +51,8 @@ class Group : public ::testing::Test {
     if (fake_clock_ != nullptr) o.clock = fake_clock_;
     auto c = Controller::Open(o);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
-    auto server = net::StartServer(members_[id], {(*c)->controller_service(), (*c)->raft_service()});
+    auto server =
+        net::StartServer(members_[id], {(*c)->controller_service(), (*c)->raft_service()});
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     (*c)->Start();
     controllers_[id] = std::move(*c);
@@ -327,7 +327,8 @@ TEST_F(Group, ARestartedServerIsFailedOverAndAFlappingOneWaitsOutItsProbation) {
   EXPECT_EQ(controllers_[leader]->counters().restarts, 1u);
   // Server 1 goes silent: its shards held by 1, 2 and 3 can only go to server 0, at once.
   const auto silent = Clock::now();
-  const auto copied = beat_until({0, 2, 3}, 2, [&](const v1::HeartbeatResponse&) { return holds(0) > 0; });
+  const auto copied =
+      beat_until({0, 2, 3}, 2, [&](const v1::HeartbeatResponse&) { return holds(0) > 0; });
   ASSERT_NE(copied, Clock::time_point{}) << "no copy went to server 0";
   EXPECT_FALSE(controllers_[leader]->state().servers(1).alive());
   const auto first = std::chrono::duration_cast<std::chrono::milliseconds>(copied - silent);
@@ -336,12 +337,14 @@ TEST_F(Group, ARestartedServerIsFailedOverAndAFlappingOneWaitsOutItsProbation) {
   const auto back = beat_until({0, 2, 3}, 3, accepted);
   ASSERT_NE(back, Clock::time_point{});
   EXPECT_EQ(holds(0), 0);
-  const auto again = beat_until({0, 2, 3}, 3, [&](const v1::HeartbeatResponse&) { return holds(0) > 0; });
+  const auto again =
+      beat_until({0, 2, 3}, 3, [&](const v1::HeartbeatResponse&) { return holds(0) > 0; });
   ASSERT_NE(again, Clock::time_point{}) << "no copy went to server 0 after its probation";
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(again - back);
-  std::printf("restarted server: back once, copies %lld ms after server 1 went silent; back again "
-              "(a flap), %lld ms after its return\n",
-              static_cast<long long>(first.count()), static_cast<long long>(waited.count()));
+  std::printf(
+      "restarted server: back once, copies %lld ms after server 1 went silent; back again "
+      "(a flap), %lld ms after its return\n",
+      static_cast<long long>(first.count()), static_cast<long long>(waited.count()));
   EXPECT_GE(waited, 1500ms);  // probation 2 s, counted from the registration just before `back`
   EXPECT_EQ(controllers_[leader]->counters().restarts, 2u);
 }
@@ -351,7 +354,8 @@ TEST_F(Group, ATrainersRoutedClientSeesANewMapWithoutARequest) {
   raft::NodeId leader = WaitLeader();
   ASSERT_NE(leader, 0u);
   uint64_t version = 0;
-  for (uint32_t s = 0; s < kServers; ++s) version = std::max(version, Beat(leader, s, 0).map().version());
+  for (uint32_t s = 0; s < kServers; ++s)
+    version = std::max(version, Beat(leader, s, 0).map().version());
   // A model of 12 * 16 parameters (the bootstrap map's): 31 inputs, a 6-class softmax.
   spec::ModelSpec model;
   model.input = {1, 1, 31};
@@ -403,7 +407,8 @@ class FakeServers {
  public:
   FakeServers(const std::map<raft::NodeId, std::string>& members, int n) : up_(size_t(n)) {
     for (auto& u : up_) u = true;
-    for (const auto& [id, addr] : members) stubs_.push_back(v1::Controller::NewStub(net::MakeChannel(addr)));
+    for (const auto& [id, addr] : members)
+      stubs_.push_back(v1::Controller::NewStub(net::MakeChannel(addr)));
     for (int s = 0; s < n; ++s) threads_.emplace_back([this, s] { Run(uint32_t(s)); });
   }
   ~FakeServers() {

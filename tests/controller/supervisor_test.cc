@@ -99,8 +99,8 @@ TEST(Supervisor, AServerBackTwiceWithinTheFlapWindowIsOnProbation) {
   sup.Lead(kT0, 0ms);
   s.mutable_servers(1)->set_alive(false);  // failed over
   const auto t = kT0 + 1s;
-  EXPECT_FALSE(sup.Heartbeat(s, Beat(1, 2), t).probation);  // first return
-  EXPECT_TRUE(sup.Heartbeat(s, Beat(1, 2), t + 9s).probation);  // again within 10 s
+  EXPECT_FALSE(sup.Heartbeat(s, Beat(1, 2), t).probation);             // first return
+  EXPECT_TRUE(sup.Heartbeat(s, Beat(1, 2), t + 9s).probation);         // again within 10 s
   EXPECT_FALSE(sup.Heartbeat(s, Beat(1, 2), t + 9s + 10s).probation);  // 10 s later: not flapping
 }
 

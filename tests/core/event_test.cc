@@ -14,8 +14,13 @@ using Json = nlohmann::json;
 
 TEST(Event, NonFiniteNumbersSurviveTheTrip) {
   const double inf = std::numeric_limits<double>::infinity();
-  const Json sent = {{"event", "epoch"}, {"loss", std::nan("")}, {"up", inf}, {"down", -inf},
-                     {"nested", {{"x", std::nan("")}}}, {"list", {1.5, inf}}, {"ok", 0.25}};
+  const Json sent = {{"event", "epoch"},
+                     {"loss", std::nan("")},
+                     {"up", inf},
+                     {"down", -inf},
+                     {"nested", {{"x", std::nan("")}}},
+                     {"list", {1.5, inf}},
+                     {"ok", 0.25}};
   const std::string line = std::string(kEventPrefix) + FiniteJson(sent).dump();
   auto got = ParseEvent(line);
   ASSERT_TRUE(got.has_value()) << line;

@@ -3,7 +3,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <zlib.h>
 
 #include <cstring>
@@ -61,7 +60,9 @@ TEST(Idx, TruncatedDataNamesFileAndOffset) {
   auto arr = ReadIdx(dir.File("t"));
   ASSERT_FALSE(arr.ok());
   EXPECT_EQ(arr.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(arr.status().message(), HasSubstr(dir.File("t") + ": byte 16: expected 160 data bytes, file has 130 (truncated)"));
+  EXPECT_THAT(
+      arr.status().message(),
+      HasSubstr(dir.File("t") + ": byte 16: expected 160 data bytes, file has 130 (truncated)"));
 }
 
 TEST(Idx, TrailingDataIsRejected) {
@@ -77,12 +78,16 @@ TEST(Idx, BadHeadersNameTheByte) {
   auto err = [](const std::string& bytes) { return ParseIdx(bytes, "f").status().message(); };
   EXPECT_THAT(err(""), HasSubstr("f: byte 0: file is 0 bytes"));
   EXPECT_THAT(err(std::string("\x01\x00\x08\x01", 4)), HasSubstr("byte 0: bad IDX magic"));
-  EXPECT_THAT(err(std::string("\x00\x00\x0d\x01", 4)), HasSubstr("byte 2: IDX type 13 is not supported"));
+  EXPECT_THAT(err(std::string("\x00\x00\x0d\x01", 4)),
+              HasSubstr("byte 2: IDX type 13 is not supported"));
   EXPECT_THAT(err(std::string("\x00\x00\x08\x00", 4)), HasSubstr("byte 3: 0 dimensions"));
-  EXPECT_THAT(err(std::string("\x00\x00\x08\x02\x00\x00\x00\x01", 8)), HasSubstr("header needs 12 bytes"));
-  EXPECT_THAT(err(std::string("\x00\x00\x08\x01\x00\x00\x00\x00", 8)), HasSubstr("byte 4: dimension 0 is 0"));
-  EXPECT_THAT(err(std::string("\x00\x00\x08\x03\xff\xff\xff\xff\xff\xff\xff\xff\x00\x00\x00\x02", 16)),
-              HasSubstr("more than 4 GiB"));
+  EXPECT_THAT(err(std::string("\x00\x00\x08\x02\x00\x00\x00\x01", 8)),
+              HasSubstr("header needs 12 bytes"));
+  EXPECT_THAT(err(std::string("\x00\x00\x08\x01\x00\x00\x00\x00", 8)),
+              HasSubstr("byte 4: dimension 0 is 0"));
+  EXPECT_THAT(
+      err(std::string("\x00\x00\x08\x03\xff\xff\xff\xff\xff\xff\xff\xff\x00\x00\x00\x02", 16)),
+      HasSubstr("more than 4 GiB"));
 }
 
 TEST(Idx, CorruptGzipNamesTheOffset) {
@@ -123,16 +128,20 @@ TEST(Idx, AGzipBombIsRefusedAtTheDeclaredSize) {
   ASSERT_EQ(gzclose(gz), Z_OK);
   auto r = data::ReadIdx(path);
   ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), ::testing::HasSubstr(
-      path + ": byte 112 of the decompressed data: the stream goes on past the 112 bytes its IDX "
-             "header declares"));
+  EXPECT_THAT(
+      r.status().message(),
+      ::testing::HasSubstr(
+          path +
+          ": byte 112 of the decompressed data: the stream goes on past the 112 bytes its IDX "
+          "header declares"));
 }
 
 TEST(Idx, ADirectoryIsNamedAsOne) {
   testing::TmpDir dir;
   auto r = data::ReadIdx(dir.path());
   ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), ::testing::HasSubstr(dir.path() + ": is a directory, not a data file"));
+  EXPECT_THAT(r.status().message(),
+              ::testing::HasSubstr(dir.path() + ": is a directory, not a data file"));
 }
 
 TEST(Idx, LabelMismatchesAreNamed) {
@@ -145,7 +154,8 @@ TEST(Idx, LabelMismatchesAreNamed) {
   EXPECT_THAT(count.status().message(), HasSubstr("2 labels, but"));
   auto range = LoadIdxDataset(dir.File("i"), dir.File("l9"), 5);
   ASSERT_FALSE(range.ok());
-  EXPECT_THAT(range.status().message(), HasSubstr(dir.File("l9") + ": byte 9: label 9 is not below the model's 5 classes"));
+  EXPECT_THAT(range.status().message(),
+              HasSubstr(dir.File("l9") + ": byte 9: label 9 is not below the model's 5 classes"));
 }
 
 TEST(Augment, ShiftsAndFlips) {

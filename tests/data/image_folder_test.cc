@@ -90,9 +90,9 @@ TEST(DecodeImage, JpegGreyAndColour) {
   testing::WriteJpeg(dir.File("c.jpeg"), 8, 8, 3, rgb, 100);
   auto c = DecodeImage(Bytes(dir.File("c.jpeg")), Target(3, 4, 4));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_NEAR((*c)[0], 200, 3);   // R plane
-  EXPECT_NEAR((*c)[16], 40, 3);   // G plane
-  EXPECT_NEAR((*c)[32], 10, 3);   // B plane
+  EXPECT_NEAR((*c)[0], 200, 3);  // R plane
+  EXPECT_NEAR((*c)[16], 40, 3);  // G plane
+  EXPECT_NEAR((*c)[32], 10, 3);  // B plane
 }
 
 TEST(DecodeImage, BadBytesAreNamedNotDecoded) {
@@ -106,16 +106,19 @@ TEST(DecodeImage, BadBytesAreNamedNotDecoded) {
   testing::WriteJpeg(dir.File("a.jpg"), 16, 16, 1, std::vector<uint8_t>(256, 9));
   const std::string jpg = Bytes(dir.File("a.jpg"));
   EXPECT_FALSE(DecodeImage(jpg.substr(0, jpg.size() / 2), Target(1, 4, 4)).ok());
-  EXPECT_THAT(DecodeImage(png, Target(2, 4, 4)).status().message(), HasSubstr("1 (grey) or 3 (RGB)"));
+  EXPECT_THAT(DecodeImage(png, Target(2, 4, 4)).status().message(),
+              HasSubstr("1 (grey) or 3 (RGB)"));
   // A PNG header claiming 20000 x 20000 pixels (IHDR patched, its CRC fixed): refused unread.
   std::string big = png;
   const unsigned char side[4] = {0x00, 0x00, 0x4e, 0x20};
   std::memcpy(big.data() + 16, side, 4);
   std::memcpy(big.data() + 20, side, 4);
   const uint32_t crc = uint32_t(crc32(0, reinterpret_cast<const Bytef*>(big.data() + 12), 17));
-  const unsigned char be[4] = {uint8_t(crc >> 24), uint8_t(crc >> 16), uint8_t(crc >> 8), uint8_t(crc)};
+  const unsigned char be[4] = {uint8_t(crc >> 24), uint8_t(crc >> 16), uint8_t(crc >> 8),
+                               uint8_t(crc)};
   std::memcpy(big.data() + 29, be, 4);
-  EXPECT_THAT(DecodeImage(big, Target(1, 4, 4)).status().message(), HasSubstr("larger than Adam reads"));
+  EXPECT_THAT(DecodeImage(big, Target(1, 4, 4)).status().message(),
+              HasSubstr("larger than Adam reads"));
 }
 
 TEST(LoadImageFolder, ClassesInNameOrderCorruptFilesSkippedAndNamedUpToTheLimit) {
@@ -156,7 +159,8 @@ TEST(LoadImageFolder, ClassesInNameOrderCorruptFilesSkippedAndNamedUpToTheLimit)
               HasSubstr("1 of 11 images could not be decoded, more than maxCorrupt (0); "));
   EXPECT_THAT(LoadImageFolder(dir.File("none"), o).status().message(), HasSubstr("not a folder"));
   std::filesystem::create_directories(dir.File("empty/a"));
-  EXPECT_THAT(LoadImageFolder(dir.File("empty"), o).status().message(), HasSubstr("no .png, .jpg or .jpeg"));
+  EXPECT_THAT(LoadImageFolder(dir.File("empty"), o).status().message(),
+              HasSubstr("no .png, .jpg or .jpeg"));
 }
 
 TEST(SplitHeldOut, TakesTheFractionFromEveryClassAndLosesNothing) {

@@ -9,7 +9,8 @@ namespace adam::data_server {
 namespace {
 
 // `n` 2x2 images whose first pixel is the image's index (mod 256) and whose label is index % 3.
-std::unique_ptr<DataSource> MakeSource(int n, int trainers, double quorum, int batch, int variants = 1) {
+std::unique_ptr<DataSource> MakeSource(int n, int trainers, double quorum, int batch,
+                                       int variants = 1) {
   data::Dataset train;
   train.count = n;
   train.height = train.width = 2;

@@ -1,8 +1,9 @@
 // End to end: `adam run` on a tiny synthetic data set made here, through real processes and gRPC
 // on loopback; and how the CLI and the launcher treat bad input, dead roles and Ctrl-C.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
+#include <png.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/wait.h>
@@ -13,7 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <png.h>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -43,8 +43,8 @@ constexpr bool kSanitizerBuild = false;
 #endif
 
 using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::Manifest;
+using ::testing::Not;
 using testing::WriteSynthetic;
 
 struct Result {
@@ -112,9 +112,10 @@ TEST_F(AdamRun, TrainsSyntheticDataFarAboveChance) {
 class ConsistencyRun : public AdamRun, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(ConsistencyRun, TrainsFarAboveChance) {
-  const std::string job = Manifest(dir_, std::string("epochs: 3, learningRate: 0.02, pushEvery: 50, ") + GetParam(),
-                                   "parameterServer: {replicas: 2, shardBytes: 1024}, "
-                                   "trainer: {replicas: 2, threads: 1}");
+  const std::string job =
+      Manifest(dir_, std::string("epochs: 3, learningRate: 0.02, pushEvery: 50, ") + GetParam(),
+               "parameterServer: {replicas: 2, shardBytes: 1024}, "
+               "trainer: {replicas: 2, threads: 1}");
   Result r = Adam(dir_, "run " + job + " --output json -q");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
@@ -123,7 +124,8 @@ TEST_P(ConsistencyRun, TrainsFarAboveChance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ConsistencyRun,
-                         ::testing::Values("consistency: sync", "consistency: bounded, maxStaleness: 2",
+                         ::testing::Values("consistency: sync",
+                                           "consistency: bounded, maxStaleness: 2",
                                            "consistency: async, denseUpdates: activations"));
 
 // The newer layers (leakyRelu, avgpool, dropout, sigmoid) and a schedule with warmup train the
@@ -134,13 +136,16 @@ class LayersRun : public AdamRun, public ::testing::WithParamInterface<const cha
 
 TEST_P(LayersRun, TrainsFarAboveChance) {
   const std::string path = Manifest(
-      dir_, std::string("epochs: 3, learningRate: 0.02, pushEvery: 50, warmupEpochs: 1, "
-                        "learningRateSchedule: {type: cosine, final: 0.1}, ") + GetParam(),
+      dir_,
+      std::string("epochs: 3, learningRate: 0.02, pushEvery: 50, warmupEpochs: 1, "
+                  "learningRateSchedule: {type: cosine, final: 0.1}, ") +
+          GetParam(),
       "parameterServer: {replicas: 2, shardBytes: 1024}, trainer: {replicas: 2, threads: 2}");
   std::string m = testing::ReadText(path);
-  const std::string from = "      - {type: conv, maps: 4, kernel: 3, activation: tanh}\n"
-                           "      - {type: maxpool, size: 2}\n"
-                           "      - {type: dense, units: 16, activation: relu}\n";
+  const std::string from =
+      "      - {type: conv, maps: 4, kernel: 3, activation: tanh}\n"
+      "      - {type: maxpool, size: 2}\n"
+      "      - {type: dense, units: 16, activation: relu}\n";
   const size_t at = m.find(from);
   ASSERT_NE(at, std::string::npos) << m;
   m.replace(at, from.size(),
@@ -221,7 +226,8 @@ TEST_F(AdamRun, CorruptDataFileStopsTheRunNamingFileAndOffset) {
   Result r = Adam(dir_, "run " + job, 60);
   EXPECT_EQ(r.exit_code, 2) << "refused input, as a bad manifest field";
   EXPECT_THAT(r.err, HasSubstr("data-server-0 exited with code 2"));
-  EXPECT_THAT(r.err, HasSubstr(dir_.File("train-images.gz") + ": byte 16: expected 172800 data bytes, file has 984 (truncated)"));
+  EXPECT_THAT(r.err, HasSubstr(dir_.File("train-images.gz") +
+                               ": byte 16: expected 172800 data bytes, file has 984 (truncated)"));
 }
 
 // A file that cannot be opened may yet appear (a volume still mounting): exit 1, not 2.
@@ -234,7 +240,8 @@ TEST_F(AdamRun, MissingDataFileIsNamed) {
 }
 
 // Starts `adam run` in the background, stderr to a file (and $TMPDIR, when given); returns its pid.
-pid_t StartRun(const std::string& job, const std::string& err_path, const std::string& tmpdir = "") {
+pid_t StartRun(const std::string& job, const std::string& err_path,
+               const std::string& tmpdir = "") {
   const pid_t pid = fork();
   if (pid == 0) {
     if (!tmpdir.empty()) setenv("TMPDIR", tmpdir.c_str(), 1);
@@ -287,7 +294,8 @@ TEST_F(AdamRun, KilledParameterServerStopsEveryRoleWithAClearError) {
 // The files a run made in $TMPDIR (its state directory holds the TLS key and a Raft log).
 std::vector<std::string> Leftovers(const std::string& tmpdir) {
   std::vector<std::string> left;
-  for (const auto& e : std::filesystem::directory_iterator(tmpdir)) left.push_back(e.path().filename());
+  for (const auto& e : std::filesystem::directory_iterator(tmpdir))
+    left.push_back(e.path().filename());
   return left;
 }
 
@@ -296,11 +304,13 @@ std::vector<std::string> Leftovers(const std::string& tmpdir) {
 TEST_F(AdamRun, ADivergingRunStopsNamingTheEpochTheLossAndTheRate) {
   const std::string tmp = dir_.File("tmp");
   std::filesystem::create_directories(tmp);
-  const std::string job = Manifest(dir_, "epochs: 30, learningRate: 10", "trainer: {replicas: 2, threads: 1}");
+  const std::string job =
+      Manifest(dir_, "epochs: 30, learningRate: 10", "trainer: {replicas: 2, threads: 1}");
   Result r = Adam(dir_, "run " + job, 240, "TMPDIR=" + tmp);
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_THAT(r.err, HasSubstr("training diverged in epoch"));
-  EXPECT_THAT(r.err, HasSubstr("at learning rate 10 with batch size 1; lower spec.training.learningRate"));
+  EXPECT_THAT(r.err,
+              HasSubstr("at learning rate 10 with batch size 1; lower spec.training.learningRate"));
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("epoch  30/30")));
   EXPECT_THAT(Leftovers(tmp), ::testing::IsEmpty());
   EXPECT_TRUE(Pgrep("--job " + job).empty()) << "children left behind";
@@ -328,8 +338,10 @@ TEST_F(AdamRun, ASecondRunOnTheSameStateDirIsRefusedNamingTheFirst) {
   Result r = Adam(dir_, "run " + job + " --state-dir " + state, 30);
   close(fd);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--state-dir " + state + " is in use by another adam run (pid 4242, job first)"));
-  EXPECT_FALSE(std::filesystem::exists(state + "/tls")) << "the second run touched the first's files";
+  EXPECT_THAT(r.err, HasSubstr("--state-dir " + state +
+                               " is in use by another adam run (pid 4242, job first)"));
+  EXPECT_FALSE(std::filesystem::exists(state + "/tls"))
+      << "the second run touched the first's files";
 }
 
 // A terminal that hangs up, and a reader that closes the pipe: the roles stop and the run's
@@ -347,8 +359,9 @@ TEST_F(AdamRun, AHangUpOrAClosedPipeLeavesNothingBehind) {
   EXPECT_THAT(Leftovers(tmp), ::testing::IsEmpty());
   EXPECT_TRUE(Pgrep("--job " + job).empty()) << "children left behind";
   // `adam run ... 2>&1 | head -c 1`: the reader goes after one byte.
-  const std::string cmd = "cd " + dir_.path() + " && TMPDIR=" + tmp + " timeout 120 " ADAM_BINARY " run " + job +
-                          " 2>&1 | head -c 1 > /dev/null; echo ${PIPESTATUS[0]} > " + dir_.File("pipe.rc");
+  const std::string cmd =
+      "cd " + dir_.path() + " && TMPDIR=" + tmp + " timeout 120 " ADAM_BINARY " run " + job +
+      " 2>&1 | head -c 1 > /dev/null; echo ${PIPESTATUS[0]} > " + dir_.File("pipe.rc");
   ASSERT_EQ(std::system(("bash -c '" + cmd + "'").c_str()), 0);
   EXPECT_EQ(testing::ReadText(dir_.File("pipe.rc")), std::to_string(128 + SIGPIPE) + "\n");
   EXPECT_THAT(Leftovers(tmp), ::testing::IsEmpty());
@@ -398,11 +411,13 @@ TEST_F(AdamRun, AnImageFolderTrainsAndItsBrokenFilesAreSkipped) {
   std::ofstream(root + "/README.txt") << "not a class folder: a file";
   std::ofstream(root + "/class-0/notes.txt") << "ignored";
   auto manifest = [&](const std::string& extra) {
-    std::string text = testing::ReadText(Manifest(dir_, "epochs: 30, learningRate: 0.02, pushEvery: 50",
-                                                  "trainer: {replicas: 2, threads: 1}"));
+    std::string text =
+        testing::ReadText(Manifest(dir_, "epochs: 30, learningRate: 0.02, pushEvery: 50",
+                                   "trainer: {replicas: 2, threads: 1}"));
     const size_t from = text.find("    train:"), to = text.find("    augment:");
-    text.replace(from, to - from, "    format: folder\n    train: {folder: " + root + "}\n" +
-                                      "    heldOut: 0.2\n" + extra);
+    text.replace(
+        from, to - from,
+        "    format: folder\n    train: {folder: " + root + "}\n" + "    heldOut: 0.2\n" + extra);
     // Random 12x12 windows of the images fitted to 14x14 (and the test set's centre windows).
     text.replace(text.find("variants: 2}"), 12, "variants: 2, crop: 1}");
     const std::string path = dir_.File("folder.yaml");
@@ -414,9 +429,11 @@ TEST_F(AdamRun, AnImageFolderTrainsAndItsBrokenFilesAreSkipped) {
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["epochs"].get<int>(), 30) << r.out;
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
-  EXPECT_THAT(r.err, HasSubstr("skipped " + root + "/class-1/broken.png: not a PNG libpng can read"));
+  EXPECT_THAT(r.err,
+              HasSubstr("skipped " + root + "/class-1/broken.png: not a PNG libpng can read"));
   EXPECT_THAT(r.err, HasSubstr("skipped " + root + "/class-2/cut.jpg: JPEG"));
-  EXPECT_THAT(r.err, HasSubstr("skipped 2 files that could not be decoded (spec.dataset.maxCorrupt 100)"));
+  EXPECT_THAT(r.err,
+              HasSubstr("skipped 2 files that could not be decoded (spec.dataset.maxCorrupt 100)"));
   EXPECT_THAT(r.err, HasSubstr("ignored 1 files that are not .png, .jpg or .jpeg"));
   EXPECT_THAT(r.err, HasSubstr("classes: class-0, class-1, class-2, class-3"));
   EXPECT_THAT(r.err, HasSubstr("held out 240 of 1200 images as the test set"));
@@ -424,7 +441,8 @@ TEST_F(AdamRun, AnImageFolderTrainsAndItsBrokenFilesAreSkipped) {
 
   Result strict = Adam(dir_, "run " + manifest("    maxCorrupt: 1\n") + " -q", 60);
   EXPECT_EQ(strict.exit_code, 2) << "refused input, as a bad manifest field\n" << strict.err;
-  EXPECT_THAT(strict.err, HasSubstr("2 of 1202 images could not be decoded, more than maxCorrupt (1)"));
+  EXPECT_THAT(strict.err,
+              HasSubstr("2 of 1202 images could not be decoded, more than maxCorrupt (1)"));
 }
 
 // A job goes on where its checkpoints are: 20 epochs with --state-dir, then the manifest raised
@@ -436,29 +454,37 @@ class ResumedRun : public AdamRun, public ::testing::WithParamInterface<const ch
 
 TEST_P(ResumedRun, GoesOnAtTheEpochsItsCheckpointsHold) {
   const std::string state = dir_.File("state");
-  const std::string training = "learningRate: 0.02, learningRateDecay: 0.95, pushEvery: 50, epochs: ";
+  const std::string training =
+      "learningRate: 0.02, learningRateDecay: 0.95, pushEvery: 50, epochs: ";
   const std::string roles = GetParam();
-  Result empty = Adam(dir_, "run " + Manifest(dir_, training + "20", roles) + " --resume " + state, 60);
+  Result empty =
+      Adam(dir_, "run " + Manifest(dir_, training + "20", roles) + " --resume " + state, 60);
   EXPECT_EQ(empty.exit_code, 2);
-  EXPECT_THAT(empty.err, HasSubstr("--resume " + state + ": no checkpoint of parameter server ps-0 in " +
-                                   state + "/ps-0"));
-  Result first = Adam(dir_, "run " + Manifest(dir_, training + "20", roles) +
-                                " --output json -q --state-dir " + state, 240);
+  EXPECT_THAT(empty.err,
+              HasSubstr("--resume " + state + ": no checkpoint of parameter server ps-0 in " +
+                        state + "/ps-0"));
+  Result first = Adam(
+      dir_,
+      "run " + Manifest(dir_, training + "20", roles) + " --output json -q --state-dir " + state,
+      240);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const auto j1 = nlohmann::json::parse(first.out);
   ASSERT_EQ(j1["epochs"].get<int>(), 20);
   EXPECT_FALSE(j1.contains("resumed_after_epoch"));
 
-  Result second = Adam(dir_, "run " + Manifest(dir_, training + "40", roles) +
-                                 " --output json --resume " + state, 240);
+  Result second = Adam(
+      dir_, "run " + Manifest(dir_, training + "40", roles) + " --output json --resume " + state,
+      240);
   ASSERT_EQ(second.exit_code, 0) << second.err;
   const auto j2 = nlohmann::json::parse(second.out);
   EXPECT_EQ(j2["epochs"].get<int>(), 40) << second.out;
   EXPECT_EQ(j2["resumed_after_epoch"].get<int>(), 20) << second.out;
   EXPECT_GT(j2["test_accuracy"].get<double>(), 0.9) << second.out;
-  EXPECT_THAT(second.err, HasSubstr("adam run: resuming: the checkpoints in " + state + " hold 20 of 40 epochs"));
+  EXPECT_THAT(second.err, HasSubstr("adam run: resuming: the checkpoints in " + state +
+                                    " hold 20 of 40 epochs"));
   char rate[64];
-  std::snprintf(rate, sizeof rate, "going on at epoch 21 of 40 (learning rate %g)", 0.02 * std::pow(0.95, 20));
+  std::snprintf(rate, sizeof rate, "going on at epoch 21 of 40 (learning rate %g)",
+                0.02 * std::pow(0.95, 20));
   EXPECT_THAT(second.err, HasSubstr(rate));
   EXPECT_THAT(second.err, HasSubstr("epoch  21/40"));
   EXPECT_THAT(second.err, Not(HasSubstr("epoch  20/40")));
@@ -469,8 +495,9 @@ TEST_P(ResumedRun, GoesOnAtTheEpochsItsCheckpointsHold) {
   EXPECT_GE(ratio, 0.75 - 0.01) << first.out << "\n" << second.out;
   EXPECT_LE(ratio, 1 / 0.75 + 0.01) << first.out << "\n" << second.out;
 
-  Result third = Adam(dir_, "run " + Manifest(dir_, training + "40", roles) +
-                                " --output json --resume " + state, 120);
+  Result third = Adam(
+      dir_, "run " + Manifest(dir_, training + "40", roles) + " --output json --resume " + state,
+      120);
   ASSERT_EQ(third.exit_code, 0) << third.err;
   const auto j3 = nlohmann::json::parse(third.out);
   EXPECT_EQ(j3["epochs"].get<int>(), 40) << third.out;
@@ -484,7 +511,8 @@ INSTANTIATE_TEST_SUITE_P(Copies, ResumedRun,
                          [](const auto& info) { return info.index == 0 ? "One" : "Three"; });
 
 TEST_F(AdamRun, KilledPrimaryParameterServerFailsOverAndTrainingGoesOn) {
-  const std::string job = Manifest(dir_, "epochs: 200, learningRate: 0.02, pushEvery: 50", kCopiesRoles);
+  const std::string job =
+      Manifest(dir_, "epochs: 200, learningRate: 0.02, pushEvery: 50", kCopiesRoles);
   Result r = Adam(dir_, "run " + job + " --output json -q --kill ps-0@1", 300);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
@@ -499,14 +527,19 @@ TEST_F(AdamRun, KilledPrimaryParameterServerFailsOverAndTrainingGoesOn) {
   // One failover, named once, whose moved shards are counted once each.
   EXPECT_THAT(r.err, HasSubstr("adam run: failover: ps-0 lost; "));
   EXPECT_EQ(j.value("failovers", 0), 1) << r.out;
-  EXPECT_EQ(r.err.find("adam run: failover: ps-0 lost; "), r.err.rfind("adam run: failover: ps-0 lost; "));
+  EXPECT_EQ(r.err.find("adam run: failover: ps-0 lost; "),
+            r.err.rfind("adam run: failover: ps-0 lost; "));
 }
 
 TEST_F(AdamRun, KilledControllerLeaderIsReplacedAndChaosEndsWithACompletedJob) {
-  const std::string job = Manifest(dir_, "epochs: 200, learningRate: 0.02, pushEvery: 50", kCopiesRoles);
+  const std::string job =
+      Manifest(dir_, "epochs: 200, learningRate: 0.02, pushEvery: 50", kCopiesRoles);
   // The leader dies and comes back; then a parameter server dies and comes back; then another.
-  Result r = Adam(dir_, "run " + job + " --output json -q --kill controller-leader@1+1 "
-                        "--kill ps-1@2+1 --kill ps-2@4+1", 300);
+  Result r = Adam(dir_,
+                  "run " + job +
+                      " --output json -q --kill controller-leader@1+1 "
+                      "--kill ps-1@2+1 --kill ps-2@4+1",
+                  300);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
@@ -530,7 +563,8 @@ TEST_F(AdamRun, ChaosKillingRandomControllersAndServersEndsWithEveryCopyInSync) 
   // failover and restart under the sanitizers; this one runs in `make test`.
   if (kSanitizerBuild) GTEST_SKIP() << "15 s of chaos and its report: too slow under a sanitizer";
   WriteSynthetic(dir_.File("train"), 12000, 1);  // epochs long enough to outlast the chaos
-  const std::string job = Manifest(dir_, "epochs: 200, learningRate: 0.02, pushEvery: 50", kCopiesRoles);
+  const std::string job =
+      Manifest(dir_, "epochs: 200, learningRate: 0.02, pushEvery: 50", kCopiesRoles);
   const std::string report = dir_.File("report");
   Result r = Adam(dir_, "run " + job + " --output json -q --chaos 15:3 --report " + report, 400);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -552,9 +586,11 @@ TEST_F(AdamRun, ChaosKillingRandomControllersAndServersEndsWithEveryCopyInSync) 
   EXPECT_EQ(count(html, "</td><td>failover: ps-"), failovers) << html;
   EXPECT_EQ(count(html, "</td><td>kill -9 "), size_t(j["chaos_faults"].get<int>())) << html;
   EXPECT_GE(count(html, "</td><td>under-replicated: "), 1u) << html;
-  EXPECT_THAT(html, HasSubstr("<th>parameter-server failovers</th><td>" + std::to_string(failovers) + "</td>"));
+  EXPECT_THAT(html, HasSubstr("<th>parameter-server failovers</th><td>" +
+                              std::to_string(failovers) + "</td>"));
   const std::string chromium = testing::Chromium();
-  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
+  if (chromium.empty())
+    GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
   std::string error;
   const std::string layout = testing::BadgeLayout(chromium, html, dir_, &error);
   ASSERT_TRUE(error.empty()) << error;
@@ -575,9 +611,9 @@ void ExpectTheModelScores(const testing::TmpDir& dir, const nlohmann::json& summ
   auto ej = nlohmann::json::parse(e.out);
   EXPECT_EQ(ej["images"].get<int>(), 300);
   EXPECT_EQ(ej["correct"].get<int>(), expected) << e.out;
-  const std::string cmd = "/usr/bin/python3 " ADAM_SOURCE_DIR "/tests/model/onnx_runtime.py accuracy " +
-                          model + " " + dir.File("test-images.gz") + " " + dir.File("test-labels") +
-                          " > " + dir.File("opencv.json");
+  const std::string cmd =
+      "/usr/bin/python3 " ADAM_SOURCE_DIR "/tests/model/onnx_runtime.py accuracy " + model + " " +
+      dir.File("test-images.gz") + " " + dir.File("test-labels") + " > " + dir.File("opencv.json");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto oj = nlohmann::json::parse(testing::ReadText(dir.File("opencv.json")));
   EXPECT_EQ(oj["correct"].get<int>(), expected);
@@ -601,10 +637,11 @@ void ExpectTheModelScores(const testing::TmpDir& dir, const nlohmann::json& summ
                                         i == 0 ? grey.data() : rgb.data(), 0, nullptr))
         << png.message;
   }
-  Result idx = Adam(dir, "predict " + model + " " + dir.File("test-images.gz") + " --first 2 -o json");
+  Result idx =
+      Adam(dir, "predict " + model + " " + dir.File("test-images.gz") + " --first 2 -o json");
   ASSERT_EQ(idx.exit_code, 0) << idx.err;
-  Result pngs = Adam(dir, "predict " + model + " " + dir.File("0.png") + " " + dir.File("1.png") +
-                              " -o json");
+  Result pngs = Adam(
+      dir, "predict " + model + " " + dir.File("0.png") + " " + dir.File("1.png") + " -o json");
   ASSERT_EQ(pngs.exit_code, 0) << pngs.err;
   EXPECT_EQ(nlohmann::json::parse(pngs.out), nlohmann::json::parse(idx.out));
   // A PNG of another size is refused naming it.
@@ -613,7 +650,8 @@ void ExpectTheModelScores(const testing::TmpDir& dir, const nlohmann::json& summ
   big.width = big.height = uint32_t(side + 1);
   big.format = PNG_FORMAT_GRAY;
   std::vector<uint8_t> zeros((side + 1) * (side + 1));
-  ASSERT_TRUE(png_image_write_to_file(&big, dir.File("big.png").c_str(), 0, zeros.data(), 0, nullptr));
+  ASSERT_TRUE(
+      png_image_write_to_file(&big, dir.File("big.png").c_str(), 0, zeros.data(), 0, nullptr));
   Result wrong = Adam(dir, "predict " + model + " " + dir.File("big.png"));
   EXPECT_EQ(wrong.exit_code, 2);
   EXPECT_THAT(wrong.err, HasSubstr(dir.File("big.png") + ": 13x13 pixels, the model takes 12x12"));
@@ -646,8 +684,10 @@ TEST_F(AdamRun, WithoutTrainer0TheFinalModelIsEvaluated) {
   // 400 epochs: about 3 s on a quiet machine, so trainer 0 is still training when it is killed.
   const std::string job = Manifest(dir_, "epochs: 400, learningRate: 0.02, pushEvery: 50",
                                    "trainer: {replicas: 2, threads: 1}");
-  Result r = Adam(dir_, "run " + job + " --output json -q --kill trainer-0@0.5 --model-out " +
-                            dir_.File("out/model.onnx"), 240);
+  Result r = Adam(dir_,
+                  "run " + job + " --output json -q --kill trainer-0@0.5 --model-out " +
+                      dir_.File("out/model.onnx"),
+                  240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["epochs"].get<int>(), 400) << r.out;
@@ -737,7 +777,8 @@ TEST_F(AdamRun, ADataServerThatRestartsDoesNotEndTheJob) {
   EXPECT_THAT(r.err, HasSubstr("adam run: restarting data-server-0"));
   if (KilledMidTraining(r.err, "kill -9 data-server-0", 400)) {
     EXPECT_THAT(r.err, HasSubstr("waiting for the data server at 127.0.0.1:"));
-    EXPECT_THAT(r.err, ::testing::ContainsRegex("the data server at 127\\.0\\.0\\.1:[0-9]+ is back after"));
+    EXPECT_THAT(
+        r.err, ::testing::ContainsRegex("the data server at 127\\.0\\.0\\.1:[0-9]+ is back after"));
   }
 }
 
@@ -762,8 +803,8 @@ TEST_F(AdamRun, KillNamesAnUnknownRoleInstance) {
 TEST_F(AdamRun, AControllerTimeoutShorterThanThePrimaryLeaseIsRefused) {
   const std::string job = Manifest(dir_, "epochs: 1", "trainer: {replicas: 1}");
   Result r = Adam(dir_, "controller --job " + job +
-                            " --id 1 --members 1=127.0.0.1:1 --plaintext --state-dir " + dir_.File("ctl") +
-                            " --server-timeout-ms 300");
+                            " --id 1 --members 1=127.0.0.1:1 --plaintext --state-dir " +
+                            dir_.File("ctl") + " --server-timeout-ms 300");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--server-timeout-ms 300 would let a parameter server's primary "
                                "lease (300 ms) outlive"));

@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "adam/v1/controller.grpc.pb.h"
+#include "core/ports.h"
 #include "net/grpc.h"
 #include "testing/child.h"
-#include "core/ports.h"
 #include "testing/tmp_dir.h"
 #include "testing/wait.h"
 
@@ -36,10 +36,10 @@ class ControllerProcesses : public ::testing::Test {
 
   void Start(int i) {
     children_[size_t(i)] = std::make_unique<Child>(
-        std::vector<std::string>{"controller", "--plaintext", "--job", ADAM_SOURCE_DIR "/examples/fashion-mnist.yaml",
-                                 "--id", std::to_string(i + 1), "--members", members_,
-                                 "--state-dir", dir_.File("m" + std::to_string(i)), "--name",
-                                 "controller-" + std::to_string(i + 1)},
+        std::vector<std::string>{
+            "controller", "--plaintext", "--job", ADAM_SOURCE_DIR "/examples/fashion-mnist.yaml",
+            "--id", std::to_string(i + 1), "--members", members_, "--state-dir",
+            dir_.File("m" + std::to_string(i)), "--name", "controller-" + std::to_string(i + 1)},
         dir_.File("m" + std::to_string(i) + ".log"));
   }
 

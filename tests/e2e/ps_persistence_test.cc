@@ -41,7 +41,8 @@ class PsPersistence : public ::testing::Test {
         << "      - {type: conv, maps: 4, kernel: 3}\n      - {type: maxpool, size: 2}\n"
         << "      - {type: dense, units: 16}\n      - {type: softmax, classes: 4}\n"
         << "  training: {denseUpdates: weights}\n"
-        << "  roles:\n    parameterServer: {replicas: 1, shardBytes: 1024, persistence: {interval: 200ms}}\n";
+        << "  roles:\n    parameterServer: {replicas: 1, shardBytes: 1024, persistence: {interval: "
+           "200ms}}\n";
     auto job = spec::LoadAdamJob(job_path_);
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     auto layout = model::ModelLayout::Make(job->model);
@@ -55,10 +56,12 @@ class PsPersistence : public ::testing::Test {
   }
 
   std::unique_ptr<Child> StartPs(const std::vector<std::string>& extra, int* port,
-                                 const std::string& state = "state", int* replication_port = nullptr) {
-    std::vector<std::string> args = {"ps", "--plaintext", "--job", job_path_, "--index", "0", "--listen",
-                                     "127.0.0.1:0", "--state-dir", dir_.File(state),
-                                     "--threads", "1", "--no-bind"};
+                                 const std::string& state = "state",
+                                 int* replication_port = nullptr) {
+    std::vector<std::string> args = {
+        "ps",        "--plaintext", "--job",       job_path_,     "--index",
+        "0",         "--listen",    "127.0.0.1:0", "--state-dir", dir_.File(state),
+        "--threads", "1",           "--no-bind"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto c = std::make_unique<Child>(args, dir_.File("ps.log"));
     auto ready = c->WaitEvent("ready");
@@ -164,13 +167,15 @@ TEST_F(PsPersistence, ReplicationAddressServesTheCheckpointToAPeerAndNothingElse
 
   // Each address serves only its own service.
   {
-    auto on_trainer_port = adam::v1::ReplicaService::NewStub(net::MakeChannel("127.0.0.1:" + std::to_string(port)));
+    auto on_trainer_port =
+        adam::v1::ReplicaService::NewStub(net::MakeChannel("127.0.0.1:" + std::to_string(port)));
     grpc::ClientContext ctx;
     auto r = on_trainer_port->GetCheckpoint(&ctx, {});
     adam::v1::CheckpointChunk c;
     EXPECT_FALSE(r->Read(&c));
     EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
-    auto on_repl = adam::v1::ParameterService::NewStub(net::MakeChannel("127.0.0.2:" + std::to_string(repl)));
+    auto on_repl =
+        adam::v1::ParameterService::NewStub(net::MakeChannel("127.0.0.2:" + std::to_string(repl)));
     grpc::ClientContext ctx2;
     adam::v1::PullResponse resp;
     EXPECT_EQ(on_repl->Pull(&ctx2, {}, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
@@ -194,11 +199,15 @@ TEST_F(PsPersistence, AServerThatLostItsVolumeRestoresFromItsCheckpointPeer) {
   ASSERT_TRUE(job.ok());
   auto layout = model::ModelLayout::Make(job->model);
   auto map = shard::ShardMap::Make(layout->num_params(), 1024, 2, job->training.seed);
-  auto plan = update::UpdatePlan::Make(*layout, *map, job->training.push_every, job->training.dense_updates);
-  auto start = [&](int index, const std::string& state, std::vector<std::string> extra, int* port, int* repl) {
-    std::vector<std::string> args = {"ps", "--plaintext", "--job", job_path_, "--index", std::to_string(index),
-                                     "--listen", "127.0.0.1:0", "--state-dir", dir_.File(state),
-                                     "--threads", "1", "--no-bind", "--replication-listen", "127.0.0.2:0"};
+  auto plan = update::UpdatePlan::Make(*layout, *map, job->training.push_every,
+                                       job->training.dense_updates);
+  auto start = [&](int index, const std::string& state, std::vector<std::string> extra, int* port,
+                   int* repl) {
+    std::vector<std::string> args = {
+        "ps",          "--plaintext",          "--job",      job_path_,
+        "--index",     std::to_string(index),  "--listen",   "127.0.0.1:0",
+        "--state-dir", dir_.File(state),       "--threads",  "1",
+        "--no-bind",   "--replication-listen", "127.0.0.2:0"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto c = std::make_unique<Child>(args, dir_.File("ps.log"));
     auto ready = c->WaitEvent("ready");
@@ -211,8 +220,8 @@ TEST_F(PsPersistence, AServerThatLostItsVolumeRestoresFromItsCheckpointPeer) {
   auto ps1 = start(1, "b", {}, &p1, &r1);
   auto ps0 = start(0, "a", {"--checkpoint-peer", "127.0.0.2:" + std::to_string(r1)}, &p0, &r0);
   auto connect = [&](int port0) {
-    auto c = trainer::ConnectParamServers(*map, plan, {"127.0.0.1:" + std::to_string(port0),
-                                                       "127.0.0.1:" + std::to_string(p1)}, {});
+    auto c = trainer::ConnectParamServers(
+        *map, plan, {"127.0.0.1:" + std::to_string(port0), "127.0.0.1:" + std::to_string(p1)}, {});
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? std::move(*c) : nullptr;
   };

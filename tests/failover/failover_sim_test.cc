@@ -1,12 +1,12 @@
 // Seeded simulations of parameter-server failover (see sim.h): 1,000 seeds within the promise
 // (one server out at a time) and 250 with partitions of any shape. A failing seed prints the
 // command that replays it; FAILOVER_SIM_TRACE=1 with it prints every decision.
+#include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-
-#include <gtest/gtest.h>
-#include <spdlog/spdlog.h>
 
 #include "failover/sim.h"
 
@@ -31,14 +31,14 @@ Options OptionsFor(uint64_t seed) {
   o.shards = 2 + int(seed % 3);
   o.trainers = 2 + int(seed % 2);
   Faults& f = o.faults;
-  f.drop = 0.01 * double(seed % 6);           // 0..5% loss
-  f.max_delay = 1 + int(seed % 8);            // up to 40 ms: reordering
+  f.drop = 0.01 * double(seed % 6);  // 0..5% loss
+  f.max_delay = 1 + int(seed % 8);   // up to 40 ms: reordering
   f.partition = seed % 4 == 1 ? 0.0 : 0.006;
   f.one_way = 0.5;
   f.crash = seed % 5 == 2 ? 0.0 : 0.004;
   f.pause = seed % 7 == 3 ? 0.0 : 0.001;
   f.leader_change = seed % 6 == 4 ? 0.0 : 0.003;
-  f.drift = 0.05;                             // every clock within 5% of true time
+  f.drift = 0.05;  // every clock within 5% of true time
   return o;
 }
 
@@ -47,7 +47,7 @@ struct Outcome {
   Sim::Counts counts;
 };
 
-constexpr int kFaultTicks = 1000;    // 5 s of faults
+constexpr int kFaultTicks = 1000;     // 5 s of faults
 constexpr int kConvergeTicks = 4000;  // 20 s to heal
 
 Outcome RunSeed(uint64_t seed) {

@@ -56,13 +56,13 @@ struct Sim::Server {
 struct Sim::Trainer {
   int index = 0;
   uint64_t session = 0;
-  uint64_t seq = 0;             // pushes started
+  uint64_t seq = 0;                // pushes started
   std::vector<uint32_t> shard_of;  // the shard of push seq (index seq - 1)
-  uint64_t acked_seq = 0;       // every push up to it was acknowledged
-  bool pushing = false;         // push `seq` not yet acknowledged
+  uint64_t acked_seq = 0;          // every push up to it was acknowledged
+  bool pushing = false;            // push `seq` not yet acknowledged
   uint64_t attempt = 0;
   int64_t push_deadline = 0;
-  bool sent = false;            // the current attempt is on the wire
+  bool sent = false;  // the current attempt is on the wire
   std::optional<v1::ShardMap> map;
   bool fetching = false;
   int64_t fetch_deadline = 0;
@@ -87,7 +87,6 @@ namespace {
 
 std::string Address(uint32_t server) { return "r" + std::to_string(server); }
 int ServerOf(const std::string& address) { return std::stoi(address.substr(1)); }
-
 
 // A push of one trainer to one shard: 1.0 added to the trainer's float, identified by (session,
 // seq), as ParamService queues it. Returns the shard's version once the push is in it.
@@ -217,7 +216,7 @@ void Sim::Deliver() {
     if (m.to < options_.servers) {
       Server& s = *servers_[size_t(m.to)];
       if (!s.up || s.life != m.to_life) continue;  // the process it was sent to is gone
-      if (s.paused_until > now_) {  // frozen: it reads the message when it goes on
+      if (s.paused_until > now_) {                 // frozen: it reads the message when it goes on
         m.at = s.paused_until;
         m.order = order_++;
         queue_.push(std::move(m));
@@ -303,7 +302,8 @@ void Sim::InjectFaults() {
       const bool one_way = Chance(f.one_way);
       const bool out = Chance(0.5);
       // A server may lose only its link to the leader, or to the deposed leader.
-      const bool controller_only = !options_.any_partition && side[0] < options_.servers && Chance(0.3);
+      const bool controller_only =
+          !options_.any_partition && side[0] < options_.servers && Chance(0.3);
       const int member = Chance(0.5) ? ControllerNode() : DeposedNode();
       for (int a : side)
         for (int b = 0; b < nodes; ++b) {
@@ -358,12 +358,13 @@ void Sim::InjectFaults() {
 void Sim::Step() {
   ++now_;
   if (!converging_) InjectFaults();
-  controller_->clock.Advance(std::chrono::duration_cast<Clock::Duration>(
-      std::chrono::duration<double, std::nano>(double(std::chrono::nanoseconds(kTick).count()) *
-                                               controller_->rate)));
+  controller_->clock.Advance(
+      std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double, std::nano>(
+          double(std::chrono::nanoseconds(kTick).count()) * controller_->rate)));
   for (auto& s : servers_)
-    s->clock.Advance(std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double, std::nano>(
-        double(std::chrono::nanoseconds(kTick).count()) * s->rate)));
+    s->clock.Advance(
+        std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double, std::nano>(
+            double(std::chrono::nanoseconds(kTick).count()) * s->rate)));
   ControllerTick();
   for (auto& s : servers_)
     if (s->up && s->paused_until <= now_) ServerTick(*s);
@@ -413,7 +414,8 @@ std::string Sim::Describe() const {
 uint64_t Sim::Count(int trainer, uint32_t shard, uint64_t up_to_seq) const {
   const Trainer& t = *trainers_[size_t(trainer)];
   uint64_t n = 0;
-  for (uint64_t k = 1; k <= up_to_seq && k <= t.shard_of.size(); ++k) n += t.shard_of[k - 1] == shard;
+  for (uint64_t k = 1; k <= up_to_seq && k <= t.shard_of.size(); ++k)
+    n += t.shard_of[k - 1] == shard;
   return n;
 }
 
@@ -430,14 +432,15 @@ std::optional<ps::CopyState> Sim::ReadChecked(Server& s, uint32_t shard, const c
   }
   st.meta = std::move(*meta);
   for (int t = 0; t < options_.trainers && !options_.any_partition; ++t) {
-    const ps::PushMark m = size_t(t) < st.meta.marks.size() ? st.meta.marks[size_t(t)] : ps::PushMark{};
+    const ps::PushMark m =
+        size_t(t) < st.meta.marks.size() ? st.meta.marks[size_t(t)] : ps::PushMark{};
     const uint64_t want = m.session == 0 ? 0 : Count(t, shard, m.seq);
     if (st.values[size_t(t)] != float(want)) {
       Fail("shard " + std::to_string(shard) + " at ps-" + std::to_string(s.id) + " (" + where +
-           "): trainer " + std::to_string(t) + "'s pushes applied: " +
-           std::to_string(st.values[size_t(t)]) + ", but its last push there is seq " +
-           std::to_string(m.seq) + ", which makes " + std::to_string(want) +
-           " (an update applied twice, or one lost before a later one)");
+           "): trainer " + std::to_string(t) +
+           "'s pushes applied: " + std::to_string(st.values[size_t(t)]) +
+           ", but its last push there is seq " + std::to_string(m.seq) + ", which makes " +
+           std::to_string(want) + " (an update applied twice, or one lost before a later one)");
       return std::nullopt;
     }
   }
@@ -554,7 +557,8 @@ void Sim::ServerCatchUp(Server& s) {
       const int i = int(s.id);
       const uint64_t life = s.life, call = cu.call;
       const uint32_t shard = c.shard;
-      Send(i, to, Life(to), [this, to, i, life, call, shard] { OnReadShard(to, i, life, call, shard); });
+      Send(i, to, Life(to),
+           [this, to, i, life, call, shard] { OnReadShard(to, i, life, call, shard); });
     }
   }
 }
@@ -578,9 +582,10 @@ void Sim::OnReadShard(int i, int from, uint64_t from_life, uint64_t call, uint32
     }
     auto taken = ps::FinishCatchUp(p.store.get(), p.routing.get(), cu.c, states);
     Trace("ps-" + std::to_string(from) + " caught up shard " + std::to_string(shard) + " term " +
-          std::to_string(cu.c.term) + " from " + std::to_string(states.size()) + " copies -> version " +
-          std::to_string(p.store->Version(shard)));
-    if (!taken.ok()) Fail("catch-up of shard " + std::to_string(shard) + ": " + taken.status().message());
+          std::to_string(cu.c.term) + " from " + std::to_string(states.size()) +
+          " copies -> version " + std::to_string(p.store->Version(shard)));
+    if (!taken.ok())
+      Fail("catch-up of shard " + std::to_string(shard) + ": " + taken.status().message());
     ++counts_.catch_ups;
     p.catching.erase(it);
   });
@@ -590,7 +595,8 @@ void Sim::ServerRound(Server& s) {
   if (!s.calls.empty()) {
     if (now_ < s.round_deadline) return;
     // A copy that missed the deadline: it holds an unknown state.
-    for (const auto& [key, c] : s.calls) ps::RecordForward(&s.sent, c.shard, c.address, c.version, false);
+    for (const auto& [key, c] : s.calls)
+      ps::RecordForward(&s.sent, c.shard, c.address, c.version, false);
     s.calls.clear();
   }
   const uint64_t round = ++s.round;
@@ -619,9 +625,9 @@ void Sim::OnForward(int i, int from, uint64_t from_life, uint64_t round, uint32_
                     std::shared_ptr<const ps::CopyState> state) {
   Server& s = *servers_[size_t(i)];
   ++counts_.forwards;
-  const Status st = ps::AcceptForward(s.id, s.store.get(), s.routing.get(), shard,
-                                      state->values.data(), int64_t(state->values.size()),
-                                      state->meta, state->epochs, uint32_t(from));
+  const Status st =
+      ps::AcceptForward(s.id, s.store.get(), s.routing.get(), shard, state->values.data(),
+                        int64_t(state->values.size()), state->meta, state->epochs, uint32_t(from));
   if (st.ok()) (void)ReadChecked(s, shard, "forwarded to");
   Trace("ps-" + std::to_string(i) + " forward of shard " + std::to_string(shard) + " from ps-" +
         std::to_string(from) + " version " + std::to_string(state->meta.version) + " term " +
@@ -720,7 +726,10 @@ void Sim::OnPull(int i, int trainer, uint64_t trainer_life, uint32_t shard) {
 void Sim::Commit(const v1::Command& c) {
   const Status s = controller_->machine.Apply(c);
   if (s.ok())
-    Trace("commit " + std::string(c.has_reassign() ? "reassign" : c.has_register_() ? "register" : "copy_done") +
+    Trace("commit " +
+          std::string(c.has_reassign()    ? "reassign"
+                      : c.has_register_() ? "register"
+                                          : "copy_done") +
           " -> " + MapText(controller::ToShardMap(controller_->machine.state(), "")));
   if (s.ok() && c.has_reassign()) {
     if (c.reassign().dead_size() > 0) {
@@ -780,13 +789,13 @@ void Sim::OnHeartbeat(int i, uint64_t server_life, uint64_t beat, bool to_depose
   }
   Send(to_deposed ? DeposedNode() : ControllerNode(), i, server_life,
        [this, i, beat, resp = std::move(resp)] {
-    Server& s = *servers_[size_t(i)];
-    if (!s.beating || s.beat != beat) return;
-    s.beating = false;
-    if (resp.accepted()) s.accepted_at = now_;
-    if (resp.accepted() && ps::TakeHeartbeatAnswer(s.routing.get(), resp, s.beat_sent))
-      Trace("ps-" + std::to_string(i) + " adopts " + MapText(resp.map()));
-  });
+         Server& s = *servers_[size_t(i)];
+         if (!s.beating || s.beat != beat) return;
+         s.beating = false;
+         if (resp.accepted()) s.accepted_at = now_;
+         if (resp.accepted() && ps::TakeHeartbeatAnswer(s.routing.get(), resp, s.beat_sent))
+           Trace("ps-" + std::to_string(i) + " adopts " + MapText(resp.map()));
+       });
 }
 
 // ---- trainers ----
@@ -818,9 +827,8 @@ void Sim::TrainerSend(Trainer& t) {
   t.push_deadline = now_ + kPushDeadline;
   const int trainer = t.index;
   const uint64_t attempt = t.attempt, seq = t.seq;
-  Send(TrainerNode(trainer), to, Life(to), [this, to, trainer, attempt, seq, shard] {
-    OnPush(to, trainer, 0, attempt, seq, shard);
-  });
+  Send(TrainerNode(trainer), to, Life(to),
+       [this, to, trainer, attempt, seq, shard] { OnPush(to, trainer, 0, attempt, seq, shard); });
 }
 
 void Sim::TrainerTick(Trainer& t) {
@@ -848,7 +856,8 @@ void Sim::TrainerTick(Trainer& t) {
     t.pulling = true;
     t.pull_deadline = now_ + kBeatDeadline;
     const int trainer = t.index;
-    Send(TrainerNode(trainer), to, Life(to), [this, to, trainer, shard] { OnPull(to, trainer, 0, shard); });
+    Send(TrainerNode(trainer), to, Life(to),
+         [this, to, trainer, shard] { OnPull(to, trainer, 0, shard); });
   }
 }
 

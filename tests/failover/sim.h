@@ -31,12 +31,12 @@
 // beyond the promise, and only "one writer" and "copies converge" are checked.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <condition_variable>
 #include <optional>
 #include <queue>
 #include <random>
@@ -63,13 +63,13 @@ struct Faults {
   // controller's failure timeout (a longer stall is a partition, and a fault of its own); with
   // any_partition, 200..400 ms. Messages are lost only to partitions and crashes.
   double drop = 0;
-  int max_delay = 1;        // ticks: delivery after 1..max_delay ticks
-  double partition = 0;     // per tick: probability a partition starts (if none is on)
-  double one_way = 0.5;     // probability a partition cuts one direction only
-  double crash = 0;         // per tick: probability a server crashes (when a minority may)
-  double pause = 0;         // per tick: probability a running server is paused
-  double leader_change = 0; // per tick: probability the controller leader changes
-  double drift = 0;         // every clock runs at 1 +- up to this
+  int max_delay = 1;         // ticks: delivery after 1..max_delay ticks
+  double partition = 0;      // per tick: probability a partition starts (if none is on)
+  double one_way = 0.5;      // probability a partition cuts one direction only
+  double crash = 0;          // per tick: probability a server crashes (when a minority may)
+  double pause = 0;          // per tick: probability a running server is paused
+  double leader_change = 0;  // per tick: probability the controller leader changes
+  double drift = 0;          // every clock runs at 1 +- up to this
 };
 
 struct Options {
@@ -86,13 +86,13 @@ struct Options {
 
 // Simulated time: one tick is 5 ms. The periods are the real ones (routing.h, controller.h).
 inline constexpr auto kTick = 5ms;
-inline constexpr int64_t kBeatTicks = 10;          // ControllerLink: every 50 ms
-inline constexpr int64_t kBeatDeadline = 100;      // its RPC deadline, 500 ms
-inline constexpr int64_t kJudgeTicks = 4;          // the supervisor: every 20 ms
-inline constexpr int64_t kForwardDeadline = 200;   // Forwarder::kForwardDeadline
-inline constexpr int64_t kCatchUpDeadline = 100;   // Forwarder::kCatchUpDeadline
-inline constexpr int64_t kPushDeadline = 200;      // a trainer re-routes a push after 1 s
-inline constexpr int64_t kElectionTicks = 40;      // DriverOptions: 20 ticks of 10 ms
+inline constexpr int64_t kBeatTicks = 10;         // ControllerLink: every 50 ms
+inline constexpr int64_t kBeatDeadline = 100;     // its RPC deadline, 500 ms
+inline constexpr int64_t kJudgeTicks = 4;         // the supervisor: every 20 ms
+inline constexpr int64_t kForwardDeadline = 200;  // Forwarder::kForwardDeadline
+inline constexpr int64_t kCatchUpDeadline = 100;  // Forwarder::kCatchUpDeadline
+inline constexpr int64_t kPushDeadline = 200;     // a trainer re-routes a push after 1 s
+inline constexpr int64_t kElectionTicks = 40;     // DriverOptions: 20 ticks of 10 ms
 inline constexpr auto kElection = 200ms;
 
 class Sim {
@@ -124,7 +124,7 @@ class Sim {
     uint64_t leader_changes = 0;
     uint64_t catch_ups = 0;
     uint64_t forwards = 0;
-    uint64_t dropped = 0;    // messages lost to partitions
+    uint64_t dropped = 0;  // messages lost to partitions
     uint64_t retransmits = 0;
   };
   const Counts& counts() const { return counts_; }

@@ -19,8 +19,7 @@ namespace {
 RunRecord Sample() {
   RunRecord r;
   r.job = "tiny <job> & co";
-  for (int e = 1; e <= 6; ++e)
-    r.epochs.push_back({e, 10.0 * e, 0.9 / e, 0.7 + 0.03 * e});
+  for (int e = 1; e <= 6; ++e) r.epochs.push_back({e, 10.0 * e, 0.9 / e, 0.7 + 0.03 * e});
   for (int t = 1; t <= 60; ++t) r.rates.push_back({double(t), t == 31 ? 1200.0 : 5000.0 + 10 * t});
   r.marks.push_back({30.0, "kill -9 ps-0"});
   r.marks.push_back({30.6, "failover: ps-0 lost, 3 shard(s) moved"});
@@ -43,8 +42,9 @@ TEST(Report, ChartsEveryEpochAndMarksEveryFault) {
   EXPECT_EQ(Count(html, "<g class=\"mark\">"), 1u);
   EXPECT_NE(html.find(">1-2</text>"), std::string::npos);
   EXPECT_NE(html.find("<tr><td>1</td><td>30.0</td><td>kill -9 ps-0</td></tr>"), std::string::npos);
-  EXPECT_NE(html.find("<tr><td>2</td><td>30.6</td><td>failover: ps-0 lost, 3 shard(s) moved</td></tr>"),
-            std::string::npos);
+  EXPECT_NE(
+      html.find("<tr><td>2</td><td>30.6</td><td>failover: ps-0 lost, 3 shard(s) moved</td></tr>"),
+      std::string::npos);
   // One dot per epoch on the accuracy and loss charts (the 60-point rate line has none).
   EXPECT_EQ(Count(html, "<circle"), 12u);
   EXPECT_NE(html.find("<td>6</td><td>60.0</td><td>0.1500</td><td>88.00%</td>"), std::string::npos);
@@ -69,7 +69,9 @@ struct Image {
   std::vector<uint8_t> rgb;  // width * height * 3
 };
 
-uint32_t Be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+uint32_t Be32(const uint8_t* p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
+}
 
 bool DecodePng(const std::string& file, Image* img, std::string* error) {
   const std::string data = testing::ReadText(file);
@@ -99,7 +101,8 @@ bool DecodePng(const std::string& file, Image* img, std::string* error) {
   const size_t stride = size_t(img->width) * bpp;
   std::vector<uint8_t> raw((stride + 1) * size_t(img->height));
   uLongf out_len = raw.size();
-  if (uncompress(raw.data(), &out_len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) != Z_OK ||
+  if (uncompress(raw.data(), &out_len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) !=
+          Z_OK ||
       out_len != raw.size())
     return *error = "bad image data", false;
   std::vector<uint8_t> prev(stride, 0), cur(stride);
@@ -108,23 +111,32 @@ bool DecodePng(const std::string& file, Image* img, std::string* error) {
     const uint8_t filter = raw[y * (stride + 1)];
     const uint8_t* line = &raw[y * (stride + 1) + 1];
     for (size_t i = 0; i < stride; ++i) {
-      const int a = i >= size_t(bpp) ? cur[i - bpp] : 0, b = prev[i], c = i >= size_t(bpp) ? prev[i - bpp] : 0;
+      const int a = i >= size_t(bpp) ? cur[i - bpp] : 0, b = prev[i],
+                c = i >= size_t(bpp) ? prev[i - bpp] : 0;
       int v = line[i];
       switch (filter) {
-        case 1: v += a; break;
-        case 2: v += b; break;
-        case 3: v += (a + b) / 2; break;
+        case 1:
+          v += a;
+          break;
+        case 2:
+          v += b;
+          break;
+        case 3:
+          v += (a + b) / 2;
+          break;
         case 4: {
           const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
           v += (pa <= pb && pa <= pc) ? a : pb <= pc ? b : c;
           break;
         }
-        default: break;
+        default:
+          break;
       }
       cur[i] = uint8_t(v);
     }
     for (int x = 0; x < img->width; ++x)
-      for (int k = 0; k < 3; ++k) img->rgb[(size_t(y) * img->width + x) * 3 + k] = cur[size_t(x) * bpp + k];
+      for (int k = 0; k < 3; ++k)
+        img->rgb[(size_t(y) * img->width + x) * 3 + k] = cur[size_t(x) * bpp + k];
     prev.swap(cur);
   }
   return true;
@@ -132,15 +144,17 @@ bool DecodePng(const std::string& file, Image* img, std::string* error) {
 
 TEST(Report, HeadlessChromiumShowsTheCharts) {
   const std::string chromium = testing::Chromium();
-  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
+  if (chromium.empty())
+    GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
   testing::TmpDir dir;
   const std::string page = dir.File("index.html");
   std::ofstream(page) << RenderReportHtml(Sample());
   const std::string shot = dir.File("shot.png");
-  const std::string cmd = chromium + " --headless --no-sandbox --disable-gpu --hide-scrollbars "
-                          "--no-first-run --user-data-dir=" + dir.File("profile") +
-                          " --window-size=800,1200 --screenshot=" + shot + " file://" + page +
-                          " > " + dir.File("chromium.log") + " 2>&1";
+  const std::string cmd = chromium +
+                          " --headless --no-sandbox --disable-gpu --hide-scrollbars "
+                          "--no-first-run --user-data-dir=" +
+                          dir.File("profile") + " --window-size=800,1200 --screenshot=" + shot +
+                          " file://" + page + " > " + dir.File("chromium.log") + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << testing::ReadText(dir.File("chromium.log"));
   Image img;
   std::string error;
@@ -171,7 +185,8 @@ TEST(Report, HeadlessChromiumShowsTheCharts) {
 // once, and the table a row per fault in time order.
 TEST(Report, ChaosFaultsAreNumberedReadablyInTheBrowser) {
   const std::string chromium = testing::Chromium();
-  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
+  if (chromium.empty())
+    GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
   RunRecord r = Sample();
   r.marks.clear();
   int failovers = 0;

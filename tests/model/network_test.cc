@@ -21,7 +21,6 @@ using testing::MakeSpec;
 using testing::Pool;
 using testing::Softmax;
 
-
 // Compares Backward's gradient with central finite differences of the mean loss, computed in
 // double from float forward passes, on every parameter.
 void CheckGradients(const spec::ModelSpec& spec, int batch, uint64_t seed) {
@@ -86,27 +85,28 @@ TEST(Network, GradientMatchesFiniteDifferences_ConvPoolSoftmaxManySeeds) {
 }
 
 TEST(Network, GradientMatchesFiniteDifferences_ReluAndPadding) {
-  CheckGradients(MakeSpec({Conv(2, 3, spec::Activation::kRelu, 1), Conv(3, 3, spec::Activation::kNone),
-                           Pool(2), Dense(6, spec::Activation::kRelu), Softmax(3)},
-                          {2, 6, 6}),
-                 3, 2);
+  CheckGradients(
+      MakeSpec({Conv(2, 3, spec::Activation::kRelu, 1), Conv(3, 3, spec::Activation::kNone),
+                Pool(2), Dense(6, spec::Activation::kRelu), Softmax(3)},
+               {2, 6, 6}),
+      3, 2);
 }
 
 TEST(Network, GradientMatchesFiniteDifferences_DenseOnly) {
-  CheckGradients(MakeSpec({Dense(7, spec::Activation::kTanh), Dense(5, spec::Activation::kNone),
-                           Softmax(3)},
-                          {1, 3, 4}),
-                 1, 3);
+  CheckGradients(
+      MakeSpec({Dense(7, spec::Activation::kTanh), Dense(5, spec::Activation::kNone), Softmax(3)},
+               {1, 3, 4}),
+      1, 3);
 }
 
 // Average pooling over a 7x7 input with windows of 2 (the last row and column are in no window:
 // their gradient is 0), between sigmoid layers.
 TEST(Network, GradientMatchesFiniteDifferences_SigmoidAndAvgPool) {
-  CheckGradients(MakeSpec({Conv(3, 2, spec::Activation::kSigmoid),
-                           Pool(2, spec::LayerType::kAvgPool), Dense(5, spec::Activation::kSigmoid),
-                           Softmax(3)},
-                          {2, 8, 8}),
-                 2, 4);
+  CheckGradients(
+      MakeSpec({Conv(3, 2, spec::Activation::kSigmoid), Pool(2, spec::LayerType::kAvgPool),
+                Dense(5, spec::Activation::kSigmoid), Softmax(3)},
+               {2, 8, 8}),
+      2, 4);
 }
 
 TEST(Network, GradientMatchesFiniteDifferences_LeakyRelu) {
@@ -121,8 +121,8 @@ TEST(Network, GradientMatchesFiniteDifferences_LeakyRelu) {
 TEST(Network, ActivationsAndAveragePoolComputeTheirFormulas) {
   for (auto a : {spec::Activation::kSigmoid, spec::Activation::kLeakyRelu}) {
     SCOPED_TRACE(spec::ActivationName(a));
-    spec::ModelSpec m = MakeSpec({Conv(1, 1, a), Pool(2, spec::LayerType::kAvgPool), Softmax(2)},
-                                 {1, 2, 2});
+    spec::ModelSpec m =
+        MakeSpec({Conv(1, 1, a), Pool(2, spec::LayerType::kAvgPool), Softmax(2)}, {1, 2, 2});
     auto layout = ModelLayout::Make(m);
     ASSERT_TRUE(layout.ok());
     std::vector<float> params(layout->num_params(), 0.f), grads(params.size());
@@ -159,7 +159,8 @@ TEST(Network, GradientMatchesFiniteDifferences_Dropout) {
 // in the dropped activations, averages to its value without dropout.
 TEST(Network, DropoutIsLeftOutAtEvaluationAndUnbiasedInTraining) {
   const spec::Shape in{1, 1, 12};
-  auto with = ModelLayout::Make(MakeSpec({Dense(16, spec::Activation::kNone), Dropout(0.5), Softmax(2)}, in));
+  auto with = ModelLayout::Make(
+      MakeSpec({Dense(16, spec::Activation::kNone), Dropout(0.5), Softmax(2)}, in));
   auto without = ModelLayout::Make(MakeSpec({Dense(16, spec::Activation::kNone), Softmax(2)}, in));
   ASSERT_TRUE(with.ok() && without.ok());
   ASSERT_EQ(with->num_params(), without->num_params());
@@ -231,7 +232,8 @@ void CheckSgdMatchesGradient(const spec::ModelSpec& spec, int batch) {
   auto s = Network::Create(*layout, batch, updated.data(), nullptr, NetworkMode::kSgd);
   ASSERT_TRUE(g.ok() && s.ok());
   std::mt19937 rng(5);
-  std::vector<uint8_t> pixels(size_t(layout->input_size() * batch)), labels(static_cast<size_t>(batch));
+  std::vector<uint8_t> pixels(size_t(layout->input_size() * batch)),
+      labels(static_cast<size_t>(batch));
   for (auto& p : pixels) p = uint8_t(rng());
   for (auto& l : labels) l = uint8_t(rng() % layout->classes());
   (*g)->SetInputFromBytes(pixels.data());
@@ -252,10 +254,10 @@ void CheckSgdMatchesGradient(const spec::ModelSpec& spec, int batch) {
 }
 
 TEST(Network, SgdModeAppliesTheGradientInPlace) {
-  const auto spec = MakeSpec({Conv(3, 3, spec::Activation::kTanh), Pool(2),
-                              Dense(7, spec::Activation::kRelu), Dense(5, spec::Activation::kTanh),
-                              Softmax(4)},
-                             {1, 8, 8});
+  const auto spec =
+      MakeSpec({Conv(3, 3, spec::Activation::kTanh), Pool(2), Dense(7, spec::Activation::kRelu),
+                Dense(5, spec::Activation::kTanh), Softmax(4)},
+               {1, 8, 8});
   CheckSgdMatchesGradient(spec, 1);
   CheckSgdMatchesGradient(spec, 4);
 }
@@ -287,8 +289,10 @@ void CheckStepRule(float mu, float wd) {
   std::vector<double> v(static_cast<size_t>(n), 0.0);
   StepRule rule{mu, wd, velocity.data()};
   auto g = Network::Create(*layout, batch, ref.data(), grads.data(), NetworkMode::kGradients);
-  auto s = Network::Create(*layout, batch, stepped.data(), nullptr, NetworkMode::kSgd, 1, false, rule);
-  auto s2 = Network::Create(*layout, batch, stepped.data(), nullptr, NetworkMode::kSgd, 1, false, rule);
+  auto s =
+      Network::Create(*layout, batch, stepped.data(), nullptr, NetworkMode::kSgd, 1, false, rule);
+  auto s2 =
+      Network::Create(*layout, batch, stepped.data(), nullptr, NetworkMode::kSgd, 1, false, rule);
   ASSERT_TRUE(g.ok() && s.ok() && s2.ok()) << s.status().ToString();
   std::mt19937 rng(9);
   std::vector<uint8_t> pixels(static_cast<size_t>(layout->input_size() * batch)),
@@ -316,8 +320,10 @@ void CheckStepRule(float mu, float wd) {
     EXPECT_GT(moved, 1e-3);
   }
   // Held steps are applied elsewhere, without a velocity or a decay.
-  EXPECT_FALSE(Network::Create(*layout, 1, stepped.data(), nullptr, NetworkMode::kSgd, 2, false, rule).ok());
-  EXPECT_FALSE(Network::Create(*layout, 1, stepped.data(), nullptr, NetworkMode::kSgd, 1, true, rule).ok());
+  EXPECT_FALSE(
+      Network::Create(*layout, 1, stepped.data(), nullptr, NetworkMode::kSgd, 2, false, rule).ok());
+  EXPECT_FALSE(
+      Network::Create(*layout, 1, stepped.data(), nullptr, NetworkMode::kSgd, 1, true, rule).ok());
 }
 
 TEST(Network, MomentumAndWeightDecayFollowTheirFormulas) {
@@ -339,9 +345,9 @@ TEST(Network, MomentumAndWeightDecayFollowTheirFormulas) {
 // ApplyPending, which then writes the sum of the k steps (each taken at the same parameters): the
 // batch-k mean gradient times k. The held rows are exactly those updates.
 TEST(Network, HeldUpdatesApplyTheSumOfTheirSteps) {
-  const auto spec = MakeSpec({Conv(3, 3, spec::Activation::kTanh), Pool(2),
-                              Dense(7, spec::Activation::kRelu), Softmax(4)},
-                             {1, 8, 8});
+  const auto spec = MakeSpec(
+      {Conv(3, 3, spec::Activation::kTanh), Pool(2), Dense(7, spec::Activation::kRelu), Softmax(4)},
+      {1, 8, 8});
   auto layout = ModelLayout::Make(spec);
   ASSERT_TRUE(layout.ok());
   const int64_t n = layout->num_params();
@@ -385,9 +391,8 @@ TEST(Network, HeldUpdatesApplyTheSumOfTheirSteps) {
 
 TEST(ModelLayout, AdamMnistModelHasExpectedParameterCount) {
   auto layout = ModelLayout::Make(MakeSpec(
-      {Conv(10, 5, spec::Activation::kTanh), Pool(2), Conv(20, 5, spec::Activation::kTanh),
-       Pool(2), Dense(400, spec::Activation::kTanh), Dense(400, spec::Activation::kTanh),
-       Softmax(10)},
+      {Conv(10, 5, spec::Activation::kTanh), Pool(2), Conv(20, 5, spec::Activation::kTanh), Pool(2),
+       Dense(400, spec::Activation::kTanh), Dense(400, spec::Activation::kTanh), Softmax(10)},
       {1, 28, 28}));
   ASSERT_TRUE(layout.ok());
   // conv 10*1*25+10, conv 20*10*25+20, dense 320*400+400, 400*400+400, softmax 400*10+10.
@@ -396,7 +401,8 @@ TEST(ModelLayout, AdamMnistModelHasExpectedParameterCount) {
 }
 
 TEST(ModelLayout, InitIsDeterministicPerSeed) {
-  auto layout = ModelLayout::Make(MakeSpec({Dense(8, spec::Activation::kTanh), Softmax(2)}, {1, 2, 2}));
+  auto layout =
+      ModelLayout::Make(MakeSpec({Dense(8, spec::Activation::kTanh), Softmax(2)}, {1, 2, 2}));
   ASSERT_TRUE(layout.ok());
   std::vector<float> a(layout->num_params()), b(a.size()), c(a.size());
   layout->InitParams(1, a.data());

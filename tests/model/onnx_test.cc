@@ -21,9 +21,9 @@
 namespace adam::model {
 namespace {
 
-using ::testing::HasSubstr;
 using spec::Activation;
 using spec::LayerType;
+using ::testing::HasSubstr;
 
 // Every layer kind and activation, a non-square three-channel input, padding and stride.
 spec::ModelSpec EveryLayer() {
@@ -120,12 +120,13 @@ TEST(Onnx, OpenCvComputesWhatAdamComputes) {
     for (auto& p : pixels) p = uint8_t(rng() % 256);
     std::vector<float> as_float(pixels.begin(), pixels.end());
     std::ofstream(dir.File("in"), std::ios::binary)
-        .write(reinterpret_cast<const char*>(as_float.data()), std::streamsize(as_float.size() * 4));
-    const std::string cmd = "/usr/bin/python3 " ADAM_SOURCE_DIR "/tests/model/onnx_runtime.py run " +
-                            model + " " + dir.File("in") + " " + dir.File("out") + " " +
-                            std::to_string(kBatch) + " " + std::to_string(spec.input.channels) +
-                            " " + std::to_string(spec.input.height) + " " +
-                            std::to_string(spec.input.width);
+        .write(reinterpret_cast<const char*>(as_float.data()),
+               std::streamsize(as_float.size() * 4));
+    const std::string cmd =
+        "/usr/bin/python3 " ADAM_SOURCE_DIR "/tests/model/onnx_runtime.py run " + model + " " +
+        dir.File("in") + " " + dir.File("out") + " " + std::to_string(kBatch) + " " +
+        std::to_string(spec.input.channels) + " " + std::to_string(spec.input.height) + " " +
+        std::to_string(spec.input.width);
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     const auto ours = AdamProbabilities(t.layout, t.params, pixels, kBatch);
     std::vector<float> theirs(ours.size());
@@ -160,7 +161,8 @@ onnx::TensorProto* Initializer(onnx::ModelProto* m, const std::string& name) {
 TEST(Onnx, RefusesWhatItDoesNotWriteNamingTheNodeOrTensor) {
   const std::string bytes = Export(Make(EveryLayer(), 5));
   EXPECT_FALSE(ImportOnnx(bytes.substr(0, bytes.size() / 2)).ok());
-  EXPECT_THAT(ImportOnnx("\xff\xff\xff").status().message(), HasSubstr("not a serialised ModelProto"));
+  EXPECT_THAT(ImportOnnx("\xff\xff\xff").status().message(),
+              HasSubstr("not a serialised ModelProto"));
   EXPECT_THAT(ImportChanged([](onnx::ModelProto* m) {
                 m->mutable_graph()->mutable_node(2)->set_op_type("Gelu");
               }).message(),
@@ -191,8 +193,11 @@ TEST(Onnx, RefusesWhatItDoesNotWriteNamingTheNodeOrTensor) {
               }).message(),
               HasSubstr("does not end in Gemm + Softmax"));
   EXPECT_THAT(ImportChanged([](onnx::ModelProto* m) {
-                auto* dims = m->mutable_graph()->mutable_input(0)->mutable_type()
-                                 ->mutable_tensor_type()->mutable_shape();
+                auto* dims = m->mutable_graph()
+                                 ->mutable_input(0)
+                                 ->mutable_type()
+                                 ->mutable_tensor_type()
+                                 ->mutable_shape();
                 dims->mutable_dim(2)->set_dim_value(0);
               }).message(),
               HasSubstr("graph.input 'pixels': dim 2 must be in [1, 65536]"));

@@ -30,7 +30,8 @@ TEST(NetworkStatus, FindsTheAttachmentsAddress) {
   auto ip = NetworkAddress(a->at(kNetworkStatusAnnotation), "adam-replication");
   ASSERT_TRUE(ip.ok()) << ip.status().message();
   EXPECT_EQ(*ip, "192.168.50.7");
-  EXPECT_EQ(*NetworkAddress(a->at(kNetworkStatusAnnotation), "ml/adam-replication"), "192.168.50.7");
+  EXPECT_EQ(*NetworkAddress(a->at(kNetworkStatusAnnotation), "ml/adam-replication"),
+            "192.168.50.7");
   auto missing = NetworkAddress(a->at(kNetworkStatusAnnotation), "storage");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("present: kindnet, ml/adam-replication"),
@@ -89,12 +90,15 @@ TEST(NetworkStatus, WaitsForTheAnnotationToAppear) {
   auto none = WaitForPodNetworkAddress(path, "adam-replication", std::chrono::milliseconds(200),
                                        std::chrono::milliseconds(20));
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(none.status().message().find(path + ": no address for network 'adam-replication' after waiting"),
-            std::string::npos) << none.status().message();
+  EXPECT_NE(none.status().message().find(
+                path + ": no address for network 'adam-replication' after waiting"),
+            std::string::npos)
+      << none.status().message();
   std::ofstream(path) << "broken";  // malformed: at once, not after the wait
   const auto t1 = std::chrono::steady_clock::now();
-  EXPECT_NE(WaitForPodNetworkAddress(path, "adam-replication", std::chrono::seconds(5)).status().code(),
-            StatusCode::kOk);
+  EXPECT_NE(
+      WaitForPodNetworkAddress(path, "adam-replication", std::chrono::seconds(5)).status().code(),
+      StatusCode::kOk);
   EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(1));
 }
 

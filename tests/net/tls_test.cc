@@ -88,7 +88,8 @@ TEST(Tls, ARenewedCertificateIsUsedWithoutARestart) {
   EXPECT_EQ(renewed->ca_pem, job->ca_pem);
   EXPECT_TRUE(CheckIssuedBy(renewed->cert_pem, job->ca_pem).ok());
   EXPECT_NE(renewed->key_pem, job->key_pem);
-  EXPECT_GT(*CertificateNotAfter(renewed->cert_pem), system_clock::now() + std::chrono::hours(24 * 364));
+  EXPECT_GT(*CertificateNotAfter(renewed->cert_pem),
+            system_clock::now() + std::chrono::hours(24 * 364));
   ASSERT_TRUE(WriteTls(*renewed, dir.File("tls")).ok());
   EXPECT_TRUE(testing::Eventually([&] { return Connects(MakeChannel(address)); },
                                   std::chrono::seconds(10)));

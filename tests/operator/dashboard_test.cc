@@ -1,7 +1,7 @@
-// The Grafana dashboard (charts/adam/dashboards/adam.json, also docs/grafana-dashboard.json): panels
-// for throughput, accuracy and loss, parameter-server health and failovers, each query naming only
-// metrics that exist (docs/metrics.md lists every one). The chart's ConfigMap that carries it is
-// checked by `make k8s-e2e` with the real helm.
+// The Grafana dashboard (charts/adam/dashboards/adam.json, also docs/grafana-dashboard.json):
+// panels for throughput, accuracy and loss, parameter-server health and failovers, each query
+// naming only metrics that exist (docs/metrics.md lists every one). The chart's ConfigMap that
+// carries it is checked by `make k8s-e2e` with the real helm.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -22,7 +22,8 @@ TEST(Dashboard, PanelsQueryMetricsThatExist) {
   EXPECT_EQ(Json::parse(ReadText(root + "/docs/grafana-dashboard.json")), dash);
   const std::string metrics_doc = ReadText(root + "/docs/metrics.md");
   const std::regex name("([a-z_:]+)(\\{|\\[| |\\)|$)");
-  const std::set<std::string> keywords = {"sum", "by", "rate", "max", "avg", "increase", "time", "up"};
+  const std::set<std::string> keywords = {"sum", "by",       "rate", "max",
+                                          "avg", "increase", "time", "up"};
   std::set<std::string> titles;
   int queries = 0;
   for (const Json& p : dash["panels"]) {
@@ -33,20 +34,24 @@ TEST(Dashboard, PanelsQueryMetricsThatExist) {
       ++queries;
       const std::string expr = t["expr"];
       // Label names inside {...} and (...) grouping lists are not metrics: drop them first.
-      const std::string bare = std::regex_replace(
-          std::regex_replace(expr, std::regex("\\{[^}]*\\}"), "{}"), std::regex("by \\([^)]*\\)"), "");
-      for (auto it = std::sregex_iterator(bare.begin(), bare.end(), name); it != std::sregex_iterator(); ++it) {
+      const std::string bare =
+          std::regex_replace(std::regex_replace(expr, std::regex("\\{[^}]*\\}"), "{}"),
+                             std::regex("by \\([^)]*\\)"), "");
+      for (auto it = std::sregex_iterator(bare.begin(), bare.end(), name);
+           it != std::sregex_iterator(); ++it) {
         std::string n = (*it)[1];
         if (keywords.count(n) || n.size() < 4) continue;
         // A histogram's series: NAME_bucket, NAME_sum, NAME_count.
         n = std::regex_replace(n, std::regex("_(bucket|sum|count)$"), "");
-        EXPECT_NE(metrics_doc.find("`" + n), std::string::npos) << p["title"] << ": " << n << " in " << expr;
+        EXPECT_NE(metrics_doc.find("`" + n), std::string::npos)
+            << p["title"] << ": " << n << " in " << expr;
       }
     }
   }
   EXPECT_GE(queries, 15);
-  for (const char* t : {"Images per second", "Test accuracy", "Training loss", "Updates applied per second",
-                        "Checkpoint age", "Failovers", "Under-replicated shards", "Reconciles per second"})
+  for (const char* t :
+       {"Images per second", "Test accuracy", "Training loss", "Updates applied per second",
+        "Checkpoint age", "Failovers", "Under-replicated shards", "Reconciles per second"})
     EXPECT_TRUE(titles.count(t)) << t;
 }
 

@@ -1,11 +1,11 @@
 // FakeApiServer on cpprest's listener.
 #include "operator/fake_api_server.h"
 
-#include <boost/asio/ssl.hpp>
 #include <cpprest/http_listener.h>
 #include <cpprest/producerconsumerstream.h>
 
 #include <atomic>
+#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -234,8 +234,12 @@ struct FakeApiServer::Impl {
   static void Fail(http::http_request& req, int code, const std::string& reason,
                    const std::string& message) {
     Reply(req, code,
-          Json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
-               {"reason", reason}, {"message", message}, {"code", code}});
+          Json{{"kind", "Status"},
+               {"apiVersion", "v1"},
+               {"status", "Failure"},
+               {"reason", reason},
+               {"message", message},
+               {"code", code}});
   }
 
   void Handle(http::http_request req) {
@@ -251,8 +255,12 @@ struct FakeApiServer::Impl {
         ++throttled;
         http::http_response resp(429);
         resp.headers().add("Retry-After", std::to_string(retry_after));
-        const std::string text = Json{{"kind", "Status"}, {"code", 429}, {"reason", "TooManyRequests"},
-                                      {"message", "too many requests"}}.dump();
+        const std::string text = Json{
+            {"kind", "Status"},
+            {"code", 429},
+            {"reason", "TooManyRequests"},
+            {"message",
+             "too many requests"}}.dump();
         resp.set_body(std::vector<unsigned char>(text.begin(), text.end()));
         req.reply(resp);
         return;
@@ -294,13 +302,17 @@ struct FakeApiServer::Impl {
             Matches(selector, Labels(o)))
           items.push_back(o);
       return Reply(req, 200,
-                   Json{{"kind", "List"}, {"apiVersion", "v1"},
-                        {"metadata", {{"resourceVersion", std::to_string(rv)}}}, {"items", items}});
+                   Json{{"kind", "List"},
+                        {"apiVersion", "v1"},
+                        {"metadata", {{"resourceVersion", std::to_string(rv)}}},
+                        {"items", items}});
     }
-    const std::string key = t.ns + "/" + (t.name.empty() ? body["metadata"].value("name", "") : t.name);
+    const std::string key =
+        t.ns + "/" + (t.name.empty() ? body["metadata"].value("name", "") : t.name);
     if (method == http::methods::GET) {
       auto it = objs.find(key);
-      if (it == objs.end()) return Fail(req, 404, "NotFound", t.collection + " " + key + " not found");
+      if (it == objs.end())
+        return Fail(req, 404, "NotFound", t.collection + " " + key + " not found");
       return Reply(req, 200, it->second);
     }
     if (method == http::methods::POST) {
@@ -321,12 +333,14 @@ struct FakeApiServer::Impl {
       o = Stamp(o);
       objs[k] = o;
       Emit(t.collection, "ADDED", o);
-      if (touch_on_events && t.collection == "v1/events") Touch(o["involvedObject"].value("uid", ""));
+      if (touch_on_events && t.collection == "v1/events")
+        Touch(o["involvedObject"].value("uid", ""));
       return Reply(req, 201, o);
     }
     if (method == http::methods::PUT) {
       auto it = objs.find(key);
-      if (it == objs.end()) return Fail(req, 404, "NotFound", t.collection + " " + key + " not found");
+      if (it == objs.end())
+        return Fail(req, 404, "NotFound", t.collection + " " + key + " not found");
       if (fail_updates > 0) {
         --fail_updates;
         ++conflicts;
@@ -347,11 +361,14 @@ struct FakeApiServer::Impl {
         o["status"] = body.value("status", Json::object());
       } else {
         o = body;
-        for (const char* f : {"uid", "creationTimestamp", "generation", "deletionTimestamp", "namespace"})
+        for (const char* f :
+             {"uid", "creationTimestamp", "generation", "deletionTimestamp", "namespace"})
           if (cur["metadata"].contains(f)) o["metadata"][f] = cur["metadata"][f];
         if (HasStatusSubresource(t.collection)) {
-          if (cur.contains("status")) o["status"] = cur["status"];
-          else o.erase("status");
+          if (cur.contains("status"))
+            o["status"] = cur["status"];
+          else
+            o.erase("status");
         }
         if (StripForGeneration(o) != StripForGeneration(cur))
           o["metadata"]["generation"] = cur["metadata"].value("generation", 1) + 1;
@@ -365,7 +382,8 @@ struct FakeApiServer::Impl {
       return Reply(req, 200, o);
     }
     if (method == http::methods::DEL) {
-      if (!objs.count(key)) return Fail(req, 404, "NotFound", t.collection + " " + key + " not found");
+      if (!objs.count(key))
+        return Fail(req, 404, "NotFound", t.collection + " " + key + " not found");
       DeleteLocked(t.collection, key);
       return Reply(req, 200, Json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}});
     }
@@ -389,10 +407,14 @@ struct FakeApiServer::Impl {
     resp.set_body(w->buf.create_istream());
     const std::string from = query.count("resourceVersion") ? query["resourceVersion"] : "";
     if (!from.empty() && std::stoll(from) < compacted) {
-      Write(w, "ERROR", Json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
-                             {"reason", "Expired"}, {"code", 410},
-                             {"message", "too old resource version: " + from + " (" +
-                                             std::to_string(compacted) + ")"}});
+      Write(w, "ERROR",
+            Json{{"kind", "Status"},
+                 {"apiVersion", "v1"},
+                 {"status", "Failure"},
+                 {"reason", "Expired"},
+                 {"code", 410},
+                 {"message",
+                  "too old resource version: " + from + " (" + std::to_string(compacted) + ")"}});
       Close(w);
       req.reply(resp);
       return;
@@ -424,8 +446,9 @@ struct FakeApiServer::Impl {
           Close(w);
         } else if (w->bookmarks && now >= w->next_bookmark) {
           w->next_bookmark = now + std::chrono::milliseconds(500);
-          Write(w, "BOOKMARK",
-                Json{{"kind", "Bookmark"}, {"metadata", {{"resourceVersion", std::to_string(rv)}}}});
+          Write(
+              w, "BOOKMARK",
+              Json{{"kind", "Bookmark"}, {"metadata", {{"resourceVersion", std::to_string(rv)}}}});
         }
       }
       std::erase_if(watchers, [](const auto& w) { return !w->open; });
@@ -527,8 +550,8 @@ void FakeApiServer::SetPodPhase(const std::string& ns, const std::string& name,
              {"podIP", name},  // tests' metrics sources key on it
              {"conditions", {{{"type", "Ready"}, {"status", ready ? "True" : "False"}}}}};
   if (phase == "Failed" || phase == "Succeeded")
-    st["containerStatuses"] = {{{"name", "main"},
-                                {"state", {{"terminated", {{"exitCode", exit_code}}}}}}};
+    st["containerStatuses"] = {
+        {{"name", "main"}, {"state", {{"terminated", {{"exitCode", exit_code}}}}}}};
   pod["status"] = st;
   Put("v1/pods", pod);
 }

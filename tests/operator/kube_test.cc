@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <sstream>
-#include <cmath>
 #include <thread>
 
 #include "core/clock.h"
@@ -68,7 +68,9 @@ TEST_F(ClientTest, CrudWithVersionsConflictsAndStatus) {
   EXPECT_EQ((*client->Get(ConfigMaps(), "ns", "one"))["data"]["k"], "2");
 
   // Status subresource: a main PUT keeps status; a status PUT changes only status.
-  Json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "p"}}},
+  Json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", "p"}}},
               {"spec", {{"containers", Json::array()}}}};
   auto p = client->Create(Pods(), "ns", pod);
   ASSERT_TRUE(p.ok());
@@ -113,19 +115,21 @@ TEST_F(ClientTest, WatchStreamsEventsAndReportsGoneAfterCompaction) {
   });
   WatchOptions wo;
   wo.resource_version = from;
-  Status s = client->Watch(ConfigMaps(), "ns", wo,
-                           [&](const WatchEvent& ev) {
-                             if (ev.type != "BOOKMARK")
-                               seen.push_back(ev.type + " " + ev.object["metadata"]["name"].get<std::string>());
-                             return seen.size() < 3;
-                           },
-                           &stop);
+  Status s = client->Watch(
+      ConfigMaps(), "ns", wo,
+      [&](const WatchEvent& ev) {
+        if (ev.type != "BOOKMARK")
+          seen.push_back(ev.type + " " + ev.object["metadata"]["name"].get<std::string>());
+        return seen.size() < 3;
+      },
+      &stop);
   writer.join();
   EXPECT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(seen, (std::vector<std::string>{"ADDED a", "ADDED b", "DELETED a"}));
 
   api->Compact();
-  s = client->Watch(ConfigMaps(), "ns", wo, [](const WatchEvent&) { return true; }, &stop);
+  s = client->Watch(
+      ConfigMaps(), "ns", wo, [](const WatchEvent&) { return true; }, &stop);
   EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s.message();
 
   // A stop request ends a watch that waits for events.
@@ -135,7 +139,8 @@ TEST_F(ClientTest, WatchStreamsEventsAndReportsGoneAfterCompaction) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     stop = true;
   });
-  s = client->Watch(ConfigMaps(), "ns", live, [](const WatchEvent&) { return true; }, &stop);
+  s = client->Watch(
+      ConfigMaps(), "ns", live, [](const WatchEvent&) { return true; }, &stop);
   stopper.join();
   EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.message();
 }
@@ -303,9 +308,11 @@ TEST_F(LeaderTest, OneLeaderAndAQuickHandOver) {
   o.identity = "one";
   auto c2 = NewHttpClient(Plain(api->url()));
   std::atomic<int> started{0};
-  LeaderElector a(client.get(), o, [&] { ++started; }, nullptr);
+  LeaderElector a(
+      client.get(), o, [&] { ++started; }, nullptr);
   o.identity = "two";
-  LeaderElector b(c2.get(), o, [&] { ++started; }, nullptr);
+  LeaderElector b(
+      c2.get(), o, [&] { ++started; }, nullptr);
   a.Start();
   b.Start();
   ASSERT_TRUE(Eventually([&] { return a.Leading() || b.Leading(); }));
@@ -353,7 +360,8 @@ TEST_F(ClientTest, TooManyRequestsIsRetriedAfterTheServersDelay) {
   Config c = Plain(api->url());
   c.max_retries = 1;
   api->Throttle(5, 0);
-  EXPECT_EQ(NewHttpClient(c)->Get(ConfigMaps(), "ns", "one").status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(NewHttpClient(c)->Get(ConfigMaps(), "ns", "one").status().code(),
+            StatusCode::kUnavailable);
 }
 
 // qps and burst bound the request rate: the burst goes at once, the rest at qps.
@@ -366,7 +374,7 @@ TEST_F(ClientTest, RequestsAreRateLimited) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 25; ++i) ASSERT_TRUE(limited->Get(ConfigMaps(), "ns", "one").ok());
   const auto took = std::chrono::steady_clock::now() - t0;
-  EXPECT_GE(took, std::chrono::milliseconds(950));   // 20 beyond the burst at 20/s
+  EXPECT_GE(took, std::chrono::milliseconds(950));  // 20 beyond the burst at 20/s
   EXPECT_LT(took, std::chrono::milliseconds(3000));
 }
 
@@ -381,7 +389,9 @@ int ClosedConnections(int port) {
       std::istringstream in(line);
       std::string sl, local, remote, state;
       in >> sl >> local >> remote >> state;
-      auto port_of = [](const std::string& a) { return std::stoi(a.substr(a.rfind(':') + 1), nullptr, 16); };
+      auto port_of = [](const std::string& a) {
+        return std::stoi(a.substr(a.rfind(':') + 1), nullptr, 16);
+      };
       if (state == "06" && (port_of(local) == port || port_of(remote) == port)) ++n;
     }
   }
@@ -413,7 +423,8 @@ TEST(Credentials, ATokenFileIsReadAgainWhenRotated) {
   auto client = TokenFileClient(dir, api.get());
   ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
   api->SetToken("second");
-  EXPECT_EQ(client->Get(ConfigMaps(), "ns", "one").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->Get(ConfigMaps(), "ns", "one").status().code(),
+            StatusCode::kFailedPrecondition);
   std::ofstream(dir.File("token")) << "second\n";
   auto got = client->Get(ConfigMaps(), "ns", "one");
   EXPECT_TRUE(got.ok()) << got.status().message();
@@ -444,7 +455,8 @@ TEST(Credentials, AnEmptyTokenFileIsAnError) {
   c.token_file = dir.File("token");
   auto got = NewHttpClient(c)->Get(ConfigMaps(), "ns", "one");
   EXPECT_EQ(got.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(got.status().message().find("token file is empty"), std::string::npos) << got.status().message();
+  EXPECT_NE(got.status().message().find("token file is empty"), std::string::npos)
+      << got.status().message();
 }
 
 // An exec plugin's credential is cached until it expires or is refused, then asked for again.
@@ -452,11 +464,12 @@ TEST(Credentials, AnExecPluginIsRunOnceAndAgainWhenRefused) {
   testing::TmpDir dir;
   auto api = FakeApiServer::StartTls("", "", "");
   const std::string plugin = dir.File("plugin.sh");
-  std::ofstream(plugin) << "#!/bin/sh\n"
-                           "echo run >> \"$(dirname \"$0\")/runs\"\n"
-                           "case \"$KUBERNETES_EXEC_INFO\" in *ExecCredential*) ;; *) exit 3;; esac\n"
-                           "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
-                           "\"status\":{\"token\":\"%s\"}}' \"$(cat \"$(dirname \"$0\")/token\")\"\n";
+  std::ofstream(plugin)
+      << "#!/bin/sh\n"
+         "echo run >> \"$(dirname \"$0\")/runs\"\n"
+         "case \"$KUBERNETES_EXEC_INFO\" in *ExecCredential*) ;; *) exit 3;; esac\n"
+         "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+         "\"status\":{\"token\":\"%s\"}}' \"$(cat \"$(dirname \"$0\")/token\")\"\n";
   std::filesystem::permissions(plugin, std::filesystem::perms::owner_all);
   std::ofstream(dir.File("token")) << "t1";
   api->SetToken("t1");
@@ -465,7 +478,8 @@ apiVersion: v1
 kind: Config
 current-context: c
 contexts: [{name: c, context: {cluster: k, user: u}}]
-clusters: [{name: k, cluster: {server: ")" + api->url() + R"("}}]
+clusters: [{name: k, cluster: {server: ")" +
+                                 api->url() + R"("}}]
 users:
 - name: u
   user:
@@ -497,8 +511,9 @@ users:
   // Bad stanzas and bad answers are named.
   std::string bad = kubeconfig;
   bad.replace(bad.find("authentication.k8s.io/v1\n"), 25, "authentication.k8s.io/v9\n");
-  EXPECT_NE(ParseKubeconfig(bad, dir.path()).status().message().find("users[u].user.exec.apiVersion"),
-            std::string::npos);
+  EXPECT_NE(
+      ParseKubeconfig(bad, dir.path()).status().message().find("users[u].user.exec.apiVersion"),
+      std::string::npos);
   std::ofstream(plugin) << "#!/bin/sh\necho not json\n";
   std::filesystem::permissions(plugin, std::filesystem::perms::owner_all);
   auto broken = NewHttpClient(*c)->Get(ConfigMaps(), "ns", "one");
@@ -551,8 +566,9 @@ TEST(LeaderTimes, ALeaseThatALastWriteCouldOutliveIsRefused) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("--leader-elect-lease-duration"), std::string::npos);
   o.retry_period = std::chrono::seconds(10);
-  EXPECT_NE(CheckLeaderTimes(o, std::chrono::seconds(1)).message().find("--leader-elect-retry-period"),
-            std::string::npos);
+  EXPECT_NE(
+      CheckLeaderTimes(o, std::chrono::seconds(1)).message().find("--leader-elect-retry-period"),
+      std::string::npos);
 }
 
 // A pod that does not answer costs a scrape thread its timeout, never the caller a wait.
@@ -570,10 +586,12 @@ TEST(MetricsCacheTest, ASlowPodHoldsNobody) {
   EXPECT_TRUE(cache.Latest("a", "slow", 1).empty());
   EXPECT_TRUE(cache.Latest("b", "fast", 1).empty());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
-  ASSERT_TRUE(Eventually([&] { return cache.Latest("b", "fast", 1).size() == 2; }, std::chrono::milliseconds(1000)));
+  ASSERT_TRUE(Eventually([&] { return cache.Latest("b", "fast", 1).size() == 2; },
+                         std::chrono::milliseconds(1000)));
   EXPECT_EQ(cache.Latest("b", "fast", 1)[0].values.at("up"), 1.0);
   EXPECT_TRUE(cache.Latest("a", "slow", 1).empty());  // still in flight
-  ASSERT_TRUE(Eventually([&] { return !cache.Latest("a", "slow", 1).empty(); }, std::chrono::milliseconds(3000)));
+  ASSERT_TRUE(Eventually([&] { return !cache.Latest("a", "slow", 1).empty(); },
+                         std::chrono::milliseconds(3000)));
 }
 
 // HTTPS as on a real cluster: the server's certificate checked against the configured CA, the
@@ -582,7 +600,8 @@ TEST(Tls, VerifiesTheServerAndSendsTheToken) {
   testing::TmpDir dir;
   const std::string d = dir.path();
   const std::string cmd =
-      "cd " + d + " && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca "
+      "cd " + d +
+      " && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca "
       "-keyout ca.key -out ca.crt 2>/dev/null && "
       "openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr "
       "2>/dev/null && printf 'subjectAltName=IP:127.0.0.1\\n' > ext && "

@@ -50,7 +50,8 @@ class FakeMetrics : public kube::MetricsSource {
   }
   StatusOr<std::map<std::string, double>> Scrape(const std::string& host, int port) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (port != kMetricsPort || !metrics_.count(host)) return UnavailableError(host + " not serving");
+    if (port != kMetricsPort || !metrics_.count(host))
+      return UnavailableError(host + " not serving");
     auto& m = metrics_[host];
     if (m.count("adam_trainer_images_total")) m["adam_trainer_images_total"] += step_;  // training
     return m;
@@ -102,8 +103,10 @@ struct OperatorTest : ::testing::Test {
     return out;
   }
   std::string Condition(const std::string& job, const std::string& type) {
-    for (const Json& c : Job(job).value("status", Json::object()).value("conditions", Json::array()))
-      if (c["type"] == type) return c["status"].get<std::string>() + " " + c["reason"].get<std::string>();
+    for (const Json& c :
+         Job(job).value("status", Json::object()).value("conditions", Json::array()))
+      if (c["type"] == type)
+        return c["status"].get<std::string>() + " " + c["reason"].get<std::string>();
     return "";
   }
   // The kubelet: every pod of `role` running and ready.
@@ -115,7 +118,8 @@ struct OperatorTest : ::testing::Test {
   // Brings a job to Running: every stage's pods started in order.
   void BringUp(const std::string& name, bool ha) {
     if (ha) {
-      ASSERT_TRUE(Eventually([&] { return !api->Get(kSets, "ml", name + "-controller").is_null(); }));
+      ASSERT_TRUE(
+          Eventually([&] { return !api->Get(kSets, "ml", name + "-controller").is_null(); }));
       api->SetStatefulSetReady("ml", name + "-controller", 3);
     }
     ASSERT_TRUE(Eventually([&] { return PodsOf("ps", name).size() == (ha ? 3u : 2u); }));
@@ -141,7 +145,8 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   const Json secret = api->Get("v1/secrets", "ml", job + "-tls");
   ASSERT_FALSE(secret.is_null());
   EXPECT_EQ(secret["type"], "kubernetes.io/tls");
-  for (const char* k : {"ca.crt", "tls.crt", "tls.key"}) EXPECT_TRUE(secret["data"].contains(k)) << k;
+  for (const char* k : {"ca.crt", "tls.crt", "tls.key"})
+    EXPECT_TRUE(secret["data"].contains(k)) << k;
   EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], Job(job)["metadata"]["uid"]);
   // Its CA's key in a second Secret, from which certificates are renewed.
   const Json ca = api->Get("v1/secrets", "ml", job + "-ca");
@@ -163,7 +168,8 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   RunAll("trainer");
   ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; }));
   // Reconciled many times since, the Secret was never replaced (pods hold its certificate).
-  EXPECT_EQ(api->Get("v1/secrets", "ml", job + "-tls")["metadata"]["uid"], secret["metadata"]["uid"]);
+  EXPECT_EQ(api->Get("v1/secrets", "ml", job + "-tls")["metadata"]["uid"],
+            secret["metadata"]["uid"]);
   const Json st = Job(job)["status"];
   EXPECT_EQ(st["roles"]["ps"]["ready"], 3);
   EXPECT_EQ(st["roles"]["controller"]["ready"], 3);
@@ -199,7 +205,8 @@ TEST_F(OperatorTest, RenewsTheCertificateFromTheJobsCaBeforeItExpires) {
   auto first_end = net::CertificateNotAfter(CertOf(first, "tls.crt"));
   ASSERT_TRUE(first_end.ok());
   ASSERT_TRUE(Eventually([&] {
-    return CertOf(api->Get("v1/secrets", "ml", job + "-tls"), "tls.crt") != CertOf(first, "tls.crt");
+    return CertOf(api->Get("v1/secrets", "ml", job + "-tls"), "tls.crt") !=
+           CertOf(first, "tls.crt");
   }));
   const Json renewed = api->Get("v1/secrets", "ml", job + "-tls");
   // The same Secret and CA, a new key and a later end.
@@ -242,16 +249,20 @@ TEST_F(OperatorTest, StatusCarriesEpochAccuracyAndThroughput) {
   StartOperator();
   api->Put(kJobs, Example("fashion-mnist"));
   BringUp("fashion-mnist", false);
-  metrics->Set("fashion-mnist-trainer-0", {{"adam_trainer_epoch", 3}, {"adam_trainer_test_accuracy", 0.8971},
+  metrics->Set("fashion-mnist-trainer-0", {{"adam_trainer_epoch", 3},
+                                           {"adam_trainer_test_accuracy", 0.8971},
                                            {"adam_trainer_images_total", 1000}});
-  metrics->Set("fashion-mnist-trainer-1", {{"adam_trainer_epoch", 3}, {"adam_trainer_images_total", 1000}});
+  metrics->Set("fashion-mnist-trainer-1",
+               {{"adam_trainer_epoch", 3}, {"adam_trainer_images_total", 1000}});
   ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist")["status"].value("epoch", 0) == 3; }));
   EXPECT_DOUBLE_EQ(Job("fashion-mnist")["status"]["testAccuracy"].get<double>(), 0.8971);
   // Both trainers advance: the job's rate is their sum, over windows of a status period.
-  metrics->Set("fashion-mnist-trainer-0", {{"adam_trainer_epoch", 4}, {"adam_trainer_test_accuracy", 0.9012},
+  metrics->Set("fashion-mnist-trainer-0", {{"adam_trainer_epoch", 4},
+                                           {"adam_trainer_test_accuracy", 0.9012},
                                            {"adam_trainer_images_total", 2000}});
   metrics->SetStep(1e6);
-  ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist")["status"].value("imagesPerSecond", 0.0) > 1e6; }));
+  ASSERT_TRUE(Eventually(
+      [&] { return Job("fashion-mnist")["status"].value("imagesPerSecond", 0.0) > 1e6; }));
   EXPECT_TRUE(Eventually([&] { return Job("fashion-mnist")["status"].value("epoch", 0) == 4; }));
   EXPECT_DOUBLE_EQ(Job("fashion-mnist")["status"]["testAccuracy"].get<double>(), 0.9012);
 }
@@ -317,13 +328,15 @@ TEST_F(OperatorTest, ExitCodeTwoFailsAtOnceAndBackoffLimitBounds) {
 // One write, as the kubelet makes it: the operator never sees the failure without its reason.
 void Disrupt(FakeApiServer& api, const std::string& name) {
   Json p = api.Get(kPods, "ml", name);
-  p["status"] = {{"phase", "Failed"},
-                 {"reason", "Evicted"},
-                 {"podIP", name},
-                 {"conditions",
-                  {{{"type", "Ready"}, {"status", "False"}},
-                   {{"type", "DisruptionTarget"}, {"status", "True"}, {"reason", "TerminationByKubelet"}}}},
-                 {"containerStatuses", {{{"name", "main"}, {"state", {{"terminated", {{"exitCode", 137}}}}}}}}};
+  p["status"] = {
+      {"phase", "Failed"},
+      {"reason", "Evicted"},
+      {"podIP", name},
+      {"conditions",
+       {{{"type", "Ready"}, {"status", "False"}},
+        {{"type", "DisruptionTarget"}, {"status", "True"}, {"reason", "TerminationByKubelet"}}}},
+      {"containerStatuses",
+       {{{"name", "main"}, {"state", {{"terminated", {{"exitCode", 137}}}}}}}}};
   api.Put(kPods, p);
 }
 
@@ -389,18 +402,23 @@ TEST_F(OperatorTest, AnUnschedulablePodIsReportedInTheSchedulersWords) {
   Json p = api->Get(kPods, "ml", "fashion-mnist-ps-1");
   p["status"] = {{"phase", "Pending"},
                  {"conditions",
-                  {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"},
+                  {{{"type", "PodScheduled"},
+                    {"status", "False"},
+                    {"reason", "Unschedulable"},
                     {"message", "0/6 nodes are available: 6 Insufficient cpu."}}}}};
   api->Put(kPods, p);
-  ASSERT_TRUE(Eventually([&] { return Condition("fashion-mnist", "Unschedulable") == "True Unschedulable"; }));
+  ASSERT_TRUE(Eventually(
+      [&] { return Condition("fashion-mnist", "Unschedulable") == "True Unschedulable"; }));
   bool event = false;
   for (const Json& e : api->List("v1/events", "ml"))
     event |= e["reason"] == "Unschedulable" &&
-             e["message"].get<std::string>().find("pod fashion-mnist-ps-1 cannot be scheduled: 0/6 nodes "
-                                                  "are available: 6 Insufficient cpu.") != std::string::npos;
+             e["message"].get<std::string>().find(
+                 "pod fashion-mnist-ps-1 cannot be scheduled: 0/6 nodes "
+                 "are available: 6 Insufficient cpu.") != std::string::npos;
   EXPECT_TRUE(event);
   RunAll("ps");
-  EXPECT_TRUE(Eventually([&] { return Condition("fashion-mnist", "Unschedulable") == "False PodsScheduled"; }));
+  EXPECT_TRUE(Eventually(
+      [&] { return Condition("fashion-mnist", "Unschedulable") == "False PodsScheduled"; }));
 }
 
 // A job created again under the same name does not take its predecessor's dying pod for its own.
@@ -412,35 +430,48 @@ TEST_F(OperatorTest, APredecessorsPodOfTheSameNameIsNotAdopted) {
                 {"namespace", "ml"},
                 {"finalizers", {"test/hold"}},
                 {"deletionTimestamp", "2026-01-01T00:00:00Z"},
-                {"labels", {{kJobLabel, "fashion-mnist"}, {kRoleLabel, "trainer"}, {kIndexLabel, "0"},
-                            {"app.kubernetes.io/managed-by", "adam-operator"}}},
+                {"labels",
+                 {{kJobLabel, "fashion-mnist"},
+                  {kRoleLabel, "trainer"},
+                  {kIndexLabel, "0"},
+                  {"app.kubernetes.io/managed-by", "adam-operator"}}},
                 {"ownerReferences",
-                 {{{"apiVersion", "adam.dev/v1alpha1"}, {"kind", "AdamJob"}, {"name", "fashion-mnist"},
-                   {"uid", "the-predecessor"}, {"controller", true}}}}}},
+                 {{{"apiVersion", "adam.dev/v1alpha1"},
+                   {"kind", "AdamJob"},
+                   {"name", "fashion-mnist"},
+                   {"uid", "the-predecessor"},
+                   {"controller", true}}}}}},
               {"spec", {{"containers", Json::array()}}},
-              {"status", {{"phase", "Running"}, {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}};
+              {"status",
+               {{"phase", "Running"}, {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}};
   api->Put(kPods, old);
   StartOperator();
   api->Put(kJobs, Example("fashion-mnist"));
   ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 2u; }));
   RunAll("ps");
-  ASSERT_TRUE(Eventually([&] { return PodsOf("data-server").size() == 1u && PodsOf("trainer").size() == 1u; }));
+  ASSERT_TRUE(Eventually(
+      [&] { return PodsOf("data-server").size() == 1u && PodsOf("trainer").size() == 1u; }));
   RunAll("data-server");
   RunAll("trainer");  // trainer-1: the only one of its own
   ASSERT_TRUE(Eventually([&] {
-    return Job("fashion-mnist").value("status", Json::object()).value("roles", Json::object())
-               .value("trainer", Json::object()).value("ready", 0) == 1;
+    return Job("fashion-mnist")
+               .value("status", Json::object())
+               .value("roles", Json::object())
+               .value("trainer", Json::object())
+               .value("ready", 0) == 1;
   }));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_NE(Phase("fashion-mnist"), "Running");  // trainer-0 is not its own yet
   EXPECT_EQ(Job("fashion-mnist")["status"]["roles"]["trainer"]["ready"], 1);
-  Json gone = api->Get(kPods, "ml", "fashion-mnist-trainer-0");  // the predecessor's pod finally goes
+  Json gone =
+      api->Get(kPods, "ml", "fashion-mnist-trainer-0");  // the predecessor's pod finally goes
   gone["metadata"].erase("finalizers");
   api->Put(kPods, gone);
   api->Remove(kPods, "ml", "fashion-mnist-trainer-0");
   ASSERT_TRUE(Eventually([&] {
     Json p = api->Get(kPods, "ml", "fashion-mnist-trainer-0");
-    return !p.is_null() && p["metadata"]["ownerReferences"][0]["uid"] == Job("fashion-mnist")["metadata"]["uid"];
+    return !p.is_null() &&
+           p["metadata"]["ownerReferences"][0]["uid"] == Job("fashion-mnist")["metadata"]["uid"];
   }));
   RunAll("trainer");
   EXPECT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Running"; }));
@@ -460,7 +491,8 @@ TEST_F(OperatorTest, AStuckParameterServerHoldsTheDeletionOnlyUntilTheFlushTimeo
   // deletionTimestamp has whole seconds: the 2 s run out 1 to 2 s from now.
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
   EXPECT_FALSE(Job("fashion-mnist").is_null());
-  ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist").is_null(); }, std::chrono::milliseconds(5000)));
+  ASSERT_TRUE(
+      Eventually([&] { return Job("fashion-mnist").is_null(); }, std::chrono::milliseconds(5000)));
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(900));
   bool event = false;
   for (const Json& e : api->List("v1/events", "ml"))
@@ -475,14 +507,16 @@ TEST_F(OperatorTest, UnpinnedTrainersAreNamedInTheStatus) {
   BringUp("fashion-mnist", false);
   metrics->Set("fashion-mnist-trainer-0", {{"adam_cpu_pinned", 1}});
   metrics->Set("fashion-mnist-trainer-1", {{"adam_cpu_pinned", 0}});
-  ASSERT_TRUE(Eventually([&] { return Condition("fashion-mnist", "CpuPinned") == "False CpuSetShared"; }));
+  ASSERT_TRUE(
+      Eventually([&] { return Condition("fashion-mnist", "CpuPinned") == "False CpuSetShared"; }));
   std::string msg;
   const Json job = Job("fashion-mnist");
   for (const Json& c : job["status"]["conditions"])
     if (c["type"] == "CpuPinned") msg = c["message"];
   EXPECT_NE(msg.find("trainers fashion-mnist-trainer-1 run unpinned"), std::string::npos) << msg;
   metrics->Set("fashion-mnist-trainer-1", {{"adam_cpu_pinned", 1}});
-  EXPECT_TRUE(Eventually([&] { return Condition("fashion-mnist", "CpuPinned") == "True ExclusiveCpus"; }));
+  EXPECT_TRUE(
+      Eventually([&] { return Condition("fashion-mnist", "CpuPinned") == "True ExclusiveCpus"; }));
 }
 
 // The CRD refuses a change of the shard layout; if one slips past it (an old CRD, a direct write
@@ -507,13 +541,16 @@ class SlowCreates : public kube::Client {
  public:
   explicit SlowCreates(kube::Client* inner) : inner_(inner) {}
   int peak() const { return peak_.load(); }
-  StatusOr<Json> Get(const kube::Resource& r, const std::string& ns, const std::string& n) override {
+  StatusOr<Json> Get(const kube::Resource& r, const std::string& ns,
+                     const std::string& n) override {
     return inner_->Get(r, ns, n);
   }
-  StatusOr<Json> List(const kube::Resource& r, const std::string& ns, const kube::ListOptions& o) override {
+  StatusOr<Json> List(const kube::Resource& r, const std::string& ns,
+                      const kube::ListOptions& o) override {
     return inner_->List(r, ns, o);
   }
-  StatusOr<Json> Create(const kube::Resource& r, const std::string& ns, const Json& object) override {
+  StatusOr<Json> Create(const kube::Resource& r, const std::string& ns,
+                        const Json& object) override {
     if (r.plural != "configmaps") return inner_->Create(r, ns, object);
     const int now = ++held_;
     for (int p = peak_.load(); now > p && !peak_.compare_exchange_weak(p, now);) {
@@ -525,14 +562,16 @@ class SlowCreates : public kube::Client {
   StatusOr<Json> Update(const kube::Resource& r, const std::string& ns, const Json& o) override {
     return inner_->Update(r, ns, o);
   }
-  StatusOr<Json> UpdateStatus(const kube::Resource& r, const std::string& ns, const Json& o) override {
+  StatusOr<Json> UpdateStatus(const kube::Resource& r, const std::string& ns,
+                              const Json& o) override {
     return inner_->UpdateStatus(r, ns, o);
   }
   Status Delete(const kube::Resource& r, const std::string& ns, const std::string& n) override {
     return inner_->Delete(r, ns, n);
   }
   Status Watch(const kube::Resource& r, const std::string& ns, const kube::WatchOptions& o,
-               const std::function<bool(const kube::WatchEvent&)>& f, const std::atomic<bool>* stop) override {
+               const std::function<bool(const kube::WatchEvent&)>& f,
+               const std::atomic<bool>* stop) override {
     return inner_->Watch(r, ns, o, f, stop);
   }
 
@@ -584,8 +623,9 @@ TEST_F(OperatorTest, ADivergedTrainerFailsTheJobQuotingIt) {
                     {"state",
                      {{"terminated",
                        {{"exitCode", 3},
-                        {"message", "10:00:01 info epoch 1\n10:00:02 error training diverged in epoch 2: the "
-                                    "mean training loss is NaN\n"}}}}}}}}};
+                        {"message",
+                         "10:00:01 info epoch 1\n10:00:02 error training diverged in epoch 2: the "
+                         "mean training loss is NaN\n"}}}}}}}}};
   api->Put(kPods, p);
   ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Failed"; }));
   EXPECT_EQ(Condition("fashion-mnist", "Failed"), "True Diverged");
@@ -594,8 +634,10 @@ TEST_F(OperatorTest, ADivergedTrainerFailsTheJobQuotingIt) {
   for (const Json& c : job["status"]["conditions"])
     if (c["type"] == "Failed") msg = c["message"];
   EXPECT_NE(msg.find("exit code 3"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(": 10:00:02 error training diverged in epoch 2: the mean training loss is NaN"),
-            std::string::npos) << msg;
+  EXPECT_NE(
+      msg.find(": 10:00:02 error training diverged in epoch 2: the mean training loss is NaN"),
+      std::string::npos)
+      << msg;
   EXPECT_EQ(job["status"].value("restarts", 0), 0);
 }
 
@@ -612,9 +654,8 @@ TEST_F(OperatorTest, ScalesTrainersBothWays) {
   api->Put(kJobs, j);
   ASSERT_TRUE(Eventually([&] { return PodsOf("trainer").size() == 1u; }));
   EXPECT_EQ(PodsOf("trainer")[0]["metadata"]["name"], "fashion-mnist-trainer-0");
-  ASSERT_TRUE(Eventually([&] {
-    return Job("fashion-mnist")["status"]["roles"]["trainer"].value("desired", 0) == 1;
-  }));
+  ASSERT_TRUE(Eventually(
+      [&] { return Job("fashion-mnist")["status"]["roles"]["trainer"].value("desired", 0) == 1; }));
 }
 
 TEST_F(OperatorTest, SuspendsAndResumes) {
@@ -626,12 +667,14 @@ TEST_F(OperatorTest, SuspendsAndResumes) {
   api->Put(kJobs, j);
   ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Suspended"; }));
   EXPECT_TRUE(Eventually([&] { return api->List(kPods, "ml").empty(); }));
-  EXPECT_TRUE(Eventually([&] { return Condition("fashion-mnist", "Suspended") == "True Suspended"; }));
+  EXPECT_TRUE(
+      Eventually([&] { return Condition("fashion-mnist", "Suspended") == "True Suspended"; }));
   j = Job("fashion-mnist");
   j["spec"]["runPolicy"]["suspend"] = false;
   api->Put(kJobs, j);
   ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 2u; }));
-  EXPECT_TRUE(Eventually([&] { return Condition("fashion-mnist", "Suspended") == "False Resumed"; }));
+  EXPECT_TRUE(
+      Eventually([&] { return Condition("fashion-mnist", "Suspended") == "False Resumed"; }));
   BringUp("fashion-mnist", false);
 }
 
@@ -645,16 +688,19 @@ TEST_F(OperatorTest, AnInvalidSpecIsAConditionNamingTheField) {
   bool named = false;
   for (const Json& c : st["conditions"])
     named |= c["type"] == "InvalidSpec" && c["status"] == "True" &&
-             c["message"].get<std::string>().find("spec.roles.parameterServer.copies") != std::string::npos;
+             c["message"].get<std::string>().find("spec.roles.parameterServer.copies") !=
+                 std::string::npos;
   EXPECT_TRUE(named) << st.dump(2);
   EXPECT_TRUE(api->List(kPods, "ml").empty());
   // Fixed, the job starts.
   j = Job("fashion-mnist-ha");
   j["spec"]["roles"]["parameterServer"]["copies"] = 3;
   api->Put(kJobs, j);
-  ASSERT_TRUE(Eventually([&] { return !api->Get(kSets, "ml", "fashion-mnist-ha-controller").is_null(); }));
+  ASSERT_TRUE(
+      Eventually([&] { return !api->Get(kSets, "ml", "fashion-mnist-ha-controller").is_null(); }));
   // (The status is written at the end of the reconcile that created it.)
-  EXPECT_TRUE(Eventually([&] { return Condition("fashion-mnist-ha", "InvalidSpec") == "False SpecValid"; }));
+  EXPECT_TRUE(Eventually(
+      [&] { return Condition("fashion-mnist-ha", "InvalidSpec") == "False SpecValid"; }));
   EXPECT_TRUE(Eventually([&] { return Phase("fashion-mnist-ha") == "Pending"; }));
 }
 
@@ -669,7 +715,7 @@ TEST_F(OperatorTest, SucceedsCleansUpAndExpires) {
   ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Succeeded"; }));
   EXPECT_TRUE(Job("fashion-mnist")["status"].contains("completionTime"));
   EXPECT_TRUE(Eventually([&] { return PodsOf("ps").empty(); }));  // flushed and gone
-  EXPECT_EQ(PodsOf("trainer").size(), 2u);                          // finished pods stay
+  EXPECT_EQ(PodsOf("trainer").size(), 2u);                        // finished pods stay
   // ttlSecondsAfterFinished: the job, and with it everything it owns, is deleted.
   ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist").is_null(); }, std::chrono::seconds(6)));
   EXPECT_TRUE(Eventually([&] { return api->List(kPods, "ml").empty(); }));
@@ -682,7 +728,8 @@ TEST_F(OperatorTest, ActiveDeadlineFailsTheJob) {
   Json j = Example("fashion-mnist");
   j["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 1}};
   api->Put(kJobs, j);
-  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Failed"; }, std::chrono::seconds(6)));
+  ASSERT_TRUE(
+      Eventually([&] { return Phase("fashion-mnist") == "Failed"; }, std::chrono::seconds(6)));
   EXPECT_EQ(Condition("fashion-mnist", "Failed"), "True DeadlineExceeded");
 }
 
@@ -695,17 +742,16 @@ TEST_F(OperatorTest, RecoversALostWatchAndRetriesConflicts) {
   api->BreakWatches();
   api->FailUpdates(3);  // the next writes conflict
   api->Remove(kPods, "ml", "fashion-mnist-trainer-0");
-  ASSERT_TRUE(Eventually([&] { return !api->Get(kPods, "ml", "fashion-mnist-trainer-0").is_null(); }));
+  ASSERT_TRUE(
+      Eventually([&] { return !api->Get(kPods, "ml", "fashion-mnist-trainer-0").is_null(); }));
   EXPECT_GT(api->watches_opened(), watches);
   // The status write of the new count conflicts three times, then lands.
   ASSERT_TRUE(Eventually([&] { return api->conflicts_served() >= 3; }));
-  ASSERT_TRUE(Eventually([&] {
-    return Job("fashion-mnist")["status"]["roles"]["trainer"].value("ready", 0) == 1;
-  }));
+  ASSERT_TRUE(Eventually(
+      [&] { return Job("fashion-mnist")["status"]["roles"]["trainer"].value("ready", 0) == 1; }));
   api->SetPodPhase("ml", "fashion-mnist-trainer-0", "Running", true);
-  ASSERT_TRUE(Eventually([&] {
-    return Job("fashion-mnist")["status"]["roles"]["trainer"].value("ready", 0) == 2;
-  }));
+  ASSERT_TRUE(Eventually(
+      [&] { return Job("fashion-mnist")["status"]["roles"]["trainer"].value("ready", 0) == 2; }));
 }
 
 TEST_F(OperatorTest, DeletionWaitsForParameterServersToFlush) {

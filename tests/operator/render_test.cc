@@ -84,7 +84,8 @@ TEST(Render, CopiesNeverShareAHostAndControllersComeFirst) {
   for (const Json* p : Pods(objects, "ps")) EXPECT_EQ(StageOf(*p), 1);
   for (const Json* p : Pods(objects, "trainer")) EXPECT_EQ(StageOf(*p), 2);
   for (const Json* p : Pods(objects, "data-server")) EXPECT_EQ(StageOf(*p), 2);
-  for (size_t i = 1; i < objects.size(); ++i) EXPECT_LE(StageOf(objects[i - 1]), StageOf(objects[i]));
+  for (size_t i = 1; i < objects.size(); ++i)
+    EXPECT_LE(StageOf(objects[i - 1]), StageOf(objects[i]));
 
   // Required anti-affinity among the job's parameter servers (each holds a copy of every shard)
   // and among controller members, on the job's replica topology key.
@@ -108,7 +109,8 @@ TEST(Render, CopiesNeverShareAHostAndControllersComeFirst) {
   const Json& args = (*sts)["spec"]["template"]["spec"]["containers"][0]["args"];
   const std::string joined = args.dump();
   EXPECT_NE(joined.find("\"--id\",\"hostname\""), std::string::npos);
-  EXPECT_NE(joined.find("1=fashion-mnist-ha-controller-0.fashion-mnist-ha:7070,"), std::string::npos);
+  EXPECT_NE(joined.find("1=fashion-mnist-ha-controller-0.fashion-mnist-ha:7070,"),
+            std::string::npos);
   // Every pod talks mutual TLS with the job's Secret.
   for (const Json& o : objects) {
     if (o["kind"] != "Pod") continue;
@@ -217,10 +219,13 @@ TEST(Render, ReplicationNetworkGoesThroughMultusAndTheDownwardApi) {
 TEST(Render, TheDataSetVolumeOnlyInTheDataServerTheOutputOnlyInTrainer0) {
   std::string text = Read(Source("examples/fashion-mnist-ha.yaml"));
   const std::string from = "/usr/share/datasets/fashion-mnist/";
-  for (size_t at; (at = text.find(from)) != std::string::npos;) text.replace(at, from.size(), "/data/");
+  for (size_t at; (at = text.find(from)) != std::string::npos;)
+    text.replace(at, from.size(), "/data/");
   text.replace(text.find("    augment:"), 0,
                "    volume: {persistentVolumeClaim: {claimName: fashion-mnist, readOnly: true}}\n");
-  text += "  output: {volume: {nfs: {server: nfs.example, path: /models}}, mountPath: /models, everyEpochs: 2}\n";
+  text +=
+      "  output: {volume: {nfs: {server: nfs.example, path: /models}}, mountPath: /models, "
+      "everyEpochs: 2}\n";
   auto job = spec::ParseAdamJob(text);
   ASSERT_TRUE(job.ok()) << job.status().message();
   EXPECT_EQ(ModelPath(*job), "/models/fashion-mnist-ha.onnx");
@@ -247,7 +252,8 @@ TEST(Render, TheDataSetVolumeOnlyInTheDataServerTheOutputOnlyInTrainer0) {
     EXPECT_EQ(mount(o, "dataset") != nullptr, data_server);
     EXPECT_EQ(volume(o, "output") != nullptr, trainer0);
     const std::string args = o["spec"]["containers"][0]["args"].dump();
-    EXPECT_EQ(args.find("\"--model-out\",\"/models/fashion-mnist-ha.onnx\"") != std::string::npos, trainer0);
+    EXPECT_EQ(args.find("\"--model-out\",\"/models/fashion-mnist-ha.onnx\"") != std::string::npos,
+              trainer0);
     if (data_server) {
       EXPECT_EQ((*volume(o, "dataset"))["persistentVolumeClaim"]["claimName"], "fashion-mnist");
       EXPECT_EQ((*mount(o, "dataset"))["mountPath"], "/data");
@@ -286,7 +292,8 @@ TEST(Render, OwnedObjectsHaveUniqueNamesAndOwnerReferences) {
   const auto objects = RenderExample("fashion-mnist-ha", "uid-1");
   std::set<std::string> names;
   for (const Json& o : objects) {
-    EXPECT_TRUE(names.insert(std::string(o["kind"]) + "/" + std::string(o["metadata"]["name"])).second);
+    EXPECT_TRUE(
+        names.insert(std::string(o["kind"]) + "/" + std::string(o["metadata"]["name"])).second);
     if (o["kind"] == "PersistentVolumeClaim") {  // checkpoints outlive the job
       EXPECT_FALSE(o["metadata"].contains("ownerReferences"));
       continue;

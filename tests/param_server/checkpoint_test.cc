@@ -48,14 +48,16 @@ class CheckpointTest : public ::testing::Test {
   }
   std::vector<float> ReadAll(ParamStore& store) {
     std::vector<float> out(3000);
-    for (const auto& s : map_->shards()) EXPECT_TRUE(store.Read(s.id, out.data() + s.offset, s.count).ok());
+    for (const auto& s : map_->shards())
+      EXPECT_TRUE(store.Read(s.id, out.data() + s.offset, s.count).ok());
     return out;
   }
   // What a restarted server holds: the initial vector overridden by the restored shards.
   StatusOr<std::vector<float>> Restart() {
     ADAM_ASSIGN_OR_RETURN(Restored r, RestoreCheckpoint(opt_, held_));
     std::vector<float> v = init_;
-    for (const auto& [id, s] : r.shards) std::copy(s.values.begin(), s.values.end(), v.begin() + id * 1000);
+    for (const auto& [id, s] : r.shards)
+      std::copy(s.values.begin(), s.values.end(), v.begin() + id * 1000);
     return v;
   }
   void Corrupt(uint64_t gen, size_t at) {
@@ -241,8 +243,10 @@ TEST(CheckpointName, RoundTripsAndRejectsEverythingElse) {
 }
 
 TEST(ParseCheckpoint, NamesTheByteAtFault) {
-  EXPECT_THAT(ParseCheckpoint("short", 10).status().message(), HasSubstr("byte 0: not an Adam checkpoint"));
-  std::string fake = std::string("ADAMCKP1") + std::string(40, '\0') + std::string(4, '\0') + "ADAMEND0";
+  EXPECT_THAT(ParseCheckpoint("short", 10).status().message(),
+              HasSubstr("byte 0: not an Adam checkpoint"));
+  std::string fake =
+      std::string("ADAMCKP1") + std::string(40, '\0') + std::string(4, '\0') + "ADAMEND0";
   EXPECT_THAT(ParseCheckpoint(fake, 10).status().message(), HasSubstr("end marker missing"));
   fake.replace(fake.size() - 8, 8, "ADAMEND1");
   EXPECT_THAT(ParseCheckpoint(fake, 10).status().message(), HasSubstr("checksum mismatch"));

@@ -107,7 +107,8 @@ TEST(ParamStore, BatchedRangesMatchAPlainLoopAndReadsSeeEarlierUpdates) {
     const int64_t cnt = 1 + int64_t(rng() % uint64_t(sh.count - off));
     payloads.emplace_back(size_t(cnt));
     for (auto& x : payloads.back()) x = u(rng);
-    for (int64_t k = 0; k < cnt; ++k) want[size_t(sh.offset + off + k)] += payloads.back()[size_t(k)];
+    for (int64_t k = 0; k < cnt; ++k)
+      want[size_t(sh.offset + off + k)] += payloads.back()[size_t(k)];
     Op op;
     op.shard = sh.id;
     op.offset = off;
@@ -166,7 +167,8 @@ TEST(ApplyDense, MatchesTheOuterProductOnAShardCutMidRow) {
   std::vector<float> want = model;
   for (int r = 0; r < 5; ++r)
     for (int c = 0; c < 7; ++c)
-      for (int k = 0; k < images; ++k) want[size_t(3 + r * 7 + c)] += e[size_t(k * 5 + r)] * a[size_t(k * 7 + c)];
+      for (int k = 0; k < images; ++k)
+        want[size_t(3 + r * 7 + c)] += e[size_t(k * 5 + r)] * a[size_t(k * 7 + c)];
   for (int r = 0; r < 5; ++r)
     for (int k = 0; k < images; ++k) want[size_t(38 + r)] += e[size_t(k * 5 + r)];
   std::vector<float> shard(model.begin() + 10, model.begin() + 40);
@@ -268,7 +270,8 @@ TEST_F(ParamServiceTest, BothProtocolsThroughTheClientGiveTheExpectedWeights) {
     for (int64_t r = 0; r < d.units; ++r) {
       for (int64_t c = 0; c < d.in; ++c)
         for (int k = 0; k < 2; ++k)
-          want[size_t(d.weights + r * d.in + c)] += errs.back()[size_t(k * d.units + r)] * acts.back()[size_t(k * d.in + c)];
+          want[size_t(d.weights + r * d.in + c)] +=
+              errs.back()[size_t(k * d.units + r)] * acts.back()[size_t(k * d.in + c)];
       for (int k = 0; k < 2; ++k) want[size_t(d.bias + r)] += errs.back()[size_t(k * d.units + r)];
     }
     args.dense.push_back({d.layer, 2, acts.back().data(), errs.back().data()});
@@ -283,7 +286,8 @@ TEST_F(ParamServiceTest, BothProtocolsThroughTheClientGiveTheExpectedWeights) {
   for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(out[size_t(i)], want[size_t(i)], 1e-4) << i;
 
   // Under denseUpdates: weights the same client sends the deltas instead.
-  update::UpdatePlan weights = update::UpdatePlan::Make(*layout_, *map_, 4, spec::DenseUpdates::kWeights);
+  update::UpdatePlan weights =
+      update::UpdatePlan::Make(*layout_, *map_, 4, spec::DenseUpdates::kWeights);
   EXPECT_TRUE(weights.dense().empty());
   int64_t covered = 0;
   for (int s = 0; s < 2; ++s)
@@ -371,7 +375,8 @@ TEST_F(ParamServiceTest, ASyncPullHeldBackByAStoppedTrainerNamesIt) {
   Status pulled = (*t0)->Pull(out.data(), 1);
   ASSERT_FALSE(pulled.ok());
   EXPECT_EQ(pulled.code(), StatusCode::kDeadlineExceeded) << pulled.ToString();
-  EXPECT_THAT(pulled.message(), HasSubstr("waiting for trainer 1 (at epoch 0 push 0; epoch 0 push 1 needed)"));
+  EXPECT_THAT(pulled.message(),
+              HasSubstr("waiting for trainer 1 (at epoch 0 push 0; epoch 0 push 1 needed)"));
 }
 
 TEST_F(ParamServiceTest, GarbageRequestAppliesNothingAndServerKeepsServing) {
@@ -388,7 +393,8 @@ TEST_F(ParamServiceTest, GarbageRequestAppliesNothingAndServerKeepsServing) {
   grpc::ClientContext ctx;
   grpc::Status st = stub_->Push(&ctx, req, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("deltas[1] (shard " + std::to_string(held) + "): values has 3 bytes"));
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("deltas[1] (shard " + std::to_string(held) + "): values has 3 bytes"));
 
   adam::v1::PushRequest outside;
   auto* o = outside.add_deltas();
@@ -416,7 +422,8 @@ TEST_F(ParamServiceTest, GarbageRequestAppliesNothingAndServerKeepsServing) {
   EXPECT_THAT(st.error_message(), HasSubstr("dense[0] (layer 0): activations and errors must be"));
   du->set_layer(5);
   grpc::ClientContext ctx6;
-  EXPECT_THAT(stub_->Push(&ctx6, dense, &resp).error_message(), HasSubstr("not a layer whose updates"));
+  EXPECT_THAT(stub_->Push(&ctx6, dense, &resp).error_message(),
+              HasSubstr("not a layer whose updates"));
 
   adam::v1::PushRequest stranger;
   stranger.set_trainer_index(9);
@@ -475,7 +482,8 @@ TEST_F(ParamServiceTest, OversizedMessageIsRefusedAndTheServerKeepsServing) {
 }
 
 // Starts a pull on its own thread; the future is ready once it returns.
-std::future<Status> PullAsync(trainer::ParamServerClient* c, std::vector<float>* out, uint64_t clock) {
+std::future<Status> PullAsync(trainer::ParamServerClient* c, std::vector<float>* out,
+                              uint64_t clock) {
   return std::async(std::launch::async, [=] { return c->Pull(out->data(), clock); });
 }
 
@@ -585,14 +593,17 @@ TEST(ClockGate, AnExpiredPullNamesTheTrainersItWaitedFor) {
   EXPECT_EQ(gate.WaitingFor(3), "trainer 1 (at epoch 0 push 1; epoch 0 push 3 needed)");
   std::promise<std::string> expired;
   std::atomic<int> ran{0};
-  gate.WhenAllowed(3, [&](bool) { ++ran; }, ClockGate::Clock::now() + std::chrono::milliseconds(100),
-                   [&](const std::string& why) { expired.set_value(why); });
+  gate.WhenAllowed(
+      3, [&](bool) { ++ran; }, ClockGate::Clock::now() + std::chrono::milliseconds(100),
+      [&](const std::string& why) { expired.set_value(why); });
   std::atomic<int> allowed1{-1}, allowed2{-1};  // -1: not run; else the bool it ran with
-  gate.WhenAllowed(1, [&](bool ok) { allowed1 = ok; },
-                   ClockGate::Clock::now() + std::chrono::seconds(30), [&](const std::string&) { ++ran; });
+  gate.WhenAllowed(
+      1, [&](bool ok) { allowed1 = ok; }, ClockGate::Clock::now() + std::chrono::seconds(30),
+      [&](const std::string&) { ++ran; });
   EXPECT_EQ(allowed1.load(), 1);  // clock 1 is allowed at once
-  gate.WhenAllowed(2, [&](bool ok) { allowed2 = ok; }, ClockGate::Clock::now() + std::chrono::seconds(30),
-                   [&](const std::string&) { ++ran; });
+  gate.WhenAllowed(
+      2, [&](bool ok) { allowed2 = ok; }, ClockGate::Clock::now() + std::chrono::seconds(30),
+      [&](const std::string&) { ++ran; });
   auto f = expired.get_future();
   ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_EQ(f.get(), "trainer 1 (at epoch 0 push 1; epoch 0 push 3 needed)");
@@ -618,7 +629,7 @@ spec::ModelSpec AdamsModel() {
   };
   m.layers = {layer(spec::LayerType::kConv, 10, 5), layer(spec::LayerType::kMaxPool, 2),
               layer(spec::LayerType::kConv, 20, 5), layer(spec::LayerType::kMaxPool, 2),
-              layer(spec::LayerType::kDense, 400), layer(spec::LayerType::kDense, 400),
+              layer(spec::LayerType::kDense, 400),  layer(spec::LayerType::kDense, 400),
               layer(spec::LayerType::kSoftmax, 10)};
   return m;
 }
@@ -689,12 +700,14 @@ TEST(UpdatePlan, AdamsModelSendsActivationsForTheBigDenseLayersOnly) {
   for (int s = 0; s < 2; ++s)
     for (const auto& r : plan.DeltaRanges(s)) {
       EXPECT_EQ(map->shards()[r.shard].server, s);
-      for (int64_t k = 0; k < r.count; ++k) covered[size_t(map->shards()[r.shard].offset + r.offset + k)]++;
+      for (int64_t k = 0; k < r.count; ++k)
+        covered[size_t(map->shards()[r.shard].offset + r.offset + k)]++;
     }
   for (int64_t i = 0; i < layout->num_params(); ++i) {
     bool dense = false;
     for (const auto& d : plan.dense())
-      dense |= (i >= d.weights && i < d.weights + d.units * d.in) || (i >= d.bias && i < d.bias + d.units);
+      dense |= (i >= d.weights && i < d.weights + d.units * d.in) ||
+               (i >= d.bias && i < d.bias + d.units);
     ASSERT_EQ(covered[size_t(i)], dense ? 0 : 1) << i;
   }
   // Every row of a dense layer is sent to each server whose shards it touches.
@@ -719,7 +732,8 @@ TEST(ParamServiceClient, UnreachableServerIsAClearError) {
   auto plan = update::UpdatePlan::Make(layout, *map2, 1, spec::DenseUpdates::kAuto);
   auto client = trainer::ConnectParamServers(*map2, plan, {"127.0.0.1:1"}, o);
   ASSERT_FALSE(client.ok());
-  EXPECT_THAT(client.status().message(), HasSubstr("cannot reach parameter server ps-0 at 127.0.0.1:1"));
+  EXPECT_THAT(client.status().message(),
+              HasSubstr("cannot reach parameter server ps-0 at 127.0.0.1:1"));
 }
 
 TEST(NetServer, PortInUseIsAClearError) {

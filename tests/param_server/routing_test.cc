@@ -42,7 +42,8 @@ TEST(Routing, ServesOnlyItsPrimaryShardsWhileItsLeaseLasts) {
   EXPECT_NE(r.Refusal(0).find("from its other copies"), std::string::npos);
   r.CaughtUp(0, 3);
   EXPECT_EQ(r.Refusal(0), "");
-  EXPECT_EQ(r.Refusal(1), "ps-1 is not the primary of shard 1 at shard map version 3; the primary is ps-0");
+  EXPECT_EQ(r.Refusal(1),
+            "ps-1 is not the primary of shard 1 at shard map version 3; the primary is ps-0");
   EXPECT_EQ(r.primaries(), 1);
   // The lease counts from when the heartbeat was sent, not when its answer came.
   clock.Advance(std::chrono::milliseconds(40));
@@ -131,7 +132,8 @@ TEST(Forwarder, ACopyThatNeverAnswersShowsAsLagWithinAForwardsDeadline) {
   ParamStore store(*map, 0, init.data());
   Routing r(0);
   v1::ShardMap m = Map(1, {{0, 1}, {0, 1}});
-  m.mutable_servers(1)->set_replication_address("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  m.mutable_servers(1)->set_replication_address("127.0.0.1:" +
+                                                std::to_string(ntohs(addr.sin_port)));
   ASSERT_TRUE(r.Update(m));
   Forwarder f(0, &r, &store, std::chrono::milliseconds(20));
   std::this_thread::sleep_for(Forwarder::kForwardDeadline + std::chrono::milliseconds(500));
@@ -139,7 +141,6 @@ TEST(Forwarder, ACopyThatNeverAnswersShowsAsLagWithinAForwardsDeadline) {
   f.Stop();
   close(fd);
 }
-
 
 // A push re-sent after its answer was lost (same session, seq and part) is applied once; another
 // process's push (a new session) is applied whatever its seq.
@@ -182,7 +183,7 @@ TEST(ParamStoreMarks, AResentPushIsAppliedOnce) {
   EXPECT_EQ(push(7, 1, 2), (std::vector<uint64_t>{2, 2}));  // both parts, in one run
   EXPECT_EQ(push(7, 1, 2), (std::vector<uint64_t>{2, 2}));  // re-sent: dropped, version kept
   push(7, 2, 1);
-  push(9, 1, 1);                                            // a restarted trainer
+  push(9, 1, 1);  // a restarted trainer
   std::vector<float> out(4);
   auto meta = store.ReadState(0, out.data(), 4);
   ASSERT_TRUE(meta.ok());
@@ -252,7 +253,8 @@ TEST(ParamStoreMarks, TheWireKeepsTheIdentityAndRefusesAnOutOfRangeTrainer) {
 // A server process of the test: a store of every shard and its ReplicaService on loopback.
 struct CopyServer {
   CopyServer(const shard::ShardMap& map, uint32_t id, const std::vector<float>& init)
-      : store(map, 0, init.data()), routing(id, std::chrono::seconds(60)),
+      : store(map, 0, init.data()),
+        routing(id, std::chrono::seconds(60)),
         replica(nullptr, id, "") {
     replica.AcceptForwards(&store, &routing);
     auto s = net::StartServer("127.0.0.1:0", {&replica});

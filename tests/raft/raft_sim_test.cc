@@ -1,9 +1,9 @@
 // Thousands of seeded simulations of Raft groups under faults (see sim.h). A failing seed prints
 // the command that replays it.
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "raft/sim.h"
 
@@ -28,9 +28,9 @@ Outcome RunSeed(uint64_t seed) {
   // The seed picks the group size and the fault mix.
   const int nodes = seed % 3 == 0 ? 5 : 3;
   Faults f;
-  f.drop = 0.02 * static_cast<double>(seed % 6);          // 0..10% loss
+  f.drop = 0.02 * static_cast<double>(seed % 6);  // 0..10% loss
   f.duplicate = 0.05;
-  f.max_delay = 1 + static_cast<int>(seed % 7);           // up to 7 ticks: reordering
+  f.max_delay = 1 + static_cast<int>(seed % 7);  // up to 7 ticks: reordering
   f.partition = seed % 4 == 1 ? 0.0 : 0.008;
   f.crash = seed % 5 == 2 ? 0.0 : 0.012;
   f.compact = 0.01;

@@ -19,12 +19,12 @@
 namespace adam::raft::sim {
 
 struct Faults {
-  double drop = 0;          // probability a message is lost
-  double duplicate = 0;     // probability a message is delivered twice
-  int max_delay = 1;        // ticks: delivery after 1..max_delay ticks (so reordering)
-  double partition = 0;     // per tick: probability a partition starts
-  double crash = 0;         // per tick: probability an up node crashes
-  double compact = 0;       // per tick and node: probability of a snapshot at the applied index
+  double drop = 0;       // probability a message is lost
+  double duplicate = 0;  // probability a message is delivered twice
+  int max_delay = 1;     // ticks: delivery after 1..max_delay ticks (so reordering)
+  double partition = 0;  // per tick: probability a partition starts
+  double crash = 0;      // per tick: probability an up node crashes
+  double compact = 0;    // per tick and node: probability of a snapshot at the applied index
 };
 
 class Sim {

@@ -1,9 +1,9 @@
 #include "raft/storage.h"
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "testing/tmp_dir.h"
 #include "testing/wait.h"
@@ -57,7 +57,8 @@ TEST(RaftStorage, AStateDirOfAnotherGroupIsRefused) {
   auto other = Storage::Open(dir.path(), nullptr, "uid-of-the-second-job");
   ASSERT_EQ(other.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(other.status().message().find("written for group 'uid-of-the-first-job', not "
-                                          "'uid-of-the-second-job'"), std::string::npos)
+                                          "'uid-of-the-second-job'"),
+            std::string::npos)
       << other.status().message();
   // A folder from before groups had ids is claimed by the first to open it.
   testing::TmpDir old;
@@ -161,11 +162,13 @@ TEST(RaftStorage, CorruptSnapshotIsRefused) {
 }
 
 TEST(RaftStorage, ParserRejectsGapsAndTermRegressions) {
-  const std::string gap = EncodeEntry(E(1, 1, "a")) + EncodeEntry(E(1, 3, "c")) + EncodeHardState({});
+  const std::string gap =
+      EncodeEntry(E(1, 1, "a")) + EncodeEntry(E(1, 3, "c")) + EncodeHardState({});
   auto g = ParseLog(gap, 0, "log");
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("leaves a gap"), std::string::npos);
-  const std::string regress = EncodeEntry(E(2, 1, "a")) + EncodeEntry(E(1, 2, "b")) + EncodeHardState({});
+  const std::string regress =
+      EncodeEntry(E(2, 1, "a")) + EncodeEntry(E(1, 2, "b")) + EncodeHardState({});
   EXPECT_FALSE(ParseLog(regress, 0, "log").ok());
   // Entries the snapshot covers are skipped.
   auto covered = ParseLog(EncodeEntry(E(1, 1, "a")) + EncodeEntry(E(1, 2, "b")), 1, "log");

@@ -74,8 +74,7 @@ TEST(RaftWire, AnIndexOrTermBeyondTwoToTheSixtyTwoIsRefusedByName) {
   for (const uint64_t bad : {limit, kTop}) {
     StatusOr<Message> s = MessageFromProto(SnapshotMessage(bad, 4));
     ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.status().message().find("snapshot_index " + std::to_string(bad)),
-              std::string::npos)
+    EXPECT_NE(s.status().message().find("snapshot_index " + std::to_string(bad)), std::string::npos)
         << s.status().message();
   }
   EXPECT_TRUE(MessageFromProto(SnapshotMessage(limit - 1, 4)).ok());

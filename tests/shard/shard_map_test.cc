@@ -83,7 +83,8 @@ TEST(ShardMapCopies, WithServersKeepsTheCutAndChecksEveryEntry) {
   EXPECT_EQ(r->ShardsOf(2).size(), m.shards().size());
   EXPECT_EQ(r->shards()[3].offset, m.shards()[3].offset);
   all_on_2[1] = 3;
-  EXPECT_NE(m.WithServers(all_on_2).status().message().find("shard 1 on server 3"), std::string::npos);
+  EXPECT_NE(m.WithServers(all_on_2).status().message().find("shard 1 on server 3"),
+            std::string::npos);
   EXPECT_FALSE(m.WithServers({1, 2}).ok());
 }
 

@@ -57,8 +57,9 @@ std::string ErrorOf(const std::string& yaml) {
 
 TEST(AdamJob, ConsistencyModesAndDenseUpdates) {
   auto job = ParseAdamJob(
-      With("spec:\n", "spec:\n  training: {consistency: bounded, maxStaleness: 3, denseUpdates: weights, "
-                       "applyEvery: 8}\n"));
+      With("spec:\n",
+           "spec:\n  training: {consistency: bounded, maxStaleness: 3, denseUpdates: weights, "
+           "applyEvery: 8}\n"));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->training.consistency, Consistency::kBounded);
   EXPECT_EQ(job->training.max_staleness, 3);
@@ -75,14 +76,17 @@ TEST(AdamJob, ConsistencyModesAndDenseUpdates) {
 }
 
 TEST(AdamJob, AveragePoolingAndEveryActivationParse) {
-  auto job = ParseAdamJob(
-      With("      - {type: conv, maps: 10, kernel: 5, activation: tanh}\n      - {type: maxpool, size: 2}",
-           "      - {type: conv, maps: 10, kernel: 5, activation: leakyRelu}\n      - {type: avgpool, size: 2}"));
+  auto job =
+      ParseAdamJob(With("      - {type: conv, maps: 10, kernel: 5, activation: tanh}\n      - "
+                        "{type: maxpool, size: 2}",
+                        "      - {type: conv, maps: 10, kernel: 5, activation: leakyRelu}\n      - "
+                        "{type: avgpool, size: 2}"));
   ASSERT_TRUE(job.ok()) << job.status().message();
   EXPECT_EQ(job->model.layers[0].activation, Activation::kLeakyRelu);
   EXPECT_EQ(job->model.layers[1].type, LayerType::kAvgPool);
   EXPECT_STREQ(LayerTypeName(job->model.layers[1].type), "avgpool");
-  job = ParseAdamJob(With("{type: dense, units: 400}", "{type: dense, units: 400, activation: sigmoid}"));
+  job = ParseAdamJob(
+      With("{type: dense, units: 400}", "{type: dense, units: 400, activation: sigmoid}"));
   ASSERT_TRUE(job.ok()) << job.status().message();
   EXPECT_EQ(job->model.layers[4].activation, Activation::kSigmoid);
   EXPECT_STREQ(ActivationName(Activation::kSigmoid), "sigmoid");
@@ -92,35 +96,48 @@ TEST(AdamJob, AveragePoolingAndEveryActivationParse) {
 
 // The learning rate of every epoch, per schedule, with and without warmup.
 TEST(AdamJob, LearningRateSchedules) {
-  auto job = ParseAdamJob(With("spec:\n", "spec:\n  training: {epochs: 10, learningRate: 0.1, learningRateDecay: 0.5}\n"));
+  auto job = ParseAdamJob(With(
+      "spec:\n", "spec:\n  training: {epochs: 10, learningRate: 0.1, learningRateDecay: 0.5}\n"));
   ASSERT_TRUE(job.ok()) << job.status().message();
   EXPECT_DOUBLE_EQ(LearningRateAt(job->training, 0), 0.1);
   EXPECT_DOUBLE_EQ(LearningRateAt(job->training, 3), 0.1 * 0.125);
 
-  job = ParseAdamJob(With("spec:\n", "spec:\n  training: {epochs: 10, learningRate: 0.1, "
-                                      "learningRateSchedule: {type: step, everyEpochs: 4, factor: 0.5}}\n"));
+  job = ParseAdamJob(With("spec:\n",
+                          "spec:\n  training: {epochs: 10, learningRate: 0.1, "
+                          "learningRateSchedule: {type: step, everyEpochs: 4, factor: 0.5}}\n"));
   ASSERT_TRUE(job.ok()) << job.status().message();
   for (int e : {0, 3}) EXPECT_DOUBLE_EQ(LearningRateAt(job->training, e), 0.1);
   for (int e : {4, 7}) EXPECT_DOUBLE_EQ(LearningRateAt(job->training, e), 0.05);
   EXPECT_DOUBLE_EQ(LearningRateAt(job->training, 8), 0.025);
 
-  job = ParseAdamJob(With("spec:\n", "spec:\n  training: {epochs: 4, learningRate: 0.1, warmupEpochs: 1, "
-                                      "learningRateSchedule: {type: cosine, final: 0.2}}\n"));
+  job = ParseAdamJob(With("spec:\n",
+                          "spec:\n  training: {epochs: 4, learningRate: 0.1, warmupEpochs: 1, "
+                          "learningRateSchedule: {type: cosine, final: 0.2}}\n"));
   ASSERT_TRUE(job.ok()) << job.status().message();
   // Half a cosine over 4 epochs from 1 towards 0.2 of the rate; epoch 0 at half of it (warmup).
   const double expected[] = {0.5 * 0.1, 0.1 * (0.2 + 0.8 * 0.5 * (1 + std::cos(M_PI / 4))),
-                             0.1 * (0.2 + 0.8 * 0.5), 0.1 * (0.2 + 0.8 * 0.5 * (1 + std::cos(3 * M_PI / 4)))};
-  for (int e = 0; e < 4; ++e) EXPECT_NEAR(LearningRateAt(job->training, e), expected[e], 1e-12) << e;
+                             0.1 * (0.2 + 0.8 * 0.5),
+                             0.1 * (0.2 + 0.8 * 0.5 * (1 + std::cos(3 * M_PI / 4)))};
+  for (int e = 0; e < 4; ++e)
+    EXPECT_NEAR(LearningRateAt(job->training, e), expected[e], 1e-12) << e;
   EXPECT_GT(LearningRateAt(job->training, 3), 0.02);  // the last epoch still trains
 
-  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {learningRateDecay: 0.9, learningRateSchedule: {type: cosine}}\n")),
-              HasSubstr("spec.training.learningRateSchedule: replaces learningRateDecay; give one of them"));
+  EXPECT_THAT(
+      ErrorOf(With(
+          "spec:\n",
+          "spec:\n  training: {learningRateDecay: 0.9, learningRateSchedule: {type: cosine}}\n")),
+      HasSubstr(
+          "spec.training.learningRateSchedule: replaces learningRateDecay; give one of them"));
   EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {learningRateSchedule: {type: step}}\n")),
               HasSubstr("spec.training.learningRateSchedule.everyEpochs: required"));
-  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {learningRateSchedule: {type: cosine, factor: 0.5}}\n")),
-              HasSubstr("spec.training.learningRateSchedule.factor: applies only to type: step"));
-  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {learningRateSchedule: {type: linear}}\n")),
-              HasSubstr("spec.training.learningRateSchedule.type: must be one of step, cosine; got 'linear'"));
+  EXPECT_THAT(
+      ErrorOf(With("spec:\n",
+                   "spec:\n  training: {learningRateSchedule: {type: cosine, factor: 0.5}}\n")),
+      HasSubstr("spec.training.learningRateSchedule.factor: applies only to type: step"));
+  EXPECT_THAT(
+      ErrorOf(With("spec:\n", "spec:\n  training: {learningRateSchedule: {type: linear}}\n")),
+      HasSubstr(
+          "spec.training.learningRateSchedule.type: must be one of step, cosine; got 'linear'"));
   EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {epochs: 3, warmupEpochs: 3}\n")),
               HasSubstr("spec.training.warmupEpochs: must be less than epochs (3)"));
 }
@@ -138,7 +155,8 @@ TEST(AdamJob, MomentumAndWeightDecay) {
   EXPECT_DOUBLE_EQ(job->training.momentum, 0.9);
   EXPECT_DOUBLE_EQ(job->training.weight_decay, 0.0005);
   EXPECT_EQ(job->training.dense_updates, DenseUpdates::kWeights);
-  job = ParseAdamJob(With("spec:\n", "spec:\n  training: {weightDecay: 0.001, denseUpdates: weights}\n"));
+  job = ParseAdamJob(
+      With("spec:\n", "spec:\n  training: {weightDecay: 0.001, denseUpdates: weights}\n"));
   ASSERT_TRUE(job.ok()) << job.status().message();
 
   EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {momentum: 1}\n")),
@@ -147,10 +165,12 @@ TEST(AdamJob, MomentumAndWeightDecay) {
               HasSubstr("spec.training.weightDecay: must be in [0, 0.1]"));
   EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {momentum: 0.9, applyEvery: 4}\n")),
               HasSubstr("spec.training.momentum: needs each step applied at once: applyEvery: 1"));
-  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {weightDecay: 0.001, threadWeights: private}\n")),
-              HasSubstr("spec.training.weightDecay: needs threadWeights: shared"));
-  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {momentum: 0.5, denseUpdates: activations}\n")),
-              HasSubstr("spec.training.denseUpdates: activations carry plain SGD steps"));
+  EXPECT_THAT(
+      ErrorOf(With("spec:\n", "spec:\n  training: {weightDecay: 0.001, threadWeights: private}\n")),
+      HasSubstr("spec.training.weightDecay: needs threadWeights: shared"));
+  EXPECT_THAT(
+      ErrorOf(With("spec:\n", "spec:\n  training: {momentum: 0.5, denseUpdates: activations}\n")),
+      HasSubstr("spec.training.denseUpdates: activations carry plain SGD steps"));
 }
 
 TEST(AdamJob, ValidManifestGetsDefaults) {
@@ -169,7 +189,8 @@ TEST(AdamJob, ValidManifestGetsDefaults) {
 }
 
 TEST(AdamJob, ExampleManifestsAreValid) {
-  for (const char* name : {"fashion-mnist.yaml", "fashion-mnist-ha.yaml", "fashion-mnist-best.yaml"}) {
+  for (const char* name :
+       {"fashion-mnist.yaml", "fashion-mnist-ha.yaml", "fashion-mnist-best.yaml"}) {
     auto job = LoadAdamJob(std::string(ADAM_SOURCE_DIR) + "/examples/" + name);
     EXPECT_TRUE(job.ok()) << name << ": " << job.status().ToString();
   }
@@ -189,29 +210,39 @@ TEST(AdamJob, TheModelsSizeIsBounded) {
   std::string many = With("      - {type: softmax, classes: 10}\n", "");
   for (int i = 0; i < kMaxLayers; ++i) many += "      - {type: dense, units: 4}\n";
   many += "      - {type: softmax, classes: 10}\n";
-  EXPECT_THAT(ErrorOf(many), HasSubstr("spec.model.layers: has " + std::to_string(6 + kMaxLayers + 1) +
-                                      " layers; at most 256"));
-  const std::string big = ErrorOf(With("{type: dense, units: 400, activation: relu}",
-                                       "{type: dense, units: 40000}\n      - {type: dense, units: 40000}"));
+  EXPECT_THAT(ErrorOf(many),
+              HasSubstr("spec.model.layers: has " + std::to_string(6 + kMaxLayers + 1) +
+                        " layers; at most 256"));
+  const std::string big =
+      ErrorOf(With("{type: dense, units: 400, activation: relu}",
+                   "{type: dense, units: 40000}\n      - {type: dense, units: 40000}"));
   // 260 + 5020 + 128400 (conv, conv, dense 320->400) + 16040000 + 1600040000 + 400010.
   EXPECT_THAT(big, HasSubstr("spec.model: has 1616613690 parameters; at most 1000000000")) << big;
   const auto t0 = std::chrono::steady_clock::now();
   std::string huge = std::string(kValid) + "# " + std::string(kMaxManifestBytes, 'x') + "\n";
-  EXPECT_THAT(ErrorOf(huge), AllOf(HasSubstr("the manifest is 1049"), HasSubstr("at most 1048576")));
+  EXPECT_THAT(ErrorOf(huge),
+              AllOf(HasSubstr("the manifest is 1049"), HasSubstr("at most 1048576")));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
 }
 
 // Whole CPUs pin; fractions do not, unless pinning is off.
 TEST(AdamJob, PinningNeedsWholeCpus) {
   for (const char* cpu : {"2", "2000m", "\"3.0\"", "1k"})
-    EXPECT_TRUE(ParseAdamJob(With("spec:\n", std::string("spec:\n  roles: {trainer: {resources: {cpu: ") +
-                                                   cpu + "}}}\n")).ok()) << cpu;
+    EXPECT_TRUE(
+        ParseAdamJob(With("spec:\n", std::string("spec:\n  roles: {trainer: {resources: {cpu: ") +
+                                         cpu + "}}}\n"))
+            .ok())
+        << cpu;
   for (const char* cpu : {"500m", "1500m", "\"1.5\""})
-    EXPECT_THAT(ErrorOf(With("spec:\n", std::string("spec:\n  roles: {trainer: {resources: {cpu: ") + cpu +
-                                            "}}}\n")),
-                HasSubstr("spec.roles.trainer.resources.cpu: must be a whole number")) << cpu;
-  EXPECT_TRUE(ParseAdamJob(With("spec:\n", "spec:\n  placement: {numaPinning: false}\n"
-                                          "  roles: {trainer: {resources: {cpu: 500m}}}\n")).ok());
+    EXPECT_THAT(
+        ErrorOf(With("spec:\n",
+                     std::string("spec:\n  roles: {trainer: {resources: {cpu: ") + cpu + "}}}\n")),
+        HasSubstr("spec.roles.trainer.resources.cpu: must be a whole number"))
+        << cpu;
+  EXPECT_TRUE(ParseAdamJob(With("spec:\n",
+                                "spec:\n  placement: {numaPinning: false}\n"
+                                "  roles: {trainer: {resources: {cpu: 500m}}}\n"))
+                  .ok());
 }
 
 // The documented bad manifests (tests/operator/bad-manifests.yaml), each a change to the HA
@@ -259,9 +290,11 @@ spec:
 )");
   ASSERT_TRUE(job.ok()) << job.status().message();
   EXPECT_EQ(nlohmann::json::parse(job->dataset.volume.source),
-            nlohmann::json::parse(R"({"persistentVolumeClaim": {"claimName": "fashion-mnist", "readOnly": true}})"));
+            nlohmann::json::parse(
+                R"({"persistentVolumeClaim": {"claimName": "fashion-mnist", "readOnly": true}})"));
   EXPECT_EQ(job->dataset.volume.mount_path, "/mnt/fm");
-  EXPECT_EQ(nlohmann::json::parse(job->output.volume.source)["hostPath"]["type"], "DirectoryOrCreate");
+  EXPECT_EQ(nlohmann::json::parse(job->output.volume.source)["hostPath"]["type"],
+            "DirectoryOrCreate");
   EXPECT_EQ(job->output.volume.mount_path, "/output");  // the default
   EXPECT_EQ(job->output.every_epochs, 3);
   // Without them: no volume, the model at the end only.
@@ -274,9 +307,10 @@ spec:
 // spec.dataset.format: folder: a training folder and a test folder or a held-out fraction; how
 // images meet model.input; how many broken files may be skipped.
 TEST(AdamJob, ImageFolders) {
-  auto job = ParseAdamJob(With("    train: {images: a.idx, labels: b.idx}\n    test: {images: c.idx, labels: d.idx}\n",
-                               "    format: folder\n    train: {folder: /data/train}\n    heldOut: 0.1\n"
-                               "    fit: stretch\n    maxCorrupt: 5\n"));
+  auto job = ParseAdamJob(
+      With("    train: {images: a.idx, labels: b.idx}\n    test: {images: c.idx, labels: d.idx}\n",
+           "    format: folder\n    train: {folder: /data/train}\n    heldOut: 0.1\n"
+           "    fit: stretch\n    maxCorrupt: 5\n"));
   ASSERT_TRUE(job.ok()) << job.status().message();
   EXPECT_EQ(job->dataset.format, "folder");
   EXPECT_EQ(job->dataset.train.folder, "/data/train");
@@ -284,24 +318,32 @@ TEST(AdamJob, ImageFolders) {
   EXPECT_DOUBLE_EQ(job->dataset.held_out, 0.1);
   EXPECT_EQ(job->dataset.fit, "stretch");
   EXPECT_EQ(job->dataset.max_corrupt, 5);
-  auto both = ParseAdamJob(With("    train: {images: a.idx, labels: b.idx}\n    test: {images: c.idx, labels: d.idx}\n",
-                                "    format: folder\n    train: {folder: tr}\n    test: {folder: te}\n"));
+  auto both = ParseAdamJob(
+      With("    train: {images: a.idx, labels: b.idx}\n    test: {images: c.idx, labels: d.idx}\n",
+           "    format: folder\n    train: {folder: tr}\n    test: {folder: te}\n"));
   ASSERT_TRUE(both.ok()) << both.status().message();
   EXPECT_EQ(both->dataset.test.folder, "te");
   EXPECT_EQ(both->dataset.fit, "crop");  // the default
   EXPECT_EQ(both->dataset.max_corrupt, 100);
-  const std::string folder = "    format: folder\n    train: {folder: tr}\n    test: {folder: te}\n";
-  const std::string idx = "    train: {images: a.idx, labels: b.idx}\n    test: {images: c.idx, labels: d.idx}\n";
+  const std::string folder =
+      "    format: folder\n    train: {folder: tr}\n    test: {folder: te}\n";
+  const std::string idx =
+      "    train: {images: a.idx, labels: b.idx}\n    test: {images: c.idx, labels: d.idx}\n";
   EXPECT_THAT(ErrorOf(With(idx, "    format: folder\n" + idx)),
-              AllOf(HasSubstr("spec.dataset.train.images: unknown field"), HasSubstr("spec.dataset.train.folder: required")));
-  EXPECT_THAT(ErrorOf(With(idx, idx + "    heldOut: 0.2\n")), HasSubstr("spec.dataset.heldOut: only with format: folder"));
+              AllOf(HasSubstr("spec.dataset.train.images: unknown field"),
+                    HasSubstr("spec.dataset.train.folder: required")));
+  EXPECT_THAT(ErrorOf(With(idx, idx + "    heldOut: 0.2\n")),
+              HasSubstr("spec.dataset.heldOut: only with format: folder"));
   EXPECT_THAT(ErrorOf(With(idx, folder + "    heldOut: 1.5\n")),
               HasSubstr("spec.dataset.heldOut: must be a fraction between 0 and 1"));
   EXPECT_THAT(ErrorOf(With(idx, folder + "    heldOut: 0.5\n")),
               HasSubstr("spec.dataset.heldOut: replaces spec.dataset.test; give one of them"));
-  EXPECT_THAT(ErrorOf(With(idx, folder + "    fit: zoom\n")), HasSubstr("spec.dataset.fit: must be 'crop' or 'stretch', got 'zoom'"));
-  EXPECT_THAT(ErrorOf(With(idx, idx + "    fit: crop\n")), HasSubstr("spec.dataset.fit: only with format: folder"));
-  EXPECT_THAT(ErrorOf(With(idx, "    format: png\n" + idx)), HasSubstr("spec.dataset.format: must be 'idx' or 'folder', got 'png'"));
+  EXPECT_THAT(ErrorOf(With(idx, folder + "    fit: zoom\n")),
+              HasSubstr("spec.dataset.fit: must be 'crop' or 'stretch', got 'zoom'"));
+  EXPECT_THAT(ErrorOf(With(idx, idx + "    fit: crop\n")),
+              HasSubstr("spec.dataset.fit: only with format: folder"));
+  EXPECT_THAT(ErrorOf(With(idx, "    format: png\n" + idx)),
+              HasSubstr("spec.dataset.format: must be 'idx' or 'folder', got 'png'"));
   EXPECT_THAT(ErrorOf(With(idx, idx + "    augment: {crop: 2}\n")),
               HasSubstr("spec.dataset.augment.crop: only with format: folder"));
   EXPECT_THAT(ErrorOf(With(idx, folder + "    augment: {crop: 33}\n")),
@@ -311,8 +353,8 @@ TEST(AdamJob, ImageFolders) {
   EXPECT_EQ(cropped->dataset.augment.crop, 4);
   std::string two = With(idx, folder);
   two.replace(two.find("channels: 1"), 11, "channels: 2");
-  EXPECT_THAT(ErrorOf(two),
-              HasSubstr("spec.model.input.channels: must be 1 (grey) or 3 (RGB) with spec.dataset.format: folder"));
+  EXPECT_THAT(ErrorOf(two), HasSubstr("spec.model.input.channels: must be 1 (grey) or 3 (RGB) with "
+                                      "spec.dataset.format: folder"));
 }
 
 struct BadCase {
@@ -331,7 +373,8 @@ TEST_P(AdamJobErrors, NamesTheField) {
 INSTANTIATE_TEST_SUITE_P(
     Fields, AdamJobErrors,
     ::testing::Values(
-        BadCase{"apiVersion: adam.dev/v1alpha1", "apiVersion: v1", "apiVersion: must be adam.dev/v1alpha1"},
+        BadCase{"apiVersion: adam.dev/v1alpha1", "apiVersion: v1",
+                "apiVersion: must be adam.dev/v1alpha1"},
         BadCase{"kind: AdamJob", "kind: Job", "kind: must be AdamJob"},
         BadCase{"{name: tiny}", "{name: Tiny_Job}", "metadata.name: must be a DNS-1035 label"},
         BadCase{"{name: tiny}", "{name: 1job}", "metadata.name: must be a DNS-1035 label"},
@@ -340,15 +383,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"spec:\n", "spec:\n  runPolicy: {flushTimeoutSeconds: 0}\n",
                 "spec.runPolicy.flushTimeoutSeconds: must be > 0, got 0"},
         BadCase{"units: 400}", "units: 0}", "spec.model.layers[4].units: must be > 0, got 0"},
-        BadCase{"units: 400}", "units: many}", "spec.model.layers[4].units: must be an integer, got 'many'"},
+        BadCase{"units: 400}", "units: many}",
+                "spec.model.layers[4].units: must be an integer, got 'many'"},
         BadCase{"{type: maxpool, size: 2}", "{type: pool, size: 2}",
-                "spec.model.layers[1].type: must be one of conv, maxpool, avgpool, dense, dropout, softmax; got 'pool'"},
+                "spec.model.layers[1].type: must be one of conv, maxpool, avgpool, dense, dropout, "
+                "softmax; got 'pool'"},
         BadCase{"{type: dense, units: 400}", "{type: dropout, rate: 1}",
                 "spec.model.layers[4].rate: must be in [0, 1), got 1"},
         BadCase{"maps: 10, kernel: 5, activation: tanh", "maps: 10, kernel: 5, activation: swish",
-                "spec.model.layers[0].activation: must be one of tanh, relu, leakyRelu, sigmoid, none; got 'swish'"},
-        BadCase{"maps: 10, kernel: 5,", "maps: 10, kernel: 50,", "layers[0].kernel: 50 is larger than its input 28x28"},
-        BadCase{"{type: conv, maps: 20, kernel: 5}", "{type: conv, maps: 20, kernel: 5, color: red}",
+                "spec.model.layers[0].activation: must be one of tanh, relu, leakyRelu, sigmoid, "
+                "none; got 'swish'"},
+        BadCase{"maps: 10, kernel: 5,", "maps: 10, kernel: 50,",
+                "layers[0].kernel: 50 is larger than its input 28x28"},
+        BadCase{"{type: conv, maps: 20, kernel: 5}",
+                "{type: conv, maps: 20, kernel: 5, color: red}",
                 "spec.model.layers[2].color: unknown field"},
         BadCase{"{type: softmax, classes: 10}", "{type: dense, units: 10}",
                 "spec.model.layers: the last layer must be softmax"},
@@ -360,51 +408,70 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"    test: {images: c.idx, labels: d.idx}\n", "", "spec.dataset.test: required"},
         BadCase{"input: {channels: 1, height: 28, width: 28}", "input: {channels: 1, height: 28}",
                 "spec.model.input.width: required"},
-        BadCase{"spec:\n", "spec:\n  training: {epochs: 0}\n", "spec.training.epochs: must be > 0, got 0"},
-        BadCase{"spec:\n", "spec:\n  training: {learningRate: -1}\n", "spec.training.learningRate: must be in (0, 10]"},
+        BadCase{"spec:\n", "spec:\n  training: {epochs: 0}\n",
+                "spec.training.epochs: must be > 0, got 0"},
+        BadCase{"spec:\n", "spec:\n  training: {learningRate: -1}\n",
+                "spec.training.learningRate: must be in (0, 10]"},
         BadCase{"spec:\n", "spec:\n  training: {learningRateDecay: 0}\n",
                 "spec.training.learningRateDecay: must be in (0, 1], got 0"},
-        BadCase{"spec:\n", "spec:\n  training: {epochQuorum: 1.5}\n", "spec.training.epochQuorum: must be in (0, 1]"},
+        BadCase{"spec:\n", "spec:\n  training: {epochQuorum: 1.5}\n",
+                "spec.training.epochQuorum: must be in (0, 1]"},
         BadCase{"spec:\n", "spec:\n  training: {consistency: eventual}\n",
                 "spec.training.consistency: must be one of async, sync, bounded"},
         BadCase{"spec:\n", "spec:\n  training: {consistency: sync, maxStaleness: 2}\n",
                 "spec.training.maxStaleness: applies only to consistency: bounded"},
-        BadCase{"spec:\n", "spec:\n  training: {applyEvery: 0}\n", "spec.training.applyEvery: must be > 0, got 0"},
+        BadCase{"spec:\n", "spec:\n  training: {applyEvery: 0}\n",
+                "spec.training.applyEvery: must be > 0, got 0"},
         BadCase{"spec:\n", "spec:\n  training: {threadWeights: copies}\n",
                 "spec.training.threadWeights: must be one of shared, private; got 'copies'"},
         BadCase{"spec:\n", "spec:\n  training: {threadWeights: private, applyEvery: 8}\n",
-                "spec.training.threadWeights: private applies each update at once; it needs applyEvery: 1"},
+                "spec.training.threadWeights: private applies each update at once; it needs "
+                "applyEvery: 1"},
         BadCase{"spec:\n", "spec:\n  training: {denseUpdates: gradients}\n",
                 "spec.training.denseUpdates: must be one of auto, weights, activations"},
-        BadCase{"spec:\n", "spec:\n  training: {targetAccuracy: 2}\n", "spec.training.targetAccuracy: must be in (0, 1]"},
-        BadCase{"spec:\n", "spec:\n  roles: {trainer: {threads: 0}}\n", "spec.roles.trainer.threads: must be > 0, got 0"},
+        BadCase{"spec:\n", "spec:\n  training: {targetAccuracy: 2}\n",
+                "spec.training.targetAccuracy: must be in (0, 1]"},
+        BadCase{"spec:\n", "spec:\n  roles: {trainer: {threads: 0}}\n",
+                "spec.roles.trainer.threads: must be > 0, got 0"},
         BadCase{"spec:\n", "spec:\n  roles: {parameterServer: {shardBytes: 1001}}\n",
                 "spec.roles.parameterServer.shardBytes: must be a multiple of 4"},
-        BadCase{"spec:\n", "spec:\n  roles: {controller: {replicas: 2}}\n", "spec.roles.controller.replicas: must be odd"},
+        BadCase{"spec:\n", "spec:\n  roles: {controller: {replicas: 2}}\n",
+                "spec.roles.controller.replicas: must be odd"},
         BadCase{"spec:\n", "spec:\n  roles: {dataServer: {replicas: 2}}\n",
                 "spec.roles.dataServer.replicas: this version runs exactly 1 data server, got 2"},
         BadCase{"spec:\n", "spec:\n  roles: {trainer: {resources: {memory: lots}}}\n",
                 "spec.roles.trainer.resources.memory: must be a Kubernetes quantity"},
         BadCase{"spec:\n", "spec:\n  roles: {parameterServer: {persistence: {interval: soon}}}\n",
                 "spec.roles.parameterServer.persistence.interval: must be a positive duration"},
-        BadCase{"spec:\n", "spec:\n  runPolicy: {cleanPodPolicy: Some}\n", "spec.runPolicy.cleanPodPolicy: must be one of"},
+        BadCase{"spec:\n", "spec:\n  runPolicy: {cleanPodPolicy: Some}\n",
+                "spec.runPolicy.cleanPodPolicy: must be one of"},
         BadCase{"spec:\n", "spec:\n  dataset2: {}\n", "spec.dataset2: unknown field"},
-        BadCase{"spec:\n", "spec:\n  dataset:\n    augment: {shift: 9}\n", "spec.dataset.augment.shift: must be <= 8, got 9"},
-        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    volume: {pvc: {claimName: x}}",
+        BadCase{"spec:\n", "spec:\n  dataset:\n    augment: {shift: 9}\n",
+                "spec.dataset.augment.shift: must be <= 8, got 9"},
+        BadCase{"test: {images: c.idx, labels: d.idx}",
+                "test: {images: c.idx, labels: d.idx}\n    volume: {pvc: {claimName: x}}",
                 "spec.dataset.volume.pvc: is not a Kubernetes volume source"},
-        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    volume: [nfs]",
+        BadCase{"test: {images: c.idx, labels: d.idx}",
+                "test: {images: c.idx, labels: d.idx}\n    volume: [nfs]",
                 "spec.dataset.volume: must be one volume source"},
-        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    mountPath: data",
+        BadCase{"test: {images: c.idx, labels: d.idx}",
+                "test: {images: c.idx, labels: d.idx}\n    mountPath: data",
                 "spec.dataset.mountPath: must be an absolute path of plain names"},
-        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    mountPath: /data/../etc",
+        BadCase{"test: {images: c.idx, labels: d.idx}",
+                "test: {images: c.idx, labels: d.idx}\n    mountPath: /data/../etc",
                 "spec.dataset.mountPath: must be an absolute path of plain names"},
-        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    mountPath: /var",
+        BadCase{"test: {images: c.idx, labels: d.idx}",
+                "test: {images: c.idx, labels: d.idx}\n    mountPath: /var",
                 "spec.dataset.mountPath: '/var' would overlap /var/lib/adam"},
-        BadCase{"test: {images: c.idx, labels: d.idx}", "test: {images: c.idx, labels: d.idx}\n    mountPath: /usr",
+        BadCase{"test: {images: c.idx, labels: d.idx}",
+                "test: {images: c.idx, labels: d.idx}\n    mountPath: /usr",
                 "spec.dataset.mountPath: '/usr' would hide the image's /usr"},
-        BadCase{"spec:\n", "spec:\n  output: {everyEpochs: 2, path: x}\n", "spec.output.path: unknown field"},
-        BadCase{"spec:\n", "spec:\n  output: {everyEpochs: -1}\n", "spec.output.everyEpochs: must be >= 0"},
-        BadCase{"spec:\n", "spec:\n  output: {volume: {emptyDir: {}, nfs: {}}}\n", "spec.output.volume: must be one volume source"}));
+        BadCase{"spec:\n", "spec:\n  output: {everyEpochs: 2, path: x}\n",
+                "spec.output.path: unknown field"},
+        BadCase{"spec:\n", "spec:\n  output: {everyEpochs: -1}\n",
+                "spec.output.everyEpochs: must be >= 0"},
+        BadCase{"spec:\n", "spec:\n  output: {volume: {emptyDir: {}, nfs: {}}}\n",
+                "spec.output.volume: must be one volume source"}));
 
 TEST(AdamJob, ReportsEveryProblemAtOnce) {
   std::string yaml = With("units: 400}", "units: 0}");
@@ -455,7 +522,9 @@ TEST(AdamJob, InferShapesFollowsTheModel) {
 }
 
 TEST(Plan, OrdersServersBeforeTrainersAndNamesInstances) {
-  auto job = ParseAdamJob(With("spec:\n", "spec:\n  roles: {parameterServer: {replicas: 3}, trainer: {replicas: 2, threads: 4}}\n"));
+  auto job = ParseAdamJob(With(
+      "spec:\n",
+      "spec:\n  roles: {parameterServer: {replicas: 3}, trainer: {replicas: 2, threads: 4}}\n"));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   Plan plan = MakePlan(*job);
   ASSERT_EQ(plan.instances.size(), 6u);
@@ -496,18 +565,29 @@ TEST(Plan, TrainerArgsCarryEndpoints) {
   ASSERT_TRUE(job.ok());
   Plan plan = MakePlan(*job);
   const RoleInstance& trainer = plan.instances.back();
-  auto args = ToArgs(OptionsFor(trainer, "job.yaml", {"127.0.0.1:5", {"127.0.0.1:6", "127.0.0.1:7"}, ""}));
-  const std::vector<std::string> want = {"trainer", "--job", "job.yaml", "--name", "trainer-0",
-                                         "--index", "0", "--threads", "1",
-                                         "--data-server", "127.0.0.1:5", "--ps",
+  auto args =
+      ToArgs(OptionsFor(trainer, "job.yaml", {"127.0.0.1:5", {"127.0.0.1:6", "127.0.0.1:7"}, ""}));
+  const std::vector<std::string> want = {"trainer",
+                                         "--job",
+                                         "job.yaml",
+                                         "--name",
+                                         "trainer-0",
+                                         "--index",
+                                         "0",
+                                         "--threads",
+                                         "1",
+                                         "--data-server",
+                                         "127.0.0.1:5",
+                                         "--ps",
                                          "127.0.0.1:6,127.0.0.1:7"};
   EXPECT_EQ(args, want);
 }
 
 // A controller's id and name come from its instance, or as the pod template gives them.
 TEST(Plan, ControllerArgsTakeTheTemplatesIdentity) {
-  auto job = ParseAdamJob(With("spec:\n", "spec:\n  roles: {controller: {replicas: 3}, "
-                                           "parameterServer: {replicas: 3, copies: 3}}\n"));
+  auto job = ParseAdamJob(With("spec:\n",
+                               "spec:\n  roles: {controller: {replicas: 3}, "
+                               "parameterServer: {replicas: 3, copies: 3}}\n"));
   ASSERT_TRUE(job.ok()) << job.status().message();
   Plan plan = MakePlan(*job);
   const RoleInstance* second = nullptr;

@@ -116,8 +116,8 @@ TEST(RoleOptions, OnlyRequiredFlagsAndChangedOnesAreWritten) {
   t.common.plaintext = true;
   t.data_server = "ds:1";
   t.ps = "ps:2";
-  const std::vector<std::string> want = {"trainer", "--job",         "job.yaml", "--plaintext",
-                                         "--index", "0",             "--data-server", "ds:1",
+  const std::vector<std::string> want = {"trainer", "--job", "job.yaml",      "--plaintext",
+                                         "--index", "0",     "--data-server", "ds:1",
                                          "--ps",    "ps:2"};
   EXPECT_EQ(ToArgs(t), want);
 }
@@ -219,7 +219,8 @@ TEST(RoleOptions, EveryPlannedInstanceParsesBack) {
       PlanOptions po;
       po.local = local;
       const Plan plan = MakePlan(*job, po);
-      Endpoints endpoints{"ds:1", {"ps0:2", "ps1:2", "ps2:2"}, copies ? ControllerMembers(plan) : ""};
+      Endpoints endpoints{
+          "ds:1", {"ps0:2", "ps1:2", "ps2:2"}, copies ? ControllerMembers(plan) : ""};
       int seen = 0;
       for (const RoleInstance& in : plan.instances) {
         SCOPED_TRACE(in.name);

@@ -58,8 +58,8 @@ class Child {
     close(fd_);
   }
   // The next event named `name` (others are skipped), or nullopt after `timeout`.
-  std::optional<nlohmann::json> WaitEvent(const std::string& name,
-                                          std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  std::optional<nlohmann::json> WaitEvent(
+      const std::string& name, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       size_t nl;
@@ -70,7 +70,8 @@ class Child {
         auto j = nlohmann::json::parse(line.substr(6), nullptr, false);
         if (!j.is_discarded() && j.value("event", "") == name) return j;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return std::nullopt;
       pollfd p{fd_, POLLIN, 0};
       if (poll(&p, 1, int(left.count())) <= 0) return std::nullopt;

@@ -21,8 +21,8 @@ inline std::string Chromium() {
 // ("chart N: M lines, K badges") followed by a line per problem: a label wider than its badge,
 // a badge outside its chart, two badges that overlap, a fault line no badge numbers or one that
 // two badges number. Empty with `*error` set when Chromium did not run.
-inline std::string BadgeLayout(const std::string& chromium, const std::string& html, const TmpDir& dir,
-                               std::string* error) {
+inline std::string BadgeLayout(const std::string& chromium, const std::string& html,
+                               const TmpDir& dir, std::string* error) {
   const std::string probe = R"(<script>
 (function () {
   const out = [];
@@ -63,9 +63,10 @@ inline std::string BadgeLayout(const std::string& chromium, const std::string& h
   page.insert(body == std::string::npos ? page.size() : body, probe);
   const std::string file = dir.File("probe.html"), dom = dir.File("probe.dom");
   std::ofstream(file) << page;
-  const std::string cmd = chromium + " --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" +
-                          dir.File("probe-profile") + " --window-size=800,1200 --dump-dom file://" + file +
-                          " > " + dom + " 2> " + dir.File("probe.log");
+  const std::string cmd = chromium +
+                          " --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" +
+                          dir.File("probe-profile") + " --window-size=800,1200 --dump-dom file://" +
+                          file + " > " + dom + " 2> " + dir.File("probe.log");
   if (std::system(cmd.c_str()) != 0) {
     *error = "chromium failed: " + ReadText(dir.File("probe.log"));
     return "";

@@ -24,7 +24,8 @@ inline void WritePng(const std::string& path, int width, int height, int channel
   image.width = uint32_t(width);
   image.height = uint32_t(height);
   image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  ASSERT_TRUE(png_image_write_to_file(&image, path.c_str(), 0, hwc.data(), 0, nullptr)) << image.message;
+  ASSERT_TRUE(png_image_write_to_file(&image, path.c_str(), 0, hwc.data(), 0, nullptr))
+      << image.message;
 }
 
 // The same as a JPEG of `quality` (1-100), without chroma subsampling.
@@ -37,7 +38,8 @@ inline void WriteJpeg(const std::string& path, int width, int height, int channe
   const int rc = tjCompress2(tj, hwc.data(), width, 0, height, channels == 1 ? TJPF_GRAY : TJPF_RGB,
                              &out, &size, channels == 1 ? TJSAMP_GRAY : TJSAMP_444, quality, 0);
   ASSERT_EQ(rc, 0) << tjGetErrorStr2(tj);
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(out), std::streamsize(size));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(out), std::streamsize(size));
   tjFree(out);
   tjDestroy(tj);
 }

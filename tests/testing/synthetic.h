@@ -50,8 +50,10 @@ inline std::string Manifest(const TmpDir& dir, const std::string& training,
   std::ostringstream m;
   m << "apiVersion: adam.dev/v1alpha1\nkind: AdamJob\nmetadata: {name: synthetic}\nspec:\n"
     << "  dataset:\n"
-    << "    train: {images: " << dir.File("train-images.gz") << ", labels: " << dir.File("train-labels") << "}\n"
-    << "    test: {images: " << dir.File("test-images.gz") << ", labels: " << dir.File("test-labels") << "}\n"
+    << "    train: {images: " << dir.File("train-images.gz")
+    << ", labels: " << dir.File("train-labels") << "}\n"
+    << "    test: {images: " << dir.File("test-images.gz")
+    << ", labels: " << dir.File("test-labels") << "}\n"
     << "    augment: {shift: 1, hflip: false, variants: 2}\n"
     << "  model:\n    input: {channels: 1, height: 12, width: 12}\n    layers:\n"
     << "      - {type: conv, maps: 4, kernel: 3, activation: tanh}\n"

@@ -58,8 +58,8 @@ TEST(Topology, UnevenNodesGetThreadsInProportion) {
 
 // Pinning only where the cpuset is the pod's own: as many CPUs as its whole-CPU limit.
 TEST(Pinning, OnlyWhenTheAllowedCpusAreThePodsOwn) {
-  EXPECT_TRUE(DecidePinning(4, 4000).pin);    // the static CPU manager's 4 exclusive cores
-  EXPECT_TRUE(DecidePinning(8, 0).pin);       // not on Kubernetes: the launcher's own cores
+  EXPECT_TRUE(DecidePinning(4, 4000).pin);      // the static CPU manager's 4 exclusive cores
+  EXPECT_TRUE(DecidePinning(8, 0).pin);         // not on Kubernetes: the launcher's own cores
   const auto shared = DecidePinning(16, 4000);  // every core of the node: shared with other pods
   EXPECT_FALSE(shared.pin);
   EXPECT_NE(shared.why.find("16 CPUs but the CPU limit is 4"), std::string::npos) << shared.why;

@@ -47,16 +47,17 @@ Images Random(int n, uint32_t seed) {
 // Two workers on RunWorkers' own thread: worker 0 waits (applying nothing) until Release, worker 1
 // trains on `im` at learning rate 0.05; `done` is ready once worker 1 has.
 struct WorkerZeroHeldUp {
-  WorkerZeroHeldUp(Replica* r, const Images& im) : run([this, r, &im] {
-    r->RunWorkers([&](int t) {
-      if (t == 0) {
-        released.wait();
-        return;
-      }
-      r->Train(t, im.pixels.data(), im.labels.data(), int(im.labels.size()), 0.05f);
-      trained.set_value();
-    });
-  }) {}
+  WorkerZeroHeldUp(Replica* r, const Images& im)
+      : run([this, r, &im] {
+          r->RunWorkers([&](int t) {
+            if (t == 0) {
+              released.wait();
+              return;
+            }
+            r->Train(t, im.pixels.data(), im.labels.data(), int(im.labels.size()), 0.05f);
+            trained.set_value();
+          });
+        }) {}
   void Release() {
     release.set_value();
     run.join();

@@ -8,9 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <limits>
-
 #include <future>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -38,8 +37,8 @@ std::unique_ptr<data_server::DataSource> MakeSource(int trainers = 2) {
   data_server::DataSourceOptions so;
   so.trainers = trainers;
   so.batch_images = 64;
-  return std::make_unique<data_server::DataSource>(std::make_unique<data::AugmentedCache>(train, aug, 1),
-                                                   train.labels, std::move(test), so);
+  return std::make_unique<data_server::DataSource>(
+      std::make_unique<data::AugmentedCache>(train, aug, 1), train.labels, std::move(test), so);
 }
 
 spec::AdamJob Job(spec::Consistency mode) {
@@ -99,7 +98,9 @@ class LocalParams {
  public:
   LocalParams(std::vector<float> init, const update::UpdatePlan* plan, const shard::ShardMap* map,
               const spec::AdamJob& job)
-      : w_(std::move(init)), plan_(plan), map_(map),
+      : w_(std::move(init)),
+        plan_(plan),
+        map_(map),
         gate_(job.roles.trainer.replicas, job.training.consistency, job.training.max_staleness) {}
 
   class Client final : public ParamServerClient {
@@ -158,7 +159,8 @@ std::vector<StatusOr<TrainerResult>> RunWithoutNetwork(spec::AdamJob job) {
   job.roles.parameter_server.replicas = 1;
   auto layout = model::ModelLayout::Make(job.model);
   auto map = shard::ShardMap::Make(layout->num_params(), 1 << 20, 1, job.training.seed);
-  const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every, job.training.dense_updates);
+  const auto plan =
+      update::UpdatePlan::Make(*layout, *map, job.training.push_every, job.training.dense_updates);
   auto source_ptr = MakeSource();
   data_server::DataSource& source = *source_ptr;
   std::vector<float> init(size_t(layout->num_params()));
@@ -262,10 +264,13 @@ TEST(Divergence, IsALossFarAboveGuessing) {
   EXPECT_EQ(DivergenceMessage(3, 0.45, 10, 0.02, 1), "");
   EXPECT_EQ(DivergenceMessage(1, 2.4, 10, 0.02, 1), "");  // a slow start: about ln 10
   const std::string nan = DivergenceMessage(2, std::nan(""), 10, 0.5, 32);
-  EXPECT_NE(nan.find("training diverged in epoch 2: the mean training loss is NaN"), std::string::npos) << nan;
+  EXPECT_NE(nan.find("training diverged in epoch 2: the mean training loss is NaN"),
+            std::string::npos)
+      << nan;
   EXPECT_NE(nan.find("at learning rate 0.5 with batch size 32"), std::string::npos) << nan;
-  EXPECT_NE(DivergenceMessage(1, std::numeric_limits<double>::infinity(), 10, 1, 1).find("is infinite"),
-            std::string::npos);
+  EXPECT_NE(
+      DivergenceMessage(1, std::numeric_limits<double>::infinity(), 10, 1, 1).find("is infinite"),
+      std::string::npos);
   const std::string high = DivergenceMessage(4, 9.3, 10, 1, 1);  // 2 ln 10 = 4.6
   EXPECT_NE(high.find("loss is 9.3"), std::string::npos) << high;
   EXPECT_NE(high.find("guessing among 10 classes costs 2.303"), std::string::npos) << high;
@@ -273,7 +278,8 @@ TEST(Divergence, IsALossFarAboveGuessing) {
 
 TEST_P(NoNetworkJob, TwoReplicasTrainFarAboveChance) {
   auto results = RunWithoutNetwork(Job(GetParam()));
-  for (int t = 0; t < 2; ++t) ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
+  for (int t = 0; t < 2; ++t)
+    ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
   EXPECT_EQ(results[0]->epochs, 3);
   EXPECT_GT(results[0]->test_accuracy, 0.85);
 }
@@ -287,7 +293,8 @@ TEST(NoNetworkHeld, TwoReplicasWithHeldUpdatesTrainFarAboveChance) {
   spec::AdamJob job = Job(spec::Consistency::kAsync);
   job.training.apply_every = 4;
   auto results = RunWithoutNetwork(job);
-  for (int t = 0; t < 2; ++t) ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
+  for (int t = 0; t < 2; ++t)
+    ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
   EXPECT_GT(results[0]->test_accuracy, 0.85);
 }
 
@@ -299,7 +306,8 @@ TEST_P(NoNetworkPrivate, TwoReplicasWithPrivateWeightsTrainFarAboveChance) {
   spec::AdamJob job = Job(GetParam());
   job.training.thread_weights = spec::ThreadWeights::kPrivate;
   auto results = RunWithoutNetwork(job);
-  for (int t = 0; t < 2; ++t) ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
+  for (int t = 0; t < 2; ++t)
+    ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
   EXPECT_EQ(results[0]->epochs, 3);
   EXPECT_GT(results[0]->test_accuracy, 0.85);
 }
@@ -314,9 +322,11 @@ TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
   auto layout = model::ModelLayout::Make(job.model);
   ASSERT_TRUE(layout.ok());
   const auto& role = job.roles.parameter_server;
-  auto map = shard::ShardMap::Make(layout->num_params(), role.shard_bytes, role.replicas, job.training.seed);
+  auto map = shard::ShardMap::Make(layout->num_params(), role.shard_bytes, role.replicas,
+                                   job.training.seed);
   ASSERT_TRUE(map.ok());
-  const auto plan = update::UpdatePlan::Make(*layout, *map, job.training.push_every, job.training.dense_updates);
+  const auto plan =
+      update::UpdatePlan::Make(*layout, *map, job.training.push_every, job.training.dense_updates);
   ASSERT_FALSE(plan.dense().empty());
 
   // Data server.
@@ -336,10 +346,12 @@ TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
   std::vector<net::Server> servers;
   std::vector<std::string> addresses;
   for (int s = 0; s < 2; ++s) {
-    stores.push_back(std::make_unique<ps::ParamStore>(*map, s, init.data(), ps::StoreOptions{.threads = 2}));
-    gates.push_back(std::make_unique<ps::ClockGate>(2, job.training.consistency, job.training.max_staleness));
-    services.push_back(std::make_unique<ps::ParamService>(stores.back().get(), gates.back().get(), &plan, s,
-                                                          &pool, ps::ParamServiceMetrics{}));
+    stores.push_back(
+        std::make_unique<ps::ParamStore>(*map, s, init.data(), ps::StoreOptions{.threads = 2}));
+    gates.push_back(
+        std::make_unique<ps::ClockGate>(2, job.training.consistency, job.training.max_staleness));
+    services.push_back(std::make_unique<ps::ParamService>(
+        stores.back().get(), gates.back().get(), &plan, s, &pool, ps::ParamServiceMetrics{}));
     auto srv = net::StartServer("127.0.0.1:0", {services.back().get()});
     ASSERT_TRUE(srv.ok());
     addresses.push_back("127.0.0.1:" + std::to_string(srv->port));
@@ -364,14 +376,16 @@ TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
       to.threads = 2;
       to.name = po.trainer_name;
       to.bind = false;
-      Trainer trainer(job, to, {},
-                      MakeGrpcDataClient(net::MakeChannel("127.0.0.1:" + std::to_string(data_server->port)),
-                                         std::chrono::seconds(30)),
-                      std::move(*client));
+      Trainer trainer(
+          job, to, {},
+          MakeGrpcDataClient(net::MakeChannel("127.0.0.1:" + std::to_string(data_server->port)),
+                             std::chrono::seconds(30)),
+          std::move(*client));
       results[size_t(t)] = trainer.Run();
     });
   for (auto& th : threads) th.join();
-  for (int t = 0; t < 2; ++t) ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
+  for (int t = 0; t < 2; ++t)
+    ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
   EXPECT_EQ(results[0]->epochs, 3);
   EXPECT_GT(results[0]->test_accuracy, 0.85);  // chance is 0.25
   EXPECT_GT(results[1]->images, 0);

@@ -1,4 +1,6 @@
 // The `adam` executable: one subcommand per role, plus run, validate and plan.
+#include "controller/main.h"
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -13,17 +15,16 @@
 #include <sstream>
 
 #include "cli/model_commands.h"
-#include "controller/main.h"
 #include "core/exit_codes.h"
 #include "core/file.h"
 #include "core/version.h"
 #include "data_server/main.h"
 #include "launcher/launcher.h"
 #include "model/layout.h"
-#include "param_server/main.h"
 #include "net/network_status.h"
 #include "net/tls.h"
 #include "operator.h"
+#include "param_server/main.h"
 #include "reconcile/render.h"
 #include "spec/adamjob.h"
 #include "spec/plan.h"
@@ -116,7 +117,8 @@ int RunParamServer(const adam::spec::AdamJob& job, const adam::spec::ParamServer
     }
     const size_t colon = r.replication_listen.rfind(':');
     o.replication_listen =
-        *addr + ":" + (colon == std::string::npos ? "7071" : r.replication_listen.substr(colon + 1));
+        *addr + ":" +
+        (colon == std::string::npos ? "7071" : r.replication_listen.substr(colon + 1));
     spdlog::info("replication traffic on {} ({})", o.replication_listen, r.replication_network);
   }
   o.restore_from = r.restore_from;
@@ -191,9 +193,12 @@ int RunRole(const adam::spec::RoleOptions& role) {
   return std::visit(
       [&](const auto& r) {
         using R = std::decay_t<decltype(r)>;
-        if constexpr (std::is_same_v<R, adam::spec::DataServerOptions>) return RunDataServer(*job, r);
-        if constexpr (std::is_same_v<R, adam::spec::ParamServerOptions>) return RunParamServer(*job, r);
-        if constexpr (std::is_same_v<R, adam::spec::ControllerOptions>) return RunController(*job, r);
+        if constexpr (std::is_same_v<R, adam::spec::DataServerOptions>)
+          return RunDataServer(*job, r);
+        if constexpr (std::is_same_v<R, adam::spec::ParamServerOptions>)
+          return RunParamServer(*job, r);
+        if constexpr (std::is_same_v<R, adam::spec::ControllerOptions>)
+          return RunController(*job, r);
         if constexpr (std::is_same_v<R, adam::spec::TrainerOptions>) return RunTrainer(*job, r);
       },
       role);
@@ -212,12 +217,13 @@ struct Command {
 Command AddRun(CLI::App& app) {
   struct Options {
     std::string job_path, output = "text", state_dir, resume, report_dir, prometheus_sd, chaos,
-        model_out;
+                          model_out;
     bool quiet = false, plaintext = false;
     std::vector<std::string> kills;
   };
   auto o = std::make_shared<Options>();
-  auto* run = app.add_subcommand("run", "Run an AdamJob locally: every role as a process on loopback");
+  auto* run =
+      app.add_subcommand("run", "Run an AdamJob locally: every role as a process on loopback");
   run->add_option("file", o->job_path, "AdamJob manifest (YAML)");
   run->add_option("-f,--filename", o->job_path, "AdamJob manifest (YAML)");
   run->add_option("-o,--output", o->output, "summary format: text or json")
@@ -302,12 +308,14 @@ std::vector<Command> AddModelCommands(CLI::App& app) {
   auto mo = std::make_shared<adam::cli::ModelCommandOptions>();
   auto output = std::make_shared<std::string>("text");
   auto* evaluate = app.add_subcommand(
-      "evaluate", "Evaluate an ONNX model Adam wrote on a labelled IDX set: accuracy, confusion matrix");
+      "evaluate",
+      "Evaluate an ONNX model Adam wrote on a labelled IDX set: accuracy, confusion matrix");
   evaluate->add_option("model", mo->model, "the ONNX file (adam run --model-out)")->required();
   evaluate->add_option("--images", mo->images, "IDX images (raw or gzip)")->required();
   evaluate->add_option("--labels", mo->labels, "IDX labels (raw or gzip)")->required();
   auto* predict = app.add_subcommand(
-      "predict", "Classify images with an ONNX model Adam wrote: each image's class and probability");
+      "predict",
+      "Classify images with an ONNX model Adam wrote: each image's class and probability");
   predict->add_option("model", mo->model, "the ONNX file (adam run --model-out)")->required();
   predict->add_option("images", mo->inputs, "an IDX file of images (raw or gzip), or PNG files")
       ->required();
@@ -395,7 +403,8 @@ Command AddOperator(CLI::App& app) {
       ->check(CLI::Range(1, 64));
   oper->add_option("--kube-api-qps", oo.qps, "API requests per second on average (0 = no limit)")
       ->check(CLI::Range(0.0, 10000.0));
-  oper->add_option("--kube-api-burst", oo.burst, "API requests in a burst")->check(CLI::Range(1, 100000));
+  oper->add_option("--kube-api-burst", oo.burst, "API requests in a burst")
+      ->check(CLI::Range(1, 100000));
   oper->add_option("--leader-elect-lease-duration", o->lease_duration,
                    "how long a standby waits after the leader's last renewal (30s, 500ms, ...)");
   oper->add_option("--leader-elect-renew-deadline", o->renew_deadline,

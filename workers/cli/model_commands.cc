@@ -1,13 +1,13 @@
 // `adam evaluate` and `adam predict` (see model_commands.h).
 #include "cli/model_commands.h"
 
-#include <nlohmann/json.hpp>
 #include <png.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "core/exit_codes.h"
@@ -61,7 +61,8 @@ bool Classify(Loaded& l, const uint8_t* pixels, int count, Each each) {
     model::Network* net = count - i >= nets[0]->batch() ? nets[0].get() : nets[1].get();
     net->SetInputFromBytes(pixels + i * isz);
     net->Forward(nullptr, nullptr);
-    for (int k = 0; k < net->batch(); ++k) each(i + k, net->probabilities() + ptrdiff_t(k) * classes);
+    for (int k = 0; k < net->batch(); ++k)
+      each(i + k, net->probabilities() + ptrdiff_t(k) * classes);
     i += net->batch();
   }
   return true;
@@ -128,7 +129,7 @@ int Evaluate(const ModelCommandOptions& o) {
   if (!ShapeMatches(l, *d, o.images)) return kExitInvalid;
   // confusion[true][predicted]
   std::vector<std::vector<int64_t>> confusion(static_cast<size_t>(classes),
-                                             std::vector<int64_t>(static_cast<size_t>(classes)));
+                                              std::vector<int64_t>(static_cast<size_t>(classes)));
   int64_t correct = 0;
   if (!Classify(l, d->pixels.data(), d->count, [&](int i, const float* p) {
         const int pred = int(std::max_element(p, p + classes) - p);
@@ -138,8 +139,11 @@ int Evaluate(const ModelCommandOptions& o) {
     return 1;
   const double acc = d->count > 0 ? double(correct) / d->count : 0;
   if (o.json) {
-    nlohmann::json j = {{"model", o.model},   {"images", d->count}, {"correct", correct},
-                        {"accuracy", acc},    {"confusion", confusion}};
+    nlohmann::json j = {{"model", o.model},
+                        {"images", d->count},
+                        {"correct", correct},
+                        {"accuracy", acc},
+                        {"confusion", confusion}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -205,7 +209,9 @@ int Predict(const ModelCommandOptions& o) {
                           [p](int a, int b) { return p[a] > p[b]; });
         const int top = order[0], next = classes > 1 ? order[1] : order[0];
         if (o.json)
-          rows.push_back({{"image", i}, {"class", top}, {"probability", p[top]},
+          rows.push_back({{"image", i},
+                          {"class", top},
+                          {"probability", p[top]},
                           {"probabilities", std::vector<float>(p, p + classes)}});
         else
           std::printf("image %d: class %d (%.4f), then class %d (%.4f)\n", i, top, p[top], next,

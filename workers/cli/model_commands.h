@@ -11,8 +11,8 @@ struct ModelCommandOptions {
   std::string model;   // an ONNX file Adam wrote
   std::string images;  // evaluate: IDX images (N x H x W, or N x C x H x W), raw or gzip
   std::vector<std::string> inputs;  // predict: one IDX file, or PNG files (one image each)
-  std::string labels;  // evaluate: IDX labels
-  int first = 10;      // predict: how many images of an IDX file (0 = all)
+  std::string labels;               // evaluate: IDX labels
+  int first = 10;                   // predict: how many images of an IDX file (0 = all)
   bool json = false;
 };
 

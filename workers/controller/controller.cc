@@ -20,8 +20,9 @@ constexpr auto kWriteTimeout = std::chrono::milliseconds(2000);
 
 }  // namespace
 
-struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1::Controller::Service>,
-                                public raft::StateMachine {
+struct Controller::Impl final
+    : public v1::Controller::WithCallbackMethod_Put<v1::Controller::Service>,
+      public raft::StateMachine {
   ControllerOptions options;
   std::unique_ptr<raft::Driver> driver;
 
@@ -60,7 +61,9 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
             silent && failover_seconds.size() < 1024)
           failover_seconds.push_back(*silent);
       }
-      EmitEvent({{"event", "failover"}, {"dead", dead}, {"map_version", machine.state().version()},
+      EmitEvent({{"event", "failover"},
+                 {"dead", dead},
+                 {"map_version", machine.state().version()},
                  {"shards", c.reassign().shards_size()}});
     }
     if (c.has_copy_done()) ++counters.copies_done;
@@ -71,8 +74,10 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         for (const auto& r : machine.state().shards())
           under += r.replicas_size() < int(machine.state().copies());
         for (const auto& sv : machine.state().servers()) alive += sv.alive();
-        EmitEvent({{"event", "shard_map_committed"}, {"version", machine.state().version()},
-                   {"under_replicated", under}, {"servers_alive", alive}});
+        EmitEvent({{"event", "shard_map_committed"},
+                   {"version", machine.state().version()},
+                   {"under_replicated", under},
+                   {"servers_alive", alive}});
       }
     }
   }
@@ -114,8 +119,9 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
       const v1::ControllerState& s = machine.state();
       if (in.id() >= uint32_t(s.servers_size()))
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "heartbeat: server " + std::to_string(in.id()) + " is not in the job (" +
-                                std::to_string(s.servers_size()) + " servers)");
+                            "heartbeat: server " + std::to_string(in.id()) +
+                                " is not in the job (" + std::to_string(s.servers_size()) +
+                                " servers)");
       const Supervisor::Beat beat = supervisor_state.Heartbeat(s, *req, options.clock->Now());
       if (beat.restart_seen) {
         ++counters.restarts;
@@ -130,7 +136,8 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
         return grpc::Status::OK;
       }
       if (beat.probation)
-        EmitEvent({{"event", "server_on_probation"}, {"server", in.id()},
+        EmitEvent({{"event", "server_on_probation"},
+                   {"server", in.id()},
                    {"ms", options.server_probation.count()}});
       need_register = beat.register_server;
       done = beat.copies_done;
@@ -199,17 +206,17 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     v1::Command c;
     *c.mutable_put() = *req;
-    driver->ProposeAsync(c.SerializeAsString(), kWriteTimeout,
-                         [this, reactor, resp](StatusOr<uint64_t> index) {
-                           if (!index.ok()) {
-                             grpc::Status g = net::ToGrpc(index.status());
-                             reactor->Finish(grpc::Status(
-                                 g.error_code(), g.error_message() + "; leader: " + LeaderAddress()));
-                             return;
-                           }
-                           resp->set_index(*index);
-                           reactor->Finish(grpc::Status::OK);
-                         });
+    driver->ProposeAsync(
+        c.SerializeAsString(), kWriteTimeout, [this, reactor, resp](StatusOr<uint64_t> index) {
+          if (!index.ok()) {
+            grpc::Status g = net::ToGrpc(index.status());
+            reactor->Finish(
+                grpc::Status(g.error_code(), g.error_message() + "; leader: " + LeaderAddress()));
+            return;
+          }
+          resp->set_index(*index);
+          reactor->Finish(grpc::Status::OK);
+        });
     return reactor;
   }
 
@@ -259,8 +266,9 @@ struct Controller::Impl final : public v1::Controller::WithCallbackMethod_Put<v1
               names += std::to_string(d);
             }
             if (!round.dead.empty())
-              spdlog::warn("controller: servers {} missed heartbeats for {} ms or restarted: failing over",
-                           names, options.server_timeout.count());
+              spdlog::warn(
+                  "controller: servers {} missed heartbeats for {} ms or restarted: failing over",
+                  names, options.server_timeout.count());
           }
         }
       }

@@ -19,8 +19,8 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "adam/v1/controller.grpc.pb.h"
 #include "core/clock.h"
@@ -30,8 +30,8 @@
 namespace adam::controller {
 
 struct ControllerOptions {
-  raft::DriverOptions raft;                    // id, members' addresses, state dir, timing
-  v1::ControllerState bootstrap;               // the initial map (from the job)
+  raft::DriverOptions raft;       // id, members' addresses, state dir, timing
+  v1::ControllerState bootstrap;  // the initial map (from the job)
   std::chrono::milliseconds server_timeout{500};
   std::chrono::milliseconds server_probation{2000};
   std::chrono::milliseconds flap_window{10000};
@@ -42,7 +42,7 @@ struct ControllerOptions {
 
 struct ControllerCounters {
   uint64_t heartbeats = 0;
-  uint64_t failovers = 0;     // committed Reassign commands for dead servers
+  uint64_t failovers = 0;  // committed Reassign commands for dead servers
   uint64_t copies_done = 0;
   uint64_t restarts = 0;      // servers seen heartbeating under a new incarnation
   uint64_t supervisions = 0;  // rounds in which this leader judged which servers are dead

@@ -58,7 +58,8 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   co.raft.id = options.id;
   co.raft.peers = *members;
   co.raft.dir = options.state_dir;
-  co.raft.cluster_id = options.cluster_id.empty() ? job.name_space + "/" + job.name : options.cluster_id;
+  co.raft.cluster_id =
+      options.cluster_id.empty() ? job.name_space + "/" + job.name : options.cluster_id;
   co.raft.tick = std::chrono::milliseconds(options.tick_ms);
   co.raft.election_ticks = options.election_ticks;
   co.raft.heartbeat_ticks = std::max(1, options.election_ticks / 10);
@@ -73,7 +74,8 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     return 1;
   }
   const std::string listen = members->at(options.id);
-  auto metrics = metrics::MetricsServer::Start(listen.substr(0, listen.rfind(':')), options.metrics_port);
+  auto metrics =
+      metrics::MetricsServer::Start(listen.substr(0, listen.rfind(':')), options.metrics_port);
   if (!metrics.ok()) {
     spdlog::error("{}", metrics.status().message());
     return 1;
@@ -86,9 +88,11 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   auto& log_bytes = reg.Gauge("adam_controller_log_bytes", "Bytes in the Raft log file");
   auto& version = reg.Gauge("adam_controller_map_version", "Version of the shard map");
   auto& alive = reg.Gauge("adam_controller_servers_alive", "Parameter servers marked alive");
-  auto& under = reg.Gauge("adam_controller_shards_under_replicated",
-                          "Shards with fewer in-sync copies than spec.roles.parameterServer.copies");
-  auto& heartbeats = reg.Counter("adam_controller_heartbeats_total", "Heartbeats accepted (leader)");
+  auto& under =
+      reg.Gauge("adam_controller_shards_under_replicated",
+                "Shards with fewer in-sync copies than spec.roles.parameterServer.copies");
+  auto& heartbeats =
+      reg.Counter("adam_controller_heartbeats_total", "Heartbeats accepted (leader)");
   auto& failovers = reg.Counter("adam_controller_failovers_total",
                                 "Failovers committed for dead parameter servers (leader)");
   auto& restarts = reg.Counter("adam_controller_server_restarts_total",
@@ -130,8 +134,9 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     restarts.Increment(double(c.restarts - last.restarts));
     last = c;
   });
-  const int rc = net::Serve(listen, {(*controller)->controller_service(), (*controller)->raft_service()},
-                            reg.port(), [&] { (*controller)->Stop(); });
+  const int rc =
+      net::Serve(listen, {(*controller)->controller_service(), (*controller)->raft_service()},
+                 reg.port(), [&] { (*controller)->Stop(); });
   sampler.Stop();
   (*controller)->Stop();
   return rc;

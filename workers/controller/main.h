@@ -12,9 +12,10 @@ namespace adam::controller {
 struct MainOptions {
   std::string name = "controller-1";
   uint64_t id = 1;
-  std::string members;       // "1=host:port,2=host:port,3=host:port": every member's address
-  std::string state_dir;     // Raft log and snapshots (required: a member must not forget votes)
-  std::string cluster_id;    // the job the state belongs to (its uid on Kubernetes); "" = the job's name
+  std::string members;    // "1=host:port,2=host:port,3=host:port": every member's address
+  std::string state_dir;  // Raft log and snapshots (required: a member must not forget votes)
+  std::string
+      cluster_id;  // the job the state belongs to (its uid on Kubernetes); "" = the job's name
   int metrics_port = 0;
   int server_timeout_ms = 500;
   int tick_ms = 10;

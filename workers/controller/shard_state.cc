@@ -116,7 +116,8 @@ Status ShardState::Apply(const v1::Command& c) {
         return FailedPreconditionError("copy done planned at version " +
                                        std::to_string(d.expected_version()));
       if (d.shard() >= uint32_t(state_.shards_size()))
-        return FailedPreconditionError("copy done: shard " + std::to_string(d.shard()) + " unknown");
+        return FailedPreconditionError("copy done: shard " + std::to_string(d.shard()) +
+                                       " unknown");
       v1::ShardRecord* rec = state_.mutable_shards(int(d.shard()));
       auto* cp = rec->mutable_copying();
       auto it = std::find(cp->begin(), cp->end(), d.server());
@@ -131,7 +132,8 @@ Status ShardState::Apply(const v1::Command& c) {
     case v1::Command::kPut:
       (*state_.mutable_kv())[c.put().key()] = c.put().value();
       return OkStatus();
-    case v1::Command::OP_NOT_SET: break;
+    case v1::Command::OP_NOT_SET:
+      break;
   }
   return FailedPreconditionError("empty command");
 }
@@ -197,8 +199,8 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
     *out.add_shards() = next;
   }
   out.set_reason(lost == 0 ? std::string("servers stopped heartbeating")
-                            : "servers stopped heartbeating; " + std::to_string(lost) +
-                                  " shard(s) lost too many copies and wait for them to come back");
+                           : "servers stopped heartbeating; " + std::to_string(lost) +
+                                 " shard(s) lost too many copies and wait for them to come back");
   return out;
 }
 
@@ -224,9 +226,9 @@ std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& s,
       // Served again once the primary is back, or enough copies to hold every acknowledged
       // update (see PlanFailover).
       const int back_now = int(std::count_if(rec.replicas().begin(), rec.replicas().end(), alive));
-      const bool enough = !rec.replicas().empty() &&
-                          (alive(rec.replicas(0)) ||
-                           back_now >= CopiesToServe(rec.replicas_size()));
+      const bool enough =
+          !rec.replicas().empty() &&
+          (alive(rec.replicas(0)) || back_now >= CopiesToServe(rec.replicas_size()));
       if (enough && back_now > 0 && next.replicas_size() != rec.replicas_size())
         back = true;
       else

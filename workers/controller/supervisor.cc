@@ -14,8 +14,7 @@ void Supervisor::Lead(Clock::TimePoint now, Clock::Duration grace) {
 }
 
 Supervisor::Beat Supervisor::Heartbeat(const v1::ControllerState& state,
-                                       const v1::HeartbeatRequest& request,
-                                       Clock::TimePoint now) {
+                                       const v1::HeartbeatRequest& request, Clock::TimePoint now) {
   Beat out;
   const v1::ServerRecord& in = request.server();
   const v1::ServerRecord& have = state.servers(int(in.id()));

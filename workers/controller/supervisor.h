@@ -43,9 +43,9 @@ class Supervisor {
     // False: the server restarted under a new incarnation while the map has it alive; it is
     // answered without a lease until the supervisor has failed over its copies.
     bool accepted = false;
-    bool restart_seen = false;  // that restart was first seen by this heartbeat
-    bool register_server = false;  // commit a Register of the heartbeat's server record
-    bool probation = false;        // back from the dead again soon: on probation from now
+    bool restart_seen = false;              // that restart was first seen by this heartbeat
+    bool register_server = false;           // commit a Register of the heartbeat's server record
+    bool probation = false;                 // back from the dead again soon: on probation from now
     std::vector<v1::CopyDone> copies_done;  // copies it reports filled (expected_version unset)
   };
   Beat Heartbeat(const v1::ControllerState& state, const v1::HeartbeatRequest& request,
@@ -68,7 +68,7 @@ class Supervisor {
  private:
   SupervisorOptions options_;
   std::map<uint32_t, Clock::TimePoint> last_seen_;
-  CopyVersions versions_;  // freshness reports
+  CopyVersions versions_;         // freshness reports
   std::set<uint32_t> restarted_;  // alive in the map, heartbeating under a new incarnation
   std::map<uint32_t, Clock::TimePoint> returned_at_;  // each server's last return from the dead
   std::map<uint32_t, Clock::TimePoint> probation_until_;

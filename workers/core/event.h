@@ -28,6 +28,7 @@ double EventNumber(const nlohmann::json& event, const char* key, double fallback
 // An integer field: `fallback` when absent, not a number, or not finite. Never throws.
 int64_t EventInt(const nlohmann::json& event, const char* key, int64_t fallback);
 // A string field: `fallback` when absent or not a string. Never throws.
-std::string EventString(const nlohmann::json& event, const char* key, const std::string& fallback = "");
+std::string EventString(const nlohmann::json& event, const char* key,
+                        const std::string& fallback = "");
 
 }  // namespace adam

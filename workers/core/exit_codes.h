@@ -4,8 +4,9 @@
 namespace adam {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailed = 1;    // a fault that a restart may cure (a lost peer, a crash)
-inline constexpr int kExitInvalid = 2;   // the input was refused (a manifest, a flag, a data file)
-inline constexpr int kExitDiverged = 3;  // training diverged: a restart would go on from the same weights
+inline constexpr int kExitFailed = 1;   // a fault that a restart may cure (a lost peer, a crash)
+inline constexpr int kExitInvalid = 2;  // the input was refused (a manifest, a flag, a data file)
+inline constexpr int kExitDiverged =
+    3;  // training diverged: a restart would go on from the same weights
 
 }  // namespace adam

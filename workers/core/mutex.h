@@ -12,11 +12,11 @@
 // `[&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ... }`.
 #pragma once
 
+#include <absl/base/thread_annotations.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-
-#include <absl/base/thread_annotations.h>
 
 namespace adam {
 

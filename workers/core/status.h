@@ -16,17 +16,17 @@ namespace adam {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // the caller's input is wrong (a manifest field, a flag)
-  kNotFound,          // a file, key or peer does not exist
-  kDataLoss,          // a file or message is truncated or corrupt
-  kUnavailable,       // a peer cannot be reached (yet); retrying may help
+  kInvalidArgument,  // the caller's input is wrong (a manifest field, a flag)
+  kNotFound,         // a file, key or peer does not exist
+  kDataLoss,         // a file or message is truncated or corrupt
+  kUnavailable,      // a peer cannot be reached (yet); retrying may help
   kFailedPrecondition,
   kAlreadyExists,
   kInternal,
   kCancelled,
   kDeadlineExceeded,
-  kAborted,           // a concurrent change won (an optimistic-concurrency conflict): re-read, retry
-  kOutOfRange,        // a position is no longer (or not yet) available, e.g. a compacted version
+  kAborted,     // a concurrent change won (an optimistic-concurrency conflict): re-read, retry
+  kOutOfRange,  // a position is no longer (or not yet) available, e.g. a compacted version
 };
 
 // Returns a short name for `code` ("INVALID_ARGUMENT").
@@ -76,7 +76,7 @@ inline Status OutOfRangeError(std::string m) {
 template <typename T>
 class StatusOr {
  public:
-  StatusOr(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   StatusOr(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
     assert(!std::get<Status>(v_).ok() && "StatusOr built from an OK status");
   }
@@ -100,9 +100,9 @@ class StatusOr {
 }  // namespace adam
 
 // Returns early from the enclosing function when `expr` is a non-OK Status.
-#define ADAM_RETURN_IF_ERROR(expr)          \
-  do {                                      \
-    ::adam::Status adam_status_ = (expr);   \
+#define ADAM_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::adam::Status adam_status_ = (expr);        \
     if (!adam_status_.ok()) return adam_status_; \
   } while (0)
 
@@ -119,9 +119,9 @@ class StatusOr {
 // NOLINTEND(bugprone-macro-parentheses)
 
 // Crashes with a message when an internal invariant does not hold (never for bad input).
-#define ADAM_CHECK(cond)                                                              \
-  do {                                                                                \
-    if (!(cond)) ::adam::internal::CheckFailed(#cond, __FILE__, __LINE__);            \
+#define ADAM_CHECK(cond)                                                   \
+  do {                                                                     \
+    if (!(cond)) ::adam::internal::CheckFailed(#cond, __FILE__, __LINE__); \
   } while (0)
 
 namespace adam::internal {

@@ -33,7 +33,8 @@ void Window(const uint8_t* src, int channels, int sh, int sw, int x0, int y0, in
             uint8_t* dst) {
   for (int c = 0; c < channels; ++c)
     for (int y = 0; y < h; ++y)
-      std::memcpy(dst + (size_t(c) * h + y) * w, src + (size_t(c) * sh + y0 + y) * sw + x0, size_t(w));
+      std::memcpy(dst + (size_t(c) * h + y) * w, src + (size_t(c) * sh + y0 + y) * sw + x0,
+                  size_t(w));
 }
 
 }  // namespace
@@ -57,7 +58,8 @@ AugmentedCache::AugmentedCache(const Dataset& base, const spec::AugmentSpec& spe
                                const std::function<void(int64_t, int64_t)>& progress)
     : variants_(std::max(1, spec.variants)),
       count_(base.count),
-      image_bytes_(int64_t{base.channels} * (base.height - 2 * spec.crop) * (base.width - 2 * spec.crop)),
+      image_bytes_(int64_t{base.channels} * (base.height - 2 * spec.crop) *
+                   (base.width - 2 * spec.crop)),
       pixels_(size_t(variants_) * count_ * image_bytes_) {
   const int c = spec.crop, h = base.height - 2 * c, w = base.width - 2 * c;
   std::mt19937_64 rng(seed ^ 0xa5a5a5a5ULL);
@@ -66,8 +68,8 @@ AugmentedCache::AugmentedCache(const Dataset& base, const spec::AugmentSpec& spe
   std::bernoulli_distribution flip(0.5);
   std::vector<uint8_t> window(static_cast<size_t>(image_bytes_));
   for (int i = 0; i < count_; ++i)  // variant 0: the centre window (with no crop, the image)
-    Window(base.pixels.data() + i * base.image_bytes(), base.channels, base.height, base.width, c, c,
-           h, w, pixels_.data() + int64_t{i} * image_bytes_);
+    Window(base.pixels.data() + i * base.image_bytes(), base.channels, base.height, base.width, c,
+           c, h, w, pixels_.data() + int64_t{i} * image_bytes_);
   const int64_t total = int64_t{variants_ - 1} * count_;
   int64_t done = 0;
   for (int v = 1; v < variants_; ++v) {

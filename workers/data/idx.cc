@@ -25,7 +25,8 @@ std::optional<size_t> IdxDeclaredSize(std::string_view bytes) {
   const size_t header = 4 + 4 * size_t(p[3]);
   if (bytes.size() < header) return std::nullopt;
   uint64_t total = 1;
-  for (int i = 0; i < p[3]; ++i) total = std::min<uint64_t>(total * BigEndian32(p + 4 + 4 * ptrdiff_t(i)), uint64_t{1} << 40);
+  for (int i = 0; i < p[3]; ++i)
+    total = std::min<uint64_t>(total * BigEndian32(p + 4 + 4 * ptrdiff_t(i)), uint64_t{1} << 40);
   return size_t(header + total);
 }
 
@@ -51,8 +52,8 @@ std::string Inflate(const std::string& in, const std::string& path, size_t max_b
     rc = inflate(&zs, Z_NO_FLUSH);
     if (rc != Z_OK && rc != Z_STREAM_END) {
       const size_t at = in.size() - zs.avail_in;
-      std::string why = rc == Z_BUF_ERROR ? "truncated gzip stream"
-                                          : (zs.msg ? zs.msg : "corrupt gzip stream");
+      std::string why =
+          rc == Z_BUF_ERROR ? "truncated gzip stream" : (zs.msg ? zs.msg : "corrupt gzip stream");
       *status = DataLossError(path + ": byte " + std::to_string(at) + " of the gzip file: " + why);
       inflateEnd(&zs);
       return {};
@@ -60,8 +61,10 @@ std::string Inflate(const std::string& in, const std::string& path, size_t max_b
     out.append(buf, sizeof(buf) - zs.avail_out);
     if (!declared) declared = IdxDeclaredSize(out);
     if (declared && out.size() > *declared) {
-      *status = DataLossError(path + ": byte " + std::to_string(*declared) + " of the decompressed data: "
-                              "the stream goes on past the " + std::to_string(*declared) +
+      *status = DataLossError(path + ": byte " + std::to_string(*declared) +
+                              " of the decompressed data: "
+                              "the stream goes on past the " +
+                              std::to_string(*declared) +
                               " bytes its IDX header declares; refusing (corrupt, or a gzip bomb)");
       inflateEnd(&zs);
       return {};
@@ -90,8 +93,7 @@ StatusOr<std::string> ReadMaybeGzip(const std::string& path, size_t max_bytes) {
   return DecodeMaybeGzip(ss.str(), path, max_bytes);
 }
 
-StatusOr<std::string> DecodeMaybeGzip(std::string raw, const std::string& path,
-                                      size_t max_bytes) {
+StatusOr<std::string> DecodeMaybeGzip(std::string raw, const std::string& path, size_t max_bytes) {
   if (raw.size() >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f &&
       static_cast<unsigned char>(raw[1]) == 0x8b) {
     Status st;
@@ -195,15 +197,14 @@ StatusOr<Dataset> LoadIdxDataset(const std::string& images_path, const std::stri
                          std::to_string(labels.dims.size()));
   if (images.dims[0] != labels.dims[0])
     return DataLossError(labels_path + ": byte 4: " + std::to_string(labels.dims[0]) +
-                         " labels, but " + images_path + " has " +
-                         std::to_string(images.dims[0]) + " images");
+                         " labels, but " + images_path + " has " + std::to_string(images.dims[0]) +
+                         " images");
   if ((channels > 0 && channels != ds.channels) || (height > 0 && height != ds.height) ||
       (width > 0 && width != ds.width))
-    return InvalidArgumentError(
-        images_path + ": images are " + std::to_string(ds.channels) + "x" +
-        std::to_string(ds.height) + "x" + std::to_string(ds.width) +
-        " but spec.model.input is " + std::to_string(channels) + "x" + std::to_string(height) +
-        "x" + std::to_string(width));
+    return InvalidArgumentError(images_path + ": images are " + std::to_string(ds.channels) + "x" +
+                                std::to_string(ds.height) + "x" + std::to_string(ds.width) +
+                                " but spec.model.input is " + std::to_string(channels) + "x" +
+                                std::to_string(height) + "x" + std::to_string(width));
   ds.count = static_cast<int>(images.dims[0]);
   const size_t header = 4 + 4 * labels.dims.size();
   for (size_t i = 0; i < labels.data.size(); ++i)

@@ -34,8 +34,8 @@ StatusOr<Pixels> DecodePng(std::string_view bytes, int channels) {
   if (image.width > uint32_t(kMaxImageSide) || image.height > uint32_t(kMaxImageSide) ||
       int64_t{image.width} * image.height > kMaxImagePixels) {
     png_image_free(&image);
-    return DataLossError("PNG of " + std::to_string(image.width) + "x" + std::to_string(image.height) +
-                         " pixels: larger than Adam reads");
+    return DataLossError("PNG of " + std::to_string(image.width) + "x" +
+                         std::to_string(image.height) + " pixels: larger than Adam reads");
   }
   image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
   Pixels p{int(image.width), int(image.height), std::vector<uint8_t>(PNG_IMAGE_SIZE(image))};
@@ -86,11 +86,13 @@ StatusOr<std::vector<uint8_t>> DecodeImage(std::string_view bytes, const FolderO
   static constexpr unsigned char kPng[] = {0x89, 'P', 'N', 'G'};
   static constexpr unsigned char kJpeg[] = {0xff, 0xd8, 0xff};
   auto starts = [&bytes](const unsigned char* magic, size_t n) {
-    return bytes.size() >= n && std::equal(magic, magic + n, reinterpret_cast<const unsigned char*>(bytes.data()));
+    return bytes.size() >= n &&
+           std::equal(magic, magic + n, reinterpret_cast<const unsigned char*>(bytes.data()));
   };
-  StatusOr<Pixels> decoded = starts(kPng, sizeof kPng)     ? DecodePng(bytes, o.channels)
-                             : starts(kJpeg, sizeof kJpeg) ? DecodeJpeg(bytes, o.channels)
-                                                           : DataLossError("neither a PNG nor a JPEG (byte 0)");
+  StatusOr<Pixels> decoded = starts(kPng, sizeof kPng) ? DecodePng(bytes, o.channels)
+                             : starts(kJpeg, sizeof kJpeg)
+                                 ? DecodeJpeg(bytes, o.channels)
+                                 : DataLossError("neither a PNG nor a JPEG (byte 0)");
   if (!decoded.ok()) return decoded.status();
   const Pixels& in = *decoded;
   // The region that is scaled to height x width: all of it, or the centred part of the target's
@@ -130,11 +132,13 @@ StatusOr<FolderSet> LoadImageFolder(const std::string& dir, const FolderOptions&
   FolderSet out;
   std::vector<fs::path> class_dirs;
   for (const auto& de : fs::directory_iterator(dir, ec))
-    if (de.is_directory(ec) && de.path().filename().string()[0] != '.') class_dirs.push_back(de.path());
+    if (de.is_directory(ec) && de.path().filename().string()[0] != '.')
+      class_dirs.push_back(de.path());
   if (ec) return UnavailableError(dir + ": cannot list it: " + ec.message());
   std::sort(class_dirs.begin(), class_dirs.end());
   if (class_dirs.empty())
-    return InvalidArgumentError(dir + ": holds no class folder (DIR/CLASS/IMAGE.png is the layout)");
+    return InvalidArgumentError(dir +
+                                ": holds no class folder (DIR/CLASS/IMAGE.png is the layout)");
   if (class_dirs.size() > 256)
     return InvalidArgumentError(dir + ": " + std::to_string(class_dirs.size()) +
                                 " class folders; Adam's labels go up to 256");
@@ -168,8 +172,9 @@ StatusOr<FolderSet> LoadImageFolder(const std::string& dir, const FolderOptions&
   // The next file to take (fetch_add hands each out once) and a progress count; the decoded
   // slots are read after the threads are joined, which orders them.
   std::atomic<size_t> next{0}, done{0};
-  const int threads = std::max(1, std::min<int>(o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency()),
-                                                int(std::min<size_t>(n, 64))));
+  const int threads = std::max(
+      1, std::min<int>(o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency()),
+                       int(std::min<size_t>(n, 64))));
   std::vector<std::thread> pool;
   pool.reserve(size_t(threads));
   for (int t = 0; t < threads; ++t)
@@ -177,8 +182,9 @@ StatusOr<FolderSet> LoadImageFolder(const std::string& dir, const FolderOptions&
       for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
         const std::string path = files[i].path.string();
         auto bytes = ReadWholeFile(path);
-        StatusOr<std::vector<uint8_t>> px = bytes ? DecodeImage(*bytes, o)
-                                                  : StatusOr<std::vector<uint8_t>>(UnavailableError("cannot read it"));
+        StatusOr<std::vector<uint8_t>> px =
+            bytes ? DecodeImage(*bytes, o)
+                  : StatusOr<std::vector<uint8_t>>(UnavailableError("cannot read it"));
         if (px.ok()) {
           std::copy(px->begin(), px->end(), pixels.begin() + ptrdiff_t(i * image));
           ok[i] = 1;
@@ -218,7 +224,8 @@ StatusOr<FolderSet> LoadImageFolder(const std::string& dir, const FolderOptions&
   if (int(out.skipped.size()) > o.max_corrupt) {
     std::string first;
     for (size_t i = 0; i < out.skipped.size() && i < 3; ++i) first += "; " + out.skipped[i];
-    return DataLossError(dir + ": " + std::to_string(out.skipped.size()) + " of " + std::to_string(n) +
+    return DataLossError(dir + ": " + std::to_string(out.skipped.size()) + " of " +
+                         std::to_string(n) +
                          " images could not be decoded, more than maxCorrupt (" +
                          std::to_string(o.max_corrupt) + ")" + first);
   }
@@ -234,8 +241,10 @@ Dataset SplitHeldOut(Dataset* train, double fraction, uint64_t seed) {
   for (auto& [label, idx] : by_class) {
     std::shuffle(idx.begin(), idx.end(), rng);
     size_t k = size_t(std::lround(fraction * double(idx.size())));
-    if (idx.size() >= 2) k = std::clamp<size_t>(k, 1, idx.size() - 1);
-    else k = 0;
+    if (idx.size() >= 2)
+      k = std::clamp<size_t>(k, 1, idx.size() - 1);
+    else
+      k = 0;
     for (size_t j = 0; j < k; ++j) held[size_t(idx[j])] = 1;
   }
   Dataset test, kept;

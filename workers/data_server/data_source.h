@@ -25,9 +25,9 @@
 namespace adam::data_server {
 
 struct DataSourceOptions {
-  int trainers = 1;           // M
-  double quorum = 0.75;       // fraction of trainers whose finish closes an epoch
-  int batch_images = 256;     // images per batch
+  int trainers = 1;        // M
+  double quorum = 0.75;    // fraction of trainers whose finish closes an epoch
+  int batch_images = 256;  // images per batch
   uint64_t seed = 1;
   int max_cached_epochs = 8;  // shuffles kept in memory (recomputed on demand beyond that)
 };

@@ -23,13 +23,15 @@ namespace {
 // A data file that is corrupt, truncated or does not fit the model is refused input (exit 2: no
 // restart can fix it); one that cannot be opened may yet appear (a volume still mounting): 1.
 int RefusedInputExit(const Status& s) {
-  return s.code() == StatusCode::kDataLoss || s.code() == StatusCode::kInvalidArgument ? kExitInvalid
-                                                                                      : kExitFailed;
+  return s.code() == StatusCode::kDataLoss || s.code() == StatusCode::kInvalidArgument
+             ? kExitInvalid
+             : kExitFailed;
 }
 
 // spec.dataset.format folder: the training folder, then the test folder or the held-out part.
 // The class folders must be the model's classes, and the test folder's the training folder's.
-Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train, data::Dataset* test) {
+Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train,
+                   data::Dataset* test) {
   const auto& d = job.dataset;
   data::FolderOptions fo;
   // With augment.crop the images are fitted larger: the cache crops windows of the input's size.
@@ -52,8 +54,8 @@ Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train, 
     ADAM_ASSIGN_OR_RETURN(data::FolderSet set, data::LoadImageFolder(dir, fo));
     for (const auto& s : set.skipped) spdlog::warn("skipped {}", s);
     if (!set.skipped.empty())
-      spdlog::warn("{}: skipped {} files that could not be decoded (spec.dataset.maxCorrupt {})", dir,
-                   set.skipped.size(), d.max_corrupt);
+      spdlog::warn("{}: skipped {} files that could not be decoded (spec.dataset.maxCorrupt {})",
+                   dir, set.skipped.size(), d.max_corrupt);
     if (set.other_files > 0)
       spdlog::info("{}: ignored {} files that are not .png, .jpg or .jpeg", dir, set.other_files);
     return set;
@@ -76,9 +78,9 @@ Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train, 
   }
   ADAM_ASSIGN_OR_RETURN(data::FolderSet te, load(d.test.folder, "test"));
   if (te.classes != tr.classes)
-    return InvalidArgumentError(d.test.folder + "'s class folders (" + fmt::format("{}", fmt::join(te.classes, ", ")) +
-                                ") are not the training folder's (" +
-                                fmt::format("{}", fmt::join(tr.classes, ", ")) + ")");
+    return InvalidArgumentError(
+        d.test.folder + "'s class folders (" + fmt::format("{}", fmt::join(te.classes, ", ")) +
+        ") are not the training folder's (" + fmt::format("{}", fmt::join(tr.classes, ", ")) + ")");
   *test = data::CentreCrop(te.data, margin);
   return OkStatus();
 }

@@ -18,11 +18,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <set>
 #include <tuple>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "core/event.h"
@@ -69,15 +69,18 @@ int64_t UnixMs() {
 
 std::string ExitText(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
   return "stopped";
 }
 
 std::string Clock2(double s) {
   const int t = int(s);
   char b[32];
-  if (t >= 3600) std::snprintf(b, sizeof b, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
-  else std::snprintf(b, sizeof b, "%d:%02d", t / 60, t % 60);
+  if (t >= 3600)
+    std::snprintf(b, sizeof b, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+  else
+    std::snprintf(b, sizeof b, "%d:%02d", t / 60, t % 60);
   return b;
 }
 
@@ -120,9 +123,11 @@ class Supervisor {
     if (auto shapes = spec::InferShapes(job_.model); shapes.ok()) {
       int64_t params = 0;
       for (const auto& l : *shapes) params += l.weights + l.biases;
-      std::fprintf(stderr, "adam run: %s: %s parameters (%.1f MB) in %zu layers on %d parameter "
-                   "servers\n", job_.name.c_str(), Thousands(double(params)).c_str(),
-                   double(params) * 4 / 1e6, job_.model.layers.size(), job_.roles.parameter_server.replicas);
+      std::fprintf(stderr,
+                   "adam run: %s: %s parameters (%.1f MB) in %zu layers on %d parameter "
+                   "servers\n",
+                   job_.name.c_str(), Thousands(double(params)).c_str(), double(params) * 4 / 1e6,
+                   job_.model.layers.size(), job_.roles.parameter_server.replicas);
     }
     // Parameter-server checkpoints: the caller's directory (kept, resumed from, and locked for
     // this run), or a throw-away one for this run.
@@ -239,13 +244,15 @@ class Supervisor {
       const ssize_t n = pread(lock_fd_, holder, sizeof holder - 1, 0);
       std::string who = n > 0 ? std::string(holder, size_t(n)) : "";
       while (!who.empty() && who.back() == '\n') who.pop_back();
-      std::fprintf(stderr, "adam run: --state-dir %s is in use by another adam run (%s); wait for it "
-                   "to end or give another directory\n", state_root_.c_str(),
-                   who.empty() ? "its process holds the lock" : who.c_str());
+      std::fprintf(stderr,
+                   "adam run: --state-dir %s is in use by another adam run (%s); wait for it "
+                   "to end or give another directory\n",
+                   state_root_.c_str(), who.empty() ? "its process holds the lock" : who.c_str());
       return kExitInvalid;
     }
     const std::string me = "pid " + std::to_string(getpid()) + ", job " + job_.name + "\n";
-    if (ftruncate(lock_fd_, 0) != 0 || pwrite(lock_fd_, me.data(), me.size(), 0) != ssize_t(me.size()))
+    if (ftruncate(lock_fd_, 0) != 0 ||
+        pwrite(lock_fd_, me.data(), me.size(), 0) != ssize_t(me.size()))
       std::fprintf(stderr, "adam run: cannot note this run in %s\n", path.c_str());
     return 0;
   }
@@ -254,8 +261,8 @@ class Supervisor {
   // the server finds when it restores it, naming the file).
   int CheckResumable() {
     for (int i = 0; i < job_.roles.parameter_server.replicas; ++i) {
-      const std::string dir =
-          state_root_ + "/" + spec::RoleSubcommand(spec::Role::kParamServer) + "-" + std::to_string(i);
+      const std::string dir = state_root_ + "/" + spec::RoleSubcommand(spec::Role::kParamServer) +
+                              "-" + std::to_string(i);
       bool found = false;
       std::error_code ec;
       for (const auto& de : std::filesystem::directory_iterator(dir, ec)) {
@@ -264,9 +271,11 @@ class Supervisor {
                           name.compare(name.size() - 5, 5, ".adam") == 0);
       }
       if (!found) {
-        std::fprintf(stderr, "adam run: --resume %s: no checkpoint of parameter server %s-%d in %s "
-                     "(a run with --state-dir %s leaves one per server)\n", state_root_.c_str(),
-                     spec::RoleSubcommand(spec::Role::kParamServer), i, dir.c_str(), state_root_.c_str());
+        std::fprintf(stderr,
+                     "adam run: --resume %s: no checkpoint of parameter server %s-%d in %s "
+                     "(a run with --state-dir %s leaves one per server)\n",
+                     state_root_.c_str(), spec::RoleSubcommand(spec::Role::kParamServer), i,
+                     dir.c_str(), state_root_.c_str());
         return kExitInvalid;
       }
     }
@@ -329,9 +338,12 @@ class Supervisor {
     for (const auto& in : plan.instances)
       if (in.role == spec::Role::kTrainer && in.index == 0) t0 = &in;
     if (t0 == nullptr) return 0;
-    for (const auto& [_, ev] : done_) last_epoch_ = std::max(last_epoch_, int(EventInt(ev, "epochs", 0)));
-    std::fprintf(stderr, "adam run: trainer-0 did not finish (its last evaluation was after epoch %d); "
-                 "evaluating the final model (epoch %d) with an evaluator\n", evaluated_epoch_, last_epoch_);
+    for (const auto& [_, ev] : done_)
+      last_epoch_ = std::max(last_epoch_, int(EventInt(ev, "epochs", 0)));
+    std::fprintf(stderr,
+                 "adam run: trainer-0 did not finish (its last evaluation was after epoch %d); "
+                 "evaluating the final model (epoch %d) with an evaluator\n",
+                 evaluated_epoch_, last_epoch_);
     spec::RoleInstance in = *t0;
     in.name = "evaluator";
     if (!Spawn(in, endpoints_, /*evaluate_only=*/true)) return 1;
@@ -341,7 +353,8 @@ class Supervisor {
       const Child& c = children_.back();
       if (c.exited) break;
       if (Clock::now() > deadline) {
-        Fail(&c, "the evaluator did not finish within " + std::to_string(o_.ready_timeout.count()) + " s");
+        Fail(&c, "the evaluator did not finish within " + std::to_string(o_.ready_timeout.count()) +
+                     " s");
         return 1;
       }
     }
@@ -351,7 +364,8 @@ class Supervisor {
     }
     last_accuracy_ = final_accuracy_;
     Mark("final model evaluated without trainer-0");
-    std::fprintf(stderr, "adam run: the final model: test accuracy %s\n", Percent(last_accuracy_).c_str());
+    std::fprintf(stderr, "adam run: the final model: test accuracy %s\n",
+                 Percent(last_accuracy_).c_str());
     return 0;
   }
 
@@ -489,8 +503,8 @@ class Supervisor {
         if (c.inst.role == spec::Role::kTrainer && ok_exit) continue;
         if (ha_ && !c.expected_exit &&
             (c.inst.role == spec::Role::kParamServer || c.inst.role == spec::Role::kController)) {
-          std::fprintf(stderr, "adam run: %s %s; the job goes on without it\n",
-                       c.inst.name.c_str(), ExitText(status).c_str());
+          std::fprintf(stderr, "adam run: %s %s; the job goes on without it\n", c.inst.name.c_str(),
+                       ExitText(status).c_str());
           continue;
         }
         if (!c.expected_exit && c.inst.role == spec::Role::kTrainer && WIFEXITED(status) &&
@@ -501,7 +515,8 @@ class Supervisor {
         if (!c.expected_exit) {
           Fail(&c, c.inst.name + " " + ExitText(status));
           // A role that refused its input (a data file) makes the run's exit 2, as a manifest does.
-          return WIFEXITED(status) && WEXITSTATUS(status) == kExitInvalid ? kExitInvalid : kExitFailed;
+          return WIFEXITED(status) && WEXITSTATUS(status) == kExitInvalid ? kExitInvalid
+                                                                          : kExitFailed;
         }
       }
     }
@@ -559,9 +574,11 @@ class Supervisor {
     } else if (type == "promoted_first_update" && kill_unix_ms_ > 0) {
       const int64_t ms = EventInt(ev, "unix_ms", 0) - kill_unix_ms_;
       if (promoted_ == 0)
-        std::fprintf(stderr, "adam run: failover: %s accepted its first update as the new primary "
-                     "of shard %d %lld ms after the kill\n", c.inst.name.c_str(),
-                     int(EventInt(ev, "shard", 0)), static_cast<long long>(ms));
+        std::fprintf(stderr,
+                     "adam run: failover: %s accepted its first update as the new primary "
+                     "of shard %d %lld ms after the kill\n",
+                     c.inst.name.c_str(), int(EventInt(ev, "shard", 0)),
+                     static_cast<long long>(ms));
       if (promoted_ == 0) Mark(c.inst.name + ": first update as a new primary");
       // Shards, not promotions: a shard promoted again (its new primary lost too) moved once.
       promoted_shards_.insert(int(EventInt(ev, "shard", -1)));
@@ -586,13 +603,15 @@ class Supervisor {
         Mark("resumed after epoch " + std::to_string(resumed_epochs_));
       }
     } else if (type == "diverged") {
-      if (diverged_.empty()) diverged_ = c.inst.name + ": " + EventString(ev, "message", "training diverged");
+      if (diverged_.empty())
+        diverged_ = c.inst.name + ": " + EventString(ev, "message", "training diverged");
     } else if (type == "failover") {
       // The controller leader moved a lost server's shards: one row per failover in the report.
       std::string dead;
       if (auto it = ev.find("dead"); it != ev.end() && it->is_array())
         for (const auto& d : *it)
-          if (d.is_number_integer()) dead += (dead.empty() ? "ps-" : ", ps-") + std::to_string(d.get<int64_t>());
+          if (d.is_number_integer())
+            dead += (dead.empty() ? "ps-" : ", ps-") + std::to_string(d.get<int64_t>());
       if (dead.empty()) dead = "a parameter server";
       const int shards = int(EventInt(ev, "shards", 0));
       ++failovers_;
@@ -655,8 +674,8 @@ class Supervisor {
     if (o_.chaos_seconds > 0 && t < o_.chaos_seconds && restarts_.empty() && t >= next_chaos_) {
       std::vector<Child*> victims;
       for (auto& c : children_)
-        if (!c.exited && (c.inst.role == spec::Role::kController ||
-                          c.inst.role == spec::Role::kParamServer))
+        if (!c.exited &&
+            (c.inst.role == spec::Role::kController || c.inst.role == spec::Role::kParamServer))
           victims.push_back(&c);
       if (!victims.empty()) {
         Child& c = *victims[chaos_rng_() % victims.size()];
@@ -705,8 +724,8 @@ class Supervisor {
     last_epoch_ = epoch;
     evaluated_epoch_ = epoch;
     last_loss_ = loss;
-    record_.epochs.push_back({epoch, std::chrono::duration<double>(now - train_start_).count(), loss,
-                              last_accuracy_});
+    record_.epochs.push_back(
+        {epoch, std::chrono::duration<double>(now - train_start_).count(), loss, last_accuracy_});
     std::fprintf(stderr, "epoch %3d/%-3d  loss %.4f  test acc %6.2f%%  %9s img/s  %s\n", epoch,
                  job_.training.epochs, loss, 100 * last_accuracy_, Thousands(ips).c_str(),
                  Clock2(std::chrono::duration<double>(now - start_).count()).c_str());
@@ -781,12 +800,15 @@ class Supervisor {
       record_.summary.push_back({"failover (kill to first update on the new primary)",
                                  std::to_string(first_failover_ms_) + " ms"});
     if (controller_failover_ms_ >= 0)
-      record_.summary.push_back({"controller failover", std::to_string(controller_failover_ms_) + " ms"});
-    if (o_.chaos_seconds > 0) record_.summary.push_back({"chaos faults", std::to_string(chaos_faults_)});
+      record_.summary.push_back(
+          {"controller failover", std::to_string(controller_failover_ms_) + " ms"});
+    if (o_.chaos_seconds > 0)
+      record_.summary.push_back({"chaos faults", std::to_string(chaos_faults_)});
     if (failovers_ > 0)
       record_.summary.push_back({"parameter-server failovers", std::to_string(failovers_)});
     if (map_version_ > 0)
-      record_.summary.push_back({"shards under-replicated at the end", std::to_string(under_replicated_)});
+      record_.summary.push_back(
+          {"shards under-replicated at the end", std::to_string(under_replicated_)});
     std::error_code ec;
     std::filesystem::create_directories(o_.report_dir, ec);
     const std::string path = o_.report_dir + "/index.html";
@@ -894,13 +916,14 @@ class Supervisor {
           resumed_epochs_ > 0 ? " (resumed after " + std::to_string(resumed_epochs_) + ")" : "";
       std::printf("%s: %d epochs%s, test accuracy %.2f%%, %s images in %s (%s img/s), wall %s\n",
                   job_.name.c_str(), last_epoch_, resumed.c_str(), 100 * last_accuracy_,
-                  Thousands(double(images)).c_str(), Clock2(train).c_str(),
-                  Thousands(ips).c_str(), Clock2(wall).c_str());
+                  Thousands(double(images)).c_str(), Clock2(train).c_str(), Thousands(ips).c_str(),
+                  Clock2(wall).c_str());
       if (first_failover_ms_ >= 0)
-        std::printf("failover after kill -9 %s: %d shards moved; first update accepted by a new "
-                    "primary after %lld ms, the last after %lld ms\n",
-                    killed_.c_str(), promoted_, static_cast<long long>(first_failover_ms_),
-                    static_cast<long long>(failover_ms_));
+        std::printf(
+            "failover after kill -9 %s: %d shards moved; first update accepted by a new "
+            "primary after %lld ms, the last after %lld ms\n",
+            killed_.c_str(), promoted_, static_cast<long long>(first_failover_ms_),
+            static_cast<long long>(failover_ms_));
       if (controller_failover_ms_ >= 0)
         std::printf("failover after kill -9 %s: a new controller leader after %lld ms\n",
                     killed_.c_str(), static_cast<long long>(controller_failover_ms_));
@@ -911,10 +934,10 @@ class Supervisor {
 
   const spec::AdamJob& job_;
   const RunOptions& o_;
-  std::string state_root_;  // parameter servers' checkpoints: <state_root_>/<name>
+  std::string state_root_;      // parameter servers' checkpoints: <state_root_>/<name>
   std::deque<Child> children_;  // deque: stable addresses
   std::map<std::string, std::vector<int>> cpus_;  // trainer name -> its CPU slice
-  std::set<std::string> no_bind_;                  // trainers that must not bind
+  std::set<std::string> no_bind_;                 // trainers that must not bind
   Clock::time_point start_, train_start_, train_end_;
   std::map<int, int64_t> images_total_;
   std::map<int, nlohmann::json> done_;
@@ -930,7 +953,7 @@ class Supervisor {
   std::vector<std::pair<spec::RoleInstance, double>> restarts_;  // instance, at seconds
   int64_t kill_unix_ms_ = 0;
   std::string killed_;
-  int promoted_ = 0;            // shards that moved to a new primary since the kill
+  int promoted_ = 0;  // shards that moved to a new primary since the kill
   std::set<int> promoted_shards_;
   int64_t failover_ms_ = -1, first_failover_ms_ = -1, controller_failover_ms_ = -1;
   std::string controller_leader_;
@@ -938,18 +961,18 @@ class Supervisor {
   std::mt19937_64 chaos_rng_{o_.chaos_seed};
   double next_chaos_ = 1.0;
   int chaos_faults_ = 0;
-  int64_t map_version_ = 0;   // the newest shard map the controller leader committed
-  int failovers_ = 0;         // the controller's failovers (lost servers whose shards moved)
-  int under_replicated_ = 0;  // its shards with fewer in-sync copies than wanted
-  std::string tls_dir_;       // the run's TLS material; empty: --plaintext
-  std::string diverged_;      // the first trainer's divergence message
-  spec::Endpoints endpoints_; // the last stage's: data server, parameter servers, controller
-  std::string model_written_;  // where the final model went (a model_written event)
+  int64_t map_version_ = 0;     // the newest shard map the controller leader committed
+  int failovers_ = 0;           // the controller's failovers (lost servers whose shards moved)
+  int under_replicated_ = 0;    // its shards with fewer in-sync copies than wanted
+  std::string tls_dir_;         // the run's TLS material; empty: --plaintext
+  std::string diverged_;        // the first trainer's divergence message
+  spec::Endpoints endpoints_;   // the last stage's: data server, parameter servers, controller
+  std::string model_written_;   // where the final model went (a model_written event)
   double final_accuracy_ = -1;  // the evaluator's, when trainer 0 did not finish
   int evaluated_epoch_ = 0;     // the epoch of trainer 0's last evaluation
   int resumed_epochs_ = -1;     // trainer 0's start: the epochs the checkpoints held (-1: none)
-  int lock_fd_ = -1;          // holds the --state-dir lock
-  RunRecord record_;          // for --report
+  int lock_fd_ = -1;            // holds the --state-dir lock
+  RunRecord record_;            // for --report
   std::optional<Clock::time_point> rate_at_;
   std::deque<std::pair<Clock::time_point, int64_t>> rate_window_;  // (time, images) samples
 };

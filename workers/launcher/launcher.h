@@ -7,9 +7,10 @@
 // summary goes to stdout, as text or as one JSON object. If any child dies, or on SIGINT/SIGTERM,
 // every child is stopped (SIGTERM, then SIGKILL after a grace period) and the run fails, showing
 // the dead child's last lines -- except, with copies > 1, a parameter server or controller member,
-// which the job survives (a failover; trainers fail if it cannot recover). Children die with the launcher (PR_SET_PDEATHSIG). Run is called
-// once from the main thread; it installs SIGINT, SIGTERM, SIGHUP and SIGPIPE handlers for its
-// duration. With --state-dir it holds a lock on DIR/.lock: one run per directory.
+// which the job survives (a failover; trainers fail if it cannot recover). Children die with the
+// launcher (PR_SET_PDEATHSIG). Run is called once from the main thread; it installs SIGINT,
+// SIGTERM, SIGHUP and SIGPIPE handlers for its duration. With --state-dir it holds a lock on
+// DIR/.lock: one run per directory.
 #pragma once
 
 #include <chrono>
@@ -21,13 +22,13 @@
 namespace adam::launcher {
 
 struct RunOptions {
-  std::string job_path;       // the manifest, passed on to every child
-  std::string executable;     // the `adam` binary the children run
-  bool json = false;          // summary as one JSON object on stdout
-  bool quiet = false;         // hide the children's log lines (errors still shown on failure)
+  std::string job_path;    // the manifest, passed on to every child
+  std::string executable;  // the `adam` binary the children run
+  bool json = false;       // summary as one JSON object on stdout
+  bool quiet = false;      // hide the children's log lines (errors still shown on failure)
   std::chrono::seconds ready_timeout{300};  // for serving roles to start listening
   std::chrono::seconds stop_grace{5};       // SIGTERM -> SIGKILL
-  int tail_lines = 20;        // a dead child's last lines to show
+  int tail_lines = 20;                      // a dead child's last lines to show
   // Parameter-server checkpoints go to <state_dir>/<ps name>; a run given a directory that
   // holds checkpoints resumes from them: the parameters, and the epochs finished, so the epochs
   // and the learning-rate schedule go on where they were. Empty: a temporary directory, removed

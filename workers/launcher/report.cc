@@ -55,11 +55,13 @@ double BadgeWidth(const std::string& label) { return 8 + 7.0 * double(label.size
 // after the previous badge), and a line that falls under the badge being built joins it. A
 // last badge that would leave the plot is merged into the one before it.
 template <typename XFn>
-std::vector<Badge> LayOutBadges(const std::vector<RunRecord::Mark>& marks, XFn X, double lo, double hi) {
+std::vector<Badge> LayOutBadges(const std::vector<RunRecord::Mark>& marks, XFn X, double lo,
+                                double hi) {
   constexpr double kGap = 2;
   std::vector<Badge> out;
   auto label = [](size_t first, size_t last) {
-    return first == last ? std::to_string(first + 1) : std::to_string(first + 1) + "-" + std::to_string(last + 1);
+    return first == last ? std::to_string(first + 1)
+                         : std::to_string(first + 1) + "-" + std::to_string(last + 1);
   };
   for (size_t i = 0; i < marks.size(); ++i) {
     const double x = X(marks[i].seconds);
@@ -75,7 +77,8 @@ std::vector<Badge> LayOutBadges(const std::vector<RunRecord::Mark>& marks, XFn X
     }
     Badge b{i, i, label(i, i), 0, 0};
     b.width = BadgeWidth(b.label);
-    b.left = std::max({lo, x - b.width / 2, out.empty() ? lo : out.back().left + out.back().width + kGap});
+    b.left = std::max(
+        {lo, x - b.width / 2, out.empty() ? lo : out.back().left + out.back().width + kGap});
     out.push_back(b);
   }
   while (out.size() > 1 && out.back().left + out.back().width > hi) {
@@ -104,9 +107,9 @@ std::string RenderChart(const Chart& c) {
     x1 = std::max(x1, m.seconds);
   }
   std::string svg = "<figure><figcaption>" + HtmlEscape(c.title) + "</figcaption>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"" + std::to_string(kWidth) +
-         "\" height=\"" + std::to_string(kHeight) + "\" viewBox=\"0 0 " + std::to_string(kWidth) +
-         " " + std::to_string(kHeight) + "\">\n";
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"" +
+         std::to_string(kWidth) + "\" height=\"" + std::to_string(kHeight) + "\" viewBox=\"0 0 " +
+         std::to_string(kWidth) + " " + std::to_string(kHeight) + "\">\n";
   svg += "<rect x=\"0\" y=\"0\" width=\"" + std::to_string(kWidth) + "\" height=\"" +
          std::to_string(kHeight) + "\" fill=\"#ffffff\"/>\n";
   if (!std::isfinite(x0) || !std::isfinite(y0)) {
@@ -129,25 +132,28 @@ std::string RenderChart(const Chart& c) {
   auto Y = [&](double y) { return kTop + ph - (y - y0) / (y1 - y0) * ph; };
   // Grid and axes.
   for (double y = y0; y <= y1 + ystep / 2; y += ystep) {
-    svg += "<line x1=\"" + Num(kLeft, 1) + "\" y1=\"" + Num(Y(y), 1) + "\" x2=\"" + Num(kLeft + pw, 1) +
-           "\" y2=\"" + Num(Y(y), 1) + "\" stroke=\"#e4e4e4\"/>\n";
+    svg += "<line x1=\"" + Num(kLeft, 1) + "\" y1=\"" + Num(Y(y), 1) + "\" x2=\"" +
+           Num(kLeft + pw, 1) + "\" y2=\"" + Num(Y(y), 1) + "\" stroke=\"#e4e4e4\"/>\n";
     svg += "<text x=\"" + Num(kLeft - 6, 1) + "\" y=\"" + Num(Y(y) + 4, 1) +
-           "\" text-anchor=\"end\" font-size=\"11\" fill=\"#444\">" + Num(y, c.y_decimals) + "</text>\n";
+           "\" text-anchor=\"end\" font-size=\"11\" fill=\"#444\">" + Num(y, c.y_decimals) +
+           "</text>\n";
   }
   for (double x = std::ceil(x0 / xstep) * xstep; x <= x1 + xstep / 1000; x += xstep) {
-    svg += "<line x1=\"" + Num(X(x), 1) + "\" y1=\"" + Num(kTop + ph, 1) + "\" x2=\"" + Num(X(x), 1) +
-           "\" y2=\"" + Num(kTop + ph + 4, 1) + "\" stroke=\"#444\"/>\n";
+    svg += "<line x1=\"" + Num(X(x), 1) + "\" y1=\"" + Num(kTop + ph, 1) + "\" x2=\"" +
+           Num(X(x), 1) + "\" y2=\"" + Num(kTop + ph + 4, 1) + "\" stroke=\"#444\"/>\n";
     svg += "<text x=\"" + Num(X(x), 1) + "\" y=\"" + Num(kTop + ph + 17, 1) +
-           "\" text-anchor=\"middle\" font-size=\"11\" fill=\"#444\">" +
-           Num(x, xstep < 1 ? 1 : 0) + "</text>\n";
+           "\" text-anchor=\"middle\" font-size=\"11\" fill=\"#444\">" + Num(x, xstep < 1 ? 1 : 0) +
+           "</text>\n";
   }
   svg += "<rect x=\"" + Num(kLeft, 1) + "\" y=\"" + Num(kTop, 1) + "\" width=\"" + Num(pw, 1) +
          "\" height=\"" + Num(ph, 1) + "\" fill=\"none\" stroke=\"#444\"/>\n";
   svg += "<text x=\"" + Num(kLeft + pw / 2, 1) + "\" y=\"" + Num(kHeight - 8, 1) +
-         "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#222\">" + HtmlEscape(c.x_label) + "</text>\n";
-  svg += "<text x=\"14\" y=\"" + Num(kTop + ph / 2, 1) + "\" text-anchor=\"middle\" font-size=\"12\" "
-         "fill=\"#222\" transform=\"rotate(-90 14 " + Num(kTop + ph / 2, 1) + ")\">" +
-         HtmlEscape(c.y_label) + "</text>\n";
+         "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#222\">" + HtmlEscape(c.x_label) +
+         "</text>\n";
+  svg += "<text x=\"14\" y=\"" + Num(kTop + ph / 2, 1) +
+         "\" text-anchor=\"middle\" font-size=\"12\" "
+         "fill=\"#222\" transform=\"rotate(-90 14 " +
+         Num(kTop + ph / 2, 1) + ")\">" + HtmlEscape(c.y_label) + "</text>\n";
   // Faults: a dashed vertical line each, numbered as in the faults table. Numbers whose badges
   // would touch share one ("4-9"), so that a chaos run's dozens of faults stay readable.
   for (const auto& m : c.marks)
@@ -159,11 +165,14 @@ std::string RenderChart(const Chart& c) {
     std::string title;
     for (size_t i = b.first; i <= b.last; ++i)
       title += (title.empty() ? "" : "; ") + std::to_string(i + 1) + ": " + c.marks[i].what;
-    svg += "<g class=\"mark\"><title>" + HtmlEscape(title) + "</title><rect class=\"mark-badge\" x=\"" +
-           Num(b.left, 1) + "\" y=\"" + Num(kTop + 2, 1) + "\" width=\"" + Num(b.width, 1) +
-           "\" height=\"14\" rx=\"3\" fill=\"#ffffff\" stroke=\"#d62728\"/><text class=\"mark-label\" x=\"" +
+    svg += "<g class=\"mark\"><title>" + HtmlEscape(title) +
+           "</title><rect class=\"mark-badge\" x=\"" + Num(b.left, 1) + "\" y=\"" +
+           Num(kTop + 2, 1) + "\" width=\"" + Num(b.width, 1) +
+           "\" height=\"14\" rx=\"3\" fill=\"#ffffff\" stroke=\"#d62728\"/><text "
+           "class=\"mark-label\" x=\"" +
            Num(b.left + b.width / 2, 1) + "\" y=\"" + Num(kTop + 13, 1) +
-           "\" text-anchor=\"middle\" font-size=\"10\" fill=\"#d62728\">" + b.label + "</text></g>\n";
+           "\" text-anchor=\"middle\" font-size=\"10\" fill=\"#d62728\">" + b.label +
+           "</text></g>\n";
   }
   // Series: a polyline and a dot per point.
   for (const auto& s : c.series) {
@@ -181,7 +190,8 @@ std::string RenderChart(const Chart& c) {
   // Legend.
   double lx = kLeft + 8;
   for (const auto& s : c.series) {
-    svg += "<rect x=\"" + Num(lx, 1) + "\" y=\"10\" width=\"12\" height=\"12\" fill=\"" + s.color + "\"/>";
+    svg += "<rect x=\"" + Num(lx, 1) + "\" y=\"10\" width=\"12\" height=\"12\" fill=\"" + s.color +
+           "\"/>";
     svg += "<text x=\"" + Num(lx + 16, 1) + "\" y=\"20\" font-size=\"12\" fill=\"#222\">" +
            HtmlEscape(s.name) + "</text>\n";
     lx += 24 + 7.0 * double(s.name.size());
@@ -197,19 +207,31 @@ std::string HtmlEscape(const std::string& text) {
   out.reserve(text.size());
   for (char ch : text) {
     switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += ch;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += ch;
     }
   }
   return out;
 }
 
 std::string RenderReportHtml(const RunRecord& r) {
-  Chart accuracy{"Test accuracy after each epoch", "epoch", "test accuracy (%)", {}, {}, 2, false, true};
+  Chart accuracy{
+      "Test accuracy after each epoch", "epoch", "test accuracy (%)", {}, {}, 2, false, true};
   Chart loss{"Training loss (mean over trainers)", "epoch", "loss", {}, {}, 3, false, true};
   Series acc{"test accuracy", "#1f77b4", {}};
   Series lo{"training loss", "#ff7f0e", {}};
@@ -221,10 +243,17 @@ std::string RenderReportHtml(const RunRecord& r) {
   loss.series.push_back(lo);
   // Faults in time order: the chart's badge numbers are the table's row numbers.
   std::vector<RunRecord::Mark> marks = r.marks;
-  std::stable_sort(marks.begin(), marks.end(),
-                   [](const RunRecord::Mark& a, const RunRecord::Mark& b) { return a.seconds < b.seconds; });
-  Chart rate{"Throughput over time (faults numbered as in the table below)", "seconds since training started",
-             "images/s", {}, marks, 0, true, false};
+  std::stable_sort(
+      marks.begin(), marks.end(),
+      [](const RunRecord::Mark& a, const RunRecord::Mark& b) { return a.seconds < b.seconds; });
+  Chart rate{"Throughput over time (faults numbered as in the table below)",
+             "seconds since training started",
+             "images/s",
+             {},
+             marks,
+             0,
+             true,
+             false};
   Series rs{"images/s", "#2ca02c", {}};
   for (const auto& p : r.rates) rs.points.push_back({p.seconds, p.images_per_second});
   rate.series.push_back(rs);
@@ -240,18 +269,21 @@ std::string RenderReportHtml(const RunRecord& r) {
   for (const auto& [k, v] : r.summary)
     html += "<tr><th>" + HtmlEscape(k) + "</th><td>" + HtmlEscape(v) + "</td></tr>\n";
   html += "</table>\n" + RenderChart(accuracy) + RenderChart(loss) + RenderChart(rate);
-  html += "<h2>Epochs</h2>\n<table class=\"epochs\"><tr><th>epoch</th><th>time (s)</th><th>loss</th>"
-          "<th>test accuracy</th></tr>\n";
+  html +=
+      "<h2>Epochs</h2>\n<table class=\"epochs\"><tr><th>epoch</th><th>time (s)</th><th>loss</th>"
+      "<th>test accuracy</th></tr>\n";
   for (const auto& e : r.epochs)
     html += "<tr><td>" + std::to_string(e.epoch) + "</td><td>" + Num(e.seconds, 1) + "</td><td>" +
-            Num(e.loss, 4) + "</td><td>" + (e.accuracy >= 0 ? Num(100 * e.accuracy, 2) + "%" : "-") +
-            "</td></tr>\n";
+            Num(e.loss, 4) + "</td><td>" +
+            (e.accuracy >= 0 ? Num(100 * e.accuracy, 2) + "%" : "-") + "</td></tr>\n";
   html += "</table>\n";
   if (!marks.empty()) {
-    html += "<h2>Faults</h2>\n<table class=\"marks\"><tr><th>#</th><th>time (s)</th><th>event</th></tr>\n";
+    html +=
+        "<h2>Faults</h2>\n<table class=\"marks\"><tr><th>#</th><th>time "
+        "(s)</th><th>event</th></tr>\n";
     for (size_t i = 0; i < marks.size(); ++i)
-      html += "<tr><td>" + std::to_string(i + 1) + "</td><td>" + Num(marks[i].seconds, 1) + "</td><td>" +
-              HtmlEscape(marks[i].what) + "</td></tr>\n";
+      html += "<tr><td>" + std::to_string(i + 1) + "</td><td>" + Num(marks[i].seconds, 1) +
+              "</td><td>" + HtmlEscape(marks[i].what) + "</td></tr>\n";
     html += "</table>\n";
   }
   html += "</body></html>\n";

@@ -14,9 +14,9 @@ struct RunRecord {
   std::string job;
   struct EpochPoint {
     int epoch = 0;
-    double seconds = 0;        // since training started
-    double loss = 0;           // mean training loss over the trainers
-    double accuracy = -1;      // test accuracy (trainer 0); < 0 when not measured
+    double seconds = 0;    // since training started
+    double loss = 0;       // mean training loss over the trainers
+    double accuracy = -1;  // test accuracy (trainer 0); < 0 when not measured
   };
   struct RatePoint {
     double seconds = 0;
@@ -24,7 +24,8 @@ struct RunRecord {
   };
   struct Mark {
     double seconds = 0;
-    std::string what;          // "kill -9 ps-0", "restart ps-0", "failover: ps-0 lost, 3 shard(s) moved", ...
+    std::string
+        what;  // "kill -9 ps-0", "restart ps-0", "failover: ps-0 lost, 3 shard(s) moved", ...
   };
   std::vector<EpochPoint> epochs;
   std::vector<RatePoint> rates;

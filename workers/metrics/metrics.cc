@@ -13,7 +13,8 @@ StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string&
   // on every interface instead.
   in_addr ip{};
   const bool numeric = inet_pton(AF_INET, host.c_str(), &ip) == 1;
-  const std::string address = (numeric ? host : std::string("0.0.0.0")) + ":" + std::to_string(port);
+  const std::string address =
+      (numeric ? host : std::string("0.0.0.0")) + ":" + std::to_string(port);
   try {
     m->exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
   } catch (const std::exception& e) {
@@ -36,7 +37,7 @@ prometheus::Gauge& MetricsServer::Gauge(const std::string& name, const std::stri
 }
 
 prometheus::Histogram& MetricsServer::Histogram(const std::string& name, const std::string& help,
-                                               const std::vector<double>& buckets) {
+                                                const std::vector<double>& buckets) {
   return prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_).Add({}, buckets);
 }
 

@@ -53,9 +53,8 @@ void ModelLayout::InitParams(uint64_t seed, float* out) const {
       }
       const bool rectifier =
           l.activation == spec::Activation::kRelu || l.activation == spec::Activation::kLeakyRelu;
-      const double limit = rectifier
-                               ? std::sqrt(6.0 / fan_in)
-                               : std::sqrt(6.0 / (fan_in + fan_out));
+      const double limit =
+          rectifier ? std::sqrt(6.0 / fan_in) : std::sqrt(6.0 / (fan_in + fan_out));
       std::uniform_real_distribution<float> dist(float(-limit), float(limit));
       for (int64_t k = 0; k < p.weights.count; ++k) out[p.weights.offset + k] = dist(rng);
     }

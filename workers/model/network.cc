@@ -11,8 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "oneapi/dnnl/dnnl.hpp"
 #include "core/hogwild.h"
+#include "oneapi/dnnl/dnnl.hpp"
 
 namespace adam::model {
 
@@ -48,9 +48,12 @@ dnnl::matmul FusedUpdate(const memory::desc& a_md, const memory::desc& src_md,
 algorithm EltwiseAlg(spec::Activation a) {
   switch (a) {
     case spec::Activation::kRelu:
-    case spec::Activation::kLeakyRelu: return algorithm::eltwise_relu_use_dst_for_bwd;
-    case spec::Activation::kSigmoid: return algorithm::eltwise_logistic_use_dst_for_bwd;
-    default: return algorithm::eltwise_tanh_use_dst_for_bwd;
+    case spec::Activation::kLeakyRelu:
+      return algorithm::eltwise_relu_use_dst_for_bwd;
+    case spec::Activation::kSigmoid:
+      return algorithm::eltwise_logistic_use_dst_for_bwd;
+    default:
+      return algorithm::eltwise_tanh_use_dst_for_bwd;
   }
 }
 // The slope below 0 for relu (oneDNN's alpha); unused by the others.
@@ -100,8 +103,8 @@ struct Network::Impl {
   // A StepRule other than plain SGD: the dense layers' fused matmuls write momentum * v + g into
   // the velocity instead of the weights, and Backward takes the step over every range.
   StepRule rule;
-  std::vector<float> own_velocity;  // when the StepRule brings none
-  float* velocity = nullptr;        // num_params floats, or null for plain SGD
+  std::vector<float> own_velocity;                     // when the StepRule brings none
+  float* velocity = nullptr;                           // num_params floats, or null for plain SGD
   std::vector<ParamRange> weight_ranges, bias_ranges;  // every layer's
   // Weight decay with no momentum needs no velocity: each step is w = (1 - lr * wd) * w - lr * g,
   // the dense layers' as their fused matmul with that sum scale, rebuilt when the rate changes.
@@ -109,10 +112,10 @@ struct Network::Impl {
     memory::desc a, src, w;
   };
   std::vector<DecayedMatmul> decayed;
-  std::vector<size_t> decayed_steps;  // their indices in `backward`
-  float decay_scale = 1;              // the sum scale they were built with
+  std::vector<size_t> decayed_steps;   // their indices in `backward`
+  float decay_scale = 1;               // the sum scale they were built with
   std::vector<bool> looped_is_weight;  // per looped range: decayed (a weight) or not (a bias)
-  memory neg_lr;  // one f32: the runtime output scale of the fused updates
+  memory neg_lr;                       // one f32: the runtime output scale of the fused updates
   struct DenseBias {
     memory diff_dst;  // batch x units
     int64_t offset;   // of the bias in params
@@ -129,9 +132,9 @@ struct Network::Impl {
     int64_t in, units, weights, bias;  // offsets in params
     std::vector<float> a, e;           // apply_every*batch rows each
   };
-  std::vector<Held> held;              // dense layers
-  std::vector<int> held_index;         // per layer: index into held, or -1
-  std::vector<float> held_steps;       // sum of lr * grad over the looped ranges
+  std::vector<Held> held;         // dense layers
+  std::vector<int> held_index;    // per layer: index into held, or -1
+  std::vector<float> held_steps;  // sum of lr * grad over the looped ranges
   std::vector<memory> pool_diff_src;
   // Dropout while training (inverted: a kept input is scaled by 1 / keep, so evaluation, which
   // leaves the layer out, needs no scaling): each layer's mask, drawn before every Forward in
@@ -172,7 +175,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
   m.labels.resize(batch);
   m.mode = mode;
   m.params = params;
-  if (mode == NetworkMode::kSgd) m.rng = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  if (mode == NetworkMode::kSgd)
+    m.rng = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   const bool train = mode != NetworkMode::kInference;
   const bool sgd = mode == NetworkMode::kSgd;
   if (sgd) {
@@ -199,8 +203,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     m.input = memory({Dims4(batch, layout.spec().input), dt::f32, tag::nchw}, eng);
-    memory src = m.input;     // the current layer's input activations
-    memory diff_src;          // gradient wrt the current layer's input (empty for layer 0)
+    memory src = m.input;  // the current layer's input activations
+    memory diff_src;       // gradient wrt the current layer's input (empty for layer 0)
     // Backward steps are collected per layer and then reversed.
     std::vector<std::vector<Step>> bwd_layers;
     for (size_t i = 0; i < layout.shapes().size(); ++i) {
@@ -220,7 +224,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         memory::dims strides = {l.stride, l.stride}, pad = {l.padding, l.padding};
         dnnl::convolution_forward::primitive_desc fpd(
             {prop_kind::forward_training, algorithm::convolution_direct, src_any, w_any, b_md,
-             dst_any, strides, pad, pad}, attr, eng);
+             dst_any, strides, pad, pad},
+            attr, eng);
         memory w(w_md, eng, wp + p.weights.offset), b(b_md, eng, wp + p.bias.offset);
         std::vector<Step> after_bwd_data;  // runs after this layer's backward-data step
         memory conv_src = Reformat(src, fpd.src_desc(), eng, &m.forward);
@@ -232,8 +237,10 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         memory w_fwd = Reformat(w, fpd.weights_desc(), eng, &m.forward);
         memory dst(fpd.dst_desc(), eng);
         m.forward.push_back({dnnl::convolution_forward(fpd),
-                             {{DNNL_ARG_SRC, conv_src}, {DNNL_ARG_WEIGHTS, w_fwd},
-                              {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}}});
+                             {{DNNL_ARG_SRC, conv_src},
+                              {DNNL_ARG_WEIGHTS, w_fwd},
+                              {DNNL_ARG_BIAS, b},
+                              {DNNL_ARG_DST, dst}}});
         memory diff_dst;
         if (train) diff_dst = memory(fpd.dst_desc(), eng);
         if (l.activation != spec::Activation::kNone) {
@@ -241,14 +248,16 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
               {prop_kind::forward_training, EltwiseAlg(l.activation), fpd.dst_desc(),
                EltwiseAlpha(l.activation), 0.f},
               attr, eng);
-          m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
+          m.forward.push_back(
+              {dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
           if (train) {
             dnnl::eltwise_backward::primitive_desc ebd(
-                {EltwiseAlg(l.activation), fpd.dst_desc(), fpd.dst_desc(), EltwiseAlpha(l.activation),
-                 0.f},
+                {EltwiseAlg(l.activation), fpd.dst_desc(), fpd.dst_desc(),
+                 EltwiseAlpha(l.activation), 0.f},
                 attr, eng, epd);
             bwd.push_back({dnnl::eltwise_backward(ebd),
-                           {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst},
+                           {{DNNL_ARG_DST, dst},
+                            {DNNL_ARG_DIFF_DST, diff_dst},
                             {DNNL_ARG_DIFF_SRC, diff_dst}}});
           }
         }
@@ -267,8 +276,10 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           memory dw_pass = dw;
           if (wpd.diff_weights_desc() != w_md) dw_pass = memory(wpd.diff_weights_desc(), eng);
           bwd.push_back({dnnl::convolution_backward_weights(wpd),
-                         {{DNNL_ARG_SRC, w_src}, {DNNL_ARG_DIFF_DST, w_diff_dst},
-                          {DNNL_ARG_DIFF_WEIGHTS, dw_pass}, {DNNL_ARG_DIFF_BIAS, db}}});
+                         {{DNNL_ARG_SRC, w_src},
+                          {DNNL_ARG_DIFF_DST, w_diff_dst},
+                          {DNNL_ARG_DIFF_WEIGHTS, dw_pass},
+                          {DNNL_ARG_DIFF_BIAS, db}}});
           if (dw_pass != dw) bwd.push_back(ReorderStep(dw_pass, dw));
           if (need_diff_src) {
             dnnl::convolution_backward_data::primitive_desc dpd(
@@ -282,7 +293,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
             if (dpd.diff_src_desc() != conv_diff_src.get_desc())
               d_diff_src = memory(dpd.diff_src_desc(), eng);
             bwd.push_back({dnnl::convolution_backward_data(dpd),
-                           {{DNNL_ARG_DIFF_DST, d_diff_dst}, {DNNL_ARG_WEIGHTS, w_bwd},
+                           {{DNNL_ARG_DIFF_DST, d_diff_dst},
+                            {DNNL_ARG_WEIGHTS, w_bwd},
                             {DNNL_ARG_DIFF_SRC, d_diff_src}}});
             if (d_diff_src != conv_diff_src) bwd.push_back(ReorderStep(d_diff_src, conv_diff_src));
             for (auto& st : after_bwd_data) bwd.push_back(std::move(st));
@@ -296,11 +308,13 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           memory mask(md, eng), dst(md, eng);
           dnnl::binary::primitive_desc mul({algorithm::binary_mul, md, md, md}, attr, eng);
           m.forward.push_back(
-              {dnnl::binary(mul), {{DNNL_ARG_SRC_0, src}, {DNNL_ARG_SRC_1, mask}, {DNNL_ARG_DST, dst}}});
+              {dnnl::binary(mul),
+               {{DNNL_ARG_SRC_0, src}, {DNNL_ARG_SRC_1, mask}, {DNNL_ARG_DST, dst}}});
           memory diff_dst(md, eng);
           if (need_diff_src)
-            bwd.push_back({dnnl::binary(mul),
-                           {{DNNL_ARG_SRC_0, diff_dst}, {DNNL_ARG_SRC_1, mask}, {DNNL_ARG_DST, diff_src}}});
+            bwd.push_back(
+                {dnnl::binary(mul),
+                 {{DNNL_ARG_SRC_0, diff_dst}, {DNNL_ARG_SRC_1, mask}, {DNNL_ARG_DST, diff_src}}});
           m.dropouts.push_back({mask, float(1.0 - l.rate)});
           src = dst;
           diff_src = diff_dst;
@@ -309,7 +323,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         // Pools in the layout its input arrives in. Windows never overlap padding (stride =
         // size, no padding), so the average is over the whole window.
         const bool is_max = l.type == spec::LayerType::kMaxPool;
-        const algorithm alg = is_max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
+        const algorithm alg =
+            is_max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
         memory::desc src_md = src.get_desc();
         memory::desc dst_md(Dims4(batch, s.out), dt::f32, tag::any);
         memory::dims k = {l.size, l.size}, zero = {0, 0};
@@ -325,8 +340,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           // oneDNN 2.6 may pair a simple_nchw forward with a jit backward whose workspace
           // layouts disagree (wrong gradients, caught by the gradient check): walk the forward
           // implementations until one has a backward of the same name.
-          const dnnl::pooling_backward::desc bd(algorithm::pooling_max, src_md, fpd.dst_desc(),
-                                                k, k, zero, zero);
+          const dnnl::pooling_backward::desc bd(algorithm::pooling_max, src_md, fpd.dst_desc(), k,
+                                                k, zero, zero);
           bool matched = false;
           do {
             bpd = dnnl::pooling_backward::primitive_desc(bd, attr, eng, fpd);
@@ -377,8 +392,10 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         dnnl::inner_product_forward::primitive_desc fpd(
             {prop_kind::forward_training, src_md, w_md, b_md, dst_md}, attr, eng);
         m.forward.push_back({dnnl::inner_product_forward(fpd),
-                             {{DNNL_ARG_SRC, flat_src}, {DNNL_ARG_WEIGHTS, w},
-                              {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}}});
+                             {{DNNL_ARG_SRC, flat_src},
+                              {DNNL_ARG_WEIGHTS, w},
+                              {DNNL_ARG_BIAS, b},
+                              {DNNL_ARG_DST, dst}}});
         memory diff_dst;
         if (train) {
           diff_dst = memory(dst_md, eng);
@@ -389,7 +406,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           m.logits = dst;
           m.probs = memory(dst_md, eng);
           m.diff_logits = diff_dst;
-          dnnl::softmax_forward::primitive_desc spd({prop_kind::forward_inference, dst_md, 1}, attr, eng);
+          dnnl::softmax_forward::primitive_desc spd({prop_kind::forward_inference, dst_md, 1}, attr,
+                                                    eng);
           m.forward.push_back(
               {dnnl::softmax_forward(spd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, m.probs}}});
         } else if (l.activation != spec::Activation::kNone) {
@@ -397,13 +415,15 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
               {prop_kind::forward_training, EltwiseAlg(l.activation), dst_md,
                EltwiseAlpha(l.activation), 0.f},
               attr, eng);
-          m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
+          m.forward.push_back(
+              {dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
           if (train) {
             dnnl::eltwise_backward::primitive_desc ebd(
                 {EltwiseAlg(l.activation), dst_md, dst_md, EltwiseAlpha(l.activation), 0.f}, attr,
                 eng, epd);
             bwd.push_back({dnnl::eltwise_backward(ebd),
-                           {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst},
+                           {{DNNL_ARG_DST, dst},
+                            {DNNL_ARG_DIFF_DST, diff_dst},
                             {DNNL_ARG_DIFF_SRC, diff_dst}}});
           }
         }
@@ -413,7 +433,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           dnnl::inner_product_backward_data::primitive_desc dpd({src_md, w_md, dst_md}, attr, eng,
                                                                 fpd);
           bwd.push_back({dnnl::inner_product_backward_data(dpd),
-                         {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, w},
+                         {{DNNL_ARG_DIFF_DST, diff_dst},
+                          {DNNL_ARG_WEIGHTS, w},
                           {DNNL_ARG_DIFF_SRC, flat_diff_src}}});
           if (plain_diff_src != diff_src) bwd.push_back(ReorderStep(plain_diff_src, diff_src));
         }
@@ -422,8 +443,10 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
           dnnl::inner_product_backward_weights::primitive_desc wpd({src_md, w_md, b_md, dst_md},
                                                                    attr, eng, fpd);
           bwd.push_back({dnnl::inner_product_backward_weights(wpd),
-                         {{DNNL_ARG_SRC, flat_src}, {DNNL_ARG_DIFF_DST, diff_dst},
-                          {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}}});
+                         {{DNNL_ARG_SRC, flat_src},
+                          {DNNL_ARG_DIFF_DST, diff_dst},
+                          {DNNL_ARG_DIFF_WEIGHTS, dw},
+                          {DNNL_ARG_DIFF_BIAS, db}}});
         }
         if (m.hold) {
           m.held_index[i] = int(m.held.size());
@@ -476,8 +499,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
       }
     size_t scratch = 0;
     auto scratch_md = [](const Step& st) {
-      return memory::desc(*dnnl_primitive_desc_query_md(st.prim.get_primitive_desc(),
-                                                          dnnl_query_scratchpad_md, 0));
+      return memory::desc(
+          *dnnl_primitive_desc_query_md(st.prim.get_primitive_desc(), dnnl_query_scratchpad_md, 0));
     };
     for (auto* list : {&m.forward, &m.backward})
       for (const auto& st : *list) scratch = std::max(scratch, scratch_md(st).get_size());
@@ -501,7 +524,8 @@ int Network::pending() const { return impl_->pending; }
 
 Network::PendingRows Network::pending_rows(int layer) const {
   const Impl& m = *impl_;
-  if (layer < 0 || size_t(layer) >= m.held_index.size() || m.held_index[size_t(layer)] < 0) return {};
+  if (layer < 0 || size_t(layer) >= m.held_index.size() || m.held_index[size_t(layer)] < 0)
+    return {};
   const auto& h = m.held[size_t(m.held_index[size_t(layer)])];
   return {h.a.data(), h.e.data(), int64_t{m.pending} * m.batch, h.in, h.units};
 }

@@ -55,9 +55,9 @@ class Network {
   // pending_steps, then ClearPending. A `rule` other than plain SGD needs every step applied at
   // once (apply_every 1, no hold): the velocity and the decay are applied where the step is.
   static StatusOr<std::unique_ptr<Network>> Create(const ModelLayout& layout, int batch,
-                                                   float* params, float* grads,
-                                                   NetworkMode mode, int apply_every = 1,
-                                                   bool hold = false, StepRule rule = {});
+                                                   float* params, float* grads, NetworkMode mode,
+                                                   int apply_every = 1, bool hold = false,
+                                                   StepRule rule = {});
   ~Network();
 
   int batch() const;
@@ -94,8 +94,8 @@ class Network {
   };
   DenseIo dense_io(int layer) const;
 
-  // apply_every > 1 or hold: steps whose updates are held back, and a dense layer's held rows: its inputs
-  // (rows x in) and errors already scaled by -lr (rows x units), rows = pending() x batch.
+  // apply_every > 1 or hold: steps whose updates are held back, and a dense layer's held rows: its
+  // inputs (rows x in) and errors already scaled by -lr (rows x units), rows = pending() x batch.
   int pending() const;
   struct PendingRows {
     const float* a = nullptr;

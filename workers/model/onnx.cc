@@ -59,11 +59,16 @@ void SetFloatShape(onnx::ValueInfoProto* v, const std::string& name,
 
 const char* ActivationOp(Activation a) {
   switch (a) {
-    case Activation::kTanh: return "Tanh";
-    case Activation::kRelu: return "Relu";
-    case Activation::kSigmoid: return "Sigmoid";
-    case Activation::kLeakyRelu: return "LeakyRelu";
-    case Activation::kNone: return nullptr;
+    case Activation::kTanh:
+      return "Tanh";
+    case Activation::kRelu:
+      return "Relu";
+    case Activation::kSigmoid:
+      return "Sigmoid";
+    case Activation::kLeakyRelu:
+      return "LeakyRelu";
+    case Activation::kNone:
+      return nullptr;
   }
   return nullptr;
 }
@@ -289,8 +294,9 @@ class Importer {
           ADAM_RETURN_IF_ERROR(ReadActivation(&l, &x));
         }
       } else {
-        return NodeError(n, "an op Adam does not write (Conv, MaxPool, AveragePool, Flatten, "
-                            "Gemm, Softmax and activations only)");
+        return NodeError(n,
+                         "an op Adam does not write (Conv, MaxPool, AveragePool, Flatten, "
+                         "Gemm, Softmax and activations only)");
       }
       if (int(out.model.layers.size()) >= spec::kMaxLayers)
         return NodeError(n, "more than " + std::to_string(spec::kMaxLayers) + " layers");
@@ -310,13 +316,13 @@ class Importer {
       if (w == nullptr) continue;
       // Dense weights: (units, inputs); the inputs must be the flattened previous output.
       if (w->dims_size() == 2 && w->dims(1) != s.in.size())
-        return InvalidArgumentError("onnx: tensor '" + w->name() + "': " +
-                                    std::to_string(w->dims(1)) + " inputs where the layer has " +
-                                    std::to_string(s.in.size()));
+        return InvalidArgumentError("onnx: tensor '" + w->name() +
+                                    "': " + std::to_string(w->dims(1)) +
+                                    " inputs where the layer has " + std::to_string(s.in.size()));
       if (w->dims_size() == 4 && w->dims(1) != s.in.channels)
-        return InvalidArgumentError("onnx: tensor '" + w->name() + "': " +
-                                    std::to_string(w->dims(1)) + " input maps where the layer has " +
-                                    std::to_string(s.in.channels));
+        return InvalidArgumentError(
+            "onnx: tensor '" + w->name() + "': " + std::to_string(w->dims(1)) +
+            " input maps where the layer has " + std::to_string(s.in.channels));
     }
     out.params.resize(size_t(layout->num_params()));
     for (size_t li = 0; li < tensors.size(); ++li) {
@@ -336,14 +342,16 @@ class Importer {
 
   Status Chained(const onnx::NodeProto& n, const std::string& x) {
     if (n.input_size() < 1 || n.input(0) != x || n.output_size() != 1)
-      return NodeError(n, "must read '" + x + "' (the previous node's output) and write one "
-                          "output: Adam reads back the chain of nodes it writes");
+      return NodeError(n, "must read '" + x +
+                              "' (the previous node's output) and write one "
+                              "output: Adam reads back the chain of nodes it writes");
     return OkStatus();
   }
 
   static StatusOr<spec::Shape> InputShape(const onnx::ValueInfoProto& v) {
     const std::string at = "onnx: graph.input '" + v.name() + "': ";
-    if (!v.type().has_tensor_type() || v.type().tensor_type().elem_type() != onnx::TensorProto::FLOAT)
+    if (!v.type().has_tensor_type() ||
+        v.type().tensor_type().elem_type() != onnx::TensorProto::FLOAT)
       return InvalidArgumentError(at + "must be a float tensor");
     const auto& shape = v.type().tensor_type().shape();
     if (shape.dim_size() != 4) return InvalidArgumentError(at + "must be [N, C, H, W]");
@@ -369,8 +377,8 @@ class Importer {
     const auto it = tensors_.find(n.input(1));
     float v = 0;
     if (it == tensors_.end() || !Floats(*it->second, 1, &v).ok() || std::fabs(v - value) > 1e-6f)
-      return NodeError(n, "its constant must be " + std::to_string(value) +
-                          " (Adam's pixel normalisation)");
+      return NodeError(
+          n, "its constant must be " + std::to_string(value) + " (Adam's pixel normalisation)");
     *x = n.output(0);
     ++i_;
     return OkStatus();
@@ -382,11 +390,16 @@ class Importer {
     if (i_ >= g_.node_size()) return OkStatus();
     const auto& n = g_.node(i_);
     const std::string& op = n.op_type();
-    if (op == "Tanh") l->activation = Activation::kTanh;
-    else if (op == "Relu") l->activation = Activation::kRelu;
-    else if (op == "Sigmoid") l->activation = Activation::kSigmoid;
-    else if (op == "LeakyRelu") l->activation = Activation::kLeakyRelu;
-    else return OkStatus();
+    if (op == "Tanh")
+      l->activation = Activation::kTanh;
+    else if (op == "Relu")
+      l->activation = Activation::kRelu;
+    else if (op == "Sigmoid")
+      l->activation = Activation::kSigmoid;
+    else if (op == "LeakyRelu")
+      l->activation = Activation::kLeakyRelu;
+    else
+      return OkStatus();
     ADAM_RETURN_IF_ERROR(Chained(n, *x));
     if (l->activation == Activation::kLeakyRelu)
       for (const auto& a : n.attribute())
@@ -406,12 +419,14 @@ class Importer {
     *w = wi->second;
     *b = bi->second;
     if ((*w)->dims_size() != rank)
-      return NodeError(n, "weight '" + (*w)->name() + "' must have " + std::to_string(rank) + " dims");
+      return NodeError(n,
+                       "weight '" + (*w)->name() + "' must have " + std::to_string(rank) + " dims");
     for (int64_t d : (*w)->dims())
       if (d < 1 || d > spec::kMaxParameters)
         return NodeError(n, "weight '" + (*w)->name() + "' has a dim out of range");
     if ((*b)->dims_size() != 1 || (*b)->dims(0) != (*w)->dims(0))
-      return NodeError(n, "bias '" + (*b)->name() + "' must be [" + std::to_string((*w)->dims(0)) + "]");
+      return NodeError(
+          n, "bias '" + (*b)->name() + "' must be [" + std::to_string((*w)->dims(0)) + "]");
     for (const onnx::TensorProto* t : {*w, *b}) {
       int64_t count = 1;
       for (int64_t d : t->dims()) {
@@ -428,7 +443,7 @@ class Importer {
       if (a.name() == name) {
         if (a.ints_size() != count)
           return NodeError(n, std::string("attribute ") + name + " must have " +
-                              std::to_string(count) + " values");
+                                  std::to_string(count) + " values");
         out->assign(a.ints().begin(), a.ints().end());
         return OkStatus();
       }
@@ -444,7 +459,8 @@ class Importer {
   // Copies the tensor's `count` floats into `out` (null: only checks that it holds them).
   static Status Floats(const onnx::TensorProto& t, int64_t count, float* out) {
     const std::string at = "onnx: tensor '" + t.name() + "': ";
-    if (t.data_type() != onnx::TensorProto::FLOAT) return InvalidArgumentError(at + "must be float");
+    if (t.data_type() != onnx::TensorProto::FLOAT)
+      return InvalidArgumentError(at + "must be float");
     int64_t n = 1;
     for (int64_t d : t.dims()) {
       if (d < 0 || d > spec::kMaxParameters) return InvalidArgumentError(at + "a dim out of range");
@@ -478,12 +494,13 @@ class Importer {
 StatusOr<ImportedModel> ImportOnnx(const std::string& bytes) {
   onnx::ModelProto model;
   if (!model.ParseFromString(bytes))
-    return InvalidArgumentError("onnx: not a serialised ModelProto (" + std::to_string(bytes.size()) +
-                                " bytes)");
+    return InvalidArgumentError("onnx: not a serialised ModelProto (" +
+                                std::to_string(bytes.size()) + " bytes)");
   bool opset = false;
   for (const auto& o : model.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version() >= 13;
-  if (!opset) return InvalidArgumentError("onnx: opset_import: needs the default domain at 13 or later");
+  if (!opset)
+    return InvalidArgumentError("onnx: opset_import: needs the default domain at 13 or later");
   auto out = Importer(model.graph()).Run();
   if (out.ok()) out->doc = model.doc_string();
   return out;

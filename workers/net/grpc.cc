@@ -26,16 +26,16 @@ StatusOr<Server> StartServer(const std::string& address,
   return out;
 }
 
-int Serve(const std::string& address, const std::vector<grpc::Service*>& services,
-          int metrics_port, const std::function<void()>& before_shutdown,
-          const std::vector<ExtraListener>& extra,
+int Serve(const std::string& address, const std::vector<grpc::Service*>& services, int metrics_port,
+          const std::function<void()>& before_shutdown, const std::vector<ExtraListener>& extra,
           const std::function<void(int, const std::vector<int>&)>& on_ready) {
   auto server = StartServer(address, services);
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
     return 1;
   }
-  nlohmann::json ready = {{"event", "ready"}, {"port", server->port}, {"metrics_port", metrics_port}};
+  nlohmann::json ready = {
+      {"event", "ready"}, {"port", server->port}, {"metrics_port", metrics_port}};
   std::vector<Server> extras;
   for (const auto& l : extra) {
     auto s = StartServer(l.address, l.services);
@@ -45,7 +45,8 @@ int Serve(const std::string& address, const std::vector<grpc::Service*>& service
       for (auto& e : extras) e.server->Shutdown();
       return 1;
     }
-    spdlog::info("{} on {}", l.name, l.address.substr(0, l.address.rfind(':') + 1) + std::to_string(s->port));
+    spdlog::info("{} on {}", l.name,
+                 l.address.substr(0, l.address.rfind(':') + 1) + std::to_string(s->port));
     ready[l.name] = s->port;
     extras.push_back(std::move(*s));
   }
@@ -92,14 +93,29 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return OkStatus();
   StatusCode code = StatusCode::kInternal;
   switch (s.error_code()) {
-    case grpc::StatusCode::INVALID_ARGUMENT: code = StatusCode::kInvalidArgument; break;
-    case grpc::StatusCode::NOT_FOUND: code = StatusCode::kNotFound; break;
-    case grpc::StatusCode::UNAVAILABLE: code = StatusCode::kUnavailable; break;
-    case grpc::StatusCode::DEADLINE_EXCEEDED: code = StatusCode::kDeadlineExceeded; break;
-    case grpc::StatusCode::FAILED_PRECONDITION: code = StatusCode::kFailedPrecondition; break;
-    case grpc::StatusCode::DATA_LOSS: code = StatusCode::kDataLoss; break;
-    case grpc::StatusCode::CANCELLED: code = StatusCode::kCancelled; break;
-    default: break;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      code = StatusCode::kInvalidArgument;
+      break;
+    case grpc::StatusCode::NOT_FOUND:
+      code = StatusCode::kNotFound;
+      break;
+    case grpc::StatusCode::UNAVAILABLE:
+      code = StatusCode::kUnavailable;
+      break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      code = StatusCode::kDeadlineExceeded;
+      break;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      code = StatusCode::kFailedPrecondition;
+      break;
+    case grpc::StatusCode::DATA_LOSS:
+      code = StatusCode::kDataLoss;
+      break;
+    case grpc::StatusCode::CANCELLED:
+      code = StatusCode::kCancelled;
+      break;
+    default:
+      break;
   }
   return Status(code, what + ": " + s.error_message());
 }
@@ -107,18 +123,40 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
 grpc::Status ToGrpc(const Status& s) {
   grpc::StatusCode code = grpc::StatusCode::INTERNAL;
   switch (s.code()) {
-    case StatusCode::kOk: return grpc::Status::OK;
-    case StatusCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
-    case StatusCode::kDataLoss: code = grpc::StatusCode::DATA_LOSS; break;
-    case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
-    case StatusCode::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
-    case StatusCode::kAlreadyExists: code = grpc::StatusCode::ALREADY_EXISTS; break;
-    case StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
-    case StatusCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
-    case StatusCode::kAborted: code = grpc::StatusCode::ABORTED; break;
-    case StatusCode::kOutOfRange: code = grpc::StatusCode::OUT_OF_RANGE; break;
-    case StatusCode::kInternal: break;
+    case StatusCode::kOk:
+      return grpc::Status::OK;
+    case StatusCode::kInvalidArgument:
+      code = grpc::StatusCode::INVALID_ARGUMENT;
+      break;
+    case StatusCode::kNotFound:
+      code = grpc::StatusCode::NOT_FOUND;
+      break;
+    case StatusCode::kDataLoss:
+      code = grpc::StatusCode::DATA_LOSS;
+      break;
+    case StatusCode::kUnavailable:
+      code = grpc::StatusCode::UNAVAILABLE;
+      break;
+    case StatusCode::kFailedPrecondition:
+      code = grpc::StatusCode::FAILED_PRECONDITION;
+      break;
+    case StatusCode::kAlreadyExists:
+      code = grpc::StatusCode::ALREADY_EXISTS;
+      break;
+    case StatusCode::kCancelled:
+      code = grpc::StatusCode::CANCELLED;
+      break;
+    case StatusCode::kDeadlineExceeded:
+      code = grpc::StatusCode::DEADLINE_EXCEEDED;
+      break;
+    case StatusCode::kAborted:
+      code = grpc::StatusCode::ABORTED;
+      break;
+    case StatusCode::kOutOfRange:
+      code = grpc::StatusCode::OUT_OF_RANGE;
+      break;
+    case StatusCode::kInternal:
+      break;
   }
   return grpc::Status(code, s.message());
 }

@@ -25,7 +25,8 @@ struct Server {
 
 // Starts a server with `services` on `address`. Fails naming the address when it cannot be
 // bound (in use, bad host).
-StatusOr<Server> StartServer(const std::string& address, const std::vector<grpc::Service*>& services);
+StatusOr<Server> StartServer(const std::string& address,
+                             const std::vector<grpc::Service*>& services);
 
 // A second listener of a serving role (e.g. the parameter server's replication address).
 struct ExtraListener {
@@ -42,8 +43,8 @@ struct ExtraListener {
 // the service holds back).
 // `on_ready`, when set, runs once everything listens, with the main port and each extra
 // listener's port (in order), before the ready event is emitted.
-int Serve(const std::string& address, const std::vector<grpc::Service*>& services,
-          int metrics_port, const std::function<void()>& before_shutdown = {},
+int Serve(const std::string& address, const std::vector<grpc::Service*>& services, int metrics_port,
+          const std::function<void()>& before_shutdown = {},
           const std::vector<ExtraListener>& extra = {},
           const std::function<void(int port, const std::vector<int>& extra_ports)>& on_ready = {});
 

@@ -2,7 +2,6 @@
 #include "net/network_status.h"
 
 #include <nlohmann/json.hpp>
-
 #include <thread>
 
 #include "core/file.h"
@@ -54,7 +53,8 @@ StatusOr<std::map<std::string, std::string>> ParseAnnotationsFile(const std::str
     };
     const size_t eq = line.find('=');
     if (eq == std::string::npos || eq == 0) return bad(0, "expected key=\"value\"");
-    if (eq + 1 >= line.size() || line[eq + 1] != '"') return bad(eq + 1, "the value must be quoted");
+    if (eq + 1 >= line.size() || line[eq + 1] != '"')
+      return bad(eq + 1, "the value must be quoted");
     std::string value;
     size_t i = eq + 2;
     bool closed = false;
@@ -74,15 +74,33 @@ StatusOr<std::map<std::string, std::string>> ParseAnnotationsFile(const std::str
       const char e = line[i + 1];
       i += 2;
       switch (e) {
-        case '"': value.push_back('"'); break;
-        case '\\': value.push_back('\\'); break;
-        case 'n': value.push_back('\n'); break;
-        case 't': value.push_back('\t'); break;
-        case 'r': value.push_back('\r'); break;
-        case 'a': value.push_back('\a'); break;
-        case 'b': value.push_back('\b'); break;
-        case 'f': value.push_back('\f'); break;
-        case 'v': value.push_back('\v'); break;
+        case '"':
+          value.push_back('"');
+          break;
+        case '\\':
+          value.push_back('\\');
+          break;
+        case 'n':
+          value.push_back('\n');
+          break;
+        case 't':
+          value.push_back('\t');
+          break;
+        case 'r':
+          value.push_back('\r');
+          break;
+        case 'a':
+          value.push_back('\a');
+          break;
+        case 'b':
+          value.push_back('\b');
+          break;
+        case 'f':
+          value.push_back('\f');
+          break;
+        case 'v':
+          value.push_back('\v');
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -103,7 +121,8 @@ StatusOr<std::map<std::string, std::string>> ParseAnnotationsFile(const std::str
             AppendUtf8(cp, &value);
           break;
         }
-        default: return bad(i - 1, std::string("unknown escape \\") + e);
+        default:
+          return bad(i - 1, std::string("unknown escape \\") + e);
       }
     }
     if (!closed) return bad(line.size(), "unterminated quoted value");
@@ -123,15 +142,16 @@ StatusOr<std::string> NetworkAddress(const std::string& json_text, const std::st
   } catch (const nlohmann::json::exception& e) {  // found by fuzzing: a number out of range
     return DataLossError(std::string(kNetworkStatusAnnotation) + ": " + e.what());
   }
-  if (!list.is_array()) return DataLossError(std::string(kNetworkStatusAnnotation) + ": not a list");
+  if (!list.is_array())
+    return DataLossError(std::string(kNetworkStatusAnnotation) + ": not a list");
   std::string names;
   for (const auto& a : list) {
     if (!a.is_object() || !a.contains("name") || !a["name"].is_string()) continue;
     const std::string name = a["name"].get<std::string>();
     names += (names.empty() ? "" : ", ") + name;
-    const bool match = name == network ||
-                       (name.size() > network.size() &&
-                        name.compare(name.size() - network.size() - 1, std::string::npos, "/" + network) == 0);
+    const bool match = name == network || (name.size() > network.size() &&
+                                           name.compare(name.size() - network.size() - 1,
+                                                        std::string::npos, "/" + network) == 0);
     if (!match) continue;
     auto ips = a.find("ips");
     if (ips == a.end() || !ips->is_array() || ips->empty() || !(*ips)[0].is_string())

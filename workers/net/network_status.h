@@ -33,9 +33,9 @@ StatusOr<std::string> PodNetworkAddress(const std::string& annotations_path,
 // The same, waiting while the file is empty or has no address for `network` yet: Multus writes
 // the annotation after the pod starts, and the kubelet refreshes the downward-API file a little
 // later. After `timeout` the error names the file and the wait; a malformed file fails at once.
-StatusOr<std::string> WaitForPodNetworkAddress(const std::string& annotations_path,
-                                               const std::string& network,
-                                               std::chrono::milliseconds timeout,
-                                               std::chrono::milliseconds poll = std::chrono::milliseconds(200));
+StatusOr<std::string> WaitForPodNetworkAddress(
+    const std::string& annotations_path, const std::string& network,
+    std::chrono::milliseconds timeout,
+    std::chrono::milliseconds poll = std::chrono::milliseconds(200));
 
 }  // namespace adam::net

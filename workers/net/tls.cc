@@ -2,6 +2,7 @@
 #include "net/tls.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
@@ -10,7 +11,6 @@
 #include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -184,7 +184,8 @@ StatusOr<TlsMaterial> LoadTls(const std::string& dir) {
                            {"tls.key", &m.key_pem}}) {
     const std::string path = dir + "/" + file;
     auto text = ReadWholeFile(path);
-    if (!text) return NotFoundError(path + ": cannot read (TLS material: ca.crt, tls.crt, tls.key)");
+    if (!text)
+      return NotFoundError(path + ": cannot read (TLS material: ca.crt, tls.crt, tls.key)");
     *out = std::move(*text);
     if (out->find("-----BEGIN ") == std::string::npos)
       return InvalidArgumentError(path + ": no PEM block");
@@ -211,7 +212,8 @@ Status WriteTls(const TlsMaterial& m, const std::string& dir) {
     if (fd < 0) return UnavailableError(aside + ": cannot write: " + std::strerror(errno));
     const ssize_t n = ::write(fd, text->data(), text->size());
     const int closed = ::close(fd);
-    if (n != ssize_t(text->size()) || closed != 0) return UnavailableError(aside + ": cannot write");
+    if (n != ssize_t(text->size()) || closed != 0)
+      return UnavailableError(aside + ": cannot write");
     std::filesystem::rename(aside, path, ec);
     if (ec) return UnavailableError(path + ": " + ec.message());
   }

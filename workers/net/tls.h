@@ -34,17 +34,19 @@ inline constexpr std::chrono::seconds kCertificateValidity{365 * 86400};
 inline constexpr std::chrono::seconds kCaValidity{3650 * 86400};
 
 struct TlsMaterial {
-  std::string ca_pem;      // the job's CA certificate
-  std::string cert_pem;    // the roles' certificate, signed by the CA
-  std::string key_pem;     // its private key
-  std::string ca_key_pem;  // the CA's private key: only where certificates are issued, never in pods
+  std::string ca_pem;    // the job's CA certificate
+  std::string cert_pem;  // the roles' certificate, signed by the CA
+  std::string key_pem;   // its private key
+  std::string
+      ca_key_pem;  // the CA's private key: only where certificates are issued, never in pods
 };
 
 // A fresh CA (valid kCaValidity) and a certificate for `hosts` (each an IPv4 address or a DNS
 // name, "*.x" allowed) valid for `validity` (P-256 keys, SHA-256 signatures). `name` goes into
 // the subjects' CN. A validity at or below zero makes a certificate that has already expired
 // (for tests of expiry).
-StatusOr<TlsMaterial> MakeJobCertificates(const std::string& name, const std::vector<std::string>& hosts,
+StatusOr<TlsMaterial> MakeJobCertificates(const std::string& name,
+                                          const std::vector<std::string>& hosts,
                                           std::chrono::seconds validity = kCertificateValidity);
 // A new certificate and key for `hosts` from the CA of `ca` (its ca_pem and ca_key_pem), valid
 // for `validity`; the result keeps the CA.

@@ -33,7 +33,9 @@ class BufferPool {
 
     void* data() const { return data_; }
     template <typename T>
-    T* as() const { return static_cast<T*>(data_); }
+    T* as() const {
+      return static_cast<T*>(data_);
+    }
     size_t capacity() const { return capacity_; }  // bytes, >= what was asked for
     explicit operator bool() const { return data_ != nullptr; }
 

@@ -59,7 +59,9 @@ class Writer {
     return OkStatus();
   }
   template <typename T>
-  Status Int(T v) { return Put(&v, sizeof v); }  // the build targets little-endian machines
+  Status Int(T v) {
+    return Put(&v, sizeof v);
+  }  // the build targets little-endian machines
   uint32_t crc() const { return uint32_t(crc_); }
   uint64_t bytes() const { return bytes_; }
 
@@ -115,7 +117,8 @@ std::string CheckpointFileName(uint64_t generation) {
 }
 
 uint64_t CheckpointGeneration(const std::string& name) {
-  if (name.size() != 5 + 16 + 5 || name.rfind("ckpt-", 0) != 0 || name.substr(21) != ".adam") return 0;
+  if (name.size() != 5 + 16 + 5 || name.rfind("ckpt-", 0) != 0 || name.substr(21) != ".adam")
+    return 0;
   uint64_t g = 0;
   for (char c : name.substr(5, 16)) {
     int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
@@ -127,7 +130,8 @@ uint64_t CheckpointGeneration(const std::string& name) {
 
 StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_floats) {
   constexpr size_t kTrailer = 4 + sizeof kEndMagic;
-  if (bytes.size() < sizeof kMagic + kTrailer || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+  if (bytes.size() < sizeof kMagic + kTrailer ||
+      std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
     return DataLossError("byte 0: not an Adam checkpoint (bad magic or too short)");
   if (std::memcmp(bytes.data() + bytes.size() - sizeof kEndMagic, kEndMagic, sizeof kEndMagic) != 0)
     return DataLossError("byte " + std::to_string(bytes.size() - sizeof kEndMagic) +
@@ -173,8 +177,9 @@ StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_flo
                            std::to_string(max_floats));
     e.count = int64_t(count);
     if (e.source > f.generation)
-      return DataLossError("byte " + std::to_string(at + 20) + ": shard " + std::to_string(e.shard) +
-                           " refers to generation " + std::to_string(e.source) + ", newer than the file");
+      return DataLossError("byte " + std::to_string(at + 20) + ": shard " +
+                           std::to_string(e.shard) + " refers to generation " +
+                           std::to_string(e.source) + ", newer than the file");
     if (e.source == f.generation) {
       uint64_t csize = 0;
       ADAM_RETURN_IF_ERROR(r.Int(&csize, "compressed size"));
@@ -184,13 +189,15 @@ StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_flo
                              " compressed bytes, " + std::to_string(r.left()) + " remain");
       const unsigned long long content = ZSTD_getFrameContentSize(r.here(), size_t(csize));
       if (content != uint64_t(e.count) * 4)
-        return DataLossError("byte " + std::to_string(r.pos()) + ": shard " + std::to_string(e.shard) +
-                             ": compressed frame does not hold " + std::to_string(e.count) + " floats");
+        return DataLossError("byte " + std::to_string(r.pos()) + ": shard " +
+                             std::to_string(e.shard) + ": compressed frame does not hold " +
+                             std::to_string(e.count) + " floats");
       std::vector<uint8_t> planes(size_t(e.count) * 4);
       const size_t got = ZSTD_decompress(planes.data(), planes.size(), r.here(), size_t(csize));
       if (ZSTD_isError(got) || got != planes.size())
-        return DataLossError("byte " + std::to_string(r.pos()) + ": shard " + std::to_string(e.shard) +
-                             ": " + (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short frame"));
+        return DataLossError("byte " + std::to_string(r.pos()) + ": shard " +
+                             std::to_string(e.shard) + ": " +
+                             (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short frame"));
       e.values.resize(size_t(e.count));
       Unshuffle(planes.data(), e.count, e.values.data());
       r.Skip(size_t(csize));
@@ -234,8 +241,8 @@ StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& opt,
       if (cf.server != opt.server)
         return DataLossError("belongs to parameter server " + std::to_string(cf.server));
       if (cf.num_params != opt.num_params)
-        return DataLossError("is for a model of " + std::to_string(cf.num_params) + " parameters, not " +
-                             std::to_string(opt.num_params));
+        return DataLossError("is for a model of " + std::to_string(cf.num_params) +
+                             " parameters, not " + std::to_string(opt.num_params));
       return cf;
     }();
     return parsed.emplace(g, std::move(f)).first->second;
@@ -273,15 +280,16 @@ StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& opt,
       } else {
         const auto& src = load(e.source);
         if (!src.ok()) {
-          why = "shard " + std::to_string(e.shard) + " is in " + CheckpointFileName(e.source) + ", which " +
-                "is unusable: " + src.status().message();
+          why = "shard " + std::to_string(e.shard) + " is in " + CheckpointFileName(e.source) +
+                ", which " + "is unusable: " + src.status().message();
           break;
         }
-        auto it = std::find_if(src->entries.begin(), src->entries.end(), [&](const CheckpointEntry& x) {
-          return x.shard == e.shard && x.source == e.source;
-        });
+        auto it = std::find_if(
+            src->entries.begin(), src->entries.end(),
+            [&](const CheckpointEntry& x) { return x.shard == e.shard && x.source == e.source; });
         if (it == src->entries.end() || it->count != e.count) {
-          why = "shard " + std::to_string(e.shard) + " is missing from " + CheckpointFileName(e.source);
+          why = "shard " + std::to_string(e.shard) + " is missing from " +
+                CheckpointFileName(e.source);
           break;
         }
         s.values = it->values;
@@ -433,8 +441,8 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
         BufferPool::Buffer planes = pool_->Get(raw);
         BufferPool::Buffer packed = pool_->Get(ZSTD_compressBound(raw));
         Shuffle(c->second.values.as<float>(), n, planes.as<uint8_t>());
-        const size_t csize = ZSTD_compress(packed.data(), packed.capacity(), planes.data(), raw,
-                                           opt_.zstd_level);
+        const size_t csize =
+            ZSTD_compress(packed.data(), packed.capacity(), planes.data(), raw, opt_.zstd_level);
         if (ZSTD_isError(csize))
           return InternalError(std::string("zstd: ") + ZSTD_getErrorName(csize));
         ADAM_RETURN_IF_ERROR(w.Int(uint64_t(csize)));
@@ -473,16 +481,23 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
   const uint64_t previous = last_generation_;
   last_generation_ = gen;
   Prune(previous);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (m_.flushes) m_.flushes->Increment();
   if (m_.bytes) m_.bytes->Increment(double(w.bytes()));
   if (m_.duration) m_.duration->Observe(seconds);
   if (m_.last_success)
     m_.last_success->Set(double(std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch()).count()) / 1000.0);
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count()) /
+                         1000.0);
   if (m_.generation) m_.generation->Set(double(gen));
-  EmitEvent({{"event", "checkpoint"}, {"generation", gen}, {"shards", dirty.size()}, {"epochs", epochs},
-             {"bytes", w.bytes()}, {"seconds", seconds}});
+  EmitEvent({{"event", "checkpoint"},
+             {"generation", gen},
+             {"shards", dirty.size()},
+             {"epochs", epochs},
+             {"bytes", w.bytes()},
+             {"seconds", seconds}});
   return gen;
 }
 

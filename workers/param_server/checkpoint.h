@@ -27,8 +27,8 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -71,7 +71,7 @@ StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_flo
 struct Restored {
   uint64_t generation = 0;  // 0: nothing restored
   std::string file;
-  uint32_t epochs = 0;      // the job's epochs finished when it was written
+  uint32_t epochs = 0;  // the job's epochs finished when it was written
   struct Shard {
     uint64_t version = 0;
     uint64_t source = 0;
@@ -100,11 +100,11 @@ StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& options,
                                      const std::map<uint32_t, int64_t>& shards);
 
 struct CheckpointMetrics {
-  prometheus::Counter* flushes = nullptr;        // adam_ps_checkpoint_flushes_total
-  prometheus::Counter* bytes = nullptr;          // adam_ps_checkpoint_bytes_total (on disk)
-  prometheus::Histogram* duration = nullptr;     // adam_ps_checkpoint_flush_seconds
-  prometheus::Gauge* last_success = nullptr;     // adam_ps_checkpoint_last_success_timestamp_seconds
-  prometheus::Gauge* generation = nullptr;       // adam_ps_checkpoint_generation
+  prometheus::Counter* flushes = nullptr;     // adam_ps_checkpoint_flushes_total
+  prometheus::Counter* bytes = nullptr;       // adam_ps_checkpoint_bytes_total (on disk)
+  prometheus::Histogram* duration = nullptr;  // adam_ps_checkpoint_flush_seconds
+  prometheus::Gauge* last_success = nullptr;  // adam_ps_checkpoint_last_success_timestamp_seconds
+  prometheus::Gauge* generation = nullptr;    // adam_ps_checkpoint_generation
 };
 
 class Checkpointer {

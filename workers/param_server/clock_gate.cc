@@ -28,9 +28,12 @@ ClockGate::~ClockGate() {
 
 uint64_t ClockGate::Needed(uint64_t clock) const {
   switch (mode_) {
-    case spec::Consistency::kAsync: return 0;
-    case spec::Consistency::kSync: return clock;
-    case spec::Consistency::kBounded: return clock > staleness_ ? clock - staleness_ : 0;
+    case spec::Consistency::kAsync:
+      return 0;
+    case spec::Consistency::kSync:
+      return clock;
+    case spec::Consistency::kBounded:
+      return clock > staleness_ ? clock - staleness_ : 0;
   }
   return 0;
 }
@@ -86,8 +89,9 @@ void ClockGate::WhenAllowed(uint64_t clock, std::function<void(bool)> fn, Clock:
     MutexLock lock(mu_);
     if (!closed_ && needed > MinClockLocked()) {
       const bool expiring = on_expired && expires != Clock::time_point::max();
-      parked_.emplace(needed, Parked{clock, std::move(fn), expiring ? expires : Clock::time_point::max(),
-                                     std::move(on_expired)});
+      parked_.emplace(needed,
+                      Parked{clock, std::move(fn), expiring ? expires : Clock::time_point::max(),
+                             std::move(on_expired)});
       if (expiring) {
         if (!expirer_.joinable()) expirer_ = std::thread([this] { ExpireLoop(); });
         expiry_cv_.notify_all();

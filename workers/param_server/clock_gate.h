@@ -18,9 +18,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
-#include <map>
 #include <vector>
 
 #include "core/mutex.h"
@@ -85,8 +85,8 @@ class ClockGate {
   std::multimap<uint64_t, Parked> parked_ ABSL_GUARDED_BY(mu_);  // needed clock -> continuation
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // the destructor runs
-  std::condition_variable expiry_cv_;  // a pull with an expiry parked, or stopping_
-  std::thread expirer_ ABSL_GUARDED_BY(mu_);  // started with the first pull parked with an expiry
+  std::condition_variable expiry_cv_;           // a pull with an expiry parked, or stopping_
+  std::thread expirer_ ABSL_GUARDED_BY(mu_);    // started with the first pull parked with an expiry
 };
 
 }  // namespace adam::ps

@@ -18,7 +18,6 @@ namespace {
 // Images one dense update may carry: far beyond any pushEvery, small enough to bound a request.
 constexpr uint32_t kMaxDenseImages = 1 << 16;
 
-
 grpc::Status Invalid(const std::string& message) {
   return {grpc::StatusCode::INVALID_ARGUMENT, message};
 }
@@ -64,7 +63,8 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
   // may already have been copied; the copy goes with the refused call).
   for (int i = 0; i < req->deltas_size(); ++i) {
     const auto& d = req->deltas(i);
-    const std::string where = "deltas[" + std::to_string(i) + "] (shard " + std::to_string(d.shard()) + ")";
+    const std::string where =
+        "deltas[" + std::to_string(i) + "] (shard " + std::to_string(d.shard()) + ")";
     if (d.values().size() % sizeof(float) != 0) {
       reactor->Finish(Invalid(where + ": values has " + std::to_string(d.values().size()) +
                               " bytes, not a multiple of 4"));
@@ -90,10 +90,12 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
   }
   for (int i = 0; i < req->dense_size(); ++i) {
     const auto& du = req->dense(i);
-    const std::string where = "dense[" + std::to_string(i) + "] (layer " + std::to_string(du.layer()) + ")";
+    const std::string where =
+        "dense[" + std::to_string(i) + "] (layer " + std::to_string(du.layer()) + ")";
     const int k = du.layer() < 1u << 20 ? plan_->DenseIndex(int(du.layer())) : -1;
     if (k < 0) {
-      reactor->Finish(Invalid(where + ": not a layer whose updates travel as activations in this job"));
+      reactor->Finish(
+          Invalid(where + ": not a layer whose updates travel as activations in this job"));
       return reactor;
     }
     const auto& layer = plan_->dense()[size_t(k)];
@@ -110,11 +112,10 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
     const uint64_t want_a = uint64_t(du.images()) * uint64_t(layer.in) * sizeof(float);
     const uint64_t want_e = uint64_t(du.images()) * rows.size() * sizeof(float);
     if (du.activations().size() != want_a || du.errors().size() != want_e) {
-      reactor->Finish(Invalid(where + ": activations and errors must be " + std::to_string(want_a) +
-                              " and " + std::to_string(want_e) + " bytes for " +
-                              std::to_string(du.images()) + " images, got " +
-                              std::to_string(du.activations().size()) + " and " +
-                              std::to_string(du.errors().size())));
+      reactor->Finish(Invalid(
+          where + ": activations and errors must be " + std::to_string(want_a) + " and " +
+          std::to_string(want_e) + " bytes for " + std::to_string(du.images()) + " images, got " +
+          std::to_string(du.activations().size()) + " and " + std::to_string(du.errors().size())));
       return reactor;
     }
     DenseArgs args;
@@ -148,7 +149,8 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
     }
     for (uint32_t shard : promoted) {
       const auto now = std::chrono::system_clock::now().time_since_epoch();
-      EmitEvent({{"event", "promoted_first_update"}, {"shard", shard},
+      EmitEvent({{"event", "promoted_first_update"},
+                 {"shard", shard},
                  {"map_version", routing_->version()},
                  {"unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(now).count()}});
     }
@@ -169,8 +171,8 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
   call->versions.resize(call->ops.size());
   for (size_t i = 0; i < call->ops.size(); ++i) call->ops[i].applied_version = &call->versions[i];
   PushCall* raw = call.get();
-  auto answer = [this, reactor, resp, trainer, clock, leave, bytes, dense_bytes](
-                    const grpc::Status& status) {
+  auto answer = [this, reactor, resp, trainer, clock, leave, bytes,
+                 dense_bytes](const grpc::Status& status) {
     if (!status.ok()) {
       reactor->Finish(status);
       return;
@@ -224,7 +226,8 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
   }
   for (uint32_t id : ids) {
     if (store_->ShardSize(id) < 0) {
-      reactor->Finish({grpc::StatusCode::NOT_FOUND, "shard " + std::to_string(id) + " is not held here"});
+      reactor->Finish(
+          {grpc::StatusCode::NOT_FOUND, "shard " + std::to_string(id) + " is not held here"});
       return reactor;
     }
   }
@@ -240,68 +243,77 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
   auto expires = ClockGate::Clock::time_point::max();
   const auto left = ctx->deadline() - std::chrono::system_clock::now();
   if (left < std::chrono::hours(24 * 365)) {
-    const auto keep = std::min<std::chrono::system_clock::duration>(std::chrono::seconds(1), left / 10);
+    const auto keep =
+        std::min<std::chrono::system_clock::duration>(std::chrono::seconds(1), left / 10);
     expires = asked + std::chrono::duration_cast<ClockGate::Clock::duration>(left - keep);
   }
   const uint64_t clock = req->clock();
   auto on_expired = [reactor, asked, clock](const std::string& waiting) {
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
-    reactor->Finish({grpc::StatusCode::DEADLINE_EXCEEDED,
-                     "pull at " + ClockText(clock) + " held back " +
-                         std::to_string(std::lround(waited)) + " s by the job's consistency model, "
-                         "waiting for " + waiting + ": has that trainer stopped?"});
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+    reactor->Finish(
+        {grpc::StatusCode::DEADLINE_EXCEEDED, "pull at " + ClockText(clock) + " held back " +
+                                                  std::to_string(std::lround(waited)) +
+                                                  " s by the job's consistency model, "
+                                                  "waiting for " +
+                                                  waiting + ": has that trainer stopped?"});
   };
-  gate_->WhenAllowed(req->clock(), [this, ids, reactor, resp, asked](bool allowed) {
-    if (!allowed) {
-      reactor->Finish({grpc::StatusCode::UNAVAILABLE, "parameter server is shutting down"});
-      return;
-    }
-    if (m_.pull_wait)
-      m_.pull_wait->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
-    auto call = std::make_unique<PullCall>();
-    size_t bytes = 0;
-    for (uint32_t id : ids) {
-      const int64_t n = store_->ShardSize(id);
-      auto* out = resp->add_shards();
-      out->set_shard(id);
-      std::string* values = out->mutable_values();
-      values->resize(size_t(n) * sizeof(float));
-      bytes += values->size();
-      Op op;
-      op.kind = Op::Kind::kRead;
-      op.shard = id;
-      op.count = n;
-      call->ops.push_back(op);
-    }
-    // Output pointers once every string has its final address.
-    for (int i = 0; i < resp->shards_size(); ++i) {
-      auto* out = resp->mutable_shards(i);
-      Op& op = call->ops[size_t(i)];
-      op.out = reinterpret_cast<float*>(out->mutable_values()->data());
-      op.version = nullptr;
-    }
-    PullCall* raw = call.get();
-    // Versions land in a side array: the response's fields are set on the finishing thread.
-    auto versions = std::make_shared<std::vector<uint64_t>>(ids.size());
-    for (size_t i = 0; i < raw->ops.size(); ++i) raw->ops[i].version = &(*versions)[i];
-    auto finish = [this, raw, reactor, resp, versions, bytes] {
-      std::unique_ptr<PullCall> owned(raw);
-      for (int i = 0; i < resp->shards_size(); ++i) resp->mutable_shards(i)->set_version((*versions)[size_t(i)]);
-      resp->set_min_clock(gate_->MinClock());
-      resp->set_epochs(store_->epochs());
-      if (m_.pull_bytes) m_.pull_bytes->Increment(double(bytes));
-      reactor->Finish(grpc::Status::OK);
-    };
-    if (raw->ops.empty()) {
-      (void)call.release();  // owned by `finish` from here
-      finish();
-      return;
-    }
-    raw->done = std::make_unique<Completion>(int(raw->ops.size()), finish);
-    for (Op& op : raw->ops) op.done = raw->done.get();
-    (void)call.release();  // owned by its Completion from here
-    store_->Submit(raw->ops.data(), raw->ops.size());
-  }, expires, on_expired);
+  gate_->WhenAllowed(
+      req->clock(),
+      [this, ids, reactor, resp, asked](bool allowed) {
+        if (!allowed) {
+          reactor->Finish({grpc::StatusCode::UNAVAILABLE, "parameter server is shutting down"});
+          return;
+        }
+        if (m_.pull_wait)
+          m_.pull_wait->Observe(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
+        auto call = std::make_unique<PullCall>();
+        size_t bytes = 0;
+        for (uint32_t id : ids) {
+          const int64_t n = store_->ShardSize(id);
+          auto* out = resp->add_shards();
+          out->set_shard(id);
+          std::string* values = out->mutable_values();
+          values->resize(size_t(n) * sizeof(float));
+          bytes += values->size();
+          Op op;
+          op.kind = Op::Kind::kRead;
+          op.shard = id;
+          op.count = n;
+          call->ops.push_back(op);
+        }
+        // Output pointers once every string has its final address.
+        for (int i = 0; i < resp->shards_size(); ++i) {
+          auto* out = resp->mutable_shards(i);
+          Op& op = call->ops[size_t(i)];
+          op.out = reinterpret_cast<float*>(out->mutable_values()->data());
+          op.version = nullptr;
+        }
+        PullCall* raw = call.get();
+        // Versions land in a side array: the response's fields are set on the finishing thread.
+        auto versions = std::make_shared<std::vector<uint64_t>>(ids.size());
+        for (size_t i = 0; i < raw->ops.size(); ++i) raw->ops[i].version = &(*versions)[i];
+        auto finish = [this, raw, reactor, resp, versions, bytes] {
+          std::unique_ptr<PullCall> owned(raw);
+          for (int i = 0; i < resp->shards_size(); ++i)
+            resp->mutable_shards(i)->set_version((*versions)[size_t(i)]);
+          resp->set_min_clock(gate_->MinClock());
+          resp->set_epochs(store_->epochs());
+          if (m_.pull_bytes) m_.pull_bytes->Increment(double(bytes));
+          reactor->Finish(grpc::Status::OK);
+        };
+        if (raw->ops.empty()) {
+          (void)call.release();  // owned by `finish` from here
+          finish();
+          return;
+        }
+        raw->done = std::make_unique<Completion>(int(raw->ops.size()), finish);
+        for (Op& op : raw->ops) op.done = raw->done.get();
+        (void)call.release();  // owned by its Completion from here
+        store_->Submit(raw->ops.data(), raw->ops.size());
+      },
+      expires, on_expired);
   return reactor;
 }
 

@@ -31,11 +31,9 @@ class ParamService final : public adam::v1::ParameterService::CallbackService {
                BufferPool* pool, ParamServiceMetrics metrics)
       : store_(store), gate_(gate), plan_(plan), server_(server), pool_(pool), m_(metrics) {}
 
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
-                                 const adam::v1::PushRequest* req,
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const adam::v1::PushRequest* req,
                                  adam::v1::PushResponse* resp) override;
-  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
-                                 const adam::v1::PullRequest* req,
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const adam::v1::PullRequest* req,
                                  adam::v1::PullResponse* resp) override;
   // With a controller: serve only shards `routing` says this server is the primary of (others
   // are refused FAILED_PRECONDITION), and report the first update accepted for each shard this

@@ -18,7 +18,8 @@
 namespace adam::ps {
 namespace {
 
-constexpr int64_t kBlockFloats = 8192;  // 32 KiB: a block stays in L1/L2 while every update streams by
+constexpr int64_t kBlockFloats =
+    8192;  // 32 KiB: a block stays in L1/L2 while every update streams by
 
 struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
@@ -71,7 +72,8 @@ void ApplyDense(float* values, int64_t shard_offset, int64_t shard_count, const 
     const int64_t r_first = (wlo - L.weights) / L.in, r_last = (whi - 1 - L.weights) / L.in;
     const int64_t j_first = column(r_first);
     ADAM_CHECK(j_first + (r_last - r_first) < d.num_rows &&
-               d.rows[j_first + (r_last - r_first)] == r_last);  // rows of one shard are consecutive
+               d.rows[j_first + (r_last - r_first)] ==
+                   r_last);   // rows of one shard are consecutive
     int64_t full_begin = -1;  // first row of the current run of whole rows
     auto flush_full = [&](int64_t end_row) {
       if (full_begin < 0) return;
@@ -115,7 +117,7 @@ struct ParamStore::ShardState {
   // values they describe, loaded with acquire by other threads.
   std::atomic<uint64_t> version{0};
   std::atomic<uint64_t> term{0};
-  std::vector<PushMark> marks;      // by trainer index; owned by the worker
+  std::vector<PushMark> marks;  // by trainer index; owned by the worker
   // Worker-local grouping of one drain's Ops.
   Op* head = nullptr;
   Op* tail = nullptr;
@@ -148,8 +150,7 @@ ParamStore::ParamStore(const shard::ShardMap& map, int server, const float* init
     auto t = topology::Topology::Discover();
     if (t.ok()) topo = std::move(*t);
   }
-  int threads = options.threads > 0 ? options.threads
-                                    : (topo ? int(topo->cores().size()) : 1);
+  int threads = options.threads > 0 ? options.threads : (topo ? int(topo->cores().size()) : 1);
   threads = std::max(1, std::min<int>(threads, std::max<size_t>(1, shards_.size())));
   std::vector<topology::Placement> places;
   if (options.bind && topo) places = topo->PlaceThreads(threads);
@@ -242,8 +243,8 @@ void ParamStore::RestoreVersion(uint32_t shard, uint64_t version) {
 
 void ParamStore::RaiseEpochs(uint32_t epochs) {
   uint32_t seen = epochs_.load(std::memory_order_relaxed);
-  while (seen < epochs &&
-         !epochs_.compare_exchange_weak(seen, epochs, std::memory_order_release, std::memory_order_relaxed)) {
+  while (seen < epochs && !epochs_.compare_exchange_weak(seen, epochs, std::memory_order_release,
+                                                         std::memory_order_relaxed)) {
   }
 }
 
@@ -353,8 +354,7 @@ void ParamStore::WorkerLoop(Worker* w) {
 }
 
 // `whole` is the caller's scratch: the updates covering a whole block.
-void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run,
-                          std::vector<const float*>& whole) {
+void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run, std::vector<const float*>& whole) {
   if (run.empty()) return;
   // A re-sent push this state already has is dropped (answered, not applied); the rest are
   // recorded as the last push of their trainer.

@@ -96,9 +96,9 @@ struct Op {
   const float* values = nullptr;
   float* out = nullptr;
   uint64_t* version = nullptr;
-  ShardMeta* meta = nullptr;       // kRead: filled when set; kSet: the state's identity (required)
-  bool conditional = false;        // kSet
-  SetResult* result = nullptr;     // kSet, may be null
+  ShardMeta* meta = nullptr;    // kRead: filled when set; kSet: the state's identity (required)
+  bool conditional = false;     // kSet
+  SetResult* result = nullptr;  // kSet, may be null
   // kAdd with session != 0: part `part` of push (session, seq) of trainer `trainer`; skipped if
   // the shard's state already has it. *applied_version (when set) becomes the shard's version
   // once the Op is in it.
@@ -178,8 +178,8 @@ class ParamStore {
   Status RunRead(uint32_t shard, float* out, int64_t count, uint64_t* version, ShardMeta* meta);
   void ApplyRun(ShardState& s, std::vector<Op*>& run, std::vector<const float*>& whole);
 
-  std::vector<std::unique_ptr<ShardState>> shards_;       // immutable after construction
-  std::unordered_map<uint32_t, uint32_t> slot_of_;         // shard id -> index in shards_
+  std::vector<std::unique_ptr<ShardState>> shards_;  // immutable after construction
+  std::unordered_map<uint32_t, uint32_t> slot_of_;   // shard id -> index in shards_
   std::vector<std::unique_ptr<Worker>> workers_;
   int64_t total_floats_ = 0;
   std::string placement_;

@@ -114,7 +114,6 @@ class ChunkSink {
   int files_ = 0;
 };
 
-
 std::string PeerDir(const std::string& root, uint32_t server) {
   return root + "/ps-" + std::to_string(server);
 }
@@ -136,10 +135,12 @@ grpc::Status ReplicaService::GetCheckpoint(grpc::ServerContext* ctx,
     std::vector<std::string> names;
     if (!peer_dir_.empty())
       for (const auto& de : fs::directory_iterator(PeerDir(peer_dir_, req->server()), ec))
-        if (IsCheckpointName(de.path().filename().string())) names.push_back(de.path().filename().string());
+        if (IsCheckpointName(de.path().filename().string()))
+          names.push_back(de.path().filename().string());
     std::sort(names.begin(), names.end());
     for (const auto& n : names) {
-      const int fd = ::open((PeerDir(peer_dir_, req->server()) + "/" + n).c_str(), O_RDONLY | O_CLOEXEC);
+      const int fd =
+          ::open((PeerDir(peer_dir_, req->server()) + "/" + n).c_str(), O_RDONLY | O_CLOEXEC);
       if (fd >= 0) files.push_back({n, fd});
     }
   }
@@ -166,7 +167,8 @@ grpc::Status ReplicaService::PutCheckpoint(grpc::ServerContext* ctx,
       server = c.server();
       std::error_code ec;
       fs::create_directories(PeerDir(peer_dir_, *server), ec);
-      if (ec) return {grpc::StatusCode::INTERNAL, "cannot create a peer directory: " + ec.message()};
+      if (ec)
+        return {grpc::StatusCode::INTERNAL, "cannot create a peer directory: " + ec.message()};
       sink.emplace(PeerDir(peer_dir_, *server));
     } else if (c.server() != *server) {
       return {grpc::StatusCode::INVALID_ARGUMENT, "one PutCheckpoint carries one server's files"};
@@ -189,15 +191,15 @@ grpc::Status ReplicaService::PutCheckpoint(grpc::ServerContext* ctx,
 }
 
 grpc::Status ReplicaService::Forward(grpc::ServerContext*, const adam::v1::ForwardRequest* req,
-                                    adam::v1::ForwardResponse*) {
+                                     adam::v1::ForwardResponse*) {
   if (store_ == nullptr || routing_ == nullptr)
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "ps-" + std::to_string(server_) + " takes no forwards (no controller)");
   StatusOr<ShardMeta> meta = MetaFromProto(*req);
   if (!meta.ok())
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "forward: shard " + std::to_string(req->shard()) + ": " +
-                            meta.status().message());
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        "forward: shard " + std::to_string(req->shard()) + ": " + meta.status().message());
   if (req->values().size() % 4 != 0)
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "forward: shard " + std::to_string(req->shard()) + " values: " +
@@ -206,7 +208,8 @@ grpc::Status ReplicaService::Forward(grpc::ServerContext*, const adam::v1::Forwa
   std::vector<float> values(req->values().size() / 4);
   std::memcpy(values.data(), req->values().data(), req->values().size());
   return net::ToGrpc(AcceptForward(server_, store_, routing_, req->shard(), values.data(),
-                              int64_t(values.size()), *meta, req->epochs(), req->from_server()));
+                                   int64_t(values.size()), *meta, req->epochs(),
+                                   req->from_server()));
 }
 
 grpc::Status ReplicaService::ReadShard(grpc::ServerContext*, const adam::v1::ReadShardRequest* req,
@@ -251,8 +254,8 @@ StatusOr<ShardMeta> MetaFromProto(const adam::v1::ForwardRequest& in) {
   meta.term = in.term();
   for (const auto& m : in.marks()) {
     if (m.trainer() >= kMaxTrainers)
-      return InvalidArgumentError("marks trainer " + std::to_string(m.trainer()) +
-                                  ", not below " + std::to_string(kMaxTrainers));
+      return InvalidArgumentError("marks trainer " + std::to_string(m.trainer()) + ", not below " +
+                                  std::to_string(kMaxTrainers));
     if (meta.marks.size() <= m.trainer()) meta.marks.resize(size_t(m.trainer()) + 1);
     meta.marks[m.trainer()] = PushMark{m.session(), m.seq(), m.parts()};
   }
@@ -310,8 +313,9 @@ StatusOr<int> PeerSender::Send(const Checkpointer& checkpointer) {
   std::vector<std::string> names;
   names.reserve(todo.size());
   for (const auto& f : todo) names.push_back(f.name);
-  Status st = SendFiles(std::move(todo), server_,
-                        [&](const adam::v1::CheckpointChunk& c) { return writer->Write(c); }, keep);
+  Status st = SendFiles(
+      std::move(todo), server_,
+      [&](const adam::v1::CheckpointChunk& c) { return writer->Write(c); }, keep);
   writer->WritesDone();
   Status done = net::FromGrpc(writer->Finish(), "checkpoint to peer " + address_);
   if (!done.ok()) {

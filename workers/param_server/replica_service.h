@@ -75,7 +75,7 @@ class PeerSender {
   std::string address_;
   uint32_t server_;
   std::unique_ptr<adam::v1::ReplicaService::Stub> stub_;  // one channel for every send
-  std::set<std::string> sent_;  // files the peer has
+  std::set<std::string> sent_;                            // files the peer has
 };
 
 }  // namespace adam::ps

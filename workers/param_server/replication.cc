@@ -60,19 +60,17 @@ Status AcceptForward(uint32_t self, ParamStore* store, Routing* routing, uint32_
                                    std::to_string(shard) + " at map version " +
                                    std::to_string(routing->version()));
   const int64_t n = store->ShardSize(shard);
-  if (n < 0)
-    return NotFoundError("forward: shard " + std::to_string(shard) + " is not held here");
+  if (n < 0) return NotFoundError("forward: shard " + std::to_string(shard) + " is not held here");
   if (count != n)
-    return InvalidArgumentError("forward: shard " + std::to_string(shard) + " values: " +
-                                std::to_string(count * 4) + " bytes, expected " +
+    return InvalidArgumentError("forward: shard " + std::to_string(shard) +
+                                " values: " + std::to_string(count * 4) + " bytes, expected " +
                                 std::to_string(n * 4));
   ADAM_ASSIGN_OR_RETURN(SetResult set, store->SetState(shard, values, n, meta));
   if (set == SetResult::kStale)
-    return FailedPreconditionError("ps-" + std::to_string(self) + " holds shard " +
-                                   std::to_string(shard) + " at term " +
-                                   std::to_string(store->Term(shard)) + ", newer than the forward's " +
-                                   std::to_string(meta.term) + ": ps-" + std::to_string(from) +
-                                   " was deposed");
+    return FailedPreconditionError(
+        "ps-" + std::to_string(self) + " holds shard " + std::to_string(shard) + " at term " +
+        std::to_string(store->Term(shard)) + ", newer than the forward's " +
+        std::to_string(meta.term) + ": ps-" + std::to_string(from) + " was deposed");
   // kHeld: this copy already holds that state or a later one of the same primary.
   store->RaiseEpochs(epochs);
   routing->MarkReceived(shard);
@@ -82,7 +80,8 @@ Status AcceptForward(uint32_t self, ParamStore* store, Routing* routing, uint32_
 StatusOr<bool> FinishCatchUp(ParamStore* store, Routing* routing, const Routing::CatchUp& c,
                              const std::vector<CopyState>& states) {
   const int64_t n = store->ShardSize(c.shard);
-  if (n < 0) return NotFoundError("catch-up: shard " + std::to_string(c.shard) + " is not held here");
+  if (n < 0)
+    return NotFoundError("catch-up: shard " + std::to_string(c.shard) + " is not held here");
   const CopyState* best = nullptr;
   for (const CopyState& s : states) {
     if (int64_t(s.values.size()) != n)
@@ -95,7 +94,8 @@ StatusOr<bool> FinishCatchUp(ParamStore* store, Routing* routing, const Routing:
   }
   bool taken = false;
   if (best != nullptr) {
-    ADAM_ASSIGN_OR_RETURN(SetResult set, store->SetState(c.shard, best->values.data(), n, best->meta));
+    ADAM_ASSIGN_OR_RETURN(SetResult set,
+                          store->SetState(c.shard, best->values.data(), n, best->meta));
     store->RaiseEpochs(best->epochs);
     taken = set == SetResult::kApplied;
   }

@@ -235,8 +235,9 @@ void ControllerLink::Beat() {
 
 Forwarder::Forwarder(uint32_t self, Routing* routing, ParamStore* store,
                      std::chrono::milliseconds interval)
-    : self_(self), routing_(routing), store_(store), interval_(interval),
-      thread_([this] { Loop(); }) {}
+    : self_(self), routing_(routing), store_(store), interval_(interval), thread_([this] {
+        Loop();
+      }) {}
 
 namespace {
 int64_t SteadyNs() {
@@ -258,8 +259,10 @@ void Forwarder::Stop() {
 double Forwarder::lag_seconds() const {
   const int64_t now = SteadyNs();
   const int64_t started = round_started_ns_.load();
-  const bool stuck = started != 0 && now - started >
-      std::chrono::duration_cast<std::chrono::nanoseconds>(kForwardDeadline).count();
+  const bool stuck =
+      started != 0 &&
+      now - started >
+          std::chrono::duration_cast<std::chrono::nanoseconds>(kForwardDeadline).count();
   if (in_sync_.load() && !stuck) return 0;
   return double(now - in_sync_at_ns_.load()) * 1e-9;
 }
@@ -293,9 +296,9 @@ void Forwarder::Loop() {
       // Back to back while pushes wait (a short pause when a round had nothing to send, e.g.
       // waiting for a copy the controller has yet to drop); otherwise a round every interval,
       // looking for promotions to catch up every 20 ms.
-      const auto pause = !waiters_.empty() ? (busy ? std::chrono::milliseconds(0)
-                                                   : std::chrono::milliseconds(5))
-                                           : std::chrono::milliseconds(20);
+      const auto pause = !waiters_.empty()
+                             ? (busy ? std::chrono::milliseconds(0) : std::chrono::milliseconds(5))
+                             : std::chrono::milliseconds(20);
       l.AwaitFor(cv_, pause, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || kicked_; });
       kicked_ = false;
       if (stop_) break;
@@ -359,9 +362,9 @@ void Forwarder::CatchUp(const std::vector<Routing::CatchUp>& catch_ups) {
     bool all = true;
     for (size_t i = 0; i < calls.size(); ++i) {
       const Call& call = *calls[i];
-      StatusOr<ShardMeta> meta = call.status.ok() ? MetaFromProto(call.resp)
-                                                  : StatusOr<ShardMeta>(UnavailableError(
-                                                        call.status.error_message()));
+      StatusOr<ShardMeta> meta =
+          call.status.ok() ? MetaFromProto(call.resp)
+                           : StatusOr<ShardMeta>(UnavailableError(call.status.error_message()));
       if (!meta.ok() || call.resp.values().size() != size_t(n) * 4) {
         spdlog::warn("shard {}: no state from its copy at {} yet: {}", c.shard, c.from[i],
                      meta.ok() ? std::string("wrong size") : meta.status().message());
@@ -383,7 +386,9 @@ void Forwarder::CatchUp(const std::vector<Routing::CatchUp>& catch_ups) {
     if (*taken)
       spdlog::info("shard {}: took its copy's newer state (version {})", c.shard,
                    store_->Version(c.shard));
-    EmitEvent({{"event", "caught_up"}, {"shard", c.shard}, {"term", c.term},
+    EmitEvent({{"event", "caught_up"},
+               {"shard", c.shard},
+               {"term", c.term},
                {"version", store_->Version(c.shard)}});
   }
 }

@@ -152,9 +152,9 @@ class ControllerLink {
   Mutex mu_;
   std::optional<ServerAddresses> addresses_ ABSL_GUARDED_BY(mu_);
   const uint64_t incarnation_;  // random, nonzero: tells the controller this process restarted
-  size_t target_ = 0;  // the member believed to lead (beat thread only)
+  size_t target_ = 0;           // the member believed to lead (beat thread only)
   std::atomic<uint64_t> heartbeats_{0};  // a counter; ordering nothing
-  Periodic beat_;  // last: runs Beat every 50 ms once everything above exists
+  Periodic beat_;                        // last: runs Beat every 50 ms once everything above exists
 };
 
 class Forwarder {
@@ -209,7 +209,8 @@ class Forwarder {
   std::atomic<int64_t> round_started_ns_{0};  // 0 between rounds
   // steady_clock time (ns) of the last round that ended with every copy current.
   std::atomic<int64_t> in_sync_at_ns_{std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::steady_clock::now().time_since_epoch()).count()};
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count()};
   mutable Mutex mu_;
   std::condition_variable cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -157,8 +157,8 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
 
   // Loop-thread state.
   std::map<uint64_t, std::pair<uint64_t, std::shared_ptr<Proposal>>> waiting;  // index -> term
-  std::map<std::string, std::shared_ptr<Read>> reads;                           // by context
-  std::vector<std::pair<uint64_t, std::shared_ptr<Read>>> confirmed;            // read index
+  std::map<std::string, std::shared_ptr<Read>> reads;                          // by context
+  std::vector<std::pair<uint64_t, std::shared_ptr<Read>>> confirmed;           // read index
   uint64_t read_seq = 0;
   uint64_t applied = 0;
   Role last_role = Role::kFollower;
@@ -225,8 +225,10 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
       for (auto& r : rds) {
         const std::string ctx = std::to_string(options.id) + "-" + std::to_string(++read_seq);
         Status s = node->ReadIndex(ctx);
-        if (!s.ok()) r->done.set_value(s);
-        else reads[ctx] = r;
+        if (!s.ok())
+          r->done.set_value(s);
+        else
+          reads[ctx] = r;
       }
       const auto now = Clock::now();
       if (now >= next_tick) {
@@ -297,9 +299,11 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
         applied = e.index;
         auto it = waiting.find(e.index);
         if (it != waiting.end()) {
-          if (it->second.first == e.term) it->second.second->done(e.index);
+          if (it->second.first == e.term)
+            it->second.second->done(e.index);
           else
-            it->second.second->done(UnavailableError("raft: a new leader replaced the entry; retry"));
+            it->second.second->done(
+                UnavailableError("raft: a new leader replaced the entry; retry"));
           waiting.erase(it);
         }
       }
@@ -339,8 +343,8 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
       if (on_role) on_role(last_role, last_term);
     }
     MutexLock l(mu);
-    info = {node->role(), node->term(), node->leader(), node->commit(), applied, proposals_total,
-            storage->log_bytes()};
+    info = {node->role(), node->term(),    node->leader(),      node->commit(),
+            applied,      proposals_total, storage->log_bytes()};
   }
 };
 

@@ -43,7 +43,7 @@ struct DriverOptions {
   std::string dir;                      // log and snapshot
   std::string cluster_id;               // the group the log belongs to (Storage::Open); "" = any
   std::chrono::milliseconds tick{10};
-  int election_ticks = 20;              // campaign after 20..40 silent ticks (200..400 ms)
+  int election_ticks = 20;  // campaign after 20..40 silent ticks (200..400 ms)
   int heartbeat_ticks = 2;
   uint64_t snapshot_entries = 8192;
   uint64_t seed = 0;

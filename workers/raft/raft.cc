@@ -6,25 +6,38 @@ namespace adam::raft {
 
 const char* MessageTypeName(MessageType type) {
   switch (type) {
-    case MessageType::kPreVote: return "PreVote";
-    case MessageType::kPreVoteResp: return "PreVoteResp";
-    case MessageType::kVote: return "Vote";
-    case MessageType::kVoteResp: return "VoteResp";
-    case MessageType::kAppend: return "Append";
-    case MessageType::kAppendResp: return "AppendResp";
-    case MessageType::kHeartbeat: return "Heartbeat";
-    case MessageType::kHeartbeatResp: return "HeartbeatResp";
-    case MessageType::kSnapshot: return "Snapshot";
+    case MessageType::kPreVote:
+      return "PreVote";
+    case MessageType::kPreVoteResp:
+      return "PreVoteResp";
+    case MessageType::kVote:
+      return "Vote";
+    case MessageType::kVoteResp:
+      return "VoteResp";
+    case MessageType::kAppend:
+      return "Append";
+    case MessageType::kAppendResp:
+      return "AppendResp";
+    case MessageType::kHeartbeat:
+      return "Heartbeat";
+    case MessageType::kHeartbeatResp:
+      return "HeartbeatResp";
+    case MessageType::kSnapshot:
+      return "Snapshot";
   }
   return "?";
 }
 
 const char* RoleName(Role role) {
   switch (role) {
-    case Role::kFollower: return "follower";
-    case Role::kPreCandidate: return "pre-candidate";
-    case Role::kCandidate: return "candidate";
-    case Role::kLeader: return "leader";
+    case Role::kFollower:
+      return "follower";
+    case Role::kPreCandidate:
+      return "pre-candidate";
+    case Role::kCandidate:
+      return "candidate";
+    case Role::kLeader:
+      return "leader";
   }
   return "?";
 }
@@ -166,10 +179,16 @@ void Node::Campaign() {
 }
 
 void Node::StartElection(bool pre) {
-  if (pre) BecomePreCandidate(); else BecomeCandidate();
+  if (pre)
+    BecomePreCandidate();
+  else
+    BecomeCandidate();
   votes_[id_] = true;
   if (votes_.size() >= quorum()) {  // a single-node group
-    if (pre) StartElection(false); else BecomeLeader();
+    if (pre)
+      StartElection(false);
+    else
+      BecomeLeader();
     return;
   }
   const uint64_t last = last_index();
@@ -407,17 +426,22 @@ void Node::Step(const Message& m) {
     return;
   }
   switch (role_) {
-    case Role::kLeader: StepLeader(m); break;
+    case Role::kLeader:
+      StepLeader(m);
+      break;
     case Role::kPreCandidate:
-    case Role::kCandidate: StepCandidate(m); break;
-    case Role::kFollower: StepFollower(m); break;
+    case Role::kCandidate:
+      StepCandidate(m);
+      break;
+    case Role::kFollower:
+      StepFollower(m);
+      break;
   }
 }
 
 void Node::HandleVoteRequest(const Message& m) {
   const bool pre = m.type == MessageType::kPreVote;
-  const bool can_vote = vote_ == m.from || (vote_ == 0 && leader_ == 0) ||
-                        (pre && m.term > term_);
+  const bool can_vote = vote_ == m.from || (vote_ == 0 && leader_ == 0) || (pre && m.term > term_);
   Message r;
   r.type = pre ? MessageType::kPreVoteResp : MessageType::kVoteResp;
   r.to = m.from;
@@ -450,14 +474,18 @@ void Node::StepCandidate(const Message& m) {
       BecomeFollower(m.term, m.from);
       HandleSnapshot(m);
       return;
-    default: break;
+    default:
+      break;
   }
   if (m.type != want) return;
   votes_.emplace(m.from, !m.reject);
   size_t granted = 0, rejected = 0;
   for (const auto& [p, v] : votes_) (v ? granted : rejected)++;
   if (granted >= quorum()) {
-    if (role_ == Role::kPreCandidate) StartElection(false); else BecomeLeader();
+    if (role_ == Role::kPreCandidate)
+      StartElection(false);
+    else
+      BecomeLeader();
   } else if (rejected >= quorum()) {
     BecomeFollower(term_, 0);
   }
@@ -486,7 +514,8 @@ void Node::StepFollower(const Message& m) {
       leader_ = m.from;
       HandleSnapshot(m);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -603,7 +632,8 @@ void Node::StepLeader(const Message& m) {
       }
       return;
     }
-    default: return;
+    default:
+      return;
   }
 }
 

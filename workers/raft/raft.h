@@ -82,7 +82,7 @@ struct Message {
   bool reject = false;
   uint64_t reject_hint = 0;  // AppendResp reject: the follower's last index
   std::optional<Snapshot> snapshot;
-  std::string context;       // Heartbeat(Resp): the ReadIndex round it confirms
+  std::string context;  // Heartbeat(Resp): the ReadIndex round it confirms
 };
 
 // A linearizable read is safe once the state machine has applied `index`.
@@ -122,10 +122,10 @@ struct PersistentState {
 
 struct Config {
   NodeId id = 0;
-  std::vector<NodeId> peers;     // every member, including `id`
-  int election_ticks = 10;       // a follower campaigns after [election, 2*election) silent ticks
-  int heartbeat_ticks = 1;       // a leader sends heartbeats every heartbeat_ticks
-  uint64_t seed = 0;             // for the randomized election timeout
+  std::vector<NodeId> peers;  // every member, including `id`
+  int election_ticks = 10;    // a follower campaigns after [election, 2*election) silent ticks
+  int heartbeat_ticks = 1;    // a leader sends heartbeats every heartbeat_ticks
+  uint64_t seed = 0;          // for the randomized election timeout
   size_t max_entries_per_append = 256;
   size_t max_bytes_per_append = 1 << 20;
 };
@@ -175,7 +175,7 @@ class Node {
     uint64_t match = 0;
     uint64_t next = 1;
     enum State { kProbe, kReplicate, kSnapshot } state = kProbe;
-    bool paused = false;     // probe: one append in flight
+    bool paused = false;  // probe: one append in flight
     bool recent_active = false;
     uint64_t pending_snapshot = 0;
   };
@@ -228,17 +228,17 @@ class Node {
   int heartbeat_elapsed_ = 0;
   int randomized_timeout_ = 0;
 
-  Snapshot snapshot_;           // log starts after snapshot_.index
-  uint64_t offset_ = 0;         // == snapshot_.index
-  std::vector<Entry> log_;      // entries offset_+1 .. offset_+log_.size()
-  uint64_t stable_ = 0;         // entries <= stable_ were handed out for persistence
+  Snapshot snapshot_;       // log starts after snapshot_.index
+  uint64_t offset_ = 0;     // == snapshot_.index
+  std::vector<Entry> log_;  // entries offset_+1 .. offset_+log_.size()
+  uint64_t stable_ = 0;     // entries <= stable_ were handed out for persistence
   bool snapshot_unstable_ = false;
   bool snapshot_to_apply_ = false;
   HardState last_hard_state_;
 
   std::map<NodeId, Progress> progress_;
   std::map<NodeId, bool> votes_;
-  std::vector<PendingRead> reads_;        // confirmed-in-order ReadIndex rounds
+  std::vector<PendingRead> reads_;          // confirmed-in-order ReadIndex rounds
   std::vector<std::string> waiting_reads_;  // before the first commit of this term
   std::vector<ReadState> read_states_;
   std::vector<Message> outbox_;

@@ -43,9 +43,7 @@ std::string Record(uint8_t kind, const std::string& payload) {
   return r + body;
 }
 
-Status Errno(const std::string& what) {
-  return InternalError(what + ": " + std::strerror(errno));
-}
+Status Errno(const std::string& what) { return InternalError(what + ": " + std::strerror(errno)); }
 
 Status WriteAll(int fd, std::string_view b, const std::string& name) {
   while (!b.empty()) {
@@ -150,8 +148,7 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view b, const std::string& name) {
   return s;
 }
 
-StatusOr<ParsedLog> ParseLog(std::string_view b, uint64_t snapshot_index,
-                             const std::string& name) {
+StatusOr<ParsedLog> ParseLog(std::string_view b, uint64_t snapshot_index, const std::string& name) {
   ParsedLog out;
   size_t at = 0;
   while (at < b.size()) {
@@ -265,18 +262,19 @@ StatusOr<std::unique_ptr<Storage>> Storage::Open(const std::string& dir, size_t*
   const std::string log_path = dir + "/raft.log";
   StatusOr<std::string> lb = ReadFile(log_path);
   std::string bytes;
-  if (lb.ok()) bytes = std::move(*lb);
-  else if (lb.status().code() != StatusCode::kNotFound) return lb.status();
+  if (lb.ok())
+    bytes = std::move(*lb);
+  else if (lb.status().code() != StatusCode::kNotFound)
+    return lb.status();
   StatusOr<ParsedLog> parsed = ParseLog(bytes, snap.index, log_path);
   if (!parsed.ok()) return parsed.status();
   if (torn) *torn = bytes.size() - parsed->valid_bytes;
   s->state_ = std::move(parsed->state);
   s->state_.snapshot = std::move(snap);
   if (!s->state_.entries.empty() && s->state_.entries.front().index != s->state_.snapshot.index + 1)
-    return DataLossError(log_path + ": first entry " +
-                         std::to_string(s->state_.entries.front().index) +
-                         " does not follow the snapshot at " +
-                         std::to_string(s->state_.snapshot.index));
+    return DataLossError(
+        log_path + ": first entry " + std::to_string(s->state_.entries.front().index) +
+        " does not follow the snapshot at " + std::to_string(s->state_.snapshot.index));
   s->fd_ = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (s->fd_ < 0) return Errno("open " + log_path);
   if (parsed->torn_tail && ::ftruncate(s->fd_, static_cast<off_t>(parsed->valid_bytes)) != 0)

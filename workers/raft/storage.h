@@ -6,8 +6,9 @@
 // >= i, so a follower's log truncation is just an append. `Persist` writes a Ready's entries, then
 // its hard state, then fdatasyncs once (group commit) before returning: no entry, term or vote is
 // acted on before it is on disk. (A hard state whose only change is the commit index is written
-// without a sync of its own, as in etcd: the commit index is relearned from the leader.) `snapshot` holds the newest snapshot (written to a temp file, fsynced,
-// renamed); after a snapshot the log is rewritten without the entries it covers.
+// without a sync of its own, as in etcd: the commit index is relearned from the leader.) `snapshot`
+// holds the newest snapshot (written to a temp file, fsynced, renamed); after a snapshot the log is
+// rewritten without the entries it covers.
 //
 // Opening: a torn final record (a crash in the middle of an append that was therefore never
 // acknowledged) is cut off and reported; any other bad record is DataLoss naming the file and byte
@@ -27,7 +28,7 @@
 namespace adam::raft {
 
 struct ParsedLog {
-  PersistentState state;  // snapshot not included (it lives in its own file)
+  PersistentState state;   // snapshot not included (it lives in its own file)
   size_t valid_bytes = 0;  // the prefix that parsed cleanly
   bool torn_tail = false;  // a final partial or corrupt record followed valid_bytes
 };

@@ -49,10 +49,13 @@ StatusOr<Message> MessageFromProto(const v1::RaftMessage& p) {
   Message m;
   if (p.type() > static_cast<uint32_t>(MessageType::kSnapshot))
     return InvalidArgumentError("raft message: type " + std::to_string(p.type()) + " unknown");
-  for (const auto& [field, value] :
-       {std::pair<const char*, uint64_t>{"term", p.term()}, {"log_term", p.log_term()},
-        {"index", p.index()}, {"commit", p.commit()}, {"reject_hint", p.reject_hint()},
-        {"snapshot_index", p.snapshot_index()}, {"snapshot_term", p.snapshot_term()}})
+  for (const auto& [field, value] : {std::pair<const char*, uint64_t>{"term", p.term()},
+                                     {"log_term", p.log_term()},
+                                     {"index", p.index()},
+                                     {"commit", p.commit()},
+                                     {"reject_hint", p.reject_hint()},
+                                     {"snapshot_index", p.snapshot_index()},
+                                     {"snapshot_term", p.snapshot_term()}})
     if (Status s = CheckBound(field, value); !s.ok()) return s;
   m.type = static_cast<MessageType>(p.type());
   m.from = p.from();
@@ -77,7 +80,8 @@ StatusOr<Message> MessageFromProto(const v1::RaftMessage& p) {
   if (p.has_snapshot() && p.snapshot_term() > p.term())
     return InvalidArgumentError("raft message: snapshot_term " + std::to_string(p.snapshot_term()) +
                                 " above the message's term " + std::to_string(p.term()));
-  if (p.has_snapshot()) m.snapshot = Snapshot{p.snapshot_index(), p.snapshot_term(), p.snapshot_data()};
+  if (p.has_snapshot())
+    m.snapshot = Snapshot{p.snapshot_index(), p.snapshot_term(), p.snapshot_data()};
   m.commit = p.commit();
   m.reject = p.reject();
   m.reject_hint = p.reject_hint();

@@ -38,7 +38,8 @@ class Reader {
 
   // Requires `n` to be a map (or absent); reports keys not in `allowed`. Returns false if `n`
   // is present but not a map.
-  bool Map(const YAML::Node& n, const std::string& path, std::initializer_list<const char*> allowed) {
+  bool Map(const YAML::Node& n, const std::string& path,
+           std::initializer_list<const char*> allowed) {
     if (!n || n.IsNull()) return true;
     if (!n.IsMap()) {
       Error(path, "must be a mapping");
@@ -82,8 +83,9 @@ class Reader {
     int64_t v = 0;
     if (!Get(n, key, path, &v, required)) return false;
     if (v < lo) {
-      Error(path + "." + key, (lo == 1 ? std::string("must be > 0") : "must be >= " + std::to_string(lo)) +
-                                  ", got " + std::to_string(v));
+      Error(path + "." + key,
+            (lo == 1 ? std::string("must be > 0") : "must be >= " + std::to_string(lo)) + ", got " +
+                std::to_string(v));
       return false;
     }
     if (v > hi) {
@@ -104,10 +106,14 @@ class Reader {
  private:
   template <typename T>
   static const char* TypeName() {
-    if constexpr (std::is_same_v<T, bool>) return "true or false";
-    else if constexpr (std::is_integral_v<T>) return "an integer";
-    else if constexpr (std::is_floating_point_v<T>) return "a number";
-    else return "a string";
+    if constexpr (std::is_same_v<T, bool>)
+      return "true or false";
+    else if constexpr (std::is_integral_v<T>)
+      return "an integer";
+    else if constexpr (std::is_floating_point_v<T>)
+      return "a number";
+    else
+      return "a string";
   }
 
   std::vector<std::string> errors_;
@@ -131,11 +137,11 @@ void ReadResources(Reader& r, const YAML::Node& n, const std::string& path, Reso
   if (r.Get(n, "cpu", path, &out->cpu) && !IsQuantity(out->cpu))
     r.Error(path + ".cpu", "must be a Kubernetes quantity like 4 or 500m, got '" + out->cpu + "'");
   if (r.Get(n, "memory", path, &out->memory) && !IsQuantity(out->memory))
-    r.Error(path + ".memory",
-            "must be a Kubernetes quantity like 8Gi, got '" + out->memory + "'");
+    r.Error(path + ".memory", "must be a Kubernetes quantity like 8Gi, got '" + out->memory + "'");
 }
 
-void ReadFilePair(Reader& r, const YAML::Node& n, const std::string& path, bool folder, FilePair* out) {
+void ReadFilePair(Reader& r, const YAML::Node& n, const std::string& path, bool folder,
+                  FilePair* out) {
   if (!n) {
     r.Error(path, "required");
     return;
@@ -152,12 +158,36 @@ void ReadFilePair(Reader& r, const YAML::Node& n, const std::string& path, bool 
 
 // The volume source types of a Kubernetes pod's spec.volumes[] (core/v1 VolumeSource).
 bool IsVolumeSource(const std::string& key) {
-  static const std::set<std::string> kinds = {
-      "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap", "csi",
-      "downwardAPI", "emptyDir", "ephemeral", "fc", "flexVolume", "flocker", "gcePersistentDisk",
-      "gitRepo", "glusterfs", "hostPath", "image", "iscsi", "nfs", "persistentVolumeClaim",
-      "photonPersistentDisk", "portworxVolume", "projected", "quobyte", "rbd", "scaleIO", "secret",
-      "storageos", "vsphereVolume"};
+  static const std::set<std::string> kinds = {"awsElasticBlockStore",
+                                              "azureDisk",
+                                              "azureFile",
+                                              "cephfs",
+                                              "cinder",
+                                              "configMap",
+                                              "csi",
+                                              "downwardAPI",
+                                              "emptyDir",
+                                              "ephemeral",
+                                              "fc",
+                                              "flexVolume",
+                                              "flocker",
+                                              "gcePersistentDisk",
+                                              "gitRepo",
+                                              "glusterfs",
+                                              "hostPath",
+                                              "image",
+                                              "iscsi",
+                                              "nfs",
+                                              "persistentVolumeClaim",
+                                              "photonPersistentDisk",
+                                              "portworxVolume",
+                                              "projected",
+                                              "quobyte",
+                                              "rbd",
+                                              "scaleIO",
+                                              "secret",
+                                              "storageos",
+                                              "vsphereVolume"};
   return kinds.count(key) > 0;
 }
 
@@ -167,13 +197,15 @@ void ReadVolume(Reader& r, const YAML::Node& n, const std::string& path, VolumeS
   const std::string vp = path + ".volume";
   if (src && !src.IsNull()) {
     if (!src.IsMap() || src.size() != 1) {
-      r.Error(vp, "must be one volume source, as in a pod's spec.volumes[] without its name "
-                  "(e.g. {persistentVolumeClaim: {claimName: NAME}})");
+      r.Error(vp,
+              "must be one volume source, as in a pod's spec.volumes[] without its name "
+              "(e.g. {persistentVolumeClaim: {claimName: NAME}})");
     } else {
       const std::string kind = src.begin()->first.Scalar();
       if (!IsVolumeSource(kind))
-        r.Error(vp + "." + kind, "is not a Kubernetes volume source (persistentVolumeClaim, nfs, "
-                                 "hostPath, configMap, csi, ...)");
+        r.Error(vp + "." + kind,
+                "is not a Kubernetes volume source (persistentVolumeClaim, nfs, "
+                "hostPath, configMap, csi, ...)");
       else if (!src[kind].IsMap() && !src[kind].IsNull())
         r.Error(vp + "." + kind, "must be a mapping");
       else
@@ -189,8 +221,10 @@ void ReadVolume(Reader& r, const YAML::Node& n, const std::string& path, VolumeS
   };
   if (!std::regex_match(m, clean) || m.find("/../") != std::string::npos ||
       m.find("/./") != std::string::npos || ends("/..") || ends("/.")) {
-    r.Error(field, "must be an absolute path of plain names (letters, digits, . _ -; no . or .. "
-                   "component, no trailing /), got '" + m + "'");
+    r.Error(field,
+            "must be an absolute path of plain names (letters, digits, . _ -; no . or .. "
+            "component, no trailing /), got '" +
+                m + "'");
     return;
   }
   // Inside or above one of Adam's own mounts would hide it or be hidden by it.
@@ -201,7 +235,7 @@ void ReadVolume(Reader& r, const YAML::Node& n, const std::string& path, VolumeS
       return;
     }
   }
-  static const std::set<std::string> system = {"/bin", "/boot", "/dev", "/home", "/lib", "/lib64",
+  static const std::set<std::string> system = {"/bin",  "/boot", "/dev", "/home", "/lib", "/lib64",
                                                "/proc", "/root", "/run", "/sbin", "/sys", "/usr"};
   if (system.count(m))
     r.Error(field, "'" + m + "' would hide the image's " + m + "; mount the volume elsewhere");
@@ -213,8 +247,9 @@ void ReadDataset(Reader& r, const YAML::Node& n, DatasetSpec* d) {
     r.Error(path, "required");
     return;
   }
-  if (!r.Map(n, path, {"format", "train", "test", "heldOut", "fit", "maxCorrupt", "augment",
-                       "volume", "mountPath"}))
+  if (!r.Map(n, path,
+             {"format", "train", "test", "heldOut", "fit", "maxCorrupt", "augment", "volume",
+              "mountPath"}))
     return;
   if (r.Get(n, "format", path, &d->format) && d->format != "idx" && d->format != "folder")
     r.Error(path + ".format", "must be 'idx' or 'folder', got '" + d->format + "'");
@@ -224,8 +259,8 @@ void ReadDataset(Reader& r, const YAML::Node& n, DatasetSpec* d) {
     if (!folder)
       r.Error(path + ".heldOut", "only with format: folder (an IDX data set has its test files)");
     else if (!(d->held_out > 0 && d->held_out < 1))
-      r.Error(path + ".heldOut", "must be a fraction between 0 and 1 (exclusive), got " +
-                                     std::to_string(d->held_out));
+      r.Error(path + ".heldOut",
+              "must be a fraction between 0 and 1 (exclusive), got " + std::to_string(d->held_out));
     else if (n["test"])
       r.Error(path + ".heldOut", "replaces spec.dataset.test; give one of them");
   }
@@ -250,12 +285,15 @@ void ReadDataset(Reader& r, const YAML::Node& n, DatasetSpec* d) {
     const std::string root = d->volume.mount_path + "/";
     for (const auto& [field, file] :
          {std::pair<const char*, const std::string*>{"train.images", &d->train.images},
-          {"train.labels", &d->train.labels}, {"train.folder", &d->train.folder},
-          {"test.images", &d->test.images}, {"test.labels", &d->test.labels},
+          {"train.labels", &d->train.labels},
+          {"train.folder", &d->train.folder},
+          {"test.images", &d->test.images},
+          {"test.labels", &d->test.labels},
           {"test.folder", &d->test.folder}})
       if (!file->empty() && file->rfind(root, 0) != 0)
         r.Error(path + "." + field, "'" + *file + "' is not under spec.dataset.mountPath " +
-                                        d->volume.mount_path + ", where spec.dataset.volume is mounted");
+                                        d->volume.mount_path +
+                                        ", where spec.dataset.volume is mounted");
   }
 }
 
@@ -374,10 +412,10 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
             "must be in (0, 1], got " + std::to_string(t->learning_rate_decay));
   if (const YAML::Node s = n["learningRateSchedule"]; s && !s.IsNull()) {
     const std::string sp = p + ".learningRateSchedule";
-    if (n["learningRateDecay"])
-      r.Error(sp, "replaces learningRateDecay; give one of them");
+    if (n["learningRateDecay"]) r.Error(sp, "replaces learningRateDecay; give one of them");
     std::string type;
-    if (r.Map(s, sp, {"type", "everyEpochs", "factor", "final"}) && r.Get(s, "type", sp, &type, true)) {
+    if (r.Map(s, sp, {"type", "everyEpochs", "factor", "final"}) &&
+        r.Get(s, "type", sp, &type, true)) {
       const auto only = [&](const char* field, const char* with) {
         if (s[field]) r.Error(sp + "." + field, std::string("applies only to type: ") + with);
       };
@@ -425,9 +463,10 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
         r.Error(p + ".threadWeights",
                 "private applies each update at once; it needs applyEvery: 1");
       if (t->momentum > 0 || t->weight_decay > 0)
-        r.Error(p + "." + stepper,
-                "needs threadWeights: shared (private copies pass steps as rows, without a velocity "
-                "or a decay)");
+        r.Error(
+            p + "." + stepper,
+            "needs threadWeights: shared (private copies pass steps as rows, without a velocity "
+            "or a decay)");
     } else {
       r.Error(p + ".threadWeights", "must be one of shared, private; got '" + tw + "'");
     }
@@ -481,7 +520,8 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
 void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
   const std::string p = "spec.roles";
   if (!r.Map(n, p, {"controller", "parameterServer", "dataServer", "trainer"}) || !n) return;
-  if (const YAML::Node c = n["controller"]; r.Map(c, p + ".controller", {"replicas", "resources"}) && c) {
+  if (const YAML::Node c = n["controller"];
+      r.Map(c, p + ".controller", {"replicas", "resources"}) && c) {
     const std::string cp = p + ".controller";
     if (r.Int(c, "replicas", cp, 1, 7, &roles->controller.replicas) &&
         roles->controller.replicas % 2 == 0)
@@ -521,8 +561,8 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
       }
       if (r.Get(per, "size", sp + ".persistence", &ps.persistence.size) &&
           !IsQuantity(ps.persistence.size))
-        r.Error(sp + ".persistence.size", "must be a Kubernetes quantity like 10Gi, got '" +
-                                              ps.persistence.size + "'");
+        r.Error(sp + ".persistence.size",
+                "must be a Kubernetes quantity like 10Gi, got '" + ps.persistence.size + "'");
     }
   }
   if (const YAML::Node d = n["dataServer"];
@@ -546,7 +586,8 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
 
 void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
   const YAML::Node pl = spec["placement"];
-  if (r.Map(pl, "spec.placement", {"numaPinning", "replicaTopologyKey", "spreadTopologyKey"}) && pl) {
+  if (r.Map(pl, "spec.placement", {"numaPinning", "replicaTopologyKey", "spreadTopologyKey"}) &&
+      pl) {
     r.Get(pl, "numaPinning", "spec.placement", &job->placement.numa_pinning);
     r.Get(pl, "replicaTopologyKey", "spec.placement", &job->placement.replica_topology_key);
     r.Get(pl, "spreadTopologyKey", "spec.placement", &job->placement.spread_topology_key);
@@ -571,8 +612,9 @@ void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
     if (r.Int(rp, "activeDeadlineSeconds", p, 1, INT64_MAX, &v)) pol.active_deadline_seconds = v;
     if (r.Int(rp, "ttlSecondsAfterFinished", p, 0, INT64_MAX, &v))
       pol.ttl_seconds_after_finished = v;
-    if (r.Get(rp, "cleanPodPolicy", p, &pol.clean_pod_policy) && pol.clean_pod_policy != "Running" &&
-        pol.clean_pod_policy != "All" && pol.clean_pod_policy != "None")
+    if (r.Get(rp, "cleanPodPolicy", p, &pol.clean_pod_policy) &&
+        pol.clean_pod_policy != "Running" && pol.clean_pod_policy != "All" &&
+        pol.clean_pod_policy != "None")
       r.Error(p + ".cleanPodPolicy",
               "must be one of Running, All, None; got '" + pol.clean_pod_policy + "'");
     r.Get(rp, "suspend", p, &pol.suspend);
@@ -605,7 +647,8 @@ void CheckPinning(Reader& r, const AdamJob& job) {
     if (!res->cpu.empty() && IsQuantity(res->cpu) && !IsWholeQuantity(res->cpu))
       r.Error(std::string("spec.roles.") + role + ".resources.cpu",
               "must be a whole number of CPUs with spec.placement.numaPinning (the kubelet pins "
-              "only whole CPUs), got '" + res->cpu + "'");
+              "only whole CPUs), got '" +
+                  res->cpu + "'");
 }
 
 void CheckShapes(Reader& r, const ModelSpec& m) {
@@ -668,23 +711,34 @@ double LearningRateAt(const TrainingSpec& t, int epoch) {
 
 const char* LayerTypeName(LayerType t) {
   switch (t) {
-    case LayerType::kConv: return "conv";
-    case LayerType::kMaxPool: return "maxpool";
-    case LayerType::kAvgPool: return "avgpool";
-    case LayerType::kDense: return "dense";
-    case LayerType::kSoftmax: return "softmax";
-    case LayerType::kDropout: return "dropout";
+    case LayerType::kConv:
+      return "conv";
+    case LayerType::kMaxPool:
+      return "maxpool";
+    case LayerType::kAvgPool:
+      return "avgpool";
+    case LayerType::kDense:
+      return "dense";
+    case LayerType::kSoftmax:
+      return "softmax";
+    case LayerType::kDropout:
+      return "dropout";
   }
   return "?";
 }
 
 const char* ActivationName(Activation a) {
   switch (a) {
-    case Activation::kNone: return "none";
-    case Activation::kTanh: return "tanh";
-    case Activation::kRelu: return "relu";
-    case Activation::kSigmoid: return "sigmoid";
-    case Activation::kLeakyRelu: return "leakyRelu";
+    case Activation::kNone:
+      return "none";
+    case Activation::kTanh:
+      return "tanh";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kSigmoid:
+      return "sigmoid";
+    case Activation::kLeakyRelu:
+      return "leakyRelu";
   }
   return "?";
 }
@@ -697,12 +751,12 @@ StatusOr<std::vector<LayerShape>> InferShapes(const ModelSpec& model) {
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const LayerSpec& l = model.layers[i];
     const std::string p = "layers[" + std::to_string(i) + "]";
-    const bool bad = (l.type == LayerType::kConv &&
-                      (l.maps < 1 || l.kernel < 1 || l.stride < 1 || l.padding < 0)) ||
-                     ((l.type == LayerType::kMaxPool || l.type == LayerType::kAvgPool) &&
-                      l.size < 1) ||
-                     (l.type == LayerType::kDense && l.units < 1) ||
-                     (l.type == LayerType::kSoftmax && l.classes < 1);
+    const bool bad =
+        (l.type == LayerType::kConv &&
+         (l.maps < 1 || l.kernel < 1 || l.stride < 1 || l.padding < 0)) ||
+        ((l.type == LayerType::kMaxPool || l.type == LayerType::kAvgPool) && l.size < 1) ||
+        (l.type == LayerType::kDense && l.units < 1) ||
+        (l.type == LayerType::kSoftmax && l.classes < 1);
     if (bad) return InvalidArgumentError(p + ": sizes must be positive");
     LayerShape s;
     s.in = cur;
@@ -729,7 +783,8 @@ StatusOr<std::vector<LayerShape>> InferShapes(const ModelSpec& model) {
         break;
       }
       case LayerType::kDropout:
-        if (!(l.rate >= 0 && l.rate < 1)) return InvalidArgumentError(p + ".rate: must be in [0, 1)");
+        if (!(l.rate >= 0 && l.rate < 1))
+          return InvalidArgumentError(p + ".rate: must be in [0, 1)");
         s.out = cur;
         break;
       case LayerType::kDense:
@@ -794,7 +849,8 @@ StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
           (!std::regex_match(job.name, dns1035) || job.name.size() > 40))
         r.Error("metadata.name",
                 "must be a DNS-1035 label (lower-case letters, digits and '-', starting with a "
-                "letter) of at most 40 characters, got '" + job.name + "'");
+                "letter) of at most 40 characters, got '" +
+                    job.name + "'");
       r.Get(md, "namespace", "metadata", &job.name_space);
     } else {
       r.Error("metadata", "must be a mapping");
@@ -815,17 +871,21 @@ StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
       ReadRoles(r, spec["roles"], &job.roles);
       ReadRest(r, spec, &job);
       if (model_read) CheckShapes(r, job.model);
-      if (job.dataset.format == "folder" && job.model.input.channels != 1 && job.model.input.channels != 3)
-        r.Error("spec.model.input.channels", "must be 1 (grey) or 3 (RGB) with spec.dataset.format: "
-                                             "folder, got " + std::to_string(job.model.input.channels));
+      if (job.dataset.format == "folder" && job.model.input.channels != 1 &&
+          job.model.input.channels != 3)
+        r.Error("spec.model.input.channels",
+                "must be 1 (grey) or 3 (RGB) with spec.dataset.format: "
+                "folder, got " +
+                    std::to_string(job.model.input.channels));
       CheckPinning(r, job);
       if (job.roles.parameter_server.copies > 1) {
         // Copies move between servers on failover: dense layers must travel as weight deltas,
         // which route per shard (activations and errors go per server).
         if (job.training.dense_updates == DenseUpdates::kActivations)
-          r.Error("spec.training.denseUpdates",
-                  "activations cannot follow a failover; with spec.roles.parameterServer.copies > 1 "
-                  "use weights or auto (auto means weights there)");
+          r.Error(
+              "spec.training.denseUpdates",
+              "activations cannot follow a failover; with spec.roles.parameterServer.copies > 1 "
+              "use weights or auto (auto means weights there)");
         job.training.dense_updates = DenseUpdates::kWeights;
         if (job.roles.parameter_server.copies > job.roles.parameter_server.replicas)
           r.Error("spec.roles.parameterServer.copies",

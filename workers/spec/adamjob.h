@@ -29,14 +29,14 @@ const char* ActivationName(Activation a);
 // One layer of spec.model.layers. Which fields matter depends on `type`.
 struct LayerSpec {
   LayerType type = LayerType::kDense;
-  int maps = 0;        // conv: output feature maps
-  int kernel = 0;      // conv: square kernel side
-  int stride = 1;      // conv: stride (default 1)
-  int padding = 0;     // conv: zero padding on each side (default 0)
-  int size = 0;        // maxpool, avgpool: square window side, also its stride
-  int units = 0;       // dense: output units
-  int classes = 0;     // softmax: number of classes (a dense layer plus softmax)
-  double rate = 0.5;   // dropout: the fraction of its inputs zeroed while training, in [0, 1)
+  int maps = 0;       // conv: output feature maps
+  int kernel = 0;     // conv: square kernel side
+  int stride = 1;     // conv: stride (default 1)
+  int padding = 0;    // conv: zero padding on each side (default 0)
+  int size = 0;       // maxpool, avgpool: square window side, also its stride
+  int units = 0;      // dense: output units
+  int classes = 0;    // softmax: number of classes (a dense layer plus softmax)
+  double rate = 0.5;  // dropout: the fraction of its inputs zeroed while training, in [0, 1)
   Activation activation = Activation::kTanh;  // conv and dense only
 };
 
@@ -88,7 +88,7 @@ struct VolumeSpec {
 struct DatasetSpec {
   std::string format = "idx";  // idx | folder
   FilePair train;
-  FilePair test;               // format folder: absent when held_out > 0
+  FilePair test;  // format folder: absent when held_out > 0
   AugmentSpec augment;
   // Format folder (data/image_folder.h): the fraction of the training folder held out as the
   // test set instead of a test folder; how images meet model.input (crop: scaled to cover it and
@@ -137,22 +137,22 @@ struct TrainingSpec {
   double learning_rate = 0.02;
   double learning_rate_decay = 1.0;  // learning rate of epoch e = learning_rate * decay^e
   LearningRateSchedule schedule;
-  int warmup_epochs = 0;             // epoch e < W runs at (e + 1) / (W + 1) of the scheduled rate
+  int warmup_epochs = 0;  // epoch e < W runs at (e + 1) / (W + 1) of the scheduled rate
   // Each worker's SGD step, as PyTorch's SGD: v = momentum * v + g + weight_decay * w (weights,
   // not biases), w -= lr * v, with a velocity per worker thread. Both 0 = Adam's plain SGD. The
   // pushed delta carries the step; dense layers then travel as weights (see ParseAdamJob).
   double momentum = 0;
   double weight_decay = 0;
-  int push_every = 100;         // k: images between update pushes
-  int batch_size = 1;           // images per thread per SGD step (1 = Adam's per-image SGD)
-  int apply_every = 1;          // steps a worker holds its updates before writing the shared weights
+  int push_every = 100;  // k: images between update pushes
+  int batch_size = 1;    // images per thread per SGD step (1 = Adam's per-image SGD)
+  int apply_every = 1;   // steps a worker holds its updates before writing the shared weights
   ThreadWeights thread_weights = ThreadWeights::kShared;
   Consistency consistency = Consistency::kAsync;
-  int max_staleness = 0;        // bounded only: pushes a trainer may run ahead of the slowest
+  int max_staleness = 0;  // bounded only: pushes a trainer may run ahead of the slowest
   DenseUpdates dense_updates = DenseUpdates::kAuto;
-  double epoch_quorum = 0.75;   // fraction of trainers whose finish ends an epoch
+  double epoch_quorum = 0.75;             // fraction of trainers whose finish ends an epoch
   std::optional<double> target_accuracy;  // stop early when test accuracy reaches it
-  uint64_t seed = 1;            // weight initialisation and data shuffling
+  uint64_t seed = 1;                      // weight initialisation and data shuffling
 };
 
 struct Resources {

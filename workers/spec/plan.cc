@@ -5,10 +5,14 @@ namespace adam::spec {
 
 const char* RoleSubcommand(Role role) {
   switch (role) {
-    case Role::kDataServer: return "data-server";
-    case Role::kParamServer: return "ps";
-    case Role::kTrainer: return "trainer";
-    case Role::kController: return "controller";
+    case Role::kDataServer:
+      return "data-server";
+    case Role::kParamServer:
+      return "ps";
+    case Role::kTrainer:
+      return "trainer";
+    case Role::kController:
+      return "controller";
   }
   return "?";
 }
@@ -32,7 +36,8 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options) {
     in.metrics_port = options.local ? 0 : options.metrics_port;
     if (role == Role::kParamServer)
       in.replication_host = options.local ? options.replication_host : in.host;
-    if (role == Role::kParamServer) in.replication_port = options.local ? 0 : options.replication_port;
+    if (role == Role::kParamServer)
+      in.replication_port = options.local ? 0 : options.replication_port;
     plan.instances.push_back(in);
   };
   // With copies, a controller group owns the shard map (members know each other's addresses

@@ -22,15 +22,15 @@ const char* RoleSubcommand(Role role);
 struct RoleInstance {
   Role role = Role::kTrainer;
   int index = 0;
-  std::string name;        // unique in the job: "ps-0", "trainer-1", "data-server-0"
-  std::string host;        // address the role listens on (trainers: none)
-  int port = 0;            // gRPC port; 0 = any free port, reported by the role once bound
-  int metrics_port = 0;    // Prometheus /metrics port; 0 = any free port
+  std::string name;              // unique in the job: "ps-0", "trainer-1", "data-server-0"
+  std::string host;              // address the role listens on (trainers: none)
+  int port = 0;                  // gRPC port; 0 = any free port, reported by the role once bound
+  int metrics_port = 0;          // Prometheus /metrics port; 0 = any free port
   std::string replication_host;  // parameter servers: the second NIC's address
   int replication_port = 0;      // parameter servers: its port; 0 = any free port
   int threads = 1;
   Resources resources;
-  int stage = 0;           // start order: every instance of stage s is ready before s+1 starts
+  int stage = 0;  // start order: every instance of stage s is ready before s+1 starts
 };
 
 struct PlanOptions {
@@ -39,8 +39,8 @@ struct PlanOptions {
   bool local = true;
   std::string host = "127.0.0.1";
   std::string replication_host = "127.0.0.2";
-  int grpc_port = 7070;    // cluster mode only
-  int metrics_port = 9090; // cluster mode only
+  int grpc_port = 7070;         // cluster mode only
+  int metrics_port = 9090;      // cluster mode only
   int replication_port = 7071;  // cluster mode only
 };
 
@@ -54,7 +54,7 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options = {});
 
 // The addresses of the serving roles, known once they listen.
 struct Endpoints {
-  std::string data_server;              // host:port
+  std::string data_server;                 // host:port
   std::vector<std::string> param_servers;  // host:port, in index order
   // With copies > 1: every controller member, "1=host:port,2=host:port,..." (member id = index
   // + 1). Parameter servers and trainers then find each other through the controller.
@@ -69,7 +69,7 @@ std::string ControllerMembers(const Plan& plan);
 // ("hostname": the id from the host name's ordinal; "$(ADAM_POD_NAME)", expanded by the kubelet).
 // Empty fields keep the instance's own.
 struct RoleIdentity {
-  std::string id;    // controllers only
+  std::string id;  // controllers only
   std::string name;
 };
 

@@ -66,7 +66,8 @@ void Fields(V& v, O& o) requires std::is_same_v<std::remove_const_t<O>, Controll
   v.Required("--id", o.id,
              "this member's id (>= 1), or 'hostname': the ordinal N at the end of the host name "
              "(a StatefulSet pod's '-N') plus one");
-  v.Required("--members", o.members, "every member: ID=HOST:PORT,... (this one listens on its own)");
+  v.Required("--members", o.members,
+             "every member: ID=HOST:PORT,... (this one listens on its own)");
   v.Required("--state-dir", o.state_dir, "Raft log and snapshots");
   v.Option("--cluster-id", o.cluster_id,
            "the job the Raft state belongs to (a state dir written for another is refused; "
@@ -164,8 +165,7 @@ std::vector<std::string> ArgsOf(const O& options) {
 }
 
 constexpr const char* kRoleHelp[] = {"Serve the job's data set to trainers",
-                                     "Run a parameter server",
-                                     "Run a trainer (one model replica)",
+                                     "Run a parameter server", "Run a trainer (one model replica)",
                                      "Run a member of the parameter-server controller group"};
 
 const char* Help(Role role) { return kRoleHelp[static_cast<int>(role)]; }
@@ -221,7 +221,8 @@ RoleOptions OptionsFor(const RoleInstance& in, const std::string& job_path,
       o.members = endpoints.controller_members;
       return o;
     }
-    case Role::kTrainer: break;
+    case Role::kTrainer:
+      break;
   }
   TrainerOptions o;
   o.common = common;

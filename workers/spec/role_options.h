@@ -69,9 +69,9 @@ struct ParamServerOptions {
 
 struct ControllerOptions {
   CommonRoleOptions common;
-  std::string id = "1";  // required: a number >= 1, or "hostname" (see ResolveMemberId)
-  std::string members;   // required: "1=host:port,..."
-  std::string state_dir; // required
+  std::string id = "1";   // required: a number >= 1, or "hostname" (see ResolveMemberId)
+  std::string members;    // required: "1=host:port,..."
+  std::string state_dir;  // required
   std::string cluster_id;
   int server_timeout_ms = 500;
   int tick_ms = 10;
@@ -96,8 +96,8 @@ struct TrainerOptions {
   bool operator==(const TrainerOptions&) const = default;
 };
 
-using RoleOptions = std::variant<DataServerOptions, ParamServerOptions, ControllerOptions,
-                                 TrainerOptions>;
+using RoleOptions =
+    std::variant<DataServerOptions, ParamServerOptions, ControllerOptions, TrainerOptions>;
 
 Role RoleOf(const RoleOptions& options);
 CommonRoleOptions& Common(RoleOptions& options);

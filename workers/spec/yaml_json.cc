@@ -35,10 +35,13 @@ nlohmann::json YamlNodeToJson(const YAML::Node& n) {
       if (std::regex_match(s, number)) return std::stod(s);
       return s;
     }
-    default: return nullptr;
+    default:
+      return nullptr;
   }
 }
 
-nlohmann::json YamlToJson(const std::string& yaml_text) { return YamlNodeToJson(YAML::Load(yaml_text)); }
+nlohmann::json YamlToJson(const std::string& yaml_text) {
+  return YamlNodeToJson(YAML::Load(yaml_text));
+}
 
 }  // namespace adam::spec

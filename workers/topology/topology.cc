@@ -1,13 +1,11 @@
 // Topology on hwloc 2.x.
 #include "topology/topology.h"
 
+#include <hwloc.h>
 #include <sched.h>
 
-#include <cstdlib>
-
-#include <hwloc.h>
-
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 namespace adam::topology {
@@ -37,7 +35,8 @@ void Collect(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, std::vector<Co
     int numa = 0;
     hwloc_nodeset_t nodes = core->nodeset;
     if (nodes && !hwloc_bitmap_iszero(nodes)) {
-      hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(topo, unsigned(hwloc_bitmap_first(nodes)));
+      hwloc_obj_t node =
+          hwloc_get_numanode_obj_by_os_index(topo, unsigned(hwloc_bitmap_first(nodes)));
       const unsigned key = node ? node->logical_index : 0;
       auto it = node_index.emplace(key, int(node_index.size())).first;
       numa = it->second;
@@ -141,10 +140,11 @@ Status Topology::BindThisThread(const Placement& p) const {
 PinningDecision DecidePinning(int allowed_cpus, int64_t limit_millis) {
   if (limit_millis <= 0) return {};
   if (limit_millis % 1000 != 0)
-    return {false, "CPU limit " + std::to_string(limit_millis) + "m is not whole CPUs: running unpinned"};
+    return {false,
+            "CPU limit " + std::to_string(limit_millis) + "m is not whole CPUs: running unpinned"};
   if (allowed_cpus != limit_millis / 1000)
-    return {false, "allowed cpuset has " + std::to_string(allowed_cpus) + " CPUs but the CPU limit is " +
-                       std::to_string(limit_millis / 1000) +
+    return {false, "allowed cpuset has " + std::to_string(allowed_cpus) +
+                       " CPUs but the CPU limit is " + std::to_string(limit_millis / 1000) +
                        ": the cores are shared with other pods (no static CPU manager), running "
                        "unpinned"};
   return {};

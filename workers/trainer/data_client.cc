@@ -17,7 +17,8 @@ class GrpcDataClient final : public DataClient {
     return Call("GetInfo", [&](grpc::ClientContext* ctx) { return stub_->GetInfo(ctx, {}, info); });
   }
   Status GetBatch(const adam::v1::GetBatchRequest& req, adam::v1::Batch* out) override {
-    return Call("GetBatch", [&](grpc::ClientContext* ctx) { return stub_->GetBatch(ctx, req, out); });
+    return Call("GetBatch",
+                [&](grpc::ClientContext* ctx) { return stub_->GetBatch(ctx, req, out); });
   }
   Status GetTestBatch(const adam::v1::GetTestBatchRequest& req, adam::v1::Batch* out) override {
     return Call("GetTestBatch",
@@ -30,7 +31,8 @@ class GrpcDataClient final : public DataClient {
   }
   Status StopJob() override {
     adam::v1::StopJobResponse resp;
-    return Call("StopJob", [&](grpc::ClientContext* ctx) { return stub_->StopJob(ctx, {}, &resp); });
+    return Call("StopJob",
+                [&](grpc::ClientContext* ctx) { return stub_->StopJob(ctx, {}, &resp); });
   }
 
  private:

@@ -30,25 +30,31 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   }
   auto& reg = **metrics;
   EmitEvent({{"event", "ready"}, {"metrics_port", reg.port()}});
-  TrainerMetrics tm{&reg.Counter("adam_trainer_images_total", "Training images processed"),
-                    &reg.Gauge("adam_trainer_loss", "Mean training loss of the last epoch"),
-                    &reg.Gauge("adam_trainer_test_accuracy", "Test accuracy after the last epoch"),
-                    &reg.Gauge("adam_trainer_epoch", "Epochs completed"),
-                    &reg.Counter("adam_trainer_pushes_total", "Update pushes to the parameter servers"),
-                    &reg.Counter("adam_trainer_push_bytes_total", "Update bytes pushed"),
-                    &reg.Counter("adam_trainer_pull_bytes_total", "Parameter bytes pulled")};
-  const std::vector<double> latency = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+  TrainerMetrics tm{
+      &reg.Counter("adam_trainer_images_total", "Training images processed"),
+      &reg.Gauge("adam_trainer_loss", "Mean training loss of the last epoch"),
+      &reg.Gauge("adam_trainer_test_accuracy", "Test accuracy after the last epoch"),
+      &reg.Gauge("adam_trainer_epoch", "Epochs completed"),
+      &reg.Counter("adam_trainer_pushes_total", "Update pushes to the parameter servers"),
+      &reg.Counter("adam_trainer_push_bytes_total", "Update bytes pushed"),
+      &reg.Counter("adam_trainer_pull_bytes_total", "Parameter bytes pulled")};
+  const std::vector<double> latency = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
+                                       0.05,   0.1,   0.25,  0.5,   1,    2.5};
   tm.push_seconds = &reg.Histogram("adam_trainer_push_seconds",
                                    "Time of one push to every parameter server", latency);
-  tm.pull_seconds = &reg.Histogram("adam_trainer_pull_seconds",
-                                   "Time of one pull from every parameter server (with its waits)", latency);
-  tm.map_version = &reg.Gauge("adam_trainer_shard_map_version",
-                              "Version of the controller's shard map the trainer routes by (copies > 1)");
-  tm.staleness = &reg.Gauge("adam_trainer_staleness_images",
-                            "Images trained on the replica's weights since their last pull, at the last push");
-  tm.drift_waits = &reg.Counter("adam_trainer_drift_waits_total",
-                                "Times a worker waited because the replica was kMaxUnsyncedPushes "
-                                "pushes ahead of its last push (e.g. a push held up by a failover)");
+  tm.pull_seconds =
+      &reg.Histogram("adam_trainer_pull_seconds",
+                     "Time of one pull from every parameter server (with its waits)", latency);
+  tm.map_version =
+      &reg.Gauge("adam_trainer_shard_map_version",
+                 "Version of the controller's shard map the trainer routes by (copies > 1)");
+  tm.staleness =
+      &reg.Gauge("adam_trainer_staleness_images",
+                 "Images trained on the replica's weights since their last pull, at the last push");
+  tm.drift_waits =
+      &reg.Counter("adam_trainer_drift_waits_total",
+                   "Times a worker waited because the replica was kMaxUnsyncedPushes "
+                   "pushes ahead of its last push (e.g. a push held up by a failover)");
   tm.ring_waits = &reg.Counter("adam_trainer_ring_waits_total",
                                "threadWeights private: steps a worker published only after waiting "
                                "for a slower worker to apply its earlier ones");
@@ -57,7 +63,8 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   po.trainer_name = options.name;
   po.trainer_index = options.index;
   po.waits = &reg.Counter("adam_trainer_server_wait_seconds_total",
-                          "Seconds requests spent waiting for an unreachable parameter server (copies: 1) or data server");
+                          "Seconds requests spent waiting for an unreachable parameter server "
+                          "(copies: 1) or data server");
   po.waiting =
       &reg.Gauge("adam_trainer_servers_unreachable",
                  "1 while a push or pull waits for an unreachable parameter server (copies: 1)");

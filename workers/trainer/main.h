@@ -11,13 +11,13 @@ namespace adam::trainer {
 struct MainOptions {
   std::string name = "trainer-0";
   int index = 0;
-  int threads = 0;  // 0 = spec.roles.trainer.threads
+  int threads = 0;                         // 0 = spec.roles.trainer.threads
   std::string data_server;                 // host:port
   std::vector<std::string> param_servers;  // host:port, in server order
   std::vector<std::string> controller;     // controller members: route by its shard map
   std::string metrics_host = "127.0.0.1";
   int metrics_port = 0;
-  bool bind = true;  // bind workers to cores (also needs spec.placement.numaPinning)
+  bool bind = true;            // bind workers to cores (also needs spec.placement.numaPinning)
   bool evaluate_only = false;  // pull the model, evaluate it, exit (see TrainerOptions)
   std::string model_out;       // the final model as ONNX (see TrainerOptions)
   int check_pushes = 0;        // > 0: push tagged updates and check them (push_check.h)

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <random>
@@ -79,9 +79,12 @@ class GrpcClient final : public ParamServerClient {
         dense += du->activations().size() + du->errors().size();
       }
     }
-    ADAM_RETURN_IF_ERROR(FanOut(n, [&](int i, grpc::ClientContext* ctx, auto done) {
-      stubs_[size_t(i)]->async()->Push(ctx, &reqs[size_t(i)], &resps[size_t(i)], done);
-    }, "push"));
+    ADAM_RETURN_IF_ERROR(FanOut(
+        n,
+        [&](int i, grpc::ClientContext* ctx, auto done) {
+          stubs_[size_t(i)]->async()->Push(ctx, &reqs[size_t(i)], &resps[size_t(i)], done);
+        },
+        "push"));
     pushed_ += bytes;
     dense_ += dense;
     return OkStatus();
@@ -96,9 +99,12 @@ class GrpcClient final : public ParamServerClient {
       r.set_trainer_index(uint32_t(options_.trainer_index));
       r.set_clock(clock);
     }
-    ADAM_RETURN_IF_ERROR(FanOut(n, [&](int i, grpc::ClientContext* ctx, auto done) {
-      stubs_[size_t(i)]->async()->Pull(ctx, &reqs[size_t(i)], &resps[size_t(i)], done);
-    }, "pull"));
+    ADAM_RETURN_IF_ERROR(FanOut(
+        n,
+        [&](int i, grpc::ClientContext* ctx, auto done) {
+          stubs_[size_t(i)]->async()->Pull(ctx, &reqs[size_t(i)], &resps[size_t(i)], done);
+        },
+        "pull"));
     uint64_t bytes = 0;
     uint32_t epochs = UINT32_MAX;
     for (int i = 0; i < n; ++i) {
@@ -167,8 +173,8 @@ class GrpcClient final : public ParamServerClient {
       }
       const grpc::Status& last = results[size_t(again.front())];
       if (!wait.Again("parameter server " + Name(again.front()), last.error_message()))
-        return net::FromGrpc(last, std::string(what) + " to parameter server " + Name(again.front()) +
-                                       ": " + wait.Expired());
+        return net::FromGrpc(last, std::string(what) + " to parameter server " +
+                                       Name(again.front()) + ": " + wait.Expired());
       todo = std::move(again);
     }
   }
@@ -188,7 +194,6 @@ class GrpcClient final : public ParamServerClient {
   std::atomic<uint64_t> pulled_{0};
   std::atomic<uint32_t> epochs_{0};
 };
-
 
 uint64_t RandomSession() {
   std::random_device rd;
@@ -299,30 +304,33 @@ class RoutedClient final : public ParamServerClient {
     uint64_t bytes = 0;
     // Every attempt of this push carries the same identity: a server drops a part it has.
     const uint64_t seq = seq_.fetch_add(1, std::memory_order_relaxed) + 1;
-    return Retry("push", &pending, [&](const Route& r, int server,
-                                       const std::set<uint32_t>& shards, grpc::ClientContext* ctx,
-                                       const std::function<void(grpc::Status)>& done) {
-      auto call = std::make_shared<std::pair<adam::v1::PushRequest, adam::v1::PushResponse>>();
-      auto& req = call->first;
-      req.set_trainer(options_.trainer_name);
-      req.set_trainer_index(uint32_t(options_.trainer_index));
-      req.set_clock(args.clock);
-      req.set_leave(args.leave);
-      req.set_session(session_);
-      req.set_seq(seq);
-      if (args.delta != nullptr)
-        for (const auto& range : r.plan.DeltaRanges(server)) {
-          if (!shards.count(range.shard)) continue;
-          auto* d = req.add_deltas();
-          d->set_shard(range.shard);
-          d->set_offset(uint64_t(range.offset));
-          const float* from = args.delta + base_.shards()[range.shard].offset + range.offset;
-          d->set_values(reinterpret_cast<const char*>(from), size_t(range.count) * 4);
-          bytes += uint64_t(range.count) * 4;
-        }
-      r.stubs[size_t(server)]->async()->Push(ctx, &call->first, &call->second,
-                                             [call, done](grpc::Status s) { done(std::move(s)); });
-    }, [&] { pushed_ += bytes; });
+    return Retry(
+        "push", &pending,
+        [&](const Route& r, int server, const std::set<uint32_t>& shards, grpc::ClientContext* ctx,
+            const std::function<void(grpc::Status)>& done) {
+          auto call = std::make_shared<std::pair<adam::v1::PushRequest, adam::v1::PushResponse>>();
+          auto& req = call->first;
+          req.set_trainer(options_.trainer_name);
+          req.set_trainer_index(uint32_t(options_.trainer_index));
+          req.set_clock(args.clock);
+          req.set_leave(args.leave);
+          req.set_session(session_);
+          req.set_seq(seq);
+          if (args.delta != nullptr)
+            for (const auto& range : r.plan.DeltaRanges(server)) {
+              if (!shards.count(range.shard)) continue;
+              auto* d = req.add_deltas();
+              d->set_shard(range.shard);
+              d->set_offset(uint64_t(range.offset));
+              const float* from = args.delta + base_.shards()[range.shard].offset + range.offset;
+              d->set_values(reinterpret_cast<const char*>(from), size_t(range.count) * 4);
+              bytes += uint64_t(range.count) * 4;
+            }
+          r.stubs[size_t(server)]->async()->Push(
+              ctx, &call->first, &call->second,
+              [call, done](grpc::Status s) { done(std::move(s)); });
+        },
+        [&] { pushed_ += bytes; });
   }
 
   Status Pull(float* out, uint64_t clock) override {
@@ -332,34 +340,35 @@ class RoutedClient final : public ParamServerClient {
     Status bad;
     uint64_t bytes = 0;
     uint32_t epochs = UINT32_MAX;
-    Status st = Retry("pull", &pending, [&](const Route& r, int server,
-                                            const std::set<uint32_t>& shards,
-                                            grpc::ClientContext* ctx,
-                                            const std::function<void(grpc::Status)>& done) {
-      auto call = std::make_shared<std::pair<adam::v1::PullRequest, adam::v1::PullResponse>>();
-      call->first.set_trainer_index(uint32_t(options_.trainer_index));
-      call->first.set_clock(clock);
-      for (uint32_t id : shards) call->first.add_shards(id);
-      auto on_done = [&, call, done](const grpc::Status& s) {
-        if (s.ok()) {
-          MutexLock l(out_mu);
-          epochs = std::min(epochs, call->second.epochs());
-          for (const auto& sd : call->second.shards()) {
-            if (sd.shard() >= base_.shards().size() ||
-                sd.values().size() != size_t(base_.shards()[sd.shard()].count) * 4) {
-              bad = DataLossError("pull: shard " + std::to_string(sd.shard()) +
-                                  " has the wrong size or is unknown");
-              continue;
+    Status st = Retry(
+        "pull", &pending,
+        [&](const Route& r, int server, const std::set<uint32_t>& shards, grpc::ClientContext* ctx,
+            const std::function<void(grpc::Status)>& done) {
+          auto call = std::make_shared<std::pair<adam::v1::PullRequest, adam::v1::PullResponse>>();
+          call->first.set_trainer_index(uint32_t(options_.trainer_index));
+          call->first.set_clock(clock);
+          for (uint32_t id : shards) call->first.add_shards(id);
+          auto on_done = [&, call, done](const grpc::Status& s) {
+            if (s.ok()) {
+              MutexLock l(out_mu);
+              epochs = std::min(epochs, call->second.epochs());
+              for (const auto& sd : call->second.shards()) {
+                if (sd.shard() >= base_.shards().size() ||
+                    sd.values().size() != size_t(base_.shards()[sd.shard()].count) * 4) {
+                  bad = DataLossError("pull: shard " + std::to_string(sd.shard()) +
+                                      " has the wrong size or is unknown");
+                  continue;
+                }
+                const auto& sh = base_.shards()[sd.shard()];
+                std::memcpy(out + sh.offset, sd.values().data(), sd.values().size());
+                bytes += sd.values().size();
+              }
             }
-            const auto& sh = base_.shards()[sd.shard()];
-            std::memcpy(out + sh.offset, sd.values().data(), sd.values().size());
-            bytes += sd.values().size();
-          }
-        }
-        done(s);
-      };
-      r.stubs[size_t(server)]->async()->Pull(ctx, &call->first, &call->second, on_done);
-    }, [] {});
+            done(s);
+          };
+          r.stubs[size_t(server)]->async()->Pull(ctx, &call->first, &call->second, on_done);
+        },
+        [] {});
     if (!st.ok()) return st;
     if (!bad.ok()) return bad;
     pulled_ += bytes;
@@ -398,7 +407,8 @@ class RoutedClient final : public ParamServerClient {
     ADAM_ASSIGN_OR_RETURN(shard::ShardMap routed, base_.WithServers(primary));
     update::UpdatePlan plan =
         update::UpdatePlan::Make(layout_, routed, push_every_, spec::DenseUpdates::kWeights);
-    auto r = std::make_shared<Route>(Route{m.version(), std::move(routed), std::move(plan), {}, {}});
+    auto r =
+        std::make_shared<Route>(Route{m.version(), std::move(routed), std::move(plan), {}, {}});
     MutexLock l(stub_mu_);
     for (const auto& sv : m.servers()) {
       r->addresses.push_back(sv.address());

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "shard/shard_map.h"
 #include "model/layout.h"
+#include "shard/shard_map.h"
 #include "update/update_plan.h"
 
 namespace prometheus {
@@ -23,7 +23,7 @@ namespace adam::trainer {
 
 // The activation and error vectors of `images` images for one dense layer of the plan.
 struct DenseBatch {
-  int layer = 0;                     // spec layer index
+  int layer = 0;  // spec layer index
   int images = 0;
   const float* activations = nullptr;  // images x in
   const float* errors = nullptr;       // images x units, already scaled by -learning rate

@@ -18,8 +18,9 @@ namespace adam::trainer {
 
 StatusOr<int64_t> PushCheckBase(const shard::ShardMap& map, const PushCheckOptions& o) {
   if (o.pushes <= 0 || o.round < 0 || o.trainers <= 0 || o.index < 0 || o.index >= o.trainers)
-    return InvalidArgumentError("--check-pushes needs a positive count, --check-round >= 0 and a "
-                                "trainer index below the job's trainers");
+    return InvalidArgumentError(
+        "--check-pushes needs a positive count, --check-round >= 0 and a "
+        "trainer index below the job's trainers");
   int64_t smallest = INT64_MAX;
   for (const auto& s : map.shards()) smallest = std::min(smallest, s.count);
   const int64_t base = (int64_t{o.round} * o.trainers + o.index) * o.pushes;
@@ -162,15 +163,23 @@ StatusOr<PushCheckResult> RunPushCheck(const shard::ShardMap& map, ParamServerCl
       ++r.disagree;
     }
   }
-  EmitEvent({{"event", "push_check"}, {"trainer", o.index}, {"round", o.round},
-             {"pushes", r.pushes}, {"acked", r.acked}, {"lost", r.lost}, {"twice", r.twice},
-             {"unacked_applied", r.unacked_applied}, {"disagree", r.disagree},
-             {"unread", r.unread}, {"copies", r.copies}, {"map_version", r.map_version}});
-  spdlog::info("check: {} pushes, {} acknowledged; shard updates lost {}, applied twice {}; "
-               "copies unlike their primary {} of {}, unreadable {}; {} shard updates of "
-               "unacknowledged pushes applied",
-               r.pushes, r.acked, r.lost, r.twice, r.disagree, r.copies, r.unread,
-               r.unacked_applied);
+  EmitEvent({{"event", "push_check"},
+             {"trainer", o.index},
+             {"round", o.round},
+             {"pushes", r.pushes},
+             {"acked", r.acked},
+             {"lost", r.lost},
+             {"twice", r.twice},
+             {"unacked_applied", r.unacked_applied},
+             {"disagree", r.disagree},
+             {"unread", r.unread},
+             {"copies", r.copies},
+             {"map_version", r.map_version}});
+  spdlog::info(
+      "check: {} pushes, {} acknowledged; shard updates lost {}, applied twice {}; "
+      "copies unlike their primary {} of {}, unreadable {}; {} shard updates of "
+      "unacknowledged pushes applied",
+      r.pushes, r.acked, r.lost, r.twice, r.disagree, r.copies, r.unread, r.unacked_applied);
   return r;
 }
 

@@ -25,9 +25,9 @@ struct PushCheckOptions {
   int round = 0;
   int trainers = 1;
   int index = 0;
-  std::chrono::milliseconds every{20};     // pause between pushes
-  std::chrono::milliseconds settle{30000}; // how long copies may take to agree
-  std::vector<std::string> controller;     // members' addresses: the shard map
+  std::chrono::milliseconds every{20};      // pause between pushes
+  std::chrono::milliseconds settle{30000};  // how long copies may take to agree
+  std::vector<std::string> controller;      // members' addresses: the shard map
 };
 
 // lost, twice and unacked_applied count shard updates: a push is one update of every shard.

@@ -22,9 +22,9 @@ struct Replica::Impl {
   // layer, of which a step uses `used` (fewer for a remainder).
   struct Ring {
     int64_t capacity = 0, rows = 0;
-    std::vector<int64_t> used;                 // capacity: rows of each slot's step
-    std::vector<float> steps;                  // capacity x looped floats: -lr * gradient
-    std::vector<std::vector<float>> a, e;      // per dense layer: capacity*rows x in, x units
+    std::vector<int64_t> used;             // capacity: rows of each slot's step
+    std::vector<float> steps;              // capacity x looped floats: -lr * gradient
+    std::vector<std::vector<float>> a, e;  // per dense layer: capacity*rows x in, x units
     // Steps published: stored with release after the step's slot is written, loaded with acquire
     // by readers before they read it.
     alignas(64) std::atomic<int64_t> head{0};
@@ -54,9 +54,9 @@ struct Replica::Impl {
     int64_t weights, bias;  // offsets in the parameters
   };
   struct Worker {
-    std::unique_ptr<model::Network> net;       // `batch` images
-    std::unique_ptr<model::Network> net_one;   // remainders
-    std::unique_ptr<model::Network> eval;      // `eval_batch` images, reads eval_params
+    std::unique_ptr<model::Network> net;      // `batch` images
+    std::unique_ptr<model::Network> net_one;  // remainders
+    std::unique_ptr<model::Network> eval;     // `eval_batch` images, reads eval_params
     std::unique_ptr<model::Network> eval_one;
     std::unique_ptr<Mutex> log_mu = std::make_unique<Mutex>();
     DenseLog log ABSL_GUARDED_BY(*log_mu);
@@ -180,11 +180,13 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
                     model::NetworkMode mode, int apply_every = 1) {
       if (!errors[size_t(t)].ok()) return;
       // Private weights: the Network holds each step for Drain to apply with the peers'.
-      auto net = model::Network::Create(s.layout, batch, params, nullptr, mode, apply_every,
-                                        s.options.private_weights,
-                                        mode == model::NetworkMode::kSgd ? rule : model::StepRule{});
-      if (net.ok()) *out = std::move(*net);
-      else errors[size_t(t)] = net.status();
+      auto net = model::Network::Create(
+          s.layout, batch, params, nullptr, mode, apply_every, s.options.private_weights,
+          mode == model::NetworkMode::kSgd ? rule : model::StepRule{});
+      if (net.ok())
+        *out = std::move(*net);
+      else
+        errors[size_t(t)] = net.status();
     };
     make(&wk.net, s.options.batch, params, model::NetworkMode::kSgd, s.options.apply_every);
     make(&wk.net_one, 1, params, model::NetworkMode::kSgd, s.options.apply_every);
@@ -348,8 +350,8 @@ void Replica::Impl::Drain(int t, model::Network* own) {
       auto flush = [&] {
         if (rows == 0) return;
         HogwildScope hogwild;
-        dnnl_sgemm('T', 'N', d.units, d.in, rows, 1.f, ge, d.units, ga, d.in, 1.f,
-                   w + d.weights, d.in);
+        dnnl_sgemm('T', 'N', d.units, d.in, rows, 1.f, ge, d.units, ga, d.in, 1.f, w + d.weights,
+                   d.in);
         float* bias = w + d.bias;
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t u = 0; u < d.units; ++u) bias[u] += ge[r * d.units + u];
@@ -495,7 +497,8 @@ double Replica::Train(int t, const uint8_t* pixels, const uint8_t* labels, int c
         a.insert(a.end(), io.src, io.src + io.in * net->batch());
         const size_t from = e.size();
         e.resize(from + size_t(io.units * net->batch()));
-        for (int64_t j = 0; j < io.units * net->batch(); ++j) e[from + size_t(j)] = -lr * io.diff_dst[j];
+        for (int64_t j = 0; j < io.units * net->batch(); ++j)
+          e[from + size_t(j)] = -lr * io.diff_dst[j];
       }
       wk.log.images += net->batch();
     }
@@ -539,7 +542,8 @@ double Replica::Evaluate(const float* params, const uint8_t* pixels, const uint8
         model::Network* net = end - i >= wk.eval->batch() ? wk.eval.get() : wk.eval_one.get();
         net->SetInputFromBytes(pixels + i * isz);
         net->Forward(nullptr, pred.data());
-        for (int k = 0; k < net->batch(); ++k) correct[size_t(ti)] += pred[size_t(k)] == labels[i + k];
+        for (int k = 0; k < net->batch(); ++k)
+          correct[size_t(ti)] += pred[size_t(k)] == labels[i + k];
         i += net->batch();
       }
     }

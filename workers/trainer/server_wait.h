@@ -4,14 +4,14 @@
 // a bound after which the caller fails naming the server. One per call; not thread-safe.
 #pragma once
 
-#include <chrono>
-#include <string>
-#include <thread>
-
 #include <fmt/format.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
 
 namespace adam::trainer {
 
@@ -19,7 +19,8 @@ class ServerWait {
  public:
   using Clock = std::chrono::steady_clock;
 
-  ServerWait(std::chrono::milliseconds bound, prometheus::Counter* waits, prometheus::Gauge* waiting)
+  ServerWait(std::chrono::milliseconds bound, prometheus::Counter* waits,
+             prometheus::Gauge* waiting)
       : bound_(bound), waits_(waits), waiting_(waiting) {}
 
   bool waited() const { return waited_; }

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -45,8 +45,8 @@ struct Trainer::Impl {
 
   // The replica: weights written by every worker without locks (Hogwild: the intended race).
   std::unique_ptr<Replica> replica;
-  std::vector<double> loss;      // per worker, this epoch; each written by its worker only
-  std::vector<int64_t> images;   // per worker, this epoch
+  std::vector<double> loss;     // per worker, this epoch; each written by its worker only
+  std::vector<int64_t> images;  // per worker, this epoch
   // The sync thread's state (the main thread's too, before the sync thread starts and after it
   // ends).
   Mutex sync_mu;
@@ -171,8 +171,8 @@ Status Trainer::Impl::Sync(bool epoch_end) {
     replica->TakeDenseLog(t, &log);
     if (log.images == 0) continue;
     for (size_t k = 0; k < plan->dense().size(); ++k)
-      args.dense.push_back({plan->dense()[k].layer, log.images, log.activations[k].data(),
-                            log.errors[k].data()});
+      args.dense.push_back(
+          {plan->dense()[k].layer, log.images, log.activations[k].data(), log.errors[k].data()});
   }
   replica->ReadWeights(snapshot.data());  // workers keep training meanwhile
   for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = snapshot[size_t(i)] - w0[size_t(i)];
@@ -186,7 +186,8 @@ Status Trainer::Impl::Sync(bool epoch_end) {
   ADAM_RETURN_IF_ERROR(ps->Pull(pulled.data(), clock));
   if (m.push_seconds) m.push_seconds->Observe(std::chrono::duration<double>(t1 - t0).count());
   if (m.pull_seconds)
-    m.pull_seconds->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    m.pull_seconds->Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
   // How stale the replica's weights were: images trained on them since the last pull.
   if (m.staleness) m.staleness->Set(double(seen));
   if (m.map_version) m.map_version->Set(double(ps->shard_map_version()));
@@ -206,7 +207,8 @@ Status Trainer::Impl::Sync(bool epoch_end) {
     gate_cv.notify_all();
   }
   if (m.pushes) m.pushes->Increment();
-  if (m.push_bytes) m.push_bytes->Increment(double(ps->pushed_bytes() + ps->dense_bytes() - pushed0));
+  if (m.push_bytes)
+    m.push_bytes->Increment(double(ps->pushed_bytes() + ps->dense_bytes() - pushed0));
   if (m.pull_bytes) m.pull_bytes->Increment(double(ps->pulled_bytes() - pulled0));
   return OkStatus();
 }
@@ -311,7 +313,8 @@ void Trainer::Impl::SyncLoop() {
     }
     if (Clock::now() - last_progress >= opt.progress_interval) {
       last_progress = Clock::now();
-      EmitEvent({{"event", "progress"}, {"trainer", opt.index},
+      EmitEvent({{"event", "progress"},
+                 {"trainer", opt.index},
                  {"images_total", images_total.load(std::memory_order_relaxed)}});
     }
   }
@@ -344,8 +347,11 @@ Status Trainer::Impl::WriteModel(int epochs) {
                   evaluated_accuracy);
   ADAM_RETURN_IF_ERROR(model::WriteOnnxFile(opt.model_out, *layout, evaluated.data(),
                                             {job.name, kAdamVersion, doc}));
-  spdlog::info("the model (test accuracy {:.2f}%) is in {}", 100 * evaluated_accuracy, opt.model_out);
-  EmitEvent({{"event", "model_written"}, {"trainer", opt.index}, {"path", opt.model_out},
+  spdlog::info("the model (test accuracy {:.2f}%) is in {}", 100 * evaluated_accuracy,
+               opt.model_out);
+  EmitEvent({{"event", "model_written"},
+             {"trainer", opt.index},
+             {"path", opt.model_out},
              {"test_accuracy", evaluated_accuracy}});
   return OkStatus();
 }
@@ -391,8 +397,11 @@ StatusOr<TrainerResult> Trainer::Run() {
   if (s.opt.evaluate_only) {
     result.test_accuracy = s.Evaluate();
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    spdlog::info("the model the parameter servers hold: test accuracy {:.2f}%", 100 * result.test_accuracy);
-    EmitEvent({{"event", "evaluated"}, {"trainer", s.opt.index}, {"test_accuracy", result.test_accuracy},
+    spdlog::info("the model the parameter servers hold: test accuracy {:.2f}%",
+                 100 * result.test_accuracy);
+    EmitEvent({{"event", "evaluated"},
+               {"trainer", s.opt.index},
+               {"test_accuracy", result.test_accuracy},
                {"seconds", result.seconds}});
     ADAM_RETURN_IF_ERROR(s.WriteModel(-1));
     return result;
@@ -411,9 +420,10 @@ StatusOr<TrainerResult> Trainer::Run() {
       s.clock = uint64_t(first) << 32;
     }
     if (first < epochs)
-      spdlog::info("the parameter servers hold {} epochs finished: going on at epoch {} of {} "
-                   "(learning rate {:g})", first, first + 1, epochs,
-                   spec::LearningRateAt(s.job.training, first));
+      spdlog::info(
+          "the parameter servers hold {} epochs finished: going on at epoch {} of {} "
+          "(learning rate {:g})",
+          first, first + 1, epochs, spec::LearningRateAt(s.job.training, first));
     else
       spdlog::info("the parameter servers hold all {} epochs: nothing left to train", epochs);
     EmitEvent({{"event", "resumed"}, {"trainer", s.opt.index}, {"epochs", first}});
@@ -425,7 +435,9 @@ StatusOr<TrainerResult> Trainer::Run() {
   if (evaluates && first == epochs) {
     // A job resumed after its last epoch: its result is the model the servers hold.
     result.test_accuracy = s.Evaluate();
-    EmitEvent({{"event", "evaluated"}, {"trainer", s.opt.index}, {"test_accuracy", result.test_accuracy}});
+    EmitEvent({{"event", "evaluated"},
+               {"trainer", s.opt.index},
+               {"test_accuracy", result.test_accuracy}});
   }
   for (int e = first; e < epochs && !s.abort; ++e) {
     const auto epoch_start = Clock::now();
@@ -454,19 +466,21 @@ StatusOr<TrainerResult> Trainer::Run() {
     }
     double loss = 0;
     int64_t images = 0;
-    for (int t = 0; t < s.opt.threads; ++t) loss += s.loss[size_t(t)], images += s.images[size_t(t)];
+    for (int t = 0; t < s.opt.threads; ++t)
+      loss += s.loss[size_t(t)], images += s.images[size_t(t)];
     const double acc = evaluates ? s.Evaluate() : -1;
     result.epochs = e + 1;
     result.test_accuracy = acc;
-    nlohmann::json ev = {{"event", "epoch"},
-                         {"trainer", s.opt.index},
-                         {"epoch", e + 1},
-                         {"learning_rate", s.lr},
-                         {"images", images},
-                         {"images_total", s.images_total.load()},
-                         {"loss", images > 0 ? loss / images : 0.0},
-                         {"seconds", std::chrono::duration<double>(Clock::now() - epoch_start).count()},
-                         {"epoch_closed_early", marker.epoch_closed}};
+    nlohmann::json ev = {
+        {"event", "epoch"},
+        {"trainer", s.opt.index},
+        {"epoch", e + 1},
+        {"learning_rate", s.lr},
+        {"images", images},
+        {"images_total", s.images_total.load()},
+        {"loss", images > 0 ? loss / images : 0.0},
+        {"seconds", std::chrono::duration<double>(Clock::now() - epoch_start).count()},
+        {"epoch_closed_early", marker.epoch_closed}};
     if (evaluates) ev["test_accuracy"] = acc;
     EmitEvent(ev);
     if (s.m.epoch) s.m.epoch->Set(e + 1);
@@ -477,15 +491,19 @@ StatusOr<TrainerResult> Trainer::Run() {
       result.diverged = DivergenceMessage(e + 1, mean, spec::NumClasses(s.job.model), s.lr,
                                           s.job.training.batch_size);
       if (!result.diverged.empty()) {
-        EmitEvent({{"event", "diverged"}, {"trainer", s.opt.index}, {"epoch", e + 1},
-                   {"loss", mean}, {"message", result.diverged}});
+        EmitEvent({{"event", "diverged"},
+                   {"trainer", s.opt.index},
+                   {"epoch", e + 1},
+                   {"loss", mean},
+                   {"message", result.diverged}});
         break;
       }
       if (e > first && mean > previous_loss * 1.05)
-        spdlog::warn("the training loss rose from {:.4f} (epoch {}) to {:.4f} (epoch {}) at learning "
-                     "rate {:g}: a rate too high for batch size {} makes SGD overshoot; if it keeps "
-                     "rising, lower spec.training.learningRate",
-                     previous_loss, e, mean, e + 1, s.lr, s.job.training.batch_size);
+        spdlog::warn(
+            "the training loss rose from {:.4f} (epoch {}) to {:.4f} (epoch {}) at learning "
+            "rate {:g}: a rate too high for batch size {} makes SGD overshoot; if it keeps "
+            "rising, lower spec.training.learningRate",
+            previous_loss, e, mean, e + 1, s.lr, s.job.training.batch_size);
       previous_loss = mean;
     }
     // spec.output.everyEpochs: the model so far, over the same file (the last epoch's below).
@@ -541,9 +559,12 @@ std::string DivergenceMessage(int epoch, double loss, int classes, double learni
   const double uniform = std::log(double(std::max(2, classes)));
   if (std::isfinite(loss) && loss <= 2 * uniform) return "";
   char value[32];
-  if (std::isnan(loss)) std::snprintf(value, sizeof value, "NaN");
-  else if (std::isinf(loss)) std::snprintf(value, sizeof value, "infinite");
-  else std::snprintf(value, sizeof value, "%.4g", loss);
+  if (std::isnan(loss))
+    std::snprintf(value, sizeof value, "NaN");
+  else if (std::isinf(loss))
+    std::snprintf(value, sizeof value, "infinite");
+  else
+    std::snprintf(value, sizeof value, "%.4g", loss);
   char text[640];
   std::snprintf(text, sizeof text,
                 "training diverged in epoch %d: the mean training loss is %s (guessing among %d "

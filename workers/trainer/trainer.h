@@ -25,12 +25,12 @@
 namespace adam::trainer {
 
 struct TrainerOptions {
-  int index = 0;            // this trainer's number in the job
-  int threads = 1;          // worker threads (T)
+  int index = 0;    // this trainer's number in the job
+  int threads = 1;  // worker threads (T)
   std::string name = "trainer-0";
-  int prefetch_batches = 4; // batches queued ahead of the workers
-  int eval_batch = 100;     // images per evaluation step
-  bool bind = true;         // bind worker threads to cores and NUMA nodes
+  int prefetch_batches = 4;  // batches queued ahead of the workers
+  int eval_batch = 100;      // images per evaluation step
+  bool bind = true;          // bind worker threads to cores and NUMA nodes
   std::chrono::milliseconds rpc_timeout{30000};
   std::chrono::milliseconds progress_interval{2000};  // between progress events
   // Trains nothing: pulls the model, evaluates it on the test set, emits an `evaluated` event
@@ -43,19 +43,19 @@ struct TrainerOptions {
 };
 
 struct TrainerMetrics {
-  prometheus::Counter* images = nullptr;    // adam_trainer_images_total
-  prometheus::Gauge* loss = nullptr;        // adam_trainer_loss
-  prometheus::Gauge* accuracy = nullptr;    // adam_trainer_test_accuracy
-  prometheus::Gauge* epoch = nullptr;       // adam_trainer_epoch
-  prometheus::Counter* pushes = nullptr;    // adam_trainer_pushes_total
-  prometheus::Counter* push_bytes = nullptr;  // adam_trainer_push_bytes_total
-  prometheus::Counter* pull_bytes = nullptr;  // adam_trainer_pull_bytes_total
+  prometheus::Counter* images = nullptr;          // adam_trainer_images_total
+  prometheus::Gauge* loss = nullptr;              // adam_trainer_loss
+  prometheus::Gauge* accuracy = nullptr;          // adam_trainer_test_accuracy
+  prometheus::Gauge* epoch = nullptr;             // adam_trainer_epoch
+  prometheus::Counter* pushes = nullptr;          // adam_trainer_pushes_total
+  prometheus::Counter* push_bytes = nullptr;      // adam_trainer_push_bytes_total
+  prometheus::Counter* pull_bytes = nullptr;      // adam_trainer_pull_bytes_total
   prometheus::Histogram* push_seconds = nullptr;  // adam_trainer_push_seconds
   prometheus::Histogram* pull_seconds = nullptr;  // adam_trainer_pull_seconds
-  prometheus::Gauge* staleness = nullptr;   // adam_trainer_staleness_images
-  prometheus::Gauge* map_version = nullptr; // adam_trainer_shard_map_version
-  prometheus::Counter* ring_waits = nullptr;  // adam_trainer_ring_waits_total
-  prometheus::Counter* drift_waits = nullptr;  // adam_trainer_drift_waits_total
+  prometheus::Gauge* staleness = nullptr;         // adam_trainer_staleness_images
+  prometheus::Gauge* map_version = nullptr;       // adam_trainer_shard_map_version
+  prometheus::Counter* ring_waits = nullptr;      // adam_trainer_ring_waits_total
+  prometheus::Counter* drift_waits = nullptr;     // adam_trainer_drift_waits_total
 };
 
 // Under async and bounded consistency a trainer's workers train on while its sync thread pushes

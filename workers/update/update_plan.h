@@ -24,11 +24,11 @@ namespace adam::update {
 
 // A dense layer whose updates travel as activations and errors.
 struct DenseLayer {
-  int layer = 0;         // index in spec.model.layers
-  int64_t in = 0;        // inputs (columns of the OI weight matrix)
-  int64_t units = 0;     // outputs (rows)
-  int64_t weights = 0;   // flat offset of the units x in weights
-  int64_t bias = 0;      // flat offset of the units biases
+  int layer = 0;        // index in spec.model.layers
+  int64_t in = 0;       // inputs (columns of the OI weight matrix)
+  int64_t units = 0;    // outputs (rows)
+  int64_t weights = 0;  // flat offset of the units x in weights
+  int64_t bias = 0;     // flat offset of the units biases
 };
 
 // A part of one shard that a weight-delta push covers.
@@ -58,15 +58,17 @@ class UpdatePlan {
   const std::vector<ShardRange>& DeltaRanges(int server) const { return delta_[size_t(server)]; }
   // The rows of dense()[d] whose weights or bias touch a shard of `server`, ascending; the server
   // gets the errors of exactly these rows.
-  const std::vector<int32_t>& Rows(int server, int d) const { return rows_[size_t(server)][size_t(d)]; }
+  const std::vector<int32_t>& Rows(int server, int d) const {
+    return rows_[size_t(server)][size_t(d)];
+  }
   // Wire bytes of the dense layers' updates for one push of `images` images.
   DenseWireBytes DenseBytes(int64_t images) const;
 
  private:
-  std::vector<DenseLayer> all_dense_;  // every dense layer, for DenseBytes
+  std::vector<DenseLayer> all_dense_;                        // every dense layer, for DenseBytes
   std::vector<std::vector<std::vector<int32_t>>> all_rows_;  // [server][all_dense_ index]
   std::vector<DenseLayer> dense_;
-  std::vector<int> dense_index_;       // per spec layer
+  std::vector<int> dense_index_;  // per spec layer
   std::vector<std::vector<ShardRange>> delta_;
   std::vector<std::vector<std::vector<int32_t>>> rows_;
 };
