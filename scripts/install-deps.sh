@@ -16,7 +16,7 @@ packages=(
 if [[ "${ADAM_INSTALL_BUILD_ONLY:-0}" != 1 ]]; then
   packages+=(
     libgtest-dev libgmock-dev libbenchmark-dev
-    clang libclang-rt-14-dev libomp-14-dev clang-tidy-14
+    clang libclang-rt-14-dev libomp-14-dev clang-tidy-14 clang-format-14
     dataset-fashion-mnist
     python3 openssl curl prometheus chromium mmdebstrap
     python3-onnx python3-opencv  # the exported model checked by ONNX's checker and OpenCV's runtime
