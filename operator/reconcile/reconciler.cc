@@ -657,18 +657,17 @@ Status Reconciler::WriteStatus(State& s) {
   }
 }
 
-StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
-  ReconcileResult result;
+StatusOr<bool> Reconciler::Begin(const std::string& ns, const std::string& name, State& s,
+                                 ReconcileResult& result) {
   auto got = client_->Get(kube::AdamJobs(), ns, name);
   if (!got.ok()) {
     if (got.status().code() == StatusCode::kNotFound) {  // gone: owned objects too
       MutexLock lock(mu_);
       certificate_warned_.erase(ns + "/" + name);
-      return result;
+      return false;
     }
     return got.status();
   }
-  State s;
   s.ns = ns;
   s.name = name;
   s.job = *got;
@@ -678,17 +677,16 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   s.old_status = s.status;
   s.now = now_();
   s.pods = children_->Owned(kube::Pods(), ns, name, s.uid);
-
   if (HasDeletion(s.job)) {
     if (auto parsed = spec::ParseAdamJob(ManifestOf(s.job)); parsed.ok())
       s.spec = std::move(*parsed);
     Status f = Finalize(s);
     if (f.code() == StatusCode::kUnavailable) {
       result.requeue_after = s.requeue_after;
-      return result;
+      return false;
     }
     if (!f.ok()) return f;
-    return result;
+    return false;
   }
   const Json fins = s.job["metadata"].value("finalizers", Json::array());
   if (std::find(fins.begin(), fins.end(), kFinalizer) == fins.end()) {
@@ -698,7 +696,10 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     if (!r.ok()) return r.status();
     s.job = *r;
   }
+  return true;
+}
 
+bool Reconciler::CheckSpec(State& s) {
   auto parsed = spec::ParseAdamJob(ManifestOf(s.job));
   if (!parsed.ok()) {
     const std::string msg = parsed.status().message();
@@ -706,8 +707,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     SetCondition(s, "InvalidSpec", true, "InvalidSpec", msg);
     s.status["phase"] = "Failed";
     if (changed) Event(s, "Warning", "InvalidSpec", msg);
-    ADAM_RETURN_IF_ERROR(WriteStatus(s));
-    return result;
+    return false;
   }
   s.spec = std::move(*parsed);
   bool was_invalid = false;
@@ -719,29 +719,29 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     s.status["phase"] = "Pending";
     Event(s, "Normal", "SpecFixed", "the spec is valid now; starting the job");
   }
+  return true;
+}
 
-  const std::string phase = s.status.value("phase", "");
+StatusOr<ReconcileResult> Reconciler::AfterFinish(State& s, ReconcileResult result) {
+  ADAM_RETURN_IF_ERROR(Cleanup(s, false));
+  ADAM_RETURN_IF_ERROR(WriteStatus(s));
   const auto ttl = s.spec->run_policy.ttl_seconds_after_finished;
-  auto after_finish = [&]() -> StatusOr<ReconcileResult> {
-    ADAM_RETURN_IF_ERROR(Cleanup(s, false));
-    ADAM_RETURN_IF_ERROR(WriteStatus(s));
-    if (ttl) {
-      auto done = ParseTime(s.status.value("completionTime", ""));
-      const auto expires = (done ? *done : s.now) + std::chrono::seconds(*ttl);
-      if (expires <= s.now) {
-        Event(s, "Normal", "Expired", "ttlSecondsAfterFinished passed; deleting the job");
-        Status d = client_->Delete(kube::AdamJobs(), ns, name);
-        if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
-        return ReconcileResult{};
-      }
-      result.requeue_after =
-          std::chrono::duration_cast<std::chrono::milliseconds>(expires - s.now) +
-          std::chrono::milliseconds(10);
-    }
-    return result;
-  };
-  if (phase == "Succeeded" || phase == "Failed") return after_finish();
+  if (!ttl) return result;
+  auto done = ParseTime(s.status.value("completionTime", ""));
+  const auto expires = (done ? *done : s.now) + std::chrono::seconds(*ttl);
+  if (expires <= s.now) {
+    Event(s, "Normal", "Expired", "ttlSecondsAfterFinished passed; deleting the job");
+    Status d = client_->Delete(kube::AdamJobs(), s.ns, s.name);
+    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+    return ReconcileResult{};
+  }
+  result.requeue_after = std::chrono::duration_cast<std::chrono::milliseconds>(expires - s.now) +
+                         std::chrono::milliseconds(10);
+  return result;
+}
 
+StatusOr<bool> Reconciler::Suspend(State& s) {
+  const std::string phase = s.status.value("phase", "");
   if (s.spec->run_policy.suspend) {
     if (phase != "Suspended")
       Event(s, "Normal", "Suspended", "spec.runPolicy.suspend is true; pods deleted");
@@ -749,8 +749,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     s.status["phase"] = "Suspended";
     SetCondition(s, "Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
     SetCondition(s, "Running", false, "Suspended", "suspended");
-    ADAM_RETURN_IF_ERROR(WriteStatus(s));
-    return result;
+    return true;
   }
   if (phase == "Suspended") {
     SetCondition(s, "Suspended", false, "Resumed", "spec.runPolicy.suspend is false");
@@ -758,33 +757,10 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     s.status["startTime"] = FormatTime(s.now);  // the deadline counts from the resume
     s.status["phase"] = "Pending";
   }
-  if (!s.status.contains("startTime")) s.status["startTime"] = FormatTime(s.now);
-  if (!s.status.contains("phase")) s.status["phase"] = "Pending";
+  return false;
+}
 
-  if (const auto deadline = s.spec->run_policy.active_deadline_seconds) {
-    auto start = ParseTime(s.status["startTime"].get<std::string>());
-    const auto end = (start ? *start : s.now) + std::chrono::seconds(*deadline);
-    if (end <= s.now) {
-      Finish(s, false, "DeadlineExceeded",
-             "the job ran longer than spec.runPolicy.activeDeadlineSeconds (" +
-                 std::to_string(*deadline) + " s)");
-      return after_finish();
-    }
-    result.requeue_after = std::chrono::duration_cast<std::chrono::milliseconds>(end - s.now) +
-                           std::chrono::milliseconds(10);
-  }
-
-  ADAM_RETURN_IF_ERROR(HandlePods(s));
-  if (s.finished) return after_finish();
-  ADAM_RETURN_IF_ERROR(EnsureCertificates(s));  // first: every pod mounts the TLS Secret
-  ADAM_RETURN_IF_ERROR(EnsureObjects(s));
-  if (s.renew_at) {
-    const auto in = std::chrono::duration_cast<std::chrono::milliseconds>(*s.renew_at - s.now) +
-                    std::chrono::milliseconds(10);
-    if (!result.requeue_after || *result.requeue_after > in) result.requeue_after = in;
-  }
-
-  // Per-role counts, phase and the Running condition.
+bool Reconciler::CountRoles(State& s) {
   std::map<std::string, int> desired = {
       {"controller",
        s.spec->roles.parameter_server.copies > 1 ? s.spec->roles.controller.replicas : 0},
@@ -792,9 +768,9 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
       {"data-server", s.spec->roles.data_server.replicas},
       {"trainer", s.spec->roles.trainer.replicas}};
   bool all_running = true;
-  const std::vector<Json> sets = children_->Owned(kube::StatefulSets(), ns, name, s.uid);
+  const std::vector<Json> sets = children_->Owned(kube::StatefulSets(), s.ns, s.name, s.uid);
   const std::vector<Json> pods_now =
-      children_->Owned(kube::Pods(), ns, name, s.uid);  // after this pass's writes
+      children_->Owned(kube::Pods(), s.ns, s.name, s.uid);  // after this pass's writes
   for (const char* role : kRoles) {
     int active = 0, ready = 0, succeeded = 0, failed = 0;
     if (std::string(role) == "controller") {
@@ -825,6 +801,49 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     r["failed"] = failed;
     if (!r.contains("restarts")) r["restarts"] = 0;
   }
+  return all_running;
+}
+
+StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
+  ReconcileResult result;
+  State s;
+  ADAM_ASSIGN_OR_RETURN(const bool go_on, Begin(ns, name, s, result));
+  if (!go_on) return result;
+  if (!CheckSpec(s)) {
+    ADAM_RETURN_IF_ERROR(WriteStatus(s));
+    return result;
+  }
+  const std::string phase = s.status.value("phase", "");
+  if (phase == "Succeeded" || phase == "Failed") return AfterFinish(s, result);
+  ADAM_ASSIGN_OR_RETURN(const bool suspended, Suspend(s));
+  if (suspended) {
+    ADAM_RETURN_IF_ERROR(WriteStatus(s));
+    return result;
+  }
+  if (!s.status.contains("startTime")) s.status["startTime"] = FormatTime(s.now);
+  if (!s.status.contains("phase")) s.status["phase"] = "Pending";
+  if (const auto deadline = s.spec->run_policy.active_deadline_seconds) {
+    auto start = ParseTime(s.status["startTime"].get<std::string>());
+    const auto end = (start ? *start : s.now) + std::chrono::seconds(*deadline);
+    if (end <= s.now) {
+      Finish(s, false, "DeadlineExceeded",
+             "the job ran longer than spec.runPolicy.activeDeadlineSeconds (" +
+                 std::to_string(*deadline) + " s)");
+      return AfterFinish(s, result);
+    }
+    result.requeue_after = std::chrono::duration_cast<std::chrono::milliseconds>(end - s.now) +
+                           std::chrono::milliseconds(10);
+  }
+  ADAM_RETURN_IF_ERROR(HandlePods(s));
+  if (s.finished) return AfterFinish(s, result);
+  ADAM_RETURN_IF_ERROR(EnsureCertificates(s));  // first: every pod mounts the TLS Secret
+  ADAM_RETURN_IF_ERROR(EnsureObjects(s));
+  if (s.renew_at) {
+    const auto in = std::chrono::duration_cast<std::chrono::milliseconds>(*s.renew_at - s.now) +
+                    std::chrono::milliseconds(10);
+    if (!result.requeue_after || *result.requeue_after > in) result.requeue_after = in;
+  }
+  const bool all_running = CountRoles(s);
   ReadTrainerMetrics(s);
   ReportScheduling(s);
   if (metrics_ && (!result.requeue_after || *result.requeue_after > status_period_))

@@ -74,6 +74,18 @@ class Reconciler {
 
  private:
   struct State;
+  // The phases of Reconcile. Begin reads the job and handles its deletion and finalizer; false:
+  // nothing more to do this pass.
+  StatusOr<bool> Begin(const std::string& ns, const std::string& name, State& s,
+                       ReconcileResult& result);
+  // Parses the manifest into s.spec and keeps the InvalidSpec condition; false when invalid.
+  bool CheckSpec(State& s);
+  // Suspension and resumption (spec.runPolicy.suspend); true when the job is suspended.
+  StatusOr<bool> Suspend(State& s);
+  // A finished job: its pods cleaned up, its status written, deleted once its TTL passed.
+  StatusOr<ReconcileResult> AfterFinish(State& s, ReconcileResult result);
+  // Per-role counts in the status; true when every role has its desired pods ready.
+  bool CountRoles(State& s);
   Status Finalize(State& s);
   Status EnsureCertificates(State& s);
   Status EnsureObjects(State& s);
