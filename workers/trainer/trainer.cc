@@ -104,6 +104,16 @@ struct Trainer::Impl {
   void PrefetchLoop();
   void SyncLoop();
   double Evaluate();
+  // The phases of Trainer::Run. Setup pulls the model and builds the replica.
+  Status Setup(bool evaluates);
+  // Where the job is, as the parameter servers know it: the first epoch to train.
+  int FirstEpoch();
+  // After epoch `e`'s images: the epoch closed with the data server, a sync, the epoch event and
+  // metrics, the divergence check, the periodic model. False: training ends here.
+  bool EndEpoch(int e, int first, bool evaluates, const BatchItem& marker,
+                Clock::time_point epoch_start, double* previous_loss, TrainerResult* result);
+  // Stops the loops and tells the servers this trainer leaves.
+  void Leave(std::thread& prefetcher, std::thread& syncer);
   // Writes the weights of the last evaluation to opt.model_out (when given) as ONNX; `epochs`
   // trained, or < 0 when not known (the evaluator).
   Status WriteModel(int epochs);
@@ -356,6 +366,142 @@ Status Trainer::Impl::WriteModel(int epochs) {
   return OkStatus();
 }
 
+Status Trainer::Impl::Setup(bool evaluates) {
+  const size_t n = size_t(layout->num_params());
+  {
+    MutexLock setup(sync_mu);  // no other thread yet; the analysis cannot know that
+    w0.resize(n);
+    snapshot.resize(n);
+    delta.resize(n);
+    pulled.resize(n);
+    ADAM_RETURN_IF_ERROR(ps->Pull(w0.data(), 0));
+    ReplicaOptions ro;
+    for (const auto& d : plan->dense()) ro.record_layers.push_back(d.layer);
+    ro.threads = opt.threads;
+    ro.batch = job.training.batch_size;
+    ro.apply_every = job.training.apply_every;
+    ro.private_weights = job.training.thread_weights == spec::ThreadWeights::kPrivate;
+    ro.momentum = float(job.training.momentum);
+    ro.weight_decay = float(job.training.weight_decay);
+    ro.eval_batch = opt.eval_batch;
+    ro.bind = opt.bind;
+    ro.evaluate = evaluates;
+    ADAM_ASSIGN_OR_RETURN(replica, Replica::Create(*layout, ro, w0.data()));
+    logs.resize(size_t(opt.threads));
+  }
+  loss.assign(size_t(opt.threads), 0);
+  images.assign(size_t(opt.threads), 0);
+  spdlog::info("workers: {}", replica->placement());
+  return OkStatus();
+}
+
+// 0 for a new job; the epochs the servers' checkpoints hold for a resumed one (the schedule goes
+// on from there); the job's epoch for a trainer restarted while the others train on.
+int Trainer::Impl::FirstEpoch() {
+  const int epochs = job.training.epochs;
+  const int first = int(std::min<uint32_t>(ps->epochs(), uint32_t(epochs)));
+  first_epoch = uint32_t(first);
+  if (first == 0) return 0;
+  {
+    MutexLock lock(sync_mu);
+    clock = uint64_t(first) << 32;
+  }
+  if (first < epochs)
+    spdlog::info(
+        "the parameter servers hold {} epochs finished: going on at epoch {} of {} "
+        "(learning rate {:g})",
+        first, first + 1, epochs, spec::LearningRateAt(job.training, first));
+  else
+    spdlog::info("the parameter servers hold all {} epochs: nothing left to train", epochs);
+  EmitEvent({{"event", "resumed"}, {"trainer", opt.index}, {"epochs", first}});
+  return first;
+}
+
+bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& marker,
+                             Clock::time_point epoch_start, double* previous_loss,
+                             TrainerResult* result) {
+  adam::v1::FinishEpochRequest req;
+  req.set_trainer(uint32_t(opt.index));
+  req.set_epoch(uint32_t(e));
+  if (Status st = data->FinishEpoch(req); !st.ok()) {
+    Fail(st);
+    return false;
+  }
+  if (Status st = Sync(/*epoch_end=*/true); !st.ok()) {
+    Fail(st);
+    return false;
+  }
+  double epoch_loss = 0;
+  int64_t epoch_images = 0;
+  for (int t = 0; t < opt.threads; ++t)
+    epoch_loss += loss[size_t(t)], epoch_images += images[size_t(t)];
+  const double acc = evaluates ? Evaluate() : -1;
+  result->epochs = e + 1;
+  result->test_accuracy = acc;
+  nlohmann::json ev = {
+      {"event", "epoch"},
+      {"trainer", opt.index},
+      {"epoch", e + 1},
+      {"learning_rate", lr},
+      {"images", epoch_images},
+      {"images_total", images_total.load()},
+      {"loss", epoch_images > 0 ? epoch_loss / epoch_images : 0.0},
+      {"seconds", std::chrono::duration<double>(Clock::now() - epoch_start).count()},
+      {"epoch_closed_early", marker.epoch_closed}};
+  if (evaluates) ev["test_accuracy"] = acc;
+  EmitEvent(ev);
+  if (m.epoch) m.epoch->Set(e + 1);
+  if (m.loss && epoch_images > 0) m.loss->Set(epoch_loss / epoch_images);
+  if (m.accuracy && evaluates) m.accuracy->Set(acc);
+  if (epoch_images > 0) {
+    const double mean = epoch_loss / double(epoch_images);
+    result->diverged =
+        DivergenceMessage(e + 1, mean, spec::NumClasses(job.model), lr, job.training.batch_size);
+    if (!result->diverged.empty()) {
+      EmitEvent({{"event", "diverged"},
+                 {"trainer", opt.index},
+                 {"epoch", e + 1},
+                 {"loss", mean},
+                 {"message", result->diverged}});
+      return false;
+    }
+    if (e > first && mean > *previous_loss * 1.05)
+      spdlog::warn(
+          "the training loss rose from {:.4f} (epoch {}) to {:.4f} (epoch {}) at learning "
+          "rate {:g}: a rate too high for batch size {} makes SGD overshoot; if it keeps "
+          "rising, lower spec.training.learningRate",
+          *previous_loss, e, mean, e + 1, lr, job.training.batch_size);
+    *previous_loss = mean;
+  }
+  // spec.output.everyEpochs: the model so far, over the same file (the last epoch's below).
+  const int every = job.output.every_epochs;
+  if (evaluates && every > 0 && (e + 1) % every == 0 && e + 1 < job.training.epochs)
+    if (Status st = WriteModel(e + 1); !st.ok()) {
+      Fail(st);
+      return false;
+    }
+  if (marker.job_stopped) return false;
+  const auto& target = job.training.target_accuracy;
+  return !(evaluates && target && acc >= *target);
+}
+
+void Trainer::Impl::Leave(std::thread& prefetcher, std::thread& syncer) {
+  {
+    MutexLock lock(sync_wait_mu);
+    stop_sync = true;
+  }
+  sync_cv.notify_all();
+  queue.Close();
+  syncer.join();
+  prefetcher.join();
+  // Consistency stops waiting for this trainer (best effort: the servers may be gone).
+  MutexLock lock(sync_mu);
+  PushArgs leave;
+  leave.clock = clock;
+  leave.leave = true;
+  if (Status st = ps->Push(leave); !st.ok()) spdlog::warn("leaving: {}", st.message());
+}
+
 StatusOr<TrainerResult> Trainer::Run() {
   Impl& s = *impl_;
   const auto start = Clock::now();
@@ -367,32 +513,7 @@ StatusOr<TrainerResult> Trainer::Run() {
   ADAM_RETURN_IF_ERROR(s.CheckDataServer());
   const bool evaluates = s.opt.index == 0 || s.opt.evaluate_only;
   if (evaluates) ADAM_RETURN_IF_ERROR(s.FetchTestSet());
-
-  const size_t n = size_t(s.layout->num_params());
-  {
-    MutexLock setup(s.sync_mu);  // no other thread yet; the analysis cannot know that
-    s.w0.resize(n);
-    s.snapshot.resize(n);
-    s.delta.resize(n);
-    s.pulled.resize(n);
-    ADAM_RETURN_IF_ERROR(s.ps->Pull(s.w0.data(), 0));
-    ReplicaOptions ro;
-    for (const auto& d : s.plan->dense()) ro.record_layers.push_back(d.layer);
-    ro.threads = s.opt.threads;
-    ro.batch = s.job.training.batch_size;
-    ro.apply_every = s.job.training.apply_every;
-    ro.private_weights = s.job.training.thread_weights == spec::ThreadWeights::kPrivate;
-    ro.momentum = float(s.job.training.momentum);
-    ro.weight_decay = float(s.job.training.weight_decay);
-    ro.eval_batch = s.opt.eval_batch;
-    ro.bind = s.opt.bind;
-    ro.evaluate = evaluates;
-    ADAM_ASSIGN_OR_RETURN(s.replica, Replica::Create(*s.layout, ro, s.w0.data()));
-    s.logs.resize(size_t(s.opt.threads));
-  }
-  s.loss.assign(size_t(s.opt.threads), 0);
-  s.images.assign(size_t(s.opt.threads), 0);
-  spdlog::info("workers: {}", s.replica->placement());
+  ADAM_RETURN_IF_ERROR(s.Setup(evaluates));
   TrainerResult result;
   if (s.opt.evaluate_only) {
     result.test_accuracy = s.Evaluate();
@@ -406,28 +527,9 @@ StatusOr<TrainerResult> Trainer::Run() {
     ADAM_RETURN_IF_ERROR(s.WriteModel(-1));
     return result;
   }
-
-  // Where the job is, as the parameter servers know it: 0 for a new job; the epochs their
-  // checkpoints hold for a resumed one (the schedule goes on from there); the job's epoch for a
-  // trainer restarted while the others train on.
   const int epochs = s.job.training.epochs;
-  const int first = int(std::min<uint32_t>(s.ps->epochs(), uint32_t(epochs)));
-  s.first_epoch = uint32_t(first);
+  const int first = s.FirstEpoch();
   result.epochs = first;
-  if (first > 0) {
-    {
-      MutexLock lock(s.sync_mu);
-      s.clock = uint64_t(first) << 32;
-    }
-    if (first < epochs)
-      spdlog::info(
-          "the parameter servers hold {} epochs finished: going on at epoch {} of {} "
-          "(learning rate {:g})",
-          first, first + 1, epochs, spec::LearningRateAt(s.job.training, first));
-    else
-      spdlog::info("the parameter servers hold all {} epochs: nothing left to train", epochs);
-    EmitEvent({{"event", "resumed"}, {"trainer", s.opt.index}, {"epochs", first}});
-  }
   std::thread prefetcher([&] { s.PrefetchLoop(); });
   std::thread syncer([&] { s.SyncLoop(); });
   double previous_loss = 0;
@@ -450,72 +552,7 @@ StatusOr<TrainerResult> Trainer::Run() {
     });
     BatchItem marker;
     if (s.abort || !s.queue.PopMarker(&marker)) break;
-    {
-      adam::v1::FinishEpochRequest req;
-      req.set_trainer(uint32_t(s.opt.index));
-      req.set_epoch(uint32_t(e));
-      Status st = s.data->FinishEpoch(req);
-      if (!st.ok()) {
-        s.Fail(st);
-        break;
-      }
-    }
-    if (Status st = s.Sync(/*epoch_end=*/true); !st.ok()) {
-      s.Fail(st);
-      break;
-    }
-    double loss = 0;
-    int64_t images = 0;
-    for (int t = 0; t < s.opt.threads; ++t)
-      loss += s.loss[size_t(t)], images += s.images[size_t(t)];
-    const double acc = evaluates ? s.Evaluate() : -1;
-    result.epochs = e + 1;
-    result.test_accuracy = acc;
-    nlohmann::json ev = {
-        {"event", "epoch"},
-        {"trainer", s.opt.index},
-        {"epoch", e + 1},
-        {"learning_rate", s.lr},
-        {"images", images},
-        {"images_total", s.images_total.load()},
-        {"loss", images > 0 ? loss / images : 0.0},
-        {"seconds", std::chrono::duration<double>(Clock::now() - epoch_start).count()},
-        {"epoch_closed_early", marker.epoch_closed}};
-    if (evaluates) ev["test_accuracy"] = acc;
-    EmitEvent(ev);
-    if (s.m.epoch) s.m.epoch->Set(e + 1);
-    if (s.m.loss && images > 0) s.m.loss->Set(loss / images);
-    if (s.m.accuracy && evaluates) s.m.accuracy->Set(acc);
-    if (images > 0) {
-      const double mean = loss / double(images);
-      result.diverged = DivergenceMessage(e + 1, mean, spec::NumClasses(s.job.model), s.lr,
-                                          s.job.training.batch_size);
-      if (!result.diverged.empty()) {
-        EmitEvent({{"event", "diverged"},
-                   {"trainer", s.opt.index},
-                   {"epoch", e + 1},
-                   {"loss", mean},
-                   {"message", result.diverged}});
-        break;
-      }
-      if (e > first && mean > previous_loss * 1.05)
-        spdlog::warn(
-            "the training loss rose from {:.4f} (epoch {}) to {:.4f} (epoch {}) at learning "
-            "rate {:g}: a rate too high for batch size {} makes SGD overshoot; if it keeps "
-            "rising, lower spec.training.learningRate",
-            previous_loss, e, mean, e + 1, s.lr, s.job.training.batch_size);
-      previous_loss = mean;
-    }
-    // spec.output.everyEpochs: the model so far, over the same file (the last epoch's below).
-    const int every = s.job.output.every_epochs;
-    if (evaluates && every > 0 && (e + 1) % every == 0 && e + 1 < epochs)
-      if (Status st = s.WriteModel(e + 1); !st.ok()) {
-        s.Fail(st);
-        break;
-      }
-    if (marker.job_stopped) break;
-    const auto& target = s.job.training.target_accuracy;
-    if (evaluates && target && acc >= *target) break;
+    if (!s.EndEpoch(e, first, evaluates, marker, epoch_start, &previous_loss, &result)) break;
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - train_start).count();
   if (const int64_t w = s.drift_waits.load(std::memory_order_relaxed); w > 0)
@@ -526,22 +563,7 @@ StatusOr<TrainerResult> Trainer::Run() {
     // Ends the job for every trainer: the last epoch is done or the target is reached.
     if (Status st = s.data->StopJob(); !st.ok()) spdlog::warn("stopping the job: {}", st.message());
   }
-  {
-    MutexLock lock(s.sync_wait_mu);
-    s.stop_sync = true;
-  }
-  s.sync_cv.notify_all();
-  s.queue.Close();
-  syncer.join();
-  prefetcher.join();
-  {
-    // Consistency stops waiting for this trainer (best effort: the servers may be gone).
-    MutexLock lock(s.sync_mu);
-    PushArgs leave;
-    leave.clock = s.clock;
-    leave.leave = true;
-    if (Status st = s.ps->Push(leave); !st.ok()) spdlog::warn("leaving: {}", st.message());
-  }
+  s.Leave(prefetcher, syncer);
   if (Status err = s.Error(); !err.ok()) return err;
   if (evaluates && result.diverged.empty()) ADAM_RETURN_IF_ERROR(s.WriteModel(result.epochs));
   EmitEvent({{"event", "done"},
