@@ -155,6 +155,322 @@ struct Network::Impl {
 Network::Network(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Network::~Network() = default;
 
+// Builds a Network's forward and backward steps one layer at a time; src and diff_src are the
+// next layer's input activations and the gradient with respect to them.
+struct Network::Builder {
+  Impl& m;
+  const dnnl::engine& eng;
+  const dnnl::primitive_attr& attr;
+  int batch;
+  bool train;
+  bool sgd;
+  float* grads;
+  float* wp;
+  memory src;
+  memory diff_src;  // empty for layer 0
+
+  void Conv(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s, const LayerParams& p,
+            std::vector<Step>& bwd, bool need_diff_src);
+  void Dropout(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s, const LayerParams& p,
+               std::vector<Step>& bwd, bool need_diff_src);
+  Status Pool(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s, const LayerParams& p,
+              std::vector<Step>& bwd, bool need_diff_src);
+  // Dense or softmax: an inner product over the flattened input.
+  // A dense layer's SGD step: held for apply_every, fused into the weights, or into the
+  // velocity.
+  void DenseStep(size_t i, const LayerParams& p, int64_t in, int units, const memory::desc& src_md,
+                 const memory::desc& w_md, const memory& flat_src, const memory& diff_dst,
+                 const memory& w, std::vector<Step>& bwd);
+  void InnerProduct(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
+                    const LayerParams& p, std::vector<Step>& bwd, bool need_diff_src);
+};
+
+void Network::Builder::Conv(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
+                            const LayerParams& p, std::vector<Step>& bwd, bool need_diff_src) {
+  // oneDNN picks the activation and weight layouts for each pass (tag::any); the shared
+  // parameter vector stays OIHW, with reorders in and out (a few thousand floats).
+  memory::desc src_any(Dims4(batch, s.in), dt::f32, tag::any);
+  memory::desc dst_any(Dims4(batch, s.out), dt::f32, tag::any);
+  memory::desc w_any({l.maps, s.in.channels, l.kernel, l.kernel}, dt::f32, tag::any);
+  memory::desc w_md({l.maps, s.in.channels, l.kernel, l.kernel}, dt::f32, tag::oihw);
+  memory::desc b_md({l.maps}, dt::f32, tag::x);
+  memory::dims strides = {l.stride, l.stride}, pad = {l.padding, l.padding};
+  dnnl::convolution_forward::primitive_desc fpd(
+      {prop_kind::forward_training, algorithm::convolution_direct, src_any, w_any, b_md, dst_any,
+       strides, pad, pad},
+      attr, eng);
+  memory w(w_md, eng, wp + p.weights.offset), b(b_md, eng, wp + p.bias.offset);
+  std::vector<Step> after_bwd_data;  // runs after this layer's backward-data step
+  memory conv_src = Reformat(src, fpd.src_desc(), eng, &m.forward);
+  memory conv_diff_src = diff_src;
+  if (train && need_diff_src && conv_src != src) {
+    conv_diff_src = memory(fpd.src_desc(), eng);
+    after_bwd_data.push_back(ReorderStep(conv_diff_src, diff_src));
+  }
+  memory w_fwd = Reformat(w, fpd.weights_desc(), eng, &m.forward);
+  memory dst(fpd.dst_desc(), eng);
+  m.forward.push_back({dnnl::convolution_forward(fpd),
+                       {{DNNL_ARG_SRC, conv_src},
+                        {DNNL_ARG_WEIGHTS, w_fwd},
+                        {DNNL_ARG_BIAS, b},
+                        {DNNL_ARG_DST, dst}}});
+  memory diff_dst;
+  if (train) diff_dst = memory(fpd.dst_desc(), eng);
+  if (l.activation != spec::Activation::kNone) {
+    dnnl::eltwise_forward::primitive_desc epd(
+        {prop_kind::forward_training, EltwiseAlg(l.activation), fpd.dst_desc(),
+         EltwiseAlpha(l.activation), 0.f},
+        attr, eng);
+    m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
+    if (train) {
+      dnnl::eltwise_backward::primitive_desc ebd({EltwiseAlg(l.activation), fpd.dst_desc(),
+                                                  fpd.dst_desc(), EltwiseAlpha(l.activation), 0.f},
+                                                 attr, eng, epd);
+      bwd.push_back(
+          {dnnl::eltwise_backward(ebd),
+           {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_dst}}});
+    }
+  }
+  if (train) {
+    if (sgd) {
+      m.looped_updates.insert(m.looped_updates.end(), {p.weights, p.bias});
+      m.looped_is_weight.insert(m.looped_is_weight.end(), {true, false});
+    }
+    memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
+    // Each backward pass picks its own layouts too; reorder where they differ.
+    dnnl::convolution_backward_weights::primitive_desc wpd(
+        {algorithm::convolution_direct, src_any, w_any, b_md, dst_any, strides, pad, pad}, attr,
+        eng, fpd);
+    memory w_src = Reformat(conv_src, wpd.src_desc(), eng, &bwd);
+    memory w_diff_dst = Reformat(diff_dst, wpd.diff_dst_desc(), eng, &bwd);
+    memory dw_pass = dw;
+    if (wpd.diff_weights_desc() != w_md) dw_pass = memory(wpd.diff_weights_desc(), eng);
+    bwd.push_back({dnnl::convolution_backward_weights(wpd),
+                   {{DNNL_ARG_SRC, w_src},
+                    {DNNL_ARG_DIFF_DST, w_diff_dst},
+                    {DNNL_ARG_DIFF_WEIGHTS, dw_pass},
+                    {DNNL_ARG_DIFF_BIAS, db}}});
+    if (dw_pass != dw) bwd.push_back(ReorderStep(dw_pass, dw));
+    if (need_diff_src) {
+      dnnl::convolution_backward_data::primitive_desc dpd(
+          {algorithm::convolution_direct, src_any, w_any, dst_any, strides, pad, pad}, attr, eng,
+          fpd);
+      memory w_bwd = dpd.weights_desc() == fpd.weights_desc()
+                         ? w_fwd
+                         : Reformat(w, dpd.weights_desc(), eng, &bwd);
+      memory d_diff_dst = Reformat(diff_dst, dpd.diff_dst_desc(), eng, &bwd);
+      memory d_diff_src = conv_diff_src;
+      if (dpd.diff_src_desc() != conv_diff_src.get_desc())
+        d_diff_src = memory(dpd.diff_src_desc(), eng);
+      bwd.push_back({dnnl::convolution_backward_data(dpd),
+                     {{DNNL_ARG_DIFF_DST, d_diff_dst},
+                      {DNNL_ARG_WEIGHTS, w_bwd},
+                      {DNNL_ARG_DIFF_SRC, d_diff_src}}});
+      if (d_diff_src != conv_diff_src) bwd.push_back(ReorderStep(d_diff_src, conv_diff_src));
+      for (auto& st : after_bwd_data) bwd.push_back(std::move(st));
+    }
+  }
+  src = dst;
+  diff_src = diff_dst;
+}
+
+void Network::Builder::Dropout(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
+                               const LayerParams& p, std::vector<Step>& bwd, bool need_diff_src) {
+  if (train && l.rate > 0) {  // at inference the layer is the identity
+    const memory::desc md = src.get_desc();
+    memory mask(md, eng), dst(md, eng);
+    dnnl::binary::primitive_desc mul({algorithm::binary_mul, md, md, md}, attr, eng);
+    m.forward.push_back(
+        {dnnl::binary(mul), {{DNNL_ARG_SRC_0, src}, {DNNL_ARG_SRC_1, mask}, {DNNL_ARG_DST, dst}}});
+    memory diff_dst(md, eng);
+    if (need_diff_src)
+      bwd.push_back(
+          {dnnl::binary(mul),
+           {{DNNL_ARG_SRC_0, diff_dst}, {DNNL_ARG_SRC_1, mask}, {DNNL_ARG_DST, diff_src}}});
+    m.dropouts.push_back({mask, float(1.0 - l.rate)});
+    src = dst;
+    diff_src = diff_dst;
+  }
+}
+
+Status Network::Builder::Pool(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
+                              const LayerParams& p, std::vector<Step>& bwd, bool need_diff_src) {
+  // Pools in the layout its input arrives in. Windows never overlap padding (stride =
+  // size, no padding), so the average is over the whole window.
+  const bool is_max = l.type == spec::LayerType::kMaxPool;
+  const algorithm alg = is_max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
+  memory::desc src_md = src.get_desc();
+  memory::desc dst_md(Dims4(batch, s.out), dt::f32, tag::any);
+  memory::dims k = {l.size, l.size}, zero = {0, 0};
+  dnnl::pooling_forward::primitive_desc fpd(
+      {train ? prop_kind::forward_training : prop_kind::forward_inference, alg, src_md, dst_md, k,
+       k, zero, zero},
+      attr, eng);
+  dnnl::pooling_backward::primitive_desc bpd;
+  if (train && !is_max) {
+    bpd = dnnl::pooling_backward::primitive_desc({alg, src_md, fpd.dst_desc(), k, k, zero, zero},
+                                                 attr, eng, fpd);
+  } else if (train) {
+    // oneDNN 2.6 may pair a simple_nchw forward with a jit backward whose workspace
+    // layouts disagree (wrong gradients, caught by the gradient check): walk the forward
+    // implementations until one has a backward of the same name.
+    const dnnl::pooling_backward::desc bd(algorithm::pooling_max, src_md, fpd.dst_desc(), k, k,
+                                          zero, zero);
+    bool matched = false;
+    do {
+      bpd = dnnl::pooling_backward::primitive_desc(bd, attr, eng, fpd);
+      do {
+        matched = bpd.impl_info_str() == fpd.impl_info_str();
+      } while (!matched && bpd.next_impl());
+    } while (!matched && fpd.next_impl());
+    if (!matched) return InternalError("oneDNN has no matching max-pool forward/backward");
+  }
+  memory dst(fpd.dst_desc(), eng);
+  Args fargs = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
+  memory ws;
+  if (train && is_max) {
+    ws = memory(fpd.workspace_desc(), eng);
+    fargs[DNNL_ARG_WORKSPACE] = ws;
+  }
+  m.forward.push_back({dnnl::pooling_forward(fpd), fargs});
+  memory diff_dst;
+  if (train) {
+    diff_dst = memory(fpd.dst_desc(), eng);
+    if (need_diff_src) {
+      m.pool_diff_src.push_back(diff_src);
+      Args bargs = {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_src}};
+      if (is_max) bargs[DNNL_ARG_WORKSPACE] = ws;
+      bwd.push_back({dnnl::pooling_backward(bpd), bargs});
+    }
+  }
+  src = dst;
+  diff_src = diff_dst;
+  return OkStatus();
+}
+
+void Network::Builder::DenseStep(size_t i, const LayerParams& p, int64_t in, int units,
+                                 const memory::desc& src_md, const memory::desc& w_md,
+                                 const memory& flat_src, const memory& diff_dst, const memory& w,
+                                 std::vector<Step>& bwd) {
+  if (m.hold) {
+    m.held_index[i] = int(m.held.size());
+    m.held.push_back({int(i), in, units, p.weights.offset, p.bias.offset,
+                      std::vector<float>(size_t(m.apply_every) * batch * in),
+                      std::vector<float>(size_t(m.apply_every) * batch * units)});
+  } else if (sgd && m.velocity == nullptr) {
+    // W += (-lr) * diff_dst^T x src, straight into the shared weights: diff_dst (batch x
+    // units, row-major) read as units x batch through strides.
+    if (!m.neg_lr) m.neg_lr = memory({{1}, dt::f32, tag::x}, eng);
+    memory::desc a_md({units, batch}, dt::f32, memory::dims{1, units});
+    const int decayed = m.rule.weight_decay > 0 ? int(m.decayed.size()) : -1;
+    if (decayed >= 0) m.decayed.push_back({a_md, src_md, w_md});
+    bwd.push_back({FusedUpdate(a_md, src_md, w_md, 1.f, eng),
+                   {{DNNL_ARG_SRC, memory(a_md, eng, diff_dst.get_data_handle())},
+                    {DNNL_ARG_WEIGHTS, flat_src},
+                    {DNNL_ARG_DST, w},
+                    {DNNL_ARG_ATTR_OUTPUT_SCALES, m.neg_lr}},
+                   decayed});
+    // The bias gradient is the column sum of diff_dst: computed in the bias loop below.
+    m.dense_bias.push_back({diff_dst, p.bias.offset, units});
+  } else if (sgd) {
+    // V = momentum * V + diff_dst^T x src into this Network's velocity; Backward then
+    // takes the step from V.
+    memory::desc a_md({units, batch}, dt::f32, memory::dims{1, units});
+    dnnl::primitive_attr mattr;
+    mattr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (m.rule.momentum > 0) {
+      dnnl::post_ops ops;
+      ops.append_sum(m.rule.momentum);
+      mattr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc mpd({a_md, src_md, w_md}, mattr, eng);
+    bwd.push_back({dnnl::matmul(mpd),
+                   {{DNNL_ARG_SRC, memory(a_md, eng, diff_dst.get_data_handle())},
+                    {DNNL_ARG_WEIGHTS, flat_src},
+                    {DNNL_ARG_DST, memory(w_md, eng, m.velocity + p.weights.offset)}}});
+    // The bias gradient is the column sum of diff_dst: computed in the bias loop below.
+    m.dense_bias.push_back({diff_dst, p.bias.offset, units});
+  }
+}
+
+void Network::Builder::InnerProduct(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
+                                    const LayerParams& p, std::vector<Step>& bwd,
+                                    bool need_diff_src) {
+  const bool is_softmax = l.type == spec::LayerType::kSoftmax;
+  const int units = is_softmax ? l.classes : l.units;
+  const int64_t in = s.in.size();
+  memory::desc src_md({batch, in}, dt::f32, tag::nc);
+  memory::desc dst_md({batch, units}, dt::f32, tag::nc);
+  memory::desc w_md({units, in}, dt::f32, tag::oi);
+  memory::desc b_md({units}, dt::f32, tag::x);
+  // Inner products read a plain batch x features matrix: reorder a blocked input first.
+  memory plain_src = src, plain_diff_src = diff_src;
+  if (src.get_desc().data.ndims == 4) {
+    memory::desc nchw(Dims4(batch, s.in), dt::f32, tag::nchw);
+    plain_src = Reformat(src, nchw, eng, &m.forward);
+    if (train && need_diff_src && plain_src != src) plain_diff_src = memory(nchw, eng);
+  }
+  memory flat_src(src_md, eng, plain_src.get_data_handle());
+  memory w(w_md, eng, wp + p.weights.offset), b(b_md, eng, wp + p.bias.offset);
+  memory dst(dst_md, eng);
+  dnnl::inner_product_forward::primitive_desc fpd(
+      {prop_kind::forward_training, src_md, w_md, b_md, dst_md}, attr, eng);
+  m.forward.push_back(
+      {dnnl::inner_product_forward(fpd),
+       {{DNNL_ARG_SRC, flat_src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}}});
+  memory diff_dst;
+  if (train) {
+    diff_dst = memory(dst_md, eng);
+    m.dense_io[i] = {static_cast<const float*>(flat_src.get_data_handle()),
+                     static_cast<const float*>(diff_dst.get_data_handle()), in, units};
+  }
+  if (is_softmax) {
+    m.logits = dst;
+    m.probs = memory(dst_md, eng);
+    m.diff_logits = diff_dst;
+    dnnl::softmax_forward::primitive_desc spd({prop_kind::forward_inference, dst_md, 1}, attr, eng);
+    m.forward.push_back(
+        {dnnl::softmax_forward(spd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, m.probs}}});
+  } else if (l.activation != spec::Activation::kNone) {
+    dnnl::eltwise_forward::primitive_desc epd(
+        {prop_kind::forward_training, EltwiseAlg(l.activation), dst_md, EltwiseAlpha(l.activation),
+         0.f},
+        attr, eng);
+    m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
+    if (train) {
+      dnnl::eltwise_backward::primitive_desc ebd(
+          {EltwiseAlg(l.activation), dst_md, dst_md, EltwiseAlpha(l.activation), 0.f}, attr, eng,
+          epd);
+      bwd.push_back(
+          {dnnl::eltwise_backward(ebd),
+           {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_dst}}});
+    }
+  }
+  if (train && need_diff_src) {
+    // Before the weights change: the gradient flows through the weights of this step.
+    memory flat_diff_src(src_md, eng, plain_diff_src.get_data_handle());
+    dnnl::inner_product_backward_data::primitive_desc dpd({src_md, w_md, dst_md}, attr, eng, fpd);
+    bwd.push_back({dnnl::inner_product_backward_data(dpd),
+                   {{DNNL_ARG_DIFF_DST, diff_dst},
+                    {DNNL_ARG_WEIGHTS, w},
+                    {DNNL_ARG_DIFF_SRC, flat_diff_src}}});
+    if (plain_diff_src != diff_src) bwd.push_back(ReorderStep(plain_diff_src, diff_src));
+  }
+  if (train && !sgd) {
+    memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
+    dnnl::inner_product_backward_weights::primitive_desc wpd({src_md, w_md, b_md, dst_md}, attr,
+                                                             eng, fpd);
+    bwd.push_back({dnnl::inner_product_backward_weights(wpd),
+                   {{DNNL_ARG_SRC, flat_src},
+                    {DNNL_ARG_DIFF_DST, diff_dst},
+                    {DNNL_ARG_DIFF_WEIGHTS, dw},
+                    {DNNL_ARG_DIFF_BIAS, db}}});
+  }
+  if (sgd || m.hold) DenseStep(i, p, in, units, src_md, w_md, flat_src, diff_dst, w, bwd);
+  src = dst;
+  diff_src = diff_dst;
+}
+
 StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, int batch,
                                                    float* params, float* grads, NetworkMode mode,
                                                    int apply_every, bool hold, StepRule rule) {
@@ -197,14 +513,12 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
       if (lp.bias.count > 0) m.bias_ranges.push_back(lp.bias);
     }
   }
-  float* wp = params;
   try {
     const auto& eng = m.eng;
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     m.input = memory({Dims4(batch, layout.spec().input), dt::f32, tag::nchw}, eng);
-    memory src = m.input;  // the current layer's input activations
-    memory diff_src;       // gradient wrt the current layer's input (empty for layer 0)
+    Builder b{m, eng, attr, batch, train, sgd, grads, params, m.input, memory()};
     // Backward steps are collected per layer and then reversed.
     std::vector<std::vector<Step>> bwd_layers;
     for (size_t i = 0; i < layout.shapes().size(); ++i) {
@@ -213,282 +527,20 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
       const auto& p = layout.params()[i];
       std::vector<Step> bwd;
       const bool need_diff_src = i > 0;
-      if (l.type == spec::LayerType::kConv) {
-        // oneDNN picks the activation and weight layouts for each pass (tag::any); the shared
-        // parameter vector stays OIHW, with reorders in and out (a few thousand floats).
-        memory::desc src_any(Dims4(batch, s.in), dt::f32, tag::any);
-        memory::desc dst_any(Dims4(batch, s.out), dt::f32, tag::any);
-        memory::desc w_any({l.maps, s.in.channels, l.kernel, l.kernel}, dt::f32, tag::any);
-        memory::desc w_md({l.maps, s.in.channels, l.kernel, l.kernel}, dt::f32, tag::oihw);
-        memory::desc b_md({l.maps}, dt::f32, tag::x);
-        memory::dims strides = {l.stride, l.stride}, pad = {l.padding, l.padding};
-        dnnl::convolution_forward::primitive_desc fpd(
-            {prop_kind::forward_training, algorithm::convolution_direct, src_any, w_any, b_md,
-             dst_any, strides, pad, pad},
-            attr, eng);
-        memory w(w_md, eng, wp + p.weights.offset), b(b_md, eng, wp + p.bias.offset);
-        std::vector<Step> after_bwd_data;  // runs after this layer's backward-data step
-        memory conv_src = Reformat(src, fpd.src_desc(), eng, &m.forward);
-        memory conv_diff_src = diff_src;
-        if (train && need_diff_src && conv_src != src) {
-          conv_diff_src = memory(fpd.src_desc(), eng);
-          after_bwd_data.push_back(ReorderStep(conv_diff_src, diff_src));
-        }
-        memory w_fwd = Reformat(w, fpd.weights_desc(), eng, &m.forward);
-        memory dst(fpd.dst_desc(), eng);
-        m.forward.push_back({dnnl::convolution_forward(fpd),
-                             {{DNNL_ARG_SRC, conv_src},
-                              {DNNL_ARG_WEIGHTS, w_fwd},
-                              {DNNL_ARG_BIAS, b},
-                              {DNNL_ARG_DST, dst}}});
-        memory diff_dst;
-        if (train) diff_dst = memory(fpd.dst_desc(), eng);
-        if (l.activation != spec::Activation::kNone) {
-          dnnl::eltwise_forward::primitive_desc epd(
-              {prop_kind::forward_training, EltwiseAlg(l.activation), fpd.dst_desc(),
-               EltwiseAlpha(l.activation), 0.f},
-              attr, eng);
-          m.forward.push_back(
-              {dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
-          if (train) {
-            dnnl::eltwise_backward::primitive_desc ebd(
-                {EltwiseAlg(l.activation), fpd.dst_desc(), fpd.dst_desc(),
-                 EltwiseAlpha(l.activation), 0.f},
-                attr, eng, epd);
-            bwd.push_back({dnnl::eltwise_backward(ebd),
-                           {{DNNL_ARG_DST, dst},
-                            {DNNL_ARG_DIFF_DST, diff_dst},
-                            {DNNL_ARG_DIFF_SRC, diff_dst}}});
-          }
-        }
-        if (train) {
-          if (sgd) {
-            m.looped_updates.insert(m.looped_updates.end(), {p.weights, p.bias});
-            m.looped_is_weight.insert(m.looped_is_weight.end(), {true, false});
-          }
-          memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
-          // Each backward pass picks its own layouts too; reorder where they differ.
-          dnnl::convolution_backward_weights::primitive_desc wpd(
-              {algorithm::convolution_direct, src_any, w_any, b_md, dst_any, strides, pad, pad},
-              attr, eng, fpd);
-          memory w_src = Reformat(conv_src, wpd.src_desc(), eng, &bwd);
-          memory w_diff_dst = Reformat(diff_dst, wpd.diff_dst_desc(), eng, &bwd);
-          memory dw_pass = dw;
-          if (wpd.diff_weights_desc() != w_md) dw_pass = memory(wpd.diff_weights_desc(), eng);
-          bwd.push_back({dnnl::convolution_backward_weights(wpd),
-                         {{DNNL_ARG_SRC, w_src},
-                          {DNNL_ARG_DIFF_DST, w_diff_dst},
-                          {DNNL_ARG_DIFF_WEIGHTS, dw_pass},
-                          {DNNL_ARG_DIFF_BIAS, db}}});
-          if (dw_pass != dw) bwd.push_back(ReorderStep(dw_pass, dw));
-          if (need_diff_src) {
-            dnnl::convolution_backward_data::primitive_desc dpd(
-                {algorithm::convolution_direct, src_any, w_any, dst_any, strides, pad, pad}, attr,
-                eng, fpd);
-            memory w_bwd = dpd.weights_desc() == fpd.weights_desc()
-                               ? w_fwd
-                               : Reformat(w, dpd.weights_desc(), eng, &bwd);
-            memory d_diff_dst = Reformat(diff_dst, dpd.diff_dst_desc(), eng, &bwd);
-            memory d_diff_src = conv_diff_src;
-            if (dpd.diff_src_desc() != conv_diff_src.get_desc())
-              d_diff_src = memory(dpd.diff_src_desc(), eng);
-            bwd.push_back({dnnl::convolution_backward_data(dpd),
-                           {{DNNL_ARG_DIFF_DST, d_diff_dst},
-                            {DNNL_ARG_WEIGHTS, w_bwd},
-                            {DNNL_ARG_DIFF_SRC, d_diff_src}}});
-            if (d_diff_src != conv_diff_src) bwd.push_back(ReorderStep(d_diff_src, conv_diff_src));
-            for (auto& st : after_bwd_data) bwd.push_back(std::move(st));
-          }
-        }
-        src = dst;
-        diff_src = diff_dst;
-      } else if (l.type == spec::LayerType::kDropout) {
-        if (train && l.rate > 0) {  // at inference the layer is the identity
-          const memory::desc md = src.get_desc();
-          memory mask(md, eng), dst(md, eng);
-          dnnl::binary::primitive_desc mul({algorithm::binary_mul, md, md, md}, attr, eng);
-          m.forward.push_back(
-              {dnnl::binary(mul),
-               {{DNNL_ARG_SRC_0, src}, {DNNL_ARG_SRC_1, mask}, {DNNL_ARG_DST, dst}}});
-          memory diff_dst(md, eng);
-          if (need_diff_src)
-            bwd.push_back(
-                {dnnl::binary(mul),
-                 {{DNNL_ARG_SRC_0, diff_dst}, {DNNL_ARG_SRC_1, mask}, {DNNL_ARG_DST, diff_src}}});
-          m.dropouts.push_back({mask, float(1.0 - l.rate)});
-          src = dst;
-          diff_src = diff_dst;
-        }
-      } else if (l.type == spec::LayerType::kMaxPool || l.type == spec::LayerType::kAvgPool) {
-        // Pools in the layout its input arrives in. Windows never overlap padding (stride =
-        // size, no padding), so the average is over the whole window.
-        const bool is_max = l.type == spec::LayerType::kMaxPool;
-        const algorithm alg =
-            is_max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
-        memory::desc src_md = src.get_desc();
-        memory::desc dst_md(Dims4(batch, s.out), dt::f32, tag::any);
-        memory::dims k = {l.size, l.size}, zero = {0, 0};
-        dnnl::pooling_forward::primitive_desc fpd(
-            {train ? prop_kind::forward_training : prop_kind::forward_inference, alg, src_md,
-             dst_md, k, k, zero, zero},
-            attr, eng);
-        dnnl::pooling_backward::primitive_desc bpd;
-        if (train && !is_max) {
-          bpd = dnnl::pooling_backward::primitive_desc(
-              {alg, src_md, fpd.dst_desc(), k, k, zero, zero}, attr, eng, fpd);
-        } else if (train) {
-          // oneDNN 2.6 may pair a simple_nchw forward with a jit backward whose workspace
-          // layouts disagree (wrong gradients, caught by the gradient check): walk the forward
-          // implementations until one has a backward of the same name.
-          const dnnl::pooling_backward::desc bd(algorithm::pooling_max, src_md, fpd.dst_desc(), k,
-                                                k, zero, zero);
-          bool matched = false;
-          do {
-            bpd = dnnl::pooling_backward::primitive_desc(bd, attr, eng, fpd);
-            do {
-              matched = bpd.impl_info_str() == fpd.impl_info_str();
-            } while (!matched && bpd.next_impl());
-          } while (!matched && fpd.next_impl());
-          if (!matched) return InternalError("oneDNN has no matching max-pool forward/backward");
-        }
-        memory dst(fpd.dst_desc(), eng);
-        Args fargs = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
-        memory ws;
-        if (train && is_max) {
-          ws = memory(fpd.workspace_desc(), eng);
-          fargs[DNNL_ARG_WORKSPACE] = ws;
-        }
-        m.forward.push_back({dnnl::pooling_forward(fpd), fargs});
-        memory diff_dst;
-        if (train) {
-          diff_dst = memory(fpd.dst_desc(), eng);
-          if (need_diff_src) {
-            m.pool_diff_src.push_back(diff_src);
-            Args bargs = {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_src}};
-            if (is_max) bargs[DNNL_ARG_WORKSPACE] = ws;
-            bwd.push_back({dnnl::pooling_backward(bpd), bargs});
-          }
-        }
-        src = dst;
-        diff_src = diff_dst;
-      } else {  // dense or softmax: an inner product over the flattened input
-        const bool is_softmax = l.type == spec::LayerType::kSoftmax;
-        const int units = is_softmax ? l.classes : l.units;
-        const int64_t in = s.in.size();
-        memory::desc src_md({batch, in}, dt::f32, tag::nc);
-        memory::desc dst_md({batch, units}, dt::f32, tag::nc);
-        memory::desc w_md({units, in}, dt::f32, tag::oi);
-        memory::desc b_md({units}, dt::f32, tag::x);
-        // Inner products read a plain batch x features matrix: reorder a blocked input first.
-        memory plain_src = src, plain_diff_src = diff_src;
-        if (src.get_desc().data.ndims == 4) {
-          memory::desc nchw(Dims4(batch, s.in), dt::f32, tag::nchw);
-          plain_src = Reformat(src, nchw, eng, &m.forward);
-          if (train && need_diff_src && plain_src != src) plain_diff_src = memory(nchw, eng);
-        }
-        memory flat_src(src_md, eng, plain_src.get_data_handle());
-        memory w(w_md, eng, wp + p.weights.offset), b(b_md, eng, wp + p.bias.offset);
-        memory dst(dst_md, eng);
-        dnnl::inner_product_forward::primitive_desc fpd(
-            {prop_kind::forward_training, src_md, w_md, b_md, dst_md}, attr, eng);
-        m.forward.push_back({dnnl::inner_product_forward(fpd),
-                             {{DNNL_ARG_SRC, flat_src},
-                              {DNNL_ARG_WEIGHTS, w},
-                              {DNNL_ARG_BIAS, b},
-                              {DNNL_ARG_DST, dst}}});
-        memory diff_dst;
-        if (train) {
-          diff_dst = memory(dst_md, eng);
-          m.dense_io[i] = {static_cast<const float*>(flat_src.get_data_handle()),
-                           static_cast<const float*>(diff_dst.get_data_handle()), in, units};
-        }
-        if (is_softmax) {
-          m.logits = dst;
-          m.probs = memory(dst_md, eng);
-          m.diff_logits = diff_dst;
-          dnnl::softmax_forward::primitive_desc spd({prop_kind::forward_inference, dst_md, 1}, attr,
-                                                    eng);
-          m.forward.push_back(
-              {dnnl::softmax_forward(spd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, m.probs}}});
-        } else if (l.activation != spec::Activation::kNone) {
-          dnnl::eltwise_forward::primitive_desc epd(
-              {prop_kind::forward_training, EltwiseAlg(l.activation), dst_md,
-               EltwiseAlpha(l.activation), 0.f},
-              attr, eng);
-          m.forward.push_back(
-              {dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
-          if (train) {
-            dnnl::eltwise_backward::primitive_desc ebd(
-                {EltwiseAlg(l.activation), dst_md, dst_md, EltwiseAlpha(l.activation), 0.f}, attr,
-                eng, epd);
-            bwd.push_back({dnnl::eltwise_backward(ebd),
-                           {{DNNL_ARG_DST, dst},
-                            {DNNL_ARG_DIFF_DST, diff_dst},
-                            {DNNL_ARG_DIFF_SRC, diff_dst}}});
-          }
-        }
-        if (train && need_diff_src) {
-          // Before the weights change: the gradient flows through the weights of this step.
-          memory flat_diff_src(src_md, eng, plain_diff_src.get_data_handle());
-          dnnl::inner_product_backward_data::primitive_desc dpd({src_md, w_md, dst_md}, attr, eng,
-                                                                fpd);
-          bwd.push_back({dnnl::inner_product_backward_data(dpd),
-                         {{DNNL_ARG_DIFF_DST, diff_dst},
-                          {DNNL_ARG_WEIGHTS, w},
-                          {DNNL_ARG_DIFF_SRC, flat_diff_src}}});
-          if (plain_diff_src != diff_src) bwd.push_back(ReorderStep(plain_diff_src, diff_src));
-        }
-        if (train && !sgd) {
-          memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
-          dnnl::inner_product_backward_weights::primitive_desc wpd({src_md, w_md, b_md, dst_md},
-                                                                   attr, eng, fpd);
-          bwd.push_back({dnnl::inner_product_backward_weights(wpd),
-                         {{DNNL_ARG_SRC, flat_src},
-                          {DNNL_ARG_DIFF_DST, diff_dst},
-                          {DNNL_ARG_DIFF_WEIGHTS, dw},
-                          {DNNL_ARG_DIFF_BIAS, db}}});
-        }
-        if (m.hold) {
-          m.held_index[i] = int(m.held.size());
-          m.held.push_back({int(i), in, units, p.weights.offset, p.bias.offset,
-                            std::vector<float>(size_t(m.apply_every) * batch * in),
-                            std::vector<float>(size_t(m.apply_every) * batch * units)});
-        } else if (sgd && m.velocity == nullptr) {
-          // W += (-lr) * diff_dst^T x src, straight into the shared weights: diff_dst (batch x
-          // units, row-major) read as units x batch through strides.
-          if (!m.neg_lr) m.neg_lr = memory({{1}, dt::f32, tag::x}, eng);
-          memory::desc a_md({units, batch}, dt::f32, memory::dims{1, units});
-          const int decayed = m.rule.weight_decay > 0 ? int(m.decayed.size()) : -1;
-          if (decayed >= 0) m.decayed.push_back({a_md, src_md, w_md});
-          bwd.push_back({FusedUpdate(a_md, src_md, w_md, 1.f, eng),
-                         {{DNNL_ARG_SRC, memory(a_md, eng, diff_dst.get_data_handle())},
-                          {DNNL_ARG_WEIGHTS, flat_src},
-                          {DNNL_ARG_DST, w},
-                          {DNNL_ARG_ATTR_OUTPUT_SCALES, m.neg_lr}},
-                         decayed});
-          // The bias gradient is the column sum of diff_dst: computed in the bias loop below.
-          m.dense_bias.push_back({diff_dst, p.bias.offset, units});
-        } else if (sgd) {
-          // V = momentum * V + diff_dst^T x src into this Network's velocity; Backward then
-          // takes the step from V.
-          memory::desc a_md({units, batch}, dt::f32, memory::dims{1, units});
-          dnnl::primitive_attr mattr;
-          mattr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-          if (m.rule.momentum > 0) {
-            dnnl::post_ops ops;
-            ops.append_sum(m.rule.momentum);
-            mattr.set_post_ops(ops);
-          }
-          dnnl::matmul::primitive_desc mpd({a_md, src_md, w_md}, mattr, eng);
-          bwd.push_back({dnnl::matmul(mpd),
-                         {{DNNL_ARG_SRC, memory(a_md, eng, diff_dst.get_data_handle())},
-                          {DNNL_ARG_WEIGHTS, flat_src},
-                          {DNNL_ARG_DST, memory(w_md, eng, m.velocity + p.weights.offset)}}});
-          // The bias gradient is the column sum of diff_dst: computed in the bias loop below.
-          m.dense_bias.push_back({diff_dst, p.bias.offset, units});
-        }
-        src = dst;
-        diff_src = diff_dst;
+      switch (l.type) {
+        case spec::LayerType::kConv:
+          b.Conv(i, l, s, p, bwd, need_diff_src);
+          break;
+        case spec::LayerType::kDropout:
+          b.Dropout(i, l, s, p, bwd, need_diff_src);
+          break;
+        case spec::LayerType::kMaxPool:
+        case spec::LayerType::kAvgPool:
+          ADAM_RETURN_IF_ERROR(b.Pool(i, l, s, p, bwd, need_diff_src));
+          break;
+        default:
+          b.InnerProduct(i, l, s, p, bwd, need_diff_src);
+          break;
       }
       bwd_layers.push_back(std::move(bwd));
     }

@@ -116,6 +116,7 @@ class Network {
 
  private:
   struct Impl;
+  struct Builder;
   explicit Network(std::unique_ptr<Impl> impl);
   void StepWithVelocity(float lr);  // Backward's step when the StepRule is not plain SGD
   std::unique_ptr<Impl> impl_;
