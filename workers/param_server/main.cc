@@ -188,7 +188,7 @@ void StartCheckpointer(const MainOptions& options, metrics::MetricsServer& reg, 
 // second address, with copies the controller link and the forwarder, metrics, and a last
 // checkpoint on the way out.
 int Serve(const spec::AdamJob& job, const MainOptions& options, const update::JobLayout& derived,
-          CheckpointOptions copt, Restored restored, ParamStore* store, bool pinned) {
+          CheckpointOptions copt, const Restored& restored, ParamStore* store, bool pinned) {
   const model::ModelLayout& layout = derived.layout;
   spdlog::info("holding {} of {} shards ({} of {} parameters); {}", store->shard_ids().size(),
                derived.map.shards().size(), store->total_floats(), layout.num_params(),
@@ -339,7 +339,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   }
   store.RaiseEpochs(restored->epochs);
   initial = {};
-  return Serve(job, options, *derived, std::move(copt), std::move(*restored), &store, so.bind);
+  return Serve(job, options, *derived, std::move(copt), *restored, &store, so.bind);
 }
 
 }  // namespace adam::ps
