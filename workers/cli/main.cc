@@ -1,4 +1,5 @@
-// The `adam` executable: one subcommand per role, plus run, validate and plan.
+// The `adam` executable: one subcommand per role (spec::RoleCommands), and run, validate, evaluate,
+// predict, plan, render and operator.
 #include "controller/main.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
