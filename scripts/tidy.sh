@@ -21,6 +21,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 start=$SECONDS
 mapfile -t keyed < <(printf '%s\n' "${files[@]}" | python3 scripts/tidy_keys.py "$BUILD")
+# A key for every file, or no verdict at all (a failed preprocessing must not pass as clean).
+if ((${#keyed[@]} != ${#files[@]})); then
+  echo "tidy: scripts/tidy_keys.py keyed ${#keyed[@]} of ${#files[@]} files; see its error above"
+  exit 1
+fi
 todo=()
 for line in "${keyed[@]}"; do
   key=${line%% *}
