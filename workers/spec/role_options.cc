@@ -3,7 +3,6 @@
 #include "spec/role_options.h"
 
 #include <CLI/CLI.hpp>
-#include <string_view>
 #include <type_traits>
 
 namespace adam::spec {
