@@ -165,7 +165,15 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
     ts = [r["threads"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(ts, [r["ours_b1"] for r in rows], "o-", label="Adam, batch 1 (Hogwild threads)")
+    weights = {r.get("ours_b1_weights", "shared") for r in rows}
+    ax.plot(ts, [r["ours_b1"] for r in rows], "o-",
+            label=f'Adam, batch 1, {weights.pop()} weights' if len(weights) == 1
+            else "Adam, batch 1 (the faster of private and shared weights)")
+    if all(r.get("ours_b1_held") for r in rows):
+        ax.plot(ts, [r["ours_b1_held"] for r in rows], "^-",
+                label=f'Adam, batch 1, applyEvery {rows[0]["apply_every"]}')
+    if all(r.get("ours_b1_private") for r in rows):
+        ax.plot(ts, [r["ours_b1_shared"] for r in rows], "v-", label="Adam, batch 1, shared weights")
     ax.plot(ts, [r["ours_b32"] for r in rows], "s-", label="Adam, batch 32")
     ax.plot(ts, [rows[0]["ours_b32"] * t / ts[0] for t in ts], ":", color="gray",
             label="linear from 1 thread (batch 32)")
