@@ -456,74 +456,66 @@ Status Reconciler::EnsureCertificates(State& s) {
   }
   const std::vector<std::string> hosts = {"*." + s.name, "*." + s.name + "." + s.ns + ".svc",
                                           "*." + s.name + "." + s.ns + ".svc.cluster.local"};
-  const auto renew_before = certificate_validity_ / 3;
-  auto issuer_of = [&](const Json& secret) {
-    net::TlsMaterial m;
-    m.ca_pem = SecretData(secret, "ca.crt");
-    m.ca_key_pem = SecretData(secret, "ca.key");
-    return m;
-  };
-  if (!tls) {
-    StatusOr<net::TlsMaterial> made =
-        ca ? net::RenewCertificate(issuer_of(*ca), s.name, hosts, certificate_validity_)
-           : net::MakeJobCertificates(s.name, hosts, certificate_validity_);
-    if (!ca && made.ok()) {
-      auto c =
-          client_->Create(kube::Secrets(), s.ns,
-                          SecretObject(ca_name, s.ns, s.name, s.uid, "Opaque",
-                                       {{"ca.crt", made->ca_pem}, {"ca.key", made->ca_key_pem}}));
-      if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
-      if (!c.ok()) {  // made by an earlier pass the cache has not shown yet: issue from that CA
-        ADAM_ASSIGN_OR_RETURN(const Json existing, client_->Get(kube::Secrets(), s.ns, ca_name));
-        made = net::RenewCertificate(issuer_of(existing), s.name, hosts, certificate_validity_);
-      }
-    }
-    if (!made.ok()) return Status(made.status().code(), ca_name + ": " + made.status().message());
-    auto c = client_->Create(
-        kube::Secrets(), s.ns,
-        SecretObject(
-            tls_name, s.ns, s.name, s.uid, "kubernetes.io/tls",
-            {{"ca.crt", made->ca_pem}, {"tls.crt", made->cert_pem}, {"tls.key", made->key_pem}}));
-    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
-    s.renew_at = s.now + certificate_validity_ - renew_before;
-    return OkStatus();
-  }
+  return tls ? RenewCertificate(s, *tls, ca, hosts) : IssueCertificate(s, ca, hosts);
+}
 
-  auto not_after = net::CertificateNotAfter(SecretData(*tls, "tls.crt"));
+namespace {
+
+net::TlsMaterial IssuerOf(const Json& ca_secret) {
+  net::TlsMaterial m;
+  m.ca_pem = SecretData(ca_secret, "ca.crt");
+  m.ca_key_pem = SecretData(ca_secret, "ca.key");
+  return m;
+}
+
+}  // namespace
+
+Status Reconciler::IssueCertificate(State& s, const std::optional<Json>& ca,
+                                    const std::vector<std::string>& hosts) {
+  const std::string tls_name = TlsSecretName(*s.spec), ca_name = CaSecretName(*s.spec);
+  StatusOr<net::TlsMaterial> made =
+      ca ? net::RenewCertificate(IssuerOf(*ca), s.name, hosts, certificate_validity_)
+         : net::MakeJobCertificates(s.name, hosts, certificate_validity_);
+  if (!ca && made.ok()) {
+    auto c =
+        client_->Create(kube::Secrets(), s.ns,
+                        SecretObject(ca_name, s.ns, s.name, s.uid, "Opaque",
+                                     {{"ca.crt", made->ca_pem}, {"ca.key", made->ca_key_pem}}));
+    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
+    if (!c.ok()) {  // made by an earlier pass the cache has not shown yet: issue from that CA
+      ADAM_ASSIGN_OR_RETURN(const Json existing, client_->Get(kube::Secrets(), s.ns, ca_name));
+      made = net::RenewCertificate(IssuerOf(existing), s.name, hosts, certificate_validity_);
+    }
+  }
+  if (!made.ok()) return Status(made.status().code(), ca_name + ": " + made.status().message());
+  auto c = client_->Create(
+      kube::Secrets(), s.ns,
+      SecretObject(
+          tls_name, s.ns, s.name, s.uid, "kubernetes.io/tls",
+          {{"ca.crt", made->ca_pem}, {"tls.crt", made->cert_pem}, {"tls.key", made->key_pem}}));
+  if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
+  s.renew_at = s.now + certificate_validity_ - certificate_validity_ / 3;
+  return OkStatus();
+}
+
+Status Reconciler::RenewCertificate(State& s, const Json& tls, const std::optional<Json>& ca,
+                                    const std::vector<std::string>& hosts) {
+  const std::string ca_name = CaSecretName(*s.spec);
+  const auto renew_before = certificate_validity_ / 3;
+  auto not_after = net::CertificateNotAfter(SecretData(tls, "tls.crt"));
   if (not_after.ok() && *not_after - renew_before > s.now) {
     s.renew_at = *not_after - renew_before;
     return OkStatus();
   }
   const std::string expiry =
       not_after.ok() ? "expires at " + FormatTime(*not_after) : "holds no readable tls.crt";
-  // A renewal that cannot be made is a warning, not a failed reconcile: the job's pods keep being
-  // looked after while someone mends the CA Secret. Every reconcile tries again; one fault is
-  // warned of at most hourly.
-  auto not_renewable = [&](const std::string& why) {
-    bool warn = false;
-    {
-      MutexLock lock(mu_);
-      auto& [when, what] = certificate_warned_[s.ns + "/" + s.name];
-      if (what != why || s.now - when >= std::chrono::hours(1)) {
-        when = s.now;
-        what = why;
-        warn = true;
-      }
-    }
-    if (warn) {
-      Event(s, "Warning", "CertificateNotRenewable",
-            "the job's certificate in Secret " + tls_name + " " + expiry + " and " + why +
-                "; mend it, or delete " + tls_name +
-                " and the job's pods to start over with a new CA");
-    }
-    s.renew_at = s.now + std::chrono::hours(1);
-    return OkStatus();
-  };
-  if (!ca) return not_renewable("Secret " + ca_name + " with its CA's key is missing");
-  auto renewed = net::RenewCertificate(issuer_of(*ca), s.name, hosts, certificate_validity_);
-  if (!renewed.ok())
-    return not_renewable("Secret " + ca_name + " is unusable: " + renewed.status().message());
-  Json updated = *tls;
+  if (!ca) return NotRenewable(s, expiry, "Secret " + ca_name + " with its CA's key is missing");
+  auto renewed = net::RenewCertificate(IssuerOf(*ca), s.name, hosts, certificate_validity_);
+  if (!renewed.ok()) {
+    return NotRenewable(s, expiry,
+                        "Secret " + ca_name + " is unusable: " + renewed.status().message());
+  }
+  Json updated = tls;
   updated["data"]["tls.crt"] = kube::Base64Encode(renewed->cert_pem);
   updated["data"]["tls.key"] = kube::Base64Encode(renewed->key_pem);
   updated["data"]["ca.crt"] = kube::Base64Encode(renewed->ca_pem);
@@ -539,6 +531,30 @@ Status Reconciler::EnsureCertificates(State& s) {
             FormatTime(new_end) +
             " (each role reads it within a minute of its Secret volume's update)");
   s.renew_at = new_end - renew_before;
+  return OkStatus();
+}
+
+// The job's pods keep being looked after while someone mends the CA Secret. Every reconcile
+// tries again; one fault is warned of at most hourly.
+Status Reconciler::NotRenewable(State& s, const std::string& expiry, const std::string& why) {
+  bool warn = false;
+  {
+    MutexLock lock(mu_);
+    auto& [when, what] = certificate_warned_[s.ns + "/" + s.name];
+    if (what != why || s.now - when >= std::chrono::hours(1)) {
+      when = s.now;
+      what = why;
+      warn = true;
+    }
+  }
+  if (warn) {
+    const std::string tls_name = TlsSecretName(*s.spec);
+    Event(s, "Warning", "CertificateNotRenewable",
+          "the job's certificate in Secret " + tls_name + " " + expiry + " and " + why +
+              "; mend it, or delete " + tls_name +
+              " and the job's pods to start over with a new CA");
+  }
+  s.renew_at = s.now + std::chrono::hours(1);
   return OkStatus();
 }
 

@@ -88,6 +88,15 @@ class Reconciler {
   bool CountRoles(State& s);
   Status Finalize(State& s);
   Status EnsureCertificates(State& s);
+  // EnsureCertificates' parts: the job's first certificate (with its CA, unless `ca` holds
+  // one), and a renewal of the certificate in `tls` from the CA in `ca`.
+  Status IssueCertificate(State& s, const std::optional<Json>& ca,
+                          const std::vector<std::string>& hosts);
+  Status RenewCertificate(State& s, const Json& tls, const std::optional<Json>& ca,
+                          const std::vector<std::string>& hosts);
+  // A renewal that cannot be made: a warning (at most hourly per job and fault), not a failed
+  // reconcile; the next try in an hour.
+  Status NotRenewable(State& s, const std::string& expiry, const std::string& why);
   Status EnsureObjects(State& s);
   Status HandlePods(State& s);
   Status Cleanup(State& s, bool all);

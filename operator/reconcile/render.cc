@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <regex>
 
 #include "spec/plan.h"
@@ -204,17 +205,9 @@ std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in
   return spec::ToArgs(options);
 }
 
-}  // namespace
-
-std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
-  spec::PlanOptions po;
-  po.local = false;
-  po.grpc_port = kGrpcPort;
-  po.metrics_port = kMetricsPort;
-  po.replication_port = kReplicationPort;
-  const spec::Plan plan = spec::MakePlan(job, po);
-  const bool has_controllers = job.roles.parameter_server.copies > 1;
-
+// Where each role finds the others: the data server, the parameter servers and the controller
+// group (when the job has one), by the names of their pods.
+spec::Endpoints EndpointsOf(const spec::Plan& plan, bool has_controllers) {
   spec::Endpoints endpoints;
   endpoints.controller_members = has_controllers ? spec::ControllerMembers(plan) : "";
   for (const auto& in : plan.instances) {
@@ -222,14 +215,17 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
     if (in.role == Role::kDataServer) endpoints.data_server = addr;
     if (in.role == Role::kParamServer) endpoints.param_servers.push_back(addr);
   }
+  return endpoints;
+}
 
-  std::vector<Json> out;
-  // The manifest every role reads, and the headless Service that names every pod.
+// The objects of the whole job: the manifest every role reads (a ConfigMap), the headless Service
+// that names every pod, and the NetworkPolicy that keeps its ports to its own pods.
+void AddJobObjects(const spec::AdamJob& job, const RenderOptions& o, std::vector<Json>* out) {
   Json cm = {{"apiVersion", "v1"},
              {"kind", "ConfigMap"},
              {"metadata", Metadata(job, job.name + "-job", "job", 0, o)},
              {"data", {{"job.yaml", o.manifest}}}};
-  out.push_back(cm);
+  out->push_back(cm);
   Json svc = {
       {"apiVersion", "v1"},
       {"kind", "Service"},
@@ -243,7 +239,7 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
          {{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", "grpc"}},
           {{"name", "replication"}, {"port", kReplicationPort}, {"targetPort", "replication"}},
           {{"name", "metrics"}, {"port", kMetricsPort}, {"targetPort", "metrics"}}}}}}};
-  out.push_back(svc);
+  out->push_back(svc);
   // Only the job's own pods reach its gRPC and replication ports; /metrics stays open to
   // scrapers (Prometheus, the operator's status reads). Egress is not restricted.
   Json np = {{"apiVersion", "networking.k8s.io/v1"},
@@ -258,83 +254,115 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
                    {{{"protocol", "TCP"}, {"port", kGrpcPort}},
                     {{"protocol", "TCP"}, {"port", kReplicationPort}}}}},
                  {{"ports", {{{"protocol", "TCP"}, {"port", kMetricsPort}}}}}}}}}};
-  out.push_back(np);
+  out->push_back(np);
+}
 
-  if (has_controllers) {
-    const RoleInstance* first = nullptr;
-    for (const auto& in : plan.instances)
-      if (in.role == Role::kController && !first) first = &in;
-    const std::string name = job.name + "-controller";
-    Json md = Metadata(job, name, "controller", 0, o);
-    Json pod = PodSpec(job, *first, ArgsOf(job, *first, endpoints, o), true);
-    pod["affinity"] = AntiAffinity(job, "controller", true);
-    pod["topologySpreadConstraints"] = Spread(job, "controller");
-    Json tmd = {{"labels", Labels(job, "controller")}, {"annotations", {{kStageAnnotation, "0"}}}};
-    Json sts = {{"apiVersion", "apps/v1"},
-                {"kind", "StatefulSet"},
-                {"metadata", md},
-                {"spec",
-                 {{"serviceName", job.name},
-                  {"replicas", job.roles.controller.replicas},
-                  {"podManagementPolicy", "Parallel"},
-                  // The Raft volumes go with the job (a new job of the same name starts empty).
-                  {"persistentVolumeClaimRetentionPolicy",
-                   {{"whenDeleted", "Delete"}, {"whenScaled", "Retain"}}},
-                  {"selector", Selector(job, "controller")},
-                  {"template", {{"metadata", tmd}, {"spec", pod}}},
-                  {"volumeClaimTemplates",
-                   {{{"metadata", {{"name", "state"}}},
-                     {"spec",
-                      {{"accessModes", {"ReadWriteOnce"}},
-                       {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}}}}}}};
-    out.push_back(sts);
+// The controller group: one StatefulSet (stable names and Raft volumes), rendered from its first
+// member's instance.
+Json ControllerSet(const spec::AdamJob& job, const RoleInstance& first,
+                   const spec::Endpoints& endpoints, const RenderOptions& o) {
+  const std::string name = job.name + "-controller";
+  Json md = Metadata(job, name, "controller", 0, o);
+  Json pod = PodSpec(job, first, ArgsOf(job, first, endpoints, o), true);
+  pod["affinity"] = AntiAffinity(job, "controller", true);
+  pod["topologySpreadConstraints"] = Spread(job, "controller");
+  Json tmd = {{"labels", Labels(job, "controller")}, {"annotations", {{kStageAnnotation, "0"}}}};
+  return {{"apiVersion", "apps/v1"},
+          {"kind", "StatefulSet"},
+          {"metadata", md},
+          {"spec",
+           {{"serviceName", job.name},
+            {"replicas", job.roles.controller.replicas},
+            {"podManagementPolicy", "Parallel"},
+            // The Raft volumes go with the job (a new job of the same name starts empty).
+            {"persistentVolumeClaimRetentionPolicy",
+             {{"whenDeleted", "Delete"}, {"whenScaled", "Retain"}}},
+            {"selector", Selector(job, "controller")},
+            {"template", {{"metadata", tmd}, {"spec", pod}}},
+            {"volumeClaimTemplates",
+             {{{"metadata", {{"name", "state"}}},
+               {"spec",
+                {{"accessModes", {"ReadWriteOnce"}},
+                 {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}}}}}}};
+}
+
+// A parameter server's checkpoint volume. It outlives the pod (a recreated server restores from
+// it) and is not owned by the job: checkpoints outlive it, and a job of the same name resumes
+// from them.
+Json StateClaim(const spec::AdamJob& job, const RoleInstance& in, const std::string& name,
+                int stage, const RenderOptions& o) {
+  Json pvc = {{"apiVersion", "v1"},
+              {"kind", "PersistentVolumeClaim"},
+              {"metadata", Metadata(job, name + "-state", spec::RoleSubcommand(in.role), stage, o)},
+              {"spec",
+               {{"accessModes", {"ReadWriteOnce"}},
+                {"resources",
+                 {{"requests", {{"storage", job.roles.parameter_server.persistence.size}}}}}}}};
+  pvc["metadata"]["labels"][kIndexLabel] = std::to_string(in.index);
+  pvc["metadata"].erase("ownerReferences");
+  return pvc;
+}
+
+// The pod of one data-server, parameter-server or trainer instance.
+Json RolePod(const spec::AdamJob& job, const RoleInstance& in, const spec::Endpoints& endpoints,
+             bool has_controllers, const RenderOptions& o) {
+  const std::string role = spec::RoleSubcommand(in.role);
+  const std::string name = job.name + "-" + in.name;
+  const bool ps = in.role == Role::kParamServer;
+  Json md = Metadata(job, name, role, KubeStage(in.role, has_controllers), o);
+  md["labels"][kIndexLabel] = std::to_string(in.index);
+  if (ps && !job.networks.replication.empty())
+    md["annotations"][kMultusAnnotation] = job.networks.replication;
+  Json pod = PodSpec(job, in, ArgsOf(job, in, endpoints, o), ps);
+  pod["hostname"] = name;
+  pod["subdomain"] = job.name;
+  // The operator restarts failed pods itself, counting them against runPolicy.backoffLimit.
+  pod["restartPolicy"] = "Never";
+  if (ps) {
+    pod["affinity"] = AntiAffinity(job, role, has_controllers);
+    pod["topologySpreadConstraints"] = Spread(job, role);
+    pod["terminationGracePeriodSeconds"] = 60;  // the last checkpoint flush
+    pod["volumes"].push_back(
+        {{"name", "state"}, {"persistentVolumeClaim", {{"claimName", name + "-state"}}}});
+  } else if (in.role == Role::kTrainer) {
+    pod["topologySpreadConstraints"] = Spread(job, role);
   }
+  // The user's volumes: the data set read-only in the data server only, the output volume
+  // writable in trainer 0 only (the one that writes the model).
+  if (in.role == Role::kDataServer && !job.dataset.volume.source.empty())
+    AddVolume(&pod, "dataset", job.dataset.volume, true);
+  if (in.role == Role::kTrainer && in.index == 0 && !job.output.volume.source.empty())
+    AddVolume(&pod, "output", job.output.volume, false);
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", md}, {"spec", pod}};
+}
 
+}  // namespace
+
+std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
+  spec::PlanOptions po;
+  po.local = false;
+  po.grpc_port = kGrpcPort;
+  po.metrics_port = kMetricsPort;
+  po.replication_port = kReplicationPort;
+  const spec::Plan plan = spec::MakePlan(job, po);
+  const bool has_controllers = job.roles.parameter_server.copies > 1;
+  const spec::Endpoints endpoints = EndpointsOf(plan, has_controllers);
+
+  std::vector<Json> out;
+  AddJobObjects(job, o, &out);
+  if (has_controllers) {
+    const auto first =
+        std::find_if(plan.instances.begin(), plan.instances.end(),
+                     [](const RoleInstance& in) { return in.role == Role::kController; });
+    out.push_back(ControllerSet(job, *first, endpoints, o));
+  }
   for (const auto& in : plan.instances) {
     if (in.role == Role::kController) continue;
-    const std::string role = spec::RoleSubcommand(in.role);
-    const std::string name = job.name + "-" + in.name;
-    const int stage = KubeStage(in.role, has_controllers);
-    const bool ps = in.role == Role::kParamServer;
-    if (ps) {
-      // The checkpoint volume outlives the pod: a recreated server restores from it.
-      Json pvc = {{"apiVersion", "v1"},
-                  {"kind", "PersistentVolumeClaim"},
-                  {"metadata", Metadata(job, name + "-state", role, stage, o)},
-                  {"spec",
-                   {{"accessModes", {"ReadWriteOnce"}},
-                    {"resources",
-                     {{"requests", {{"storage", job.roles.parameter_server.persistence.size}}}}}}}};
-      pvc["metadata"]["labels"][kIndexLabel] = std::to_string(in.index);
-      // Not owned by the job: checkpoints outlive it, and a job of the same name resumes from them.
-      pvc["metadata"].erase("ownerReferences");
-      out.push_back(pvc);
+    if (in.role == Role::kParamServer) {
+      out.push_back(
+          StateClaim(job, in, job.name + "-" + in.name, KubeStage(in.role, has_controllers), o));
     }
-    Json md = Metadata(job, name, role, stage, o);
-    md["labels"][kIndexLabel] = std::to_string(in.index);
-    if (ps && !job.networks.replication.empty())
-      md["annotations"][kMultusAnnotation] = job.networks.replication;
-    Json pod = PodSpec(job, in, ArgsOf(job, in, endpoints, o), ps);
-    pod["hostname"] = name;
-    pod["subdomain"] = job.name;
-    // The operator restarts failed pods itself, counting them against runPolicy.backoffLimit.
-    pod["restartPolicy"] = "Never";
-    if (ps) {
-      pod["affinity"] = AntiAffinity(job, role, has_controllers);
-      pod["topologySpreadConstraints"] = Spread(job, role);
-      pod["terminationGracePeriodSeconds"] = 60;  // the last checkpoint flush
-      pod["volumes"].push_back(
-          {{"name", "state"}, {"persistentVolumeClaim", {{"claimName", name + "-state"}}}});
-    } else if (in.role == Role::kTrainer) {
-      pod["topologySpreadConstraints"] = Spread(job, role);
-    }
-    // The user's volumes: the data set read-only in the data server only, the output volume
-    // writable in trainer 0 only (the one that writes the model).
-    if (in.role == Role::kDataServer && !job.dataset.volume.source.empty())
-      AddVolume(&pod, "dataset", job.dataset.volume, true);
-    if (in.role == Role::kTrainer && in.index == 0 && !job.output.volume.source.empty())
-      AddVolume(&pod, "output", job.output.volume, false);
-    out.push_back({{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", md}, {"spec", pod}});
+    out.push_back(RolePod(job, in, endpoints, has_controllers, o));
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const Json& a, const Json& b) { return StageOf(a) < StageOf(b); });

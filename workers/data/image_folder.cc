@@ -125,11 +125,17 @@ StatusOr<std::vector<uint8_t>> DecodeImage(std::string_view bytes, const FolderO
   return chw;
 }
 
-StatusOr<FolderSet> LoadImageFolder(const std::string& dir, const FolderOptions& o) {
-  if (o.height <= 0 || o.width <= 0) return InvalidArgumentError("image folder: no target size");
+namespace {
+
+struct ImageFile {
+  fs::path path;
+  uint8_t label;
+};
+
+// The class folders of `dir` (sorted; their names into `out->classes`) and the image files under
+// each, labelled by folder; other files are counted in `out->other_files`.
+StatusOr<std::vector<ImageFile>> ListImages(const std::string& dir, FolderSet* out) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return NotFoundError(dir + ": not a folder");
-  FolderSet out;
   std::vector<fs::path> class_dirs;
   for (const auto& de : fs::directory_iterator(dir, ec))
     if (de.is_directory(ec) && de.path().filename().string()[0] != '.')
@@ -142,33 +148,34 @@ StatusOr<FolderSet> LoadImageFolder(const std::string& dir, const FolderOptions&
   if (class_dirs.size() > 256)
     return InvalidArgumentError(dir + ": " + std::to_string(class_dirs.size()) +
                                 " class folders; Adam's labels go up to 256");
-  struct File {
-    fs::path path;
-    uint8_t label;
-  };
-  std::vector<File> files;
+  std::vector<ImageFile> files;
   for (size_t k = 0; k < class_dirs.size(); ++k) {
-    out.classes.push_back(class_dirs[k].filename().string());
+    out->classes.push_back(class_dirs[k].filename().string());
     std::vector<fs::path> in_class;
     for (const auto& de : fs::recursive_directory_iterator(class_dirs[k], ec)) {
       if (!de.is_regular_file(ec)) continue;
       if (HasImageExtension(de.path()))
         in_class.push_back(de.path());
       else
-        ++out.other_files;
+        ++out->other_files;
     }
     if (ec) return UnavailableError(class_dirs[k].string() + ": cannot list it: " + ec.message());
     std::sort(in_class.begin(), in_class.end());
     for (auto& p : in_class) files.push_back({std::move(p), uint8_t(k)});
   }
   if (files.empty()) return InvalidArgumentError(dir + ": holds no .png, .jpg or .jpeg file");
+  return files;
+}
 
-  // Decoded in parallel into each file's own slot; failures recorded per file.
+// Every file decoded in parallel into its own slot of `pixels` (`image` bytes each); `ok` marks
+// the decoded ones, `failed` says why the others were not.
+void DecodeAll(const std::vector<ImageFile>& files, const FolderOptions& o, size_t image,
+               std::vector<uint8_t>* pixels, std::vector<char>* ok,
+               std::vector<std::string>* failed) {
   const size_t n = files.size();
-  const size_t image = size_t(o.channels) * size_t(o.height) * size_t(o.width);
-  std::vector<uint8_t> pixels(n * image);
-  std::vector<std::string> failed(n);
-  std::vector<char> ok(n, 0);
+  pixels->resize(n * image);
+  ok->assign(n, 0);
+  failed->assign(n, "");
   // The next file to take (fetch_add hands each out once) and a progress count; the decoded
   // slots are read after the threads are joined, which orders them.
   std::atomic<size_t> next{0}, done{0};
@@ -186,10 +193,10 @@ StatusOr<FolderSet> LoadImageFolder(const std::string& dir, const FolderOptions&
             bytes ? DecodeImage(*bytes, o)
                   : StatusOr<std::vector<uint8_t>>(UnavailableError("cannot read it"));
         if (px.ok()) {
-          std::copy(px->begin(), px->end(), pixels.begin() + ptrdiff_t(i * image));
-          ok[i] = 1;
+          std::copy(px->begin(), px->end(), pixels->begin() + ptrdiff_t(i * image));
+          (*ok)[i] = 1;
         } else {
-          failed[i] = path + ": " + px.status().message();
+          (*failed)[i] = path + ": " + px.status().message();
         }
         done.fetch_add(1, std::memory_order_release);
       }
@@ -200,6 +207,22 @@ StatusOr<FolderSet> LoadImageFolder(const std::string& dir, const FolderOptions&
   }
   for (auto& t : pool) t.join();
   if (o.progress) o.progress(int64_t(n), int64_t(n));
+}
+
+}  // namespace
+
+StatusOr<FolderSet> LoadImageFolder(const std::string& dir, const FolderOptions& o) {
+  if (o.height <= 0 || o.width <= 0) return InvalidArgumentError("image folder: no target size");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return NotFoundError(dir + ": not a folder");
+  FolderSet out;
+  ADAM_ASSIGN_OR_RETURN(const std::vector<ImageFile> files, ListImages(dir, &out));
+  const size_t n = files.size();
+  const size_t image = size_t(o.channels) * size_t(o.height) * size_t(o.width);
+  std::vector<uint8_t> pixels;
+  std::vector<std::string> failed;
+  std::vector<char> ok;
+  DecodeAll(files, o, image, &pixels, &ok, &failed);
 
   // The decoded images closed up in place, in file order.
   Dataset& d = out.data;

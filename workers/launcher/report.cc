@@ -93,75 +93,79 @@ std::vector<Badge> LayOutBadges(const std::vector<RunRecord::Mark>& marks, XFn X
   return out;
 }
 
-std::string RenderChart(const Chart& c) {
+// A chart's plot area: its data ranges (rounded out to whole ticks) and where a point lands.
+struct Frame {
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  double xstep = 1, ystep = 1;
+  double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
+  double X(double x) const { return kLeft + (x - x0) / (x1 - x0) * pw; }
+  double Y(double y) const { return kTop + ph - (y - y0) / (y1 - y0) * ph; }
+};
+
+// The frame that holds every point and mark of `c`; false when there is none.
+bool FrameOf(const Chart& c, Frame* f) {
   for (const auto& s : c.series)
     for (const auto& [x, y] : s.points) {
-      x0 = std::min(x0, x);
-      x1 = std::max(x1, x);
-      y0 = std::min(y0, y);
-      y1 = std::max(y1, y);
+      f->x0 = std::min(f->x0, x);
+      f->x1 = std::max(f->x1, x);
+      f->y0 = std::min(f->y0, y);
+      f->y1 = std::max(f->y1, y);
     }
   for (const auto& m : c.marks) {
-    x0 = std::min(x0, m.seconds);
-    x1 = std::max(x1, m.seconds);
+    f->x0 = std::min(f->x0, m.seconds);
+    f->x1 = std::max(f->x1, m.seconds);
   }
-  std::string svg = "<figure><figcaption>" + HtmlEscape(c.title) + "</figcaption>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"" +
-         std::to_string(kWidth) + "\" height=\"" + std::to_string(kHeight) + "\" viewBox=\"0 0 " +
-         std::to_string(kWidth) + " " + std::to_string(kHeight) + "\">\n";
-  svg += "<rect x=\"0\" y=\"0\" width=\"" + std::to_string(kWidth) + "\" height=\"" +
-         std::to_string(kHeight) + "\" fill=\"#ffffff\"/>\n";
-  if (!std::isfinite(x0) || !std::isfinite(y0)) {
-    svg += "<text x=\"" + std::to_string(kWidth / 2) + "\" y=\"" + std::to_string(kHeight / 2) +
-           "\" text-anchor=\"middle\" fill=\"#666\">no data</text>\n</svg></figure>\n";
-    return svg;
-  }
-  if (c.y_from_zero) y0 = std::min(0.0, y0);
-  if (x1 <= x0) x1 = x0 + 1;
-  if (y1 <= y0) {
-    y1 = y0 + (y0 == 0 ? 1 : std::fabs(y0) * 0.1);
-    y0 -= (y1 - y0) * 0.0;
-  }
-  const double ystep = TickStep(y1 - y0, 5);
-  y0 = std::floor(y0 / ystep) * ystep;
-  y1 = std::ceil(y1 / ystep) * ystep;
-  const double xstep = c.x_integer ? std::max(1.0, TickStep(x1 - x0, 8)) : TickStep(x1 - x0, 8);
-  const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
-  auto X = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
-  auto Y = [&](double y) { return kTop + ph - (y - y0) / (y1 - y0) * ph; };
-  // Grid and axes.
-  for (double y = y0; y <= y1 + ystep / 2; y += ystep) {
-    svg += "<line x1=\"" + Num(kLeft, 1) + "\" y1=\"" + Num(Y(y), 1) + "\" x2=\"" +
-           Num(kLeft + pw, 1) + "\" y2=\"" + Num(Y(y), 1) + "\" stroke=\"#e4e4e4\"/>\n";
-    svg += "<text x=\"" + Num(kLeft - 6, 1) + "\" y=\"" + Num(Y(y) + 4, 1) +
+  if (!std::isfinite(f->x0) || !std::isfinite(f->y0)) return false;
+  if (c.y_from_zero) f->y0 = std::min(0.0, f->y0);
+  if (f->x1 <= f->x0) f->x1 = f->x0 + 1;
+  if (f->y1 <= f->y0) f->y1 = f->y0 + (f->y0 == 0 ? 1 : std::fabs(f->y0) * 0.1);
+  f->ystep = TickStep(f->y1 - f->y0, 5);
+  f->y0 = std::floor(f->y0 / f->ystep) * f->ystep;
+  f->y1 = std::ceil(f->y1 / f->ystep) * f->ystep;
+  f->xstep = c.x_integer ? std::max(1.0, TickStep(f->x1 - f->x0, 8)) : TickStep(f->x1 - f->x0, 8);
+  return true;
+}
+
+// Grid, ticks, the plot's border and the axis labels.
+std::string Axes(const Chart& c, const Frame& f) {
+  std::string svg;
+  for (double y = f.y0; y <= f.y1 + f.ystep / 2; y += f.ystep) {
+    svg += "<line x1=\"" + Num(kLeft, 1) + "\" y1=\"" + Num(f.Y(y), 1) + "\" x2=\"" +
+           Num(kLeft + f.pw, 1) + "\" y2=\"" + Num(f.Y(y), 1) + "\" stroke=\"#e4e4e4\"/>\n";
+    svg += "<text x=\"" + Num(kLeft - 6, 1) + "\" y=\"" + Num(f.Y(y) + 4, 1) +
            "\" text-anchor=\"end\" font-size=\"11\" fill=\"#444\">" + Num(y, c.y_decimals) +
            "</text>\n";
   }
-  for (double x = std::ceil(x0 / xstep) * xstep; x <= x1 + xstep / 1000; x += xstep) {
-    svg += "<line x1=\"" + Num(X(x), 1) + "\" y1=\"" + Num(kTop + ph, 1) + "\" x2=\"" +
-           Num(X(x), 1) + "\" y2=\"" + Num(kTop + ph + 4, 1) + "\" stroke=\"#444\"/>\n";
-    svg += "<text x=\"" + Num(X(x), 1) + "\" y=\"" + Num(kTop + ph + 17, 1) +
-           "\" text-anchor=\"middle\" font-size=\"11\" fill=\"#444\">" + Num(x, xstep < 1 ? 1 : 0) +
-           "</text>\n";
+  for (double x = std::ceil(f.x0 / f.xstep) * f.xstep; x <= f.x1 + f.xstep / 1000; x += f.xstep) {
+    svg += "<line x1=\"" + Num(f.X(x), 1) + "\" y1=\"" + Num(kTop + f.ph, 1) + "\" x2=\"" +
+           Num(f.X(x), 1) + "\" y2=\"" + Num(kTop + f.ph + 4, 1) + "\" stroke=\"#444\"/>\n";
+    svg += "<text x=\"" + Num(f.X(x), 1) + "\" y=\"" + Num(kTop + f.ph + 17, 1) +
+           "\" text-anchor=\"middle\" font-size=\"11\" fill=\"#444\">" +
+           Num(x, f.xstep < 1 ? 1 : 0) + "</text>\n";
   }
-  svg += "<rect x=\"" + Num(kLeft, 1) + "\" y=\"" + Num(kTop, 1) + "\" width=\"" + Num(pw, 1) +
-         "\" height=\"" + Num(ph, 1) + "\" fill=\"none\" stroke=\"#444\"/>\n";
-  svg += "<text x=\"" + Num(kLeft + pw / 2, 1) + "\" y=\"" + Num(kHeight - 8, 1) +
+  svg += "<rect x=\"" + Num(kLeft, 1) + "\" y=\"" + Num(kTop, 1) + "\" width=\"" + Num(f.pw, 1) +
+         "\" height=\"" + Num(f.ph, 1) + "\" fill=\"none\" stroke=\"#444\"/>\n";
+  svg += "<text x=\"" + Num(kLeft + f.pw / 2, 1) + "\" y=\"" + Num(kHeight - 8, 1) +
          "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#222\">" + HtmlEscape(c.x_label) +
          "</text>\n";
-  svg += "<text x=\"14\" y=\"" + Num(kTop + ph / 2, 1) +
+  svg += "<text x=\"14\" y=\"" + Num(kTop + f.ph / 2, 1) +
          "\" text-anchor=\"middle\" font-size=\"12\" "
          "fill=\"#222\" transform=\"rotate(-90 14 " +
-         Num(kTop + ph / 2, 1) + ")\">" + HtmlEscape(c.y_label) + "</text>\n";
-  // Faults: a dashed vertical line each, numbered as in the faults table. Numbers whose badges
-  // would touch share one ("4-9"), so that a chaos run's dozens of faults stay readable.
+         Num(kTop + f.ph / 2, 1) + ")\">" + HtmlEscape(c.y_label) + "</text>\n";
+  return svg;
+}
+
+// Faults: a dashed vertical line each, numbered as in the faults table. Numbers whose badges
+// would touch share one ("4-9"), so that a chaos run's dozens of faults stay readable.
+std::string Marks(const Chart& c, const Frame& f) {
+  std::string svg;
   for (const auto& m : c.marks)
-    svg += "<line class=\"mark-line\" x1=\"" + Num(X(m.seconds), 1) + "\" y1=\"" + Num(kTop, 1) +
-           "\" x2=\"" + Num(X(m.seconds), 1) + "\" y2=\"" + Num(kTop + ph, 1) +
+    svg += "<line class=\"mark-line\" x1=\"" + Num(f.X(m.seconds), 1) + "\" y1=\"" + Num(kTop, 1) +
+           "\" x2=\"" + Num(f.X(m.seconds), 1) + "\" y2=\"" + Num(kTop + f.ph, 1) +
            "\" stroke=\"#d62728\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"><title>" +
            HtmlEscape(m.what) + " at " + Num(m.seconds, 1) + " s</title></line>\n";
-  for (const auto& b : LayOutBadges(c.marks, X, kLeft, kLeft + pw)) {
+  const auto X = [&f](double x) { return f.X(x); };
+  for (const auto& b : LayOutBadges(c.marks, X, kLeft, kLeft + f.pw)) {
     std::string title;
     for (size_t i = b.first; i <= b.last; ++i)
       title += (title.empty() ? "" : "; ") + std::to_string(i + 1) + ": " + c.marks[i].what;
@@ -174,20 +178,24 @@ std::string RenderChart(const Chart& c) {
            "\" text-anchor=\"middle\" font-size=\"10\" fill=\"#d62728\">" + b.label +
            "</text></g>\n";
   }
-  // Series: a polyline and a dot per point.
+  return svg;
+}
+
+// Series: a polyline and a dot per point; then the legend.
+std::string Lines(const Chart& c, const Frame& f) {
+  std::string svg;
   for (const auto& s : c.series) {
     if (s.points.empty()) continue;
     std::string pts;
-    for (const auto& [x, y] : s.points) pts += Num(X(x), 1) + "," + Num(Y(y), 1) + " ";
+    for (const auto& [x, y] : s.points) pts += Num(f.X(x), 1) + "," + Num(f.Y(y), 1) + " ";
     svg += "<polyline class=\"series\" fill=\"none\" stroke=\"" + s.color +
            "\" stroke-width=\"2\" points=\"" + pts + "\"/>\n";
     if (s.points.size() <= 30)  // dots for per-epoch series; a long time series is a line
       for (const auto& [x, y] : s.points)
-        svg += "<circle cx=\"" + Num(X(x), 1) + "\" cy=\"" + Num(Y(y), 1) + "\" r=\"3\" fill=\"" +
-               s.color + "\"><title>" + HtmlEscape(s.name) + ": " + Num(y, c.y_decimals + 1) +
-               "</title></circle>\n";
+        svg += "<circle cx=\"" + Num(f.X(x), 1) + "\" cy=\"" + Num(f.Y(y), 1) +
+               "\" r=\"3\" fill=\"" + s.color + "\"><title>" + HtmlEscape(s.name) + ": " +
+               Num(y, c.y_decimals + 1) + "</title></circle>\n";
   }
-  // Legend.
   double lx = kLeft + 8;
   for (const auto& s : c.series) {
     svg += "<rect x=\"" + Num(lx, 1) + "\" y=\"10\" width=\"12\" height=\"12\" fill=\"" + s.color +
@@ -196,6 +204,23 @@ std::string RenderChart(const Chart& c) {
            HtmlEscape(s.name) + "</text>\n";
     lx += 24 + 7.0 * double(s.name.size());
   }
+  return svg;
+}
+
+std::string RenderChart(const Chart& c) {
+  std::string svg = "<figure><figcaption>" + HtmlEscape(c.title) + "</figcaption>\n";
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"" +
+         std::to_string(kWidth) + "\" height=\"" + std::to_string(kHeight) + "\" viewBox=\"0 0 " +
+         std::to_string(kWidth) + " " + std::to_string(kHeight) + "\">\n";
+  svg += "<rect x=\"0\" y=\"0\" width=\"" + std::to_string(kWidth) + "\" height=\"" +
+         std::to_string(kHeight) + "\" fill=\"#ffffff\"/>\n";
+  Frame f;
+  if (!FrameOf(c, &f)) {
+    svg += "<text x=\"" + std::to_string(kWidth / 2) + "\" y=\"" + std::to_string(kHeight / 2) +
+           "\" text-anchor=\"middle\" fill=\"#666\">no data</text>\n</svg></figure>\n";
+    return svg;
+  }
+  svg += Axes(c, f) + Marks(c, f) + Lines(c, f);
   svg += "</svg></figure>\n";
   return svg;
 }

@@ -183,7 +183,43 @@ struct Network::Builder {
                  const memory& w, std::vector<Step>& bwd);
   void InnerProduct(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
                     const LayerParams& p, std::vector<Step>& bwd, bool need_diff_src);
+  // Every layer of `layout`: forward steps in order, backward steps in reverse.
+  Status Layers(const ModelLayout& layout);
 };
+
+Status Network::Builder::Layers(const ModelLayout& layout) {
+  // Backward steps are collected per layer and then reversed.
+  std::vector<std::vector<Step>> bwd_layers;
+  for (size_t i = 0; i < layout.shapes().size(); ++i) {
+    const auto& l = layout.spec().layers[i];
+    const auto& s = layout.shapes()[i];
+    const auto& p = layout.params()[i];
+    std::vector<Step> bwd;
+    const bool need_diff_src = i > 0;
+    switch (l.type) {
+      case spec::LayerType::kConv:
+        Conv(i, l, s, p, bwd, need_diff_src);
+        break;
+      case spec::LayerType::kDropout:
+        Dropout(i, l, s, p, bwd, need_diff_src);
+        break;
+      case spec::LayerType::kMaxPool:
+      case spec::LayerType::kAvgPool:
+        ADAM_RETURN_IF_ERROR(Pool(i, l, s, p, bwd, need_diff_src));
+        break;
+      default:
+        InnerProduct(i, l, s, p, bwd, need_diff_src);
+        break;
+    }
+    bwd_layers.push_back(std::move(bwd));
+  }
+  for (auto it = bwd_layers.rbegin(); it != bwd_layers.rend(); ++it)
+    for (auto& st : *it) {
+      if (st.decayed >= 0) m.decayed_steps.push_back(m.backward.size());
+      m.backward.push_back(std::move(st));
+    }
+  return OkStatus();
+}
 
 void Network::Builder::Conv(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
                             const LayerParams& p, std::vector<Step>& bwd, bool need_diff_src) {
@@ -471,9 +507,10 @@ void Network::Builder::InnerProduct(size_t i, const spec::LayerSpec& l, const sp
   diff_src = diff_dst;
 }
 
-StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, int batch,
-                                                   float* params, float* grads, NetworkMode mode,
-                                                   int apply_every, bool hold, StepRule rule) {
+namespace {
+
+Status CheckNetworkOptions(int batch, const float* grads, NetworkMode mode, int apply_every,
+                           bool hold, const StepRule& rule) {
   if (batch < 1) return InvalidArgumentError("network: batch must be >= 1");
   if (apply_every < 1) return InvalidArgumentError("network: apply_every must be >= 1");
   if (!(rule.momentum >= 0 && rule.momentum < 1) || !(rule.weight_decay >= 0))
@@ -483,6 +520,35 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
         "network: momentum and weight decay need every step applied at once (apply_every 1)");
   if (mode == NetworkMode::kGradients && grads == nullptr)
     return InvalidArgumentError("network: gradient mode needs a gradient vector");
+  return OkStatus();
+}
+
+// One scratchpad for every step, as large as the largest step needs (oneDNN's user scratchpad
+// mode): a network runs its steps one at a time. Empty when no step needs one.
+memory ShareScratchpad(const dnnl::engine& eng, std::vector<Step>* forward,
+                       std::vector<Step>* backward) {
+  size_t scratch = 0;
+  auto scratch_md = [](const Step& st) {
+    return memory::desc(
+        *dnnl_primitive_desc_query_md(st.prim.get_primitive_desc(), dnnl_query_scratchpad_md, 0));
+  };
+  for (auto* list : {forward, backward})
+    for (const auto& st : *list) scratch = std::max(scratch, scratch_md(st).get_size());
+  if (scratch == 0) return {};
+  memory pad({{int64_t(scratch)}, dt::u8, tag::x}, eng);
+  for (auto* list : {forward, backward})
+    for (auto& st : *list)
+      if (scratch_md(st).get_size() > 0)
+        st.args[DNNL_ARG_SCRATCHPAD] = memory(scratch_md(st), eng, pad.get_data_handle());
+  return pad;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, int batch,
+                                                   float* params, float* grads, NetworkMode mode,
+                                                   int apply_every, bool hold, StepRule rule) {
+  ADAM_RETURN_IF_ERROR(CheckNetworkOptions(batch, grads, mode, apply_every, hold, rule));
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.batch = batch;
@@ -519,51 +585,8 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     m.input = memory({Dims4(batch, layout.spec().input), dt::f32, tag::nchw}, eng);
     Builder b{m, eng, attr, batch, train, sgd, grads, params, m.input, memory()};
-    // Backward steps are collected per layer and then reversed.
-    std::vector<std::vector<Step>> bwd_layers;
-    for (size_t i = 0; i < layout.shapes().size(); ++i) {
-      const auto& l = layout.spec().layers[i];
-      const auto& s = layout.shapes()[i];
-      const auto& p = layout.params()[i];
-      std::vector<Step> bwd;
-      const bool need_diff_src = i > 0;
-      switch (l.type) {
-        case spec::LayerType::kConv:
-          b.Conv(i, l, s, p, bwd, need_diff_src);
-          break;
-        case spec::LayerType::kDropout:
-          b.Dropout(i, l, s, p, bwd, need_diff_src);
-          break;
-        case spec::LayerType::kMaxPool:
-        case spec::LayerType::kAvgPool:
-          ADAM_RETURN_IF_ERROR(b.Pool(i, l, s, p, bwd, need_diff_src));
-          break;
-        default:
-          b.InnerProduct(i, l, s, p, bwd, need_diff_src);
-          break;
-      }
-      bwd_layers.push_back(std::move(bwd));
-    }
-    for (auto it = bwd_layers.rbegin(); it != bwd_layers.rend(); ++it)
-      for (auto& st : *it) {
-        if (st.decayed >= 0) m.decayed_steps.push_back(m.backward.size());
-        m.backward.push_back(std::move(st));
-      }
-    size_t scratch = 0;
-    auto scratch_md = [](const Step& st) {
-      return memory::desc(
-          *dnnl_primitive_desc_query_md(st.prim.get_primitive_desc(), dnnl_query_scratchpad_md, 0));
-    };
-    for (auto* list : {&m.forward, &m.backward})
-      for (const auto& st : *list) scratch = std::max(scratch, scratch_md(st).get_size());
-    if (scratch > 0) {
-      m.scratchpad = memory({{int64_t(scratch)}, dt::u8, tag::x}, eng);
-      for (auto* list : {&m.forward, &m.backward})
-        for (auto& st : *list)
-          if (scratch_md(st).get_size() > 0)
-            st.args[DNNL_ARG_SCRATCHPAD] =
-                memory(scratch_md(st), eng, m.scratchpad.get_data_handle());
-    }
+    ADAM_RETURN_IF_ERROR(b.Layers(layout));
+    m.scratchpad = ShareScratchpad(eng, &m.forward, &m.backward);
   } catch (const dnnl::error& e) {
     return InternalError(std::string("oneDNN could not build the model: ") + e.what());
   }

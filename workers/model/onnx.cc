@@ -73,11 +73,117 @@ const char* ActivationOp(Activation a) {
   return nullptr;
 }
 
+// Writes a model's layers as a chain of ONNX nodes into a graph, each node's output the next
+// one's input (Importer reads that chain back).
+class Exporter {
+ public:
+  Exporter(onnx::GraphProto* g, const ModelLayout& layout, const float* params)
+      : g_(g), layout_(layout), params_(params) {}
+
+  // The input's normalisation, then every layer.
+  void Write() {
+    AddTensor(g_, "pixel_scale", {}, &kPixelScale, 1);
+    AddTensor(g_, "pixel_shift", {}, &kPixelShift, 1);
+    x_ = Node("Mul", {"pixels", "pixel_scale"})->output(0);
+    x_ = Node("Add", {x_, "pixel_shift"})->output(0);
+    for (size_t i = 0; i < layout_.spec().layers.size(); ++i) Layer(i);
+  }
+
+ private:
+  onnx::NodeProto* Node(const char* op, std::vector<std::string> inputs) {
+    auto* n = g_->add_node();
+    n->set_op_type(op);
+    n->set_name(std::string(op) + "_" + std::to_string(next_++));
+    for (auto& in : inputs) n->add_input(std::move(in));
+    n->add_output(n->name());
+    return n;
+  }
+
+  void Layer(size_t i) {
+    const auto& l = layout_.spec().layers[i];
+    const auto& s = layout_.shapes()[i];
+    const auto& p = layout_.params()[i];
+    const std::string w = "layers." + std::to_string(i) + ".weight";
+    const std::string b = "layers." + std::to_string(i) + ".bias";
+    Activation act = Activation::kNone;
+    switch (l.type) {
+      case LayerType::kConv: {
+        AddTensor(g_, w, {l.maps, s.in.channels, l.kernel, l.kernel}, params_ + p.weights.offset,
+                  p.weights.count);
+        AddTensor(g_, b, {l.maps}, params_ + p.bias.offset, p.bias.count);
+        auto* n = Node("Conv", {x_, w, b});
+        AddInts(n, "kernel_shape", {l.kernel, l.kernel});
+        AddInts(n, "strides", {l.stride, l.stride});
+        AddInts(n, "pads", {l.padding, l.padding, l.padding, l.padding});
+        x_ = n->output(0);
+        act = l.activation;
+        break;
+      }
+      case LayerType::kMaxPool:
+      case LayerType::kAvgPool: {
+        auto* n = Node(l.type == LayerType::kMaxPool ? "MaxPool" : "AveragePool", {x_});
+        AddInts(n, "kernel_shape", {l.size, l.size});
+        AddInts(n, "strides", {l.size, l.size});
+        x_ = n->output(0);
+        break;
+      }
+      case LayerType::kDropout:
+        break;  // identity at evaluation
+      case LayerType::kDense:
+      case LayerType::kSoftmax:
+        act = Gemm(l, s, p, w, b);
+        break;
+    }
+    if (const char* op = ActivationOp(act)) {
+      auto* n = Node(op, {x_});
+      if (act == Activation::kLeakyRelu) {
+        auto* a = n->add_attribute();
+        a->set_name("alpha");
+        a->set_type(onnx::AttributeProto::FLOAT);
+        a->set_f(spec::kLeakySlope);
+      }
+      x_ = n->output(0);
+    }
+  }
+
+  // A dense or softmax layer: Flatten before the first, Gemm, and a Softmax for the last. Returns
+  // the activation still to apply.
+  Activation Gemm(const spec::LayerSpec& l, const spec::LayerShape& s, const LayerParams& p,
+                  const std::string& w, const std::string& b) {
+    if (!flat_) {
+      auto* n = Node("Flatten", {x_});
+      AddInt(n, "axis", 1);
+      x_ = n->output(0);
+      flat_ = true;
+    }
+    const int units = s.out.channels;
+    AddTensor(g_, w, {units, s.in.size()}, params_ + p.weights.offset, p.weights.count);
+    AddTensor(g_, b, {units}, params_ + p.bias.offset, p.bias.count);
+    auto* n = Node("Gemm", {x_, w, b});
+    AddInt(n, "transB", 1);
+    x_ = n->output(0);
+    if (l.type == LayerType::kDense) return l.activation;
+    auto* sm = Node("Softmax", {x_});
+    AddInt(sm, "axis", 1);
+    x_ = sm->output(0);
+    return Activation::kNone;
+  }
+
+  onnx::GraphProto* g_;
+  const ModelLayout& layout_;
+  const float* params_;
+  int next_ = 0;   // numbers the nodes' names
+  std::string x_;  // the output the next node reads
+  bool flat_ = false;
+};
+
 }  // namespace
 
 StatusOr<std::string> ExportOnnx(const ModelLayout& layout, const float* params,
                                  const OnnxInfo& info) {
   const auto& spec = layout.spec();
+  if (spec.layers.empty() || spec.layers.back().type != LayerType::kSoftmax)
+    return InvalidArgumentError("onnx: the model does not end in a softmax layer");
   onnx::ModelProto model;
   model.set_ir_version(kIrVersion);
   model.set_producer_name("adam");
@@ -90,88 +196,7 @@ StatusOr<std::string> ExportOnnx(const ModelLayout& layout, const float* params,
   g->set_name(info.name.empty() ? "adam" : info.name);
   SetFloatShape(g->add_input(), "pixels",
                 {spec.input.channels, spec.input.height, spec.input.width});
-
-  int next = 0;
-  auto node = [&](const char* op, std::vector<std::string> inputs) {
-    auto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(std::string(op) + "_" + std::to_string(next++));
-    for (auto& in : inputs) n->add_input(std::move(in));
-    n->add_output(n->name());
-    return n;
-  };
-  AddTensor(g, "pixel_scale", {}, &kPixelScale, 1);
-  AddTensor(g, "pixel_shift", {}, &kPixelShift, 1);
-  std::string x = node("Mul", {"pixels", "pixel_scale"})->output(0);
-  x = node("Add", {x, "pixel_shift"})->output(0);
-  bool flat = false;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    const auto& l = spec.layers[i];
-    const auto& s = layout.shapes()[i];
-    const auto& p = layout.params()[i];
-    const std::string w = "layers." + std::to_string(i) + ".weight";
-    const std::string b = "layers." + std::to_string(i) + ".bias";
-    Activation act = Activation::kNone;
-    switch (l.type) {
-      case LayerType::kConv: {
-        AddTensor(g, w, {l.maps, s.in.channels, l.kernel, l.kernel}, params + p.weights.offset,
-                  p.weights.count);
-        AddTensor(g, b, {l.maps}, params + p.bias.offset, p.bias.count);
-        auto* n = node("Conv", {x, w, b});
-        AddInts(n, "kernel_shape", {l.kernel, l.kernel});
-        AddInts(n, "strides", {l.stride, l.stride});
-        AddInts(n, "pads", {l.padding, l.padding, l.padding, l.padding});
-        x = n->output(0);
-        act = l.activation;
-        break;
-      }
-      case LayerType::kMaxPool:
-      case LayerType::kAvgPool: {
-        auto* n = node(l.type == LayerType::kMaxPool ? "MaxPool" : "AveragePool", {x});
-        AddInts(n, "kernel_shape", {l.size, l.size});
-        AddInts(n, "strides", {l.size, l.size});
-        x = n->output(0);
-        break;
-      }
-      case LayerType::kDropout:
-        break;  // identity at evaluation
-      case LayerType::kDense:
-      case LayerType::kSoftmax: {
-        if (!flat) {
-          auto* n = node("Flatten", {x});
-          AddInt(n, "axis", 1);
-          x = n->output(0);
-          flat = true;
-        }
-        const int units = s.out.channels;
-        AddTensor(g, w, {units, s.in.size()}, params + p.weights.offset, p.weights.count);
-        AddTensor(g, b, {units}, params + p.bias.offset, p.bias.count);
-        auto* n = node("Gemm", {x, w, b});
-        AddInt(n, "transB", 1);
-        x = n->output(0);
-        if (l.type == LayerType::kDense) {
-          act = l.activation;
-        } else {
-          auto* sm = node("Softmax", {x});
-          AddInt(sm, "axis", 1);
-          x = sm->output(0);
-        }
-        break;
-      }
-    }
-    if (const char* op = ActivationOp(act)) {
-      auto* n = node(op, {x});
-      if (act == Activation::kLeakyRelu) {
-        auto* a = n->add_attribute();
-        a->set_name("alpha");
-        a->set_type(onnx::AttributeProto::FLOAT);
-        a->set_f(spec::kLeakySlope);
-      }
-      x = n->output(0);
-    }
-  }
-  if (spec.layers.empty() || spec.layers.back().type != LayerType::kSoftmax)
-    return InvalidArgumentError("onnx: the model does not end in a softmax layer");
+  Exporter(g, layout, params).Write();
   // The last node's output is the graph's.
   g->mutable_node(g->node_size() - 1)->set_output(0, "probabilities");
   SetFloatShape(g->add_output(), "probabilities", {layout.classes()});
@@ -200,99 +225,22 @@ class Importer {
     // The normalisation: Mul by 2/255, then Add -1.
     ADAM_RETURN_IF_ERROR(Scalar("Mul", kPixelScale, &x));
     ADAM_RETURN_IF_ERROR(Scalar("Add", kPixelShift, &x));
-    // Per layer, the tensors it reads, in the order ModelLayout lays them out.
-    std::vector<std::pair<const onnx::TensorProto*, const onnx::TensorProto*>> tensors;
+    Tensors tensors;
     while (i_ < g_.node_size()) {
       const auto& n = g_.node(i_);
       ADAM_RETURN_IF_ERROR(Chained(n, x));
       const std::string op = n.op_type();
       spec::LayerSpec l;
-      if (op == "Conv") {
-        l.type = LayerType::kConv;
-        const onnx::TensorProto *w, *b;
-        ADAM_RETURN_IF_ERROR(Weights(n, 4, &w, &b));
-        std::vector<int64_t> k, st, pads;
-        ADAM_RETURN_IF_ERROR(Ints(n, "kernel_shape", 2, &k));
-        ADAM_RETURN_IF_ERROR(Ints(n, "strides", 2, &st));
-        ADAM_RETURN_IF_ERROR(Ints(n, "pads", 4, &pads));
-        if (k[0] != k[1] || st[0] != st[1] || pads[0] != pads[1] || pads[0] != pads[2] ||
-            pads[0] != pads[3])
-          return NodeError(n, "kernel, strides and pads must be square and symmetric");
-        if (w->dims(2) != k[0] || w->dims(3) != k[0])
-          return NodeError(n, "the weight's dims do not match kernel_shape");
-        for (const auto& a : n.attribute()) {
-          const bool ones = a.i() <= 1 && std::all_of(a.ints().begin(), a.ints().end(),
-                                                      [](int64_t v) { return v == 1; });
-          if (a.name() == "kernel_shape" || a.name() == "strides" || a.name() == "pads" ||
-              ((a.name() == "dilations" || a.name() == "group") && ones) ||
-              (a.name() == "auto_pad" && a.s() == "NOTSET"))
-            continue;
-          return NodeError(n, "attribute " + a.name() + ": Adam's convolutions have none");
-        }
-        ADAM_RETURN_IF_ERROR(Int32(n, w->dims(0), &l.maps));
-        ADAM_RETURN_IF_ERROR(Int32(n, k[0], &l.kernel));
-        ADAM_RETURN_IF_ERROR(Int32(n, st[0], &l.stride));
-        ADAM_RETURN_IF_ERROR(Int32(n, pads[0], &l.padding));
-        tensors.push_back({w, b});
-        x = n.output(0);
-        ++i_;
-        ADAM_RETURN_IF_ERROR(ReadActivation(&l, &x));
-      } else if (op == "MaxPool" || op == "AveragePool") {
-        l.type = op == "MaxPool" ? LayerType::kMaxPool : LayerType::kAvgPool;
-        std::vector<int64_t> k, st;
-        ADAM_RETURN_IF_ERROR(Ints(n, "kernel_shape", 2, &k));
-        ADAM_RETURN_IF_ERROR(Ints(n, "strides", 2, &st));
-        if (k[0] != k[1] || st != k)
-          return NodeError(n, "the window must be square with strides equal to its size");
-        for (const auto& a : n.attribute()) {
-          const bool zero = a.i() == 0 && std::all_of(a.ints().begin(), a.ints().end(),
-                                                      [](int64_t v) { return v == 0; });
-          if ((a.name() == "pads" || a.name() == "ceil_mode") && !zero)
-            return NodeError(n, "attribute " + a.name() + ": Adam's pools have no padding");
-          if (a.name() == "auto_pad" && a.s() != "NOTSET")
-            return NodeError(n, "attribute auto_pad: Adam's pools have no padding");
-        }
-        ADAM_RETURN_IF_ERROR(Int32(n, k[0], &l.size));
-        tensors.push_back({nullptr, nullptr});
-        x = n.output(0);
-        ++i_;
-      } else if (op == "Flatten") {
-        for (const auto& a : n.attribute())
-          if (a.name() == "axis" && a.i() != 1) return NodeError(n, "axis must be 1");
-        if (i_ + 1 >= g_.node_size() || g_.node(i_ + 1).op_type() != "Gemm")
-          return NodeError(n, "Adam flattens only right before a Gemm");
-        x = n.output(0);
-        ++i_;
+      if (op == "Flatten") {
+        ADAM_RETURN_IF_ERROR(Flatten(n, &x));
         continue;
+      }
+      if (op == "Conv") {
+        ADAM_RETURN_IF_ERROR(Conv(n, &l, &x, &tensors));
+      } else if (op == "MaxPool" || op == "AveragePool") {
+        ADAM_RETURN_IF_ERROR(Pool(n, &l, &x, &tensors));
       } else if (op == "Gemm") {
-        const onnx::TensorProto *w, *b;
-        ADAM_RETURN_IF_ERROR(Weights(n, 2, &w, &b));
-        for (const auto& a : n.attribute()) {
-          if (a.name() == "transB" && a.i() == 1) continue;
-          if ((a.name() == "alpha" || a.name() == "beta") && a.f() == 1.f) continue;
-          if (a.name() == "transA" && a.i() == 0) continue;
-          return NodeError(n, "attribute " + a.name() + ": Adam writes Gemm with transB 1 only");
-        }
-        tensors.push_back({w, b});
-        x = n.output(0);
-        ++i_;
-        if (i_ < g_.node_size() && g_.node(i_).op_type() == "Softmax") {
-          const auto& sm = g_.node(i_);
-          ADAM_RETURN_IF_ERROR(Chained(sm, x));
-          for (const auto& a : sm.attribute())
-            if (a.name() == "axis" && a.i() != 1 && a.i() != -1)
-              return NodeError(sm, "axis must be 1");
-          l.type = LayerType::kSoftmax;
-          ADAM_RETURN_IF_ERROR(Int32(n, w->dims(0), &l.classes));
-          x = sm.output(0);
-          ++i_;
-          if (i_ != g_.node_size())
-            return NodeError(g_.node(i_), "a node after the softmax (it must be the last)");
-        } else {
-          l.type = LayerType::kDense;
-          ADAM_RETURN_IF_ERROR(Int32(n, w->dims(0), &l.units));
-          ADAM_RETURN_IF_ERROR(ReadActivation(&l, &x));
-        }
+        ADAM_RETURN_IF_ERROR(Gemm(n, &l, &x, &tensors));
       } else {
         return NodeError(n,
                          "an op Adam does not write (Conv, MaxPool, AveragePool, Flatten, "
@@ -306,10 +254,117 @@ class Importer {
       return InvalidArgumentError("onnx: the graph does not end in Gemm + Softmax");
     if (g_.output_size() != 1 || g_.output(0).name() != x)
       return InvalidArgumentError("onnx: graph.output: must be the softmax's output '" + x + "'");
-    auto layout = ModelLayout::Make(out.model);
+    ADAM_RETURN_IF_ERROR(Fill(tensors, &out));
+    return out;
+  }
+
+ private:
+  // Per layer, the weight and bias tensors it reads (none for a pool), in the order ModelLayout
+  // lays them out.
+  using Tensors = std::vector<std::pair<const onnx::TensorProto*, const onnx::TensorProto*>>;
+
+  Status Conv(const onnx::NodeProto& n, spec::LayerSpec* l, std::string* x, Tensors* tensors) {
+    l->type = LayerType::kConv;
+    const onnx::TensorProto *w, *b;
+    ADAM_RETURN_IF_ERROR(Weights(n, 4, &w, &b));
+    std::vector<int64_t> k, st, pads;
+    ADAM_RETURN_IF_ERROR(Ints(n, "kernel_shape", 2, &k));
+    ADAM_RETURN_IF_ERROR(Ints(n, "strides", 2, &st));
+    ADAM_RETURN_IF_ERROR(Ints(n, "pads", 4, &pads));
+    if (k[0] != k[1] || st[0] != st[1] || pads[0] != pads[1] || pads[0] != pads[2] ||
+        pads[0] != pads[3])
+      return NodeError(n, "kernel, strides and pads must be square and symmetric");
+    if (w->dims(2) != k[0] || w->dims(3) != k[0])
+      return NodeError(n, "the weight's dims do not match kernel_shape");
+    for (const auto& a : n.attribute()) {
+      const bool ones = a.i() <= 1 && std::all_of(a.ints().begin(), a.ints().end(),
+                                                  [](int64_t v) { return v == 1; });
+      if (a.name() == "kernel_shape" || a.name() == "strides" || a.name() == "pads" ||
+          ((a.name() == "dilations" || a.name() == "group") && ones) ||
+          (a.name() == "auto_pad" && a.s() == "NOTSET"))
+        continue;
+      return NodeError(n, "attribute " + a.name() + ": Adam's convolutions have none");
+    }
+    ADAM_RETURN_IF_ERROR(Int32(n, w->dims(0), &l->maps));
+    ADAM_RETURN_IF_ERROR(Int32(n, k[0], &l->kernel));
+    ADAM_RETURN_IF_ERROR(Int32(n, st[0], &l->stride));
+    ADAM_RETURN_IF_ERROR(Int32(n, pads[0], &l->padding));
+    tensors->push_back({w, b});
+    *x = n.output(0);
+    ++i_;
+    return ReadActivation(l, x);
+  }
+
+  Status Pool(const onnx::NodeProto& n, spec::LayerSpec* l, std::string* x, Tensors* tensors) {
+    l->type = n.op_type() == "MaxPool" ? LayerType::kMaxPool : LayerType::kAvgPool;
+    std::vector<int64_t> k, st;
+    ADAM_RETURN_IF_ERROR(Ints(n, "kernel_shape", 2, &k));
+    ADAM_RETURN_IF_ERROR(Ints(n, "strides", 2, &st));
+    if (k[0] != k[1] || st != k)
+      return NodeError(n, "the window must be square with strides equal to its size");
+    for (const auto& a : n.attribute()) {
+      const bool zero = a.i() == 0 && std::all_of(a.ints().begin(), a.ints().end(),
+                                                  [](int64_t v) { return v == 0; });
+      if ((a.name() == "pads" || a.name() == "ceil_mode") && !zero)
+        return NodeError(n, "attribute " + a.name() + ": Adam's pools have no padding");
+      if (a.name() == "auto_pad" && a.s() != "NOTSET")
+        return NodeError(n, "attribute auto_pad: Adam's pools have no padding");
+    }
+    ADAM_RETURN_IF_ERROR(Int32(n, k[0], &l->size));
+    tensors->push_back({nullptr, nullptr});
+    *x = n.output(0);
+    ++i_;
+    return OkStatus();
+  }
+
+  // A Flatten, allowed only right before a Gemm: no layer of its own.
+  Status Flatten(const onnx::NodeProto& n, std::string* x) {
+    for (const auto& a : n.attribute())
+      if (a.name() == "axis" && a.i() != 1) return NodeError(n, "axis must be 1");
+    if (i_ + 1 >= g_.node_size() || g_.node(i_ + 1).op_type() != "Gemm")
+      return NodeError(n, "Adam flattens only right before a Gemm");
+    *x = n.output(0);
+    ++i_;
+    return OkStatus();
+  }
+
+  // A Gemm: a dense layer with its activation, or, followed by a Softmax, the last layer.
+  Status Gemm(const onnx::NodeProto& n, spec::LayerSpec* l, std::string* x, Tensors* tensors) {
+    const onnx::TensorProto *w, *b;
+    ADAM_RETURN_IF_ERROR(Weights(n, 2, &w, &b));
+    for (const auto& a : n.attribute()) {
+      if (a.name() == "transB" && a.i() == 1) continue;
+      if ((a.name() == "alpha" || a.name() == "beta") && a.f() == 1.f) continue;
+      if (a.name() == "transA" && a.i() == 0) continue;
+      return NodeError(n, "attribute " + a.name() + ": Adam writes Gemm with transB 1 only");
+    }
+    tensors->push_back({w, b});
+    *x = n.output(0);
+    ++i_;
+    if (i_ >= g_.node_size() || g_.node(i_).op_type() != "Softmax") {
+      l->type = LayerType::kDense;
+      ADAM_RETURN_IF_ERROR(Int32(n, w->dims(0), &l->units));
+      return ReadActivation(l, x);
+    }
+    const auto& sm = g_.node(i_);
+    ADAM_RETURN_IF_ERROR(Chained(sm, *x));
+    for (const auto& a : sm.attribute())
+      if (a.name() == "axis" && a.i() != 1 && a.i() != -1) return NodeError(sm, "axis must be 1");
+    l->type = LayerType::kSoftmax;
+    ADAM_RETURN_IF_ERROR(Int32(n, w->dims(0), &l->classes));
+    *x = sm.output(0);
+    ++i_;
+    if (i_ != g_.node_size())
+      return NodeError(g_.node(i_), "a node after the softmax (it must be the last)");
+    return OkStatus();
+  }
+
+  // Checks each weight's dims against the model's layout and copies the tensors into
+  // `out->params`. Since every tensor holds the values its dims promise (Weights checked), the
+  // allocation is bounded by the file's size.
+  Status Fill(const Tensors& tensors, ImportedModel* out) {
+    auto layout = ModelLayout::Make(out->model);
     if (!layout.ok()) return layout.status().Annotate("onnx: the graph's model");
-    // Each weight's dims must be the layer's; since every tensor holds the values its dims
-    // promise (Weights checked), the allocation below is bounded by the file's size.
     for (size_t li = 0; li < tensors.size(); ++li) {
       const auto& s = layout->shapes()[li];
       const onnx::TensorProto* w = tensors[li].first;
@@ -324,18 +379,17 @@ class Importer {
             "onnx: tensor '" + w->name() + "': " + std::to_string(w->dims(1)) +
             " input maps where the layer has " + std::to_string(s.in.channels));
     }
-    out.params.resize(size_t(layout->num_params()));
+    out->params.resize(size_t(layout->num_params()));
     for (size_t li = 0; li < tensors.size(); ++li) {
       const auto& p = layout->params()[li];
       const auto [w, b] = tensors[li];
       if (w == nullptr) continue;
-      ADAM_RETURN_IF_ERROR(Floats(*w, p.weights.count, out.params.data() + p.weights.offset));
-      ADAM_RETURN_IF_ERROR(Floats(*b, p.bias.count, out.params.data() + p.bias.offset));
+      ADAM_RETURN_IF_ERROR(Floats(*w, p.weights.count, out->params.data() + p.weights.offset));
+      ADAM_RETURN_IF_ERROR(Floats(*b, p.bias.count, out->params.data() + p.bias.offset));
     }
-    return out;
+    return OkStatus();
   }
 
- private:
   static Status NodeError(const onnx::NodeProto& n, const std::string& what) {
     return InvalidArgumentError("onnx: node '" + n.name() + "' (" + n.op_type() + "): " + what);
   }

@@ -2,6 +2,7 @@
 #include "net/network_status.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "core/file.h"
@@ -34,6 +35,80 @@ int Hex(char c) {
   return -1;
 }
 
+// The character a one-letter escape stands for (\" \\ \n \t \r \a \b \f \v), or 0.
+char SimpleEscape(char e) {
+  switch (e) {
+    case '"':
+      return '"';
+    case '\\':
+      return '\\';
+    case 'n':
+      return '\n';
+    case 't':
+      return '\t';
+    case 'r':
+      return '\r';
+    case 'a':
+      return '\a';
+    case 'b':
+      return '\b';
+    case 'f':
+      return '\f';
+    case 'v':
+      return '\v';
+    default:
+      return 0;
+  }
+}
+
+// What is wrong in a line, and the byte of the line it is at.
+struct LineError {
+  size_t at;
+  std::string what;
+};
+
+// The quoted value whose text starts at line[*i] (just after the opening quote), unescaped into
+// `value`; *i ends just after the closing quote.
+std::optional<LineError> Unquote(const std::string& line, size_t* i, std::string* value) {
+  while (*i < line.size()) {
+    const char c = line[*i];
+    if (c == '"') {
+      ++*i;
+      return std::nullopt;
+    }
+    if (c != '\\') {
+      value->push_back(c);
+      ++*i;
+      continue;
+    }
+    if (*i + 1 >= line.size()) return LineError{*i, "a backslash ends the line"};
+    const char e = line[*i + 1];
+    *i += 2;
+    if (const char simple = SimpleEscape(e)) {
+      value->push_back(simple);
+      continue;
+    }
+    if (e != 'x' && e != 'u' && e != 'U')
+      return LineError{*i - 1, std::string("unknown escape \\") + e};
+    const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+    if (*i + n > line.size()) return LineError{*i, std::string("short \\") + e + " escape"};
+    uint32_t cp = 0;
+    for (size_t k = 0; k < n; ++k) {
+      const int h = Hex(line[*i + k]);
+      if (h < 0) return LineError{*i + k, "not a hex digit"};
+      cp = cp * 16 + uint32_t(h);
+    }
+    *i += n;
+    if (e == 'x')
+      value->push_back(char(cp));
+    else if (cp > 0x10FFFF)
+      return LineError{*i - n, "code point out of range"};
+    else
+      AppendUtf8(cp, value);
+  }
+  return LineError{line.size(), "unterminated quoted value"};
+}
+
 }  // namespace
 
 StatusOr<std::map<std::string, std::string>> ParseAnnotationsFile(const std::string& text) {
@@ -57,75 +132,7 @@ StatusOr<std::map<std::string, std::string>> ParseAnnotationsFile(const std::str
       return bad(eq + 1, "the value must be quoted");
     std::string value;
     size_t i = eq + 2;
-    bool closed = false;
-    while (i < line.size()) {
-      const char c = line[i];
-      if (c == '"') {
-        closed = true;
-        ++i;
-        break;
-      }
-      if (c != '\\') {
-        value.push_back(c);
-        ++i;
-        continue;
-      }
-      if (i + 1 >= line.size()) return bad(i, "a backslash ends the line");
-      const char e = line[i + 1];
-      i += 2;
-      switch (e) {
-        case '"':
-          value.push_back('"');
-          break;
-        case '\\':
-          value.push_back('\\');
-          break;
-        case 'n':
-          value.push_back('\n');
-          break;
-        case 't':
-          value.push_back('\t');
-          break;
-        case 'r':
-          value.push_back('\r');
-          break;
-        case 'a':
-          value.push_back('\a');
-          break;
-        case 'b':
-          value.push_back('\b');
-          break;
-        case 'f':
-          value.push_back('\f');
-          break;
-        case 'v':
-          value.push_back('\v');
-          break;
-        case 'x':
-        case 'u':
-        case 'U': {
-          const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-          if (i + n > line.size()) return bad(i, std::string("short \\") + e + " escape");
-          uint32_t cp = 0;
-          for (size_t k = 0; k < n; ++k) {
-            const int h = Hex(line[i + k]);
-            if (h < 0) return bad(i + k, "not a hex digit");
-            cp = cp * 16 + uint32_t(h);
-          }
-          i += n;
-          if (e == 'x')
-            value.push_back(char(cp));
-          else if (cp > 0x10FFFF)
-            return bad(i - n, "code point out of range");
-          else
-            AppendUtf8(cp, &value);
-          break;
-        }
-        default:
-          return bad(i - 1, std::string("unknown escape \\") + e);
-      }
-    }
-    if (!closed) return bad(line.size(), "unterminated quoted value");
+    if (auto error = Unquote(line, &i, &value)) return bad(error->at, error->what);
     if (i != line.size()) return bad(i, "text after the closing quote");
     out[line.substr(0, eq)] = value;
   }

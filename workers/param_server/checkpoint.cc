@@ -71,6 +71,19 @@ class Writer {
   uint64_t bytes_ = 0;
 };
 
+// One shard's values, byte planes shuffled (Shuffle) and zstd-compressed, as its size then its
+// bytes.
+Status WriteCompressed(Writer& w, const float* values, int64_t n, BufferPool* pool, int level) {
+  const size_t raw = size_t(n) * sizeof(float);
+  BufferPool::Buffer planes = pool->Get(raw);
+  BufferPool::Buffer packed = pool->Get(ZSTD_compressBound(raw));
+  Shuffle(values, n, planes.as<uint8_t>());
+  const size_t csize = ZSTD_compress(packed.data(), packed.capacity(), planes.data(), raw, level);
+  if (ZSTD_isError(csize)) return InternalError(std::string("zstd: ") + ZSTD_getErrorName(csize));
+  ADAM_RETURN_IF_ERROR(w.Int(uint64_t(csize)));
+  return w.Put(packed.data(), csize);
+}
+
 class Reader {
  public:
   explicit Reader(std::string_view b) : b_(b) {}
@@ -210,6 +223,75 @@ StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_flo
   return f;
 }
 
+namespace {
+
+// The checkpoint files of one directory, each read and checked against this server's options at
+// most once.
+class CheckpointFiles {
+ public:
+  explicit CheckpointFiles(const CheckpointOptions& opt) : opt_(opt) {}
+
+  const StatusOr<CheckpointFile>& Get(uint64_t g) {
+    auto it = parsed_.find(g);
+    if (it != parsed_.end()) return it->second;
+    return parsed_.emplace(g, Load(g)).first->second;
+  }
+
+ private:
+  StatusOr<CheckpointFile> Load(uint64_t g) const {
+    ADAM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(opt_.dir + "/" + CheckpointFileName(g)));
+    ADAM_ASSIGN_OR_RETURN(CheckpointFile cf, ParseCheckpoint(bytes, opt_.num_params));
+    if (cf.generation != g)
+      return DataLossError("holds generation " + std::to_string(cf.generation));
+    if (cf.server != opt_.server)
+      return DataLossError("belongs to parameter server " + std::to_string(cf.server));
+    if (cf.num_params != opt_.num_params)
+      return DataLossError("is for a model of " + std::to_string(cf.num_params) +
+                           " parameters, not " + std::to_string(opt_.num_params));
+    return cf;
+  }
+
+  const CheckpointOptions& opt_;
+  std::map<uint64_t, StatusOr<CheckpointFile>> parsed_;
+};
+
+// Every shard of checkpoint `g` (file `f`) into `r`, those left unchanged since an older
+// generation from that generation's file. Empty when complete, else why `g` cannot be used.
+std::string Assemble(uint64_t g, const CheckpointFile& f, const std::map<uint32_t, int64_t>& shards,
+                     CheckpointFiles& files, Restored* r) {
+  for (const auto& e : f.entries) {
+    auto want = shards.find(e.shard);
+    if (want == shards.end() || want->second != e.count)
+      return "shard " + std::to_string(e.shard) + " does not match this server's shard map";
+    Restored::Shard s;
+    s.version = e.version;
+    s.source = e.source;
+    if (e.source == g) {
+      s.values = e.values;
+    } else {
+      const auto& src = files.Get(e.source);
+      if (!src.ok()) {
+        return "shard " + std::to_string(e.shard) + " is in " + CheckpointFileName(e.source) +
+               ", which " + "is unusable: " + src.status().message();
+      }
+      auto it = std::find_if(
+          src->entries.begin(), src->entries.end(),
+          [&](const CheckpointEntry& x) { return x.shard == e.shard && x.source == e.source; });
+      if (it == src->entries.end() || it->count != e.count)
+        return "shard " + std::to_string(e.shard) + " is missing from " +
+               CheckpointFileName(e.source);
+      s.values = it->values;
+    }
+    r->shards.emplace(e.shard, std::move(s));
+  }
+  if (r->shards.size() != shards.size())
+    return "holds " + std::to_string(r->shards.size()) + " shards, this server has " +
+           std::to_string(shards.size());
+  return "";
+}
+
+}  // namespace
+
 StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& opt,
                                      const std::map<uint32_t, int64_t>& shards) {
   Restored out;
@@ -228,82 +310,23 @@ StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& opt,
   }
   if (gens.empty()) return out;
   std::sort(gens.rbegin(), gens.rend());
-  std::map<uint64_t, StatusOr<CheckpointFile>> parsed;
-  auto load = [&](uint64_t g) -> const StatusOr<CheckpointFile>& {
-    auto it = parsed.find(g);
-    if (it != parsed.end()) return it->second;
-    const std::string path = opt.dir + "/" + CheckpointFileName(g);
-    StatusOr<CheckpointFile> f = [&]() -> StatusOr<CheckpointFile> {
-      ADAM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-      ADAM_ASSIGN_OR_RETURN(CheckpointFile cf, ParseCheckpoint(bytes, opt.num_params));
-      if (cf.generation != g)
-        return DataLossError("holds generation " + std::to_string(cf.generation));
-      if (cf.server != opt.server)
-        return DataLossError("belongs to parameter server " + std::to_string(cf.server));
-      if (cf.num_params != opt.num_params)
-        return DataLossError("is for a model of " + std::to_string(cf.num_params) +
-                             " parameters, not " + std::to_string(opt.num_params));
-      return cf;
-    }();
-    return parsed.emplace(g, std::move(f)).first->second;
-  };
+  CheckpointFiles files(opt);
   std::vector<std::string> problems;
   for (uint64_t g : gens) {
     const std::string name = CheckpointFileName(g);
-    auto fail = [&](const std::string& why) {
-      const std::string msg = "checkpoint " + name + ": " + why;
-      spdlog::warn("{}; trying the previous checkpoint", msg);
-      EmitEvent({{"event", "checkpoint_rejected"}, {"file", name}, {"reason", why}});
-      problems.push_back(msg);
-    };
-    const auto& f = load(g);
-    if (!f.ok()) {
-      fail(f.status().message());
-      continue;
-    }
+    const auto& f = files.Get(g);
     Restored r;
     r.generation = g;
     r.file = name;
-    r.epochs = f->epochs;
-    std::string why;
-    for (const auto& e : f->entries) {
-      auto want = shards.find(e.shard);
-      if (want == shards.end() || want->second != e.count) {
-        why = "shard " + std::to_string(e.shard) + " does not match this server's shard map";
-        break;
-      }
-      Restored::Shard s;
-      s.version = e.version;
-      s.source = e.source;
-      if (e.source == g) {
-        s.values = e.values;
-      } else {
-        const auto& src = load(e.source);
-        if (!src.ok()) {
-          why = "shard " + std::to_string(e.shard) + " is in " + CheckpointFileName(e.source) +
-                ", which " + "is unusable: " + src.status().message();
-          break;
-        }
-        auto it = std::find_if(
-            src->entries.begin(), src->entries.end(),
-            [&](const CheckpointEntry& x) { return x.shard == e.shard && x.source == e.source; });
-        if (it == src->entries.end() || it->count != e.count) {
-          why = "shard " + std::to_string(e.shard) + " is missing from " +
-                CheckpointFileName(e.source);
-          break;
-        }
-        s.values = it->values;
-      }
-      r.shards.emplace(e.shard, std::move(s));
+    const std::string why = f.ok() ? Assemble(g, *f, shards, files, &r) : f.status().message();
+    if (why.empty()) {
+      r.epochs = f->epochs;
+      return r;
     }
-    if (why.empty() && r.shards.size() != shards.size())
-      why = "holds " + std::to_string(r.shards.size()) + " shards, this server has " +
-            std::to_string(shards.size());
-    if (!why.empty()) {
-      fail(why);
-      continue;
-    }
-    return r;
+    const std::string msg = "checkpoint " + name + ": " + why;
+    spdlog::warn("{}; trying the previous checkpoint", msg);
+    EmitEvent({{"event", "checkpoint_rejected"}, {"file", name}, {"reason", why}});
+    problems.push_back(msg);
   }
   std::string all;
   for (const auto& p : problems) all += (all.empty() ? "" : "; ") + p;
@@ -437,16 +460,8 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
       ADAM_RETURN_IF_ERROR(w.Int(fresh ? c->second.version : flushed_version_.at(id)));
       ADAM_RETURN_IF_ERROR(w.Int(fresh ? gen : source_.at(id)));
       if (fresh) {
-        const size_t raw = size_t(n) * sizeof(float);
-        BufferPool::Buffer planes = pool_->Get(raw);
-        BufferPool::Buffer packed = pool_->Get(ZSTD_compressBound(raw));
-        Shuffle(c->second.values.as<float>(), n, planes.as<uint8_t>());
-        const size_t csize =
-            ZSTD_compress(packed.data(), packed.capacity(), planes.data(), raw, opt_.zstd_level);
-        if (ZSTD_isError(csize))
-          return InternalError(std::string("zstd: ") + ZSTD_getErrorName(csize));
-        ADAM_RETURN_IF_ERROR(w.Int(uint64_t(csize)));
-        ADAM_RETURN_IF_ERROR(w.Put(packed.data(), csize));
+        ADAM_RETURN_IF_ERROR(
+            WriteCompressed(w, c->second.values.as<float>(), n, pool_, opt_.zstd_level));
       }
       if (++written == ids.size() / 2 && opt_.debug_pause_mid_flush.count() > 0) {
         EmitEvent({{"event", "checkpoint_writing"}, {"generation", gen}});
@@ -481,24 +496,28 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
   const uint64_t previous = last_generation_;
   last_generation_ = gen;
   Prune(previous);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Record(gen, dirty.size(), epochs, w.bytes(),
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return gen;
+}
+
+void Checkpointer::Record(uint64_t generation, size_t shards, uint32_t epochs, uint64_t bytes,
+                          double seconds) {
   if (m_.flushes) m_.flushes->Increment();
-  if (m_.bytes) m_.bytes->Increment(double(w.bytes()));
+  if (m_.bytes) m_.bytes->Increment(double(bytes));
   if (m_.duration) m_.duration->Observe(seconds);
   if (m_.last_success)
     m_.last_success->Set(double(std::chrono::duration_cast<std::chrono::milliseconds>(
                                     std::chrono::system_clock::now().time_since_epoch())
                                     .count()) /
                          1000.0);
-  if (m_.generation) m_.generation->Set(double(gen));
+  if (m_.generation) m_.generation->Set(double(generation));
   EmitEvent({{"event", "checkpoint"},
-             {"generation", gen},
-             {"shards", dirty.size()},
+             {"generation", generation},
+             {"shards", shards},
              {"epochs", epochs},
-             {"bytes", w.bytes()},
+             {"bytes", bytes},
              {"seconds", seconds}});
-  return gen;
 }
 
 void Checkpointer::Prune(uint64_t previous) {

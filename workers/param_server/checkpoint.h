@@ -136,6 +136,8 @@ class Checkpointer {
   StatusOr<uint64_t> FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
   void Prune(uint64_t newest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a written checkpoint in the metrics and reports it as an event.
+  void Record(uint64_t generation, size_t shards, uint32_t epochs, uint64_t bytes, double seconds);
 
   ParamStore* store_;
   BufferPool* pool_;

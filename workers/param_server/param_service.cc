@@ -45,6 +45,133 @@ struct PullCall {
   std::unique_ptr<Completion> done;
 };
 
+// The Ops of a push's sparse deltas, each checked against the shards `store` holds: an error names
+// the delta at fault. `bytes` counts their payload.
+grpc::Status DeltaOps(const adam::v1::PushRequest& req, const ParamStore& store, BufferPool* pool,
+                      PushCall* call, size_t* bytes) {
+  for (int i = 0; i < req.deltas_size(); ++i) {
+    const auto& d = req.deltas(i);
+    const std::string where =
+        "deltas[" + std::to_string(i) + "] (shard " + std::to_string(d.shard()) + ")";
+    if (d.values().size() % sizeof(float) != 0) {
+      return Invalid(where + ": values has " + std::to_string(d.values().size()) +
+                     " bytes, not a multiple of 4");
+    }
+    const int64_t n = int64_t(d.values().size() / sizeof(float));
+    if (d.offset() > uint64_t(INT64_MAX)) {
+      return Invalid(where + ": offset " + std::to_string(d.offset()) + " is too large");
+    }
+    if (Status st = store.CheckRange(d.shard(), int64_t(d.offset()), n); !st.ok()) {
+      return net::ToGrpc(st);
+    }
+    Op op;
+    op.kind = Op::Kind::kAdd;
+    op.shard = d.shard();
+    op.offset = int64_t(d.offset());
+    op.count = n;
+    op.values = Floats(d.values(), pool, &call->copies);
+    call->ops.push_back(op);
+    *bytes += d.values().size();
+  }
+  return grpc::Status::OK;
+}
+
+// Checks one dense update (the activations and errors of a layer whose updates travel that way)
+// against the plan and this server's rows of the layer; `where` names it in the error.
+grpc::Status CheckDense(const adam::v1::DenseUpdate& du, const update::UpdatePlan& plan, int server,
+                        const std::string& where, int* index) {
+  const int k = du.layer() < 1u << 20 ? plan.DenseIndex(int(du.layer())) : -1;
+  if (k < 0)
+    return Invalid(where + ": not a layer whose updates travel as activations in this job");
+  const auto& layer = plan.dense()[size_t(k)];
+  const auto& rows = plan.Rows(server, k);
+  if (rows.empty()) return Invalid(where + ": this server holds no part of the layer");
+  if (du.images() == 0 || du.images() > kMaxDenseImages) {
+    return Invalid(where + ": images must be in 1.." + std::to_string(kMaxDenseImages) + ", got " +
+                   std::to_string(du.images()));
+  }
+  const uint64_t want_a = uint64_t(du.images()) * uint64_t(layer.in) * sizeof(float);
+  const uint64_t want_e = uint64_t(du.images()) * rows.size() * sizeof(float);
+  if (du.activations().size() != want_a || du.errors().size() != want_e) {
+    return Invalid(where + ": activations and errors must be " + std::to_string(want_a) + " and " +
+                   std::to_string(want_e) + " bytes for " + std::to_string(du.images()) +
+                   " images, got " + std::to_string(du.activations().size()) + " and " +
+                   std::to_string(du.errors().size()));
+  }
+  *index = k;
+  return grpc::Status::OK;
+}
+
+// The Ops of a push's dense updates: one per held shard each layer touches. `bytes` counts their
+// activations and errors.
+grpc::Status DenseOps(const adam::v1::PushRequest& req, const update::UpdatePlan& plan, int server,
+                      const ParamStore& store, BufferPool* pool, PushCall* call, size_t* bytes) {
+  for (int i = 0; i < req.dense_size(); ++i) {
+    const auto& du = req.dense(i);
+    int k = -1;
+    const std::string where =
+        "dense[" + std::to_string(i) + "] (layer " + std::to_string(du.layer()) + ")";
+    if (grpc::Status st = CheckDense(du, plan, server, where, &k); !st.ok()) return st;
+    const auto& layer = plan.dense()[size_t(k)];
+    const auto& rows = plan.Rows(server, k);
+    DenseArgs args;
+    args.layer = &layer;
+    args.rows = rows.data();
+    args.num_rows = int(rows.size());
+    args.images = int(du.images());
+    args.a = Floats(du.activations(), pool, &call->copies);
+    args.e = Floats(du.errors(), pool, &call->copies);
+    const int64_t w_end = layer.weights + layer.units * layer.in;
+    for (uint32_t id : store.shard_ids()) {
+      const int64_t lo = store.ShardOffset(id), hi = lo + store.ShardSize(id);
+      const bool touches = (std::max(lo, layer.weights) < std::min(hi, w_end)) ||
+                           (std::max(lo, layer.bias) < std::min(hi, layer.bias + layer.units));
+      if (!touches) continue;
+      Op op;
+      op.kind = Op::Kind::kDense;
+      op.shard = id;
+      op.dense = args;
+      call->ops.push_back(op);
+    }
+    *bytes += du.activations().size() + du.errors().size();
+  }
+  return grpc::Status::OK;
+}
+
+// Whether this server may take writes to every shard the Ops touch (routing.h); a shard taking
+// its first write since its promotion is reported as an event.
+grpc::Status AdmitWrites(Routing& routing, const std::vector<Op>& ops) {
+  std::vector<uint32_t> shards, promoted;
+  for (const Op& op : ops) shards.push_back(op.shard);
+  if (std::string why = routing.Admit(shards, &promoted); !why.empty()) {
+    return {grpc::StatusCode::FAILED_PRECONDITION, why};
+  }
+  for (uint32_t shard : promoted) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    EmitEvent({{"event", "promoted_first_update"},
+               {"shard", shard},
+               {"map_version", routing.version()},
+               {"unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(now).count()}});
+  }
+  return grpc::Status::OK;
+}
+
+// An identified push (a session): its parts on each shard are numbered, so that a re-sent copy is
+// dropped. Each Op also learns where to leave its shard's version once it is applied.
+void NumberParts(const adam::v1::PushRequest& req, PushCall* call) {
+  if (req.session() != 0) {
+    std::unordered_map<uint32_t, uint32_t> parts;
+    for (Op& op : call->ops) {
+      op.trainer = req.trainer_index();
+      op.session = req.session();
+      op.seq = req.seq();
+      op.part = parts[op.shard]++;
+    }
+  }
+  call->versions.resize(call->ops.size());
+  for (size_t i = 0; i < call->ops.size(); ++i) call->ops[i].applied_version = &call->versions[i];
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
@@ -61,115 +188,18 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
   size_t bytes = 0, dense_bytes = 0;
   // Check everything before queueing anything: a bad part applies nothing (an unaligned payload
   // may already have been copied; the copy goes with the refused call).
-  for (int i = 0; i < req->deltas_size(); ++i) {
-    const auto& d = req->deltas(i);
-    const std::string where =
-        "deltas[" + std::to_string(i) + "] (shard " + std::to_string(d.shard()) + ")";
-    if (d.values().size() % sizeof(float) != 0) {
-      reactor->Finish(Invalid(where + ": values has " + std::to_string(d.values().size()) +
-                              " bytes, not a multiple of 4"));
-      return reactor;
-    }
-    const int64_t n = int64_t(d.values().size() / sizeof(float));
-    if (d.offset() > uint64_t(INT64_MAX)) {
-      reactor->Finish(Invalid(where + ": offset " + std::to_string(d.offset()) + " is too large"));
-      return reactor;
-    }
-    if (Status st = store_->CheckRange(d.shard(), int64_t(d.offset()), n); !st.ok()) {
-      reactor->Finish(net::ToGrpc(st));
-      return reactor;
-    }
-    Op op;
-    op.kind = Op::Kind::kAdd;
-    op.shard = d.shard();
-    op.offset = int64_t(d.offset());
-    op.count = n;
-    op.values = Floats(d.values(), pool_, &call->copies);
-    call->ops.push_back(op);
-    bytes += d.values().size();
+  grpc::Status checked = DeltaOps(*req, *store_, pool_, call.get(), &bytes);
+  if (checked.ok())
+    checked = DenseOps(*req, *plan_, server_, *store_, pool_, call.get(), &dense_bytes);
+  if (checked.ok() && routing_ != nullptr) checked = AdmitWrites(*routing_, call->ops);
+  if (!checked.ok()) {
+    reactor->Finish(checked);
+    return reactor;
   }
-  for (int i = 0; i < req->dense_size(); ++i) {
-    const auto& du = req->dense(i);
-    const std::string where =
-        "dense[" + std::to_string(i) + "] (layer " + std::to_string(du.layer()) + ")";
-    const int k = du.layer() < 1u << 20 ? plan_->DenseIndex(int(du.layer())) : -1;
-    if (k < 0) {
-      reactor->Finish(
-          Invalid(where + ": not a layer whose updates travel as activations in this job"));
-      return reactor;
-    }
-    const auto& layer = plan_->dense()[size_t(k)];
-    const auto& rows = plan_->Rows(server_, k);
-    if (rows.empty()) {
-      reactor->Finish(Invalid(where + ": this server holds no part of the layer"));
-      return reactor;
-    }
-    if (du.images() == 0 || du.images() > kMaxDenseImages) {
-      reactor->Finish(Invalid(where + ": images must be in 1.." + std::to_string(kMaxDenseImages) +
-                              ", got " + std::to_string(du.images())));
-      return reactor;
-    }
-    const uint64_t want_a = uint64_t(du.images()) * uint64_t(layer.in) * sizeof(float);
-    const uint64_t want_e = uint64_t(du.images()) * rows.size() * sizeof(float);
-    if (du.activations().size() != want_a || du.errors().size() != want_e) {
-      reactor->Finish(Invalid(
-          where + ": activations and errors must be " + std::to_string(want_a) + " and " +
-          std::to_string(want_e) + " bytes for " + std::to_string(du.images()) + " images, got " +
-          std::to_string(du.activations().size()) + " and " + std::to_string(du.errors().size())));
-      return reactor;
-    }
-    DenseArgs args;
-    args.layer = &layer;
-    args.rows = rows.data();
-    args.num_rows = int(rows.size());
-    args.images = int(du.images());
-    args.a = Floats(du.activations(), pool_, &call->copies);
-    args.e = Floats(du.errors(), pool_, &call->copies);
-    // One Op per held shard the layer touches.
-    const int64_t w_end = layer.weights + layer.units * layer.in;
-    for (uint32_t id : store_->shard_ids()) {
-      const int64_t lo = store_->ShardOffset(id), hi = lo + store_->ShardSize(id);
-      const bool touches = (std::max(lo, layer.weights) < std::min(hi, w_end)) ||
-                           (std::max(lo, layer.bias) < std::min(hi, layer.bias + layer.units));
-      if (!touches) continue;
-      Op op;
-      op.kind = Op::Kind::kDense;
-      op.shard = id;
-      op.dense = args;
-      call->ops.push_back(op);
-    }
-    dense_bytes += du.activations().size() + du.errors().size();
-  }
-  if (routing_ != nullptr) {
-    std::vector<uint32_t> shards, promoted;
-    for (const Op& op : call->ops) shards.push_back(op.shard);
-    if (std::string why = routing_->Admit(shards, &promoted); !why.empty()) {
-      reactor->Finish({grpc::StatusCode::FAILED_PRECONDITION, why});
-      return reactor;
-    }
-    for (uint32_t shard : promoted) {
-      const auto now = std::chrono::system_clock::now().time_since_epoch();
-      EmitEvent({{"event", "promoted_first_update"},
-                 {"shard", shard},
-                 {"map_version", routing_->version()},
-                 {"unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(now).count()}});
-    }
-  }
+  NumberParts(*req, call.get());
   const int trainer = int(req->trainer_index());
   const uint64_t clock = req->clock();
   const bool leave = req->leave();
-  // An identified push: its parts on each shard are numbered, so a re-sent copy is dropped.
-  if (req->session() != 0) {
-    std::unordered_map<uint32_t, uint32_t> parts;
-    for (Op& op : call->ops) {
-      op.trainer = uint32_t(trainer);
-      op.session = req->session();
-      op.seq = req->seq();
-      op.part = parts[op.shard]++;
-    }
-  }
-  call->versions.resize(call->ops.size());
-  for (size_t i = 0; i < call->ops.size(); ++i) call->ops[i].applied_version = &call->versions[i];
   PushCall* raw = call.get();
   auto answer = [this, reactor, resp, trainer, clock, leave, bytes,
                  dense_bytes](const grpc::Status& status) {
@@ -211,42 +241,52 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
+namespace {
+
+// Refuses a pull of a shard named twice (one small request would demand an unbounded response),
+// of a shard not held here, or, with a controller, of one this server is not the primary of.
+grpc::Status CheckPull(const std::vector<uint32_t>& ids, const ParamStore& store,
+                       Routing* routing) {
+  std::vector<uint32_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end())
+    return Invalid("shard " + std::to_string(*dup) + " is requested more than once");
+  for (uint32_t id : ids) {
+    if (store.ShardSize(id) < 0)
+      return {grpc::StatusCode::NOT_FOUND, "shard " + std::to_string(id) + " is not held here"};
+  }
+  if (routing != nullptr)
+    if (std::string why = routing->Admit(ids, nullptr); !why.empty())
+      return {grpc::StatusCode::FAILED_PRECONDITION, why};
+  return grpc::Status::OK;
+}
+
+// When a pull held back by the consistency model gives up: a tenth of the caller's time left (at
+// most a second) before its deadline, kept for the answer to travel; never without a deadline.
+ClockGate::Clock::time_point PullExpiry(const grpc::CallbackServerContext& ctx,
+                                        std::chrono::steady_clock::time_point asked) {
+  const auto left = ctx.deadline() - std::chrono::system_clock::now();
+  if (left >= std::chrono::hours(24 * 365)) return ClockGate::Clock::time_point::max();
+  const auto keep =
+      std::min<std::chrono::system_clock::duration>(std::chrono::seconds(1), left / 10);
+  return asked + std::chrono::duration_cast<ClockGate::Clock::duration>(left - keep);
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
                                              const adam::v1::PullRequest* req,
                                              adam::v1::PullResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
   std::vector<uint32_t> ids(req->shards().begin(), req->shards().end());
   if (ids.empty()) ids = store_->shard_ids();
-  // A repeated id would let one small request demand an unbounded response: refuse it.
-  std::vector<uint32_t> sorted = ids;
-  std::sort(sorted.begin(), sorted.end());
-  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
-    reactor->Finish(Invalid("shard " + std::to_string(*dup) + " is requested more than once"));
+  if (grpc::Status st = CheckPull(ids, *store_, routing_); !st.ok()) {
+    reactor->Finish(st);
     return reactor;
   }
-  for (uint32_t id : ids) {
-    if (store_->ShardSize(id) < 0) {
-      reactor->Finish(
-          {grpc::StatusCode::NOT_FOUND, "shard " + std::to_string(id) + " is not held here"});
-      return reactor;
-    }
-  }
-  if (routing_ != nullptr)
-    if (std::string why = routing_->Admit(ids, nullptr); !why.empty()) {
-      reactor->Finish({grpc::StatusCode::FAILED_PRECONDITION, why});
-      return reactor;
-    }
   const auto asked = std::chrono::steady_clock::now();
-  // A pull held back until just before its caller's deadline (a tenth of the time left, at most
-  // a second, is kept for the answer to travel) is answered with the trainers it waited for: a
-  // trainer that died is named, not a bare deadline.
-  auto expires = ClockGate::Clock::time_point::max();
-  const auto left = ctx->deadline() - std::chrono::system_clock::now();
-  if (left < std::chrono::hours(24 * 365)) {
-    const auto keep =
-        std::min<std::chrono::system_clock::duration>(std::chrono::seconds(1), left / 10);
-    expires = asked + std::chrono::duration_cast<ClockGate::Clock::duration>(left - keep);
-  }
+  // A pull held back until just before its caller's deadline is answered with the trainers it
+  // waited for: a trainer that died is named, not a bare deadline.
   const uint64_t clock = req->clock();
   auto on_expired = [reactor, asked, clock](const std::string& waiting) {
     const double waited =
@@ -259,7 +299,7 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
                                                   waiting + ": has that trainer stopped?"});
   };
   gate_->WhenAllowed(
-      req->clock(),
+      clock,
       [this, ids, reactor, resp, asked](bool allowed) {
         if (!allowed) {
           reactor->Finish({grpc::StatusCode::UNAVAILABLE, "parameter server is shutting down"});
@@ -268,53 +308,58 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
         if (m_.pull_wait)
           m_.pull_wait->Observe(
               std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
-        auto call = std::make_unique<PullCall>();
-        size_t bytes = 0;
-        for (uint32_t id : ids) {
-          const int64_t n = store_->ShardSize(id);
-          auto* out = resp->add_shards();
-          out->set_shard(id);
-          std::string* values = out->mutable_values();
-          values->resize(size_t(n) * sizeof(float));
-          bytes += values->size();
-          Op op;
-          op.kind = Op::Kind::kRead;
-          op.shard = id;
-          op.count = n;
-          call->ops.push_back(op);
-        }
-        // Output pointers once every string has its final address.
-        for (int i = 0; i < resp->shards_size(); ++i) {
-          auto* out = resp->mutable_shards(i);
-          Op& op = call->ops[size_t(i)];
-          op.out = reinterpret_cast<float*>(out->mutable_values()->data());
-          op.version = nullptr;
-        }
-        PullCall* raw = call.get();
-        // Versions land in a side array: the response's fields are set on the finishing thread.
-        auto versions = std::make_shared<std::vector<uint64_t>>(ids.size());
-        for (size_t i = 0; i < raw->ops.size(); ++i) raw->ops[i].version = &(*versions)[i];
-        auto finish = [this, raw, reactor, resp, versions, bytes] {
-          std::unique_ptr<PullCall> owned(raw);
-          for (int i = 0; i < resp->shards_size(); ++i)
-            resp->mutable_shards(i)->set_version((*versions)[size_t(i)]);
-          resp->set_min_clock(gate_->MinClock());
-          resp->set_epochs(store_->epochs());
-          if (m_.pull_bytes) m_.pull_bytes->Increment(double(bytes));
-          reactor->Finish(grpc::Status::OK);
-        };
-        if (raw->ops.empty()) {
-          (void)call.release();  // owned by `finish` from here
-          finish();
-          return;
-        }
-        raw->done = std::make_unique<Completion>(int(raw->ops.size()), finish);
-        for (Op& op : raw->ops) op.done = raw->done.get();
-        (void)call.release();  // owned by its Completion from here
-        store_->Submit(raw->ops.data(), raw->ops.size());
+        Read(ids, reactor, resp);
       },
-      expires, on_expired);
+      PullExpiry(*ctx, asked), on_expired);
   return reactor;
+}
+
+void ParamService::Read(const std::vector<uint32_t>& ids, grpc::ServerUnaryReactor* reactor,
+                        adam::v1::PullResponse* resp) {
+  auto call = std::make_unique<PullCall>();
+  size_t bytes = 0;
+  for (uint32_t id : ids) {
+    const int64_t n = store_->ShardSize(id);
+    auto* out = resp->add_shards();
+    out->set_shard(id);
+    std::string* values = out->mutable_values();
+    values->resize(size_t(n) * sizeof(float));
+    bytes += values->size();
+    Op op;
+    op.kind = Op::Kind::kRead;
+    op.shard = id;
+    op.count = n;
+    call->ops.push_back(op);
+  }
+  // Output pointers once every string has its final address.
+  for (int i = 0; i < resp->shards_size(); ++i) {
+    auto* out = resp->mutable_shards(i);
+    Op& op = call->ops[size_t(i)];
+    op.out = reinterpret_cast<float*>(out->mutable_values()->data());
+    op.version = nullptr;
+  }
+  PullCall* raw = call.get();
+  // Versions land in a side array: the response's fields are set on the finishing thread.
+  auto versions = std::make_shared<std::vector<uint64_t>>(ids.size());
+  for (size_t i = 0; i < raw->ops.size(); ++i) raw->ops[i].version = &(*versions)[i];
+  auto finish = [this, raw, reactor, resp, versions, bytes] {
+    std::unique_ptr<PullCall> owned(raw);
+    for (int i = 0; i < resp->shards_size(); ++i)
+      resp->mutable_shards(i)->set_version((*versions)[size_t(i)]);
+    resp->set_min_clock(gate_->MinClock());
+    resp->set_epochs(store_->epochs());
+    if (m_.pull_bytes) m_.pull_bytes->Increment(double(bytes));
+    reactor->Finish(grpc::Status::OK);
+  };
+  if (raw->ops.empty()) {
+    (void)call.release();  // owned by `finish` from here
+    finish();
+    return;
+  }
+  raw->done = std::make_unique<Completion>(int(raw->ops.size()), finish);
+  for (Op& op : raw->ops) op.done = raw->done.get();
+  (void)call.release();  // owned by its Completion from here
+  store_->Submit(raw->ops.data(), raw->ops.size());
 }
 
 grpc::ServerUnaryReactor* ParamService::ReadCopy(grpc::CallbackServerContext* ctx,

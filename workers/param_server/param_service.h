@@ -48,6 +48,10 @@ class ParamService final : public adam::v1::ParameterService::CallbackService {
                                      adam::v1::ReadCopyResponse* resp) override;
 
  private:
+  // Reads `ids` (checked) through the shard workers into `resp` and answers the pull.
+  void Read(const std::vector<uint32_t>& ids, grpc::ServerUnaryReactor* reactor,
+            adam::v1::PullResponse* resp);
+
   Routing* routing_ = nullptr;
   Forwarder* quorum_ = nullptr;
   ParamStore* store_;

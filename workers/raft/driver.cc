@@ -260,91 +260,106 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
     for (;;) {
       Ready rd = node->TakeReady();
       if (rd.empty()) break;
-      // A leader's appends go out before its own fsync (Raft thesis 10.2.1): the leader counts
-      // itself towards a commit, but it acknowledges nothing before this Ready's persist returns,
-      // because this thread applies entries only after it. Votes and answers wait for the disk.
-      auto leader_message = [](const Message& m) {
-        return m.type == MessageType::kAppend || m.type == MessageType::kHeartbeat ||
-               m.type == MessageType::kSnapshot;
-      };
-      auto send = [&](const Message& m) {
-        auto it = senders.find(m.to);
-        if (it != senders.end()) it->second->Enqueue(m);
-      };
-      for (const Message& m : rd.messages)
-        if (leader_message(m)) send(m);
-      if (Status s = storage->Persist(rd); !s.ok()) {
-        // Continuing without durable state could break Raft's promises: stop the member.
-        spdlog::critical("raft: cannot persist: {}", s.message());
-        std::_Exit(1);
-      }
-      for (const Message& m : rd.messages)
-        if (!leader_message(m)) send(m);
-      if (rd.snapshot) {
-        if (Status s = machine->Restore(*rd.snapshot); !s.ok()) {
-          spdlog::critical("raft: cannot restore the snapshot at {}: {}", rd.snapshot->index,
-                           s.message());
-          std::_Exit(1);
-        }
-        applied = rd.snapshot->index;
-        // Proposals at or below the snapshot were either committed elsewhere or replaced.
-        while (!waiting.empty() && waiting.begin()->first <= applied) {
-          waiting.begin()->second.second->done(
-              UnavailableError("raft: entry replaced by a snapshot; retry"));
-          waiting.erase(waiting.begin());
-        }
-      }
-      for (const Entry& e : rd.committed) {
-        if (e.type == EntryType::kNormal) machine->Apply(e);
-        applied = e.index;
-        auto it = waiting.find(e.index);
-        if (it != waiting.end()) {
-          if (it->second.first == e.term)
-            it->second.second->done(e.index);
-          else
-            it->second.second->done(
-                UnavailableError("raft: a new leader replaced the entry; retry"));
-          waiting.erase(it);
-        }
-      }
-      for (const ReadState& rs : rd.read_states) {
-        auto it = reads.find(rs.context);
-        if (it == reads.end()) continue;
-        confirmed.push_back({rs.index, it->second});
-        reads.erase(it);
-      }
-      for (auto it = confirmed.begin(); it != confirmed.end();) {
-        if (it->first <= applied) {
-          it->second->done.set_value(OkStatus());
-          it = confirmed.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      SendAndPersist(rd);
+      if (rd.snapshot) Restore(*rd.snapshot);
+      Apply(rd);
     }
-    if (applied >= node->snapshot().index + options.snapshot_entries) {
-      if (node->Compact(applied, machine->TakeSnapshot()).ok()) {
-        if (Status s = storage->SaveSnapshot(node->snapshot()); !s.ok()) {
-          spdlog::critical("raft: cannot save a snapshot: {}", s.message());
-          std::_Exit(1);
-        }
-      }
-    }
-    if (node->role() != last_role || node->term() != last_term) {
-      if (last_role == Role::kLeader && node->role() != Role::kLeader) {
-        const std::string why = "raft: lost leadership; retry at the new leader";
-        for (auto& [c, r] : reads) r->done.set_value(FailedPreconditionError(why));
-        reads.clear();
-        for (auto& [i, r] : confirmed) r->done.set_value(FailedPreconditionError(why));
-        confirmed.clear();
-      }
-      last_role = node->role();
-      last_term = node->term();
-      if (on_role) on_role(last_role, last_term);
-    }
+    CompactIfDue();
+    if (node->role() != last_role || node->term() != last_term) RoleChanged();
     MutexLock l(mu);
     info = {node->role(), node->term(),    node->leader(),      node->commit(),
             applied,      proposals_total, storage->log_bytes()};
+  }
+
+  // A leader's appends go out before its own fsync (Raft thesis 10.2.1): the leader counts
+  // itself towards a commit, but it acknowledges nothing before this Ready's persist returns,
+  // because this thread applies entries only after it. Votes and answers wait for the disk.
+  void SendAndPersist(const Ready& rd) {
+    auto leader_message = [](const Message& m) {
+      return m.type == MessageType::kAppend || m.type == MessageType::kHeartbeat ||
+             m.type == MessageType::kSnapshot;
+    };
+    auto send = [&](const Message& m) {
+      auto it = senders.find(m.to);
+      if (it != senders.end()) it->second->Enqueue(m);
+    };
+    for (const Message& m : rd.messages)
+      if (leader_message(m)) send(m);
+    if (Status s = storage->Persist(rd); !s.ok()) {
+      // Continuing without durable state could break Raft's promises: stop the member.
+      spdlog::critical("raft: cannot persist: {}", s.message());
+      std::_Exit(1);
+    }
+    for (const Message& m : rd.messages)
+      if (!leader_message(m)) send(m);
+  }
+
+  void Restore(const Snapshot& snapshot) {
+    if (Status s = machine->Restore(snapshot); !s.ok()) {
+      spdlog::critical("raft: cannot restore the snapshot at {}: {}", snapshot.index, s.message());
+      std::_Exit(1);
+    }
+    applied = snapshot.index;
+    // Proposals at or below the snapshot were either committed elsewhere or replaced.
+    while (!waiting.empty() && waiting.begin()->first <= applied) {
+      waiting.begin()->second.second->done(
+          UnavailableError("raft: entry replaced by a snapshot; retry"));
+      waiting.erase(waiting.begin());
+    }
+  }
+
+  // The committed entries into the state machine, answering their proposals; then the reads
+  // whose index is applied.
+  void Apply(const Ready& rd) {
+    for (const Entry& e : rd.committed) {
+      if (e.type == EntryType::kNormal) machine->Apply(e);
+      applied = e.index;
+      auto it = waiting.find(e.index);
+      if (it != waiting.end()) {
+        if (it->second.first == e.term)
+          it->second.second->done(e.index);
+        else
+          it->second.second->done(UnavailableError("raft: a new leader replaced the entry; retry"));
+        waiting.erase(it);
+      }
+    }
+    for (const ReadState& rs : rd.read_states) {
+      auto it = reads.find(rs.context);
+      if (it == reads.end()) continue;
+      confirmed.push_back({rs.index, it->second});
+      reads.erase(it);
+    }
+    for (auto it = confirmed.begin(); it != confirmed.end();) {
+      if (it->first <= applied) {
+        it->second->done.set_value(OkStatus());
+        it = confirmed.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void CompactIfDue() {
+    if (applied < node->snapshot().index + options.snapshot_entries) return;
+    if (!node->Compact(applied, machine->TakeSnapshot()).ok()) return;
+    if (Status s = storage->SaveSnapshot(node->snapshot()); !s.ok()) {
+      spdlog::critical("raft: cannot save a snapshot: {}", s.message());
+      std::_Exit(1);
+    }
+  }
+
+  // A new role or term: a leader that lost leadership fails the reads it was confirming.
+  void RoleChanged() {
+    if (last_role == Role::kLeader && node->role() != Role::kLeader) {
+      const std::string why = "raft: lost leadership; retry at the new leader";
+      for (auto& [c, r] : reads) r->done.set_value(FailedPreconditionError(why));
+      reads.clear();
+      for (auto& [i, r] : confirmed) r->done.set_value(FailedPreconditionError(why));
+      confirmed.clear();
+    }
+    last_role = node->role();
+    last_term = node->term();
+    if (on_role) on_role(last_role, last_term);
   }
 };
 

@@ -393,23 +393,11 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
     r.Error(lp, "the last layer must be softmax");
 }
 
-void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
-  const std::string p = "spec.training";
-  if (!r.Map(n, p,
-             {"epochs", "learningRate", "learningRateDecay", "learningRateSchedule", "warmupEpochs",
-              "momentum", "weightDecay", "pushEvery", "batchSize", "applyEvery", "threadWeights",
-              "consistency", "maxStaleness", "denseUpdates", "epochQuorum", "targetAccuracy",
-              "seed"}) ||
-      !n)
-    return;
-  r.Int(n, "epochs", p, 1, 100000, &t->epochs);
-  if (r.Get(n, "learningRate", p, &t->learning_rate) &&
-      !(t->learning_rate > 0 && t->learning_rate <= 10))
-    r.Error(p + ".learningRate", "must be in (0, 10], got " + std::to_string(t->learning_rate));
-  if (r.Get(n, "learningRateDecay", p, &t->learning_rate_decay) &&
-      !(t->learning_rate_decay > 0 && t->learning_rate_decay <= 1))
-    r.Error(p + ".learningRateDecay",
-            "must be in (0, 1], got " + std::to_string(t->learning_rate_decay));
+// The field a momentum or weight-decay conflict is reported under.
+const char* Stepper(const TrainingSpec& t) { return t.momentum > 0 ? "momentum" : "weightDecay"; }
+
+// spec.training.learningRateSchedule: step or cosine, in place of learningRateDecay.
+void ReadSchedule(Reader& r, const YAML::Node& n, const std::string& p, TrainingSpec* t) {
   if (const YAML::Node s = n["learningRateSchedule"]; s && !s.IsNull()) {
     const std::string sp = p + ".learningRateSchedule";
     if (n["learningRateDecay"]) r.Error(sp, "replaces learningRateDecay; give one of them");
@@ -438,8 +426,11 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
       }
     }
   }
-  if (r.Int(n, "warmupEpochs", p, 0, 100000, &t->warmup_epochs) && t->warmup_epochs >= t->epochs)
-    r.Error(p + ".warmupEpochs", "must be less than epochs (" + std::to_string(t->epochs) + ")");
+}
+
+// How each step is applied: momentum, weightDecay, pushEvery, batchSize, applyEvery and
+// threadWeights, and which of them go together.
+void ReadStepping(Reader& r, const YAML::Node& n, const std::string& p, TrainingSpec* t) {
   if (r.Get(n, "momentum", p, &t->momentum) && !(t->momentum >= 0 && t->momentum < 1))
     r.Error(p + ".momentum", "must be in [0, 1), got " + std::to_string(t->momentum));
   if (r.Get(n, "weightDecay", p, &t->weight_decay) &&
@@ -450,7 +441,7 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   r.Int(n, "applyEvery", p, 1, 1024, &t->apply_every);
   // The velocity and the decay live where each step is applied: a held or private step is
   // applied later, or by other threads, as rows without either.
-  const char* stepper = t->momentum > 0 ? "momentum" : "weightDecay";
+  const char* stepper = Stepper(*t);
   if ((t->momentum > 0 || t->weight_decay > 0) && t->apply_every > 1)
     r.Error(p + "." + stepper, "needs each step applied at once: applyEvery: 1");
   std::string tw;
@@ -471,6 +462,11 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
       r.Error(p + ".threadWeights", "must be one of shared, private; got '" + tw + "'");
     }
   }
+}
+
+// How updates travel and meet: consistency, maxStaleness and denseUpdates.
+void ReadUpdates(Reader& r, const YAML::Node& n, const std::string& p, TrainingSpec* t) {
+  const char* stepper = Stepper(*t);
   std::string c;
   if (r.Get(n, "consistency", p, &c)) {
     if (c == "async") {
@@ -502,6 +498,30 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
       r.Error(p + ".denseUpdates", "must be one of auto, weights, activations; got '" + d + "'");
     }
   }
+}
+
+void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
+  const std::string p = "spec.training";
+  if (!r.Map(n, p,
+             {"epochs", "learningRate", "learningRateDecay", "learningRateSchedule", "warmupEpochs",
+              "momentum", "weightDecay", "pushEvery", "batchSize", "applyEvery", "threadWeights",
+              "consistency", "maxStaleness", "denseUpdates", "epochQuorum", "targetAccuracy",
+              "seed"}) ||
+      !n)
+    return;
+  r.Int(n, "epochs", p, 1, 100000, &t->epochs);
+  if (r.Get(n, "learningRate", p, &t->learning_rate) &&
+      !(t->learning_rate > 0 && t->learning_rate <= 10))
+    r.Error(p + ".learningRate", "must be in (0, 10], got " + std::to_string(t->learning_rate));
+  if (r.Get(n, "learningRateDecay", p, &t->learning_rate_decay) &&
+      !(t->learning_rate_decay > 0 && t->learning_rate_decay <= 1))
+    r.Error(p + ".learningRateDecay",
+            "must be in (0, 1], got " + std::to_string(t->learning_rate_decay));
+  ReadSchedule(r, n, p, t);
+  if (r.Int(n, "warmupEpochs", p, 0, 100000, &t->warmup_epochs) && t->warmup_epochs >= t->epochs)
+    r.Error(p + ".warmupEpochs", "must be less than epochs (" + std::to_string(t->epochs) + ")");
+  ReadStepping(r, n, p, t);
+  ReadUpdates(r, n, p, t);
   if (r.Get(n, "epochQuorum", p, &t->epoch_quorum) &&
       !(t->epoch_quorum > 0 && t->epoch_quorum <= 1))
     r.Error(p + ".epochQuorum", "must be in (0, 1], got " + std::to_string(t->epoch_quorum));
@@ -811,6 +831,72 @@ int NumClasses(const ModelSpec& model) {
   return model.layers.empty() ? 0 : model.layers.back().classes;
 }
 
+namespace {
+
+// metadata: the job's name (which names its pods and Service) and namespace; Kubernetes owns
+// the rest (labels, annotations, ...).
+void ReadMetadata(Reader& r, const YAML::Node& md, AdamJob* job) {
+  if (!md) {
+    r.Error("metadata", "required");
+  } else if (md.IsMap()) {
+    // At most 40: pod and host names add "-data-server-0" and the like, within DNS's 63.
+    // A DNS-1035 label: it names the job's Service, which may not start with a digit.
+    static const std::regex dns1035("^[a-z]([-a-z0-9]*[a-z0-9])?$");
+    if (r.Get(md, "name", "metadata", &job->name, true) &&
+        (!std::regex_match(job->name, dns1035) || job->name.size() > 40))
+      r.Error("metadata.name",
+              "must be a DNS-1035 label (lower-case letters, digits and '-', starting with a "
+              "letter) of at most 40 characters, got '" +
+                  job->name + "'");
+    r.Get(md, "namespace", "metadata", &job->name_space);
+  } else {
+    r.Error("metadata", "must be a mapping");
+  }
+}
+
+// spec: every section, then the rules that tie sections together.
+void ReadSpec(Reader& r, const YAML::Node& spec, AdamJob* job) {
+  if (!spec) {
+    r.Error("spec", "required");
+  } else if (r.Map(spec, "spec",
+                   {"image", "dataset", "output", "model", "training", "roles", "placement",
+                    "networks", "runPolicy"})) {
+    r.Get(spec, "image", "spec", &job->image);
+    ReadDataset(r, spec["dataset"], &job->dataset);
+    const size_t errors_before_model = r.errors().size();
+    ReadModel(r, spec["model"], &job->model);
+    const bool model_read = r.errors().size() == errors_before_model;
+    ReadTraining(r, spec["training"], &job->training);
+    ReadOutput(r, spec["output"], job->training.epochs, &job->output);
+    ReadRoles(r, spec["roles"], &job->roles);
+    ReadRest(r, spec, job);
+    if (model_read) CheckShapes(r, job->model);
+    if (job->dataset.format == "folder" && job->model.input.channels != 1 &&
+        job->model.input.channels != 3)
+      r.Error("spec.model.input.channels",
+              "must be 1 (grey) or 3 (RGB) with spec.dataset.format: "
+              "folder, got " +
+                  std::to_string(job->model.input.channels));
+    CheckPinning(r, *job);
+    if (job->roles.parameter_server.copies > 1) {
+      // Copies move between servers on failover: dense layers must travel as weight deltas,
+      // which route per shard (activations and errors go per server).
+      if (job->training.dense_updates == DenseUpdates::kActivations)
+        r.Error("spec.training.denseUpdates",
+                "activations cannot follow a failover; with spec.roles.parameterServer.copies > 1 "
+                "use weights or auto (auto means weights there)");
+      job->training.dense_updates = DenseUpdates::kWeights;
+      if (job->roles.parameter_server.copies > job->roles.parameter_server.replicas)
+        r.Error("spec.roles.parameterServer.copies",
+                "is " + std::to_string(job->roles.parameter_server.copies) + " but only " +
+                    std::to_string(job->roles.parameter_server.replicas) +
+                    " parameter servers can hold a copy each");
+    }
+  }
+}
+
+}  // namespace
+
 StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
   if (yaml_text.size() > kMaxManifestBytes)
     return InvalidArgumentError("(root): the manifest is " + std::to_string(yaml_text.size()) +
@@ -837,63 +923,8 @@ StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
       r.Error("apiVersion", "must be adam.dev/v1alpha1, got '" + job.api_version + "'");
     if (r.Get(root, "kind", "(root)", &job.kind, true) && job.kind != "AdamJob")
       r.Error("kind", "must be AdamJob, got '" + job.kind + "'");
-    const YAML::Node md = root["metadata"];
-    if (!md) {
-      r.Error("metadata", "required");
-    } else if (md.IsMap()) {
-      // Kubernetes owns the rest of metadata (labels, annotations, ...): only these are ours.
-      // At most 40: pod and host names add "-data-server-0" and the like, within DNS's 63.
-      // A DNS-1035 label: it names the job's Service, which may not start with a digit.
-      static const std::regex dns1035("^[a-z]([-a-z0-9]*[a-z0-9])?$");
-      if (r.Get(md, "name", "metadata", &job.name, true) &&
-          (!std::regex_match(job.name, dns1035) || job.name.size() > 40))
-        r.Error("metadata.name",
-                "must be a DNS-1035 label (lower-case letters, digits and '-', starting with a "
-                "letter) of at most 40 characters, got '" +
-                    job.name + "'");
-      r.Get(md, "namespace", "metadata", &job.name_space);
-    } else {
-      r.Error("metadata", "must be a mapping");
-    }
-    const YAML::Node spec = root["spec"];
-    if (!spec) {
-      r.Error("spec", "required");
-    } else if (r.Map(spec, "spec",
-                     {"image", "dataset", "output", "model", "training", "roles", "placement",
-                      "networks", "runPolicy"})) {
-      r.Get(spec, "image", "spec", &job.image);
-      ReadDataset(r, spec["dataset"], &job.dataset);
-      const size_t errors_before_model = r.errors().size();
-      ReadModel(r, spec["model"], &job.model);
-      const bool model_read = r.errors().size() == errors_before_model;
-      ReadTraining(r, spec["training"], &job.training);
-      ReadOutput(r, spec["output"], job.training.epochs, &job.output);
-      ReadRoles(r, spec["roles"], &job.roles);
-      ReadRest(r, spec, &job);
-      if (model_read) CheckShapes(r, job.model);
-      if (job.dataset.format == "folder" && job.model.input.channels != 1 &&
-          job.model.input.channels != 3)
-        r.Error("spec.model.input.channels",
-                "must be 1 (grey) or 3 (RGB) with spec.dataset.format: "
-                "folder, got " +
-                    std::to_string(job.model.input.channels));
-      CheckPinning(r, job);
-      if (job.roles.parameter_server.copies > 1) {
-        // Copies move between servers on failover: dense layers must travel as weight deltas,
-        // which route per shard (activations and errors go per server).
-        if (job.training.dense_updates == DenseUpdates::kActivations)
-          r.Error(
-              "spec.training.denseUpdates",
-              "activations cannot follow a failover; with spec.roles.parameterServer.copies > 1 "
-              "use weights or auto (auto means weights there)");
-        job.training.dense_updates = DenseUpdates::kWeights;
-        if (job.roles.parameter_server.copies > job.roles.parameter_server.replicas)
-          r.Error("spec.roles.parameterServer.copies",
-                  "is " + std::to_string(job.roles.parameter_server.copies) + " but only " +
-                      std::to_string(job.roles.parameter_server.replicas) +
-                      " parameter servers can hold a copy each");
-      }
-    }
+    ReadMetadata(r, root["metadata"], &job);
+    ReadSpec(r, root["spec"], &job);
   } catch (const YAML::Exception& e) {
     r.Error("(root)", std::string("YAML error: ") + e.what());
   }

@@ -15,21 +15,10 @@
 
 namespace adam::trainer {
 
-int Main(const spec::AdamJob& job, const MainOptions& options) {
-  auto derived = update::DeriveJobLayout(job);
-  if (!derived.ok()) {
-    spdlog::error("{}", derived.status().message());
-    return 1;
-  }
-  const model::ModelLayout& layout = derived->layout;
-  const shard::ShardMap& map = derived->map;
-  auto metrics = metrics::MetricsServer::Start(options.metrics_host, options.metrics_port);
-  if (!metrics.ok()) {
-    spdlog::error("{}", metrics.status().message());
-    return 1;
-  }
-  auto& reg = **metrics;
-  EmitEvent({{"event", "ready"}, {"metrics_port", reg.port()}});
+namespace {
+
+// The trainer's series, registered on its metrics server.
+TrainerMetrics RegisterMetrics(metrics::MetricsServer& reg) {
   TrainerMetrics tm{
       &reg.Counter("adam_trainer_images_total", "Training images processed"),
       &reg.Gauge("adam_trainer_loss", "Mean training loss of the last epoch"),
@@ -58,6 +47,69 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   tm.ring_waits = &reg.Counter("adam_trainer_ring_waits_total",
                                "threadWeights private: steps a worker published only after waiting "
                                "for a slower worker to apply its earlier ones");
+  return tm;
+}
+
+// --check-pushes: the acknowledged-update check (push_check.h) instead of training. Exit 0 when
+// nothing acknowledged was lost or applied twice and every copy agrees with its primary.
+int CheckPushes(const spec::AdamJob& job, const MainOptions& options, const shard::ShardMap& map,
+                ParamServerClient* ps) {
+  if (options.controller.empty()) {
+    spdlog::error("--check-pushes compares a shard's copies: it needs --controller (copies > 1)");
+    return kExitInvalid;
+  }
+  PushCheckOptions co;
+  co.pushes = options.check_pushes;
+  co.round = options.check_round;
+  co.trainers = job.roles.trainer.replicas;
+  co.index = options.index;
+  co.every = std::chrono::milliseconds(options.check_every_ms);
+  co.controller = options.controller;
+  auto r = RunPushCheck(map, ps, co);
+  if (!r.ok()) {
+    spdlog::error("{}", r.status().message());
+    return r.status().code() == StatusCode::kInvalidArgument ? kExitInvalid : 1;
+  }
+  return r->lost + r->twice + r->disagree > 0 ? 1 : 0;
+}
+
+// The trainer's own options from the job and the command line; threads are pinned only where
+// this machine allows it (the reason is logged when it does not).
+TrainerOptions OptionsOf(const spec::AdamJob& job, const MainOptions& options) {
+  TrainerOptions to;
+  to.index = options.index;
+  to.threads = options.threads > 0 ? options.threads : job.roles.trainer.threads;
+  to.name = options.name;
+  to.evaluate_only = options.evaluate_only;
+  to.model_out = options.model_out;
+  to.bind = options.bind && job.placement.numa_pinning;
+  if (to.bind) {
+    if (const auto pin = topology::DecidePinningHere(); !pin.pin) {
+      spdlog::warn("worker threads not pinned: {}", pin.why);
+      to.bind = false;
+    }
+  }
+  return to;
+}
+
+}  // namespace
+
+int Main(const spec::AdamJob& job, const MainOptions& options) {
+  auto derived = update::DeriveJobLayout(job);
+  if (!derived.ok()) {
+    spdlog::error("{}", derived.status().message());
+    return 1;
+  }
+  const model::ModelLayout& layout = derived->layout;
+  const shard::ShardMap& map = derived->map;
+  auto metrics = metrics::MetricsServer::Start(options.metrics_host, options.metrics_port);
+  if (!metrics.ok()) {
+    spdlog::error("{}", metrics.status().message());
+    return 1;
+  }
+  auto& reg = **metrics;
+  EmitEvent({{"event", "ready"}, {"metrics_port", reg.port()}});
+  const TrainerMetrics tm = RegisterMetrics(reg);
 
   GrpcParamServerClientOptions po;
   po.trainer_name = options.name;
@@ -76,25 +128,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     spdlog::error("{}", ps.status().message());
     return 1;
   }
-  if (options.check_pushes > 0) {
-    if (options.controller.empty()) {
-      spdlog::error("--check-pushes compares a shard's copies: it needs --controller (copies > 1)");
-      return kExitInvalid;
-    }
-    PushCheckOptions co;
-    co.pushes = options.check_pushes;
-    co.round = options.check_round;
-    co.trainers = job.roles.trainer.replicas;
-    co.index = options.index;
-    co.every = std::chrono::milliseconds(options.check_every_ms);
-    co.controller = options.controller;
-    auto r = RunPushCheck(map, ps->get(), co);
-    if (!r.ok()) {
-      spdlog::error("{}", r.status().message());
-      return r.status().code() == StatusCode::kInvalidArgument ? kExitInvalid : 1;
-    }
-    return r->lost + r->twice + r->disagree > 0 ? 1 : 0;
-  }
+  if (options.check_pushes > 0) return CheckPushes(job, options, map, ps->get());
   auto data_channel = net::MakeChannel(options.data_server);
   if (Status st = net::WaitForReady(data_channel.get(), "data server", options.data_server,
                                     std::chrono::seconds(30));
@@ -102,19 +136,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     spdlog::error("{}", st.message());
     return 1;
   }
-  TrainerOptions to;
-  to.index = options.index;
-  to.threads = options.threads > 0 ? options.threads : job.roles.trainer.threads;
-  to.name = options.name;
-  to.evaluate_only = options.evaluate_only;
-  to.model_out = options.model_out;
-  to.bind = options.bind && job.placement.numa_pinning;
-  if (to.bind) {
-    if (const auto pin = topology::DecidePinningHere(); !pin.pin) {
-      spdlog::warn("worker threads not pinned: {}", pin.why);
-      to.bind = false;
-    }
-  }
+  const TrainerOptions to = OptionsOf(job, options);
   reg.Gauge("adam_cpu_pinned", "1 when this role's threads are pinned to cores of its own, else 0")
       .Set(to.bind ? 1 : 0);
   spdlog::info("training with {} threads, batch {}, {} parameters in {} shards on {} servers",

@@ -68,15 +68,12 @@ struct CopyRead {
   std::vector<float> tags;
 };
 
-}  // namespace
-
-StatusOr<PushCheckResult> RunPushCheck(const shard::ShardMap& map, ParamServerClient* ps,
-                                       const PushCheckOptions& o) {
-  ADAM_ASSIGN_OR_RETURN(const int64_t base, PushCheckBase(map, o));
+// Pushes `o.pushes` tagged updates (push n adds 1 at float `base + n` of every shard) and returns
+// which were acknowledged, counted in `r`.
+std::vector<bool> PushTagged(const shard::ShardMap& map, ParamServerClient* ps,
+                             const PushCheckOptions& o, int64_t base, PushCheckResult* r) {
   std::vector<float> delta(size_t(map.num_params()), 0.f);
   std::vector<bool> acked(size_t(o.pushes), false);
-  PushCheckResult r;
-  r.pushes = o.pushes;
   const auto t0 = std::chrono::steady_clock::now();
   for (int n = 0; n < o.pushes; ++n) {
     for (const auto& s : map.shards()) delta[size_t(s.offset + base + n)] = 1.f;
@@ -86,83 +83,96 @@ StatusOr<PushCheckResult> RunPushCheck(const shard::ShardMap& map, ParamServerCl
     const Status st = ps->Push(args);
     for (const auto& s : map.shards()) delta[size_t(s.offset + base + n)] = 0.f;
     acked[size_t(n)] = st.ok();
-    r.acked += st.ok();
+    r->acked += st.ok();
     if (!st.ok()) spdlog::warn("push {} of {} not acknowledged: {}", n + 1, o.pushes, st.message());
     if ((n + 1) % 50 == 0 || n + 1 == o.pushes)
-      spdlog::info("check: {} of {} pushes, {} acknowledged ({:.1f} s)", n + 1, o.pushes, r.acked,
+      spdlog::info("check: {} of {} pushes, {} acknowledged ({:.1f} s)", n + 1, o.pushes, r->acked,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     std::this_thread::sleep_for(o.every);
   }
-  // Read the tags from every copy until they agree with their primaries (forwards and a
-  // failover may still be under way) or `settle` has passed.
-  const auto deadline = std::chrono::steady_clock::now() + o.settle;
-  std::map<std::string, std::unique_ptr<adam::v1::ParameterService::Stub>> stubs;
-  std::vector<CopyRead> reads;
-  for (int attempt = 0;; ++attempt) {
-    reads.clear();
-    bool settled = false;
-    StatusOr<adam::v1::ShardMap> m = NewestMap(o.controller);
-    if (m.ok()) {
-      r.map_version = m->version();
-      settled = true;
-      for (const auto& rec : m->shards()) {
-        std::vector<uint32_t> holders(rec.replicas().begin(), rec.replicas().end());
-        holders.insert(holders.end(), rec.copying().begin(), rec.copying().end());
-        std::optional<std::vector<float>> primary;
-        for (size_t i = 0; i < holders.size(); ++i) {
-          CopyRead c;
-          c.shard = rec.shard();
-          c.server = holders[i];
-          c.primary = i == 0;
-          const std::string address =
-              int(c.server) < m->servers_size() ? m->servers(int(c.server)).address() : "";
-          if (!address.empty()) {
-            auto& stub = stubs[address];
-            if (!stub) stub = adam::v1::ParameterService::NewStub(net::MakeChannel(address));
-            adam::v1::ReadCopyRequest req;
-            req.set_shard(c.shard);
-            req.set_offset(uint64_t(base));
-            req.set_count(uint64_t(o.pushes));
-            adam::v1::ReadCopyResponse resp;
-            grpc::ClientContext ctx;
-            net::SetDeadline(&ctx, std::chrono::milliseconds(1000));
-            if (stub->ReadCopy(&ctx, req, &resp).ok() &&
-                resp.values().size() == size_t(o.pushes) * 4) {
-              c.ok = true;
-              c.tags.resize(size_t(o.pushes));
-              std::memcpy(c.tags.data(), resp.values().data(), resp.values().size());
-            }
-          }
-          // Copies being filled are compared once they are in sync, not before.
-          const bool in_sync = int(i) < rec.replicas_size();
-          if (c.primary && c.ok) primary = c.tags;
-          if (in_sync && (!c.ok || (primary && c.tags != *primary))) settled = false;
-          if (in_sync) reads.push_back(std::move(c));
-        }
-        if (!primary) settled = false;
+  return acked;
+}
+
+// Reads the tags of every copy of every shard in a shard map, through one stub per server.
+class CopyReader {
+ public:
+  CopyReader(int64_t base, int pushes) : base_(base), pushes_(pushes) {}
+
+  // The in-sync copies of every shard of `m` into `reads`; whether each was read and agrees with
+  // its primary (copies being filled are compared once they are in sync, not before).
+  bool ReadAll(const adam::v1::ShardMap& m, std::vector<CopyRead>* reads) {
+    bool settled = true;
+    for (const auto& rec : m.shards()) {
+      std::vector<uint32_t> holders(rec.replicas().begin(), rec.replicas().end());
+      holders.insert(holders.end(), rec.copying().begin(), rec.copying().end());
+      std::optional<std::vector<float>> primary;
+      for (size_t i = 0; i < holders.size(); ++i) {
+        CopyRead c = Read(m, rec.shard(), holders[i]);
+        c.primary = i == 0;
+        const bool in_sync = int(i) < rec.replicas_size();
+        if (c.primary && c.ok) primary = c.tags;
+        if (in_sync && (!c.ok || (primary && c.tags != *primary))) settled = false;
+        if (in_sync) reads->push_back(std::move(c));
       }
+      if (!primary) settled = false;
     }
-    if (settled || std::chrono::steady_clock::now() >= deadline) break;
-    if (attempt % 10 == 9) spdlog::info("check: waiting for every copy to agree");
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return settled;
   }
+
+ private:
+  CopyRead Read(const adam::v1::ShardMap& m, uint32_t shard, uint32_t server) {
+    CopyRead c;
+    c.shard = shard;
+    c.server = server;
+    const std::string address =
+        int(server) < m.servers_size() ? m.servers(int(server)).address() : "";
+    if (address.empty()) return c;
+    auto& stub = stubs_[address];
+    if (!stub) stub = adam::v1::ParameterService::NewStub(net::MakeChannel(address));
+    adam::v1::ReadCopyRequest req;
+    req.set_shard(shard);
+    req.set_offset(uint64_t(base_));
+    req.set_count(uint64_t(pushes_));
+    adam::v1::ReadCopyResponse resp;
+    grpc::ClientContext ctx;
+    net::SetDeadline(&ctx, std::chrono::milliseconds(1000));
+    if (stub->ReadCopy(&ctx, req, &resp).ok() && resp.values().size() == size_t(pushes_) * 4) {
+      c.ok = true;
+      c.tags.resize(size_t(pushes_));
+      std::memcpy(c.tags.data(), resp.values().data(), resp.values().size());
+    }
+    return c;
+  }
+
+  int64_t base_;
+  int pushes_;
+  std::map<std::string, std::unique_ptr<adam::v1::ParameterService::Stub>> stubs_;
+};
+
+// Counts into `r`, from the copies read: the acknowledged pushes each primary lost or applied
+// twice, and the copies unlike their primary or unreadable.
+void Compare(const std::vector<CopyRead>& reads, const std::vector<bool>& acked,
+             PushCheckResult* r) {
   std::map<uint32_t, const CopyRead*> primaries;
   for (const auto& c : reads)
     if (c.primary && c.ok) primaries[c.shard] = &c;
-  for (const auto& [shard, p] : primaries) CountTags(acked, p->tags.data(), &r);
+  for (const auto& [shard, p] : primaries) CountTags(acked, p->tags.data(), r);
   for (const auto& c : reads) {
     if (c.primary) {
-      if (!c.ok) ++r.unread;
+      if (!c.ok) ++r->unread;
       continue;
     }
-    ++r.copies;
+    ++r->copies;
     auto p = primaries.find(c.shard);
     if (!c.ok || p == primaries.end()) {
-      ++r.unread;
+      ++r->unread;
     } else if (c.tags != p->second->tags) {
-      ++r.disagree;
+      ++r->disagree;
     }
   }
+}
+
+void Report(const PushCheckOptions& o, const PushCheckResult& r) {
   EmitEvent({{"event", "push_check"},
              {"trainer", o.index},
              {"round", o.round},
@@ -180,6 +190,34 @@ StatusOr<PushCheckResult> RunPushCheck(const shard::ShardMap& map, ParamServerCl
       "copies unlike their primary {} of {}, unreadable {}; {} shard updates of "
       "unacknowledged pushes applied",
       r.pushes, r.acked, r.lost, r.twice, r.disagree, r.copies, r.unread, r.unacked_applied);
+}
+
+}  // namespace
+
+StatusOr<PushCheckResult> RunPushCheck(const shard::ShardMap& map, ParamServerClient* ps,
+                                       const PushCheckOptions& o) {
+  ADAM_ASSIGN_OR_RETURN(const int64_t base, PushCheckBase(map, o));
+  PushCheckResult r;
+  r.pushes = o.pushes;
+  const std::vector<bool> acked = PushTagged(map, ps, o, base, &r);
+  // Read the tags from every copy until they agree with their primaries (forwards and a
+  // failover may still be under way) or `settle` has passed.
+  const auto deadline = std::chrono::steady_clock::now() + o.settle;
+  CopyReader reader(base, o.pushes);
+  std::vector<CopyRead> reads;
+  for (int attempt = 0;; ++attempt) {
+    reads.clear();
+    bool settled = false;
+    if (StatusOr<adam::v1::ShardMap> m = NewestMap(o.controller); m.ok()) {
+      r.map_version = m->version();
+      settled = reader.ReadAll(*m, &reads);
+    }
+    if (settled || std::chrono::steady_clock::now() >= deadline) break;
+    if (attempt % 10 == 9) spdlog::info("check: waiting for every copy to agree");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  Compare(reads, acked, &r);
+  Report(o, r);
   return r;
 }
 

@@ -90,14 +90,17 @@ struct Replica::Impl {
   void Drain(int t, model::Network* own);
   void ApplyAdds(Private& p);
   void MergeCopies();
+  // Private weights: which layers' steps travel as rows (dense) and which as looped ranges.
+  void SplitLayers();
+  // Private weights: worker `wk`'s own copy of `initial`, its ring and its gather buffers.
+  void AllocatePrivate(Worker& wk, const float* initial);
+  // Worker `wk`'s Networks over `params` (training) and eval_params (evaluation).
+  Status MakeNetworks(Worker& wk, float* params);
 };
 
-Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Replica::~Replica() = default;
+namespace {
 
-StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& layout,
-                                                   const ReplicaOptions& options,
-                                                   const float* initial) {
+Status CheckReplicaOptions(const ReplicaOptions& options) {
   if (options.threads < 1) return InvalidArgumentError("replica: threads must be >= 1");
   if (options.private_weights && options.apply_every > 1)
     return InvalidArgumentError("replica: private weights apply every step (apply_every 1)");
@@ -106,6 +109,87 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
       (options.private_weights || options.apply_every > 1))
     return InvalidArgumentError(
         "replica: momentum and weight decay need shared weights and every step applied at once");
+  return OkStatus();
+}
+
+}  // namespace
+
+void Replica::Impl::SplitLayers() {
+  for (size_t i = 0; i < layout.shapes().size(); ++i) {
+    const auto& l = layout.spec().layers[i];
+    const auto& p = layout.params()[i];
+    if (l.type == spec::LayerType::kConv) {
+      looped.insert(looped.end(), {p.weights, p.bias});
+      looped_count += p.weights.count + p.bias.count;
+    } else if (l.type == spec::LayerType::kDense || l.type == spec::LayerType::kSoftmax) {
+      dense.push_back(
+          {int(i), layout.shapes()[i].in.size(), p.bias.count, p.weights.offset, p.bias.offset});
+    }
+  }
+  const auto threads = size_t(options.threads);
+  cursors = std::make_unique<Cursor[]>(threads * threads);
+}
+
+void Replica::Impl::AllocatePrivate(Worker& wk, const float* initial) {
+  wk.own = std::make_unique<Private>();
+  Private& pv = *wk.own;
+  pv.w.assign(initial, initial + layout.num_params());
+  {
+    MutexLock lock(pv.add_mu);
+    pv.add.assign(pv.w.size(), 0.f);
+  }
+  Ring& ring = pv.ring;
+  ring.capacity = options.ring_steps;
+  ring.rows = options.batch;
+  ring.used.assign(size_t(ring.capacity), 0);
+  ring.steps.resize(size_t(ring.capacity * looped_count));
+  for (const auto& d : dense) {
+    ring.a.emplace_back(size_t(ring.capacity * ring.rows * d.in));
+    ring.e.emplace_back(size_t(ring.capacity * ring.rows * d.units));
+  }
+  pv.drain_to.assign(size_t(options.threads), 0);
+  pv.gather_rows = std::max<int64_t>(64, options.batch);
+  for (const auto& d : dense) {
+    pv.gather_a.emplace_back(size_t(pv.gather_rows * d.in));
+    pv.gather_e.emplace_back(size_t(pv.gather_rows * d.units));
+  }
+}
+
+Status Replica::Impl::MakeNetworks(Worker& wk, float* params) {
+  model::StepRule rule{options.momentum, options.weight_decay, nullptr};
+  if (!rule.plain()) {  // the worker's batch and remainder Networks share one velocity
+    wk.velocity.assign(size_t(layout.num_params()), 0.f);
+    rule.velocity = wk.velocity.data();
+  }
+  Status error;
+  auto make = [&](std::unique_ptr<model::Network>* out, int batch, float* weights,
+                  model::NetworkMode mode, int apply_every = 1) {
+    if (!error.ok()) return;
+    // Private weights: the Network holds each step for Drain to apply with the peers'.
+    auto net = model::Network::Create(layout, batch, weights, nullptr, mode, apply_every,
+                                      options.private_weights,
+                                      mode == model::NetworkMode::kSgd ? rule : model::StepRule{});
+    if (net.ok())
+      *out = std::move(*net);
+    else
+      error = net.status();
+  };
+  make(&wk.net, options.batch, params, model::NetworkMode::kSgd, options.apply_every);
+  make(&wk.net_one, 1, params, model::NetworkMode::kSgd, options.apply_every);
+  if (options.evaluate) {
+    make(&wk.eval, options.eval_batch, eval_params.data(), model::NetworkMode::kInference);
+    make(&wk.eval_one, 1, eval_params.data(), model::NetworkMode::kInference);
+  }
+  return error;
+}
+
+Replica::Replica(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Replica::~Replica() = default;
+
+StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& layout,
+                                                   const ReplicaOptions& options,
+                                                   const float* initial) {
+  ADAM_RETURN_IF_ERROR(CheckReplicaOptions(options));
   auto impl = std::make_unique<Impl>(layout);
   Impl& m = *impl;
   m.options = options;
@@ -113,21 +197,7 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
   if (!options.private_weights) m.w.assign(initial, initial + n);
   m.eval_params.assign(initial, initial + n);
   m.workers.resize(size_t(options.threads));
-  if (options.private_weights) {
-    for (size_t i = 0; i < layout.shapes().size(); ++i) {
-      const auto& l = layout.spec().layers[i];
-      const auto& p = layout.params()[i];
-      if (l.type == spec::LayerType::kConv) {
-        m.looped.insert(m.looped.end(), {p.weights, p.bias});
-        m.looped_count += p.weights.count + p.bias.count;
-      } else if (l.type == spec::LayerType::kDense || l.type == spec::LayerType::kSoftmax) {
-        m.dense.push_back(
-            {int(i), layout.shapes()[i].in.size(), p.bias.count, p.weights.offset, p.bias.offset});
-      }
-    }
-    const auto threads = size_t(options.threads);
-    m.cursors = std::make_unique<Impl::Cursor[]>(threads * threads);
-  }
+  if (options.private_weights) m.SplitLayers();
   for (auto& wk : m.workers) {
     MutexLock lock(*wk.log_mu);
     wk.log.activations.resize(options.record_layers.size());
@@ -147,53 +217,10 @@ StatusOr<std::unique_ptr<Replica>> Replica::Create(const model::ModelLayout& lay
     auto& wk = s.workers[size_t(t)];
     float* params = s.w.data();
     if (s.options.private_weights) {  // allocated here: first touched on the worker's node
-      wk.own = std::make_unique<Impl::Private>();
-      Impl::Private& pv = *wk.own;
-      pv.w.assign(initial, initial + s.layout.num_params());
-      {
-        MutexLock lock(pv.add_mu);
-        pv.add.assign(pv.w.size(), 0.f);
-      }
-      params = pv.w.data();
-      Impl::Ring& ring = pv.ring;
-      ring.capacity = s.options.ring_steps;
-      ring.rows = s.options.batch;
-      ring.used.assign(size_t(ring.capacity), 0);
-      ring.steps.resize(size_t(ring.capacity * s.looped_count));
-      for (const auto& d : s.dense) {
-        ring.a.emplace_back(size_t(ring.capacity * ring.rows * d.in));
-        ring.e.emplace_back(size_t(ring.capacity * ring.rows * d.units));
-      }
-      pv.drain_to.assign(size_t(s.options.threads), 0);
-      pv.gather_rows = std::max<int64_t>(64, s.options.batch);
-      for (const auto& d : s.dense) {
-        pv.gather_a.emplace_back(size_t(pv.gather_rows * d.in));
-        pv.gather_e.emplace_back(size_t(pv.gather_rows * d.units));
-      }
+      s.AllocatePrivate(wk, initial);
+      params = wk.own->w.data();
     }
-    model::StepRule rule{s.options.momentum, s.options.weight_decay, nullptr};
-    if (!rule.plain()) {  // the worker's batch and remainder Networks share one velocity
-      wk.velocity.assign(size_t(s.layout.num_params()), 0.f);
-      rule.velocity = wk.velocity.data();
-    }
-    auto make = [&](std::unique_ptr<model::Network>* out, int batch, float* params,
-                    model::NetworkMode mode, int apply_every = 1) {
-      if (!errors[size_t(t)].ok()) return;
-      // Private weights: the Network holds each step for Drain to apply with the peers'.
-      auto net = model::Network::Create(
-          s.layout, batch, params, nullptr, mode, apply_every, s.options.private_weights,
-          mode == model::NetworkMode::kSgd ? rule : model::StepRule{});
-      if (net.ok())
-        *out = std::move(*net);
-      else
-        errors[size_t(t)] = net.status();
-    };
-    make(&wk.net, s.options.batch, params, model::NetworkMode::kSgd, s.options.apply_every);
-    make(&wk.net_one, 1, params, model::NetworkMode::kSgd, s.options.apply_every);
-    if (s.options.evaluate) {
-      make(&wk.eval, s.options.eval_batch, s.eval_params.data(), model::NetworkMode::kInference);
-      make(&wk.eval_one, 1, s.eval_params.data(), model::NetworkMode::kInference);
-    }
+    errors[size_t(t)] = s.MakeNetworks(wk, params);
   });
   for (const auto& e : errors) ADAM_RETURN_IF_ERROR(e);
   for (int l : options.record_layers)
