@@ -191,10 +191,7 @@ std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in
   }
   if (auto* p = std::get_if<spec::ParamServerOptions>(&options)) {
     p->state_dir = std::string(kStatePath) + "/checkpoints";
-    if (!job.networks.replication.empty()) {
-      p->replication_network = job.networks.replication;
-      p->pod_annotations = std::string(kPodInfoPath) + "/annotations";
-    }
+    if (!job.networks.replication.empty()) p->replication_network = job.networks.replication;
     p->no_bind = !job.placement.numa_pinning;
   }
   if (auto* t = std::get_if<spec::TrainerOptions>(&options)) {

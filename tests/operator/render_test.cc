@@ -202,13 +202,23 @@ TEST(Render, ReplicationNetworkGoesThroughMultusAndTheDownwardApi) {
     EXPECT_EQ((*p)["metadata"]["annotations"][kMultusAnnotation], "adam-replication");
     const std::string args = (*p)["spec"]["containers"][0]["args"].dump();
     EXPECT_NE(args.find("\"--replication-network\",\"adam-replication\""), std::string::npos);
-    EXPECT_NE(args.find("\"--pod-annotations\",\"/etc/podinfo/annotations\""), std::string::npos);
-    bool annotations_file = false;
+    // The file the server reads its annotations from is the one the downward-API volume holds.
+    std::string volume, item_path;
     for (const Json& v : (*p)["spec"]["volumes"])
       if (v.contains("downwardAPI"))
         for (const Json& item : v["downwardAPI"]["items"])
-          annotations_file |= item["fieldRef"]["fieldPath"] == "metadata.annotations";
-    EXPECT_TRUE(annotations_file);
+          if (item["fieldRef"]["fieldPath"] == "metadata.annotations") {
+            volume = v["name"];
+            item_path = item["path"];
+          }
+    ASSERT_FALSE(volume.empty()) << "no downward-API volume with the pod's annotations";
+    std::string mounted;
+    for (const Json& m : (*p)["spec"]["containers"][0]["volumeMounts"])
+      if (m["name"] == volume) mounted = m["mountPath"].get<std::string>() + "/" + item_path;
+    auto options = spec::ParseArgs(
+        (*p)["spec"]["containers"][0]["args"].get<std::vector<std::string>>());
+    ASSERT_TRUE(options.ok()) << options.status().message();
+    EXPECT_EQ(std::get<spec::ParamServerOptions>(*options).pod_annotations, mounted);
   }
   for (const Json* p : Pods(objects, "trainer"))
     EXPECT_FALSE((*p)["metadata"]["annotations"].contains(kMultusAnnotation));

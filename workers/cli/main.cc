@@ -107,10 +107,7 @@ int RunParamServer(const adam::spec::AdamJob& job, const adam::spec::ParamServer
   o.replication_listen = r.replication_listen;
   if (!r.replication_network.empty()) {
     // The second NIC: its address comes from Multus, through the downward API.
-    const std::string annotations = r.pod_annotations.empty()
-                                        ? std::string(adam::spec::kPodInfoPath) + "/annotations"
-                                        : r.pod_annotations;
-    auto addr = adam::net::WaitForPodNetworkAddress(annotations, r.replication_network,
+    auto addr = adam::net::WaitForPodNetworkAddress(r.pod_annotations, r.replication_network,
                                                     std::chrono::milliseconds(r.network_wait_ms));
     if (!addr.ok()) {
       spdlog::error("--replication-network {}: {}", r.replication_network, addr.status().message());

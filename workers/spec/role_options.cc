@@ -40,7 +40,7 @@ void Fields(V& v, O& o) requires std::is_same_v<std::remove_const_t<O>, ParamSer
            "Kubernetes: bind --replication-listen's port on this Multus network's address, found "
            "in the pod's network-status annotation (see --pod-annotations)");
   v.Option("--pod-annotations", o.pod_annotations,
-           "the downward-API file of this pod's annotations (default: /etc/podinfo/annotations)");
+           "the downward-API file of this pod's annotations (where the operator mounts it)");
   v.Option("--network-wait-ms", o.network_wait_ms,
            "how long to wait for --replication-network's address to appear in the pod's "
            "annotations (Multus writes it after the pod starts)");
@@ -110,7 +110,7 @@ struct Registrar {
   }
   template <class T>
   void Option(const char* flag, T& field, const char* help) {
-    app->add_option(flag, field, help);
+    app->add_option(flag, field, help)->capture_default_str();
   }
   void Flag(const char* flag, bool& field, const char* help) { app->add_flag(flag, field, help); }
   template <class T>

@@ -55,7 +55,7 @@ struct ParamServerOptions {
   std::string state_dir;
   std::string replication_listen;
   std::string replication_network;  // Kubernetes: the Multus network whose address to bind
-  std::string pod_annotations;      // the downward-API file; "" = kPodInfoPath's "annotations"
+  std::string pod_annotations = std::string(kPodInfoPath) + "/annotations";  // downward API
   int network_wait_ms = 120000;
   std::string restore_from;
   std::string checkpoint_peer;
