@@ -215,8 +215,8 @@ TEST(Render, ReplicationNetworkGoesThroughMultusAndTheDownwardApi) {
     std::string mounted;
     for (const Json& m : (*p)["spec"]["containers"][0]["volumeMounts"])
       if (m["name"] == volume) mounted = m["mountPath"].get<std::string>() + "/" + item_path;
-    auto options = spec::ParseArgs(
-        (*p)["spec"]["containers"][0]["args"].get<std::vector<std::string>>());
+    auto options =
+        spec::ParseArgs((*p)["spec"]["containers"][0]["args"].get<std::vector<std::string>>());
     ASSERT_TRUE(options.ok()) << options.status().message();
     EXPECT_EQ(std::get<spec::ParamServerOptions>(*options).pod_annotations, mounted);
   }
