@@ -42,6 +42,13 @@ constexpr bool kSanitizerBuild = true;
 constexpr bool kSanitizerBuild = false;
 #endif
 
+// Epochs of the kill-and-restart jobs below: about 3 s of training on a quiet machine, so that a
+// kill at 0.5 s finds the trainers training. A sanitizer build trains about four times slower, so
+// a quarter of the epochs last as long there.
+constexpr int kRestartEpochs = kSanitizerBuild ? 100 : 400;
+const std::string kRestartTraining =
+    "epochs: " + std::to_string(kRestartEpochs) + ", learningRate: 0.02, pushEvery: 50";
+
 using ::testing::HasSubstr;
 using testing::Manifest;
 using ::testing::Not;
@@ -683,19 +690,18 @@ TEST_F(AdamRun, TheModelOutIsTheModelTheSummaryScores) {
 }
 
 TEST_F(AdamRun, WithoutTrainer0TheFinalModelIsEvaluated) {
-  // 400 epochs: about 3 s on a quiet machine, so trainer 0 is still training when it is killed.
-  const std::string job = Manifest(dir_, "epochs: 400, learningRate: 0.02, pushEvery: 50",
-                                   "trainer: {replicas: 2, threads: 1}");
+  const std::string job = Manifest(dir_, kRestartTraining, "trainer: {replicas: 2, threads: 1}");
   Result r = Adam(dir_,
                   "run " + job + " --output json -q --kill trainer-0@0.5 --model-out " +
                       dir_.File("out/model.onnx"),
                   240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["epochs"].get<int>(), 400) << r.out;
+  EXPECT_EQ(j["epochs"].get<int>(), kRestartEpochs) << r.out;
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
   EXPECT_THAT(r.err, HasSubstr("adam run: trainer-0 did not finish"));
-  EXPECT_THAT(r.err, HasSubstr("evaluating the final model (epoch 400) with an evaluator"));
+  EXPECT_THAT(r.err, HasSubstr("evaluating the final model (epoch " +
+                               std::to_string(kRestartEpochs) + ") with an evaluator"));
   EXPECT_THAT(r.err, HasSubstr("adam run: the final model: test accuracy "));
   // The evaluator wrote the final model, the one scored.
   ExpectTheModelScores(dir_, j);
@@ -719,15 +725,14 @@ bool KilledMidTraining(const std::string& err, const std::string& kill, int epoc
 // A trainer killed and restarted gets the data server's and the parameter servers' addresses
 // the first one had, and the job completes.
 TEST_F(AdamRun, ARestartedTrainerRejoinsTheJob) {
-  // 400 epochs: about 3 s on a quiet machine, so the kill and the restart come mid-training.
-  const std::string job = Manifest(dir_, "epochs: 400, learningRate: 0.02, pushEvery: 50",
-                                   "trainer: {replicas: 2, threads: 1}");
+  const std::string job = Manifest(dir_, kRestartTraining, "trainer: {replicas: 2, threads: 1}");
   Result r = Adam(dir_, "run " + job + " --output json --kill trainer-1@0.5+0.5", 240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["epochs"].get<int>(), 400) << r.out;
-  if (KilledMidTraining(r.err, "kill -9 trainer-1", 400))  // it starts where the job is
-    EXPECT_THAT(r.err, ::testing::ContainsRegex("trainer-1\\] .* going on at epoch [0-9]+ of 400"));
+  EXPECT_EQ(j["epochs"].get<int>(), kRestartEpochs) << r.out;
+  if (KilledMidTraining(r.err, "kill -9 trainer-1", kRestartEpochs))  // it starts where the job is
+    EXPECT_THAT(r.err, ::testing::ContainsRegex("trainer-1\\] .* going on at epoch [0-9]+ of " +
+                                                std::to_string(kRestartEpochs)));
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
   EXPECT_THAT(r.err, HasSubstr("adam run: restarting trainer-1"));
 }
@@ -735,12 +740,11 @@ TEST_F(AdamRun, ARestartedTrainerRejoinsTheJob) {
 // Trainer 0 restarted mid-run starts where the job is, and evaluates from there on: that is no
 // resume from checkpoints, and the summary counts the run's own epochs.
 TEST_F(AdamRun, ARestartedTrainer0IsNotAResume) {
-  const std::string job = Manifest(dir_, "epochs: 400, learningRate: 0.02, pushEvery: 50",
-                                   "trainer: {replicas: 2, threads: 1}");
+  const std::string job = Manifest(dir_, kRestartTraining, "trainer: {replicas: 2, threads: 1}");
   Result r = Adam(dir_, "run " + job + " --output json -q --kill trainer-0@0.5+0.5", 240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["epochs"].get<int>(), 400) << r.out;
+  EXPECT_EQ(j["epochs"].get<int>(), kRestartEpochs) << r.out;
   EXPECT_FALSE(j.contains("resumed_after_epoch")) << r.out;
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
   EXPECT_THAT(r.err, Not(HasSubstr("adam run: resuming")));
@@ -749,19 +753,19 @@ TEST_F(AdamRun, ARestartedTrainer0IsNotAResume) {
 // Without copies, a parameter server that crashes and comes back does not end the job: the
 // trainers wait for it, it restores its last checkpoint under the same name, and training goes on.
 TEST_F(AdamRun, AParameterServerThatRestartsWithoutCopiesDoesNotEndTheJob) {
-  const std::string job = Manifest(dir_, "epochs: 400, learningRate: 0.02, pushEvery: 50",
+  const std::string job = Manifest(dir_, kRestartTraining,
                                    "trainer: {replicas: 2, threads: 1}, parameterServer: "
                                    "{replicas: 2, copies: 1, persistence: {interval: 200ms}}");
   Result r = Adam(dir_, "run " + job + " --output json --kill ps-0@0.5+0.5", 240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["epochs"].get<int>(), 400) << r.out;
+  EXPECT_EQ(j["epochs"].get<int>(), kRestartEpochs) << r.out;
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
   EXPECT_THAT(r.err, HasSubstr("adam run: restarting ps-0"));
   EXPECT_THAT(r.err, HasSubstr("restored 1 shards from checkpoint"));
   // When the kill came mid-training (always, but in a slow sanitizer build whose trainers may
   // not have connected yet), the trainers waited for it (their log lines, shown without -q).
-  if (KilledMidTraining(r.err, "kill -9 ps-0", 400)) {
+  if (KilledMidTraining(r.err, "kill -9 ps-0", kRestartEpochs)) {
     EXPECT_THAT(r.err, HasSubstr("waiting for parameter server ps-0"));
     EXPECT_THAT(r.err, HasSubstr("is back after"));
   }
@@ -770,16 +774,14 @@ TEST_F(AdamRun, AParameterServerThatRestartsWithoutCopiesDoesNotEndTheJob) {
 // A data server that crashes and comes back: the trainers wait for it and go on with the batches
 // of the epoch they were in (its shuffles are seeded, so it serves them again).
 TEST_F(AdamRun, ADataServerThatRestartsDoesNotEndTheJob) {
-  // 400 epochs: about 3 s on a quiet machine, so the kill at 0.5 s finds the trainers training.
-  const std::string job = Manifest(dir_, "epochs: 400, learningRate: 0.02, pushEvery: 50",
-                                   "trainer: {replicas: 2, threads: 1}");
+  const std::string job = Manifest(dir_, kRestartTraining, "trainer: {replicas: 2, threads: 1}");
   Result r = Adam(dir_, "run " + job + " --output json --kill data-server-0@0.5+0.5", 240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["epochs"].get<int>(), 400) << r.out;
+  EXPECT_EQ(j["epochs"].get<int>(), kRestartEpochs) << r.out;
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
   EXPECT_THAT(r.err, HasSubstr("adam run: restarting data-server-0"));
-  if (KilledMidTraining(r.err, "kill -9 data-server-0", 400)) {
+  if (KilledMidTraining(r.err, "kill -9 data-server-0", kRestartEpochs)) {
     EXPECT_THAT(r.err, HasSubstr("waiting for the data server at 127.0.0.1:"));
     EXPECT_THAT(
         r.err, ::testing::ContainsRegex("the data server at 127\\.0\\.0\\.1:[0-9]+ is back after"));
