@@ -151,8 +151,11 @@ struct ExecAnswer {
 
 // Runs the plugin with KUBERNETES_EXEC_INFO set, as kubectl does, and reads the ExecCredential it
 // prints. Errors name the kubeconfig field and what the plugin did wrong.
-StatusOr<ExecAnswer> RunExecPlugin(const ExecPlugin& p) {
-  const std::string where = p.where.empty() ? "exec plugin" : p.where;
+namespace {
+
+// Runs the plugin's command with its environment and KUBERNETES_EXEC_INFO, and returns what it
+// printed (at most 1 MiB); an error when it cannot run or does not exit 0.
+StatusOr<std::string> RunForOutput(const ExecPlugin& p, const std::string& where) {
   int out[2];
   if (pipe(out) != 0) return UnavailableError(where + ": pipe: " + std::strerror(errno));
   std::vector<std::string> env_store;
@@ -203,6 +206,13 @@ StatusOr<ExecAnswer> RunExecPlugin(const ExecPlugin& p) {
                                         ? "exit code " + std::to_string(WEXITSTATUS(wstatus))
                                         : "killed by a signal") +
                                    ")");
+  return text;
+}
+
+// The ExecCredential the plugin printed: a token or a client certificate and key, and when they
+// expire.
+StatusOr<ExecAnswer> ParseExecCredential(const std::string& text, const ExecPlugin& p,
+                                         const std::string& where) {
   Json cred;
   try {
     cred = Json::parse(text);
@@ -236,6 +246,14 @@ StatusOr<ExecAnswer> RunExecPlugin(const ExecPlugin& p) {
                                   "' is not RFC 3339");
   }
   return a;
+}
+
+}  // namespace
+
+StatusOr<ExecAnswer> RunExecPlugin(const ExecPlugin& p) {
+  const std::string where = p.where.empty() ? "exec plugin" : p.where;
+  ADAM_ASSIGN_OR_RETURN(const std::string text, RunForOutput(p, where));
+  return ParseExecCredential(text, p, where);
 }
 
 // A token bucket: `qps` tokens a second, at most `burst` saved up. Acquire blocks until one is

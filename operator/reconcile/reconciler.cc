@@ -558,15 +558,8 @@ Status Reconciler::NotRenewable(State& s, const std::string& expiry, const std::
   return OkStatus();
 }
 
-Status Reconciler::EnsureObjects(State& s) {
-  RenderOptions ro;
-  ro.manifest = ManifestOf(s.job);
-  ro.owner_uid = s.uid;
-  ro.generation = s.generation;
-  const std::vector<Json> desired = Render(*s.spec, ro);
-
-  std::map<std::string, Json> existing;  // "Kind/name"
-  std::set<std::string> desired_names;
+std::map<std::string, Json> Reconciler::ExistingObjects(State& s) {
+  std::map<std::string, Json> existing;
   const kube::Resource kinds[] = {kube::ConfigMaps(),   kube::Services(),
                                   kube::StatefulSets(), kube::PersistentVolumeClaims(),
                                   kube::Pods(),         kube::NetworkPolicies()};
@@ -575,7 +568,52 @@ Status Reconciler::EnsureObjects(State& s) {
   for (size_t i = 0; i < 6; ++i)
     for (Json& o : children_->Owned(kinds[i], s.ns, s.name, s.uid))
       existing[std::string(kind_names[i]) + "/" + o["metadata"].value("name", "")] = o;
+  return existing;
+}
 
+StatusOr<bool> Reconciler::EnsureObject(State& s, const Json& o,
+                                        const std::map<std::string, Json>& existing) {
+  const std::string kind = o["kind"];
+  const std::string key = kind + "/" + o["metadata"]["name"].get<std::string>();
+  ADAM_ASSIGN_OR_RETURN(const kube::Resource r, kube::ResourceForKind(o["apiVersion"], kind));
+  auto it = existing.find(key);
+  if (it == existing.end()) {
+    auto c = client_->Create(r, s.ns, Json::parse(o.dump()));
+    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
+    return kind != "Pod" && kind != "StatefulSet";
+  }
+  const Json& cur = it->second;
+  if (HasDeletion(cur)) return false;
+  if (kind == "ConfigMap" && cur.value("data", Json::object()) != Json::parse(o["data"].dump())) {
+    Json u = cur;
+    u["data"] = Json::parse(o["data"].dump());
+    auto r2 = client_->Update(r, s.ns, u);
+    if (!r2.ok()) return r2.status();
+  }
+  bool ready = true;
+  if (kind == "StatefulSet") {
+    const int want = o["spec"]["replicas"];
+    if (cur["spec"].value("replicas", 0) != want) {
+      Json u = cur;
+      u["spec"]["replicas"] = want;
+      auto r2 = client_->Update(r, s.ns, u);
+      if (!r2.ok()) return r2.status();
+    }
+    if (cur.value("status", Json::object()).value("readyReplicas", 0) < want) ready = false;
+  }
+  if (kind == "Pod" && Label(cur, kRoleLabel) != "trainer" && !PodReady(cur)) ready = false;
+  return ready;
+}
+
+Status Reconciler::EnsureObjects(State& s) {
+  RenderOptions ro;
+  ro.manifest = ManifestOf(s.job);
+  ro.owner_uid = s.uid;
+  ro.generation = s.generation;
+  const std::vector<Json> desired = Render(*s.spec, ro);
+  const std::map<std::string, Json> existing = ExistingObjects(s);
+
+  std::set<std::string> desired_names;
   bool created_all = true;
   int stage_ready_through = -1;
   int max_stage = 0;
@@ -588,40 +626,8 @@ Status Reconciler::EnsureObjects(State& s) {
     bool ready = true;
     for (const Json& o : desired) {
       if (StageOf(o) != stage) continue;
-      const std::string kind = o["kind"];
-      const std::string key = kind + "/" + o["metadata"]["name"].get<std::string>();
-      ADAM_ASSIGN_OR_RETURN(const kube::Resource r, kube::ResourceForKind(o["apiVersion"], kind));
-      auto it = existing.find(key);
-      if (it == existing.end()) {
-        auto c = client_->Create(r, s.ns, Json::parse(o.dump()));
-        if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
-        if (kind == "Pod") ready = false;
-        if (kind == "StatefulSet") ready = false;
-        continue;
-      }
-      const Json& cur = it->second;
-      if (HasDeletion(cur)) {
-        ready = false;
-        continue;
-      }
-      if (kind == "ConfigMap" &&
-          cur.value("data", Json::object()) != Json::parse(o["data"].dump())) {
-        Json u = cur;
-        u["data"] = Json::parse(o["data"].dump());
-        auto r2 = client_->Update(r, s.ns, u);
-        if (!r2.ok()) return r2.status();
-      }
-      if (kind == "StatefulSet") {
-        const int want = o["spec"]["replicas"];
-        if (cur["spec"].value("replicas", 0) != want) {
-          Json u = cur;
-          u["spec"]["replicas"] = want;
-          auto r2 = client_->Update(r, s.ns, u);
-          if (!r2.ok()) return r2.status();
-        }
-        if (cur.value("status", Json::object()).value("readyReplicas", 0) < want) ready = false;
-      }
-      if (kind == "Pod" && Label(cur, kRoleLabel) != "trainer" && !PodReady(cur)) ready = false;
+      ADAM_ASSIGN_OR_RETURN(const bool up, EnsureObject(s, o, existing));
+      ready = ready && up;
     }
     if (!ready) {
       // Later stages wait; a pod or StatefulSet change requeues the job through the informers.

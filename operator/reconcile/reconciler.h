@@ -98,6 +98,10 @@ class Reconciler {
   // reconcile; the next try in an hour.
   Status NotRenewable(State& s, const std::string& expiry, const std::string& why);
   Status EnsureObjects(State& s);
+  // EnsureObjects' parts: the job's objects that exist ("Kind/name"), and one desired object
+  // made or updated, false while it is not ready (a pod or StatefulSet not yet up, or going).
+  std::map<std::string, Json> ExistingObjects(State& s);
+  StatusOr<bool> EnsureObject(State& s, const Json& o, const std::map<std::string, Json>& existing);
   Status HandlePods(State& s);
   Status Cleanup(State& s, bool all);
   Status DeletePods(State& s, const std::string& role);

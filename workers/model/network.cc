@@ -185,7 +185,23 @@ struct Network::Builder {
                     const LayerParams& p, std::vector<Step>& bwd, bool need_diff_src);
   // Every layer of `layout`: forward steps in order, backward steps in reverse.
   Status Layers(const ModelLayout& layout);
+  // An activation applied in place to `dst` (described by `md`), and its gradient to `diff_dst`.
+  void Activate(spec::Activation a, const memory::desc& md, const memory& dst,
+                const memory& diff_dst, std::vector<Step>& bwd);
 };
+
+void Network::Builder::Activate(spec::Activation a, const memory::desc& md, const memory& dst,
+                                const memory& diff_dst, std::vector<Step>& bwd) {
+  dnnl::eltwise_forward::primitive_desc epd(
+      {prop_kind::forward_training, EltwiseAlg(a), md, EltwiseAlpha(a), 0.f}, attr, eng);
+  m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
+  if (!train) return;
+  dnnl::eltwise_backward::primitive_desc ebd({EltwiseAlg(a), md, md, EltwiseAlpha(a), 0.f}, attr,
+                                             eng, epd);
+  bwd.push_back(
+      {dnnl::eltwise_backward(ebd),
+       {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_dst}}});
+}
 
 Status Network::Builder::Layers(const ModelLayout& layout) {
   // Backward steps are collected per layer and then reversed.
@@ -252,21 +268,8 @@ void Network::Builder::Conv(size_t i, const spec::LayerSpec& l, const spec::Laye
                         {DNNL_ARG_DST, dst}}});
   memory diff_dst;
   if (train) diff_dst = memory(fpd.dst_desc(), eng);
-  if (l.activation != spec::Activation::kNone) {
-    dnnl::eltwise_forward::primitive_desc epd(
-        {prop_kind::forward_training, EltwiseAlg(l.activation), fpd.dst_desc(),
-         EltwiseAlpha(l.activation), 0.f},
-        attr, eng);
-    m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
-    if (train) {
-      dnnl::eltwise_backward::primitive_desc ebd({EltwiseAlg(l.activation), fpd.dst_desc(),
-                                                  fpd.dst_desc(), EltwiseAlpha(l.activation), 0.f},
-                                                 attr, eng, epd);
-      bwd.push_back(
-          {dnnl::eltwise_backward(ebd),
-           {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_dst}}});
-    }
-  }
+  if (l.activation != spec::Activation::kNone)
+    Activate(l.activation, fpd.dst_desc(), dst, diff_dst, bwd);
   if (train) {
     if (sgd) {
       m.looped_updates.insert(m.looped_updates.end(), {p.weights, p.bias});
@@ -468,19 +471,7 @@ void Network::Builder::InnerProduct(size_t i, const spec::LayerSpec& l, const sp
     m.forward.push_back(
         {dnnl::softmax_forward(spd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, m.probs}}});
   } else if (l.activation != spec::Activation::kNone) {
-    dnnl::eltwise_forward::primitive_desc epd(
-        {prop_kind::forward_training, EltwiseAlg(l.activation), dst_md, EltwiseAlpha(l.activation),
-         0.f},
-        attr, eng);
-    m.forward.push_back({dnnl::eltwise_forward(epd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}}});
-    if (train) {
-      dnnl::eltwise_backward::primitive_desc ebd(
-          {EltwiseAlg(l.activation), dst_md, dst_md, EltwiseAlpha(l.activation), 0.f}, attr, eng,
-          epd);
-      bwd.push_back(
-          {dnnl::eltwise_backward(ebd),
-           {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_dst}}});
-    }
+    Activate(l.activation, dst_md, dst, diff_dst, bwd);
   }
   if (train && need_diff_src) {
     // Before the weights change: the gradient flows through the weights of this step.

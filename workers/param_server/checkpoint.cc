@@ -141,6 +141,35 @@ uint64_t CheckpointGeneration(const std::string& name) {
   return g;
 }
 
+namespace {
+
+// An entry's values, written in this file: the compressed size, then a zstd frame of
+// e->count shuffled floats.
+Status ReadValues(Reader& r, CheckpointEntry* e) {
+  uint64_t csize = 0;
+  ADAM_RETURN_IF_ERROR(r.Int(&csize, "compressed size"));
+  if (csize > r.left())
+    return DataLossError("byte " + std::to_string(r.pos() - 8) + ": shard " +
+                         std::to_string(e->shard) + " claims " + std::to_string(csize) +
+                         " compressed bytes, " + std::to_string(r.left()) + " remain");
+  const unsigned long long content = ZSTD_getFrameContentSize(r.here(), size_t(csize));
+  if (content != uint64_t(e->count) * 4)
+    return DataLossError("byte " + std::to_string(r.pos()) + ": shard " + std::to_string(e->shard) +
+                         ": compressed frame does not hold " + std::to_string(e->count) +
+                         " floats");
+  std::vector<uint8_t> planes(size_t(e->count) * 4);
+  const size_t got = ZSTD_decompress(planes.data(), planes.size(), r.here(), size_t(csize));
+  if (ZSTD_isError(got) || got != planes.size())
+    return DataLossError("byte " + std::to_string(r.pos()) + ": shard " + std::to_string(e->shard) +
+                         ": " + (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short frame"));
+  e->values.resize(size_t(e->count));
+  Unshuffle(planes.data(), e->count, e->values.data());
+  r.Skip(size_t(csize));
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_floats) {
   constexpr size_t kTrailer = 4 + sizeof kEndMagic;
   if (bytes.size() < sizeof kMagic + kTrailer ||
@@ -193,28 +222,7 @@ StatusOr<CheckpointFile> ParseCheckpoint(std::string_view bytes, int64_t max_flo
       return DataLossError("byte " + std::to_string(at + 20) + ": shard " +
                            std::to_string(e.shard) + " refers to generation " +
                            std::to_string(e.source) + ", newer than the file");
-    if (e.source == f.generation) {
-      uint64_t csize = 0;
-      ADAM_RETURN_IF_ERROR(r.Int(&csize, "compressed size"));
-      if (csize > r.left())
-        return DataLossError("byte " + std::to_string(r.pos() - 8) + ": shard " +
-                             std::to_string(e.shard) + " claims " + std::to_string(csize) +
-                             " compressed bytes, " + std::to_string(r.left()) + " remain");
-      const unsigned long long content = ZSTD_getFrameContentSize(r.here(), size_t(csize));
-      if (content != uint64_t(e.count) * 4)
-        return DataLossError("byte " + std::to_string(r.pos()) + ": shard " +
-                             std::to_string(e.shard) + ": compressed frame does not hold " +
-                             std::to_string(e.count) + " floats");
-      std::vector<uint8_t> planes(size_t(e.count) * 4);
-      const size_t got = ZSTD_decompress(planes.data(), planes.size(), r.here(), size_t(csize));
-      if (ZSTD_isError(got) || got != planes.size())
-        return DataLossError("byte " + std::to_string(r.pos()) + ": shard " +
-                             std::to_string(e.shard) + ": " +
-                             (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short frame"));
-      e.values.resize(size_t(e.count));
-      Unshuffle(planes.data(), e.count, e.values.data());
-      r.Skip(size_t(csize));
-    }
+    if (e.source == f.generation) ADAM_RETURN_IF_ERROR(ReadValues(r, &e));
     f.entries.push_back(std::move(e));
   }
   if (r.left() != 0)
@@ -418,11 +426,7 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
   const std::vector<uint32_t> ids = store_->shard_ids();
   // Read before the shards (ParamStore::RaiseEpochs): every copy below holds what it says.
   const uint32_t epochs = store_->epochs();
-  std::vector<uint32_t> dirty;
-  for (uint32_t id : ids) {
-    auto it = flushed_version_.find(id);
-    if (it == flushed_version_.end() || it->second != store_->Version(id)) dirty.push_back(id);
-  }
+  const std::vector<uint32_t> dirty = Dirty(ids);
   if (dirty.empty() && epochs == flushed_epochs_) return uint64_t{0};
   const uint64_t gen = next_generation_++;
   // Consistent copies of the dirty shards, through the shard workers.
@@ -483,22 +487,38 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
     ::unlink(tmp.c_str());
     return st;
   }
-  std::set<uint64_t> refs;
-  for (uint32_t id : ids) {
-    if (auto c = copies.find(id); c != copies.end()) {
-      flushed_version_[id] = c->second.version;
-      source_[id] = gen;
-    }
-    refs.insert(source_.at(id));
-  }
-  refs_[gen] = {refs.begin(), refs.end()};
-  flushed_epochs_ = epochs;
-  const uint64_t previous = last_generation_;
-  last_generation_ = gen;
-  Prune(previous);
+  std::map<uint32_t, uint64_t> written;
+  for (const auto& [id, c] : copies) written[id] = c.version;
+  Commit(gen, epochs, ids, written);
   Record(gen, dirty.size(), epochs, w.bytes(),
          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return gen;
+}
+
+std::vector<uint32_t> Checkpointer::Dirty(const std::vector<uint32_t>& ids) {
+  std::vector<uint32_t> dirty;
+  for (uint32_t id : ids) {
+    auto it = flushed_version_.find(id);
+    if (it == flushed_version_.end() || it->second != store_->Version(id)) dirty.push_back(id);
+  }
+  return dirty;
+}
+
+void Checkpointer::Commit(uint64_t generation, uint32_t epochs, const std::vector<uint32_t>& ids,
+                          const std::map<uint32_t, uint64_t>& written) {
+  std::set<uint64_t> refs;
+  for (uint32_t id : ids) {
+    if (auto v = written.find(id); v != written.end()) {
+      flushed_version_[id] = v->second;
+      source_[id] = generation;
+    }
+    refs.insert(source_.at(id));
+  }
+  refs_[generation] = {refs.begin(), refs.end()};
+  flushed_epochs_ = epochs;
+  const uint64_t previous = last_generation_;
+  last_generation_ = generation;
+  Prune(previous);
 }
 
 void Checkpointer::Record(uint64_t generation, size_t shards, uint32_t epochs, uint64_t bytes,

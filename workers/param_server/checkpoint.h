@@ -136,6 +136,12 @@ class Checkpointer {
   StatusOr<uint64_t> FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
   void Prune(uint64_t newest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The shards among `ids` changed since the newest checkpoint.
+  std::vector<uint32_t> Dirty(const std::vector<uint32_t>& ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checkpoint `generation`, durable, becomes the newest: `written` (shard -> version) are in its
+  // file, the other shards of `ids` in the files they were in.
+  void Commit(uint64_t generation, uint32_t epochs, const std::vector<uint32_t>& ids,
+              const std::map<uint32_t, uint64_t>& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a written checkpoint in the metrics and reports it as an event.
   void Record(uint64_t generation, size_t shards, uint32_t epochs, uint64_t bytes, double seconds);
 

@@ -187,18 +187,35 @@ void StartCheckpointer(const MainOptions& options, metrics::MetricsServer& reg, 
 // Serves the store until SIGINT/SIGTERM: the parameter service, the replication service on the
 // second address, with copies the controller link and the forwarder, metrics, and a last
 // checkpoint on the way out.
-int Serve(const spec::AdamJob& job, const MainOptions& options, const update::JobLayout& derived,
-          CheckpointOptions copt, const Restored& restored, ParamStore* store, bool pinned) {
-  const model::ModelLayout& layout = derived.layout;
-  spdlog::info("holding {} of {} shards ({} of {} parameters); {}", store->shard_ids().size(),
-               derived.map.shards().size(), store->total_floats(), layout.num_params(),
-               store->placement());
+// What this server holds, and which dense layers' updates reach it as activations and errors.
+void LogHolding(const update::JobLayout& derived, const ParamStore& store) {
+  spdlog::info("holding {} of {} shards ({} of {} parameters); {}", store.shard_ids().size(),
+               derived.map.shards().size(), store.total_floats(), derived.layout.num_params(),
+               store.placement());
   if (!derived.plan.dense().empty()) {
     std::string layers;
     for (const auto& d : derived.plan.dense())
       layers += (layers.empty() ? "" : ", ") + std::to_string(d.layer);
     spdlog::info("dense layers {} send activations and errors", layers);
   }
+}
+
+// The last checkpoint, once serving has stopped: no background flush (or peer copy) from here
+// on, then the last updates before the process goes. Exit code 1 when it fails.
+int FinalFlush(Checkpointer& checkpointer, const CheckpointOptions& copt) {
+  checkpointer.Stop();
+  auto g = checkpointer.Flush();
+  if (!g.ok()) {
+    spdlog::error("final checkpoint failed: {}", g.status().message());
+    return 1;
+  }
+  if (*g > 0 && copt.after_flush) copt.after_flush();
+  return 0;
+}
+
+int Serve(const spec::AdamJob& job, const MainOptions& options, const update::JobLayout& derived,
+          CheckpointOptions copt, const Restored& restored, ParamStore* store, bool pinned) {
+  LogHolding(derived, *store);
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   auto metrics = metrics::MetricsServer::Start(host, options.metrics_port);
   if (!metrics.ok()) {
@@ -262,15 +279,7 @@ int Serve(const spec::AdamJob& job, const MainOptions& options, const update::Jo
   if (link) link->Stop();
   if (forwarder) forwarder->Stop();
   sampler.Stop();
-  if (checkpointer) {
-    checkpointer->Stop();            // no background flush (or peer copy) from here on
-    auto g = checkpointer->Flush();  // the last updates, before the process goes
-    if (!g.ok()) {
-      spdlog::error("final checkpoint failed: {}", g.status().message());
-      return 1;
-    }
-    if (*g > 0 && copt.after_flush) copt.after_flush();
-  }
+  if (checkpointer && FinalFlush(*checkpointer, copt) != 0) return 1;
   return rc;
 }
 

@@ -271,6 +271,40 @@ void ParamStore::Submit(Op* ops, size_t n) {
   }
 }
 
+void ParamStore::Read(const ShardState& s, Op* op) {
+  std::memcpy(op->out, s.values.get(), size_t(s.count) * sizeof(float));
+  if (op->version) *op->version = s.version.load(std::memory_order_relaxed);
+  if (op->meta) {
+    op->meta->version = s.version.load(std::memory_order_relaxed);
+    op->meta->term = s.term.load(std::memory_order_relaxed);
+    op->meta->marks = s.marks;
+  }
+  if (op->done) op->done->Done();
+}
+
+// A whole state: conditional when a copy receives it (an older term is stale, an older or equal
+// version of the same term is held already).
+void ParamStore::Set(ShardState& s, Op* op) {
+  SetResult r = SetResult::kApplied;
+  if (op->conditional) {
+    const uint64_t term = s.term.load(std::memory_order_relaxed);
+    const uint64_t version = s.version.load(std::memory_order_relaxed);
+    if (op->meta->term < term) {
+      r = SetResult::kStale;
+    } else if (op->meta->term == term && op->meta->version <= version) {
+      r = SetResult::kHeld;
+    }
+  }
+  if (r == SetResult::kApplied) {
+    std::memcpy(s.values.get(), op->values, size_t(s.count) * sizeof(float));
+    s.version.store(op->meta->version, std::memory_order_release);
+    s.term.store(op->meta->term, std::memory_order_release);
+    s.marks = op->meta->marks;
+  }
+  if (op->result) *op->result = r;
+  if (op->done) op->done->Done();
+}
+
 void ParamStore::WorkerLoop(Worker* w) {
   std::vector<uint32_t> touched;
   std::vector<Op*> run;
@@ -308,34 +342,10 @@ void ParamStore::WorkerLoop(Worker* w) {
         Op* next = op->next;
         if (op->kind == Op::Kind::kRead) {
           ApplyRun(s, run, whole);
-          std::memcpy(op->out, s.values.get(), size_t(s.count) * sizeof(float));
-          if (op->version) *op->version = s.version.load(std::memory_order_relaxed);
-          if (op->meta) {
-            op->meta->version = s.version.load(std::memory_order_relaxed);
-            op->meta->term = s.term.load(std::memory_order_relaxed);
-            op->meta->marks = s.marks;
-          }
-          if (op->done) op->done->Done();
+          Read(s, op);
         } else if (op->kind == Op::Kind::kSet) {
           ApplyRun(s, run, whole);
-          SetResult r = SetResult::kApplied;
-          if (op->conditional) {
-            const uint64_t term = s.term.load(std::memory_order_relaxed);
-            const uint64_t version = s.version.load(std::memory_order_relaxed);
-            if (op->meta->term < term) {
-              r = SetResult::kStale;
-            } else if (op->meta->term == term && op->meta->version <= version) {
-              r = SetResult::kHeld;
-            }
-          }
-          if (r == SetResult::kApplied) {
-            std::memcpy(s.values.get(), op->values, size_t(s.count) * sizeof(float));
-            s.version.store(op->meta->version, std::memory_order_release);
-            s.term.store(op->meta->term, std::memory_order_release);
-            s.marks = op->meta->marks;
-          }
-          if (op->result) *op->result = r;
-          if (op->done) op->done->Done();
+          Set(s, op);
         } else if (op->kind == Op::Kind::kTerm) {
           ApplyRun(s, run, whole);
           if (*op->version > s.term.load(std::memory_order_relaxed))

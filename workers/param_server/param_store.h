@@ -177,6 +177,9 @@ class ParamStore {
   // A kRead Op: the values, and the version or the whole identity (either may be null).
   Status RunRead(uint32_t shard, float* out, int64_t count, uint64_t* version, ShardMeta* meta);
   void ApplyRun(ShardState& s, std::vector<Op*>& run, std::vector<const float*>& whole);
+  // A kRead, kSet or kTerm Op on its shard's worker (the adds before it already applied).
+  static void Read(const ShardState& s, Op* op);
+  static void Set(ShardState& s, Op* op);
 
   std::vector<std::unique_ptr<ShardState>> shards_;  // immutable after construction
   std::unordered_map<uint32_t, uint32_t> slot_of_;   // shard id -> index in shards_

@@ -393,22 +393,33 @@ void Forwarder::CatchUp(const std::vector<Routing::CatchUp>& catch_ups) {
   }
 }
 
+struct Forwarder::Call {
+  std::string address;
+  uint32_t shard = 0;
+  uint64_t version = 0;
+  std::shared_ptr<v1::ForwardRequest> req;
+  grpc::ClientContext ctx;
+  v1::ForwardResponse resp;
+  grpc::Status status;
+};
+
 bool Forwarder::Round() {
   round_started_ns_ = SteadyNs();
-  bool behind = false;  // a copy this round could not bring to the version it read
-  struct Call {
-    std::string address;
-    uint32_t shard = 0;
-    uint64_t version = 0;
-    std::shared_ptr<v1::ForwardRequest> req;
-    grpc::ClientContext ctx;
-    v1::ForwardResponse resp;
-    grpc::Status status;
-  };
   std::vector<std::unique_ptr<Call>> calls;
+  const bool read_all = PrepareCalls(&calls);
+  const bool sent_all = SendCalls(calls);
+  const bool behind = !read_all || !sent_all;  // a copy this round could not bring up to date
+  if (!behind) in_sync_at_ns_ = SteadyNs();
+  in_sync_ = !behind;
+  round_started_ns_ = 0;
+  return !calls.empty();
+}
+
+bool Forwarder::PrepareCalls(std::vector<std::unique_ptr<Call>>* calls) {
+  bool all = true;
   for (const Routing::Target& t : routing_->Targets()) {
     if (t.catching_up) {  // its copies may not hold what this server will serve
-      behind = true;
+      all = false;
       continue;
     }
     const std::vector<std::string> due = DueCopies(t, store_->Version(t.shard), sent_);
@@ -422,7 +433,7 @@ bool Forwarder::Round() {
     StatusOr<ShardMeta> read =
         store_->ReadState(t.shard, reinterpret_cast<float*>(bytes->data()), n);
     if (!read.ok()) {
-      behind = true;
+      all = false;
       continue;
     }
     req->set_shard(t.shard);
@@ -430,21 +441,26 @@ bool Forwarder::Round() {
     req->set_from_server(self_);
     req->set_map_version(routing_->version());
     for (const auto& a : due) {
-      calls.push_back(std::make_unique<Call>());
-      Call& c = *calls.back();
+      calls->push_back(std::make_unique<Call>());
+      Call& c = *calls->back();
       c.address = a;
       c.shard = t.shard;
       c.version = read->version;
       c.req = req;
     }
   }
+  return all;
+}
+
+bool Forwarder::SendCalls(const std::vector<std::unique_ptr<Call>>& calls) {
   // Every forward of the round at once; each copy's answer records what it holds, and the pushes
   // it completes a quorum for are answered then, not when the slowest copy answers.
+  bool all = true;
   Mutex mu;
   std::condition_variable cv;
   size_t left = calls.size();
   std::vector<Call*> answered;
-  for (auto& cp : calls) {
+  for (const auto& cp : calls) {
     Call* c = cp.get();
     net::SetDeadline(&c->ctx, kForwardDeadline);
     Stub(c->address)->async()->Forward(&c->ctx, c->req.get(), &c->resp, [&, c](grpc::Status s) {
@@ -468,15 +484,12 @@ bool Forwarder::Round() {
       if (c->status.ok()) {
         bytes_.fetch_add(uint64_t(c->req->values().size()));
       } else {
-        behind = true;
+        all = false;
       }
     }
     Settle();
   }
-  if (!behind) in_sync_at_ns_ = SteadyNs();
-  in_sync_ = !behind;
-  round_started_ns_ = 0;
-  return !calls.empty();
+  return all;
 }
 
 void Forwarder::Settle() {

@@ -189,8 +189,15 @@ class Forwarder {
     std::function<void(const grpc::Status&)> done;
   };
   void Loop();
+  // One forward of a shard's state to one of its copies.
+  struct Call;
   // Returns whether it sent anything.
   bool Round();
+  // Round's parts: a call for every copy due a forward (false if a shard could not be read or a
+  // promoted primary is still catching up), then every call sent at once, its answers recorded as
+  // they come (false if a copy did not take its forward).
+  bool PrepareCalls(std::vector<std::unique_ptr<Call>>* calls);
+  bool SendCalls(const std::vector<std::unique_ptr<Call>>& calls);
   void CatchUp(const std::vector<Routing::CatchUp>& catch_ups);
   // Answers the waiters that are durable or refused (loop thread).
   void Settle();

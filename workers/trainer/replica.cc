@@ -88,6 +88,11 @@ struct Replica::Impl {
   }
   void Publish(int t, const model::Network& net);
   void Drain(int t, model::Network* own);
+  // Drain's parts: the looped (convolution) steps, `own`'s held ones and the peers' up to
+  // pv.drain_to; and dense layer k's rows, gathered and applied in sgemms (logged into `log` if
+  // not null).
+  void DrainLooped(int t, model::Network* own, Private& pv);
+  void DrainDense(int t, model::Network* own, Private& pv, size_t k, DenseLog* log);
   void ApplyAdds(Private& p);
   void MergeCopies();
   // Private weights: which layers' steps travel as rows (dense) and which as looped ranges.
@@ -331,7 +336,6 @@ void Replica::Impl::Publish(int t, const model::Network& net) {
 void Replica::Impl::Drain(int t, model::Network* own) {
   Private& pv = *workers[size_t(t)].own;
   const bool logs = t == 0 && !options.record_layers.empty();
-  float* w = pv.w.data();
   std::vector<int64_t>& to = pv.drain_to;
   bool any = own != nullptr;
   for (int p = 0; p < options.threads; ++p) {
@@ -343,79 +347,87 @@ void Replica::Impl::Drain(int t, model::Network* own) {
     // only written when `logs`).
     std::unique_lock<Mutex> log_lock;
     if (logs) log_lock = std::unique_lock<Mutex>(*workers[0].log_mu);
-    // The weight writes only are Hogwild: ReadWeights may be copying worker 0's copy meanwhile.
-    if (own) {
-      HogwildScope hogwild;
-      const float* held = own->pending_steps();
-      int64_t j = 0;
-      for (const auto& r : looped)
-        for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] -= held[j++];
-    }
-    for (int p = 0; p < options.threads; ++p) {
-      if (p == t) continue;
-      const Ring& ring = workers[size_t(p)].own->ring;
-      for (int64_t i = cursor(t, p).done.load(std::memory_order_relaxed); i < to[size_t(p)]; ++i) {
-        const float* step = ring.steps.data() + (i % ring.capacity) * looped_count;
-        HogwildScope hogwild;
-        for (const auto& r : looped)
-          for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] += *step++;
-      }
-    }
-    for (size_t k = 0; k < dense.size(); ++k) {
-      const auto& d = dense[k];
-      // Worker 0's log, written only when `logs`, under log_lock: a pointer, as the analysis
-      // cannot follow that conditional lock.
-      DenseLog* log = logs ? &workers[0].log : nullptr;
-      const auto& record = options.record_layers;
-      const auto rec = std::find(record.begin(), record.end(), d.layer);
-      const bool log_layer = logs && rec != record.end();
-      const auto li = size_t(rec - record.begin());  // index into the log's layers
-      float* ga = pv.gather_a[k].data();
-      float* ge = pv.gather_e[k].data();
-      int64_t rows = 0;
-      // W (units x in) += E^T (units x rows) x A (rows x in); bias += column sums of E.
-      auto flush = [&] {
-        if (rows == 0) return;
-        HogwildScope hogwild;
-        dnnl_sgemm('T', 'N', d.units, d.in, rows, 1.f, ge, d.units, ga, d.in, 1.f, w + d.weights,
-                   d.in);
-        float* bias = w + d.bias;
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t u = 0; u < d.units; ++u) bias[u] += ge[r * d.units + u];
-        rows = 0;
-      };
-      auto append = [&](const float* a, const float* e, int64_t n) {
-        if (rows + n > pv.gather_rows) flush();
-        std::memcpy(ga + rows * d.in, a, size_t(n * d.in) * sizeof(float));
-        std::memcpy(ge + rows * d.units, e, size_t(n * d.units) * sizeof(float));
-        rows += n;
-        if (log_layer) {
-          log->activations[li].insert(log->activations[li].end(), a, a + n * d.in);
-          log->errors[li].insert(log->errors[li].end(), e, e + n * d.units);
-          if (li == 0) log->images += int(n);
-        }
-      };
-      if (own) {
-        const auto held = own->pending_rows(d.layer);
-        append(held.a, held.e, held.rows);
-      }
-      for (int p = 0; p < options.threads; ++p) {
-        if (p == t) continue;
-        const Ring& ring = workers[size_t(p)].own->ring;
-        const int64_t from = cursor(t, p).done.load(std::memory_order_relaxed);
-        for (int64_t i = from; i < to[size_t(p)]; ++i) {
-          const int64_t slot = i % ring.capacity;
-          append(ring.a[k].data() + slot * ring.rows * d.in,
-                 ring.e[k].data() + slot * ring.rows * d.units, ring.used[size_t(slot)]);
-        }
-      }
-      flush();
-    }
+    DrainLooped(t, own, pv);
+    // Worker 0's log, written only when `logs`, under log_lock: a pointer, as the analysis
+    // cannot follow that conditional lock.
+    DenseLog* log = logs ? &workers[0].log : nullptr;
+    for (size_t k = 0; k < dense.size(); ++k) DrainDense(t, own, pv, k, log);
     for (int p = 0; p < options.threads; ++p)
       if (p != t) cursor(t, p).done.store(to[size_t(p)], std::memory_order_release);
   }
   if (own) own->ClearPending();
   ApplyAdds(pv);
+}
+
+void Replica::Impl::DrainLooped(int t, model::Network* own, Private& pv) {
+  float* w = pv.w.data();
+  // The weight writes only are Hogwild: ReadWeights may be copying worker 0's copy meanwhile.
+  if (own) {
+    HogwildScope hogwild;
+    const float* held = own->pending_steps();
+    int64_t j = 0;
+    for (const auto& r : looped)
+      for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] -= held[j++];
+  }
+  for (int p = 0; p < options.threads; ++p) {
+    if (p == t) continue;
+    const Ring& ring = workers[size_t(p)].own->ring;
+    for (int64_t i = cursor(t, p).done.load(std::memory_order_relaxed); i < pv.drain_to[size_t(p)];
+         ++i) {
+      const float* step = ring.steps.data() + (i % ring.capacity) * looped_count;
+      HogwildScope hogwild;
+      for (const auto& r : looped)
+        for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] += *step++;
+    }
+  }
+}
+
+void Replica::Impl::DrainDense(int t, model::Network* own, Private& pv, size_t k, DenseLog* log) {
+  float* w = pv.w.data();
+  const auto& d = dense[k];
+  const auto& record = options.record_layers;
+  const auto rec = std::find(record.begin(), record.end(), d.layer);
+  const bool log_layer = log != nullptr && rec != record.end();
+  const auto li = size_t(rec - record.begin());  // index into the log's layers
+  float* ga = pv.gather_a[k].data();
+  float* ge = pv.gather_e[k].data();
+  int64_t rows = 0;
+  // W (units x in) += E^T (units x rows) x A (rows x in); bias += column sums of E.
+  auto flush = [&] {
+    if (rows == 0) return;
+    HogwildScope hogwild;
+    dnnl_sgemm('T', 'N', d.units, d.in, rows, 1.f, ge, d.units, ga, d.in, 1.f, w + d.weights, d.in);
+    float* bias = w + d.bias;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t u = 0; u < d.units; ++u) bias[u] += ge[r * d.units + u];
+    rows = 0;
+  };
+  auto append = [&](const float* a, const float* e, int64_t n) {
+    if (rows + n > pv.gather_rows) flush();
+    std::memcpy(ga + rows * d.in, a, size_t(n * d.in) * sizeof(float));
+    std::memcpy(ge + rows * d.units, e, size_t(n * d.units) * sizeof(float));
+    rows += n;
+    if (log_layer) {
+      log->activations[li].insert(log->activations[li].end(), a, a + n * d.in);
+      log->errors[li].insert(log->errors[li].end(), e, e + n * d.units);
+      if (li == 0) log->images += int(n);
+    }
+  };
+  if (own) {
+    const auto held = own->pending_rows(d.layer);
+    append(held.a, held.e, held.rows);
+  }
+  for (int p = 0; p < options.threads; ++p) {
+    if (p == t) continue;
+    const Ring& ring = workers[size_t(p)].own->ring;
+    const int64_t from = cursor(t, p).done.load(std::memory_order_relaxed);
+    for (int64_t i = from; i < pv.drain_to[size_t(p)]; ++i) {
+      const int64_t slot = i % ring.capacity;
+      append(ring.a[k].data() + slot * ring.rows * d.in,
+             ring.e[k].data() + slot * ring.rows * d.units, ring.used[size_t(slot)]);
+    }
+  }
+  flush();
 }
 
 std::string Replica::placement() const {
