@@ -27,7 +27,7 @@ run() {
   echo "tsan: $1 $2"
   ./build-tsan/tests/$1 --gtest_brief=1 "--gtest_filter=$2"
 }
-run param_server_test 'ParamStore.*:ParamStoreMarks.*:ApplyDense.*:ClockGate.*:BufferPool.*:CheckpointTest.*:UpdatePlan.*:Routing.*'
+run param_server_test 'ParamStore.*:ParamStoreMarks.*:ApplyDense.*:ClockGate.*:BufferPool.*:CheckpointTest.*:Routing.*'
 run data_server_test '*'
 run trainer_test '*NoNetwork*:ReplicaPrivate.*'
 run kube_test 'WorkQueue.*:MetricsCacheTest.*'

@@ -1,0 +1,84 @@
+// ClockGate: the consistency models' pull gate.
+#include "param_server/clock_gate.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace adam::ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ClockGate, ModesParkAndReleaseExactlyAtTheirBound) {
+  std::vector<std::pair<int, bool>> ran;
+  auto rec = [&](int id) { return [&ran, id](bool ok) { ran.push_back({id, ok}); }; };
+  ClockGate sync(3, spec::Consistency::kSync, 0);
+  sync.WhenAllowed(0, rec(0));
+  EXPECT_EQ(ran.size(), 1u);  // clock 0: nothing to wait for
+  sync.Advance(0, 1, false);
+  sync.WhenAllowed(1, rec(1));
+  sync.Advance(1, 1, false);
+  EXPECT_EQ(ran.size(), 1u);
+  EXPECT_EQ(sync.parked(), 1u);
+  sync.Advance(2, 1, false);
+  ASSERT_EQ(ran.size(), 2u);
+  EXPECT_EQ(ran[1], std::make_pair(1, true));
+  sync.Advance(1, 0, false);  // clocks never go back
+  EXPECT_EQ(sync.MinClock(), 1u);
+  sync.WhenAllowed(5, rec(5));
+  sync.Close();
+  EXPECT_EQ(ran.back(), std::make_pair(5, false));
+
+  ClockGate bounded(2, spec::Consistency::kBounded, 3);
+  EXPECT_EQ(bounded.Needed(2), 0u);
+  EXPECT_EQ(bounded.Needed(10), 7u);
+  ClockGate async(2, spec::Consistency::kAsync, 0);
+  EXPECT_EQ(async.Needed(1000), 0u);
+  async.Advance(0, 9, false);
+  EXPECT_EQ(async.Spread(), 9u);
+  async.Advance(1, 4, true);  // left: only trainer 0 counts
+  EXPECT_EQ(async.MinClock(), 9u);
+  EXPECT_EQ(async.Spread(), 0u);
+}
+
+// A pull parked with an expiry that nothing releases in time is answered by the gate's timer
+// with the trainers it waited for; one released in time runs as always; Close answers the rest.
+TEST(ClockGate, AnExpiredPullNamesTheTrainersItWaitedFor) {
+  ClockGate gate(3, spec::Consistency::kSync, 0);
+  gate.Advance(0, 3, false);
+  gate.Advance(1, 1, false);
+  gate.Advance(2, 2, true);  // left: holds nobody back
+  EXPECT_EQ(gate.WaitingFor(3), "trainer 1 (at epoch 0 push 1; epoch 0 push 3 needed)");
+  std::promise<std::string> expired;
+  std::atomic<int> ran{0};
+  gate.WhenAllowed(
+      3, [&](bool) { ++ran; }, ClockGate::Clock::now() + std::chrono::milliseconds(100),
+      [&](const std::string& why) { expired.set_value(why); });
+  std::atomic<int> allowed1{-1}, allowed2{-1};  // -1: not run; else the bool it ran with
+  gate.WhenAllowed(
+      1, [&](bool ok) { allowed1 = ok; }, ClockGate::Clock::now() + std::chrono::seconds(30),
+      [&](const std::string&) { ++ran; });
+  EXPECT_EQ(allowed1.load(), 1);  // clock 1 is allowed at once
+  gate.WhenAllowed(
+      2, [&](bool ok) { allowed2 = ok; }, ClockGate::Clock::now() + std::chrono::seconds(30),
+      [&](const std::string&) { ++ran; });
+  auto f = expired.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(f.get(), "trainer 1 (at epoch 0 push 1; epoch 0 push 3 needed)");
+  EXPECT_EQ(gate.parked(), 1u);  // the clock-2 pull waits on
+  gate.Advance(1, 2, false);
+  EXPECT_EQ(gate.parked(), 0u);
+  EXPECT_EQ(allowed2.load(), 1);  // it ran allowed, not expired or closed
+  EXPECT_EQ(ran.load(), 0);
+}
+
+// Project Adam's MNIST model: two conv + pool layers, two dense layers of 400, softmax.
+
+}  // namespace
+}  // namespace adam::ps
