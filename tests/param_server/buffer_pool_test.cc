@@ -29,6 +29,5 @@ TEST(BufferPool, ReusesBuffersOfEachPowerOfTwoClass) {
   EXPECT_EQ(pool.allocations(), 2u);
 }
 
-
 }  // namespace
 }  // namespace adam::ps

@@ -430,6 +430,5 @@ TEST(NetServer, PortInUseIsAClearError) {
   first->server->Shutdown();
 }
 
-
 }  // namespace
 }  // namespace adam::ps
