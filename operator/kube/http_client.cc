@@ -149,8 +149,6 @@ struct ExecAnswer {
   std::optional<std::chrono::system_clock::time_point> expiry;  // none: valid until refused
 };
 
-// Runs the plugin with KUBERNETES_EXEC_INFO set, as kubectl does, and reads the ExecCredential it
-// prints. Errors name the kubeconfig field and what the plugin did wrong.
 namespace {
 
 // Runs the plugin's command with its environment and KUBERNETES_EXEC_INFO, and returns what it
@@ -250,6 +248,8 @@ StatusOr<ExecAnswer> ParseExecCredential(const std::string& text, const ExecPlug
 
 }  // namespace
 
+// Runs the plugin with KUBERNETES_EXEC_INFO set, as kubectl does, and reads the ExecCredential it
+// prints. Errors name the kubeconfig field and what the plugin did wrong.
 StatusOr<ExecAnswer> RunExecPlugin(const ExecPlugin& p) {
   const std::string where = p.where.empty() ? "exec plugin" : p.where;
   ADAM_ASSIGN_OR_RETURN(const std::string text, RunForOutput(p, where));

@@ -36,9 +36,9 @@ StatusOr<std::map<raft::NodeId, std::string>> ParseMembers(const std::string& me
 namespace {
 
 // The controller's series, read from its Raft driver and its state by Sample (every 200 ms).
-class Sampler {
+class SampledMetrics {
  public:
-  Sampler(metrics::MetricsServer& reg, Controller* controller)
+  SampledMetrics(metrics::MetricsServer& reg, Controller* controller)
       : controller_(controller),
         term_(reg.Gauge("adam_controller_term", "Raft term of this member")),
         leader_(reg.Gauge("adam_controller_is_leader", "1 while this member is the Raft leader")),
@@ -158,9 +158,9 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     return 1;
   }
   auto& reg = **metrics;
-  Sampler sampler(reg, controller->get());
+  SampledMetrics sampled(reg, controller->get());
   (*controller)->Start();
-  Periodic sampling(std::chrono::milliseconds(200), [&] { sampler.Sample(); });
+  Periodic sampling(std::chrono::milliseconds(200), [&] { sampled.Sample(); });
   const int rc =
       net::Serve(listen, {(*controller)->controller_service(), (*controller)->raft_service()},
                  reg.port(), [&] { (*controller)->Stop(); });

@@ -184,9 +184,6 @@ void StartCheckpointer(const MainOptions& options, metrics::MetricsServer& reg, 
   (*checkpointer)->Start();
 }
 
-// Serves the store until SIGINT/SIGTERM: the parameter service, the replication service on the
-// second address, with copies the controller link and the forwarder, metrics, and a last
-// checkpoint on the way out.
 // What this server holds, and which dense layers' updates reach it as activations and errors.
 void LogHolding(const update::JobLayout& derived, const ParamStore& store) {
   spdlog::info("holding {} of {} shards ({} of {} parameters); {}", store.shard_ids().size(),
@@ -213,6 +210,9 @@ int FinalFlush(Checkpointer& checkpointer, const CheckpointOptions& copt) {
   return 0;
 }
 
+// Serves the store until SIGINT/SIGTERM: the parameter service, the replication service on the
+// second address, with copies the controller link and the forwarder, metrics, and a last
+// checkpoint on the way out.
 int Serve(const spec::AdamJob& job, const MainOptions& options, const update::JobLayout& derived,
           CheckpointOptions copt, const Restored& restored, ParamStore* store, bool pinned) {
   LogHolding(derived, *store);
