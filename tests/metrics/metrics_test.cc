@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <string>
@@ -17,10 +18,13 @@ namespace {
 using ::testing::HasSubstr;
 
 // The body of GET /metrics from 127.0.0.1:port (HTTP/1.0: the server closes when done); "" when
-// nothing answers.
+// nothing answers within 5 s.
 std::string Scrape(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return "";
+  const timeval wait{5, 0};  // a server that accepts and never answers fails the test, not hangs it
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof wait);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(uint16_t(port));
