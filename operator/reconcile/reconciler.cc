@@ -59,15 +59,36 @@ std::string PodPhase(const Json& pod) {
   return pod.value("status", Json::object()).value("phase", "Pending");
 }
 
-// The exit code of a terminated pod's first container; -1 when unknown (evicted, lost node).
+// The status of Adam's container in a pod (named after the role, as the role label is): other
+// containers (a service mesh's sidecar, the user's) do not decide whether a role finished. The
+// first container's when none has that name; null when the kubelet reported none.
+Json AdamContainer(const Json& pod) {
+  const Json statuses =
+      pod.value("status", Json::object()).value("containerStatuses", Json::array());
+  const std::string role = Label(pod, kRoleLabel);
+  for (const Json& cs : statuses)
+    if (cs.value("name", "") == role) return cs;
+  return statuses.empty() ? Json() : statuses[0];
+}
+
+// The exit code of Adam's container once it terminated; -1 while it runs or when unknown
+// (evicted, lost node).
 int ExitCode(const Json& pod) {
-  const Json st = pod.value("status", Json::object());
-  for (const Json& cs : st.value("containerStatuses", Json::array())) {
-    const Json term = cs.value("state", Json::object()).value("terminated", Json::object());
-    if (term.contains("exitCode") && term["exitCode"].is_number_integer())
-      return term["exitCode"].get<int>();
-  }
+  const Json cs = AdamContainer(pod);
+  if (!cs.is_object()) return -1;
+  const Json term = cs.value("state", Json::object()).value("terminated", Json::object());
+  if (term.contains("exitCode") && term["exitCode"].is_number_integer())
+    return term["exitCode"].get<int>();
   return -1;
+}
+
+// A pod's phase as Adam's container sees it: Succeeded or Failed once that container ended,
+// though a sidecar keeps the pod Running (restartPolicy Never: it does not start again).
+std::string RolePhase(const Json& pod) {
+  const std::string phase = PodPhase(pod);
+  if (phase != "Running") return phase;
+  const int code = ExitCode(pod);
+  return code < 0 ? phase : code == 0 ? "Succeeded" : "Failed";
 }
 
 const char* kRoles[] = {"controller", "ps", "data-server", "trainer"};
@@ -75,16 +96,14 @@ const char* kRoles[] = {"controller", "ps", "data-server", "trainer"};
 // ": " and the last line the container wrote before it ended (its termination message: the
 // kubelet keeps the end of the log of a failed container, FallbackToLogsOnError); "" if none.
 std::string LastWords(const Json& pod) {
-  for (const Json& cs :
-       pod.value("status", Json::object()).value("containerStatuses", Json::array())) {
-    std::string msg =
-        cs.value("state", Json::object()).value("terminated", Json::object()).value("message", "");
-    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-    if (msg.empty()) continue;
-    const size_t nl = msg.rfind('\n');
-    return ": " + (nl == std::string::npos ? msg : msg.substr(nl + 1)).substr(0, 1024);
-  }
-  return "";
+  const Json cs = AdamContainer(pod);
+  if (!cs.is_object()) return "";
+  std::string msg =
+      cs.value("state", Json::object()).value("terminated", Json::object()).value("message", "");
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  if (msg.empty()) return "";
+  const size_t nl = msg.rfind('\n');
+  return ": " + (nl == std::string::npos ? msg : msg.substr(nl + 1)).substr(0, 1024);
 }
 
 }  // namespace
@@ -283,17 +302,78 @@ Status Reconciler::Finalize(State& s) {
   return OkStatus();
 }
 
-bool HasCondition(const Json& pod, const char* type) {
+namespace {
+
+bool HasCondition(const Json& pod, const std::string& type, const std::string& status) {
   for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array()))
-    if (c.value("type", "") == type && c.value("status", "") == "True") return true;
+    if (c.value("type", "") == type && c.value("status", "") == status) return true;
   return false;
 }
 
-// Failed pods are replaced. A failure counts as a restart against the run policy unless the
-// cluster caused it (the DisruptionTarget condition: eviction, preemption, node loss). The count
-// is written to the status before the pod is deleted, so a conflicting status write loses
-// nothing: the pod stays Failed and the next pass counts it again.
+// What a failed pod means: the first of its role's spec failureRules that matches, else Adam's
+// defaults (spec/adamjob.h FailureRule).
+struct FailureVerdict {
+  spec::FailureRule::Action action = spec::FailureRule::Action::kRestart;
+  std::string rule;    // "spec.roles.trainer.failureRules[1]" when a rule decided; "" otherwise
+  std::string reason;  // the condition's or event's reason
+  std::string why;     // appended to "pod NAME failed (...)"
+};
+
+FailureVerdict JudgeFailure(const spec::AdamJob& job, const std::string& role, const Json& pod,
+                            int code) {
+  using Action = spec::FailureRule::Action;
+  const std::vector<spec::FailureRule>* rules = nullptr;
+  std::string field;
+  if (role == "ps") {
+    rules = &job.roles.parameter_server.failure_rules;
+    field = "parameterServer";
+  } else if (role == "data-server") {
+    rules = &job.roles.data_server.failure_rules;
+    field = "dataServer";
+  } else if (role == "trainer") {
+    rules = &job.roles.trainer.failure_rules;
+    field = "trainer";
+  }
+  for (size_t i = 0; rules && i < rules->size(); ++i) {
+    const spec::FailureRule& r = (*rules)[i];
+    bool match = false;
+    if (r.on_exit_codes) {
+      const bool listed =
+          std::find(r.exit_codes.begin(), r.exit_codes.end(), code) != r.exit_codes.end();
+      match = code > 0 && listed == r.exit_codes_in;
+    }
+    for (const auto& [type, status] : r.pod_conditions) match |= HasCondition(pod, type, status);
+    if (!match) continue;
+    FailureVerdict v{r.action, "spec.roles." + field + ".failureRules[" + std::to_string(i) + "]",
+                     "", ""};
+    v.reason = r.action == Action::kFailJob  ? "FailureRule"
+               : r.action == Action::kIgnore ? "PodFailureIgnored"
+                                             : "PodFailed";
+    v.why = " (" + v.rule + ": " + spec::FailureActionName(r.action) + ")";
+    return v;
+  }
+  if (HasCondition(pod, "DisruptionTarget", "True"))
+    return {Action::kIgnore, "", "PodDisrupted",
+            " by the cluster (DisruptionTarget: eviction, preemption or node loss)"};
+  if (code == kExitInvalid)
+    return {Action::kFailJob, "", "InvalidInput",
+            ": the role refused its input (a manifest field or data file; see the pod's log), "
+            "which no restart can fix"};
+  if (code == kExitDiverged)
+    return {Action::kFailJob, "", "Diverged",
+            ": training diverged; a restart would go on from the same weights"};
+  return {Action::kRestart, "", "PodFailed", ""};
+}
+
+}  // namespace
+
+// Failed pods are replaced. What a failure means is the role's failure rules' verdict
+// (JudgeFailure): a restart counted against the run policy, a replacement without counting (a
+// disruption by the cluster, by default), or the end of the job. The count is written to the
+// status before the pod is deleted, so a conflicting status write loses nothing: the pod stays
+// Failed and the next pass counts it again.
 Status Reconciler::HandlePods(State& s) {
+  using Action = spec::FailureRule::Action;
   const int backoff_limit = s.spec->run_policy.backoff_limit;
   int trainers_done = 0;
   std::vector<std::pair<std::string, std::string>> replace;  // pod name, uid
@@ -301,7 +381,7 @@ Status Reconciler::HandlePods(State& s) {
     if (HasDeletion(pod)) continue;
     const std::string role = Label(pod, kRoleLabel);
     const std::string pod_name = pod["metadata"]["name"];
-    const std::string phase = PodPhase(pod);
+    const std::string phase = RolePhase(pod);
     if (phase == "Succeeded" && role == "trainer") ++trainers_done;
     if (phase != "Failed") continue;
     const std::string uid = pod["metadata"].value("uid", pod_name);
@@ -315,25 +395,13 @@ Status Reconciler::HandlePods(State& s) {
     const std::string what = "pod " + pod_name + " failed (" +
                              (code >= 0 ? "exit code " + std::to_string(code) : "no exit code") +
                              (why.empty() ? "" : ", " + why) + ")";
-    if (HasCondition(pod, "DisruptionTarget")) {
-      Event(s, "Normal", "PodDisrupted",
-            what +
-                " by the cluster (DisruptionTarget: eviction, preemption or node loss); "
-                "replacing it without counting a restart");
+    const FailureVerdict v = JudgeFailure(*s.spec, role, pod, code);
+    if (v.action == Action::kIgnore) {
+      Event(s, "Normal", v.reason, what + v.why + "; replacing it without counting a restart");
       continue;
     }
-    if (code == kExitInvalid) {
-      Finish(s, false, "InvalidInput",
-             what +
-                 ": the role refused its input (a manifest field or data file; see the "
-                 "pod's log), which no restart can fix" +
-                 LastWords(pod));
-      return OkStatus();
-    }
-    if (code == kExitDiverged) {
-      Finish(s, false, "Diverged",
-             what + ": training diverged; a restart would go on from the same weights" +
-                 LastWords(pod));
+    if (v.action == Action::kFailJob) {
+      Finish(s, false, v.reason, what + v.why + LastWords(pod));
       return OkStatus();
     }
     const int restarts = s.status.value("restarts", 0) + 1;
@@ -342,13 +410,13 @@ Status Reconciler::HandlePods(State& s) {
     rs["restarts"] = rs.value("restarts", 0) + 1;
     if (restarts > backoff_limit) {
       Finish(s, false, "BackoffLimitExceeded",
-             what + "; " + std::to_string(restarts) +
+             what + v.why + "; " + std::to_string(restarts) +
                  " restarts exceed spec.runPolicy.backoffLimit " + std::to_string(backoff_limit));
       return OkStatus();
     }
-    SetCondition(s, "Restarting", true, "PodFailed", what + "; restarting it");
+    SetCondition(s, "Restarting", true, "PodFailed", what + v.why + "; restarting it");
     Event(s, "Warning", "PodFailed",
-          what + "; restarting it (" + std::to_string(restarts) + " of " +
+          what + v.why + "; restarting it (" + std::to_string(restarts) + " of " +
               std::to_string(backoff_limit) + " restarts)");
   }
   if (!replace.empty()) {
@@ -807,7 +875,7 @@ bool Reconciler::CountRoles(State& s) {
       // Controller members are counted above, from their StatefulSet's status.
       if (std::string(role) == "controller" || Label(pod, kRoleLabel) != role || HasDeletion(pod))
         continue;
-      const std::string p = PodPhase(pod);
+      const std::string p = RolePhase(pod);
       if (p == "Pending" || p == "Running") ++active;
       if (p == "Running" && (PodReady(pod) || std::string(role) == "trainer")) ++ready;
       if (p == "Succeeded") ++succeeded;

@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "spec/plan.h"
+#include "spec/pod_template.h"
 #include "spec/role_options.h"
 
 namespace adam::op {
@@ -254,6 +255,70 @@ void AddJobObjects(const spec::AdamJob& job, const RenderOptions& o, std::vector
   out->push_back(np);
 }
 
+// The job-wide podTemplate with the role's merged over it (spec/pod_template.h); an empty object
+// when neither is given.
+Json TemplateOf(const spec::AdamJob& job, Role role) {
+  const std::string* own = nullptr;
+  switch (role) {
+    case Role::kController:
+      own = &job.roles.controller.pod_template;
+      break;
+    case Role::kParamServer:
+      own = &job.roles.parameter_server.pod_template;
+      break;
+    case Role::kDataServer:
+      own = &job.roles.data_server.pod_template;
+      break;
+    case Role::kTrainer:
+      own = &job.roles.trainer.pod_template;
+      break;
+  }
+  auto parse = [](const std::string& t) {
+    return t.empty() ? nlohmann::json::object() : nlohmann::json::parse(t);
+  };
+  return Json::parse(spec::MergePodTemplates(parse(job.pod_template), parse(*own)).dump());
+}
+
+// Adds `key`'s entries of `from` that `to` lacks (Adam's own entries win).
+void AddEntries(const Json& from, const char* key, Json* to) {
+  if (!from.contains(key)) return;
+  for (const auto& [k, v] : from[key].items())
+    if (!(*to)[key].contains(k)) (*to)[key][k] = v;
+}
+
+// A podTemplate's settings added to a pod's metadata and spec. Validation refused every
+// conflict with Adam's own settings; where one slipped through, Adam's wins. The user's
+// podAntiAffinity terms join Adam's (copies apart, spread), never replace them.
+void ApplyTemplate(const Json& t, Json* md, Json* pod) {
+  if (t.empty()) return;
+  AddEntries(t, "labels", md);
+  AddEntries(t, "annotations", md);
+  for (const char* key : {"nodeSelector", "tolerations", "priorityClassName", "schedulerName",
+                          "serviceAccountName", "imagePullSecrets"})
+    if (t.contains(key)) (*pod)[key] = t[key];
+  if (t.contains("affinity")) {
+    Json& a = (*pod)["affinity"];
+    for (const auto& [kind, terms] : t["affinity"].items()) {
+      if (kind != "podAntiAffinity" || !a.contains(kind)) {
+        a[kind] = terms;
+        continue;
+      }
+      for (const auto& [when, list] : terms.items())
+        for (const Json& term : list) a[kind][when].push_back(term);
+    }
+  }
+  Json& container = (*pod)["containers"][0];
+  for (const char* key : {"env", "volumeMounts"})
+    if (t.contains(key))
+      for (const Json& e : t[key]) container[key].push_back(e);
+  if (t.contains("volumes"))
+    for (const Json& v : t["volumes"]) (*pod)["volumes"].push_back(v);
+  if (t.contains("securityContext")) {
+    for (const auto& [k, v] : t["securityContext"].items()) (*pod)["securityContext"][k] = v;
+    (*pod)["securityContext"]["runAsNonRoot"] = true;
+  }
+}
+
 // The controller group: one StatefulSet (stable names and Raft volumes), rendered from its first
 // member's instance.
 Json ControllerSet(const spec::AdamJob& job, const RoleInstance& first,
@@ -264,6 +329,7 @@ Json ControllerSet(const spec::AdamJob& job, const RoleInstance& first,
   pod["affinity"] = AntiAffinity(job, "controller", true);
   pod["topologySpreadConstraints"] = Spread(job, "controller");
   Json tmd = {{"labels", Labels(job, "controller")}, {"annotations", {{kStageAnnotation, "0"}}}};
+  ApplyTemplate(TemplateOf(job, Role::kController), &tmd, &pod);
   return {{"apiVersion", "apps/v1"},
           {"kind", "StatefulSet"},
           {"metadata", md},
@@ -330,6 +396,7 @@ Json RolePod(const spec::AdamJob& job, const RoleInstance& in, const spec::Endpo
     AddVolume(&pod, "dataset", job.dataset.volume, true);
   if (in.role == Role::kTrainer && in.index == 0 && !job.output.volume.source.empty())
     AddVolume(&pod, "output", job.output.volume, false);
+  ApplyTemplate(TemplateOf(job, in.role), &md, &pod);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", md}, {"spec", pod}};
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -276,6 +277,97 @@ TEST(Render, TheDataSetVolumeOnlyInTheDataServerTheOutputOnlyInTrainer0) {
     }
   }
   EXPECT_GT(pods, 3);
+}
+
+// spec.podTemplate and a role's own go into every pod (and the controllers' pod template) beside
+// Adam's settings, which stay: labels, env, volumes, the non-root user, anti-affinity between
+// copies. The user's anti-affinity terms join Adam's.
+TEST(Render, PodTemplatesAddToAdamsSettingsWithoutReplacingThem) {
+  nlohmann::json job_json = spec::YamlToJson(Read(Source("examples/fashion-mnist-ha.yaml")));
+  job_json["spec"]["podTemplate"] = spec::YamlToJson(R"(
+labels: {team: vision}
+annotations: {example.com/owner: ml}
+nodeSelector: {pool: training}
+tolerations: [{key: dedicated, operator: Equal, value: training, effect: NoSchedule}]
+priorityClassName: batch-high
+serviceAccountName: trainer-sa
+imagePullSecrets: [{name: registry-key}]
+env: [{name: TZ, value: UTC}, {name: MODE, value: all}]
+volumes: [{name: cache, emptyDir: {}}]
+volumeMounts: [{name: cache, mountPath: /cache}]
+securityContext: {runAsUser: 2000, supplementalGroups: [3000]}
+affinity:
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - {labelSelector: {matchLabels: {noisy: "true"}}, topologyKey: kubernetes.io/hostname}
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms: [{matchExpressions: [{key: arch, operator: In, values: [amd64]}]}]
+)");
+  job_json["spec"]["roles"]["trainer"]["podTemplate"] =
+      spec::YamlToJson("{env: [{name: MODE, value: trainer}], schedulerName: gang}");
+  const std::string text = job_json.dump();
+  auto job = spec::ParseAdamJob(text);
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  const auto objects = Render(*job, WithManifest(text));
+  int pods = 0;
+  for (const Json& o : objects) {
+    const Json* md = nullptr;
+    const Json* spec = nullptr;
+    if (o["kind"] == "Pod") {
+      md = &o["metadata"];
+      spec = &o["spec"];
+    } else if (o["kind"] == "StatefulSet") {
+      md = &o["spec"]["template"]["metadata"];
+      spec = &o["spec"]["template"]["spec"];
+    } else {
+      EXPECT_FALSE(o["metadata"]["labels"].contains("team")) << o["kind"];  // pods only
+      continue;
+    }
+    ++pods;
+    const std::string role = (*md)["labels"][kRoleLabel];
+    SCOPED_TRACE(o["metadata"]["name"].get<std::string>());
+    EXPECT_EQ((*md)["labels"]["team"], "vision");
+    EXPECT_EQ((*md)["labels"][kJobLabel], "fashion-mnist-ha");
+    EXPECT_EQ((*md)["annotations"]["example.com/owner"], "ml");
+    EXPECT_TRUE((*md)["annotations"].contains(kStageAnnotation));
+    EXPECT_EQ((*spec)["nodeSelector"]["pool"], "training");
+    EXPECT_EQ((*spec)["tolerations"][0]["key"], "dedicated");
+    EXPECT_EQ((*spec)["priorityClassName"], "batch-high");
+    EXPECT_EQ((*spec)["serviceAccountName"], "trainer-sa");
+    EXPECT_EQ((*spec)["imagePullSecrets"][0]["name"], "registry-key");
+    EXPECT_EQ((*spec)["schedulerName"] == "gang", role == "trainer");
+    EXPECT_EQ((*spec)["securityContext"]["runAsUser"], 2000);
+    EXPECT_EQ((*spec)["securityContext"]["runAsNonRoot"], true);
+    EXPECT_EQ((*spec)["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    EXPECT_EQ((*spec)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                     ["nodeSelectorTerms"][0]["matchExpressions"][0]["key"],
+              "arch");
+    const Json& container = (*spec)["containers"][0];
+    std::map<std::string, std::string> env;
+    for (const Json& e : container["env"]) env[e["name"]] = e.value("value", "(from)");
+    EXPECT_EQ(env["ADAM_POD_NAME"], "(from)");
+    EXPECT_EQ(env["TZ"], "UTC");
+    EXPECT_EQ(env["MODE"], role == "trainer" ? "trainer" : "all");
+    std::set<std::string> volumes, mounts;
+    for (const Json& v : (*spec)["volumes"]) volumes.insert(v["name"]);
+    for (const Json& m : container["volumeMounts"]) mounts.insert(m["mountPath"]);
+    EXPECT_TRUE(volumes.count("cache") && volumes.count("job") && volumes.count("tls"));
+    EXPECT_TRUE(mounts.count("/cache") && mounts.count(kJobMountPath));
+    // Copies of a shard (and controller members) still never share a host; the user's term
+    // is added to Adam's, not put in its place.
+    const Json anti = (*spec)["affinity"]["podAntiAffinity"];
+    const Json required = anti.value("requiredDuringSchedulingIgnoredDuringExecution", Json());
+    ASSERT_TRUE(required.is_array());
+    EXPECT_EQ(required.back()["labelSelector"]["matchLabels"]["noisy"], "true");
+    if (role == "ps" || role == "controller") {
+      ASSERT_EQ(required.size(), 2u);
+      EXPECT_EQ(required[0]["labelSelector"]["matchLabels"][kRoleLabel], role);
+    } else {
+      EXPECT_EQ(required.size(), 1u);
+    }
+  }
+  EXPECT_GT(pods, 5);
 }
 
 // Only the job's own pods reach its gRPC and replication ports; /metrics stays scrapeable.

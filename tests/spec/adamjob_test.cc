@@ -609,5 +609,48 @@ TEST(Plan, ControllerArgsTakeTheTemplatesIdentity) {
   EXPECT_EQ(value(templated, "--members"), endpoints.controller_members);
 }
 
+// spec.roles.<role>.failureRules: an action and one matcher each, in order.
+TEST(AdamJob, FailureRules) {
+  auto job = ParseAdamJob(With("spec:\n", R"(spec:
+  roles:
+    trainer:
+      failureRules:
+        - {action: Ignore, onExitCodes: {operator: In, values: [137, 143]}}
+        - {action: FailJob, onPodConditions: [{type: ConfigIssue}, {type: Ready, status: "False"}]}
+        - {action: Restart, onExitCodes: {operator: NotIn, values: [1]}}
+)"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  const auto& rules = job->roles.trainer.failure_rules;
+  ASSERT_EQ(rules.size(), 3u);
+  EXPECT_EQ(rules[0].action, FailureRule::Action::kIgnore);
+  EXPECT_TRUE(rules[0].on_exit_codes && rules[0].exit_codes_in);
+  EXPECT_EQ(rules[0].exit_codes, (std::vector<int>{137, 143}));
+  EXPECT_EQ(rules[1].action, FailureRule::Action::kFailJob);
+  EXPECT_FALSE(rules[1].on_exit_codes);
+  EXPECT_EQ(rules[1].pod_conditions, (std::vector<std::pair<std::string, std::string>>{
+                                         {"ConfigIssue", "True"}, {"Ready", "False"}}));
+  EXPECT_FALSE(rules[2].exit_codes_in);
+  EXPECT_TRUE(job->roles.parameter_server.failure_rules.empty());
+
+  auto bad = [](const std::string& rules) {
+    return ErrorOf(
+        With("spec:\n", "spec:\n  roles: {dataServer: {failureRules: " + rules + "}}\n"));
+  };
+  EXPECT_THAT(bad("[{action: Retry, onExitCodes: {operator: In, values: [1]}}]"),
+              HasSubstr("spec.roles.dataServer.failureRules[0].action: must be one of Restart, "
+                        "Ignore, FailJob; got 'Retry'"));
+  EXPECT_THAT(bad("[{action: Ignore}]"),
+              HasSubstr("spec.roles.dataServer.failureRules[0]: give exactly one of onExitCodes "
+                        "and onPodConditions"));
+  EXPECT_THAT(bad("[{action: Ignore, onExitCodes: {operator: Is, values: [1, 1, 300]}}]"),
+              AllOf(HasSubstr("onExitCodes.operator: must be one of In, NotIn; got 'Is'"),
+                    HasSubstr("onExitCodes.values[1]: 1 is given twice"),
+                    HasSubstr("onExitCodes.values[2]: must be in 1..255")));
+  EXPECT_THAT(bad("[{action: Ignore, onPodConditions: [{type: X, status: maybe}]}]"),
+              HasSubstr("onPodConditions[0].status: must be one of True, False, Unknown"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  roles: {controller: {failureRules: []}}\n")),
+              HasSubstr("spec.roles.controller.failureRules: unknown field"));
+}
+
 }  // namespace
 }  // namespace adam::spec

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/file.h"
+#include "spec/pod_template.h"
 #include "spec/yaml_json.h"
 
 namespace adam::spec {
@@ -34,6 +35,8 @@ class Reader {
   void Error(const std::string& path, const std::string& msg) {
     errors_.push_back(path + ": " + msg);
   }
+  // An error already in "path: message" form.
+  void Add(const std::string& error) { errors_.push_back(error); }
   const std::vector<std::string>& errors() const { return errors_; }
 
   // Requires `n` to be a map (or absent); reports keys not in `allowed`. Returns false if `n`
@@ -537,21 +540,143 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   if (t->momentum > 0 || t->weight_decay > 0) t->dense_updates = DenseUpdates::kWeights;
 }
 
+// n.failureRules: a list of rules, each an action and exactly one of onExitCodes and
+// onPodConditions.
+void ReadFailureRule(Reader& r, const YAML::Node& n, const std::string& at, FailureRule* rule) {
+  if (!r.Map(n, at, {"action", "onExitCodes", "onPodConditions"})) return;
+  if (std::string a; r.Get(n, "action", at, &a, true)) {
+    if (a == "Restart") {
+      rule->action = FailureRule::Action::kRestart;
+    } else if (a == "Ignore") {
+      rule->action = FailureRule::Action::kIgnore;
+    } else if (a == "FailJob") {
+      rule->action = FailureRule::Action::kFailJob;
+    } else {
+      r.Error(at + ".action", "must be one of Restart, Ignore, FailJob; got '" + a + "'");
+    }
+  }
+  const YAML::Node codes = n["onExitCodes"];
+  const YAML::Node conds = n["onPodConditions"];
+  if (bool(codes) == bool(conds)) {
+    r.Error(at, "give exactly one of onExitCodes and onPodConditions");
+    return;
+  }
+  if (codes && r.Map(codes, at + ".onExitCodes", {"operator", "values"})) {
+    const std::string cp = at + ".onExitCodes";
+    rule->on_exit_codes = true;
+    if (std::string op; r.Get(codes, "operator", cp, &op, true)) {
+      if (op != "In" && op != "NotIn")
+        r.Error(cp + ".operator", "must be one of In, NotIn; got '" + op + "'");
+      rule->exit_codes_in = op == "In";
+    }
+    const YAML::Node v = codes["values"];
+    if (!v || !v.IsSequence() || v.size() == 0 || v.size() > 255) {
+      r.Error(cp + ".values", "required: a list of 1 to 255 exit codes");
+      return;
+    }
+    std::set<int> seen;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string vp = cp + ".values[" + std::to_string(i) + "]";
+      int code = -1;
+      try {
+        code = v[i].as<int>();
+      } catch (const YAML::Exception&) {
+        r.Error(vp, "must be an integer");
+        continue;
+      }
+      if (code < 1 || code > 255)
+        r.Error(vp,
+                "must be in 1..255 (a failed container's exit code), got " + std::to_string(code));
+      else if (!seen.insert(code).second)
+        r.Error(vp, std::to_string(code) + " is given twice");
+      else
+        rule->exit_codes.push_back(code);
+    }
+  }
+  if (conds) {
+    const std::string cp = at + ".onPodConditions";
+    if (!conds.IsSequence() || conds.size() == 0 || conds.size() > 20) {
+      r.Error(cp, "must be a list of 1 to 20 pod conditions ({type, status})");
+      return;
+    }
+    for (size_t i = 0; i < conds.size(); ++i) {
+      const std::string ip = cp + "[" + std::to_string(i) + "]";
+      if (!r.Map(conds[i], ip, {"type", "status"})) continue;
+      std::string type, status = "True";
+      r.Get(conds[i], "type", ip, &type, true);
+      if (r.Get(conds[i], "status", ip, &status) && status != "True" && status != "False" &&
+          status != "Unknown")
+        r.Error(ip + ".status", "must be one of True, False, Unknown; got '" + status + "'");
+      if (!type.empty()) rule->pod_conditions.emplace_back(type, status);
+    }
+  }
+}
+
+void ReadFailureRules(Reader& r, const YAML::Node& role, const std::string& path,
+                      std::vector<FailureRule>* out) {
+  const YAML::Node n = role["failureRules"];
+  if (!n || n.IsNull()) return;
+  const std::string p = path + ".failureRules";
+  if (!n.IsSequence() || n.size() > 20) {
+    r.Error(p, "must be a list of at most 20 rules");
+    return;
+  }
+  for (size_t i = 0; i < n.size(); ++i) {
+    FailureRule rule;
+    ReadFailureRule(r, n[i], p + "[" + std::to_string(i) + "]", &rule);
+    out->push_back(rule);
+  }
+}
+
+// n.podTemplate as JSON text, checked later (CheckPodTemplates) against the whole spec.
+void ReadPodTemplate(const YAML::Node& n, std::string* out) {
+  if (const YAML::Node t = n["podTemplate"]; t && !t.IsNull()) *out = YamlNodeToJson(t).dump();
+}
+
+// Every podTemplate: its shape, and nothing of Adam's own overridden (spec/pod_template.h).
+void CheckPodTemplates(Reader& r, const AdamJob& job) {
+  PodTemplateContext all;
+  all.parameter_servers = true;
+  all.replication_network = job.networks.replication;
+  if (!job.dataset.volume.source.empty()) all.mount_paths.push_back(job.dataset.volume.mount_path);
+  if (!job.output.volume.source.empty()) all.mount_paths.push_back(job.output.volume.mount_path);
+  const nlohmann::json job_wide =
+      job.pod_template.empty() ? nlohmann::json() : nlohmann::json::parse(job.pod_template);
+  if (!job.pod_template.empty())
+    for (const auto& e : CheckPodTemplate(job_wide, "spec.podTemplate", all)) r.Add(e);
+  const std::pair<const char*, const std::string*> roles[] = {
+      {"controller", &job.roles.controller.pod_template},
+      {"parameterServer", &job.roles.parameter_server.pod_template},
+      {"dataServer", &job.roles.data_server.pod_template},
+      {"trainer", &job.roles.trainer.pod_template}};
+  for (const auto& [role, text] : roles) {
+    if (text->empty()) continue;
+    PodTemplateContext c = all;
+    c.parameter_servers = std::string(role) == "parameterServer";
+    c.inherited_volumes = VolumeNames(job_wide);
+    for (const auto& e : CheckPodTemplate(nlohmann::json::parse(*text),
+                                          std::string("spec.roles.") + role + ".podTemplate", c))
+      r.Add(e);
+  }
+}
+
 void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
   const std::string p = "spec.roles";
   if (!r.Map(n, p, {"controller", "parameterServer", "dataServer", "trainer"}) || !n) return;
   if (const YAML::Node c = n["controller"];
-      r.Map(c, p + ".controller", {"replicas", "resources"}) && c) {
+      r.Map(c, p + ".controller", {"replicas", "resources", "podTemplate"}) && c) {
     const std::string cp = p + ".controller";
     if (r.Int(c, "replicas", cp, 1, 7, &roles->controller.replicas) &&
         roles->controller.replicas % 2 == 0)
       r.Error(cp + ".replicas",
               "must be odd (1, 3, 5 or 7), got " + std::to_string(roles->controller.replicas));
     ReadResources(r, c["resources"], cp + ".resources", &roles->controller.resources);
+    ReadPodTemplate(c, &roles->controller.pod_template);
   }
   if (const YAML::Node s = n["parameterServer"];
       r.Map(s, p + ".parameterServer",
-            {"replicas", "shardBytes", "copies", "acknowledge", "resources", "persistence"}) &&
+            {"replicas", "shardBytes", "copies", "acknowledge", "resources", "persistence",
+             "podTemplate", "failureRules"}) &&
       s) {
     const std::string sp = p + ".parameterServer";
     auto& ps = roles->parameter_server;
@@ -570,6 +695,8 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
       }
     }
     ReadResources(r, s["resources"], sp + ".resources", &ps.resources);
+    ReadPodTemplate(s, &ps.pod_template);
+    ReadFailureRules(r, s, sp, &ps.failure_rules);
     const YAML::Node per = s["persistence"];
     if (r.Map(per, sp + ".persistence", {"interval", "size"}) && per) {
       std::string iv;
@@ -586,7 +713,7 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
     }
   }
   if (const YAML::Node d = n["dataServer"];
-      r.Map(d, p + ".dataServer", {"replicas", "resources"}) && d) {
+      r.Map(d, p + ".dataServer", {"replicas", "resources", "podTemplate", "failureRules"}) && d) {
     const std::string dp = p + ".dataServer";
     // More than one data server needs a sharded data set, which this version does not have.
     if (r.Int(d, "replicas", dp, 1, 1024, &roles->data_server.replicas) &&
@@ -594,13 +721,19 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
       r.Error(dp + ".replicas", "this version runs exactly 1 data server, got " +
                                     std::to_string(roles->data_server.replicas));
     ReadResources(r, d["resources"], dp + ".resources", &roles->data_server.resources);
+    ReadPodTemplate(d, &roles->data_server.pod_template);
+    ReadFailureRules(r, d, dp, &roles->data_server.failure_rules);
   }
   if (const YAML::Node t = n["trainer"];
-      r.Map(t, p + ".trainer", {"replicas", "threads", "resources"}) && t) {
+      r.Map(t, p + ".trainer",
+            {"replicas", "threads", "resources", "podTemplate", "failureRules"}) &&
+      t) {
     const std::string tp = p + ".trainer";
     r.Int(t, "replicas", tp, 1, 4096, &roles->trainer.replicas);
     r.Int(t, "threads", tp, 1, 1024, &roles->trainer.threads);
     ReadResources(r, t["resources"], tp + ".resources", &roles->trainer.resources);
+    ReadPodTemplate(t, &roles->trainer.pod_template);
+    ReadFailureRules(r, t, tp, &roles->trainer.failure_rules);
   }
 }
 
@@ -707,6 +840,18 @@ void CheckDuplicateKeys(Reader& r, const YAML::Node& n, const std::string& path)
 }
 
 }  // namespace
+
+const char* FailureActionName(FailureRule::Action a) {
+  switch (a) {
+    case FailureRule::Action::kRestart:
+      return "Restart";
+    case FailureRule::Action::kIgnore:
+      return "Ignore";
+    case FailureRule::Action::kFailJob:
+      return "FailJob";
+  }
+  return "?";
+}
 
 double LearningRateAt(const TrainingSpec& t, int epoch) {
   double lr = t.learning_rate;
@@ -860,8 +1005,9 @@ void ReadSpec(Reader& r, const YAML::Node& spec, AdamJob* job) {
     r.Error("spec", "required");
   } else if (r.Map(spec, "spec",
                    {"image", "dataset", "output", "model", "training", "roles", "placement",
-                    "networks", "runPolicy"})) {
+                    "networks", "runPolicy", "podTemplate"})) {
     r.Get(spec, "image", "spec", &job->image);
+    ReadPodTemplate(spec, &job->pod_template);
     ReadDataset(r, spec["dataset"], &job->dataset);
     const size_t errors_before_model = r.errors().size();
     ReadModel(r, spec["model"], &job->model);
@@ -878,6 +1024,7 @@ void ReadSpec(Reader& r, const YAML::Node& spec, AdamJob* job) {
               "folder, got " +
                   std::to_string(job->model.input.channels));
     CheckPinning(r, *job);
+    CheckPodTemplates(r, *job);
     if (job->roles.parameter_server.copies > 1) {
       // Copies move between servers on failover: dense layers must travel as weight deltas,
       // which route per shard (activations and errors go per server).

@@ -165,9 +165,28 @@ struct Persistence {
   std::string size = "10Gi";
 };
 
+// spec.roles.<role>.failureRules[]: what a failed pod of the role means, as Kubernetes'
+// podFailurePolicy and JobSet's failure policy say it. The first rule that matches decides;
+// without a match, Adam's defaults: a disruption by the cluster (DisruptionTarget: eviction,
+// preemption, node loss) is replaced without counting; exit 2 (refused input) and 3 (diverged)
+// fail the job; anything else is replaced and counted against runPolicy.backoffLimit.
+struct FailureRule {
+  enum class Action { kRestart, kIgnore, kFailJob };
+  Action action = Action::kRestart;  // kRestart counts; kIgnore replaces without counting
+  // onExitCodes (matches only a pod whose Adam container ended with a code): In or NotIn values.
+  bool on_exit_codes = false;
+  bool exit_codes_in = true;
+  std::vector<int> exit_codes;
+  // onPodConditions: any one of these conditions (type, status) on the pod.
+  std::vector<std::pair<std::string, std::string>> pod_conditions;
+};
+
+const char* FailureActionName(FailureRule::Action a);
+
 struct ControllerRole {
   int replicas = 3;
   Resources resources;
+  std::string pod_template;  // spec.roles.<role>.podTemplate (spec/pod_template.h)
 };
 
 // When a parameter server with copies answers a push: once a quorum of the shard's copies holds
@@ -182,17 +201,23 @@ struct ParameterServerRole {
   Acknowledge acknowledge = Acknowledge::kQuorum;
   Resources resources;
   Persistence persistence;
+  std::string pod_template;  // spec.roles.<role>.podTemplate (spec/pod_template.h)
+  std::vector<FailureRule> failure_rules;
 };
 
 struct DataServerRole {
   int replicas = 1;
   Resources resources;
+  std::string pod_template;  // spec.roles.<role>.podTemplate (spec/pod_template.h)
+  std::vector<FailureRule> failure_rules;
 };
 
 struct TrainerRole {
   int replicas = 1;
   int threads = 1;
   Resources resources;
+  std::string pod_template;  // spec.roles.<role>.podTemplate (spec/pod_template.h)
+  std::vector<FailureRule> failure_rules;
 };
 
 struct Roles {
@@ -236,6 +261,9 @@ struct AdamJob {
   Placement placement;
   Networks networks;
   RunPolicy run_policy;
+  // spec.podTemplate, for every role's pods; each role's own is merged over it
+  // (spec/pod_template.h). JSON object text; "" = none.
+  std::string pod_template;
 };
 
 // The input and output shape of each layer, and its parameter counts.

@@ -177,6 +177,9 @@ func TestJobsWithTheSharedOperator(t *testing.T) {
 		{"AStuckParameterServerHoldsTheDeletionOnlyUntilTheFlushTimeout", testAStuckParameterServerHoldsTheDeletionOnlyUntilTheFlushTimeout},
 		{"ARecreatedJobDoesNotAdoptItsPredecessorsObjects", testARecreatedJobDoesNotAdoptItsPredecessorsObjects},
 		{"VolumesGoWhereTheManifestSays", testVolumesGoWhereTheManifestSays},
+		{"PodTemplatesReachEveryPodAndTheScheduler", testPodTemplatesReachEveryPodAndTheScheduler},
+		{"ASidecarDoesNotKeepTheJobFromFinishing", testASidecarDoesNotKeepTheJobFromFinishing},
+		{"FailureRulesDecideWhatAFailedPodMeans", testFailureRulesDecideWhatAFailedPodMeans},
 	} {
 		c := c
 		t.Run(c.name, func(t *testing.T) {

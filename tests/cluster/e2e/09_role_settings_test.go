@@ -1,0 +1,231 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// spec.podTemplate and a role's own reach every pod as the real API server admits them: the
+// priority admission resolves the class to its value, the service account is the one named,
+// the trainers' nodeSelector keeps the real scheduler to one zone; Adam's labels, env, volumes
+// and non-root user stay.
+func testPodTemplatesReachEveryPodAndTheScheduler(t *testing.T) {
+	sharedOperator(t)
+	ns := namespace(t, "e2e-template")
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-template"}, Value: 4242}
+	if _, err := env.cs.SchedulingV1().PriorityClasses().Create(ctx(), pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.cs.SchedulingV1().PriorityClasses().Delete(ctx(), pc.Name, metav1.DeleteOptions{}) }()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "trainer-sa"}}
+	if _, err := env.cs.CoreV1().ServiceAccounts(ns).Create(ctx(), sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	zones := map[string]string{}
+	nodes, err := env.cs.CoreV1().Nodes().List(ctx(), metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("nodes: %v", err)
+	}
+	for _, n := range nodes.Items {
+		zones[n.Name] = n.Labels["topology.kubernetes.io/zone"]
+	}
+	zone := zones[nodes.Items[0].Name]
+
+	job := example(t, "fashion-mnist")
+	set(job, "metadata/name", "templated")
+	set(job, "spec/podTemplate", map[string]any{
+		"labels":             map[string]any{"team": "vision"},
+		"annotations":        map[string]any{"example.com/owner": "ml"},
+		"priorityClassName":  "e2e-template",
+		"serviceAccountName": "trainer-sa",
+		"tolerations":        []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"}},
+		"env":                []any{map[string]any{"name": "TZ", "value": "UTC"}},
+		"volumes":            []any{map[string]any{"name": "cache", "emptyDir": map[string]any{}}},
+		"volumeMounts":       []any{map[string]any{"name": "cache", "mountPath": "/cache"}},
+		"securityContext":    map[string]any{"runAsUser": int64(2000)},
+	})
+	set(job, "spec/roles/trainer/podTemplate", map[string]any{
+		"nodeSelector": map[string]any{"topology.kubernetes.io/zone": zone},
+	})
+	createJob(t, ns, job)
+	waitPhase(t, ns, "templated", "Running", 90*time.Second)
+	eventually(t, 60*time.Second, "both trainers scheduled", func() (bool, string) {
+		n := 0
+		for _, p := range jobPods(t, ns, "templated", "trainer") {
+			if p.Spec.NodeName != "" {
+				n++
+			}
+		}
+		return n == 2, fmt.Sprintf("%d scheduled", n)
+	})
+	pods := jobPods(t, ns, "templated", "")
+	if len(pods) < 5 {
+		t.Fatalf("%d pods, want 5", len(pods))
+	}
+	for _, p := range pods {
+		role := p.Labels["adam.dev/role"]
+		c := p.Spec.Containers[0]
+		env := map[string]bool{}
+		for _, e := range c.Env {
+			env[e.Name] = true
+		}
+		mounts := map[string]bool{}
+		for _, m := range c.VolumeMounts {
+			mounts[m.MountPath] = true
+		}
+		sc := p.Spec.SecurityContext
+		switch {
+		case p.Labels["team"] != "vision" || p.Labels["adam.dev/job"] != "templated" || p.Annotations["example.com/owner"] != "ml":
+			t.Errorf("%s: labels %v annotations %v", p.Name, p.Labels, p.Annotations)
+		case p.Spec.Priority == nil || *p.Spec.Priority != 4242:
+			t.Errorf("%s: priority %v, want 4242 from the PriorityClass", p.Name, p.Spec.Priority)
+		case p.Spec.ServiceAccountName != "trainer-sa" || len(p.Spec.Tolerations) == 0:
+			t.Errorf("%s: service account %q, tolerations %v", p.Name, p.Spec.ServiceAccountName, p.Spec.Tolerations)
+		case !env["TZ"] || !env["ADAM_POD_NAME"] || !mounts["/cache"] || !mounts["/etc/adam"]:
+			t.Errorf("%s: env %v mounts %v", p.Name, env, mounts)
+		case sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 2000 || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+			t.Errorf("%s: securityContext %+v, want user 2000 and runAsNonRoot", p.Name, sc)
+		}
+		if role == "trainer" && zones[p.Spec.NodeName] != zone {
+			t.Errorf("%s on node %s in zone %s, want zone %s (nodeSelector)", p.Name, p.Spec.NodeName, zones[p.Spec.NodeName], zone)
+		}
+		if role != "trainer" && p.Spec.NodeSelector != nil {
+			t.Errorf("%s: nodeSelector %v, want the trainers' only", p.Name, p.Spec.NodeSelector)
+		}
+	}
+	kubectl(t, "delete", "adamjob", "templated", "-n", ns, "--wait=false")
+}
+
+// sidecarExit plays the kubelet when Adam's container of a pod ends while an injected sidecar
+// (a service mesh's proxy) runs on: the pod stays Running.
+func sidecarExit(t testing.TB, ns, name string, code int32) {
+	t.Helper()
+	eventually(t, 10*time.Second, "status of pod "+name, func() (bool, string) {
+		p, err := env.cs.CoreV1().Pods(ns).Get(ctx(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		adam := p.Spec.Containers[0].Name
+		p.Status.Phase = corev1.PodRunning
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{
+			{Name: adam, Image: p.Spec.Containers[0].Image, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: code, Reason: map[bool]string{true: "Completed", false: "Error"}[code == 0], FinishedAt: metav1.Now()}}},
+			{Name: "mesh-proxy", Image: "proxy:1", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}},
+		}
+		if _, err := env.cs.CoreV1().Pods(ns).UpdateStatus(ctx(), p, metav1.UpdateOptions{}); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
+
+// A sidecar that never exits does not keep a trainer's pod from counting as finished: the job
+// reads Adam's container. Its failure counts as a failure (the pod is replaced, a restart
+// counted) though the pod is still Running; its success finishes the job.
+func testASidecarDoesNotKeepTheJobFromFinishing(t *testing.T) {
+	sharedOperator(t)
+	ns := namespace(t, "e2e-sidecar")
+	job := example(t, "fashion-mnist")
+	set(job, "metadata/name", "sidecar")
+	createJob(t, ns, job)
+	waitPhase(t, ns, "sidecar", "Running", 90*time.Second)
+	eventually(t, 60*time.Second, "both trainers", func() (bool, string) {
+		return len(jobPods(t, ns, "sidecar", "trainer")) == 2, ""
+	})
+	old, err := env.cs.CoreV1().Pods(ns).Get(ctx(), "sidecar-trainer-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecarExit(t, ns, "sidecar-trainer-1", 1)
+	var uid types.UID
+	eventually(t, 60*time.Second, "trainer 1 replaced and its failure counted", func() (bool, string) {
+		p, err := env.cs.CoreV1().Pods(ns).Get(ctx(), "sidecar-trainer-1", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		uid = p.UID
+		restarts := statusInt(getJob(t, ns, "sidecar"), "restarts")
+		return p.UID != old.UID && podReady(p) && restarts == 1, fmt.Sprintf("uid %s phase %s restarts %d", p.UID, p.Status.Phase, restarts)
+	})
+	for _, p := range jobPods(t, ns, "sidecar", "trainer") {
+		if p.UID == uid || p.Name != "sidecar-trainer-1" {
+			sidecarExit(t, ns, p.Name, 0)
+		}
+	}
+	waitPhase(t, ns, "sidecar", "Succeeded", 60*time.Second)
+	kubectl(t, "delete", "adamjob", "sidecar", "-n", ns, "--wait=false")
+}
+
+// spec.roles.trainer.failureRules decide what a failed trainer means, first match first: an
+// exit code the user calls harmless is replaced without counting, a pod condition the user
+// calls fatal fails the job at once; anything else counts against backoffLimit as before.
+func testFailureRulesDecideWhatAFailedPodMeans(t *testing.T) {
+	sharedOperator(t)
+	ns := namespace(t, "e2e-rules")
+	job := example(t, "fashion-mnist")
+	set(job, "metadata/name", "rules")
+	set(job, "spec/roles/trainer/failureRules", []any{
+		map[string]any{"action": "Ignore", "onExitCodes": map[string]any{"operator": "In", "values": []any{int64(137)}}},
+		map[string]any{"action": "FailJob", "onPodConditions": []any{map[string]any{"type": "ConfigIssue"}}},
+	})
+	createJob(t, ns, job)
+	waitPhase(t, ns, "rules", "Running", 90*time.Second)
+	replaced := func(name string, old types.UID) {
+		t.Helper()
+		eventually(t, 60*time.Second, name+" replaced", func() (bool, string) {
+			p, err := env.cs.CoreV1().Pods(ns).Get(ctx(), name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return p.UID != old && podReady(p), fmt.Sprintf("uid %s phase %s", p.UID, p.Status.Phase)
+		})
+	}
+	var trainer0 *corev1.Pod
+	eventually(t, 60*time.Second, "trainer 0 running", func() (bool, string) {
+		p, err := env.cs.CoreV1().Pods(ns).Get(ctx(), "rules-trainer-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		trainer0 = p
+		return podReady(p), string(p.Status.Phase)
+	})
+
+	// Exit 137, matched by rule 0 (Ignore): replaced, no restart counted.
+	exitPod(t, ns, "rules-trainer-0", 137, "")
+	replaced("rules-trainer-0", trainer0.UID)
+	eventually(t, 30*time.Second, "a PodFailureIgnored event naming the rule", func() (bool, string) {
+		return hasEvent(t, ns, "rules", "PodFailureIgnored", "spec.roles.trainer.failureRules[0]: Ignore")
+	})
+	if n := statusInt(getJob(t, ns, "rules"), "restarts"); n != 0 {
+		t.Errorf("restarts %d after an ignored failure, want 0", n)
+	}
+
+	// Exit 1, matched by no rule: counted.
+	p1, err := env.cs.CoreV1().Pods(ns).Get(ctx(), "rules-trainer-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exitPod(t, ns, "rules-trainer-1", 1, "")
+	replaced("rules-trainer-1", p1.UID)
+	eventually(t, 30*time.Second, "one restart counted", func() (bool, string) {
+		n := statusInt(getJob(t, ns, "rules"), "restarts")
+		return n == 1, fmt.Sprint(n)
+	})
+
+	// Exit 1 with the ConfigIssue condition, matched by rule 1 (FailJob): the job fails at once.
+	exitPod(t, ns, "rules-trainer-1", 1, "", corev1.PodCondition{Type: "ConfigIssue", Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()})
+	waitPhase(t, ns, "rules", "Failed", 60*time.Second)
+	if status, reason, msg := condition(getJob(t, ns, "rules"), "Failed"); status != "True" || reason != "FailureRule" ||
+		!strings.Contains(msg, "spec.roles.trainer.failureRules[1]: FailJob") {
+		t.Errorf("Failed condition %s %s %q, want FailureRule naming failureRules[1]", status, reason, msg)
+	}
+	kubectl(t, "delete", "adamjob", "rules", "-n", ns, "--wait=false")
+}
