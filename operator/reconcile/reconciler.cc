@@ -85,7 +85,7 @@ int ExitCode(const Json& pod) {
 // A pod's phase as Adam's container sees it: Succeeded or Failed once that container ended,
 // though a sidecar keeps the pod Running (restartPolicy Never: it does not start again).
 std::string RolePhase(const Json& pod) {
-  const std::string phase = PodPhase(pod);
+  std::string phase = PodPhase(pod);
   if (phase != "Running") return phase;
   const int code = ExitCode(pod);
   return code < 0 ? phase : code == 0 ? "Succeeded" : "Failed";
@@ -857,6 +857,9 @@ bool Reconciler::CountRoles(State& s) {
       {"ps", s.spec->roles.parameter_server.replicas},
       {"data-server", s.spec->roles.data_server.replicas},
       {"trainer", s.spec->roles.trainer.replicas}};
+  // The scale subresource's selector (kubectl scale, a HorizontalPodAutoscaler).
+  s.status["trainerSelector"] =
+      std::string(kJobLabel) + "=" + s.name + "," + kRoleLabel + "=trainer";
   bool all_running = true;
   const std::vector<Json> sets = children_->Owned(kube::StatefulSets(), s.ns, s.name, s.uid);
   const std::vector<Json> pods_now =

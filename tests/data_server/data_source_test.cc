@@ -53,7 +53,7 @@ TEST(DataSource, SharesPartitionTheEpoch) {
   size_t total = 0;
   for (int t = 0; t < 3; ++t) {
     auto ids = Share(*src, t, 0);
-    EXPECT_EQ(int(ids.size()), src->ShareSize(t));
+    EXPECT_EQ(int(ids.size()), src->ShareSize(t, 0));
     total += ids.size();
     all.insert(ids.begin(), ids.end());
   }
@@ -69,11 +69,11 @@ TEST(DataSource, EachEpochIsADifferentDeterministicShuffle) {
 
 TEST(DataSource, QuorumClosesTheEpochForStragglers) {
   auto src = MakeSource(400, 4, 0.75, 10);
-  EXPECT_EQ(src->quorum_count(), 3);
+  EXPECT_EQ(src->quorum_count(0), 3);
   for (int t = 0; t < 2; ++t) {
     auto r = src->FinishEpoch(t, 0);
     ASSERT_TRUE(r.ok());
-    EXPECT_FALSE(r->second);
+    EXPECT_FALSE(r->closed);
   }
   BatchView v;
   ASSERT_TRUE(src->GetBatch(3, 0, 2, &v).ok());
@@ -81,8 +81,10 @@ TEST(DataSource, QuorumClosesTheEpochForStragglers) {
   EXPECT_EQ(v.count, 10);
   auto r = src->FinishEpoch(2, 0);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->first, 3);
-  EXPECT_TRUE(r->second);
+  EXPECT_EQ(r->finished, 3);
+  EXPECT_TRUE(r->closed);
+  EXPECT_TRUE(r->closed_now);
+  EXPECT_FALSE(src->FinishEpoch(3, 0)->closed_now);  // closed once
   // The straggler is told to move on; the next epoch is open for it.
   ASSERT_TRUE(src->GetBatch(3, 0, 3, &v).ok());
   EXPECT_TRUE(v.epoch_closed);
@@ -101,6 +103,53 @@ TEST(DataSource, StopEndsTheJobAndBadTrainerIsRejected) {
   ASSERT_TRUE(src->GetBatch(0, 0, 0, &v).ok());
   EXPECT_TRUE(v.job_stopped);
   EXPECT_EQ(v.count, 0);
+}
+
+// Trainers scaled while the job runs: an epoch's shares stay as they were when it started, a
+// trainer added joins with the next epoch (an empty share before), the quorum follows a smaller
+// count at once, and every epoch's shares still partition the training set.
+TEST(DataSource, TheTrainerCountChangesBetweenEpochs) {
+  auto src = MakeSource(1000, 2, 0.75, 50);
+  BatchView v;
+  ASSERT_TRUE(src->GetBatch(0, 0, 0, &v).ok());  // epoch 0 starts with 2 trainers
+  src->SetTrainers(4);
+  EXPECT_EQ(src->trainers(), 4);
+  // Epoch 0: still two shares; trainers 2 and 3 have empty ones, and their finish counts for
+  // nothing.
+  EXPECT_EQ(src->ShareSize(0, 0), 500);
+  EXPECT_EQ(src->ShareSize(3, 0), 0);
+  ASSERT_TRUE(src->GetBatch(3, 0, 0, &v).ok());
+  EXPECT_TRUE(v.end_of_share);
+  EXPECT_EQ(v.count, 0);
+  EXPECT_EQ(src->FinishEpoch(2, 0)->finished, 0);
+  EXPECT_EQ(src->FinishEpoch(3, 0)->finished, 0);
+  EXPECT_EQ(src->quorum_count(0), 2);  // ceil(0.75 * 2)
+  EXPECT_FALSE(src->FinishEpoch(0, 0)->closed);
+  EXPECT_TRUE(src->FinishEpoch(1, 0)->closed);
+  // Epoch 1 starts with 4: four shares that partition it.
+  std::set<int> all;
+  size_t total = 0;
+  for (int t = 0; t < 4; ++t) {
+    auto ids = Share(*src, t, 1);
+    EXPECT_EQ(int(ids.size()), 250);
+    total += ids.size();
+    all.insert(ids.begin(), ids.end());
+  }
+  EXPECT_EQ(total, 1000u);
+  EXPECT_EQ(all.size(), 1000u);
+  EXPECT_EQ(src->quorum_count(1), 3);
+  EXPECT_FALSE(src->GetBatch(4, 1, 0, &v).ok());  // beyond every count
+  // Scaled down to 1 mid-epoch: trainers 1..3 will not finish epoch 1, so its quorum falls to
+  // ceil(0.75 * 1) = 1; the epoch trainer 0 had already finished closes at once.
+  EXPECT_FALSE(src->FinishEpoch(0, 1)->closed);
+  src->SetTrainers(1);
+  ASSERT_TRUE(src->GetBatch(0, 1, 0, &v).ok());
+  EXPECT_TRUE(v.epoch_closed);
+  // A trainer removed but still running may finish its share of the epoch it had.
+  ASSERT_TRUE(src->GetBatch(2, 1, 0, &v).ok());
+  // Epoch 2 is one share.
+  EXPECT_EQ(src->ShareSize(0, 2), 1000);
+  EXPECT_FALSE(src->GetBatch(1, 2, 0, &v).ok());
 }
 
 TEST(DataSource, TestBatchesCoverTheTestSet) {

@@ -21,6 +21,7 @@
 #include "data/idx.h"
 #include "testing/chromium.h"
 #include "testing/images.h"
+#include "testing/sanitizer.h"
 #include "testing/synthetic.h"
 #include "testing/tmp_dir.h"
 #include "testing/wait.h"
@@ -28,19 +29,7 @@
 namespace adam {
 namespace {
 
-// GCC defines __SANITIZE_ADDRESS__; clang 14 answers __has_feature only.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define ADAM_SANITIZER_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define ADAM_SANITIZER_BUILD 1
-#endif
-#endif
-#ifdef ADAM_SANITIZER_BUILD
-constexpr bool kSanitizerBuild = true;
-#else
-constexpr bool kSanitizerBuild = false;
-#endif
+using testing::kSanitizerBuild;
 
 // Epochs of the kill-and-restart jobs below: about 3 s of training on a quiet machine, so that a
 // kill at 0.5 s finds the trainers training. A sanitizer build trains about four times slower, so

@@ -80,5 +80,41 @@ TEST(ClockGate, AnExpiredPullNamesTheTrainersItWaitedFor) {
 
 // Project Adam's MNIST model: two conv + pool layers, two dense layers of 400, softmax.
 
+// Trainers scaled while the job runs: one added joins at the clock the others reached (no pull
+// waits for pushes it never made), one removed holds no pull back; async admits a trainer the
+// manifest has not told of yet, the other modes only the job's.
+TEST(ClockGate, TrainersAddedJoinWhereTheJobIsAndRemovedOnesLeave) {
+  std::vector<std::pair<int, bool>> ran;
+  auto rec = [&](int id) { return [&ran, id](bool ok) { ran.push_back({id, ok}); }; };
+  ClockGate sync(2, spec::Consistency::kSync, 0);
+  sync.Advance(0, 5, false);
+  sync.Advance(1, 5, false);
+  EXPECT_FALSE(sync.Admits(2));
+  sync.SetTrainers(3);
+  EXPECT_EQ(sync.trainers(), 3);
+  EXPECT_TRUE(sync.Admits(2));
+  EXPECT_EQ(sync.MinClock(), 5u);  // trainer 2 joined at 5, not at 0
+  sync.Advance(0, 6, false);
+  sync.Advance(1, 6, false);
+  sync.WhenAllowed(6, rec(6));
+  EXPECT_EQ(sync.parked(), 1u);  // waits for trainer 2's sixth push
+  sync.SetTrainers(2);           // trainer 2 removed before it pushed again
+  ASSERT_EQ(ran.size(), 1u);
+  EXPECT_EQ(ran[0], std::make_pair(6, true));
+  EXPECT_FALSE(sync.Admits(2));
+  sync.SetTrainers(3);  // added again: rejoins at the job's clock
+  EXPECT_EQ(sync.MinClock(), 6u);
+
+  ClockGate async(2, spec::Consistency::kAsync, 0);
+  EXPECT_TRUE(async.Admits(5));
+  EXPECT_FALSE(async.Admits(ClockGate::kMaxTrainers));
+  EXPECT_FALSE(async.Admits(-1));
+  async.Advance(0, 7, false);
+  async.Advance(1, 9, false);
+  async.Advance(5, 8, false);  // grows; trainers 2..4 joined at 7
+  EXPECT_EQ(async.MinClock(), 7u);
+  EXPECT_EQ(async.Spread(), 2u);
+}
+
 }  // namespace
 }  // namespace adam::ps

@@ -272,10 +272,12 @@ TEST_F(ParamServiceTest, GarbageRequestAppliesNothingAndServerKeepsServing) {
               HasSubstr("not a layer whose updates"));
 
   adam::v1::PushRequest stranger;
-  stranger.set_trainer_index(9);
+  // Async: a trainer the manifest has not told of yet is admitted (scaling), up to the bound.
+  stranger.set_trainer_index(uint32_t(ClockGate::kMaxTrainers));
   grpc::ClientContext ctx7;
   EXPECT_THAT(stub_->Push(&ctx7, stranger, &resp).error_message(),
-              HasSubstr("trainer_index 9 is not below the job's 1 trainers"));
+              HasSubstr("trainer_index 4096 is not a trainer of this job (1 trainers; async "
+                        "jobs admit up to 4096 while trainers are scaled)"));
 
   adam::v1::PullRequest repeated;
   for (int i = 0; i < 100000; ++i) repeated.add_shards(held);

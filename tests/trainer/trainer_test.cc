@@ -260,6 +260,14 @@ TEST(NoNetworkStall, AHangingPushHoldsTheWorkersWithinTheDriftBound) {
 }
 
 // Diverged: a loss that is not a number, infinite, or above twice what guessing costs.
+TEST(Divergence, ALossRiseIsWarnedOfAboveFivePercentAndNoise) {
+  EXPECT_TRUE(LossRose(0.40, 0.43));
+  EXPECT_FALSE(LossRose(0.40, 0.41));      // 2.5%
+  EXPECT_FALSE(LossRose(0.40, 0.30));      // fell
+  EXPECT_FALSE(LossRose(0.0001, 0.0002));  // doubled, but noise near zero
+  EXPECT_TRUE(LossRose(0.01, 0.012));
+}
+
 TEST(Divergence, IsALossFarAboveGuessing) {
   EXPECT_EQ(DivergenceMessage(3, 0.45, 10, 0.02, 1), "");
   EXPECT_EQ(DivergenceMessage(1, 2.4, 10, 0.02, 1), "");  // a slow start: about ln 10

@@ -94,6 +94,7 @@ int RunDataServer(const adam::spec::AdamJob& job, const adam::spec::DataServerOp
   o.name = r.common.name;
   o.listen = r.listen;
   o.metrics_port = r.common.metrics_port;
+  o.job_path = r.common.job;
   return adam::data_server::Main(job, o);
 }
 
@@ -103,6 +104,7 @@ int RunParamServer(const adam::spec::AdamJob& job, const adam::spec::ParamServer
   o.index = r.index;
   o.listen = r.listen;
   o.metrics_port = r.common.metrics_port;
+  o.job_path = r.common.job;
   o.state_dir = r.state_dir;
   o.replication_listen = r.replication_listen;
   if (!r.replication_network.empty()) {

@@ -22,7 +22,7 @@ grpc::ServerUnaryReactor* DataService::GetInfo(grpc::CallbackServerContext* ctx,
   resp->set_height(uint32_t(t.height));
   resp->set_width(uint32_t(t.width));
   resp->set_classes(uint32_t(classes_));
-  resp->set_trainers(uint32_t(source_->options().trainers));
+  resp->set_trainers(uint32_t(source_->trainers()));
   resp->set_batch_images(uint32_t(source_->options().batch_images));
   resp->set_variants(uint32_t(source_->variants()));
   auto* r = ctx->DefaultReactor();
@@ -56,10 +56,9 @@ grpc::ServerUnaryReactor* DataService::FinishEpoch(grpc::CallbackServerContext* 
     r->Finish({grpc::StatusCode::INVALID_ARGUMENT, res.status().message()});
     return r;
   }
-  if (m_.epochs_closed && res->second && res->first == source_->quorum_count())
-    m_.epochs_closed->Increment();
-  resp->set_finished(uint32_t(res->first));
-  resp->set_epoch_closed(res->second);
+  if (m_.epochs_closed && res->closed_now) m_.epochs_closed->Increment();
+  resp->set_finished(uint32_t(res->finished));
+  resp->set_epoch_closed(res->closed);
   r->Finish(grpc::Status::OK);
   return r;
 }

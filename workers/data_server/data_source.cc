@@ -17,7 +17,8 @@ DataSource::DataSource(std::unique_ptr<data::AugmentedCache> train,
     : train_(std::move(train)),
       train_labels_(std::move(train_labels)),
       test_(std::move(test)),
-      options_(options) {
+      options_(options),
+      trainers_(std::max(1, options.trainers)) {
   prefetcher_ = std::thread([this] { PrefetchLoop(); });
 }
 
@@ -30,14 +31,47 @@ DataSource::~DataSource() {
   prefetcher_.join();
 }
 
-int DataSource::quorum_count() const {
-  const int q = int(std::ceil(options_.quorum * options_.trainers - 1e-9));
-  return std::clamp(q, 1, options_.trainers);
+void DataSource::SetTrainers(int m) {
+  MutexLock lock(mu_);
+  trainers_ = std::max(1, m);
+  // A smaller quorum may close epochs at once.
+  for (const auto& [epoch, done] : finished_)
+    if (int(done.size()) >= QuorumLocked(epoch)) closed_.insert(epoch);
 }
 
-int DataSource::ShareSize(int trainer) const {
-  const int n = train_->count(), m = options_.trainers;
-  return trainer < n ? (n - trainer + m - 1) / m : 0;
+int DataSource::trainers() const {
+  MutexLock lock(mu_);
+  return trainers_;
+}
+
+int DataSource::SharesOfLocked(uint32_t epoch) {
+  auto [it, fresh] = shares_.emplace(epoch, trainers_);
+  // Epochs long past are not asked for again; keep the bookkeeping bounded.
+  while (fresh && shares_.size() > 64) shares_.erase(shares_.begin());
+  return it->second;
+}
+
+int DataSource::QuorumLocked(uint32_t epoch) const {
+  auto it = shares_.find(epoch);
+  const int m = std::min(it == shares_.end() ? trainers_ : it->second, trainers_);
+  const int q = int(std::ceil(options_.quorum * m - 1e-9));
+  return std::clamp(q, 1, m);
+}
+
+int DataSource::quorum_count(uint32_t epoch) const {
+  MutexLock lock(mu_);
+  return QuorumLocked(epoch);
+}
+
+int DataSource::ShareSizeOf(int trainer, int shares) const {
+  const int n = train_->count();
+  return trainer < std::min(n, shares) ? (n - trainer + shares - 1) / shares : 0;
+}
+
+int DataSource::ShareSize(int trainer, uint32_t epoch) const {
+  MutexLock lock(mu_);
+  auto it = shares_.find(epoch);
+  return ShareSizeOf(trainer, it == shares_.end() ? trainers_ : it->second);
 }
 
 std::vector<uint32_t> DataSource::Shuffle(uint32_t epoch) const {
@@ -94,17 +128,19 @@ void DataSource::PrefetchLoop() {
 }
 
 Status DataSource::GetBatch(int trainer, uint32_t epoch, uint32_t batch_index, BatchView* out) {
-  if (trainer < 0 || trainer >= options_.trainers)
-    return InvalidArgumentError("trainer " + std::to_string(trainer) + " is out of range [0, " +
-                                std::to_string(options_.trainers) + ")");
   *out = BatchView();
+  int shares = 0;
   {
     MutexLock lock(mu_);
+    shares = SharesOfLocked(epoch);
+    if (trainer < 0 || trainer >= std::max(trainers_, shares))
+      return InvalidArgumentError("trainer " + std::to_string(trainer) + " is out of range [0, " +
+                                  std::to_string(trainers_) + ")");
     out->job_stopped = stopped_;
     out->epoch_closed = closed_.count(epoch) > 0;
   }
   if (out->job_stopped || out->epoch_closed) return OkStatus();
-  const int share = ShareSize(trainer);
+  const int share = ShareSizeOf(trainer, shares);
   const int64_t first = int64_t{batch_index} * options_.batch_images;
   if (first >= share) {
     out->end_of_share = true;
@@ -117,7 +153,7 @@ Status DataSource::GetBatch(int trainer, uint32_t epoch, uint32_t batch_index, B
   out->pixels.resize(size_t(count * bytes));
   out->labels.resize(size_t(count));
   for (int k = 0; k < count; ++k) {
-    const uint32_t img = (*order)[size_t((first + k) * options_.trainers + trainer)];
+    const uint32_t img = (*order)[size_t((first + k) * shares + trainer)];
     const int variant = int(shard::Mix64(options_.seed ^ (uint64_t{epoch} << 32 | img)) %
                             uint64_t(train_->variants()));
     std::memcpy(out->pixels.data() + k * bytes, train_->Image(variant, int(img)), size_t(bytes));
@@ -127,14 +163,22 @@ Status DataSource::GetBatch(int trainer, uint32_t epoch, uint32_t batch_index, B
   return OkStatus();
 }
 
-StatusOr<std::pair<int, bool>> DataSource::FinishEpoch(int trainer, uint32_t epoch) {
-  if (trainer < 0 || trainer >= options_.trainers)
-    return InvalidArgumentError("trainer " + std::to_string(trainer) + " is out of range");
+StatusOr<DataSource::Finished> DataSource::FinishEpoch(int trainer, uint32_t epoch) {
   MutexLock lock(mu_);
+  const int shares = SharesOfLocked(epoch);
+  if (trainer < 0 || trainer >= std::max(trainers_, shares))
+    return InvalidArgumentError("trainer " + std::to_string(trainer) + " is out of range [0, " +
+                                std::to_string(trainers_) + ")");
   auto& done = finished_[epoch];
-  done.insert(trainer);
-  if (int(done.size()) >= quorum_count()) closed_.insert(epoch);
-  return std::make_pair(int(done.size()), closed_.count(epoch) > 0);
+  // A trainer added after the epoch started had no share of it: its finish proves nothing.
+  if (trainer < shares) done.insert(trainer);
+  Finished f;
+  f.finished = int(done.size());
+  const bool was_closed = closed_.count(epoch) > 0;
+  if (f.finished >= QuorumLocked(epoch)) closed_.insert(epoch);
+  f.closed = closed_.count(epoch) > 0;
+  f.closed_now = f.closed && !was_closed;
+  return f;
 }
 
 void DataSource::GetTestBatch(uint32_t offset, uint32_t max_count, BatchView* out) const {

@@ -6,6 +6,13 @@
 // r, r+M, r+2M, ... of that order, in batches of `batch_images`. Epoch e closes when
 // ceil(quorum * M) trainers have finished their share of it; the rest are told to move on.
 // A background thread shuffles the next epoch before it is asked for. Thread-safe.
+//
+// M may change while the job runs (SetTrainers: trainers scaled on a cluster). An epoch's shares
+// are fixed when it is first asked for, with the M of that moment (M_e), so no image moves
+// between trainers mid-epoch: a trainer added later has an empty share of it and starts with the
+// next one, and only trainers below M_e count towards its quorum. The quorum follows the new M
+// at once where it is smaller: ceil(quorum * min(M_e, M)), so an epoch whose removed trainers
+// will never finish still closes.
 #pragma once
 
 #include <atomic>
@@ -47,11 +54,20 @@ class DataSource {
              data::Dataset test, DataSourceOptions options);
   ~DataSource();
 
+  // The trainers of the job from now on (see above); m >= 1.
+  void SetTrainers(int m);
+  int trainers() const;
   // Fills `out` with batch `batch_index` of `trainer`'s share of `epoch`. Fails for a trainer
-  // index out of range.
+  // index out of range (at or above both M and M_e).
   Status GetBatch(int trainer, uint32_t epoch, uint32_t batch_index, BatchView* out);
-  // Records that `trainer` finished `epoch`; returns how many have and whether it is closed.
-  StatusOr<std::pair<int, bool>> FinishEpoch(int trainer, uint32_t epoch);
+  // Records that `trainer` finished `epoch`: how many with a share of it have, whether it is
+  // closed, and whether this call closed it.
+  struct Finished {
+    int finished = 0;
+    bool closed = false;
+    bool closed_now = false;
+  };
+  StatusOr<Finished> FinishEpoch(int trainer, uint32_t epoch);
   // Up to `max_count` test images from `offset`.
   void GetTestBatch(uint32_t offset, uint32_t max_count, BatchView* out) const;
   void Stop();
@@ -62,10 +78,10 @@ class DataSource {
   const data::Dataset& test() const { return test_; }
   const DataSourceOptions& options() const { return options_; }
   int variants() const { return train_->variants(); }
-  // Number of trainers whose finish closes an epoch.
-  int quorum_count() const;
-  // Images in `trainer`'s share of any epoch.
-  int ShareSize(int trainer) const;
+  // Number of trainers whose finish closes `epoch` (an epoch not yet asked for: the M of now).
+  int quorum_count(uint32_t epoch) const;
+  // Images in `trainer`'s share of `epoch` (0 for a trainer added after it started).
+  int ShareSize(int trainer, uint32_t epoch) const;
   // Batches served from an epoch order that was ready (shuffled ahead by the prefetcher or an
   // earlier batch), and batches that had to wait for their epoch's shuffle.
   uint64_t order_hits() const { return hits_.load(std::memory_order_relaxed); }
@@ -76,6 +92,10 @@ class DataSource {
  private:
   std::shared_ptr<const std::vector<uint32_t>> Order(uint32_t epoch);
   std::vector<uint32_t> Shuffle(uint32_t epoch) const;
+  // M_e, fixed at the first call for `epoch`.
+  int SharesOfLocked(uint32_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int QuorumLocked(uint32_t epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int ShareSizeOf(int trainer, int shares) const;
   void PrefetchLoop();
 
   std::unique_ptr<data::AugmentedCache> train_;
@@ -88,6 +108,8 @@ class DataSource {
   std::map<uint32_t, std::shared_ptr<const std::vector<uint32_t>>> orders_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, std::set<int>> finished_ ABSL_GUARDED_BY(mu_);
   std::set<uint32_t> closed_ ABSL_GUARDED_BY(mu_);
+  int trainers_ ABSL_GUARDED_BY(mu_);                    // M
+  std::map<uint32_t, int> shares_ ABSL_GUARDED_BY(mu_);  // M_e of the epochs asked for
   uint32_t want_prefetch_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <optional>
 
 #include "core/exit_codes.h"
 #include "core/periodic.h"
@@ -15,6 +16,7 @@
 #include "data_server/data_service.h"
 #include "metrics/metrics.h"
 #include "net/grpc.h"
+#include "spec/manifest_watch.h"
 
 namespace adam::data_server {
 
@@ -85,6 +87,57 @@ Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train,
   return OkStatus();
 }
 
+// Serves `source` with its metrics until SIGINT/SIGTERM, following the job's trainer count.
+int Serve(DataSource* source, int classes, const MainOptions& options) {
+  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  auto metrics = metrics::MetricsServer::Start(host, options.metrics_port);
+  if (!metrics.ok()) {
+    spdlog::error("{}", metrics.status().message());
+    return 1;
+  }
+  auto& reg = **metrics;
+  reg.Gauge("adam_data_cache_images", "Augmented training images held in memory")
+      .Set(double(source->variants()) * source->train_count());
+  DataServiceMetrics dm{
+      &reg.Counter("adam_data_batches_served_total", "Training batches served"),
+      &reg.Counter("adam_data_images_served_total", "Training images served"),
+      &reg.Counter("adam_data_epochs_closed_total", "Epochs closed by the trainer quorum")};
+  DataService service(source, classes, dm);
+  auto& hits = reg.Counter("adam_data_order_hits_total",
+                           "Training batches served from an epoch shuffle that was ready");
+  auto& misses = reg.Counter("adam_data_order_misses_total",
+                             "Training batches that waited for their epoch's shuffle");
+  auto& depth = reg.Gauge("adam_data_prefetch_depth",
+                          "Epoch shuffles ready beyond the newest epoch asked for");
+  auto& trainers = reg.Gauge("adam_data_trainers", "Trainers the data server shares epochs among");
+  trainers.Set(source->trainers());
+  uint64_t hits_seen = 0, misses_seen = 0;
+  Periodic sampler(std::chrono::milliseconds(1000), [&] {
+    const uint64_t h = source->order_hits(), m = source->order_misses();
+    hits.Increment(double(h - hits_seen));
+    misses.Increment(double(m - misses_seen));
+    hits_seen = h;
+    misses_seen = m;
+    depth.Set(source->prefetched_epochs());
+  });
+  // Trainers scaled on a cluster: the job's manifest (its ConfigMap) has the new count.
+  std::optional<spec::ManifestWatcher> watcher;
+  if (!options.job_path.empty()) {
+    watcher.emplace(options.job_path, [&](const spec::AdamJob& job) {
+      const int m = job.roles.trainer.replicas;
+      if (m == source->trainers()) return;
+      spdlog::info(
+          "the job now has {} trainers (was {}): epochs not yet started are shared "
+          "among {}",
+          m, source->trainers(), m);
+      source->SetTrainers(m);
+      trainers.Set(m);
+    });
+    watcher->Start();
+  }
+  return net::Serve(options.listen, {&service}, reg.port());
+}
+
 }  // namespace
 
 int Main(const spec::AdamJob& job, const MainOptions& options) {
@@ -136,36 +189,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   so.seed = job.training.seed;
   DataSource source(std::move(cache), std::move(train->labels), std::move(*test), so);
 
-  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  auto metrics = metrics::MetricsServer::Start(host, options.metrics_port);
-  if (!metrics.ok()) {
-    spdlog::error("{}", metrics.status().message());
-    return 1;
-  }
-  auto& reg = **metrics;
-  reg.Gauge("adam_data_cache_images", "Augmented training images held in memory")
-      .Set(double(source.variants()) * source.train_count());
-  DataServiceMetrics dm{
-      &reg.Counter("adam_data_batches_served_total", "Training batches served"),
-      &reg.Counter("adam_data_images_served_total", "Training images served"),
-      &reg.Counter("adam_data_epochs_closed_total", "Epochs closed by the trainer quorum")};
-  DataService service(&source, classes, dm);
-  auto& hits = reg.Counter("adam_data_order_hits_total",
-                           "Training batches served from an epoch shuffle that was ready");
-  auto& misses = reg.Counter("adam_data_order_misses_total",
-                             "Training batches that waited for their epoch's shuffle");
-  auto& depth = reg.Gauge("adam_data_prefetch_depth",
-                          "Epoch shuffles ready beyond the newest epoch asked for");
-  uint64_t hits_seen = 0, misses_seen = 0;
-  Periodic sampler(std::chrono::milliseconds(1000), [&] {
-    const uint64_t h = source.order_hits(), m = source.order_misses();
-    hits.Increment(double(h - hits_seen));
-    misses.Increment(double(m - misses_seen));
-    hits_seen = h;
-    misses_seen = m;
-    depth.Set(source.prefetched_epochs());
-  });
-  return net::Serve(options.listen, {&service}, reg.port());
+  return Serve(&source, classes, options);
 }
 
 }  // namespace adam::data_server

@@ -63,11 +63,56 @@ size_t ClockGate::parked() const {
   return parked_.size();
 }
 
-void ClockGate::Advance(int t, uint64_t clock, bool leave) {
-  ADAM_CHECK(t >= 0 && t < trainers_);
+int ClockGate::trainers() const {
+  MutexLock lock(mu_);
+  return trainers_;
+}
+
+void ClockGate::SetTrainers(int n) {
+  n = std::max(1, n);
   std::vector<std::function<void(bool)>> ready;
   {
     MutexLock lock(mu_);
+    const uint64_t min = MinClockLocked();
+    const uint64_t join = min == std::numeric_limits<uint64_t>::max() ? 0 : min;
+    if (clock_.size() < size_t(n)) {
+      clock_.resize(size_t(n), join);
+      left_.resize(size_t(n), false);
+    }
+    for (int t = 0; t < int(clock_.size()); ++t) {
+      if (t >= n) {
+        left_[size_t(t)] = true;
+      } else if (t >= trainers_) {  // added (again)
+        left_[size_t(t)] = false;
+        clock_[size_t(t)] = std::max(clock_[size_t(t)], join);
+      }
+    }
+    trainers_ = n;
+    const uint64_t now_min = MinClockLocked();
+    auto end = parked_.upper_bound(now_min);
+    for (auto it = parked_.begin(); it != end; ++it) ready.push_back(std::move(it->second.fn));
+    parked_.erase(parked_.begin(), end);
+  }
+  for (auto& fn : ready) fn(true);
+}
+
+bool ClockGate::Admits(int t) const {
+  if (t < 0) return false;
+  if (mode_ == spec::Consistency::kAsync) return t < kMaxTrainers;
+  MutexLock lock(mu_);
+  return t < trainers_;
+}
+
+void ClockGate::Advance(int t, uint64_t clock, bool leave) {
+  std::vector<std::function<void(bool)>> ready;
+  {
+    MutexLock lock(mu_);
+    ADAM_CHECK(t >= 0 && t < kMaxTrainers);
+    if (size_t(t) >= clock_.size()) {  // an async trainer the manifest has not told of yet
+      const uint64_t min = MinClockLocked();
+      clock_.resize(size_t(t) + 1, min == std::numeric_limits<uint64_t>::max() ? 0 : min);
+      left_.resize(size_t(t) + 1, false);
+    }
     clock_[size_t(t)] = std::max(clock_[size_t(t)], clock);
     if (leave) left_[size_t(t)] = true;
     const uint64_t min = MinClockLocked();

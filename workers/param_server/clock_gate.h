@@ -40,9 +40,20 @@ class ClockGate {
   ClockGate(const ClockGate&) = delete;
   ClockGate& operator=(const ClockGate&) = delete;
 
+  // Whether trainer `t` may push: below the trainer count; in async mode below kMaxTrainers,
+  // since a trainer added to a running job may reach a server before the job's new manifest
+  // does (async pulls wait for no one, so an unknown trainer holds nothing back).
+  bool Admits(int t) const;
+  static constexpr int kMaxTrainers = 4096;  // spec.roles.trainer.replicas' bound
+
   // Records trainer `t`'s clock (kept monotone) or its leaving, then runs every parked pull this
-  // allows. `t` must be below the trainer count.
+  // allows. `t` must be admitted (Admits); one beyond the count joins as SetTrainers adds one.
   void Advance(int t, uint64_t clock, bool leave);
+
+  // The job's trainers from now on (scaled on a cluster). A trainer added joins at the clock the
+  // active ones have reached, so no pull waits for what it never pushed; one removed leaves.
+  // Trainers removed and added again rejoin the same way. Runs the pulls this allows.
+  void SetTrainers(int n);
 
   // Runs `fn(true)` now when a pull at `clock` is allowed, otherwise parks it until it is. On
   // Close, parked continuations run with `fn(false)`.
@@ -64,7 +75,7 @@ class ClockGate {
   uint64_t Spread() const;
   uint64_t Needed(uint64_t clock) const;
   size_t parked() const;
-  int trainers() const { return trainers_; }
+  int trainers() const;
 
  private:
   struct Parked {
@@ -78,7 +89,7 @@ class ClockGate {
   void ExpireLoop();
   spec::Consistency mode_;
   uint64_t staleness_;
-  const int trainers_;  // the size of clock_ and left_
+  int trainers_ ABSL_GUARDED_BY(mu_);  // the job's trainers; clock_ and left_ may be longer
   mutable Mutex mu_;
   std::vector<uint64_t> clock_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> left_ ABSL_GUARDED_BY(mu_);

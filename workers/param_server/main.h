@@ -24,6 +24,9 @@ struct MainOptions {
   int threads = 0;                                  // shard worker threads; 0 = one per usable core
   bool bind = true;                                 // bind shard workers to cores
   std::chrono::milliseconds debug_flush_pause{0};   // tests: pause mid-flush
+  // The job's manifest file, followed for the trainer count (trainers scaled on a cluster);
+  // "" = not followed.
+  std::string job_path;
 };
 
 // Runs until SIGINT/SIGTERM; returns the process exit code. Emits a "ready" event once serving.

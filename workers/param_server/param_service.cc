@@ -178,10 +178,13 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
                                              const adam::v1::PushRequest* req,
                                              adam::v1::PushResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (req->trainer_index() >= uint32_t(gate_->trainers())) {
+  if (req->trainer_index() >= uint32_t(ClockGate::kMaxTrainers) ||
+      !gate_->Admits(int(req->trainer_index()))) {
     reactor->Finish(Invalid("trainer_index " + std::to_string(req->trainer_index()) +
-                            " is not below the job's " + std::to_string(gate_->trainers()) +
-                            " trainers"));
+                            " is not a trainer of this job (" + std::to_string(gate_->trainers()) +
+                            " trainers; async jobs admit up to " +
+                            std::to_string(ClockGate::kMaxTrainers) +
+                            " while trainers are scaled)"));
     return reactor;
   }
   auto call = std::make_unique<PushCall>();

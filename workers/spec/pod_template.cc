@@ -312,15 +312,15 @@ json MergePodTemplates(const json& job_wide, const json& role) {
   json out = job_wide.is_object() ? job_wide : json::object();
   if (!role.is_object()) return out;
   for (const auto& [key, value] : role.items()) {
-    if (!out.contains(key)) {
-      out[key] = value;
-    } else if (key == "env" || key == "volumes") {
+    const bool both = out.contains(key);
+    if (both && (key == "env" || key == "volumes")) {
       out[key] = MergeNamed(out[key], value);
-    } else if (key == "tolerations" || key == "imagePullSecrets" || key == "volumeMounts") {
+    } else if (both &&
+               (key == "tolerations" || key == "imagePullSecrets" || key == "volumeMounts")) {
       for (const json& e : value) out[key].push_back(e);
-    } else if (value.is_object()) {  // maps and affinity: key by key
+    } else if (both && value.is_object()) {  // maps and affinity: key by key
       for (const auto& [k, v] : value.items()) out[key][k] = v;
-    } else {
+    } else {  // the role's alone, or a string
       out[key] = value;
     }
   }

@@ -19,6 +19,7 @@
 #include "model/onnx.h"
 #include "trainer/batch_queue.h"
 #include "trainer/replica.h"
+#include "trainer/server_wait.h"
 #include "update/update_plan.h"
 
 namespace adam::trainer {
@@ -139,13 +140,20 @@ Status Trainer::Impl::CheckDataServer() {
                                 std::to_string(info.height()) + "x" + std::to_string(info.width()) +
                                 " but spec.model.input is " + std::to_string(in.channels) + "x" +
                                 std::to_string(in.height) + "x" + std::to_string(in.width));
-  if (int(info.trainers()) != job.roles.trainer.replicas)
-    return InvalidArgumentError("data server serves " + std::to_string(info.trainers()) +
-                                " trainers, the job has " +
-                                std::to_string(job.roles.trainer.replicas));
-  if (opt.index < 0 || opt.index >= int(info.trainers()))
-    return InvalidArgumentError("--index " + std::to_string(opt.index) + " is not below " +
-                                std::to_string(info.trainers()) + " trainers");
+  if (opt.index < 0) return InvalidArgumentError("--index must be >= 0");
+  // A trainer added to a running job (scaled on a cluster) may start before the data server has
+  // read the new count from the job's manifest (a ConfigMap the kubelet updates within about a
+  // minute): it waits for it.
+  ServerWait wait(std::chrono::minutes(5), nullptr, nullptr);
+  while (opt.index >= int(info.trainers())) {
+    const std::string count = std::to_string(info.trainers());
+    if (!wait.Again("the data server to count trainer " + std::to_string(opt.index),
+                    "it serves " + count + " trainers"))
+      return InvalidArgumentError("--index " + std::to_string(opt.index) + " is not below the " +
+                                  count + " trainers the data server serves (" + wait.Expired() +
+                                  ")");
+    ADAM_RETURN_IF_ERROR(data->GetInfo(&info));
+  }
   return OkStatus();
 }
 
@@ -465,7 +473,7 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
                  {"message", result->diverged}});
       return false;
     }
-    if (e > first && mean > *previous_loss * 1.05)
+    if (e > first && LossRose(*previous_loss, mean))
       spdlog::warn(
           "the training loss rose from {:.4f} (epoch {}) to {:.4f} (epoch {}) at learning "
           "rate {:g}: a rate too high for batch size {} makes SGD overshoot; if it keeps "
@@ -574,6 +582,10 @@ StatusOr<TrainerResult> Trainer::Run() {
              {"total_seconds", std::chrono::duration<double>(Clock::now() - start).count()},
              {"test_accuracy", result.test_accuracy}});
   return result;
+}
+
+bool LossRose(double previous, double loss) {
+  return loss > previous * 1.05 && loss - previous >= 1e-3;
 }
 
 std::string DivergenceMessage(int epoch, double loss, int classes, double learning_rate,

@@ -72,6 +72,11 @@ struct TrainerResult {
   std::string diverged;       // why training stopped early as diverged; "" when it did not
 };
 
+// Whether an epoch's mean training loss rose enough on the one before to warn of a learning
+// rate too high: by more than 5%, and by at least 0.001 (a loss near zero moves by more than 5%
+// from noise alone, invisibly at the four decimals the warning prints).
+bool LossRose(double previous, double loss);
+
 // Whether an epoch's mean training loss shows that SGD diverged: the loss is not a number or
 // infinite, or above twice ln(classes) (what guessing every class alike costs; a model that has
 // learnt nothing sits at ln(classes), one whose steps overshoot climbs far above it). Returns the

@@ -180,6 +180,7 @@ func TestJobsWithTheSharedOperator(t *testing.T) {
 		{"PodTemplatesReachEveryPodAndTheScheduler", testPodTemplatesReachEveryPodAndTheScheduler},
 		{"ASidecarDoesNotKeepTheJobFromFinishing", testASidecarDoesNotKeepTheJobFromFinishing},
 		{"FailureRulesDecideWhatAFailedPodMeans", testFailureRulesDecideWhatAFailedPodMeans},
+		{"KubectlScaleChangesTheTrainers", testKubectlScaleChangesTheTrainers},
 	} {
 		c := c
 		t.Run(c.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,7 +11,9 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 )
 
 // spec.podTemplate and a role's own reach every pod as the real API server admits them: the
@@ -228,4 +231,72 @@ func testFailureRulesDecideWhatAFailedPodMeans(t *testing.T) {
 		t.Errorf("Failed condition %s %s %q, want FailureRule naming failureRules[1]", status, reason, msg)
 	}
 	kubectl(t, "delete", "adamjob", "rules", "-n", ns, "--wait=false")
+}
+
+// `kubectl scale aj/NAME --replicas=N` changes a running job's trainers through the scale
+// subresource: trainer pods are created and deleted, the manifest every role reads (the job's
+// ConfigMap, which the data server and parameter servers follow) says N, and the subresource
+// reports the count and the selector a HorizontalPodAutoscaler needs. A sync job refuses it.
+func testKubectlScaleChangesTheTrainers(t *testing.T) {
+	sharedOperator(t)
+	ns := namespace(t, "e2e-scale")
+	job := example(t, "fashion-mnist")
+	set(job, "metadata/name", "elastic")
+	createJob(t, ns, job)
+	waitPhase(t, ns, "elastic", "Running", 90*time.Second)
+	trainers := func() []string {
+		var names []string
+		for _, p := range jobPods(t, ns, "elastic", "trainer") {
+			if p.DeletionTimestamp == nil {
+				names = append(names, p.Name)
+			}
+		}
+		return names
+	}
+	manifestSays := func(n int) (bool, string) {
+		cm, err := env.cs.CoreV1().ConfigMaps(ns).Get(ctx(), "elastic-job", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(cm.Data["job.yaml"]), &m); err != nil {
+			return false, err.Error()
+		}
+		got, _, _ := unstructured.NestedFieldNoCopy(m, "spec", "roles", "trainer", "replicas")
+		return fmt.Sprint(got) == fmt.Sprint(n), fmt.Sprintf("job.yaml says %v", got)
+	}
+	for _, n := range []int{4, 1} {
+		kubectl(t, "scale", "-n", ns, "adamjob/elastic", fmt.Sprintf("--replicas=%d", n))
+		eventually(t, 60*time.Second, fmt.Sprintf("%d trainer pods", n), func() (bool, string) {
+			names := trainers()
+			return len(names) == n, fmt.Sprint(names)
+		})
+		eventually(t, 30*time.Second, fmt.Sprintf("the manifest saying %d trainers", n), func() (bool, string) { return manifestSays(n) })
+		eventually(t, 30*time.Second, "the scale subresource", func() (bool, string) {
+			out := kubectl(t, "get", "--raw", "/apis/adam.dev/v1alpha1/namespaces/"+ns+"/adamjobs/elastic/scale")
+			var sc struct {
+				Spec   struct{ Replicas int }
+				Status struct {
+					Replicas int
+					Selector string
+				}
+			}
+			if err := json.Unmarshal([]byte(out), &sc); err != nil {
+				return false, err.Error()
+			}
+			return sc.Spec.Replicas == n && sc.Status.Replicas == n &&
+				sc.Status.Selector == "adam.dev/job=elastic,adam.dev/role=trainer", out
+		})
+	}
+	kubectl(t, "delete", "adamjob", "elastic", "-n", ns, "--wait=false")
+
+	sync := example(t, "fashion-mnist")
+	set(sync, "metadata/name", "lockstep")
+	set(sync, "spec/training/consistency", "sync")
+	createJob(t, ns, sync)
+	_, stderr, err := run("", "kubectl", "scale", "-n", ns, "adamjob/lockstep", "--replicas=3")
+	if err == nil || !strings.Contains(stderr, "changes only with spec.training.consistency async") {
+		t.Errorf("scaling a sync job: err %v, stderr %q; want it refused naming consistency", err, stderr)
+	}
+	kubectl(t, "delete", "adamjob", "lockstep", "-n", ns, "--wait=false")
 }
