@@ -5,7 +5,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test fuzz tsan asan tidy format format-check bench clean cluster-tools cluster cluster-down k8s-e2e image multihost
+.PHONY: deps build demo test fuzz tsan asan tidy format format-check bench bench-operator clean cluster-tools cluster cluster-down k8s-e2e image multihost
 
 deps:
 	./scripts/install-deps.sh
@@ -76,6 +76,11 @@ tidy: build
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/).
 asan: deps
 	./scripts/asan.sh
+
+# The operator at scale on the local control plane (1,000 kwok nodes, 100 AdamJobs of 28 pods):
+# docs/performance.md has the table. Not part of CI.
+bench-operator: build cluster-tools
+	./bench/operator.sh
 
 # Benchmarks: the parameter server against a memory-bandwidth triad, the controller's Raft against
 # a 3-member etcd, the trainer against PyTorch (installs python3-torch and etcd-server); prints

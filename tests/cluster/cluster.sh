@@ -15,7 +15,8 @@
 # CPUs and ADAM_CLUSTER_NODE_MEMORY (64Gi), labelled kubernetes.io/hostname and
 # topology.kubernetes.io/zone, and ADAM_CLUSTER_VOLUMES (120) network volumes for
 # PersistentVolumeClaims (StorageClass "standard", the default, bound when the pod is scheduled;
-# any node can mount them, so a pod replaced on another node keeps its claim).
+# any node can mount them, so a pod replaced on another node keeps its claim;
+# ADAM_CLUSTER_VOLUME_BINDING=Immediate binds a claim when it is made instead).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -152,7 +153,7 @@ metadata:
   name: standard
   annotations: {storageclass.kubernetes.io/is-default-class: "true"}
 provisioner: kubernetes.io/no-provisioner
-volumeBindingMode: WaitForFirstConsumer
+volumeBindingMode: ${ADAM_CLUSTER_VOLUME_BINDING:-WaitForFirstConsumer}
 EOF
   for ((v = 0; v < volumes; v++)); do
     cat <<EOF
@@ -188,6 +189,12 @@ status:
   capacity: {cpu: "$cpu", memory: $memory, pods: "110"}
 EOF
   done
+}
+
+nodes_ready() {  # nodes_ready KUBECTL...: every node's Ready condition is True
+  local out
+  out=$("$@" get nodes --no-headers -o 'custom-columns=R:.status.conditions[?(@.type=="Ready")].status') || return 1
+  [[ -n "$out" ]] && ! grep -qv '^True$' <<<"$out"
 }
 
 up() {
@@ -254,7 +261,9 @@ up() {
   # The default ServiceAccount appears once the controller manager runs; pods need it.
   wait_for "the controller manager" 60 "${kubectl[@]}" get serviceaccount default -n default
   nodes_and_volumes | "${kubectl[@]}" apply -f - >/dev/null
-  wait_for "the nodes" 60 "${kubectl[@]}" wait --for=condition=Ready node --all --timeout=1s
+  # Every node Ready: listed once (`kubectl wait --all` checks node by node, too slow within a
+  # try for a thousand).
+  wait_for "the nodes" $((60 + ${ADAM_CLUSTER_NODES:-6} / 10)) nodes_ready "${kubectl[@]}"
   cat >"$dir/env" <<EOF
 KUBECONFIG=$dir/kubeconfig
 ADAM_CLUSTER_DIR=$dir
