@@ -12,11 +12,11 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DADAM_SANIT
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS="-fsanitize-ignorelist=$PWD/tests/tsan-ignorelist.txt" \
   -DADAM_BUILD_BENCH=OFF > build-tsan.log 2>&1 || { cat build-tsan.log; exit 1; }
-cmake --build build-tsan --target param_server_test data_server_test trainer_test kube_test
+cmake --build build-tsan --target param_server_test data_server_test trainer_test kube_test spec_test
 supp=build-tsan/tsan.supp
 cp tests/tsan.supp "$supp"
 # Every uninstrumented shared library the tests load, except the C and C++ runtimes TSan knows.
-for t in param_server_test data_server_test trainer_test kube_test; do ldd build-tsan/tests/$t; done |
+for t in param_server_test data_server_test trainer_test kube_test spec_test; do ldd build-tsan/tests/$t; done |
   awk '{print $1}' | grep '^lib' | sed 's/\.so.*//' |
   grep -vE '^lib(c|m|tsan|stdc\+\+|gcc_s|pthread|dl|rt)$' | sort -u |
   while read -r lib; do echo "called_from_lib:$lib.so"; done >> "$supp"
@@ -31,5 +31,6 @@ run param_server_test 'ParamStore.*:ParamStoreMarks.*:ApplyDense.*:ClockGate.*:B
 run data_server_test '*'
 run trainer_test '*NoNetwork*:ReplicaPrivate.*'
 run kube_test 'WorkQueue.*:MetricsCacheTest.*'
+run spec_test 'ManifestWatcher.*'
 
 echo "tsan: no data race reported"
