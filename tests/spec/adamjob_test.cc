@@ -652,5 +652,23 @@ TEST(AdamJob, FailureRules) {
               HasSubstr("spec.roles.controller.failureRules: unknown field"));
 }
 
+// A manifest is UTF-8 text (YAML is Unicode; every value goes on to Kubernetes as JSON): a byte
+// that is not is named with its line and column, wherever it is, instead of failing later.
+TEST(AdamJob, BytesThatAreNotUtf8AreNamed) {
+  EXPECT_TRUE(
+      ParseAdamJob(With("spec:\n", "spec:\n  podTemplate: {annotations: {team: \"ü\"}}\n")).ok());
+  const std::string bad = With("spec:\n", "spec:\n  podTemplate: {labels: {team: \"\xff\"}}\n");
+  const size_t at = bad.find('\xff');
+  const std::string msg = ErrorOf(bad);
+  EXPECT_THAT(msg, HasSubstr("(root): byte " + std::to_string(at) +
+                             " (0xFF, line 6, column 33) "
+                             "is not UTF-8"));
+  for (const char* seq : {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82", "\x80"}) {
+    SCOPED_TRACE(::testing::PrintToString(std::string(seq)));
+    EXPECT_THAT(ErrorOf(With("tiny}", std::string("tiny, x: \"") + seq + "\"}")),
+                HasSubstr("is not UTF-8"));
+  }
+}
+
 }  // namespace
 }  // namespace adam::spec

@@ -3,7 +3,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <initializer_list>
 #include <map>
 #include <regex>
@@ -1044,11 +1046,58 @@ void ReadSpec(Reader& r, const YAML::Node& spec, AdamJob* job) {
 
 }  // namespace
 
+namespace {
+
+// The offset of the first byte of `s` that is not part of valid UTF-8 (overlong forms,
+// surrogates and code points past U+10FFFF included), or npos.
+size_t FirstNonUtf8(const std::string& s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = b[i];
+    size_t n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    for (size_t k = 1; k <= n; ++k) {
+      if (i + k >= s.size() || (b[i + k] & 0xC0) != 0x80) return i;
+      cp = cp << 6 | (b[i + k] & 0x3F);
+    }
+    const uint32_t least[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += n + 1;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
 StatusOr<AdamJob> ParseAdamJob(const std::string& yaml_text) {
   if (yaml_text.size() > kMaxManifestBytes)
     return InvalidArgumentError("(root): the manifest is " + std::to_string(yaml_text.size()) +
                                 " bytes; at most " + std::to_string(kMaxManifestBytes) +
                                 " (Kubernetes keeps an object under 1.5 MiB)");
+  // YAML is Unicode text, and every value goes on to Kubernetes as JSON, which is UTF-8.
+  if (const size_t bad = FirstNonUtf8(yaml_text); bad != std::string::npos) {
+    const size_t line_start = yaml_text.rfind('\n', bad == 0 ? 0 : bad - 1);
+    const size_t line = size_t(std::count(yaml_text.begin(), yaml_text.begin() + long(bad), '\n'));
+    const size_t column = line_start == std::string::npos || bad == 0 ? bad : bad - line_start - 1;
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", unsigned(static_cast<unsigned char>(yaml_text[bad])));
+    return InvalidArgumentError(
+        "(root): byte " + std::to_string(bad) + " (" + hex + ", line " + std::to_string(line + 1) +
+        ", column " + std::to_string(column + 1) + ") is not UTF-8; a manifest is UTF-8 text");
+  }
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
