@@ -336,7 +336,7 @@ affinity:
     EXPECT_EQ((*spec)["priorityClassName"], "batch-high");
     EXPECT_EQ((*spec)["serviceAccountName"], "trainer-sa");
     EXPECT_EQ((*spec)["imagePullSecrets"][0]["name"], "registry-key");
-    EXPECT_EQ((*spec)["schedulerName"] == "gang", role == "trainer");
+    EXPECT_EQ(spec->value("schedulerName", "") == "gang", role == "trainer");
     EXPECT_EQ((*spec)["securityContext"]["runAsUser"], 2000);
     EXPECT_EQ((*spec)["securityContext"]["runAsNonRoot"], true);
     EXPECT_EQ((*spec)["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
