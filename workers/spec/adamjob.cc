@@ -161,6 +161,13 @@ void ReadFilePair(Reader& r, const YAML::Node& n, const std::string& path, bool 
   r.Get(n, "labels", path, &out->labels, true);
 }
 
+// A part of the manifest passed through to Kubernetes, as JSON text. The text was checked to be
+// UTF-8, but a YAML escape (\x, \u) can still spell a byte or surrogate that is not: it becomes
+// U+FFFD, as the API server would refuse it anyway, instead of a throw from the serialiser.
+std::string JsonText(const YAML::Node& n) {
+  return YamlNodeToJson(n).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 // The volume source types of a Kubernetes pod's spec.volumes[] (core/v1 VolumeSource).
 bool IsVolumeSource(const std::string& key) {
   static const std::set<std::string> kinds = {"awsElasticBlockStore",
@@ -214,7 +221,7 @@ void ReadVolume(Reader& r, const YAML::Node& n, const std::string& path, VolumeS
       else if (!src[kind].IsMap() && !src[kind].IsNull())
         r.Error(vp + "." + kind, "must be a mapping");
       else
-        v->source = YamlNodeToJson(src).dump();
+        v->source = JsonText(src);
     }
   }
   if (!r.Get(n, "mountPath", path, &v->mount_path)) return;
@@ -632,7 +639,7 @@ void ReadFailureRules(Reader& r, const YAML::Node& role, const std::string& path
 
 // n.podTemplate as JSON text, checked later (CheckPodTemplates) against the whole spec.
 void ReadPodTemplate(const YAML::Node& n, std::string* out) {
-  if (const YAML::Node t = n["podTemplate"]; t && !t.IsNull()) *out = YamlNodeToJson(t).dump();
+  if (const YAML::Node t = n["podTemplate"]; t && !t.IsNull()) *out = JsonText(t);
 }
 
 // Every podTemplate: its shape, and nothing of Adam's own overridden (spec/pod_template.h).
