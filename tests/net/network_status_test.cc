@@ -6,7 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <thread>
+#include <future>
 
 #include "testing/tmp_dir.h"
 
@@ -69,37 +69,44 @@ TEST(NetworkStatus, ReadsThePodsFile) {
   EXPECT_EQ(PodNetworkAddress(dir.path() + "/nope", "x").status().code(), StatusCode::kNotFound);
 }
 
-// Multus writes the annotation after the pod starts: the server waits for it, bounded.
+// Multus writes the annotation after the pod starts: the server waits for it, bounded. On a
+// fake clock: the file is read again each poll, and the wait ends at its bound, not before.
 TEST(NetworkStatus, WaitsForTheAnnotationToAppear) {
   testing::TmpDir dir;
   const std::string path = dir.path() + "/annotations";
   std::ofstream(path) << "";  // the kubelet's first, empty, file
-  std::thread later([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    std::ofstream(path + ".tmp") << kFile;
-    std::filesystem::rename(path + ".tmp", path);
+  FakeClock clock;
+  auto waited = std::async(std::launch::async, [&] {
+    return WaitForPodNetworkAddress(path, "adam-replication", std::chrono::seconds(5),
+                                    std::chrono::milliseconds(200), &clock);
   });
-  const auto t0 = std::chrono::steady_clock::now();
-  auto ip = WaitForPodNetworkAddress(path, "adam-replication", std::chrono::seconds(5),
-                                     std::chrono::milliseconds(20));
-  later.join();
+  ASSERT_TRUE(clock.AwaitWaiters(1));  // read once, found nothing, waits for the next poll
+  std::ofstream(path + ".tmp") << kFile;
+  std::filesystem::rename(path + ".tmp", path);
+  EXPECT_EQ(waited.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  clock.Advance(std::chrono::milliseconds(200));
+  auto ip = waited.get();
   ASSERT_TRUE(ip.ok()) << ip.status().message();
   EXPECT_EQ(*ip, "192.168.50.7");
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
+
   std::ofstream(path) << "";
-  auto none = WaitForPodNetworkAddress(path, "adam-replication", std::chrono::milliseconds(200),
-                                       std::chrono::milliseconds(20));
-  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(none.status().message().find(
-                path + ": no address for network 'adam-replication' after waiting"),
-            std::string::npos)
-      << none.status().message();
-  std::ofstream(path) << "broken";  // malformed: at once, not after the wait
-  const auto t1 = std::chrono::steady_clock::now();
+  auto none = std::async(std::launch::async, [&] {
+    return WaitForPodNetworkAddress(path, "adam-replication", std::chrono::seconds(1),
+                                    std::chrono::milliseconds(200), &clock);
+  });
+  for (int polls = 0; polls < 4; ++polls) {  // 800 ms of the 1 s bound: still waiting
+    ASSERT_TRUE(clock.AwaitWaiters(1));
+    clock.Advance(std::chrono::milliseconds(200));
+    ASSERT_TRUE(clock.AwaitWaiters(1));
+  }
+  EXPECT_EQ(none.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  clock.Advance(std::chrono::milliseconds(200));
+  auto r = none.get();
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_NE(
-      WaitForPodNetworkAddress(path, "adam-replication", std::chrono::seconds(5)).status().code(),
-      StatusCode::kOk);
-  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(1));
+      r.status().message().find(path + ": no address for network 'adam-replication' after waiting"),
+      std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // Downward-API annotations and Multus network-status.
 #include "net/network_status.h"
 
+#include <algorithm>
+#include <condition_variable>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <thread>
 
 #include "core/file.h"
+#include "core/mutex.h"
 
 namespace adam::net {
 namespace {
@@ -186,16 +188,21 @@ StatusOr<std::string> PodNetworkAddress(const std::string& path, const std::stri
 
 StatusOr<std::string> WaitForPodNetworkAddress(const std::string& path, const std::string& network,
                                                std::chrono::milliseconds timeout,
-                                               std::chrono::milliseconds poll) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+                                               std::chrono::milliseconds poll, Clock* clock) {
+  const auto deadline = clock->Now() + timeout;
+  Mutex mu;
+  std::condition_variable cv;  // nothing notifies it: the waits end at their deadlines
   while (true) {
     auto addr = PodNetworkAddress(path, network);
     if (addr.ok() || addr.status().code() != StatusCode::kNotFound) return addr;
-    if (std::chrono::steady_clock::now() >= deadline)
+    const auto now = clock->Now();
+    if (now >= deadline)
       return NotFoundError(path + ": no address for network '" + network + "' after waiting " +
                            std::to_string(timeout.count() / 1000.0).substr(0, 5) + " s (" +
                            addr.status().message() + ")");
-    std::this_thread::sleep_for(poll);
+    const auto next = std::min<Clock::TimePoint>(now + poll, deadline);
+    MutexLock lock(mu);
+    while (clock->Now() < next) clock->WaitUntil(lock, cv, next);
   }
 }
 

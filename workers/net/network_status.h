@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "core/clock.h"
 #include "core/status.h"
 
 namespace adam::net {
@@ -33,9 +34,10 @@ StatusOr<std::string> PodNetworkAddress(const std::string& annotations_path,
 // The same, waiting while the file is empty or has no address for `network` yet: Multus writes
 // the annotation after the pod starts, and the kubelet refreshes the downward-API file a little
 // later. After `timeout` the error names the file and the wait; a malformed file fails at once.
+// The file is read again every `poll` of `clock`.
 StatusOr<std::string> WaitForPodNetworkAddress(
     const std::string& annotations_path, const std::string& network,
     std::chrono::milliseconds timeout,
-    std::chrono::milliseconds poll = std::chrono::milliseconds(200));
+    std::chrono::milliseconds poll = std::chrono::milliseconds(200), Clock* clock = Clock::Real());
 
 }  // namespace adam::net
