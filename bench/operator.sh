@@ -22,9 +22,9 @@ export PATH="$bin:$PATH"
 "$cluster" down "$dir" >/dev/null 2>&1 || true
 trap '"$cluster" down "$dir" >/dev/null 2>&1 || true' EXIT
 start=$SECONDS
-# 8 checkpoint claims and 3 Raft claims per job, bound when made: with WaitForFirstConsumer the
-# scheduler binds each claim in the pod's binding cycle and waits for the volume controller,
-# which on 2 cores placed about one pod in 5 s here, a measure of the binder, not the operator.
+# 8 checkpoint claims and 3 Raft claims per job, bound when made: with WaitForFirstConsumer a
+# first run placed about one pod in 5 s on 2 cores while every process was nearly idle and the
+# claims stayed Pending: a measure of volume binding, not of the operator.
 ADAM_CLUSTER_NODES=$nodes ADAM_CLUSTER_ZONES=10 ADAM_CLUSTER_VOLUMES=$((jobs * 11 + 20)) \
   ADAM_CLUSTER_VOLUME_BINDING=Immediate \
   "$cluster" up "$dir" >/dev/null
