@@ -16,10 +16,15 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
-// The HA example (3 copies, a controller group) with `pointer` set to `value` (YAML).
-StatusOr<AdamJob> ExampleWith(const std::string& pointer, const std::string& value) {
-  Json job = YamlToJson(
+// The HA example (3 copies, a controller group), as JSON.
+Json Example() {
+  return YamlToJson(
       testing::ReadText(std::string(ADAM_SOURCE_DIR) + "/examples/fashion-mnist-ha.yaml"));
+}
+
+// The HA example with `pointer` set to `value` (YAML), parsed.
+StatusOr<AdamJob> ExampleWith(const std::string& pointer, const std::string& value) {
+  Json job = Example();
   job[Json::json_pointer(pointer)] = YamlToJson(value);
   return ParseAdamJob(job.dump());
 }
@@ -80,8 +85,7 @@ TEST(PodTemplate, AMultusAnnotationConflictsOnlyWithTheReplicationNetwork) {
   const std::string multus = "{annotations: {k8s.v1.cni.cncf.io/networks: other}}";
   // Without spec.networks.replication, a template may attach any network.
   EXPECT_TRUE(ExampleWith("/spec/podTemplate", multus).ok());
-  Json job = YamlToJson(
-      testing::ReadText(std::string(ADAM_SOURCE_DIR) + "/examples/fashion-mnist-ha.yaml"));
+  Json job = Example();
   job["spec"]["networks"] = {{"replication", "repl"}};
   job["spec"]["roles"]["trainer"]["podTemplate"] = YamlToJson(multus);
   EXPECT_TRUE(ParseAdamJob(job.dump()).ok());  // trainers carry no replication network
@@ -94,8 +98,7 @@ TEST(PodTemplate, AMultusAnnotationConflictsOnlyWithTheReplicationNetwork) {
 }
 
 TEST(PodTemplate, MountsNameTheirOwnOrTheJobWideVolumes) {
-  Json job = YamlToJson(
-      testing::ReadText(std::string(ADAM_SOURCE_DIR) + "/examples/fashion-mnist-ha.yaml"));
+  Json job = Example();
   job["spec"]["podTemplate"] = YamlToJson("{volumes: [{name: shared, emptyDir: {}}]}");
   job["spec"]["roles"]["trainer"]["podTemplate"] =
       YamlToJson("{volumeMounts: [{name: shared, mountPath: /shared}]}");

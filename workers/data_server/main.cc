@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <optional>
 
 #include "core/exit_codes.h"
 #include "core/periodic.h"
@@ -120,21 +119,12 @@ int Serve(DataSource* source, int classes, const MainOptions& options) {
     misses_seen = m;
     depth.Set(source->prefetched_epochs());
   });
-  // Trainers scaled on a cluster: the job's manifest (its ConfigMap) has the new count.
-  std::optional<spec::ManifestWatcher> watcher;
-  if (!options.job_path.empty()) {
-    watcher.emplace(options.job_path, [&](const spec::AdamJob& job) {
-      const int m = job.roles.trainer.replicas;
-      if (m == source->trainers()) return;
-      spdlog::info(
-          "the job now has {} trainers (was {}): epochs not yet started are shared "
-          "among {}",
-          m, source->trainers(), m);
-      source->SetTrainers(m);
-      trainers.Set(m);
-    });
-    watcher->Start();
-  }
+  // Trainers scaled on a cluster: the job's manifest (its ConfigMap) has the new count; epochs
+  // not yet started are shared among it.
+  const auto follower = spec::FollowTrainerCount(options.job_path, source->trainers(), [&](int m) {
+    source->SetTrainers(m);
+    trainers.Set(m);
+  });
   return net::Serve(options.listen, {&service}, reg.port());
 }
 

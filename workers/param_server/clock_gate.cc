@@ -14,8 +14,8 @@ ClockGate::ClockGate(int trainers, spec::Consistency mode, int max_staleness)
     : mode_(mode),
       staleness_(uint64_t(std::max(0, max_staleness))),
       trainers_(std::max(1, trainers)),
-      clock_(size_t(trainers_), 0),
-      left_(size_t(trainers_), false) {}
+      clock_(size_t(std::max(1, trainers)), 0),
+      left_(size_t(std::max(1, trainers)), false) {}
 
 ClockGate::~ClockGate() {
   {
@@ -63,10 +63,7 @@ size_t ClockGate::parked() const {
   return parked_.size();
 }
 
-int ClockGate::trainers() const {
-  MutexLock lock(mu_);
-  return trainers_;
-}
+int ClockGate::trainers() const { return trainers_.load(std::memory_order_relaxed); }
 
 void ClockGate::SetTrainers(int n) {
   n = std::max(1, n);
@@ -82,12 +79,12 @@ void ClockGate::SetTrainers(int n) {
     for (int t = 0; t < int(clock_.size()); ++t) {
       if (t >= n) {
         left_[size_t(t)] = true;
-      } else if (t >= trainers_) {  // added (again)
+      } else if (t >= trainers_.load(std::memory_order_relaxed)) {  // added (again)
         left_[size_t(t)] = false;
         clock_[size_t(t)] = std::max(clock_[size_t(t)], join);
       }
     }
-    trainers_ = n;
+    trainers_.store(n, std::memory_order_relaxed);
     const uint64_t now_min = MinClockLocked();
     auto end = parked_.upper_bound(now_min);
     for (auto it = parked_.begin(); it != end; ++it) ready.push_back(std::move(it->second.fn));
@@ -99,8 +96,7 @@ void ClockGate::SetTrainers(int n) {
 bool ClockGate::Admits(int t) const {
   if (t < 0) return false;
   if (mode_ == spec::Consistency::kAsync) return t < kMaxTrainers;
-  MutexLock lock(mu_);
-  return t < trainers_;
+  return t < trainers_.load(std::memory_order_relaxed);
 }
 
 void ClockGate::Advance(int t, uint64_t clock, bool leave) {

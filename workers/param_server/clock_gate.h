@@ -14,6 +14,7 @@
 // for, so a trainer that died is named instead of a bare deadline. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -89,7 +90,10 @@ class ClockGate {
   void ExpireLoop();
   spec::Consistency mode_;
   uint64_t staleness_;
-  int trainers_ ABSL_GUARDED_BY(mu_);  // the job's trainers; clock_ and left_ may be longer
+  // The job's trainers (clock_ and left_ may be longer). Written under mu_; read without it on
+  // every push (Admits): relaxed is enough, as it orders nothing else, and a push admitted just
+  // before a change is one that came before it (Advance takes mu_ and sizes clock_ itself).
+  std::atomic<int> trainers_;
   mutable Mutex mu_;
   std::vector<uint64_t> clock_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> left_ ABSL_GUARDED_BY(mu_);

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <memory>
 #include <optional>
 
 #include "core/event.h"
@@ -212,20 +211,6 @@ int FinalFlush(Checkpointer& checkpointer, const CheckpointOptions& copt) {
   return 0;
 }
 
-// Trainers scaled on a cluster: the job's manifest (its ConfigMap) has the new count, which the
-// gate follows. Null when `path` is empty.
-std::unique_ptr<spec::ManifestWatcher> FollowTrainers(const std::string& path, ClockGate* gate) {
-  if (path.empty()) return nullptr;
-  auto w = std::make_unique<spec::ManifestWatcher>(path, [gate](const spec::AdamJob& job) {
-    const int n = job.roles.trainer.replicas;
-    if (n == gate->trainers()) return;
-    spdlog::info("the job now has {} trainers (was {})", n, gate->trainers());
-    gate->SetTrainers(n);
-  });
-  w->Start();
-  return w;
-}
-
 // Serves the store until SIGINT/SIGTERM: the parameter service, the replication service on the
 // second address, with copies the controller link and the forwarder, metrics, and a last
 // checkpoint on the way out.
@@ -246,7 +231,9 @@ int Serve(const spec::AdamJob& job, const MainOptions& options, const update::Jo
   reg.Gauge("adam_ps_parameters", "Parameters held by this parameter server")
       .Set(double(store->total_floats()));
   ClockGate gate(job.roles.trainer.replicas, job.training.consistency, job.training.max_staleness);
-  const auto follower = FollowTrainers(options.job_path, &gate);
+  // Trainers scaled on a cluster: the job's manifest (its ConfigMap) has the new count.
+  const auto follower = spec::FollowTrainerCount(options.job_path, gate.trainers(),
+                                                 [&gate](int n) { gate.SetTrainers(n); });
   BufferPool pool;
   std::optional<Checkpointer> checkpointer;
   if (!options.state_dir.empty())

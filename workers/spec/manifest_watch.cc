@@ -54,4 +54,22 @@ void ManifestWatcher::Loop() {
   }
 }
 
+std::unique_ptr<ManifestWatcher> FollowTrainerCount(const std::string& path, int current,
+                                                    std::function<void(int)> set, Clock* clock) {
+  if (path.empty()) return nullptr;
+  // Called on the watcher's thread only, one call at a time: `count` needs no lock.
+  auto w = std::make_unique<ManifestWatcher>(
+      path,
+      [count = current, set = std::move(set)](const AdamJob& job) mutable {
+        const int n = job.roles.trainer.replicas;
+        if (n == count) return;
+        spdlog::info("the job now has {} trainers (was {})", n, count);
+        count = n;
+        set(n);
+      },
+      clock);
+  w->Start();
+  return w;
+}
+
 }  // namespace adam::spec

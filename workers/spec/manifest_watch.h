@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -49,5 +50,13 @@ class ManifestWatcher {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
+
+// What the data server and the parameter servers follow: the trainer count. `set(n)` runs (after
+// a log line naming the new and the old count) each time the manifest's
+// spec.roles.trainer.replicas differs from the count the role last had, starting from `current`.
+// Polls on a thread of its own from now on; null when `path` is empty (a manifest not followed).
+std::unique_ptr<ManifestWatcher> FollowTrainerCount(const std::string& path, int current,
+                                                    std::function<void(int)> set,
+                                                    Clock* clock = Clock::Real());
 
 }  // namespace adam::spec

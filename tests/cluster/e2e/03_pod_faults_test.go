@@ -60,13 +60,7 @@ func TestPodFaultsAreRepairedUnderTheRunPolicy(t *testing.T) {
 	restarts := func() int64 { return statusInt(getJob(t, ns, "faults"), "restarts") }
 	replaced := func(name string, old types.UID) {
 		t.Helper()
-		eventually(t, 90*time.Second, name+" replaced", func() (bool, string) {
-			p, err := env.cs.CoreV1().Pods(ns).Get(ctx(), name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			return p.UID != old && p.DeletionTimestamp == nil && podReady(p), "uid " + string(p.UID) + " phase " + string(p.Status.Phase)
-		})
+		readyPod(t, ns, name, old, 90*time.Second)
 	}
 	uid := func(name string) types.UID {
 		p, err := env.cs.CoreV1().Pods(ns).Get(ctx(), name, metav1.GetOptions{})

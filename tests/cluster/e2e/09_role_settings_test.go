@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 )
 
@@ -148,16 +147,10 @@ func testASidecarDoesNotKeepTheJobFromFinishing(t *testing.T) {
 		t.Fatal(err)
 	}
 	sidecarExit(t, ns, "sidecar-trainer-1", 1)
-	var uid types.UID
-	eventually(t, 60*time.Second, "trainer 1 replaced and its failure counted", func() (bool, string) {
-		p, err := env.cs.CoreV1().Pods(ns).Get(ctx(), "sidecar-trainer-1", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		uid = p.UID
-		restarts := statusInt(getJob(t, ns, "sidecar"), "restarts")
-		return p.UID != old.UID && podReady(p) && restarts == 1, fmt.Sprintf("uid %s phase %s restarts %d", p.UID, p.Status.Phase, restarts)
-	})
+	uid := readyPod(t, ns, "sidecar-trainer-1", old.UID, 60*time.Second).UID
+	if n := statusInt(getJob(t, ns, "sidecar"), "restarts"); n != 1 {
+		t.Errorf("restarts %d after a failure beside a sidecar, want 1", n)
+	}
 	for _, p := range jobPods(t, ns, "sidecar", "trainer") {
 		if p.UID == uid || p.Name != "sidecar-trainer-1" {
 			sidecarExit(t, ns, p.Name, 0)
@@ -181,29 +174,11 @@ func testFailureRulesDecideWhatAFailedPodMeans(t *testing.T) {
 	})
 	createJob(t, ns, job)
 	waitPhase(t, ns, "rules", "Running", 90*time.Second)
-	replaced := func(name string, old types.UID) {
-		t.Helper()
-		eventually(t, 60*time.Second, name+" replaced", func() (bool, string) {
-			p, err := env.cs.CoreV1().Pods(ns).Get(ctx(), name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			return p.UID != old && podReady(p), fmt.Sprintf("uid %s phase %s", p.UID, p.Status.Phase)
-		})
-	}
-	var trainer0 *corev1.Pod
-	eventually(t, 60*time.Second, "trainer 0 running", func() (bool, string) {
-		p, err := env.cs.CoreV1().Pods(ns).Get(ctx(), "rules-trainer-0", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		trainer0 = p
-		return podReady(p), string(p.Status.Phase)
-	})
+	trainer0 := readyPod(t, ns, "rules-trainer-0", "", 60*time.Second)
 
 	// Exit 137, matched by rule 0 (Ignore): replaced, no restart counted.
 	exitPod(t, ns, "rules-trainer-0", 137, "")
-	replaced("rules-trainer-0", trainer0.UID)
+	readyPod(t, ns, "rules-trainer-0", trainer0.UID, 60*time.Second)
 	eventually(t, 30*time.Second, "a PodFailureIgnored event naming the rule", func() (bool, string) {
 		return hasEvent(t, ns, "rules", "PodFailureIgnored", "spec.roles.trainer.failureRules[0]: Ignore")
 	})
@@ -212,12 +187,9 @@ func testFailureRulesDecideWhatAFailedPodMeans(t *testing.T) {
 	}
 
 	// Exit 1, matched by no rule: counted.
-	p1, err := env.cs.CoreV1().Pods(ns).Get(ctx(), "rules-trainer-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p1 := readyPod(t, ns, "rules-trainer-1", "", 60*time.Second)
 	exitPod(t, ns, "rules-trainer-1", 1, "")
-	replaced("rules-trainer-1", p1.UID)
+	readyPod(t, ns, "rules-trainer-1", p1.UID, 60*time.Second)
 	eventually(t, 30*time.Second, "one restart counted", func() (bool, string) {
 		n := statusInt(getJob(t, ns, "rules"), "restarts")
 		return n == 1, fmt.Sprint(n)

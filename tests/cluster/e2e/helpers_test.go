@@ -33,6 +33,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -273,6 +274,27 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// readyPod waits until pod `name` exists, is not being deleted, is Ready and has a uid other
+// than `old` ("" for any): a replaced pod comes back under its name with a new uid. It returns
+// the pod.
+func readyPod(t testing.TB, ns, name string, old types.UID, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	what := name + " Ready"
+	if old != "" {
+		what = name + " replaced and Ready"
+	}
+	eventually(t, timeout, what, func() (bool, string) {
+		p, err := env.cs.CoreV1().Pods(ns).Get(ctx(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pod = p
+		return p.UID != old && p.DeletionTimestamp == nil && podReady(p), "uid " + string(p.UID) + " phase " + string(p.Status.Phase)
+	})
+	return pod
 }
 
 // exitPod plays the kubelet when a pod's only container exits: phase Succeeded for code 0, else
