@@ -165,6 +165,7 @@ struct Operator::Impl : public Children {
     reconciler =
         std::make_unique<Reconciler>(fenced.get(), this, nullptr, scrapes.get(), o.status_period);
     reconciler->set_certificate_validity(o.certificate_validity);
+    reconciler->set_kueue(o.kueue);
     kube::WorkQueue* q = queue.get();
     auto job_handler = [q](const kube::WatchEvent& ev) { q->Add(kube::KeyOf(ev.object)); };
     auto child_handler = [q](const kube::WatchEvent& ev) {
@@ -175,9 +176,12 @@ struct Operator::Impl : public Children {
     informers.push_back(std::make_unique<kube::Informer>(reads, kube::AdamJobs(), o.watch_namespace,
                                                          "", job_handler));
     by_plural.clear();
-    for (const kube::Resource& r :
-         {kube::Pods(), kube::StatefulSets(), kube::ConfigMaps(), kube::Services(),
-          kube::PersistentVolumeClaims(), kube::NetworkPolicies(), kube::Secrets()}) {
+    std::vector<kube::Resource> children = {
+        kube::Pods(),     kube::StatefulSets(),           kube::ConfigMaps(),
+        kube::Services(), kube::PersistentVolumeClaims(), kube::NetworkPolicies(),
+        kube::Secrets()};
+    if (o.kueue) children.push_back(kube::Workloads());
+    for (const kube::Resource& r : children) {
       informers.push_back(std::make_unique<kube::Informer>(reads, r, o.watch_namespace,
                                                            kManagedSelector, child_handler));
       by_plural[r.plural] = informers.back().get();
@@ -261,6 +265,17 @@ StatusOr<std::unique_ptr<Operator>> Operator::Start(kube::Client* reads, kube::C
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     impl->o.identity = std::string(host) + "-" + std::to_string(getpid());
+  }
+  if (o.kueue) {
+    // Said at once, not as caches that never fill.
+    kube::ListOptions lo;
+    lo.label_selector = kManagedSelector;
+    auto probe = reads->List(kube::Workloads(), o.watch_namespace, lo);
+    if (!probe.ok())
+      return FailedPreconditionError(
+          "--kueue: cannot list kueue.x-k8s.io/v1beta2 Workloads (is Kueue installed, and may the "
+          "operator read them?): " +
+          probe.status().message());
   }
   impl->SetUpMetrics();
   Impl* raw = impl.get();

@@ -50,6 +50,9 @@ struct OperatorOptions {
   std::chrono::milliseconds status_period{10000};
   // Lifetime of the job certificates the operator issues; renewed with a third of it left.
   std::chrono::seconds certificate_validity = net::kCertificateValidity;
+  // Kueue: jobs labelled kueue.x-k8s.io/queue-name wait for their Workload's admission
+  // (reconcile/kueue.h). Start fails when the API server has no Kueue Workloads.
+  bool kueue = false;
 };
 
 class Operator {

@@ -47,6 +47,11 @@ Resource Events();
 Resource Leases();
 Resource NetworkPolicies();
 Resource Secrets();
+// Kueue's (kueue.x-k8s.io/v1beta2) and the scheduler-plugins coscheduling plugin's
+// (scheduling.x-k8s.io/v1alpha1), used only for jobs that ask for them.
+Resource Workloads();
+Resource ResourceFlavors();  // cluster-scoped
+Resource PodGroups();
 
 // Base64 (standard alphabet, padded), as a Secret's data holds its values.
 std::string Base64Encode(const std::string& bytes);

@@ -42,6 +42,9 @@ Resource Events() { return {"v1", "events"}; }
 Resource Leases() { return {"coordination.k8s.io/v1", "leases"}; }
 Resource NetworkPolicies() { return {"networking.k8s.io/v1", "networkpolicies"}; }
 Resource Secrets() { return {"v1", "secrets"}; }
+Resource Workloads() { return {"kueue.x-k8s.io/v1beta2", "workloads"}; }
+Resource ResourceFlavors() { return {"kueue.x-k8s.io/v1beta2", "resourceflavors", false}; }
+Resource PodGroups() { return {"scheduling.x-k8s.io/v1alpha1", "podgroups"}; }
 
 std::string Base64Encode(const std::string& bytes) {
   return utility::conversions::to_base64(std::vector<unsigned char>(bytes.begin(), bytes.end()));
@@ -58,7 +61,8 @@ StatusOr<std::string> Base64Decode(const std::string& text) {
 
 StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::string& kind) {
   for (const Resource& r : {AdamJobs(), Pods(), Services(), ConfigMaps(), PersistentVolumeClaims(),
-                            StatefulSets(), Events(), Leases(), NetworkPolicies(), Secrets()}) {
+                            StatefulSets(), Events(), Leases(), NetworkPolicies(), Secrets(),
+                            Workloads(), ResourceFlavors(), PodGroups()}) {
     std::string singular = r.plural.substr(0, r.plural.size() - 1);
     if (r.plural == "networkpolicies") singular = "networkpolicy";
     std::string k = kind;

@@ -9,6 +9,7 @@
 
 #include "core/exit_codes.h"
 #include "net/tls.h"
+#include "reconcile/kueue.h"
 #include "reconcile/render.h"
 #include "spec/adamjob.h"
 
@@ -39,6 +40,8 @@ struct Reconciler::State {
   bool finished = false;
   std::optional<std::chrono::system_clock::time_point> renew_at;  // the certificate's renewal
   std::optional<std::chrono::milliseconds> requeue_after;         // Finalize's next look
+  std::optional<std::vector<Json>> rendered;                      // Rendered's
+  std::optional<WorkloadState> admission;  // Kueue's, for a queued job that may run
 };
 
 namespace {
@@ -673,13 +676,63 @@ StatusOr<bool> Reconciler::EnsureObject(State& s, const Json& o,
   return ready;
 }
 
+const std::vector<Json>& Reconciler::Rendered(State& s) {
+  if (!s.rendered) {
+    RenderOptions ro;
+    ro.manifest = ManifestOf(s.job);
+    ro.owner_uid = s.uid;
+    ro.generation = s.generation;
+    s.rendered = Render(*s.spec, ro);
+  }
+  return *s.rendered;
+}
+
+StatusOr<bool> Reconciler::EnsurePodGroup(State& s, const std::vector<Json>& desired) {
+  for (const Json& o : desired) {
+    if (o["kind"] != "PodGroup") continue;
+    bool created = false;  // with the job's first objects; no informer watches PodGroups
+    for (const Json& c : s.status.value("conditions", Json::array()))
+      created |= c.value("type", "") == "Created" && c.value("status", "") == "True";
+    if (created) return true;
+    auto c = client_->Create(kube::PodGroups(), s.ns, Json::parse(o.dump()));
+    if (c.ok() || c.status().code() == StatusCode::kAlreadyExists) return true;
+    if (c.status().code() != StatusCode::kNotFound) return c.status();
+    const std::string msg =
+        "spec.runPolicy.schedulingPolicy.coscheduling: the API server has no "
+        "scheduling.x-k8s.io/v1alpha1 PodGroups (install the scheduler-plugins coscheduling "
+        "plugin); no pod is made until it has";
+    bool said = false;
+    for (const Json& cond : s.status.value("conditions", Json::array()))
+      said |= cond.value("type", "") == "Created" && cond.value("reason", "") == "NoPodGroupAPI";
+    if (!said) Event(s, "Warning", "NoPodGroupAPI", msg);
+    SetCondition(s, "Created", false, "NoPodGroupAPI", msg, true);
+    s.requeue_after = std::chrono::milliseconds(30000);
+    return false;
+  }
+  return true;
+}
+
 Status Reconciler::EnsureObjects(State& s) {
-  RenderOptions ro;
-  ro.manifest = ManifestOf(s.job);
-  ro.owner_uid = s.uid;
-  ro.generation = s.generation;
-  const std::vector<Json> desired = Render(*s.spec, ro);
+  std::vector<Json> desired = Rendered(s);
   const std::map<std::string, Json> existing = ExistingObjects(s);
+  const bool creating = std::any_of(desired.begin(), desired.end(), [&](const Json& o) {
+    const std::string kind = o["kind"];
+    return (kind == "Pod" || kind == "StatefulSet") &&
+           !existing.count(kind + "/" + o["metadata"]["name"].get<std::string>());
+  });
+  if (s.admission && creating) {
+    // Pods go where the admitted ResourceFlavors put them (their node labels and tolerations).
+    std::map<std::string, FlavorPlacement> flavors;
+    for (const auto& [pod_set, names] : s.admission->flavors)
+      for (const std::string& f : names) {
+        if (flavors.count(f)) continue;
+        ADAM_ASSIGN_OR_RETURN(const Json rf, client_->Get(kube::ResourceFlavors(), "", f));
+        const Json spec = rf.value("spec", Json::object());
+        flavors[f] = {spec.value("nodeLabels", Json::object()),
+                      spec.value("tolerations", Json::array())};
+      }
+    ADAM_RETURN_IF_ERROR(ApplyFlavors(*s.admission, flavors, &desired));
+  }
 
   std::set<std::string> desired_names;
   bool created_all = true;
@@ -690,10 +743,12 @@ Status Reconciler::EnsureObjects(State& s) {
     desired_names.insert(o["kind"].get<std::string>() + "/" +
                          o["metadata"]["name"].get<std::string>());
   }
+  ADAM_ASSIGN_OR_RETURN(const bool grouped, EnsurePodGroup(s, desired));
+  if (!grouped) return OkStatus();  // a gang without its group would be placed pod by pod
   for (int stage = 0; stage <= max_stage; ++stage) {
     bool ready = true;
     for (const Json& o : desired) {
-      if (StageOf(o) != stage) continue;
+      if (StageOf(o) != stage || o["kind"] == "PodGroup") continue;
       ADAM_ASSIGN_OR_RETURN(const bool up, EnsureObject(s, o, existing));
       ready = ready && up;
     }
@@ -766,6 +821,14 @@ StatusOr<bool> Reconciler::Begin(const std::string& ns, const std::string& name,
   s.status = s.job.value("status", Json::object());
   s.old_status = s.status;
   s.now = now_();
+  // Another controller's job (spec.runPolicy.managedBy, as Job's managedBy): not touched at all,
+  // status included, so that the two never fight over it.
+  const Json spec_json = s.job.value("spec", Json::object());
+  const Json run_policy =
+      spec_json.is_object() ? spec_json.value("runPolicy", Json::object()) : Json::object();
+  if (run_policy.is_object() && run_policy.contains("managedBy") &&
+      run_policy["managedBy"] != spec::kAdamManager)
+    return false;
   s.pods = children_->Owned(kube::Pods(), ns, name, s.uid);
   if (HasDeletion(s.job)) {
     if (auto parsed = spec::ParseAdamJob(ManifestOf(s.job)); parsed.ok())
@@ -814,6 +877,7 @@ bool Reconciler::CheckSpec(State& s) {
 
 StatusOr<ReconcileResult> Reconciler::AfterFinish(State& s, ReconcileResult result) {
   ADAM_RETURN_IF_ERROR(Cleanup(s, false));
+  ADAM_RETURN_IF_ERROR(FinishWorkload(s));
   ADAM_RETURN_IF_ERROR(WriteStatus(s));
   const auto ttl = s.spec->run_policy.ttl_seconds_after_finished;
   if (!ttl) return result;
@@ -836,6 +900,14 @@ StatusOr<bool> Reconciler::Suspend(State& s) {
     if (phase != "Suspended")
       Event(s, "Normal", "Suspended", "spec.runPolicy.suspend is true; pods deleted");
     ADAM_RETURN_IF_ERROR(Cleanup(s, true));
+    if (kueue_ && !Label(s.job, kQueueLabel).empty()) {
+      // A suspended job holds no quota: its Workload goes, and a new one queues on resume.
+      for (const Json& w : children_->Owned(kube::Workloads(), s.ns, s.name, s.uid)) {
+        if (HasDeletion(w)) continue;
+        Status d = client_->Delete(kube::Workloads(), s.ns, w["metadata"].value("name", ""));
+        if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+      }
+    }
     s.status["phase"] = "Suspended";
     SetCondition(s, "Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
     SetCondition(s, "Running", false, "Suspended", "suspended");
@@ -848,6 +920,92 @@ StatusOr<bool> Reconciler::Suspend(State& s) {
     s.status["phase"] = "Pending";
   }
   return false;
+}
+
+bool Reconciler::Queued(State& s, const std::string& message) {
+  s.status["phase"] = "Queued";
+  s.status.erase("startTime");  // the deadline counts from the admission, as a Job's from a resume
+  SetCondition(s, "Admitted", false, "Pending", message, true);
+  SetCondition(s, "Running", false, "Queued", message);
+  return false;
+}
+
+StatusOr<bool> Reconciler::Admit(State& s) {
+  const std::string queue = Label(s.job, kQueueLabel);
+  if (!kueue_ || queue.empty()) return true;
+  const Json desired = WorkloadFor(*s.spec, Rendered(s), queue, s.uid, s.generation);
+  const std::string name = desired["metadata"]["name"];
+  std::optional<Json> wl;
+  for (Json& w : children_->Owned(kube::Workloads(), s.ns, s.name, s.uid))
+    if (w["metadata"].value("name", "") == name) wl = std::move(w);
+  if (!wl) {
+    ADAM_RETURN_IF_ERROR(Cleanup(s, true));
+    auto c = client_->Create(kube::Workloads(), s.ns, desired);
+    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
+    if (c.ok())  // not again when the cache has yet to see the one made
+      Event(s, "Normal", "Queued", "submitted to LocalQueue " + queue + " as Workload " + name);
+    return Queued(s, "waiting for Kueue to admit Workload " + name);
+  }
+  if (HasDeletion(*wl)) return Queued(s, "Workload " + name + " is being deleted");
+  const WorkloadState st = ReadWorkload(*wl);
+  if (st.evicted && (st.quota_reserved || !s.pods.empty())) {
+    // Kueue's job framework: stop the job, then give the quota back (it queues the job again).
+    if (s.status.value("phase", "") != "Queued")
+      Event(s, "Warning", "Evicted",
+            "Kueue evicted Workload " + name + " (" + st.evicted_reason +
+                "): " + st.evicted_message + "; pods deleted, the job waits to be admitted again");
+    ADAM_RETURN_IF_ERROR(Cleanup(s, true));
+    const bool stopped = std::all_of(s.pods.begin(), s.pods.end(), HasDeletion) &&
+                         children_->Owned(kube::StatefulSets(), s.ns, s.name, s.uid).empty();
+    if (stopped && st.quota_reserved) {
+      auto u = client_->UpdateStatus(kube::Workloads(), s.ns,
+                                     WithReservationCleared(*wl, FormatTime(s.now)));
+      if (!u.ok()) return u.status();
+    }
+    return Queued(s, "evicted by Kueue (" + st.evicted_reason + "): " + st.evicted_message);
+  }
+  if (!SamePodSets(*wl, desired)) {
+    // A scaled job asks for other quota: its Workload is made again and admitted again.
+    if (st.admitted)
+      Event(s, "Normal", "Requeued",
+            "the trainer count changed; the job waits for Kueue to admit it with the new count");
+    ADAM_RETURN_IF_ERROR(Cleanup(s, true));
+    Status d = client_->Delete(kube::Workloads(), s.ns, name);
+    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+    return Queued(s, "the trainer count changed; Workload " + name + " is made again");
+  }
+  if (!st.admitted) {
+    ADAM_RETURN_IF_ERROR(Cleanup(s, true));  // none, unless an admission was taken back
+    return Queued(s, st.pending_message.empty() ? "waiting for Kueue to admit Workload " + name
+                                                : st.pending_message);
+  }
+  bool was_admitted = false;
+  for (const Json& c : s.status.value("conditions", Json::array()))
+    was_admitted |= c.value("type", "") == "Admitted" && c.value("status", "") == "True";
+  const std::string message =
+      "Kueue admitted Workload " + name + " in ClusterQueue " + st.cluster_queue;
+  if (!was_admitted) {
+    Event(s, "Normal", "Admitted", message);
+    s.status["phase"] = "Pending";
+  }
+  SetCondition(s, "Admitted", true, "Admitted", message);
+  s.admission = st;
+  return true;
+}
+
+Status Reconciler::FinishWorkload(State& s) {
+  if (!kueue_ || Label(s.job, kQueueLabel).empty()) return OkStatus();
+  const std::string name = WorkloadName(s.name, s.uid);
+  for (const Json& w : children_->Owned(kube::Workloads(), s.ns, s.name, s.uid)) {
+    if (w["metadata"].value("name", "") != name || HasDeletion(w) || ReadWorkload(w).finished)
+      continue;
+    const bool succeeded = s.status.value("phase", "") == "Succeeded";
+    std::string message = "the job " + std::string(succeeded ? "succeeded" : "failed");
+    auto u = client_->UpdateStatus(kube::Workloads(), s.ns,
+                                   WithFinished(w, succeeded, message, FormatTime(s.now)));
+    if (!u.ok() && u.status().code() != StatusCode::kNotFound) return u.status();
+  }
+  return OkStatus();
 }
 
 bool Reconciler::CountRoles(State& s) {
@@ -913,6 +1071,11 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     ADAM_RETURN_IF_ERROR(WriteStatus(s));
     return result;
   }
+  ADAM_ASSIGN_OR_RETURN(const bool admitted, Admit(s));
+  if (!admitted) {
+    ADAM_RETURN_IF_ERROR(WriteStatus(s));
+    return result;
+  }
   if (!s.status.contains("startTime")) s.status["startTime"] = FormatTime(s.now);
   if (!s.status.contains("phase")) s.status["phase"] = "Pending";
   if (const auto deadline = s.spec->run_policy.active_deadline_seconds) {
@@ -931,6 +1094,8 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   if (s.finished) return AfterFinish(s, result);
   ADAM_RETURN_IF_ERROR(EnsureCertificates(s));  // first: every pod mounts the TLS Secret
   ADAM_RETURN_IF_ERROR(EnsureObjects(s));
+  if (s.requeue_after && (!result.requeue_after || *result.requeue_after > *s.requeue_after))
+    result.requeue_after = s.requeue_after;  // a look again for what EnsureObjects waits on
   if (s.renew_at) {
     const auto in = std::chrono::duration_cast<std::chrono::milliseconds>(*s.renew_at - s.now) +
                     std::chrono::milliseconds(10);

@@ -4,8 +4,9 @@
 // plan (render.h) and acts: makes the job's CA and certificate Secrets and renews the
 // certificate before it expires, creates missing objects stage by stage (a stage starts once every
 // pod of the previous one is ready), deletes what the plan no longer has, restarts failed pods
-// under the run policy, finishes, suspends, resumes, times out and cleans up, and writes the
-// status subresource (phase, conditions with observedGeneration, per-role counts) and Events.
+// under the run policy, finishes, suspends, resumes, times out and cleans up, waits for Kueue's
+// admission where the job is queued (reconcile/kueue.h), and writes the status subresource (phase,
+// conditions with observedGeneration, per-role counts) and Events.
 //
 // Run policy: a pod that exits 0 has finished (a job succeeds when every trainer has); exit code
 // 2 means invalid input (a manifest or file the role refused), which no restart can fix, so the
@@ -72,6 +73,10 @@ class Reconciler {
   // default); one is renewed when less than a third of it is left.
   void set_certificate_validity(std::chrono::seconds v) { certificate_validity_ = v; }
 
+  // Kueue (reconcile/kueue.h): a job labelled kueue.x-k8s.io/queue-name is submitted to that
+  // LocalQueue as a Workload and runs no pod until Kueue admits it. Off: the label is ignored.
+  void set_kueue(bool on) { kueue_ = on; }
+
  private:
   struct State;
   // The phases of Reconcile. Begin reads the job and handles its deletion and finalizer; false:
@@ -82,6 +87,15 @@ class Reconciler {
   bool CheckSpec(State& s);
   // Suspension and resumption (spec.runPolicy.suspend); true when the job is suspended.
   StatusOr<bool> Suspend(State& s);
+  // A queued job's admission by Kueue: its Workload made, kept in step and given back after an
+  // eviction; true when the pods may run (s.admission then says on which flavors).
+  StatusOr<bool> Admit(State& s);
+  // Waiting for admission: no pods, phase Queued, condition Admitted False with `message`.
+  bool Queued(State& s, const std::string& message);
+  // The finished job's Workload marked Finished, which frees its quota.
+  Status FinishWorkload(State& s);
+  // The job's objects, rendered once per pass.
+  const std::vector<Json>& Rendered(State& s);
   // A finished job: its pods cleaned up, its status written, deleted once its TTL passed.
   StatusOr<ReconcileResult> AfterFinish(State& s, ReconcileResult result);
   // Per-role counts in the status; true when every role has its desired pods ready.
@@ -98,6 +112,9 @@ class Reconciler {
   // reconcile; the next try in an hour.
   Status NotRenewable(State& s, const std::string& expiry, const std::string& why);
   Status EnsureObjects(State& s);
+  // The coscheduling PodGroup of a gang-scheduled job, made before any pod; false (with a
+  // condition and an event) while the API server has no PodGroups.
+  StatusOr<bool> EnsurePodGroup(State& s, const std::vector<Json>& desired);
   // EnsureObjects' parts: the job's objects that exist ("Kind/name"), and one desired object
   // made or updated, false while it is not ready (a pod or StatefulSet not yet up, or going).
   std::map<std::string, Json> ExistingObjects(State& s);
@@ -121,6 +138,7 @@ class Reconciler {
   kube::MetricsCache* metrics_;
   std::chrono::milliseconds status_period_;
   std::chrono::seconds certificate_validity_ = net::kCertificateValidity;
+  bool kueue_ = false;
   Mutex mu_;  // the bookkeeping below, shared by the workers
   // Pod uids whose failure counted as a restart.
   std::set<std::string> counted_failures_ ABSL_GUARDED_BY(mu_);

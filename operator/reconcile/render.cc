@@ -17,7 +17,9 @@ using spec::Role;
 using spec::RoleInstance;
 
 // Start stage on a cluster: controllers, then parameter servers, then data servers and trainers.
-int KubeStage(Role role, bool has_controllers) {
+// A gang starts at once: the coscheduling plugin places none of its pods until all exist.
+int KubeStage(const spec::AdamJob& job, Role role, bool has_controllers) {
+  if (job.run_policy.scheduling.coscheduling) return 0;
   const int base = has_controllers ? 1 : 0;
   switch (role) {
     case Role::kController:
@@ -330,6 +332,7 @@ Json ControllerSet(const spec::AdamJob& job, const RoleInstance& first,
   pod["topologySpreadConstraints"] = Spread(job, "controller");
   Json tmd = {{"labels", Labels(job, "controller")}, {"annotations", {{kStageAnnotation, "0"}}}};
   ApplyTemplate(TemplateOf(job, Role::kController), &tmd, &pod);
+  if (job.run_policy.scheduling.coscheduling) tmd["labels"][kPodGroupLabel] = job.name;
   return {{"apiVersion", "apps/v1"},
           {"kind", "StatefulSet"},
           {"metadata", md},
@@ -347,6 +350,16 @@ Json ControllerSet(const spec::AdamJob& job, const RoleInstance& first,
                {"spec",
                 {{"accessModes", {"ReadWriteOnce"}},
                  {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}}}}}}};
+}
+
+// The coscheduling plugin's gang: every pod of the job, placed all together or not at all.
+Json PodGroup(const spec::AdamJob& job, const RenderOptions& o) {
+  return {{"apiVersion", "scheduling.x-k8s.io/v1alpha1"},
+          {"kind", "PodGroup"},
+          {"metadata", Metadata(job, job.name, "job", 0, o)},
+          {"spec",
+           {{"minMember", PodCount(job)},
+            {"scheduleTimeoutSeconds", job.run_policy.scheduling.schedule_timeout_seconds}}}};
 }
 
 // A parameter server's checkpoint volume. It outlives the pod (a recreated server restores from
@@ -372,7 +385,7 @@ Json RolePod(const spec::AdamJob& job, const RoleInstance& in, const spec::Endpo
   const std::string role = spec::RoleSubcommand(in.role);
   const std::string name = job.name + "-" + in.name;
   const bool ps = in.role == Role::kParamServer;
-  Json md = Metadata(job, name, role, KubeStage(in.role, has_controllers), o);
+  Json md = Metadata(job, name, role, KubeStage(job, in.role, has_controllers), o);
   md["labels"][kIndexLabel] = std::to_string(in.index);
   if (ps && !job.networks.replication.empty())
     md["annotations"][kMultusAnnotation] = job.networks.replication;
@@ -397,6 +410,7 @@ Json RolePod(const spec::AdamJob& job, const RoleInstance& in, const spec::Endpo
   if (in.role == Role::kTrainer && in.index == 0 && !job.output.volume.source.empty())
     AddVolume(&pod, "output", job.output.volume, false);
   ApplyTemplate(TemplateOf(job, in.role), &md, &pod);
+  if (job.run_policy.scheduling.coscheduling) md["labels"][kPodGroupLabel] = job.name;
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", md}, {"spec", pod}};
 }
 
@@ -414,6 +428,7 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
 
   std::vector<Json> out;
   AddJobObjects(job, o, &out);
+  if (job.run_policy.scheduling.coscheduling) out.push_back(PodGroup(job, o));
   if (has_controllers) {
     const auto first =
         std::find_if(plan.instances.begin(), plan.instances.end(),
@@ -423,8 +438,8 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
   for (const auto& in : plan.instances) {
     if (in.role == Role::kController) continue;
     if (in.role == Role::kParamServer) {
-      out.push_back(
-          StateClaim(job, in, job.name + "-" + in.name, KubeStage(in.role, has_controllers), o));
+      out.push_back(StateClaim(job, in, job.name + "-" + in.name,
+                               KubeStage(job, in.role, has_controllers), o));
     }
     out.push_back(RolePod(job, in, endpoints, has_controllers, o));
   }
@@ -439,6 +454,12 @@ std::string ModelPath(const spec::AdamJob& job) {
 
 std::string TlsSecretName(const spec::AdamJob& job) { return job.name + "-tls"; }
 std::string CaSecretName(const spec::AdamJob& job) { return job.name + "-ca"; }
+
+int PodCount(const spec::AdamJob& job) {
+  const auto& r = job.roles;
+  return (r.parameter_server.copies > 1 ? r.controller.replicas : 0) + r.parameter_server.replicas +
+         r.data_server.replicas + r.trainer.replicas;
+}
 
 int StageOf(const Json& object) {
   const auto& md = object.value("metadata", Json::object());

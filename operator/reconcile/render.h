@@ -31,6 +31,11 @@ inline constexpr const char* kStageAnnotation = "adam.dev/stage";
 inline constexpr const char* kGenerationAnnotation = "adam.dev/generation";
 inline constexpr const char* kMultusAnnotation = "k8s.v1.cni.cncf.io/networks";
 inline constexpr const char* kNetworkStatusAnnotation = "k8s.v1.cni.cncf.io/network-status";
+// The scheduler-plugins coscheduling plugin's gang label (spec.runPolicy.schedulingPolicy).
+inline constexpr const char* kPodGroupLabel = "scheduling.x-k8s.io/pod-group";
+// Kueue's: the LocalQueue a job is submitted to (on the AdamJob), and the Workload's job uid.
+inline constexpr const char* kQueueLabel = "kueue.x-k8s.io/queue-name";
+inline constexpr const char* kKueueJobUidLabel = "kueue.x-k8s.io/job-uid";
 
 // Where every pod finds its files (spec/adamjob.h: a manifest's volumes keep clear of them).
 using spec::kJobMountPath;
@@ -59,6 +64,9 @@ struct RenderOptions {
 // Every object of the job, in creation order (stage, then kind, then index). Each carries the
 // labels adam.dev/job and adam.dev/role and the annotation adam.dev/stage.
 std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& options);
+
+// How many pods the job runs at full strength (controllers, servers, data servers, trainers).
+int PodCount(const spec::AdamJob& job);
 
 // The stage annotation of a rendered object (0 when it has none).
 int StageOf(const Json& object);

@@ -74,8 +74,10 @@ struct OperatorTest : ::testing::Test {
 
   std::shared_ptr<FakeMetrics> metrics = std::make_shared<FakeMetrics>();
 
-  void StartOperator(std::chrono::seconds certificate_validity = net::kCertificateValidity) {
+  void StartOperator(std::chrono::seconds certificate_validity = net::kCertificateValidity,
+                     bool kueue = false) {
     OperatorOptions o;
+    o.kueue = kueue;
     o.certificate_validity = certificate_validity;
     o.leader_elect = false;
     o.metrics = metrics;
@@ -676,6 +678,160 @@ TEST_F(OperatorTest, SuspendsAndResumes) {
   EXPECT_TRUE(
       Eventually([&] { return Condition("fashion-mnist", "Suspended") == "False Resumed"; }));
   BringUp("fashion-mnist", false);
+}
+
+constexpr const char* kWorkloads = "kueue.x-k8s.io/v1beta2/workloads";
+
+// Kueue's part, played: a quota reservation and admission of a job's Workload on one flavor.
+void Admit(FakeApiServer& api, const std::string& name, const std::string& flavor) {
+  Json wl = api.Get(kWorkloads, "ml", name);
+  Json assignments = Json::array();
+  for (const Json& ps : wl["spec"]["podSets"])
+    assignments.push_back({{"name", ps["name"]},
+                           {"flavors", {{"cpu", flavor}, {"memory", flavor}}},
+                           {"count", ps["count"]}});
+  wl["status"]["admission"] = {{"clusterQueue", "team-cq"}, {"podSetAssignments", assignments}};
+  wl["status"]["conditions"] = {
+      {{"type", "QuotaReserved"}, {"status", "True"}, {"reason", "QuotaReserved"}},
+      {{"type", "Admitted"}, {"status", "True"}, {"reason", "Admitted"}}};
+  api.Put(kWorkloads, wl);
+}
+
+std::string WorkloadCondition(const Json& wl, const std::string& type) {
+  for (const Json& c : wl.value("status", Json::object()).value("conditions", Json::array()))
+    if (c["type"] == type)
+      return c["status"].get<std::string>() + " " + c["reason"].get<std::string>();
+  return "";
+}
+
+TEST_F(OperatorTest, AQueuedJobRunsNoPodUntilKueueAdmitsItAndStopsWhenEvicted) {
+  StartOperator(net::kCertificateValidity, /*kueue=*/true);
+  api->Put("kueue.x-k8s.io/v1beta2/resourceflavors", Json::parse(R"({
+    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+    "metadata": {"name": "zone-b"},
+    "spec": {"nodeLabels": {"topology.kubernetes.io/zone": "zone-b"},
+             "tolerations": [{"key": "team", "operator": "Exists"}]}})"));
+  Json j = Example("fashion-mnist");
+  j["metadata"]["labels"] = {{kQueueLabel, "team"}};
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Queued"; }));
+  const std::string uid = Job("fashion-mnist")["metadata"]["uid"];
+  const std::string name = "adamjob-fashion-mnist-" + uid.substr(0, 5);
+  Json wl = api->Get(kWorkloads, "ml", name);
+  ASSERT_FALSE(wl.is_null());
+  EXPECT_EQ(wl["spec"]["queueName"], "team");
+  ASSERT_EQ(wl["spec"]["podSets"].size(), 3u);  // ps, data-server, trainer (no controllers)
+  EXPECT_EQ(wl["spec"]["podSets"][0]["name"], "ps");
+  EXPECT_EQ(wl["spec"]["podSets"][0]["count"], 2);
+  EXPECT_EQ(wl["spec"]["podSets"][2]["name"], "trainer");
+  EXPECT_EQ(wl["spec"]["podSets"][2]["count"], 2);
+  EXPECT_EQ(wl["metadata"]["ownerReferences"][0]["uid"], uid);
+  EXPECT_EQ(Condition("fashion-mnist", "Admitted"), "False Pending");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the operator's next passes
+  EXPECT_TRUE(api->List(kPods, "ml").empty()) << "a queued job made pods";
+
+  Admit(*api, name, "zone-b");
+  ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 2u; }));
+  EXPECT_TRUE(
+      Eventually([&] { return Condition("fashion-mnist", "Admitted") == "True Admitted"; }));
+  for (const Json& p : PodsOf("ps")) {
+    EXPECT_EQ(p["spec"]["nodeSelector"]["topology.kubernetes.io/zone"], "zone-b") << p.dump(2);
+    EXPECT_EQ(p["spec"]["tolerations"].back()["key"], "team");
+  }
+  BringUp("fashion-mnist", false);
+
+  // Evicted (preempted): pods deleted, then the quota given back and the job queued again.
+  wl = api->Get(kWorkloads, "ml", name);
+  wl["status"]["conditions"].push_back({{"type", "Evicted"},
+                                        {"status", "True"},
+                                        {"reason", "Preempted"},
+                                        {"message", "by a higher priority job"}});
+  api->Put(kWorkloads, wl);
+  ASSERT_TRUE(Eventually([&] { return api->List(kPods, "ml").empty(); }));
+  ASSERT_TRUE(Eventually(
+      [&] { return !api->Get(kWorkloads, "ml", name)["status"].contains("admission"); }));
+  wl = api->Get(kWorkloads, "ml", name);
+  EXPECT_EQ(WorkloadCondition(wl, "QuotaReserved"), "False Pending");
+  EXPECT_EQ(WorkloadCondition(wl, "Admitted"), "False NoReservation");
+  EXPECT_EQ(WorkloadCondition(wl, "Requeued"), "True Preempted");
+  EXPECT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Queued"; }));
+
+  // Admitted again, it runs to the end, and its Workload is marked Finished (the quota freed).
+  wl["status"]["conditions"] = Json::array();
+  api->Put(kWorkloads, wl);
+  Admit(*api, name, "zone-b");
+  BringUp("fashion-mnist", false);
+  for (const Json& p : PodsOf("trainer"))
+    api->SetPodPhase("ml", p["metadata"]["name"], "Succeeded", false, 0);
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Succeeded"; }));
+  ASSERT_TRUE(Eventually([&] {
+    return WorkloadCondition(api->Get(kWorkloads, "ml", name), "Finished") == "True Succeeded";
+  }));
+}
+
+TEST_F(OperatorTest, ScalingAQueuedJobQueuesItAgainAndSuspendingItFreesItsQuota) {
+  StartOperator(net::kCertificateValidity, /*kueue=*/true);
+  Json j = Example("fashion-mnist");
+  j["metadata"]["labels"] = {{kQueueLabel, "team"}};
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return !api->List(kWorkloads, "ml").empty(); }));
+  const std::string name = api->List(kWorkloads, "ml")[0]["metadata"]["name"];
+  api->Put("kueue.x-k8s.io/v1beta2/resourceflavors",
+           Json::parse(R"({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                           "metadata": {"name": "default"}})"));
+  Admit(*api, name, "default");  // a flavor without node labels: pods placed as rendered
+  ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 2u; }));
+  // Three trainers ask for more quota: the pods go and a Workload for three waits.
+  j = Job("fashion-mnist");
+  j["spec"]["roles"]["trainer"]["replicas"] = 3;
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] {
+    const Json wl = api->Get(kWorkloads, "ml", name);
+    return !wl.is_null() && wl["spec"]["podSets"].back()["count"] == 3 &&
+           !wl.value("status", Json::object()).contains("admission");
+  }));
+  EXPECT_TRUE(Eventually([&] { return api->List(kPods, "ml").empty(); }));
+  EXPECT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Queued"; }));
+  // Suspended: no Workload holds quota for it.
+  j = Job("fashion-mnist");
+  j["spec"]["runPolicy"] = {{"suspend", true}};
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return api->List(kWorkloads, "ml").empty(); }));
+  EXPECT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Suspended"; }));
+}
+
+TEST_F(OperatorTest, AJobManagedByAnotherControllerIsLeftAlone) {
+  StartOperator();
+  Json j = Example("fashion-mnist");
+  j["spec"]["runPolicy"] = {{"managedBy", "kueue.x-k8s.io/multikueue"}};
+  api->Put(kJobs, j);
+  Json mine = Example("fashion-mnist");
+  mine["metadata"]["name"] = "mine";
+  api->Put(kJobs, mine);
+  ASSERT_TRUE(Eventually([&] { return PodsOf("ps", "mine").size() == 2u; }));
+  EXPECT_TRUE(PodsOf("ps", "fashion-mnist").empty());
+  const Json other = Job("fashion-mnist");
+  EXPECT_FALSE(other.contains("status") && other["status"].contains("phase")) << other.dump(2);
+  EXPECT_FALSE(other["metadata"].contains("finalizers"));
+}
+
+TEST_F(OperatorTest, AGangWaitsForThePodGroupApiThenMakesEveryPodAtOnce) {
+  StartOperator();
+  Json j = Example("fashion-mnist-ha");
+  j["spec"]["runPolicy"] = {{"schedulingPolicy", {{"coscheduling", true}}}};
+  api->Put(kJobs, j);
+  // The fake server serves every collection, so a PodGroup is made: every pod follows at once,
+  // with no stage waiting on another.
+  ASSERT_TRUE(Eventually([&] {
+    return PodsOf("ps").size() == 3u && PodsOf("trainer").size() == 2u &&
+           PodsOf("data-server").size() == 1u &&
+           !api->Get(kSets, "ml", "fashion-mnist-ha-controller").is_null();
+  }));
+  const Json group = api->Get("scheduling.x-k8s.io/v1alpha1/podgroups", "ml", "fashion-mnist-ha");
+  ASSERT_FALSE(group.is_null());
+  EXPECT_EQ(group["spec"]["minMember"], 9);  // 3 controllers, 3 servers, 1 data server, 2 trainers
+  for (const Json& p : api->List(kPods, "ml"))
+    EXPECT_EQ(p["metadata"]["labels"].value(kPodGroupLabel, ""), "fashion-mnist-ha");
 }
 
 TEST_F(OperatorTest, AnInvalidSpecIsAConditionNamingTheField) {

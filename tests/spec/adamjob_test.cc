@@ -186,6 +186,23 @@ TEST(AdamJob, ValidManifestGetsDefaults) {
   EXPECT_EQ(job->roles.parameter_server.shard_bytes, 1 << 20);
   EXPECT_EQ(job->roles.trainer.replicas, 1);
   EXPECT_FALSE(job->training.target_accuracy.has_value());
+  EXPECT_EQ(job->run_policy.managed_by, kAdamManager);
+  EXPECT_FALSE(job->run_policy.scheduling.coscheduling);
+}
+
+TEST(AdamJob, ManagerAndGangScheduling) {
+  auto job = ParseAdamJob(With("spec:\n",
+                               "spec:\n  runPolicy: {managedBy: kueue.x-k8s.io/multikueue, "
+                               "schedulingPolicy: {coscheduling: true, "
+                               "scheduleTimeoutSeconds: 30}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->run_policy.managed_by, "kueue.x-k8s.io/multikueue");
+  EXPECT_TRUE(job->run_policy.scheduling.coscheduling);
+  EXPECT_EQ(job->run_policy.scheduling.schedule_timeout_seconds, 30);
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  runPolicy: {managedBy: /x}\n")),
+              HasSubstr("spec.runPolicy.managedBy: must be a domain-prefixed path"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  runPolicy: {schedulingPolicy: {gang: true}}\n")),
+              HasSubstr("spec.runPolicy.schedulingPolicy.gang: unknown field"));
 }
 
 TEST(AdamJob, ExampleManifestsAreValid) {

@@ -416,6 +416,8 @@ Command AddOperator(CLI::App& app) {
   oper->add_option("--certificate-days", o->certificate_days,
                    "lifetime of the job certificates it issues (renewed with a third left)")
       ->check(CLI::Range(1, 3650));
+  oper->add_flag("--kueue", oo.kueue,
+                 "jobs labelled kueue.x-k8s.io/queue-name wait for Kueue to admit their Workload");
   return {oper, [o] {
             SetUpLogging("operator");
             // Wall-clock UTC to the microsecond: operator logs are read beside the API server's.

@@ -766,7 +766,7 @@ void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
   const std::string p = "spec.runPolicy";
   if (r.Map(rp, p,
             {"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "cleanPodPolicy",
-             "suspend", "flushTimeoutSeconds"}) &&
+             "suspend", "flushTimeoutSeconds", "managedBy", "schedulingPolicy"}) &&
       rp) {
     auto& pol = job->run_policy;
     r.Int(rp, "backoffLimit", p, 0, 1000, &pol.backoff_limit);
@@ -781,6 +781,21 @@ void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
               "must be one of Running, All, None; got '" + pol.clean_pod_policy + "'");
     r.Get(rp, "suspend", p, &pol.suspend);
     r.Int(rp, "flushTimeoutSeconds", p, 1, 86400, &pol.flush_timeout_seconds);
+    // A domain-prefixed path, as Job's managedBy: "example.com/name".
+    static const std::regex managed_re(
+        "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$");
+    if (r.Get(rp, "managedBy", p, &pol.managed_by) &&
+        (pol.managed_by.size() > 63 || !std::regex_match(pol.managed_by, managed_re)))
+      r.Error(
+          p + ".managedBy",
+          "must be a domain-prefixed path of at most 63 characters like adam.dev/operator, got '" +
+              pol.managed_by + "'");
+    const YAML::Node sp = rp["schedulingPolicy"];
+    const std::string spp = p + ".schedulingPolicy";
+    if (r.Map(sp, spp, {"coscheduling", "scheduleTimeoutSeconds"}) && sp) {
+      r.Get(sp, "coscheduling", spp, &pol.scheduling.coscheduling);
+      r.Int(sp, "scheduleTimeoutSeconds", spp, 1, 86400, &pol.scheduling.schedule_timeout_seconds);
+    }
   }
 }
 

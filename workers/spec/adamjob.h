@@ -237,6 +237,18 @@ struct Networks {
   std::string replication;  // Multus NetworkAttachmentDefinition name; empty = none
 };
 
+// The operator that runs a job: Adam's own unless another controller (MultiKueue, say) takes it,
+// as Job's spec.managedBy.
+inline constexpr const char* kAdamManager = "adam.dev/operator";
+
+// Gang scheduling by the scheduler-plugins coscheduling plugin (spec.runPolicy.schedulingPolicy).
+struct SchedulingPolicy {
+  // Every pod labelled scheduling.x-k8s.io/pod-group=<job>, a PodGroup whose minMember is the
+  // job's pod count, and every pod made at once (stages would keep a gang from ever forming).
+  bool coscheduling = false;
+  int64_t schedule_timeout_seconds = 60;  // the PodGroup's scheduleTimeoutSeconds
+};
+
 struct RunPolicy {
   int backoff_limit = 3;
   std::optional<int64_t> active_deadline_seconds;
@@ -245,6 +257,9 @@ struct RunPolicy {
   bool suspend = false;
   // How long a deleted job waits for its parameter servers' last checkpoint flush.
   int64_t flush_timeout_seconds = 120;
+  // Which controller acts on the job; anything but kAdamManager and Adam's operator leaves it be.
+  std::string managed_by = kAdamManager;
+  SchedulingPolicy scheduling;
 };
 
 struct AdamJob {

@@ -1,0 +1,226 @@
+// An AdamJob as a Kueue Workload.
+#include "reconcile/kueue.h"
+
+#include <algorithm>
+#include <set>
+
+namespace adam::op {
+namespace {
+
+// Kueue's Workload conditions (kueue.x-k8s.io/v1beta2).
+constexpr const char* kAdmitted = "Admitted";
+constexpr const char* kQuotaReserved = "QuotaReserved";
+constexpr const char* kEvicted = "Evicted";
+constexpr const char* kFinished = "Finished";
+constexpr const char* kRequeued = "Requeued";
+
+// A pointer into `workload` (never into a copy of it).
+const Json* Condition(const Json& workload, const std::string& type) {
+  if (!workload.contains("status")) return nullptr;
+  const Json& status = workload["status"];
+  if (!status.is_object() || !status.contains("conditions") || !status["conditions"].is_array())
+    return nullptr;
+  for (const Json& c : status["conditions"])
+    if (c.value("type", "") == type) return &c;
+  return nullptr;
+}
+
+bool IsTrue(const Json& workload, const std::string& type) {
+  const Json* c = Condition(workload, type);
+  return c && c->value("status", "") == "True";
+}
+
+// Sets a metav1.Condition in `workload`'s status, keeping its transition time when unchanged.
+void Set(Json& workload, const std::string& type, bool value, const std::string& reason,
+         const std::string& message, const std::string& now) {
+  Json& conds = workload["status"]["conditions"];
+  if (!conds.is_array()) conds = Json::array();
+  const std::string v = value ? "True" : "False";
+  const int64_t generation = workload["metadata"].value("generation", int64_t{0});
+  for (Json& c : conds) {
+    if (c.value("type", "") != type) continue;
+    if (c.value("status", "") != v) c["lastTransitionTime"] = now;
+    c["status"] = v;
+    c["reason"] = reason;
+    c["message"] = message;
+    c["observedGeneration"] = generation;
+    return;
+  }
+  conds.push_back({{"type", type},
+                   {"status", v},
+                   {"reason", reason},
+                   {"message", message},
+                   {"observedGeneration", generation},
+                   {"lastTransitionTime", now}});
+}
+
+// The role's first pod (or the controllers' StatefulSet template) among the rendered objects,
+// and how many pods the role has.
+struct RolePods {
+  Json metadata;
+  Json spec;
+  int count = 0;
+};
+
+std::map<std::string, RolePods> PodsByRole(const std::vector<Json>& rendered) {
+  std::map<std::string, RolePods> by_role;
+  for (const Json& o : rendered) {
+    const std::string kind = o.value("kind", "");
+    const Json& md = o["metadata"];
+    const std::string role = md.value("labels", Json::object()).value(kRoleLabel, "");
+    if (kind == "Pod") {
+      RolePods& r = by_role[role];
+      if (r.count++ == 0) {
+        r.metadata = {{"labels", md.value("labels", Json::object())}};
+        if (md.contains("annotations")) r.metadata["annotations"] = md["annotations"];
+        r.spec = o["spec"];
+      }
+    } else if (kind == "StatefulSet") {
+      RolePods& r = by_role[role];
+      r.count += o["spec"].value("replicas", 0);
+      r.metadata = o["spec"]["template"].value("metadata", Json::object());
+      r.spec = o["spec"]["template"]["spec"];
+    }
+  }
+  return by_role;
+}
+
+}  // namespace
+
+std::string WorkloadName(const std::string& job_name, const std::string& job_uid) {
+  return "adamjob-" + job_name + "-" + job_uid.substr(0, std::min<size_t>(5, job_uid.size()));
+}
+
+Json WorkloadFor(const spec::AdamJob& job, const std::vector<Json>& rendered,
+                 const std::string& queue, const std::string& job_uid, int64_t generation) {
+  Json pod_sets = Json::array();
+  const std::map<std::string, RolePods> by_role = PodsByRole(rendered);
+  // In start order, so that the Workload reads as the job does.
+  for (const char* role : {"controller", "ps", "data-server", "trainer"}) {
+    auto it = by_role.find(role);
+    if (it == by_role.end() || it->second.count == 0) continue;
+    pod_sets.push_back(
+        {{"name", role},
+         {"count", it->second.count},
+         {"template", {{"metadata", it->second.metadata}, {"spec", it->second.spec}}}});
+  }
+  Json labels = {{"app.kubernetes.io/name", "adam"},
+                 {"app.kubernetes.io/instance", job.name},
+                 {"app.kubernetes.io/component", "workload"},
+                 {"app.kubernetes.io/managed-by", "adam-operator"},
+                 {kJobLabel, job.name},
+                 {kKueueJobUidLabel, job_uid}};
+  return {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
+          {"kind", "Workload"},
+          {"metadata",
+           {{"name", WorkloadName(job.name, job_uid)},
+            {"namespace", job.name_space},
+            {"labels", labels},
+            {"annotations", {{kGenerationAnnotation, std::to_string(generation)}}},
+            {"ownerReferences", Json::array({Json{{"apiVersion", "adam.dev/v1alpha1"},
+                                                  {"kind", "AdamJob"},
+                                                  {"name", job.name},
+                                                  {"uid", job_uid},
+                                                  {"controller", true},
+                                                  {"blockOwnerDeletion", true}}})}}},
+          {"spec", {{"queueName", queue}, {"podSets", pod_sets}}}};
+}
+
+bool SamePodSets(const Json& workload, const Json& desired) {
+  auto shape = [](const Json& w) {
+    std::vector<std::pair<std::string, int>> out;
+    const Json spec = w.value("spec", Json::object());
+    for (const Json& ps : spec.value("podSets", Json::array()))
+      out.emplace_back(ps.value("name", ""), ps.value("count", 0));
+    return out;
+  };
+  return shape(workload) == shape(desired);
+}
+
+WorkloadState ReadWorkload(const Json& workload) {
+  WorkloadState w;
+  w.admitted = IsTrue(workload, kAdmitted);
+  w.evicted = IsTrue(workload, kEvicted);
+  w.finished = IsTrue(workload, kFinished);
+  if (const Json* c = Condition(workload, kEvicted); c && w.evicted) {
+    w.evicted_reason = c->value("reason", "");
+    w.evicted_message = c->value("message", "");
+  }
+  if (const Json* c = Condition(workload, kQuotaReserved); c && c->value("status", "") != "True")
+    w.pending_message = c->value("message", "");
+  const Json status = workload.value("status", Json::object());
+  if (status.contains("admission") && status["admission"].is_object()) {
+    w.quota_reserved = true;
+    const Json& adm = status["admission"];
+    w.cluster_queue = adm.value("clusterQueue", "");
+    for (const Json& a : adm.value("podSetAssignments", Json::array())) {
+      std::vector<std::string>& names = w.flavors[a.value("name", "")];
+      const Json assigned = a.value("flavors", Json::object());
+      for (const auto& [resource, flavor] : assigned.items()) {
+        const std::string f = flavor.is_string() ? flavor.get<std::string>() : "";
+        if (!f.empty() && std::find(names.begin(), names.end(), f) == names.end())
+          names.push_back(f);
+      }
+    }
+  }
+  return w;
+}
+
+Json WithReservationCleared(const Json& workload, const std::string& now) {
+  Json w = workload;
+  const WorkloadState st = ReadWorkload(workload);
+  const std::string message = st.evicted_message.empty() ? "the job stopped" : st.evicted_message;
+  // Kueue queues a preempted job, or one whose node failed, again at once; the others (a
+  // deactivation, say) wait for whoever evicted them.
+  const bool requeue = st.evicted_reason == "Preempted" || st.evicted_reason == "NodeFailures";
+  Set(w, kRequeued, requeue, st.evicted_reason.empty() ? "Pending" : st.evicted_reason, message,
+      now);
+  w["status"].erase("admission");
+  Set(w, kQuotaReserved, false, "Pending", message, now);
+  if (Condition(w, kAdmitted))
+    Set(w, kAdmitted, false, "NoReservation", "The workload has no reservation", now);
+  return w;
+}
+
+Json WithFinished(const Json& workload, bool succeeded, const std::string& message,
+                  const std::string& now) {
+  Json w = workload;
+  Set(w, kFinished, true, succeeded ? "Succeeded" : "Failed", message, now);
+  return w;
+}
+
+Status ApplyFlavors(const WorkloadState& admission,
+                    const std::map<std::string, FlavorPlacement>& flavors,
+                    std::vector<Json>* objects) {
+  for (Json& o : *objects) {
+    const std::string kind = o.value("kind", "");
+    if (kind != "Pod" && kind != "StatefulSet") continue;
+    const std::string role = o["metadata"].value("labels", Json::object()).value(kRoleLabel, "");
+    auto assigned = admission.flavors.find(role);
+    if (assigned == admission.flavors.end()) continue;
+    Json& spec = kind == "Pod" ? o["spec"] : o["spec"]["template"]["spec"];
+    for (const std::string& name : assigned->second) {
+      auto f = flavors.find(name);
+      if (f == flavors.end()) continue;
+      for (const auto& [key, value] : f->second.node_labels.items()) {
+        Json& selector = spec["nodeSelector"];
+        if (!selector.is_object()) selector = Json::object();
+        if (selector.contains(key) && selector[key] != value)
+          return FailedPreconditionError("ResourceFlavor " + name + " puts " + role + " pods on " +
+                                         key + "=" + value.get<std::string>() +
+                                         ", but their nodeSelector asks for " + key + "=" +
+                                         selector[key].get<std::string>());
+        selector[key] = value;
+      }
+      for (const Json& t : f->second.tolerations) {
+        Json& tolerations = spec["tolerations"];
+        if (!tolerations.is_array()) tolerations = Json::array();
+        if (std::find(tolerations.begin(), tolerations.end(), t) == tolerations.end())
+          tolerations.push_back(t);
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace adam::op
