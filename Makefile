@@ -24,8 +24,9 @@ clean: cluster-down
 	rm -rf $(BUILD) build-tsan build-asan build-tsan.log build-asan.log
 
 # A local Kubernetes control plane with fake nodes (tests/cluster/): etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok and helm at pinned releases, built from
-# Go modules once into ~/.cache/adam/cluster (keyed by tests/cluster/go.sum).
+# kube-controller-manager, kube-scheduler, kubectl, kwok and helm at pinned releases, and Kueue
+# (tests/cluster/kueue), built from Go modules once into ~/.cache/adam/cluster (keyed by their
+# go.sum files).
 cluster-tools: deps
 	./tests/cluster/build.sh >/dev/null
 

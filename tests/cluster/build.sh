@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the pinned Kubernetes control plane, etcd, kwok and helm from this Go module (go.mod's
-# `tool` lines) into a cache keyed by go.mod, go.sum and this module's sources, and prints the
-# folder that holds the binaries. A second call with the same key prints it at once; Go's own
+# `tool` lines), and Kueue from its own module in kueue/ (its Kubernetes libraries are a release
+# behind and must not move the control plane's), into a cache keyed by the go.mod and go.sum files
+# and this module's sources, and prints the folder that holds the binaries. Kueue's CRDs and
+# webhook manifests, from its module at the same version, go beside them in ../kueue. A second call with the same key prints it at once; Go's own
 # module and build caches make a rebuild after a change to this module a matter of linking.
 #
 #   tests/cluster/build.sh            # prints .../bin
@@ -15,7 +17,8 @@ cd "$here"
 export PATH="/usr/local/go/bin:$PATH"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
-key=$(cat go.mod go.sum build.sh $(find cmd -name '*.go' | sort) | sha256sum | cut -c1-16)
+key=$(cat go.mod go.sum kueue/go.mod kueue/go.sum build.sh $(find cmd -name '*.go' | sort) |
+  sha256sum | cut -c1-16)
 cache="${ADAM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/adam/cluster}"
 out="$cache/$key"
 if [[ -f "$out/ok" ]]; then
@@ -54,7 +57,16 @@ CGO_ENABLED=0 go build -trimpath -o "$out/bin/" \
   ./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl sigs.k8s.io/kwok/cmd/kwok \
   helm.sh/helm/v3/cmd/helm
-echo "kubernetes=$kube etcd=$etcd kwok=$kwok helm=$helm built in $((SECONDS - start)) s" > "$out/ok"
+kueue=$(cd kueue && version sigs.k8s.io/kueue)
+echo "cluster build: kueue $kueue (cold: about 3 min on 2 cores)" >&2
+(cd kueue && CGO_ENABLED=0 go build -trimpath -o "$out/bin/" \
+  -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue -X sigs.k8s.io/kueue/pkg/version.BuildDate=$date" \
+  sigs.k8s.io/kueue/cmd/kueue)
+kueue_src=$(cd kueue && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
+mkdir -p "$out/kueue"
+cp "$kueue_src"/config/components/crd/bases/*.yaml "$kueue_src/config/components/webhook/manifests.yaml" "$out/kueue/"
+chmod u+w "$out"/kueue/*
+echo "kubernetes=$kube etcd=$etcd kwok=$kwok helm=$helm kueue=$kueue built in $((SECONDS - start)) s" > "$out/ok"
 cat "$out/ok" >&2
 # Keep the three newest builds (each is about 450 MB).
 ls -1dt "$cache"/*/ 2>/dev/null | tail -n +4 | xargs -r rm -rf

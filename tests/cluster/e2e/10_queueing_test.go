@@ -1,0 +1,518 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+)
+
+// Kueue, built from its Go module at the pinned version (tests/cluster/kueue), runs as it does on
+// a cluster: in a container (made here from its static binary alone, on the host's network),
+// with its CRDs, and its webhooks for its own kinds registered with the API server by URL (no
+// Service routes to a host process). Its configuration names AdamJob as an external framework,
+// as a cluster that runs Adam under Kueue must.
+
+var (
+	workloads       = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
+	clusterQueues   = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}
+	localQueues     = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "localqueues"}
+	resourceFlavors = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"}
+)
+
+const kueueContainer = "adam-e2e-kueue"
+
+// onHost runs a command of this machine's (docker, tar), not of the cluster's tools.
+func onHost(stdin []byte, name string, args ...string) (string, string, error) {
+	cmd := exec.Command(name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// servingCertificate writes tls.crt and tls.key for 127.0.0.1 into dir, signed by the cluster's
+// CA (which the API server is then given as the webhooks' caBundle), and returns the CA's PEM.
+func servingCertificate(t testing.TB, dir string) []byte {
+	t.Helper()
+	caPEM, err := os.ReadFile(filepath.Join(env.clusterDir, "pki", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(env.clusterDir, "pki", "ca.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caBlock, _ := pem.Decode(caPEM)
+	keyBlock, _ := pem.Decode(keyPEM)
+	if caBlock == nil || keyBlock == nil {
+		t.Fatal("the cluster CA's files are not PEM")
+	}
+	ca, err := x509.ParseCertificate(caBlock.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caKey, err := x509.ParsePKCS8PrivateKey(keyBlock.Bytes)
+	if err != nil {
+		if caKey, err = x509.ParseECPrivateKey(keyBlock.Bytes); err != nil {
+			t.Fatalf("the cluster CA's key: %v", err)
+		}
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "kueue-webhook"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	certOut := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyOut := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), certOut, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), keyOut, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return caPEM
+}
+
+// kueueWebhooks registers Kueue's own webhooks (those on kueue.x-k8s.io kinds, from its
+// manifests) at https://127.0.0.1:port; the webhooks of the kinds it integrates (pods,
+// deployments, ...) are left out, so that the rest of the suite never depends on Kueue running.
+func kueueWebhooks(t testing.TB, port int, caPEM []byte) func() {
+	t.Helper()
+	text, err := os.ReadFile(filepath.Join(filepath.Dir(env.bin), "kueue", "manifests.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := func(rules []admissionv1.RuleWithOperations) bool {
+		for _, r := range rules {
+			for _, g := range r.APIGroups {
+				if g == "kueue.x-k8s.io" {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	url := func(path string) *string { u := fmt.Sprintf("https://127.0.0.1:%d%s", port, path); return &u }
+	var made []func()
+	for _, doc := range strings.Split(string(text), "\n---") {
+		var head struct{ Kind string }
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatal(err)
+		}
+		switch head.Kind {
+		case "MutatingWebhookConfiguration":
+			var c admissionv1.MutatingWebhookConfiguration
+			if err := yaml.Unmarshal([]byte(doc), &c); err != nil {
+				t.Fatal(err)
+			}
+			var keep []admissionv1.MutatingWebhook
+			for _, w := range c.Webhooks {
+				if ours(w.Rules) {
+					w.ClientConfig = admissionv1.WebhookClientConfig{URL: url(*w.ClientConfig.Service.Path), CABundle: caPEM}
+					keep = append(keep, w)
+				}
+			}
+			c.ObjectMeta = metav1.ObjectMeta{Name: kueueContainer + "-mutating"}
+			c.Webhooks = keep
+			if _, err := env.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx(), &c, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			made = append(made, func() {
+				_ = env.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx(), c.Name, metav1.DeleteOptions{})
+			})
+		case "ValidatingWebhookConfiguration":
+			var c admissionv1.ValidatingWebhookConfiguration
+			if err := yaml.Unmarshal([]byte(doc), &c); err != nil {
+				t.Fatal(err)
+			}
+			var keep []admissionv1.ValidatingWebhook
+			for _, w := range c.Webhooks {
+				if ours(w.Rules) {
+					w.ClientConfig = admissionv1.WebhookClientConfig{URL: url(*w.ClientConfig.Service.Path), CABundle: caPEM}
+					keep = append(keep, w)
+				}
+			}
+			c.ObjectMeta = metav1.ObjectMeta{Name: kueueContainer + "-validating"}
+			c.Webhooks = keep
+			if _, err := env.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx(), &c, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			made = append(made, func() {
+				_ = env.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx(), c.Name, metav1.DeleteOptions{})
+			})
+		}
+	}
+	if len(made) != 2 {
+		t.Fatalf("Kueue's manifests gave %d webhook configurations, want 2", len(made))
+	}
+	return func() {
+		for _, f := range made {
+			f()
+		}
+	}
+}
+
+// startKueue installs Kueue's CRDs, runs Kueue and registers its webhooks; the returned
+// function stops it and keeps its log in the e2e logs.
+func startKueue(t testing.TB) func() {
+	t.Helper()
+	start := time.Now()
+	files, err := filepath.Glob(filepath.Join(filepath.Dir(env.bin), "kueue", "kueue.x-k8s.io_*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Kueue CRDs beside %s (tests/cluster/build.sh puts them there): %v", env.bin, err)
+	}
+	args := []string{"apply", "--server-side", "--force-conflicts"}
+	for _, f := range files {
+		args = append(args, "-f", f)
+	}
+	kubectl(t, args...)
+	eventually(t, 60*time.Second, "Kueue's CRDs established", func() (bool, string) {
+		// A CRD's status may not be written yet, which `kubectl wait` takes for an error.
+		out, errs, err := run("", "kubectl", "wait", "--for", "condition=Established", "--timeout", "10s",
+			"crd/workloads.kueue.x-k8s.io", "crd/clusterqueues.kueue.x-k8s.io",
+			"crd/localqueues.kueue.x-k8s.io", "crd/resourceflavors.kueue.x-k8s.io")
+		return err == nil, out + errs
+	})
+	namespace(t, "kueue-system")
+
+	dir := filepath.Join(env.logs, "kueue")
+	certs := filepath.Join(dir, "certs")
+	caPEM := servingCertificate(t, certs)
+	webhook, metrics, health := freePort(t), freePort(t), freePort(t)
+	config := fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+health: {healthProbeBindAddress: "127.0.0.1:%d"}
+metrics: {bindAddress: "127.0.0.1:%d"}
+webhook: {host: 127.0.0.1, port: %d, certDir: %q}
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+integrations:
+  frameworks: ["batch/job"]
+  externalFrameworks: ["AdamJob.v1alpha1.adam.dev"]
+`, health, metrics, webhook, certs)
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	docker := func(stdin []byte, args ...string) string {
+		t.Helper()
+		out, errs, err := onHost(stdin, "docker", args...)
+		if err != nil {
+			t.Fatalf("docker %s: %v\n%s%s", strings.Join(args, " "), err, out, errs)
+		}
+		return out
+	}
+	_, _, _ = onHost(nil, "docker", "rm", "-f", kueueContainer)
+	// An image of the binary alone: nothing to pull, and Kueue needs nothing else.
+	tarball, errs, err := onHost(nil, "tar", "-C", env.bin, "-cf", "-", "kueue")
+	if err != nil {
+		t.Fatalf("tar of %s/kueue: %v %s", env.bin, err, errs)
+	}
+	docker([]byte(tarball), "import", "-", kueueContainer+":local")
+	// With its own certificate management off, Kueue reads its metrics certificate from a fixed
+	// path in its container.
+	docker(nil, "run", "-d", "--name", kueueContainer, "--network", "host",
+		"-e", "KUBECONFIG="+env.kubeconfig,
+		"-v", env.clusterDir+":"+env.clusterDir+":ro", "-v", dir+":"+dir+":ro",
+		"-v", certs+":/etc/kueue/metrics/certs:ro",
+		kueueContainer+":local", "/kueue", "--config", filepath.Join(dir, "config.yaml"),
+		// The visibility API server would want certificates of its own (an APIService).
+		"--feature-gates", "VisibilityOnDemand=false")
+	stop := func() {
+		out, errs, _ := onHost(nil, "docker", "logs", kueueContainer)
+		_ = os.WriteFile(filepath.Join(env.logs, "kueue.log"), []byte(out+errs), 0o644)
+		_, _, _ = onHost(nil, "docker", "rm", "-f", kueueContainer)
+	}
+	eventually(t, 60*time.Second, "Kueue ready", func() (bool, string) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+		if err != nil {
+			state, _, _ := onHost(nil, "docker", "inspect", "-f", "{{.State.Status}}", kueueContainer)
+			if strings.TrimSpace(state) == "exited" {
+				stop()
+				t.Fatalf("Kueue exited; see %s", filepath.Join(env.logs, "kueue.log"))
+			}
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	unregister := kueueWebhooks(t, webhook, caPEM)
+	fmt.Printf("e2e: Kueue up with its CRDs and webhooks in %v\n", time.Since(start).Round(time.Millisecond))
+	return func() {
+		unregister()
+		stop()
+	}
+}
+
+func apply(t testing.TB, gvr schema.GroupVersionResource, ns string, text string) {
+	t.Helper()
+	var obj map[string]any
+	if err := yaml.Unmarshal([]byte(text), &obj); err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	var err error
+	if ns == "" {
+		_, err = env.dyn.Resource(gvr).Create(ctx(), u, metav1.CreateOptions{})
+	} else {
+		_, err = env.dyn.Resource(gvr).Namespace(ns).Create(ctx(), u, metav1.CreateOptions{})
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create %s %s: %v", gvr.Resource, u.GetName(), err)
+	}
+}
+
+// workloadOf returns the job's Workload (nil while there is none).
+func workloadOf(t testing.TB, ns, job string) *unstructured.Unstructured {
+	t.Helper()
+	list, err := env.dyn.Resource(workloads).Namespace(ns).List(ctx(), metav1.ListOptions{LabelSelector: "adam.dev/job=" + job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		if list.Items[i].GetDeletionTimestamp() == nil {
+			return &list.Items[i]
+		}
+	}
+	return nil
+}
+
+func queuedJob(t testing.TB, ns, name string) {
+	t.Helper()
+	job := example(t, "fashion-mnist")
+	set(job, "metadata/name", name)
+	set(job, "metadata/labels", map[string]any{"kueue.x-k8s.io/queue-name": "team"})
+	createJob(t, ns, job)
+}
+
+// A ClusterQueue with room for one job of five CPUs, not two: the second job makes no pod while
+// the first runs (no half-placed job), and runs once the first has finished; a Workload Kueue
+// deactivates is stopped and given back, and runs again when reactivated. Pods land on the
+// nodes of the flavor Kueue assigned.
+func TestKueueAdmitsAJobWholeOrNotAtAll(t *testing.T) {
+	stopShared(t)
+	helm(t, "upgrade", release, "charts/adam", "-n", operatorNamespace, "--reuse-values",
+		"--set", "kueue.enabled=true", "--wait", "--timeout", "60s")
+	defer helm(t, "upgrade", release, "charts/adam", "-n", operatorNamespace, "--reuse-values",
+		"--set", "kueue.enabled=false", "--wait", "--timeout", "60s")
+	stopKueue := startKueue(t)
+	defer stopKueue()
+	o := startOperator(t, "kueue", "--kueue")
+	defer o.stop()
+	o.logLine(t, "now leads", 30*time.Second)
+
+	ns := namespace(t, "e2e-kueue")
+	apply(t, resourceFlavors, "", `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: zone-1}
+spec: {nodeLabels: {topology.kubernetes.io/zone: zone-1}}`)
+	apply(t, clusterQueues, "", `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: e2e-cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: zone-1
+      resources:
+      - {name: cpu, nominalQuota: 8}
+      - {name: memory, nominalQuota: 32Gi}`)
+	apply(t, localQueues, ns, `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: team}
+spec: {clusterQueue: e2e-cq}`)
+	defer func() {
+		_ = env.dyn.Resource(localQueues).Namespace(ns).Delete(ctx(), "team", metav1.DeleteOptions{})
+		_ = env.dyn.Resource(clusterQueues).Delete(ctx(), "e2e-cq", metav1.DeleteOptions{})
+		_ = env.dyn.Resource(resourceFlavors).Delete(ctx(), "zone-1", metav1.DeleteOptions{})
+	}()
+	eventually(t, 30*time.Second, "ClusterQueue e2e-cq active", func() (bool, string) {
+		cq, err := env.dyn.Resource(clusterQueues).Get(ctx(), "e2e-cq", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		// The finalizer only Kueue's mutating webhook adds: the API server reaches it.
+		if fin := cq.GetFinalizers(); len(fin) != 1 || fin[0] != "kueue.x-k8s.io/resource-in-use" {
+			t.Fatalf("ClusterQueue finalizers %v: Kueue's webhook was not called", fin)
+		}
+		conds, _, _ := unstructured.NestedSlice(cq.Object, "status", "conditions")
+		return fmt.Sprint(conds) != "[]" && strings.Contains(fmt.Sprint(conds), "type:Active") &&
+			strings.Contains(fmt.Sprint(conds), "status:True"), fmt.Sprint(conds)
+	})
+
+	queuedJob(t, ns, "first")
+	waitPhase(t, ns, "first", "Running", 90*time.Second)
+	queuedJob(t, ns, "second")
+	eventually(t, 30*time.Second, "the second job queued for want of quota", func() (bool, string) {
+		u := getJob(t, ns, "second")
+		st, _, msg := condition(u, "Admitted")
+		return phase(u) == "Queued" && st == "False" && strings.Contains(msg, "quota"), phase(u) + " " + st + " " + msg
+	})
+	// Pods of the first only, all on zone-1's nodes; none of the second's, for a while.
+	for _, p := range jobPods(t, ns, "first", "") {
+		node, err := env.cs.CoreV1().Nodes().Get(ctx(), p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pod %s on node %q: %v", p.Name, p.Spec.NodeName, err)
+		}
+		if z := node.Labels["topology.kubernetes.io/zone"]; z != "zone-1" || p.Spec.NodeSelector["topology.kubernetes.io/zone"] != "zone-1" {
+			t.Errorf("pod %s on %s in %s with nodeSelector %v; the flavor puts it in zone-1", p.Name, node.Name, z, p.Spec.NodeSelector)
+		}
+	}
+	wl := workloadOf(t, ns, "first")
+	if cq, _, _ := unstructured.NestedString(wl.Object, "status", "admission", "clusterQueue"); cq != "e2e-cq" {
+		t.Errorf("the first job's Workload admitted to %q, want e2e-cq", cq)
+	}
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if n := len(jobPods(t, ns, "second", "")); n > 0 {
+			t.Fatalf("the queued job made %d pods", n)
+		}
+	}
+
+	// The first finishes: its Workload is Finished, its quota free, and the second runs.
+	finished := time.Now()
+	for _, p := range jobPods(t, ns, "first", "trainer") {
+		exitPod(t, ns, p.Name, 0, "")
+	}
+	waitPhase(t, ns, "first", "Succeeded", 60*time.Second)
+	eventually(t, 30*time.Second, "the first job's Workload Finished", func() (bool, string) {
+		st, _ := workloadCondition(workloadOf(t, ns, "first"), "Finished")
+		return st == "True", st
+	})
+	waitPhase(t, ns, "second", "Running", 90*time.Second)
+	fmt.Printf("e2e: the second job ran %v after the first's trainers ended\n", time.Since(finished).Round(time.Millisecond))
+
+	// Deactivated by Kueue: pods gone, the quota given back; reactivated, it runs again.
+	wl = workloadOf(t, ns, "second")
+	patch := []byte(`{"spec":{"active":false}}`)
+	if _, err := env.dyn.Resource(workloads).Namespace(ns).Patch(ctx(), wl.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the deactivated job stopped and its quota given back", func() (bool, string) {
+		u := getJob(t, ns, "second")
+		w := workloadOf(t, ns, "second")
+		_, reserved, _ := unstructured.NestedMap(w.Object, "status", "admission")
+		n := len(jobPods(t, ns, "second", ""))
+		return phase(u) == "Queued" && n == 0 && !reserved, fmt.Sprintf("phase %s, %d pods, admission %v", phase(u), n, reserved)
+	})
+	if ok, why := hasEvent(t, ns, "second", "Evicted", "Kueue evicted"); !ok {
+		t.Error("no Evicted event:", why)
+	}
+	patch = []byte(`{"spec":{"active":true}}`)
+	if _, err := env.dyn.Resource(workloads).Namespace(ns).Patch(ctx(), wl.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ns, "second", "Running", 90*time.Second)
+
+	// One controller runs a job from start to end.
+	u := getJob(t, ns, "second")
+	set(u.Object, "spec/runPolicy/managedBy", "kueue.x-k8s.io/multikueue")
+	if _, err := env.dyn.Resource(adamJobs).Namespace(ns).Update(ctx(), u, metav1.UpdateOptions{}); err == nil ||
+		!strings.Contains(err.Error(), "spec.runPolicy.managedBy: is immutable") {
+		t.Errorf("changing spec.runPolicy.managedBy: %v; want refused as immutable", err)
+	}
+	o.noForbidden(t)
+	for _, name := range []string{"first", "second"} {
+		_ = env.dyn.Resource(adamJobs).Namespace(ns).Delete(ctx(), name, metav1.DeleteOptions{})
+	}
+	eventually(t, 60*time.Second, "the jobs and their Workloads gone", func() (bool, string) {
+		list, err := env.dyn.Resource(workloads).Namespace(ns).List(ctx(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) == 0, fmt.Sprintf("%d Workloads", len(list.Items))
+	})
+}
+
+// A job that asks for gang scheduling on a cluster without the coscheduling plugin's PodGroup
+// API makes no pod, and says why in its status and an event.
+func TestAGangWithoutThePodGroupApiSaysWhy(t *testing.T) {
+	sharedOperator(t)
+	ns := namespace(t, "e2e-gang")
+	job := example(t, "fashion-mnist")
+	set(job, "metadata/name", "gang")
+	set(job, "spec/runPolicy/schedulingPolicy", map[string]any{"coscheduling": true})
+	createJob(t, ns, job)
+	eventually(t, 30*time.Second, "the NoPodGroupAPI condition", func() (bool, string) {
+		st, reason, msg := condition(getJob(t, ns, "gang"), "Created")
+		return st == "False" && reason == "NoPodGroupAPI" && strings.Contains(msg, "scheduling.x-k8s.io"), st + " " + reason
+	})
+	if ok, why := hasEvent(t, ns, "gang", "NoPodGroupAPI", "coscheduling"); !ok {
+		t.Error("no NoPodGroupAPI event:", why)
+	}
+	if n := len(jobPods(t, ns, "gang", "")); n != 0 {
+		t.Errorf("a gang without its PodGroup made %d pods", n)
+	}
+	_ = env.dyn.Resource(adamJobs).Namespace(ns).Delete(ctx(), "gang", metav1.DeleteOptions{})
+}
+
+func workloadCondition(w *unstructured.Unstructured, kind string) (string, string) {
+	if w == nil {
+		return "no Workload", ""
+	}
+	conds, _, _ := unstructured.NestedSlice(w.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == kind {
+			return fmt.Sprint(m["status"]), fmt.Sprint(m["reason"])
+		}
+	}
+	return "", ""
+}
