@@ -93,6 +93,55 @@ TEST(ShardState, FailoverPromotesTheFreshestCopyAndRebuildsTheThirdElsewhere) {
   EXPECT_FALSE(st.Apply(c).ok());
 }
 
+// Two failures within one recovery: the primary lost, the freshest copy promoted, and that one
+// lost too before its first forward reached the third copy, which may lack a push the first
+// primary acknowledged with the second. The third copy alone is not promoted: the shard waits
+// for the second to come back. Once it has taken the promoted copy's state (its term reaches
+// the promotion), it may be.
+TEST(ShardState, ACopyPromotedAMomentAgoIsNotSucceededByOneWithoutItsState) {
+  ShardState st = Registered(3, 1, 3);
+  const v1::ShardRecord first = st.state().shards(0);
+  const uint32_t p = first.replicas(0), a = first.replicas(1), b = first.replicas(2);
+  EXPECT_EQ(first.primary_since(), 0u);
+  CopyVersions versions = {{{0, a}, 7}, {{0, b}, 5}};  // b lags: a holds a push b lacks
+  CopyTerms terms = {{{0, a}, 0}, {{0, b}, 0}};
+  auto plan = PlanFailover(st.state(), {p}, versions, {}, terms);
+  ASSERT_TRUE(plan.has_value());
+  v1::Command c;
+  *c.mutable_reassign() = *plan;
+  ASSERT_TRUE(st.Apply(c).ok());
+  const v1::ShardRecord promoted = st.state().shards(0);
+  ASSERT_EQ(promoted.replicas_size(), 2);
+  EXPECT_EQ(promoted.replicas(0), a);
+  EXPECT_EQ(promoted.primary_since(), st.state().version());  // the plan's own map version
+  EXPECT_FALSE(HoldsAcknowledged(promoted, b, terms));
+
+  // a is lost before forwarding to b: b (R = 2, so one survivor would do by count) must wait.
+  auto second = PlanFailover(st.state(), {a}, versions, {}, terms);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_NE(second->reason().find("wait for them to come back"), std::string::npos);
+  ASSERT_EQ(second->shards(0).replicas_size(), 2);
+  EXPECT_EQ(second->shards(0).replicas(0), a);  // the lost primary first: it serves when back
+  // And PlanRepair does not serve it by b alone either.
+  ShardState waiting = st;
+  *c.mutable_reassign() = *second;
+  ASSERT_TRUE(waiting.Apply(c).ok());
+  auto repair = PlanRepair(waiting.state(), {}, true, versions, terms);
+  EXPECT_TRUE(!repair.has_value() || repair->shards(0).replicas(0) != b);
+
+  // Had b taken a's state (a forward in a's term), b would have been promoted at once.
+  terms[{0, b}] = promoted.primary_since() + 1;  // a's term: the map version it first saw
+  auto later = PlanFailover(st.state(), {a}, versions, {}, terms);
+  ASSERT_TRUE(later.has_value());
+  EXPECT_EQ(later->shards(0).replicas(0), b);
+  EXPECT_EQ(later->reason(), "servers stopped heartbeating");
+  // ... and so is the waiting shard, once b holds it: by PlanRepair.
+  auto served = PlanRepair(waiting.state(), {}, true, versions, terms);
+  ASSERT_TRUE(served.has_value());
+  EXPECT_EQ(served->shards(0).replicas(0), b);
+  EXPECT_EQ(served->shards(0).primary_since(), waiting.state().version() + 1);
+}
+
 TEST(ShardState, NewCopiesAvoidHostsThatAlreadyHoldTheShard) {
   // Servers 0 and 3 share host "a" (labels arrive with registration, after the bootstrap).
   ShardState st = Registered(5, 20, 3, {"a", "b", "c", "a", "d"});

@@ -288,6 +288,7 @@ void Sim::InjectFaults() {
   // is healthy, so at most one server is out at a time; see the file comment. With
   // any_partition, partitions cut any set of nodes from the rest at any time.
   const bool healthy = Healthy();
+  if (healthy) second_paused_ = false;  // a recovery ended: the next may have its second fault
   if (cut_.empty() && Chance(f.partition)) {
     std::vector<int> side;  // cut off from every other node
     if (options_.any_partition) {
@@ -323,6 +324,24 @@ void Sim::InjectFaults() {
   for (int i = 0; i < options_.servers; ++i) {
     Server& s = *servers_[size_t(i)];
     if (!s.up && Chance(0.02)) StartServer(i);  // back after about a second
+  }
+  if (second_pause_at_ >= 0 && now_ >= second_pause_at_) {
+    second_pause_at_ = -1;
+    int up = 0;
+    for (int i = 0; i < options_.servers; ++i) up += Running(i);
+    std::vector<int> running;  // the copies just promoted
+    for (int i : second_targets_)
+      if (Running(i) && !std::count(running.begin(), running.end(), i)) running.push_back(i);
+    // Two failures, not more: the first server still out, or just back, and no other frozen.
+    if (!running.empty() && up + 1 >= options_.servers && !second_paused_) {
+      second_paused_ = true;
+      const int i = running[size_t(Uniform(0, int64_t(running.size()) - 1))];
+      servers_[size_t(i)]->paused_until = now_ + Uniform(150, 400);  // past the failure timeout
+      Trace("ps-" + std::to_string(i) + " paused (second fault) until " +
+            std::to_string(servers_[size_t(i)]->paused_until));
+      ++counts_.second_pauses;
+      return;
+    }
   }
   if (healthy && Chance(f.pause)) {
     const int i = int(Uniform(0, options_.servers - 1));
@@ -724,6 +743,7 @@ void Sim::OnPull(int i, int trainer, uint64_t trainer_life, uint32_t shard) {
 // ---- the controller ----
 
 void Sim::Commit(const v1::Command& c) {
+  const v1::ControllerState before = controller_->machine.state();
   const Status s = controller_->machine.Apply(c);
   if (s.ok())
     Trace("commit " +
@@ -734,6 +754,15 @@ void Sim::Commit(const v1::Command& c) {
   if (s.ok() && c.has_reassign()) {
     if (c.reassign().dead_size() > 0) {
       ++counts_.failovers;
+      // Between a promotion and the new primary's first forward to the other copies.
+      second_targets_.clear();
+      for (const v1::ShardRecord& r : controller_->machine.state().shards()) {
+        const v1::ShardRecord& old = before.shards(int(r.shard()));
+        if (!r.replicas().empty() && !old.replicas().empty() && r.replicas(0) != old.replicas(0))
+          second_targets_.push_back(int(r.replicas(0)));
+      }
+      if (options_.second_pause && !converging_ && !second_targets_.empty() && Chance(0.7))
+        second_pause_at_ = now_ + Uniform(0, 6);
     } else {
       ++counts_.repairs;
     }

@@ -27,8 +27,10 @@
 // up, in touch with the leader and on the committed map, registered as the process it is, and
 // every shard with all its copies in sync. With three copies, that is one server out at a time,
 // and back (refilled) before the next. Leader changes, trainers cut off and late messages
-// come at any time. With any_partition, partitions cut any set of nodes at any time; that is
-// beyond the promise, and only "one writer" and "copies converge" are checked.
+// come at any time. With second_pause, the copy a failover promoted is frozen right after, the
+// first server still out: two failures within one recovery. With any_partition, partitions cut any
+// set of nodes at any time; that is beyond the promise, and only "one writer" and "copies converge"
+// are checked.
 #pragma once
 
 #include <condition_variable>
@@ -81,6 +83,11 @@ struct Options {
   // Partitions cut any set of nodes (a majority of servers, the controller from all of them),
   // at any time: beyond the promise, so only "one writer" and "copies converge" are checked.
   bool any_partition = false;
+  // The copy a failover just promoted frozen within a few ticks, before its first forward,
+  // while the first fault may still be on: two failures within one recovery. A frozen server comes
+  // back with what it held, so no acknowledged update may be lost: a shard whose survivors may lack
+  // some must wait for it. Every check holds.
+  bool second_pause = false;
   bool trace = false;  // every decision to stderr, for replaying a seed
 };
 
@@ -120,6 +127,7 @@ class Sim {
     uint64_t repairs = 0;    // other Reassign commands
     uint64_t crashes = 0;
     uint64_t pauses = 0;
+    uint64_t second_pauses = 0;  // second_pause: servers frozen right after a promotion
     uint64_t partitions = 0;
     uint64_t leader_changes = 0;
     uint64_t catch_ups = 0;
@@ -202,6 +210,9 @@ class Sim {
   uint64_t order_ = 0;
   std::priority_queue<Message, std::vector<Message>, std::greater<Message>> queue_;
   std::set<std::pair<int, int>> cut_;  // directed links that drop everything
+  int64_t second_pause_at_ = -1;       // second_pause: when the next one strikes
+  bool second_paused_ = false;         // one struck since the job was last healthy
+  std::vector<int> second_targets_;    // the servers the last failover made primaries
   int64_t heal_at_ = 0;
   std::unique_ptr<shard::ShardMap> map_;
   std::vector<float> zeros_;

@@ -149,10 +149,33 @@ Status ShardState::Restore(const std::string& bytes) {
 
 int CopiesToServe(int replicas) { return replicas - replicas / 2; }
 
+bool HoldsAcknowledged(const v1::ShardRecord& record, uint32_t server, const CopyTerms& terms) {
+  auto it = terms.find({record.shard(), server});
+  return (it == terms.end() ? uint64_t{0} : it->second) >= record.primary_since();
+}
+
+namespace {
+
+// Copies of `shard`, the freshest first by (term, version); ties keep their order.
+void SortFreshestFirst(uint32_t shard, const CopyVersions& versions, const CopyTerms& terms,
+                       std::vector<uint32_t>* ids) {
+  auto key = [&](uint32_t id) {
+    auto v = versions.find({shard, id});
+    auto t = terms.find({shard, id});
+    return std::make_pair(t == terms.end() ? uint64_t{0} : t->second,
+                          v == versions.end() ? uint64_t{0} : v->second);
+  };
+  std::stable_sort(ids->begin(), ids->end(),
+                   [&](uint32_t a, uint32_t b) { return key(a) > key(b); });
+}
+
+}  // namespace
+
 std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
                                          const std::set<uint32_t>& dead,
                                          const CopyVersions& versions,
-                                         const std::set<uint32_t>& on_probation) {
+                                         const std::set<uint32_t>& on_probation,
+                                         const CopyTerms& terms) {
   v1::Reassign out;
   out.set_expected_version(s.version());
   for (uint32_t id : dead)
@@ -170,29 +193,33 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
     if (!touched) continue;
     v1::ShardRecord next;
     next.set_shard(rec.shard());
+    next.set_primary_since(rec.primary_since());
     // Surviving in-sync copies, the freshest first (ties keep their order): the new primary.
     std::vector<uint32_t> alive;
     for (uint32_t id : rec.replicas())
       if (!dead.count(id)) alive.push_back(id);
     const bool primary_died = !rec.replicas().empty() && dead.count(rec.replicas(0));
-    auto version = [&](uint32_t id) {
-      auto it = versions.find({rec.shard(), id});
-      return it == versions.end() ? uint64_t{0} : it->second;
-    };
     // The primary and too many copies lost to be sure a survivor holds every acknowledged update
-    // (a push is acknowledged on the primary and floor(R/2) others): they all stay, the dead
-    // primary first, and the shard waits for enough of them to come back (PlanRepair).
-    // When every copy died (the whole job), the freshest goes first: it serves once it is back.
-    const bool wait = primary_died && int(alive.size()) < CopiesToServe(rec.replicas_size());
+    // (a push is acknowledged on the primary and floor(R/2) others), or no survivor has taken
+    // the current primary's state yet: they all stay, the dead primary first, and the shard
+    // waits for enough of them to come back (PlanRepair). When every copy died (the whole job),
+    // the freshest goes first: it serves once it is back.
+    const bool sure = std::any_of(alive.begin(), alive.end(),
+                                  [&](uint32_t id) { return HoldsAcknowledged(rec, id, terms); });
+    const bool wait =
+        primary_died && (int(alive.size()) < CopiesToServe(rec.replicas_size()) || !sure);
     const bool sort = primary_died && (!wait || alive.empty());
     if (wait) {
       alive.assign(rec.replicas().begin(), rec.replicas().end());
       ++lost;
     }
-    if (sort)
-      std::stable_sort(alive.begin(), alive.end(),
-                       [&](uint32_t a, uint32_t b) { return version(a) > version(b); });
+    if (sort) SortFreshestFirst(rec.shard(), versions, terms, &alive);
     for (uint32_t id : alive) next.add_replicas(id);
+    // In-sync copies cut (the primary among them or not): a push acknowledged with a lost one
+    // may be on the primary alone until its next forward, so the term starts again (this plan's
+    // version) and the copies left count only once they have a forward of it.
+    if (!wait && next.replicas_size() < rec.replicas_size())
+      next.set_primary_since(s.version() + 1);
     for (uint32_t id : rec.copying())
       if (!dead.count(id)) next.add_copying(id);
     AddCopies(after, on_probation, &next, &load);
@@ -205,7 +232,8 @@ std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& s,
 }
 
 std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& s,
-                                       const std::set<uint32_t>& on_probation, bool drop_dead) {
+                                       const std::set<uint32_t>& on_probation, bool drop_dead,
+                                       const CopyVersions& versions, const CopyTerms& terms) {
   v1::Reassign out;
   out.set_expected_version(s.version());
   std::vector<int> load = Load(s);
@@ -224,15 +252,27 @@ std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& s,
         return sv && sv->alive();
       };
       // Served again once the primary is back, or enough copies to hold every acknowledged
-      // update (see PlanFailover).
+      // update, one of them holding the current primary's state (see PlanFailover).
       const int back_now = int(std::count_if(rec.replicas().begin(), rec.replicas().end(), alive));
+      const bool primary_back = !rec.replicas().empty() && alive(rec.replicas(0));
+      const bool sure = std::any_of(rec.replicas().begin(), rec.replicas().end(), [&](uint32_t id) {
+        return alive(id) && HoldsAcknowledged(rec, id, terms);
+      });
       const bool enough =
           !rec.replicas().empty() &&
-          (alive(rec.replicas(0)) || back_now >= CopiesToServe(rec.replicas_size()));
-      if (enough && back_now > 0 && next.replicas_size() != rec.replicas_size())
+          (primary_back || (back_now >= CopiesToServe(rec.replicas_size()) && sure));
+      if (enough && back_now > 0 && next.replicas_size() != rec.replicas_size()) {
         back = true;
-      else
+        if (!primary_back) {  // a new primary: the freshest of those back
+          std::vector<uint32_t> ids(next.replicas().begin(), next.replicas().end());
+          SortFreshestFirst(rec.shard(), versions, terms, &ids);
+          next.clear_replicas();
+          for (uint32_t id : ids) next.add_replicas(id);
+        }
+        next.set_primary_since(s.version() + 1);  // copies cut: the term starts again
+      } else {
         next = rec;
+      }
     }
     if (next.replicas_size() + next.copying_size() < int(s.copies()))
       AddCopies(s, on_probation, &next, &load);

@@ -43,6 +43,13 @@ int CopiesToServe(int replicas);
 
 // Freshness reports from heartbeats: (shard, server) -> updates applied to that copy.
 using CopyVersions = std::map<std::pair<uint32_t, uint32_t>, uint64_t>;
+// Term reports from heartbeats: (shard, server) -> the term of that copy's state.
+using CopyTerms = std::map<std::pair<uint32_t, uint32_t>, uint64_t>;
+
+// Whether a copy whose state has `term` holds every push acknowledged by the shard's primaries
+// so far: its term reaches the shard's primary_since (it took the current primary's state, which
+// holds all the earlier primaries acknowledged). A copy not heard from counts as term 0.
+bool HoldsAcknowledged(const v1::ShardRecord& record, uint32_t server, const CopyTerms& terms);
 
 // The leader's decision when the servers in `dead` stopped heartbeating: they are marked dead and
 // removed from every shard; a shard whose primary died gets the freshest surviving in-sync copy as
@@ -54,22 +61,31 @@ using CopyVersions = std::map<std::pair<uint32_t, uint32_t>, uint64_t>;
 // shard whose primary died with fewer survivors than that (every copy died when the whole job
 // restarted, or two of three servers stalled at once) keeps its in-sync copies, the dead primary
 // first, and is not served until enough of them are back (PlanRepair): a lone survivor could be
-// missing pushes the others acknowledged. Returns nullopt when nothing changes.
+// missing pushes the others acknowledged. The same holds when no survivor HoldsAcknowledged:
+// a copy promoted a moment ago may be lost before its first forward reached the others, which
+// then lack what its predecessor acknowledged with it (two failures within one recovery). The
+// new primary is the freshest survivor by (term, version), and the shard's primary_since becomes
+// the map version this plan makes, as it does whenever in-sync copies are cut: a push
+// acknowledged with a lost copy may then be on the primary alone until its next forward.
+// Returns nullopt when nothing changes.
 std::optional<v1::Reassign> PlanFailover(const v1::ControllerState& state,
                                          const std::set<uint32_t>& dead,
                                          const CopyVersions& versions,
-                                         const std::set<uint32_t>& on_probation = {});
+                                         const std::set<uint32_t>& on_probation = {},
+                                         const CopyTerms& terms = {});
 
 // Re-plans copies for under-replicated shards (e.g. after a server came back), on servers not
 // in `on_probation`. With `drop_dead`, a shard that kept its copies on dead servers
-// (PlanFailover) is served again once its primary is back or CopiesToServe(R) of its R copies
-// are, by those that are back, in their order; the others are dropped and rebuilt as new copies.
+// (PlanFailover) is served again once its primary is back, or CopiesToServe(R) of its R copies
+// are and one of them HoldsAcknowledged, by those that are back (the primary first, else the
+// freshest by (term, version)); the others are dropped and rebuilt as new copies.
 // (The caller waits a while after it starts leading, so after a whole job restarts every copy is
 // back first and the primaries stay spread.) A server that never registered (a bootstrap map's,
 // not started yet) is not dead: it stays.
 std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& state,
                                        const std::set<uint32_t>& on_probation = {},
-                                       bool drop_dead = true);
+                                       bool drop_dead = true, const CopyVersions& versions = {},
+                                       const CopyTerms& terms = {});
 
 // The map as served to clients.
 v1::ShardMap ToShardMap(const v1::ControllerState& state, const std::string& leader_address);

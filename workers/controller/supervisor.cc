@@ -8,6 +8,7 @@ void Supervisor::Lead(Clock::TimePoint now, Clock::Duration grace) {
   leader_since_ = now + grace;
   last_seen_.clear();
   versions_.clear();
+  terms_.clear();
   restarted_.clear();
   returned_at_.clear();
   probation_until_.clear();
@@ -45,6 +46,7 @@ Supervisor::Beat Supervisor::Heartbeat(const v1::ControllerState& state,
   }
   for (const v1::ShardVersion& v : request.shards()) {
     versions_[{v.shard(), in.id()}] = v.version();
+    terms_[{v.shard(), in.id()}] = v.term();
     if (!v.in_sync() || v.shard() >= uint32_t(state.shards_size())) continue;
     const auto& cp = state.shards(int(v.shard())).copying();
     if (std::find(cp.begin(), cp.end(), in.id()) == cp.end()) continue;
@@ -82,8 +84,9 @@ Supervisor::Round Supervisor::Judge(const v1::ControllerState& state, Clock::Tim
   // for four timeouts, so servers restarting together are all back first.
   out.plan = out.dead.empty()
                  ? PlanRepair(state, probation,
-                              /*drop_dead=*/now - leader_since_ >= 4 * options_.server_timeout)
-                 : PlanFailover(state, out.dead, versions_, probation);
+                              /*drop_dead=*/now - leader_since_ >= 4 * options_.server_timeout,
+                              versions_, terms_)
+                 : PlanFailover(state, out.dead, versions_, probation, terms_);
   return out;
 }
 

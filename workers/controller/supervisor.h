@@ -5,9 +5,9 @@
 // object on simulated time.
 //
 // All of its state is leader-local and starts afresh when a member starts to lead (Lead): the
-// last heartbeat of each server, the copies' freshness, restarted servers, and flapping servers'
-// probation. A new leader first grants every server a full timeout, counted from the end of a
-// grace during which its predecessor may still have renewed primaries' leases.
+// last heartbeat of each server, the copies' freshness and terms, restarted servers, and flapping
+// servers' probation. A new leader first grants every server a full timeout, counted from the end
+// of a grace during which its predecessor may still have renewed primaries' leases.
 //
 // Thread-compatible.
 #pragma once
@@ -69,6 +69,7 @@ class Supervisor {
   SupervisorOptions options_;
   std::map<uint32_t, Clock::TimePoint> last_seen_;
   CopyVersions versions_;         // freshness reports
+  CopyTerms terms_;               // the terms of the copies' states
   std::set<uint32_t> restarted_;  // alive in the map, heartbeating under a new incarnation
   std::map<uint32_t, Clock::TimePoint> returned_at_;  // each server's last return from the dead
   std::map<uint32_t, Clock::TimePoint> probation_until_;

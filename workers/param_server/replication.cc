@@ -119,6 +119,7 @@ v1::HeartbeatRequest MakeHeartbeat(uint32_t self, const ServerAddresses& address
     auto* v = req.add_shards();
     v->set_shard(id);
     v->set_version(store.Version(id));
+    v->set_term(store.Term(id));
     v->set_in_sync(std::count(copying.begin(), copying.end(), id) > 0 && routing.Received(id));
   }
   return req;

@@ -66,7 +66,7 @@ StatusOr<bool> FinishCatchUp(ParamStore* store, Routing* routing, const Routing:
                              const std::vector<CopyState>& states);
 
 // The heartbeat server `self` sends: its addresses, `incarnation`, the map version it routes by,
-// and each held shard's version (in_sync: a copy being filled has received a forward).
+// and each held shard's version and term (in_sync: a copy being filled has received a forward).
 v1::HeartbeatRequest MakeHeartbeat(uint32_t self, const ServerAddresses& addresses,
                                    uint64_t incarnation, const Routing& routing,
                                    const ParamStore& store);

@@ -23,8 +23,12 @@ bool Routing::Update(const v1::ShardMap& map) {
                         !map_.shards(int(r.shard())).replicas().empty() &&
                         map_.shards(int(r.shard())).replicas(0) == self_;
     // Every shard this server becomes the primary of, in its first map too (a server restarted
-    // before anyone noticed holds only its checkpoint), is read from its other copies first.
-    if (now && !before) catching_up_[r.shard()] = map.version();
+    // before anyone noticed holds only its checkpoint), is read from its other copies first. So
+    // is one whose in-sync copies the controller cut (its primary_since rose): its term rises to
+    // this map's version, and the copies left count as holding every acknowledged push only once
+    // a forward of that term reached them (controller/shard_state.h, HoldsAcknowledged).
+    const bool cut = before && r.primary_since() > map_.shards(int(r.shard())).primary_since();
+    if (now && (!before || cut)) catching_up_[r.shard()] = map.version();
     if (!now) catching_up_.erase(r.shard());
     if (known_ && now && !before) {
       promoted_.insert(r.shard());
