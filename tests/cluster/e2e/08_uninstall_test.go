@@ -57,6 +57,7 @@ func TestHelmUninstallLeavesNoJobStuckInDeletion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	saKubeconfig = kubeconfig // for the tests after this one
 	again := startOperatorWith(t, "reinstalled", []string{"--kubeconfig", kubeconfig}, nil,
 		"--leader-elect=false", "--namespace", ns)
 	defer again.stop()
