@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -19,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -130,15 +130,19 @@ func servingCertificate(t testing.TB, dir string) []byte {
 // kueueWebhooks registers Kueue's own webhooks (those on kueue.x-k8s.io kinds, from its
 // manifests) at https://127.0.0.1:port; the webhooks of the kinds it integrates (pods,
 // deployments, ...) are left out, so that the rest of the suite never depends on Kueue running.
+// Mutating and validating configurations have the same shape here, so both are read as
+// unstructured objects.
 func kueueWebhooks(t testing.TB, port int, caPEM []byte) func() {
 	t.Helper()
 	text, err := os.ReadFile(filepath.Join(filepath.Dir(env.bin), "kueue", "manifests.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ours := func(rules []admissionv1.RuleWithOperations) bool {
+	ours := func(webhook map[string]any) bool {
+		rules, _, _ := unstructured.NestedSlice(webhook, "rules")
 		for _, r := range rules {
-			for _, g := range r.APIGroups {
+			groups, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "apiGroups")
+			for _, g := range groups {
 				if g == "kueue.x-k8s.io" {
 					return true
 				}
@@ -146,55 +150,42 @@ func kueueWebhooks(t testing.TB, port int, caPEM []byte) func() {
 		}
 		return false
 	}
-	url := func(path string) *string { u := fmt.Sprintf("https://127.0.0.1:%d%s", port, path); return &u }
+	resources := map[string]string{
+		"MutatingWebhookConfiguration":   "mutatingwebhookconfigurations",
+		"ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+	}
 	var made []func()
 	for _, doc := range strings.Split(string(text), "\n---") {
-		var head struct{ Kind string }
-		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
 			t.Fatal(err)
 		}
-		switch head.Kind {
-		case "MutatingWebhookConfiguration":
-			var c admissionv1.MutatingWebhookConfiguration
-			if err := yaml.Unmarshal([]byte(doc), &c); err != nil {
-				t.Fatal(err)
-			}
-			var keep []admissionv1.MutatingWebhook
-			for _, w := range c.Webhooks {
-				if ours(w.Rules) {
-					w.ClientConfig = admissionv1.WebhookClientConfig{URL: url(*w.ClientConfig.Service.Path), CABundle: caPEM}
-					keep = append(keep, w)
-				}
-			}
-			c.ObjectMeta = metav1.ObjectMeta{Name: kueueContainer + "-mutating"}
-			c.Webhooks = keep
-			if _, err := env.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx(), &c, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			made = append(made, func() {
-				_ = env.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx(), c.Name, metav1.DeleteOptions{})
-			})
-		case "ValidatingWebhookConfiguration":
-			var c admissionv1.ValidatingWebhookConfiguration
-			if err := yaml.Unmarshal([]byte(doc), &c); err != nil {
-				t.Fatal(err)
-			}
-			var keep []admissionv1.ValidatingWebhook
-			for _, w := range c.Webhooks {
-				if ours(w.Rules) {
-					w.ClientConfig = admissionv1.WebhookClientConfig{URL: url(*w.ClientConfig.Service.Path), CABundle: caPEM}
-					keep = append(keep, w)
-				}
-			}
-			c.ObjectMeta = metav1.ObjectMeta{Name: kueueContainer + "-validating"}
-			c.Webhooks = keep
-			if _, err := env.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx(), &c, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			made = append(made, func() {
-				_ = env.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx(), c.Name, metav1.DeleteOptions{})
-			})
+		u := &unstructured.Unstructured{Object: obj}
+		resource, ok := resources[u.GetKind()]
+		if !ok {
+			continue
 		}
+		hooks, _, _ := unstructured.NestedSlice(obj, "webhooks")
+		var keep []any
+		for _, h := range hooks {
+			w := h.(map[string]any)
+			if !ours(w) {
+				continue
+			}
+			path, _, _ := unstructured.NestedString(w, "clientConfig", "service", "path")
+			w["clientConfig"] = map[string]any{
+				"url":      fmt.Sprintf("https://127.0.0.1:%d%s", port, path),
+				"caBundle": base64.StdEncoding.EncodeToString(caPEM),
+			}
+			keep = append(keep, w)
+		}
+		u.Object["metadata"] = map[string]any{"name": kueueContainer + "-" + resource}
+		u.Object["webhooks"] = keep
+		gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: resource}
+		if _, err := env.dyn.Resource(gvr).Create(ctx(), u, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("%s with Kueue's webhooks: %v", u.GetKind(), err)
+		}
+		made = append(made, func() { _ = env.dyn.Resource(gvr).Delete(ctx(), u.GetName(), metav1.DeleteOptions{}) })
 	}
 	if len(made) != 2 {
 		t.Fatalf("Kueue's manifests gave %d webhook configurations, want 2", len(made))
