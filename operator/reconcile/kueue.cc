@@ -56,6 +56,7 @@ void Set(Json& workload, const std::string& type, bool value, const std::string&
 
 // The role's first pod (or the controllers' StatefulSet template) among the rendered objects,
 // and how many pods the role has.
+// NOLINTNEXTLINE(bugprone-exception-escape): its implicit moves move a json, which may throw.
 struct RolePods {
   Json metadata;
   Json spec;
