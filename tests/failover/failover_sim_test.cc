@@ -43,12 +43,6 @@ Options OptionsFor(uint64_t seed) {
   f.pause = seed % 7 == 3 ? 0.0 : 0.001;
   f.leader_change = seed % 6 == 4 ? 0.0 : 0.003;
   f.drift = 0.05;  // every clock within 5% of true time
-  // Two failures in one recovery, by pauses and partitions: a server that crashed while a shard
-  // waited for its copies comes back empty yet still listed in sync (docs/reliability.md).
-  if (o.second_pause) {
-    f.pause += f.crash;
-    f.crash = 0;
-  }
   return o;
 }
 

@@ -618,6 +618,7 @@ void Sim::ServerRound(Server& s) {
       ps::RecordForward(&s.sent, c.shard, c.address, c.version, false);
     s.calls.clear();
   }
+  ps::ForgetCopies(&s.sent, s.routing->TakeRestarted());
   const uint64_t round = ++s.round;
   s.round_deadline = now_ + kForwardDeadline;
   for (const ps::Routing::Target& t : s.routing->Targets()) {

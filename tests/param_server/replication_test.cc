@@ -56,6 +56,28 @@ TEST(Replication, InSyncCopiesAreDueWhenBehindAndCopiesBeingFilledEveryRound) {
   EXPECT_EQ(sent.count({0, "repl-1"}), 0u);
 }
 
+// A copy whose process restarted (a new incarnation in the map) holds nothing of what was sent
+// to its predecessor: it is sent its shard again, and holds no push until then.
+TEST(Replication, ARestartedCopyIsSentItsShardAgain) {
+  Primary p;
+  v1::ShardMap m = Map(6, {{0, 1, 2}}, {{3}});
+  for (auto& sv : *m.mutable_servers()) sv.set_incarnation(1);
+  ASSERT_TRUE(p.routing.Update(m));
+  EXPECT_TRUE(p.routing.TakeRestarted().empty());  // incarnations seen for the first time
+  SentVersions sent;
+  RecordForward(&sent, 0, "repl-1", 7, true);
+  RecordForward(&sent, 0, "repl-2", 7, true);
+  const Routing::Target t = p.Targets().at(0);
+  EXPECT_EQ(DueCopies(t, 7, sent), (std::vector<std::string>{"repl-3"}));
+  m.set_version(7);
+  m.mutable_servers(2)->set_incarnation(2);  // ps-2 restarted
+  ASSERT_TRUE(p.routing.Update(m));
+  ForgetCopies(&sent, p.routing.TakeRestarted());
+  EXPECT_EQ(DueCopies(t, 7, sent), (std::vector<std::string>{"repl-2", "repl-3"}));
+  EXPECT_EQ(sent.count({0, "repl-1"}), 1u);
+  EXPECT_TRUE(p.routing.TakeRestarted().empty());  // said once
+}
+
 TEST(Replication, APushIsDurableOnceAQuorumOfInSyncCopiesHoldsItAndRefusedOnceTheLeaseEnds) {
   Primary p;
   SentVersions sent;

@@ -20,6 +20,14 @@ std::vector<std::string> DueCopies(const Routing::Target& target, uint64_t versi
   return due;
 }
 
+void ForgetCopies(SentVersions* sent, const std::vector<std::string>& addresses) {
+  for (const std::string& a : addresses) {
+    if (a.empty()) continue;
+    for (auto it = sent->begin(); it != sent->end();)
+      it = it->first.second == a ? sent->erase(it) : std::next(it);
+  }
+}
+
 void RecordForward(SentVersions* sent, uint32_t shard, const std::string& address, uint64_t version,
                    bool ok) {
   if (!ok) {

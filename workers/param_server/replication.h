@@ -28,6 +28,10 @@ using SentVersions = std::map<std::pair<uint32_t, std::string>, uint64_t>;
 std::vector<std::string> DueCopies(const Routing::Target& target, uint64_t version,
                                    const SentVersions& sent);
 
+// Forgets what was sent to the copies at `addresses` (restarted processes, Routing::TakeRestarted):
+// they are sent their shards again, and count for no push's durability until then.
+void ForgetCopies(SentVersions* sent, const std::vector<std::string>& addresses);
+
 // Records a forward's answer: `ok` raises what the copy holds to `version`; a refusal or a lost
 // answer forgets it (a copy that restarted or refused holds an unknown state: it gets everything
 // again).

@@ -45,9 +45,26 @@ bool Routing::Update(const v1::ShardMap& map) {
     }
     it = holds ? std::next(it) : received_.erase(it);
   }
+  if (known_)
+    for (const auto& sv : map.servers()) {
+      if (int(sv.id()) >= map_.servers_size()) continue;
+      const auto& was = map_.servers(int(sv.id()));
+      if (was.incarnation() != 0 && sv.incarnation() != was.incarnation()) {
+        restarted_.push_back(was.replication_address());
+        if (sv.replication_address() != was.replication_address())
+          restarted_.push_back(sv.replication_address());
+      }
+    }
   map_ = map;
   known_ = true;
   return true;
+}
+
+std::vector<std::string> Routing::TakeRestarted() {
+  MutexLock l(mu_);
+  std::vector<std::string> out;
+  out.swap(restarted_);
+  return out;
 }
 
 uint64_t Routing::version() const {
@@ -409,6 +426,7 @@ struct Forwarder::Call {
 
 bool Forwarder::Round() {
   round_started_ns_ = SteadyNs();
+  ForgetCopies(&sent_, routing_->TakeRestarted());
   std::vector<std::unique_ptr<Call>> calls;
   const bool read_all = PrepareCalls(&calls);
   const bool sent_all = SendCalls(calls);

@@ -70,6 +70,9 @@ class Routing {
   Clock* clock() const { return clock_; }
   // Adopts `map` if it is newer; returns whether it did.
   bool Update(const v1::ShardMap& map);
+  // The replication addresses of servers the maps adopted since the last call name under a new
+  // incarnation (a restarted process: it holds none of what was sent to its predecessor).
+  std::vector<std::string> TakeRestarted();
   uint64_t version() const;
   bool IsPrimary(uint32_t shard) const;
   // Shards this server is the primary of.
@@ -122,6 +125,7 @@ class Routing {
   v1::ShardMap map_ ABSL_GUARDED_BY(mu_);
   bool known_ ABSL_GUARDED_BY(mu_) = false;
   std::set<uint32_t> received_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> restarted_ ABSL_GUARDED_BY(mu_);  // TakeRestarted's
   std::set<uint32_t> promoted_ ABSL_GUARDED_BY(mu_);
   // Shard -> the map version it was promoted at.
   std::map<uint32_t, uint64_t> catching_up_ ABSL_GUARDED_BY(mu_);
