@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <set>
 
+#include "reconcile/conditions.h"
+
 namespace adam::op {
 namespace {
 
@@ -14,44 +16,23 @@ constexpr const char* kEvicted = "Evicted";
 constexpr const char* kFinished = "Finished";
 constexpr const char* kRequeued = "Requeued";
 
-// A pointer into `workload` (never into a copy of it).
+const Json& StatusOf(const Json& workload) {
+  static const Json kNone = Json::object();
+  return workload.contains("status") ? workload["status"] : kNone;
+}
+
 const Json* Condition(const Json& workload, const std::string& type) {
-  if (!workload.contains("status")) return nullptr;
-  const Json& status = workload["status"];
-  if (!status.is_object() || !status.contains("conditions") || !status["conditions"].is_array())
-    return nullptr;
-  for (const Json& c : status["conditions"])
-    if (c.value("type", "") == type) return &c;
-  return nullptr;
+  return FindCondition(StatusOf(workload), type);
 }
 
 bool IsTrue(const Json& workload, const std::string& type) {
-  const Json* c = Condition(workload, type);
-  return c && c->value("status", "") == "True";
+  return ConditionIs(StatusOf(workload), type, "True");
 }
 
-// Sets a metav1.Condition in `workload`'s status, keeping its transition time when unchanged.
 void Set(Json& workload, const std::string& type, bool value, const std::string& reason,
          const std::string& message, const std::string& now) {
-  Json& conds = workload["status"]["conditions"];
-  if (!conds.is_array()) conds = Json::array();
-  const std::string v = value ? "True" : "False";
-  const int64_t generation = workload["metadata"].value("generation", int64_t{0});
-  for (Json& c : conds) {
-    if (c.value("type", "") != type) continue;
-    if (c.value("status", "") != v) c["lastTransitionTime"] = now;
-    c["status"] = v;
-    c["reason"] = reason;
-    c["message"] = message;
-    c["observedGeneration"] = generation;
-    return;
-  }
-  conds.push_back({{"type", type},
-                   {"status", v},
-                   {"reason", reason},
-                   {"message", message},
-                   {"observedGeneration", generation},
-                   {"lastTransitionTime", now}});
+  PutCondition(workload["status"], type, value, reason, message, now,
+               workload["metadata"].value("generation", int64_t{0}));
 }
 
 // The role's first pod (or the controllers' StatefulSet template) among the rendered objects,
@@ -105,25 +86,14 @@ Json WorkloadFor(const spec::AdamJob& job, const std::vector<Json>& rendered,
          {"count", it->second.count},
          {"template", {{"metadata", it->second.metadata}, {"spec", it->second.spec}}}});
   }
-  Json labels = {{"app.kubernetes.io/name", "adam"},
-                 {"app.kubernetes.io/instance", job.name},
-                 {"app.kubernetes.io/component", "workload"},
-                 {"app.kubernetes.io/managed-by", "adam-operator"},
-                 {kJobLabel, job.name},
-                 {kKueueJobUidLabel, job_uid}};
+  RenderOptions owned;
+  owned.owner_uid = job_uid;
+  owned.generation = generation;
+  Json metadata = Metadata(job, WorkloadName(job.name, job_uid), "workload", 0, owned);
+  metadata["labels"][kKueueJobUidLabel] = job_uid;
   return {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
           {"kind", "Workload"},
-          {"metadata",
-           {{"name", WorkloadName(job.name, job_uid)},
-            {"namespace", job.name_space},
-            {"labels", labels},
-            {"annotations", {{kGenerationAnnotation, std::to_string(generation)}}},
-            {"ownerReferences", Json::array({Json{{"apiVersion", "adam.dev/v1alpha1"},
-                                                  {"kind", "AdamJob"},
-                                                  {"name", job.name},
-                                                  {"uid", job_uid},
-                                                  {"controller", true},
-                                                  {"blockOwnerDeletion", true}}})}}},
+          {"metadata", metadata},
           {"spec", {{"queueName", queue}, {"podSets", pod_sets}}}};
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/exit_codes.h"
 #include "net/tls.h"
+#include "reconcile/conditions.h"
 #include "reconcile/kueue.h"
 #include "reconcile/render.h"
 #include "spec/adamjob.h"
@@ -177,25 +178,8 @@ void Reconciler::ReadTrainerMetrics(State& s) {
 void Reconciler::SetCondition(State& s, const std::string& type, bool value,
                               const std::string& reason, const std::string& message,
                               bool report_false) {
-  Json& conds = s.status["conditions"];
-  if (!conds.is_array()) conds = Json::array();
-  const std::string v = value ? "True" : "False";
-  for (Json& c : conds) {
-    if (c.value("type", "") != type) continue;
-    if (c.value("status", "") != v) c["lastTransitionTime"] = FormatTime(s.now);
-    c["status"] = v;
-    c["reason"] = reason;
-    c["message"] = message;
-    c["observedGeneration"] = s.generation;
-    return;
-  }
-  if (!value && !report_false) return;  // a condition never set need not be reported false
-  conds.push_back({{"type", type},
-                   {"status", v},
-                   {"observedGeneration", s.generation},
-                   {"lastTransitionTime", FormatTime(s.now)},
-                   {"reason", reason},
-                   {"message", message}});
+  PutCondition(s.status, type, value, reason, message, FormatTime(s.now), s.generation,
+               report_false);
 }
 
 void Reconciler::Event(State& s, const std::string& type, const std::string& reason,
@@ -308,9 +292,7 @@ Status Reconciler::Finalize(State& s) {
 namespace {
 
 bool HasCondition(const Json& pod, const std::string& type, const std::string& status) {
-  for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array()))
-    if (c.value("type", "") == type && c.value("status", "") == status) return true;
-  return false;
+  return ConditionIs(pod.value("status", Json::object()), type, status);
 }
 
 // What a failed pod means: the first of its role's spec failureRules that matches, else Adam's
@@ -467,10 +449,9 @@ void Reconciler::ReportScheduling(State& s) {
   const std::string message =
       first +
       (unschedulable > 1 ? " (and " + std::to_string(unschedulable - 1) + " more pods)" : "");
-  bool known = false;
-  for (const Json& c : s.status.value("conditions", Json::array()))
-    known |= c.value("type", "") == "Unschedulable" && c.value("status", "") == "True" &&
-             c.value("message", "") == message;
+  const Json* before = FindCondition(s.status, "Unschedulable");
+  const bool known =
+      before && before->value("status", "") == "True" && before->value("message", "") == message;
   SetCondition(s, "Unschedulable", true, "Unschedulable", message);
   if (!known) Event(s, "Warning", "Unschedulable", message);
 }
@@ -690,10 +671,8 @@ const std::vector<Json>& Reconciler::Rendered(State& s) {
 StatusOr<bool> Reconciler::EnsurePodGroup(State& s, const std::vector<Json>& desired) {
   for (const Json& o : desired) {
     if (o["kind"] != "PodGroup") continue;
-    bool created = false;  // with the job's first objects; no informer watches PodGroups
-    for (const Json& c : s.status.value("conditions", Json::array()))
-      created |= c.value("type", "") == "Created" && c.value("status", "") == "True";
-    if (created) return true;
+    // Made with the job's first objects; no informer watches PodGroups.
+    if (ConditionIs(s.status, "Created", "True")) return true;
     auto c = client_->Create(kube::PodGroups(), s.ns, Json::parse(o.dump()));
     if (c.ok() || c.status().code() == StatusCode::kAlreadyExists) return true;
     if (c.status().code() != StatusCode::kNotFound) return c.status();
@@ -701,10 +680,9 @@ StatusOr<bool> Reconciler::EnsurePodGroup(State& s, const std::vector<Json>& des
         "spec.runPolicy.schedulingPolicy.coscheduling: the API server has no "
         "scheduling.x-k8s.io/v1alpha1 PodGroups (install the scheduler-plugins coscheduling "
         "plugin); no pod is made until it has";
-    bool said = false;
-    for (const Json& cond : s.status.value("conditions", Json::array()))
-      said |= cond.value("type", "") == "Created" && cond.value("reason", "") == "NoPodGroupAPI";
-    if (!said) Event(s, "Warning", "NoPodGroupAPI", msg);
+    const Json* created = FindCondition(s.status, "Created");
+    if (!created || created->value("reason", "") != "NoPodGroupAPI")
+      Event(s, "Warning", "NoPodGroupAPI", msg);
     SetCondition(s, "Created", false, "NoPodGroupAPI", msg, true);
     s.requeue_after = std::chrono::milliseconds(30000);
     return false;
@@ -863,9 +841,7 @@ bool Reconciler::CheckSpec(State& s) {
     return false;
   }
   s.spec = std::move(*parsed);
-  bool was_invalid = false;
-  for (const Json& c : s.status.value("conditions", Json::array()))
-    was_invalid |= c.value("type", "") == "InvalidSpec" && c.value("status", "") == "True";
+  const bool was_invalid = ConditionIs(s.status, "InvalidSpec", "True");
   SetCondition(s, "InvalidSpec", false, "SpecValid", "the spec is valid");
   if (was_invalid && s.status.value("phase", "") == "Failed") {
     // Failed only for its spec, which is valid now: the job starts.
@@ -979,9 +955,7 @@ StatusOr<bool> Reconciler::Admit(State& s) {
     return Queued(s, st.pending_message.empty() ? "waiting for Kueue to admit Workload " + name
                                                 : st.pending_message);
   }
-  bool was_admitted = false;
-  for (const Json& c : s.status.value("conditions", Json::array()))
-    was_admitted |= c.value("type", "") == "Admitted" && c.value("status", "") == "True";
+  const bool was_admitted = ConditionIs(s.status, "Admitted", "True");
   const std::string message =
       "Kueue admitted Workload " + name + " in ClusterQueue " + st.cluster_queue;
   if (!was_admitted) {

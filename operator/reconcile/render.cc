@@ -46,6 +46,8 @@ Json Selector(const spec::AdamJob& job, const std::string& role) {
   return Json{{"matchLabels", {{kJobLabel, job.name}, {kRoleLabel, role}}}};
 }
 
+}  // namespace
+
 Json Metadata(const spec::AdamJob& job, const std::string& name, const std::string& role, int stage,
               const RenderOptions& o) {
   Json md = {{"name", name}, {"namespace", job.name_space}, {"labels", Labels(job, role)}};
@@ -60,6 +62,8 @@ Json Metadata(const spec::AdamJob& job, const std::string& name, const std::stri
                                               {"blockOwnerDeletion", true}}});
   return md;
 }
+
+namespace {
 
 // Requests and limits. With NUMA pinning both are set and equal (Guaranteed QoS: the kubelet's
 // static CPU manager then gives the pod whole cores); missing values get the role's defaults.

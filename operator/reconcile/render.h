@@ -65,6 +65,12 @@ struct RenderOptions {
 // labels adam.dev/job and adam.dev/role and the annotation adam.dev/stage.
 std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& options);
 
+// The metadata of an object of the job: its name and namespace, the labels adam.dev/job and
+// adam.dev/role (`role`) with the app.kubernetes.io ones, the stage and generation annotations,
+// and with options.owner_uid an ownerReference to the job (controller=true).
+Json Metadata(const spec::AdamJob& job, const std::string& name, const std::string& role, int stage,
+              const RenderOptions& options);
+
 // How many pods the job runs at full strength (controllers, servers, data servers, trainers).
 int PodCount(const spec::AdamJob& job);
 

@@ -758,6 +758,7 @@ void Sim::Commit(const v1::Command& c) {
       // Between a promotion and the new primary's first forward to the other copies.
       second_targets_.clear();
       for (const v1::ShardRecord& r : controller_->machine.state().shards()) {
+        if (!options_.second_pause) break;
         const v1::ShardRecord& old = before.shards(int(r.shard()));
         if (!r.replicas().empty() && !old.replicas().empty() && r.replicas(0) != old.replicas(0))
           second_targets_.push_back(int(r.replicas(0)));
