@@ -119,7 +119,7 @@ def accuracy(model, x, y):
 def augmented_variants(x, shift, hflip, variants, generator):
     """`variants` copies of the images x (N x C x H x W) stacked as V x N x C x H x W: copy 0 is
     x, the others translated by up to `shift` pixels each way (zero fill) and, with `hflip`,
-    mirrored at random: the data server's augmentation (workers/data/augment.h)."""
+    mirrored at random: the data server's augmentation (workers/libs/data/augment.h)."""
     n, _, h, w = x.shape
     # Images are scaled to [-1, 1]; the fill is a black (0) pixel.
     padded = F.pad(x, (shift, shift, shift, shift), value=-1.0)
@@ -182,7 +182,7 @@ class ManifestModel(nn.Module):
 
 
 def learning_rate_at(training, epoch):
-    """spec::LearningRateAt (workers/spec/adamjob.cc): the schedule, then the warmup ramp."""
+    """spec::LearningRateAt (workers/libs/spec/adamjob.cc): the schedule, then the warmup ramp."""
     lr = training.get("learningRate", 0.02)
     schedule = training.get("learningRateSchedule")
     if schedule is None:

@@ -609,9 +609,10 @@ void ExpectTheModelScores(const testing::TmpDir& dir, const nlohmann::json& summ
   auto ej = nlohmann::json::parse(e.out);
   EXPECT_EQ(ej["images"].get<int>(), 300);
   EXPECT_EQ(ej["correct"].get<int>(), expected) << e.out;
-  const std::string cmd =
-      "/usr/bin/python3 " ADAM_SOURCE_DIR "/tests/model/onnx_runtime.py accuracy " + model + " " +
-      dir.File("test-images.gz") + " " + dir.File("test-labels") + " > " + dir.File("opencv.json");
+  const std::string cmd = "/usr/bin/python3 " ADAM_SOURCE_DIR
+                          "/tests/libs/model/onnx_runtime.py accuracy " +
+                          model + " " + dir.File("test-images.gz") + " " + dir.File("test-labels") +
+                          " > " + dir.File("opencv.json");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto oj = nlohmann::json::parse(testing::ReadText(dir.File("opencv.json")));
   EXPECT_EQ(oj["correct"].get<int>(), expected);

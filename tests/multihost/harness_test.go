@@ -43,7 +43,7 @@ const (
 	roleLabel        = "adam.dev/role"
 	multusAnnotation = "k8s.v1.cni.cncf.io/networks"
 	networkStatus    = "k8s.v1.cni.cncf.io/network-status"
-	tlsServerName    = "adam-role" // the name every role's certificate carries (workers/net/tls.h)
+	tlsServerName    = "adam-role" // the name every role's certificate carries (workers/libs/net/tls.h)
 	metricsPort      = 9090
 )
 

@@ -20,9 +20,9 @@
 #include "net/grpc.h"
 #include "param_server/clock_gate.h"
 #include "param_server/param_service.h"
+#include "roles/trainer/small_model.h"
 #include "testing/synthetic.h"
 #include "testing/wait.h"
-#include "trainer/small_model.h"
 #include "update/update_plan.h"
 
 namespace adam::trainer {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "model/layout.h"
-#include "trainer/small_model.h"
+#include "roles/trainer/small_model.h"
 
 namespace adam::trainer {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "raft/sim.h"
+#include "libs/raft/sim.h"
 
 namespace adam::raft {
 namespace {

@@ -123,7 +123,7 @@ TEST(Onnx, OpenCvComputesWhatAdamComputes) {
         .write(reinterpret_cast<const char*>(as_float.data()),
                std::streamsize(as_float.size() * 4));
     const std::string cmd =
-        "/usr/bin/python3 " ADAM_SOURCE_DIR "/tests/model/onnx_runtime.py run " + model + " " +
+        "/usr/bin/python3 " ADAM_SOURCE_DIR "/tests/libs/model/onnx_runtime.py run " + model + " " +
         dir.File("in") + " " + dir.File("out") + " " + std::to_string(kBatch) + " " +
         std::to_string(spec.input.channels) + " " + std::to_string(spec.input.height) + " " +
         std::to_string(spec.input.width);

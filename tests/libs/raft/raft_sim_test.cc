@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "raft/sim.h"
+#include "libs/raft/sim.h"
 
 namespace adam::raft::sim {
 namespace {

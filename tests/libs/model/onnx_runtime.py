@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Runs an ONNX file Adam wrote through ONNX's own checker and OpenCV's ONNX runtime (Debian's
-python3-onnx and python3-opencv), for tests/model/onnx_test.cc and tests/e2e/adam_run_test.cc.
+python3-onnx and python3-opencv), for tests/libs/model/onnx_test.cc and tests/e2e/adam_run_test.cc.
 
   onnx_runtime.py run MODEL INPUT OUTPUT N C H W
       INPUT: N*C*H*W float32 pixel values (0..255); writes the N x classes probabilities to OUTPUT.
