@@ -67,15 +67,17 @@ class Group : public ::testing::Test {
 
   // The leader once exactly one member leads and the map is bootstrapped; 0 on timeout.
   raft::NodeId WaitLeader(std::chrono::milliseconds timeout = 5s, raft::NodeId not_this = 0) {
-    const auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      raft::NodeId leader = 0;
-      for (auto& [id, c] : controllers_)
-        if (c && id != not_this && c->raft_info().role == raft::Role::kLeader) leader = id;
-      if (leader && controllers_[leader]->state().shards_size() > 0) return leader;
-      std::this_thread::sleep_for(5ms);
-    }
-    return 0;
+    raft::NodeId found = 0;
+    testing::Eventually(
+        [&] {
+          raft::NodeId leader = 0;
+          for (auto& [id, c] : controllers_)
+            if (c && id != not_this && c->raft_info().role == raft::Role::kLeader) leader = id;
+          if (leader && controllers_[leader]->state().shards_size() > 0) found = leader;
+          return found != 0;
+        },
+        timeout);
+    return found;
   }
 
   std::unique_ptr<v1::Controller::Stub> Stub(raft::NodeId id) {
@@ -113,13 +115,27 @@ class GroupOnFakeTime : public Group {
     fake_clock_ = &clock_;
     Group::SetUp();
   }
+  // The leader, with the clock moved past a new leader's grace (two election timeouts).
+  raft::NodeId WaitLeaderPastGrace() {
+    const raft::NodeId leader = WaitLeader();
+    clock_.Advance(10s);
+    return leader;
+  }
+  // Moves the clock by `d`, runs `beats` (the heartbeats of that moment), then waits for two
+  // rounds of `leader`'s supervisor, so the servers were judged at the clock's new time.
+  bool Step(raft::NodeId leader, Clock::duration d, const std::function<void()>& beats) {
+    clock_.Advance(d);
+    beats();
+    const uint64_t from = controllers_[leader]->counters().supervisions;
+    return testing::Eventually(
+        [&] { return controllers_[leader]->counters().supervisions >= from + 2; });
+  }
   FakeClock clock_;
 };
 
 TEST_F(GroupOnFakeTime, ASilentServerIsDeadAfterItsTimeoutAndNotBefore) {
-  const raft::NodeId leader = WaitLeader();
+  const raft::NodeId leader = WaitLeaderPastGrace();
   ASSERT_NE(leader, 0u);
-  clock_.Advance(10s);  // past a new leader's grace (two election timeouts)
   for (uint32_t s = 0; s < kServers; ++s) ASSERT_TRUE(Beat(leader, s, 0).accepted());
   Controller& c = *controllers_[leader];
   ASSERT_TRUE(testing::Eventually([&] {
@@ -183,14 +199,11 @@ TEST_F(Group, ElectsALeaderThatCommitsAndServesLinearizableReads) {
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(refused.error_message().find(members_[leader]), std::string::npos);
   // Every member applies the write.
-  const auto deadline = Clock::now() + 2s;
-  bool all = false;
-  while (!all && Clock::now() < deadline) {
-    all = true;
+  EXPECT_TRUE(testing::Eventually([&] {
+    bool all = true;
     for (auto& [id, c] : controllers_) all = all && c->state().kv().count("job");
-    std::this_thread::sleep_for(5ms);
-  }
-  EXPECT_TRUE(all);
+    return all;
+  }));
 }
 
 TEST_F(Group, ANewLeaderCommitsWithinASecondOfLosingTheOld) {
@@ -211,14 +224,12 @@ TEST_F(Group, ANewLeaderCommitsWithinASecondOfLosingTheOld) {
   EXPECT_LT(ms, 1000);
   // The old member comes back from its state dir and catches up as a follower.
   StartMember(old);
-  const auto deadline = Clock::now() + 3s;
-  while (Clock::now() < deadline && !controllers_[old]->state().kv().count("after"))
-    std::this_thread::sleep_for(10ms);
-  EXPECT_TRUE(controllers_[old]->state().kv().count("after"));
+  EXPECT_TRUE(
+      testing::Eventually([&] { return controllers_[old]->state().kv().count("after") > 0; }));
 }
 
-TEST_F(Group, ASilentPrimaryIsFailedOverAndItsThirdCopyRebuilt) {
-  raft::NodeId leader = WaitLeader();
+TEST_F(GroupOnFakeTime, ASilentPrimaryIsFailedOverAndItsThirdCopyRebuilt) {
+  raft::NodeId leader = WaitLeaderPastGrace();
   ASSERT_NE(leader, 0u);
   uint64_t version = 0;
   for (uint32_t s = 0; s < kServers; ++s) {
@@ -226,29 +237,37 @@ TEST_F(Group, ASilentPrimaryIsFailedOverAndItsThirdCopyRebuilt) {
     ASSERT_TRUE(r.accepted());
     version = std::max(version, r.map().version());
   }
-  const v1::ControllerState before = controllers_[leader]->state();
-  for (const auto& sv : before.servers()) EXPECT_TRUE(sv.alive());
+  v1::ControllerState before;
+  ASSERT_TRUE(testing::Eventually([&] {
+    before = controllers_[leader]->state();
+    for (const auto& sv : before.servers())
+      if (!sv.alive()) return false;
+    return true;
+  }));
   // Servers 1..3 keep beating (reporting versions); server 0 goes silent.
+  // 100 ms a step: dead after the step that takes its silence past 300 ms, the fourth.
   v1::ControllerState after;
-  const auto t0 = Clock::now();
-  while (Clock::now() - t0 < 3s) {
-    for (uint32_t s = 1; s < kServers; ++s) {
-      std::vector<v1::ShardVersion> vs;
-      for (const auto& r : before.shards())
-        for (uint32_t id : r.replicas())
-          if (id == s) {
-            v1::ShardVersion v;
-            v.set_shard(r.shard());
-            v.set_version(10 + s);  // server 3's copies are the freshest
-            vs.push_back(v);
-          }
-      Beat(leader, s, version, vs);
-    }
-    after = controllers_[leader]->state();
-    if (!after.servers(0).alive()) break;
-    std::this_thread::sleep_for(50ms);
+  for (int step = 1; step <= 4; ++step) {
+    ASSERT_TRUE(controllers_[leader]->state().servers(0).alive()) << "dead after step " << step - 1;
+    ASSERT_TRUE(Step(leader, 100ms, [&] {
+      for (uint32_t s = 1; s < kServers; ++s) {
+        std::vector<v1::ShardVersion> vs;
+        for (const auto& r : before.shards())
+          for (uint32_t id : r.replicas())
+            if (id == s) {
+              v1::ShardVersion v;
+              v.set_shard(r.shard());
+              v.set_version(10 + s);  // server 3's copies are the freshest
+              vs.push_back(v);
+            }
+        Beat(leader, s, version, vs);
+      }
+    }));
   }
-  ASSERT_FALSE(after.servers(0).alive());
+  ASSERT_TRUE(testing::Eventually([&] {
+    after = controllers_[leader]->state();
+    return !after.servers(0).alive();
+  }));
   for (const auto& r : after.shards()) {
     const auto& old = before.shards(int(r.shard()));
     for (uint32_t id : r.replicas()) EXPECT_NE(id, 0u);
@@ -286,8 +305,8 @@ TEST_F(Group, ASilentPrimaryIsFailedOverAndItsThirdCopyRebuilt) {
 // checkpoint: its copies are failed over before it is accepted again. Back for the first time it
 // gets new copies at once; back again within the flap window it waits out its probation, even
 // when a shard has nowhere else to go.
-TEST_F(Group, ARestartedServerIsFailedOverAndAFlappingOneWaitsOutItsProbation) {
-  const raft::NodeId leader = WaitLeader();
+TEST_F(GroupOnFakeTime, ARestartedServerIsFailedOverAndAFlappingOneWaitsOutItsProbation) {
+  const raft::NodeId leader = WaitLeaderPastGrace();
   ASSERT_NE(leader, 0u);
   for (uint32_t s = 0; s < kServers; ++s) ASSERT_TRUE(Beat(leader, s, 0, {}, 1).accepted());
   const auto holds = [&](uint32_t server) {
@@ -300,17 +319,19 @@ TEST_F(Group, ARestartedServerIsFailedOverAndAFlappingOneWaitsOutItsProbation) {
     return n;
   };
   ASSERT_GT(holds(0), 0);
-  // Beats every server in `beating` (server 0 as `incarnation`, the others as 1) until `done`.
+  // Beats every server in `beating` (server 0 as `incarnation`, the others as 1), 50 ms of the
+  // clock a step, until `done`; returns the clock's time then (or the epoch after 5 s).
   const auto beat_until = [&](const std::vector<uint32_t>& beating, uint64_t incarnation,
                               const std::function<bool(const v1::HeartbeatResponse&)>& done) {
-    for (const auto t0 = Clock::now(); Clock::now() - t0 < 5s;) {
+    for (const auto t0 = clock_.Now(); clock_.Now() - t0 < 5s;) {
       v1::HeartbeatResponse zero;
-      for (uint32_t s : beating) {
-        v1::HeartbeatResponse r = Beat(leader, s, 0, {}, s == 0 ? incarnation : 1);
-        if (s == 0) zero = r;
-      }
-      if (done(zero)) return Clock::now();
-      std::this_thread::sleep_for(20ms);
+      EXPECT_TRUE(Step(leader, 50ms, [&] {
+        for (uint32_t s : beating) {
+          v1::HeartbeatResponse r = Beat(leader, s, 0, {}, s == 0 ? incarnation : 1);
+          if (s == 0) zero = r;
+        }
+      }));
+      if (done(zero)) return clock_.Now();
     }
     return Clock::time_point{};
   };
@@ -326,13 +347,15 @@ TEST_F(Group, ARestartedServerIsFailedOverAndAFlappingOneWaitsOutItsProbation) {
   EXPECT_EQ(holds(0), 0);
   EXPECT_EQ(controllers_[leader]->counters().restarts, 1u);
   // Server 1 goes silent: its shards held by 1, 2 and 3 can only go to server 0, at once.
-  const auto silent = Clock::now();
+  const auto silent = clock_.Now();
   const auto copied =
       beat_until({0, 2, 3}, 2, [&](const v1::HeartbeatResponse&) { return holds(0) > 0; });
   ASSERT_NE(copied, Clock::time_point{}) << "no copy went to server 0";
   EXPECT_FALSE(controllers_[leader]->state().servers(1).alive());
   const auto first = std::chrono::duration_cast<std::chrono::milliseconds>(copied - silent);
-  EXPECT_LT(first, 1500ms) << "a first return waited as if on probation (2 s)";
+  // Dead at the first step past its 300 ms timeout, its shards copied to server 0 at once: a
+  // first return does not wait out a probation (2 s).
+  EXPECT_EQ(first, 350ms);
   // Server 0 restarts again: a flap. Failed over, it gets no copy until its probation is over.
   const auto back = beat_until({0, 2, 3}, 3, accepted);
   ASSERT_NE(back, Clock::time_point{});
@@ -345,13 +368,16 @@ TEST_F(Group, ARestartedServerIsFailedOverAndAFlappingOneWaitsOutItsProbation) {
       "restarted server: back once, copies %lld ms after server 1 went silent; back again "
       "(a flap), %lld ms after its return\n",
       static_cast<long long>(first.count()), static_cast<long long>(waited.count()));
-  EXPECT_GE(waited, 1500ms);  // probation 2 s, counted from the registration just before `back`
+  // Probation 2 s, counted from the registration of the new incarnation (at most a step before
+  // `back`).
+  EXPECT_GE(waited, 1950ms);
+  EXPECT_LE(waited, 2050ms);
   EXPECT_EQ(controllers_[leader]->counters().restarts, 2u);
 }
 
 // A trainer's routed client watches the map: a failover reaches it with no request failing.
-TEST_F(Group, ATrainersRoutedClientSeesANewMapWithoutARequest) {
-  raft::NodeId leader = WaitLeader();
+TEST_F(GroupOnFakeTime, ATrainersRoutedClientSeesANewMapWithoutARequest) {
+  raft::NodeId leader = WaitLeaderPastGrace();
   ASSERT_NE(leader, 0u);
   uint64_t version = 0;
   for (uint32_t s = 0; s < kServers; ++s)
@@ -376,12 +402,11 @@ TEST_F(Group, ATrainersRoutedClientSeesANewMapWithoutARequest) {
   const uint64_t first = (*client)->shard_map_version();
   EXPECT_GE(first, version);
   // Server 0 goes silent; the others keep beating. The client learns the failover's map.
-  const auto t0 = Clock::now();
-  while (Clock::now() - t0 < 5s && (*client)->shard_map_version() == first) {
-    for (uint32_t s = 1; s < kServers; ++s) Beat(leader, s, version);
-    std::this_thread::sleep_for(50ms);
-  }
-  EXPECT_GT((*client)->shard_map_version(), first);
+  for (int step = 0; step < 4; ++step)
+    ASSERT_TRUE(Step(leader, 100ms, [&] {
+      for (uint32_t s = 1; s < kServers; ++s) Beat(leader, s, version);
+    }));
+  EXPECT_TRUE(testing::Eventually([&] { return (*client)->shard_map_version() > first; }));
   EXPECT_FALSE(controllers_[leader]->state().servers(0).alive());
 }
 
@@ -389,7 +414,8 @@ TEST_F(Group, FollowersRedirectHeartbeatsToTheLeader) {
   const raft::NodeId leader = WaitLeader();
   ASSERT_NE(leader, 0u);
   const raft::NodeId follower = leader == 3 ? 2 : 3;
-  std::this_thread::sleep_for(100ms);  // the follower hears from the leader
+  ASSERT_TRUE(
+      testing::Eventually([&] { return controllers_[follower]->raft_info().leader == leader; }));
   v1::HeartbeatResponse r = Beat(follower, 1, 0);
   EXPECT_FALSE(r.accepted());
   EXPECT_EQ(r.leader_address(), members_[leader]);
@@ -493,34 +519,33 @@ TEST_F(Group, ChaosKillingAMinorityOfMembersAndServersEndsWithThreeCopiesOfEvery
   if (down_member) StartMember(*down_member);
   if (down_server >= 0) fakes.SetUp(down_server, true);
   // Settle: every shard ends with three in-sync copies on live servers, on every member.
-  bool settled = false;
   std::string why;
-  const auto deadline = Clock::now() + 10s;
-  while (!settled && Clock::now() < deadline) {
-    std::this_thread::sleep_for(100ms);
-    settled = true;
-    std::string first;
-    for (auto& [id, c] : controllers_) {
-      const v1::ControllerState s = c->state();
-      if (first.empty()) first = s.SerializeAsString();
-      if (s.SerializeAsString() != first) {
-        settled = false;
-        why = "members disagree";
-      }
-      for (const auto& r : s.shards()) {
-        std::set<uint32_t> holders(r.replicas().begin(), r.replicas().end());
-        if (r.replicas_size() != 3 || holders.size() != 3 || r.copying_size() != 0) {
-          settled = false;
-          why = "shard " + std::to_string(r.shard()) + ": " + r.ShortDebugString();
-        }
-        for (uint32_t h : holders)
-          if (!s.servers(int(h)).alive()) {
-            settled = false;
-            why = "shard " + std::to_string(r.shard()) + " on dead server " + std::to_string(h);
+  const bool settled = testing::Eventually(
+      [&] {
+        std::string first;
+        for (auto& [id, c] : controllers_) {
+          const v1::ControllerState s = c->state();
+          if (first.empty()) first = s.SerializeAsString();
+          if (s.SerializeAsString() != first) {
+            why = "members disagree";
+            return false;
           }
-      }
-    }
-  }
+          for (const auto& r : s.shards()) {
+            std::set<uint32_t> holders(r.replicas().begin(), r.replicas().end());
+            if (r.replicas_size() != 3 || holders.size() != 3 || r.copying_size() != 0) {
+              why = "shard " + std::to_string(r.shard()) + ": " + r.ShortDebugString();
+              return false;
+            }
+            for (uint32_t h : holders)
+              if (!s.servers(int(h)).alive()) {
+                why = "shard " + std::to_string(r.shard()) + " on dead server " + std::to_string(h);
+                return false;
+              }
+          }
+        }
+        return true;
+      },
+      10s);
   EXPECT_TRUE(settled) << why << " (seed " << seed << ", " << actions << " faults)";
 }
 

@@ -17,9 +17,12 @@
 #include "param_server/replica_service.h"
 #include "shard/shard_map.h"
 #include "testing/shard_maps.h"
+#include "testing/wait.h"
 
 namespace adam::ps {
 namespace {
+
+using testing::Eventually;
 
 v1::ShardMap Map(uint64_t version, std::vector<std::vector<uint32_t>> replicas,
                  std::vector<std::vector<uint32_t>> copying = {}) {
@@ -100,15 +103,12 @@ TEST(Forwarder, ReportsLagWhileACopyIsUnreachable) {
   m.mutable_servers(1)->set_replication_address("127.0.0.1:1");  // nothing listens there
   ASSERT_TRUE(r.Update(m));
   Forwarder f(0, &r, &store, std::chrono::milliseconds(20));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(Eventually([&] { return f.lag_seconds() > 0.2; }));
   const double lag = f.lag_seconds();
-  EXPECT_GT(lag, 0.2);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_GT(f.lag_seconds(), lag);
-  // No copies to keep current: in sync at once.
+  EXPECT_TRUE(Eventually([&] { return f.lag_seconds() > lag + 0.1; }));  // still growing
+  // No copies to keep current: in sync from the next round.
   ASSERT_TRUE(r.Update(Map(2, {{0}, {0}})));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_EQ(f.lag_seconds(), 0);
+  EXPECT_TRUE(Eventually([&] { return f.lag_seconds() == 0; }));
   f.Stop();
 }
 
@@ -136,8 +136,12 @@ TEST(Forwarder, ACopyThatNeverAnswersShowsAsLagWithinAForwardsDeadline) {
                                                 std::to_string(ntohs(addr.sin_port)));
   ASSERT_TRUE(r.Update(m));
   Forwarder f(0, &r, &store, std::chrono::milliseconds(20));
-  std::this_thread::sleep_for(Forwarder::kForwardDeadline + std::chrono::milliseconds(500));
-  EXPECT_GT(f.lag_seconds(), 1.0);
+  // A lag is shown at the latest once the first forward's deadline passed (its round is stuck).
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return f.lag_seconds() > 0; }));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0,
+            Forwarder::kForwardDeadline + std::chrono::milliseconds(500));
+  EXPECT_TRUE(Eventually([&] { return f.lag_seconds() > 1.0; }));
   f.Stop();
   close(fd);
 }
@@ -306,8 +310,7 @@ TEST(Forwarder, AcknowledgesOnceAQuorumOfCopiesHoldsTheUpdate) {
   ASSERT_TRUE(r.Update(m2));
   ASSERT_TRUE(c1.routing.Update(m2));
   const float one[4] = {1, 1, 1, 1};
-  for (int i = 0; i < 100 && r.Refusal(0).find("other copies") != std::string::npos; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(Eventually([&] { return r.Refusal(0).find("other copies") == std::string::npos; }));
   r.RenewLease(std::chrono::steady_clock::now());
   ASSERT_EQ(r.Refusal(0), "");
   ASSERT_TRUE(store.Add(0, one, 4).ok());
@@ -359,9 +362,7 @@ TEST(Forwarder, APromotedPrimaryStartsFromTheFreshestCopy) {
   ASSERT_TRUE(r.Update(MapAt(5, {"", "self", c2.address}, {1, 2})));  // ps-0 died
   ASSERT_TRUE(c2.routing.Update(MapAt(5, {"", "self", c2.address}, {1, 2})));
   EXPECT_NE(r.Refusal(0).find("from its other copies"), std::string::npos);
-  for (int i = 0; i < 100 && !r.Refusal(0).empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_EQ(r.Refusal(0), "");
+  ASSERT_TRUE(Eventually([&] { return r.Refusal(0).empty(); })) << r.Refusal(0);
   std::vector<float> out(4);
   auto meta = store.ReadState(0, out.data(), 4);
   ASSERT_TRUE(meta.ok());
@@ -372,9 +373,7 @@ TEST(Forwarder, APromotedPrimaryStartsFromTheFreshestCopy) {
   ASSERT_EQ(meta->marks.size(), 1u);
   EXPECT_EQ(meta->marks[0].session, 42u);
   // The old primary's state (term 0) no longer replaces the copy's, now at the new term.
-  for (int i = 0; i < 100 && c2.store.Term(0) != 5; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(c2.store.Term(0), 5u);
+  EXPECT_TRUE(Eventually([&] { return c2.store.Term(0) == 5; })) << c2.store.Term(0);
   ShardMeta old;
   old.term = 0;
   old.version = 99;
