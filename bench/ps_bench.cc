@@ -144,7 +144,8 @@ RpcResult RpcBench(bool push, int clients, double seconds, const std::string& ad
   const auto start = Steady::now();
   for (int c = 0; c < clients; ++c)
     ts.emplace_back([&, c] {
-      auto stub = adam::v1::ParameterService::NewStub(net::MakeChannel(address));
+      auto stub = adam::v1::ParameterService::NewStub(
+          net::MakeChannel(*net::Transport::Plaintext(), address));
       adam::v1::PushRequest preq;
       auto* d = preq.add_deltas();
       d->set_shard(ids[size_t(c) % ids.size()]);
@@ -235,7 +236,7 @@ int main(int argc, char** argv) {
   auto tiny = model::ModelLayout::Make(ms);
   auto plan = update::UpdatePlan::Make(*tiny, *map, 1, spec::DenseUpdates::kWeights);
   ps::ParamService service(&store, &gate, &plan, 0, &pool, {});
-  auto server = net::StartServer("127.0.0.1:0", {&service});
+  auto server = net::StartServer(*net::Transport::Plaintext(), "127.0.0.1:0", {&service});
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", server.status().message().c_str());
     return 1;

@@ -228,7 +228,8 @@ int main(int argc, char** argv) {
   }
   std::vector<std::unique_ptr<adam::v1::Controller::Stub>> stubs;
   for (const auto& a : ours.client_addresses)
-    stubs.push_back(adam::v1::Controller::NewStub(adam::net::MakeChannel(a)));
+    stubs.push_back(adam::v1::Controller::NewStub(
+        adam::net::MakeChannel(*adam::net::Transport::Plaintext(), a)));
   ours.start = [&](int m) {
     return Spawn({adam, "controller", "--plaintext", "--job", job, "--id", std::to_string(m + 1),
                   "--members", members, "--state-dir", root + "/adam-" + std::to_string(m),
@@ -269,7 +270,7 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<etcdserverpb::KV::Stub>> kv;
   std::vector<std::unique_ptr<etcdserverpb::Maintenance::Stub>> mt;
   for (const auto& a : ec.client_addresses) {
-    auto ch = adam::net::MakeChannel(a);
+    auto ch = adam::net::MakeChannel(*adam::net::Transport::Plaintext(), a);
     kv.push_back(etcdserverpb::KV::NewStub(ch));
     mt.push_back(etcdserverpb::Maintenance::NewStub(ch));
   }

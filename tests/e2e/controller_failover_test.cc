@@ -28,7 +28,8 @@ class ControllerProcesses : public ::testing::Test {
       addresses_.push_back("127.0.0.1:" + std::to_string(adam::FreePort()));
       if (i > 0) members_ += ',';
       members_ += std::to_string(i + 1) + "=" + addresses_.back();
-      stubs_.push_back(v1::Controller::NewStub(net::MakeChannel(addresses_.back())));
+      stubs_.push_back(v1::Controller::NewStub(
+          net::MakeChannel(*net::Transport::Plaintext(), addresses_.back())));
     }
     children_.resize(3);
     for (int i = 0; i < 3; ++i) Start(i);

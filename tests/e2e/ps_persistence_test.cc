@@ -167,15 +167,15 @@ TEST_F(PsPersistence, ReplicationAddressServesTheCheckpointToAPeerAndNothingElse
 
   // Each address serves only its own service.
   {
-    auto on_trainer_port =
-        adam::v1::ReplicaService::NewStub(net::MakeChannel("127.0.0.1:" + std::to_string(port)));
+    auto on_trainer_port = adam::v1::ReplicaService::NewStub(
+        net::MakeChannel(*net::Transport::Plaintext(), "127.0.0.1:" + std::to_string(port)));
     grpc::ClientContext ctx;
     auto r = on_trainer_port->GetCheckpoint(&ctx, {});
     adam::v1::CheckpointChunk c;
     EXPECT_FALSE(r->Read(&c));
     EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
-    auto on_repl =
-        adam::v1::ParameterService::NewStub(net::MakeChannel("127.0.0.2:" + std::to_string(repl)));
+    auto on_repl = adam::v1::ParameterService::NewStub(
+        net::MakeChannel(*net::Transport::Plaintext(), "127.0.0.2:" + std::to_string(repl)));
     grpc::ClientContext ctx2;
     adam::v1::PullResponse resp;
     EXPECT_EQ(on_repl->Pull(&ctx2, {}, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);

@@ -22,6 +22,7 @@
 #include "data_server/main.h"
 #include "launcher/launcher.h"
 #include "model/layout.h"
+#include "net/grpc.h"
 #include "net/network_status.h"
 #include "net/tls.h"
 #include "operator.h"
@@ -89,8 +90,12 @@ std::string HostName() {
   return gethostname(host, sizeof host - 1) == 0 ? host : "";
 }
 
-int RunDataServer(const adam::spec::AdamJob& job, const adam::spec::DataServerOptions& r) {
+using Transport = std::shared_ptr<const adam::net::Transport>;
+
+int RunDataServer(const adam::spec::AdamJob& job, const adam::spec::DataServerOptions& r,
+                  Transport transport) {
   adam::data_server::MainOptions o;
+  o.transport = std::move(transport);
   o.name = r.common.name;
   o.listen = r.listen;
   o.metrics_port = r.common.metrics_port;
@@ -98,8 +103,10 @@ int RunDataServer(const adam::spec::AdamJob& job, const adam::spec::DataServerOp
   return adam::data_server::Main(job, o);
 }
 
-int RunParamServer(const adam::spec::AdamJob& job, const adam::spec::ParamServerOptions& r) {
+int RunParamServer(const adam::spec::AdamJob& job, const adam::spec::ParamServerOptions& r,
+                   Transport transport) {
   adam::ps::MainOptions o;
+  o.transport = std::move(transport);
   o.name = r.common.name;
   o.index = r.index;
   o.listen = r.listen;
@@ -131,8 +138,10 @@ int RunParamServer(const adam::spec::AdamJob& job, const adam::spec::ParamServer
   return adam::ps::Main(job, o);
 }
 
-int RunController(const adam::spec::AdamJob& job, const adam::spec::ControllerOptions& r) {
+int RunController(const adam::spec::AdamJob& job, const adam::spec::ControllerOptions& r,
+                  Transport transport) {
   adam::controller::MainOptions o;
+  o.transport = std::move(transport);
   o.name = r.common.name;
   const std::optional<uint64_t> id = adam::spec::ResolveMemberId(r.id, HostName());
   if (!id) {
@@ -151,8 +160,10 @@ int RunController(const adam::spec::AdamJob& job, const adam::spec::ControllerOp
   return adam::controller::Main(job, o);
 }
 
-int RunTrainer(const adam::spec::AdamJob& job, const adam::spec::TrainerOptions& r) {
+int RunTrainer(const adam::spec::AdamJob& job, const adam::spec::TrainerOptions& r,
+               Transport transport) {
   adam::trainer::MainOptions o;
+  o.transport = std::move(transport);
   o.name = r.common.name;
   o.index = r.index;
   o.threads = r.threads;
@@ -181,25 +192,29 @@ int RunRole(const adam::spec::RoleOptions& role) {
   SetUpLogging(common.name);
   auto job = Load(common.job);
   if (!job) return kExitInvalid;
+  // Mutual TLS from --tls-dir (spec::Check saw to it that plain text was asked for otherwise),
+  // read again every minute: a renewed certificate (the operator rewrites the Secret) takes
+  // effect without a restart.
+  Transport transport = adam::net::Transport::Plaintext();
   if (!common.tls_dir.empty()) {
-    // Read again every minute: a renewed certificate (the operator rewrites the Secret) takes
-    // effect without a restart.
-    adam::Status tls = adam::net::EnableMutualTlsFromDir(common.tls_dir);
+    auto tls = adam::net::Transport::MutualTlsFromDir(common.tls_dir);
     if (!tls.ok()) {
-      std::fprintf(stderr, "adam: --tls-dir: %s\n", tls.message().c_str());
+      std::fprintf(stderr, "adam: --tls-dir: %s\n", tls.status().message().c_str());
       return kExitInvalid;
     }
+    transport = *tls;
   }
   return std::visit(
       [&](const auto& r) {
         using R = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<R, adam::spec::DataServerOptions>)
-          return RunDataServer(*job, r);
+          return RunDataServer(*job, r, transport);
         if constexpr (std::is_same_v<R, adam::spec::ParamServerOptions>)
-          return RunParamServer(*job, r);
+          return RunParamServer(*job, r, transport);
         if constexpr (std::is_same_v<R, adam::spec::ControllerOptions>)
-          return RunController(*job, r);
-        if constexpr (std::is_same_v<R, adam::spec::TrainerOptions>) return RunTrainer(*job, r);
+          return RunController(*job, r, transport);
+        if constexpr (std::is_same_v<R, adam::spec::TrainerOptions>)
+          return RunTrainer(*job, r, transport);
       },
       role);
 }

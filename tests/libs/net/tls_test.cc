@@ -45,14 +45,15 @@ TEST(Tls, OnlyPeersWithTheJobsCertificateConnect) {
   EXPECT_EQ(loaded->cert_pem, job->cert_pem);
   EXPECT_NE(LoadTls(dir.File("nowhere")).status().message().find("ca.crt"), std::string::npos);
 
-  EnableMutualTls(*loaded);
-  ASSERT_TRUE(MutualTlsEnabled());
+  const auto tls = Transport::MutualTls(*loaded);
+  ASSERT_TRUE(tls->tls());
   const std::string address = "127.0.0.1:" + std::to_string(FreePort());
   adam::v1::Controller::Service unimplemented;  // any service: the handshake is what is tested
-  auto server = StartServer(address, {&unimplemented});
+  auto server = StartServer(*tls, address, {&unimplemented});
   ASSERT_TRUE(server.ok()) << server.status().ToString();
 
-  EXPECT_TRUE(Connects(MakeChannel(address)));  // this process: the job's certificate
+  EXPECT_TRUE(Connects(MakeChannel(*tls, address)));  // the job's certificate
+  EXPECT_FALSE(Connects(MakeChannel(*Transport::Plaintext(), address)));
   EXPECT_FALSE(Connects(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())));
   EXPECT_FALSE(Connects(WithCerts(address, nullptr, job->ca_pem)));  // TLS, no client certificate
   auto other = MakeJobCertificates("intruder", {"127.0.0.1"});
@@ -74,12 +75,13 @@ TEST(Tls, ARenewedCertificateIsUsedWithoutARestart) {
   EXPECT_GT(*CertificateNotAfter(job->ca_pem), system_clock::now() + std::chrono::hours(24 * 3000));
   testing::TmpDir dir;
   ASSERT_TRUE(WriteTls(*job, dir.File("tls")).ok());
-  ASSERT_TRUE(EnableMutualTlsFromDir(dir.File("tls"), std::chrono::seconds(1)).ok());
+  auto tls = Transport::MutualTlsFromDir(dir.File("tls"), std::chrono::seconds(1));
+  ASSERT_TRUE(tls.ok()) << tls.status().ToString();
   const std::string address = "127.0.0.1:" + std::to_string(FreePort());
   adam::v1::Controller::Service unimplemented;
-  auto server = StartServer(address, {&unimplemented});
+  auto server = StartServer(**tls, address, {&unimplemented});
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  EXPECT_FALSE(Connects(MakeChannel(address)));
+  EXPECT_FALSE(Connects(MakeChannel(**tls, address)));
 
   // Renewed from the same CA and written over the files: the running server and new channels
   // pick it up within the refresh period.
@@ -91,7 +93,7 @@ TEST(Tls, ARenewedCertificateIsUsedWithoutARestart) {
   EXPECT_GT(*CertificateNotAfter(renewed->cert_pem),
             system_clock::now() + std::chrono::hours(24 * 364));
   ASSERT_TRUE(WriteTls(*renewed, dir.File("tls")).ok());
-  EXPECT_TRUE(testing::Eventually([&] { return Connects(MakeChannel(address)); },
+  EXPECT_TRUE(testing::Eventually([&] { return Connects(MakeChannel(**tls, address)); },
                                   std::chrono::seconds(10)));
   // A peer still holding the old, expired certificate is refused; one renewed separately from
   // the same CA is accepted (pods pick up the Secret at different moments).
@@ -100,6 +102,28 @@ TEST(Tls, ARenewedCertificateIsUsedWithoutARestart) {
   ASSERT_TRUE(other_renewal.ok());
   EXPECT_TRUE(Connects(WithCerts(address, &*other_renewal, job->ca_pem)));
   server->server->Shutdown(system_clock::now());
+}
+
+// TLS is a transport's, not the process's: plain and mutual-TLS servers and channels side by side,
+// each channel reaching only the servers of its own kind.
+TEST(Tls, PlainAndMutualTlsTransportsLiveInOneProcess) {
+  auto job = MakeJobCertificates("test-job", {"*.test-job"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const auto tls = Transport::MutualTls(*job);
+  const auto plain = Transport::Plaintext();
+  EXPECT_FALSE(plain->tls());
+  adam::v1::Controller::Service a, b;
+  const std::string secure = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string open = "127.0.0.1:" + std::to_string(FreePort());
+  auto s1 = StartServer(*tls, secure, {&a});
+  auto s2 = StartServer(*plain, open, {&b});
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  EXPECT_TRUE(Connects(MakeChannel(*tls, secure)));
+  EXPECT_TRUE(Connects(MakeChannel(*plain, open)));
+  EXPECT_FALSE(Connects(MakeChannel(*plain, secure)));
+  EXPECT_FALSE(Connects(MakeChannel(*tls, open)));
+  s1->server->Shutdown(std::chrono::system_clock::now());
+  s2->server->Shutdown(std::chrono::system_clock::now());
 }
 
 TEST(Tls, BadMaterialIsRefusedNamingTheFile) {
@@ -120,7 +144,7 @@ TEST(Tls, BadMaterialIsRefusedNamingTheFile) {
   TlsMaterial mixed = *a;
   mixed.key_pem = b->key_pem;
   ASSERT_TRUE(WriteTls(mixed, dir.File("mixed")).ok());
-  Status s = EnableMutualTlsFromDir(dir.File("mixed"));
+  Status s = Transport::MutualTlsFromDir(dir.File("mixed")).status();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("tls.key does not belong"), std::string::npos) << s.ToString();
   // A certificate of another CA than ca.crt's.
@@ -128,7 +152,7 @@ TEST(Tls, BadMaterialIsRefusedNamingTheFile) {
   foreign.cert_pem = b->cert_pem;
   foreign.key_pem = b->key_pem;
   ASSERT_TRUE(WriteTls(foreign, dir.File("foreign")).ok());
-  s = EnableMutualTlsFromDir(dir.File("foreign"));
+  s = Transport::MutualTlsFromDir(dir.File("foreign")).status();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("tls.crt is not signed by"), std::string::npos) << s.ToString();
   EXPECT_TRUE(CheckIssuedBy(a->cert_pem, a->ca_pem).ok());
@@ -136,7 +160,7 @@ TEST(Tls, BadMaterialIsRefusedNamingTheFile) {
   TlsMaterial junk = *a;
   junk.cert_pem = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n";
   ASSERT_TRUE(WriteTls(junk, dir.File("junk")).ok());
-  s = EnableMutualTlsFromDir(dir.File("junk"));
+  s = Transport::MutualTlsFromDir(dir.File("junk")).status();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("tls.crt"), std::string::npos) << s.ToString();
 }

@@ -51,8 +51,8 @@ class Group : public ::testing::Test {
     if (fake_clock_ != nullptr) o.clock = fake_clock_;
     auto c = Controller::Open(o);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
-    auto server =
-        net::StartServer(members_[id], {(*c)->controller_service(), (*c)->raft_service()});
+    auto server = net::StartServer(*net::Transport::Plaintext(), members_[id],
+                                   {(*c)->controller_service(), (*c)->raft_service()});
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     (*c)->Start();
     controllers_[id] = std::move(*c);
@@ -81,7 +81,7 @@ class Group : public ::testing::Test {
   }
 
   std::unique_ptr<v1::Controller::Stub> Stub(raft::NodeId id) {
-    return v1::Controller::NewStub(net::MakeChannel(members_[id]));
+    return v1::Controller::NewStub(net::MakeChannel(*net::Transport::Plaintext(), members_[id]));
   }
 
   v1::HeartbeatResponse Beat(raft::NodeId to, uint32_t server, uint64_t map_version,
@@ -434,7 +434,8 @@ class FakeServers {
   FakeServers(const std::map<raft::NodeId, std::string>& members, int n) : up_(size_t(n)) {
     for (auto& u : up_) u = true;
     for (const auto& [id, addr] : members)
-      stubs_.push_back(v1::Controller::NewStub(net::MakeChannel(addr)));
+      stubs_.push_back(
+          v1::Controller::NewStub(net::MakeChannel(*net::Transport::Plaintext(), addr)));
     for (int s = 0; s < n; ++s) threads_.emplace_back([this, s] { Run(uint32_t(s)); });
   }
   ~FakeServers() {

@@ -55,12 +55,14 @@ class ParamServiceTest : public ::testing::Test {
       srv.gate = std::make_unique<ClockGate>(trainers, mode, staleness);
       srv.service = std::make_unique<ParamService>(srv.store.get(), srv.gate.get(), &*plan_, s,
                                                    &pool_, ParamServiceMetrics{});
-      auto server = net::StartServer("127.0.0.1:0", {srv.service.get()});
+      auto server =
+          net::StartServer(*net::Transport::Plaintext(), "127.0.0.1:0", {srv.service.get()});
       ASSERT_TRUE(server.ok()) << server.status().ToString();
       srv.server = std::move(*server);
       addresses_.push_back("127.0.0.1:" + std::to_string(srv.server.port));
     }
-    stub_ = adam::v1::ParameterService::NewStub(net::MakeChannel(addresses_[0]));
+    stub_ = adam::v1::ParameterService::NewStub(
+        net::MakeChannel(*net::Transport::Plaintext(), addresses_[0]));
   }
   void TearDown() override {
     for (auto& s : servers_)
@@ -187,7 +189,8 @@ TEST_F(ParamServiceTest, TheClientWaitsForAServerThatComesBackAndNamesOneThatDoe
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
     srv.service = std::make_unique<ParamService>(srv.store.get(), srv.gate.get(), &*plan_, 1,
                                                  &pool_, ParamServiceMetrics{});
-    auto again = net::StartServer("127.0.0.1:" + std::to_string(port), {srv.service.get()});
+    auto again = net::StartServer(*net::Transport::Plaintext(), "127.0.0.1:" + std::to_string(port),
+                                  {srv.service.get()});
     ASSERT_TRUE(again.ok()) << again.status().ToString();
     srv.server = std::move(*again);
   });
@@ -423,10 +426,10 @@ TEST(NetServer, PortInUseIsAClearError) {
   ClockGate gate(1, spec::Consistency::kAsync, 0);
   BufferPool pool;
   ParamService a(&store, &gate, &plan, 0, &pool, {}), b(&store, &gate, &plan, 0, &pool, {});
-  auto first = net::StartServer("127.0.0.1:0", {&a});
+  auto first = net::StartServer(*net::Transport::Plaintext(), "127.0.0.1:0", {&a});
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   const std::string addr = "127.0.0.1:" + std::to_string(first->port);
-  auto second = net::StartServer(addr, {&b});
+  auto second = net::StartServer(*net::Transport::Plaintext(), addr, {&b});
   ASSERT_FALSE(second.ok());
   EXPECT_THAT(second.status().message(), HasSubstr("cannot listen on " + addr));
   first->server->Shutdown();

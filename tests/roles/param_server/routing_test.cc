@@ -102,7 +102,7 @@ TEST(Forwarder, ReportsLagWhileACopyIsUnreachable) {
   v1::ShardMap m = Map(1, {{0, 1}, {0, 1}});
   m.mutable_servers(1)->set_replication_address("127.0.0.1:1");  // nothing listens there
   ASSERT_TRUE(r.Update(m));
-  Forwarder f(0, &r, &store, std::chrono::milliseconds(20));
+  Forwarder f(net::Transport::Plaintext(), 0, &r, &store, std::chrono::milliseconds(20));
   ASSERT_TRUE(Eventually([&] { return f.lag_seconds() > 0.2; }));
   const double lag = f.lag_seconds();
   EXPECT_TRUE(Eventually([&] { return f.lag_seconds() > lag + 0.1; }));  // still growing
@@ -135,7 +135,7 @@ TEST(Forwarder, ACopyThatNeverAnswersShowsAsLagWithinAForwardsDeadline) {
   m.mutable_servers(1)->set_replication_address("127.0.0.1:" +
                                                 std::to_string(ntohs(addr.sin_port)));
   ASSERT_TRUE(r.Update(m));
-  Forwarder f(0, &r, &store, std::chrono::milliseconds(20));
+  Forwarder f(net::Transport::Plaintext(), 0, &r, &store, std::chrono::milliseconds(20));
   // A lag is shown at the latest once the first forward's deadline passed (its round is stuck).
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(Eventually([&] { return f.lag_seconds() > 0; }));
@@ -261,7 +261,7 @@ struct CopyServer {
         routing(id, std::chrono::seconds(60)),
         replica(nullptr, id, "") {
     replica.AcceptForwards(&store, &routing);
-    auto s = net::StartServer("127.0.0.1:0", {&replica});
+    auto s = net::StartServer(*net::Transport::Plaintext(), "127.0.0.1:0", {&replica});
     ADAM_CHECK(s.ok());
     server = std::move(*s);
     address = "127.0.0.1:" + std::to_string(server.port);
@@ -304,7 +304,7 @@ TEST(Forwarder, AcknowledgesOnceAQuorumOfCopiesHoldsTheUpdate) {
   ASSERT_TRUE(r.Update(m));
   ASSERT_TRUE(c1.routing.Update(m));
   r.RenewLease(std::chrono::steady_clock::now());
-  Forwarder f(0, &r, &store, std::chrono::milliseconds(1000));
+  Forwarder f(net::Transport::Plaintext(), 0, &r, &store, std::chrono::milliseconds(1000));
   // Wait out the catch-up of the first map: ps-2 never answers, so it is dropped from the map.
   const v1::ShardMap m2 = MapAt(3, {"p", c1.address, ""}, {0, 1, 2});
   ASSERT_TRUE(r.Update(m2));
@@ -358,7 +358,7 @@ TEST(Forwarder, APromotedPrimaryStartsFromTheFreshestCopy) {
   r.RenewLease(std::chrono::steady_clock::now());
   ASSERT_TRUE(r.Update(MapAt(4, {"", "self", c2.address}, {0, 1, 2})));  // ps-0 the primary
   ASSERT_TRUE(c2.routing.Update(MapAt(4, {"", "self", c2.address}, {0, 1, 2})));
-  Forwarder f(1, &r, &store, std::chrono::milliseconds(20));
+  Forwarder f(net::Transport::Plaintext(), 1, &r, &store, std::chrono::milliseconds(20));
   ASSERT_TRUE(r.Update(MapAt(5, {"", "self", c2.address}, {1, 2})));  // ps-0 died
   ASSERT_TRUE(c2.routing.Update(MapAt(5, {"", "self", c2.address}, {1, 2})));
   EXPECT_NE(r.Refusal(0).find("from its other copies"), std::string::npos);

@@ -341,7 +341,7 @@ TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
   auto source_ptr = MakeSource();
   data_server::DataSource& source = *source_ptr;
   data_server::DataService data_service(&source, 4, {});
-  auto data_server = net::StartServer("127.0.0.1:0", {&data_service});
+  auto data_server = net::StartServer(*net::Transport::Plaintext(), "127.0.0.1:0", {&data_service});
   ASSERT_TRUE(data_server.ok());
 
   // Parameter servers.
@@ -360,7 +360,8 @@ TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
         std::make_unique<ps::ClockGate>(2, job.training.consistency, job.training.max_staleness));
     services.push_back(std::make_unique<ps::ParamService>(
         stores.back().get(), gates.back().get(), &plan, s, &pool, ps::ParamServiceMetrics{}));
-    auto srv = net::StartServer("127.0.0.1:0", {services.back().get()});
+    auto srv =
+        net::StartServer(*net::Transport::Plaintext(), "127.0.0.1:0", {services.back().get()});
     ASSERT_TRUE(srv.ok());
     addresses.push_back("127.0.0.1:" + std::to_string(srv->port));
     servers.push_back(std::move(*srv));
@@ -386,7 +387,8 @@ TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
       to.bind = false;
       Trainer trainer(
           job, to, {},
-          MakeGrpcDataClient(net::MakeChannel("127.0.0.1:" + std::to_string(data_server->port)),
+          MakeGrpcDataClient(net::MakeChannel(*net::Transport::Plaintext(),
+                                              "127.0.0.1:" + std::to_string(data_server->port)),
                              std::chrono::seconds(30)),
           std::move(*client));
       results[size_t(t)] = trainer.Run();

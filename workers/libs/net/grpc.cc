@@ -1,20 +1,55 @@
 // gRPC server and channel helpers.
 #include "net/grpc.h"
 
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 
 #include "core/event.h"
 #include "core/signals.h"
-#include "net/tls.h"
 #include "net/tls_internal.h"
 
 namespace adam::net {
 
-StatusOr<Server> StartServer(const std::string& address,
+std::shared_ptr<const Transport> Transport::Plaintext() {
+  static const std::shared_ptr<const Transport> plain = std::make_shared<const Transport>(nullptr);
+  return plain;
+}
+
+std::shared_ptr<const Transport> Transport::MutualTls(const TlsMaterial& material) {
+  return std::make_shared<const Transport>(StaticProvider(material));
+}
+
+StatusOr<std::shared_ptr<const Transport>> Transport::MutualTlsFromDir(
+    const std::string& dir, std::chrono::seconds refresh) {
+  ADAM_ASSIGN_OR_RETURN(auto provider, DirProvider(dir, refresh));
+  return std::shared_ptr<const Transport>(std::make_shared<const Transport>(std::move(provider)));
+}
+
+std::shared_ptr<grpc::ServerCredentials> Transport::ServerCredentials() const {
+  if (!provider_) return grpc::InsecureServerCredentials();
+  grpc::experimental::TlsServerCredentialsOptions o(provider_);
+  o.watch_root_certs();
+  o.watch_identity_key_cert_pairs();
+  o.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  return grpc::experimental::TlsServerCredentials(o);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> Transport::ChannelCredentials() const {
+  if (!provider_) return grpc::InsecureChannelCredentials();
+  grpc::experimental::TlsChannelCredentialsOptions o;
+  o.set_certificate_provider(provider_);
+  o.watch_root_certs();
+  o.watch_identity_key_cert_pairs();
+  return grpc::experimental::TlsCredentials(o);
+}
+
+StatusOr<Server> StartServer(const Transport& transport, const std::string& address,
                              const std::vector<grpc::Service*>& services) {
   grpc::ServerBuilder builder;
   Server out;
-  builder.AddListeningPort(address, ServerCredentials(), &out.port);
+  builder.AddListeningPort(address, transport.ServerCredentials(), &out.port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Refuse a port another process holds instead of sharing it silently.
@@ -26,10 +61,11 @@ StatusOr<Server> StartServer(const std::string& address,
   return out;
 }
 
-int Serve(const std::string& address, const std::vector<grpc::Service*>& services, int metrics_port,
+int Serve(const Transport& transport, const std::string& address,
+          const std::vector<grpc::Service*>& services, int metrics_port,
           const std::function<void()>& before_shutdown, const std::vector<ExtraListener>& extra,
           const std::function<void(int, const std::vector<int>&)>& on_ready) {
-  auto server = StartServer(address, services);
+  auto server = StartServer(transport, address, services);
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
     return 1;
@@ -38,7 +74,7 @@ int Serve(const std::string& address, const std::vector<grpc::Service*>& service
       {"event", "ready"}, {"port", server->port}, {"metrics_port", metrics_port}};
   std::vector<Server> extras;
   for (const auto& l : extra) {
-    auto s = StartServer(l.address, l.services);
+    auto s = StartServer(transport, l.address, l.services);
     if (!s.ok()) {
       spdlog::error("{}", s.status().message());
       server->server->Shutdown();
@@ -66,7 +102,7 @@ int Serve(const std::string& address, const std::vector<grpc::Service*>& service
   return 0;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const Transport& transport, const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -77,8 +113,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // After a lost connection the channel re-resolves the address before it reconnects, and by
   // default waits seconds between resolutions: a restarted peer would stay unreachable that long.
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 100);
-  if (MutualTlsEnabled()) args.SetSslTargetNameOverride(kTlsServerName);
-  return grpc::CreateCustomChannel(address, ChannelCredentials(), args);
+  if (transport.tls()) args.SetSslTargetNameOverride(kTlsServerName);
+  return grpc::CreateCustomChannel(address, transport.ChannelCredentials(), args);
 }
 
 Status WaitForReady(grpc::Channel* channel, const std::string& what, const std::string& address,

@@ -98,10 +98,6 @@ bool SignedBy(X509* cert, X509* ca) {
   return ca_key != nullptr && X509_verify(cert, ca_key) == 1;
 }
 
-Mutex g_mu;
-// Every server and channel takes its certificates from here once enabled.
-std::shared_ptr<grpc::experimental::CertificateProviderInterface> g_provider ABSL_GUARDED_BY(g_mu);
-
 }  // namespace
 
 StatusOr<TlsMaterial> MakeJobCertificates(const std::string& name,
@@ -220,15 +216,13 @@ Status WriteTls(const TlsMaterial& m, const std::string& dir) {
   return OkStatus();
 }
 
-void EnableMutualTls(const TlsMaterial& material) {
-  auto provider = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
+std::shared_ptr<CertificateProvider> StaticProvider(const TlsMaterial& material) {
+  return std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
       material.ca_pem,
       std::vector<grpc::experimental::IdentityKeyCertPair>{{material.key_pem, material.cert_pem}});
-  MutexLock l(g_mu);
-  g_provider = std::move(provider);
 }
 
-Status EnableMutualTlsFromDir(const std::string& dir, std::chrono::seconds refresh) {
+Status CheckTlsDir(const std::string& dir) {
   ADAM_ASSIGN_OR_RETURN(const TlsMaterial m, LoadTls(dir));
   Cert cert = ReadCert(m.cert_pem), ca = ReadCert(m.ca_pem);
   Key key = ReadKey(m.key_pem);
@@ -239,37 +233,16 @@ Status EnableMutualTlsFromDir(const std::string& dir, std::chrono::seconds refre
     return InvalidArgumentError(dir + "/tls.key does not belong to " + dir + "/tls.crt");
   if (!SignedBy(cert.get(), ca.get()))
     return InvalidArgumentError(dir + "/tls.crt is not signed by " + dir + "/ca.crt");
-  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      dir + "/tls.key", dir + "/tls.crt", dir + "/ca.crt",
-      unsigned(std::max<int64_t>(1, refresh.count())));
-  MutexLock l(g_mu);
-  g_provider = std::move(provider);
   return OkStatus();
 }
 
-bool MutualTlsEnabled() {
-  MutexLock l(g_mu);
-  return g_provider != nullptr;
-}
-
-std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
-  MutexLock l(g_mu);
-  if (!g_provider) return grpc::InsecureServerCredentials();
-  grpc::experimental::TlsServerCredentialsOptions o(g_provider);
-  o.watch_root_certs();
-  o.watch_identity_key_cert_pairs();
-  o.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  return grpc::experimental::TlsServerCredentials(o);
-}
-
-std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() {
-  MutexLock l(g_mu);
-  if (!g_provider) return grpc::InsecureChannelCredentials();
-  grpc::experimental::TlsChannelCredentialsOptions o;
-  o.set_certificate_provider(g_provider);
-  o.watch_root_certs();
-  o.watch_identity_key_cert_pairs();
-  return grpc::experimental::TlsCredentials(o);
+StatusOr<std::shared_ptr<CertificateProvider>> DirProvider(const std::string& dir,
+                                                           std::chrono::seconds refresh) {
+  ADAM_RETURN_IF_ERROR(CheckTlsDir(dir));
+  return std::shared_ptr<CertificateProvider>(
+      std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+          dir + "/tls.key", dir + "/tls.crt", dir + "/ca.crt",
+          unsigned(std::max<int64_t>(1, refresh.count()))));
 }
 
 }  // namespace adam::net

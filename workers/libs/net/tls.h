@@ -2,17 +2,18 @@
 //
 // Each job has its own certificate authority and one certificate, for both server and client
 // use, naming every address its roles listen on (IPs such as 127.0.0.1, DNS names such as
-// "*.JOB" for the pods under the job's headless Service). Once mutual TLS is enabled, every
+// "*.JOB" for the pods under the job's headless Service). With a mutual-TLS transport, every
 // server net::StartServer starts demands and verifies a client certificate from that CA, and every
 // channel net::MakeChannel makes presents the certificate and verifies the server's: a peer
 // without a certificate of the job is refused. Without it (tests, `--plaintext`), traffic is
 // plain. The files of a directory: ca.crt, tls.crt, tls.key (PEM), as in a Kubernetes TLS
-// Secret plus its CA. Thread-safe; enable before any server or channel.
+// Secret plus its CA. Which of the two a server or channel uses is its net::Transport's
+// (grpc.h): a process holds no TLS state of its own. Thread-safe.
 //
 // Rotation: the CA lives ten years, a certificate one (kCertificateValidity). Whoever keeps the
 // CA's key (the operator, in a Secret no pod mounts) issues a new certificate from the same CA
-// before the old one expires (RenewCertificate) and rewrites the files; a process enabled with
-// EnableMutualTlsFromDir reads them again every `refresh`, so later handshakes use the new
+// before the old one expires (RenewCertificate) and rewrites the files; a transport made by
+// Transport::MutualTlsFromDir reads them again every `refresh`, so later handshakes use the new
 // certificate without a restart. Connections already open stay up: TLS checks expiry only in
 // the handshake, and old and new certificates share the CA, so every mix of them verifies.
 #pragma once
@@ -65,12 +66,8 @@ StatusOr<TlsMaterial> LoadTls(const std::string& dir);
 // replaced whole (written aside, then renamed), so a reader never sees half of a file.
 Status WriteTls(const TlsMaterial& material, const std::string& dir);
 
-// Turns mutual TLS on for every later server and channel of this process, with fixed material.
-void EnableMutualTls(const TlsMaterial& material);
-// The same from DIR's files (checked now, as LoadTls), which are read again every `refresh`:
-// renewed certificates take effect for the next handshake.
-Status EnableMutualTlsFromDir(const std::string& dir,
-                              std::chrono::seconds refresh = std::chrono::seconds(60));
-bool MutualTlsEnabled();
+// Checks DIR's three files as a set (LoadTls, then: the key belongs to tls.crt, which ca.crt
+// signed); the error names the file at fault.
+Status CheckTlsDir(const std::string& dir);
 
 }  // namespace adam::net

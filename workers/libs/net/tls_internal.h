@@ -1,14 +1,23 @@
-// The credentials grpc.cc gives every server and channel: mutual TLS once EnableMutualTls was
-// called (tls.h), else insecure. Internal to the net module.
+// Certificate providers for a Transport (grpc.h): internal to the net module.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/tls_certificate_provider.h>
 
+#include <chrono>
 #include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "net/tls.h"
 
 namespace adam::net {
 
-std::shared_ptr<grpc::ServerCredentials> ServerCredentials();
-std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials();
+using CertificateProvider = grpc::experimental::CertificateProviderInterface;
+
+// Fixed material.
+std::shared_ptr<CertificateProvider> StaticProvider(const TlsMaterial& material);
+// DIR's files, checked now (CheckTlsDir) and read again every `refresh`.
+StatusOr<std::shared_ptr<CertificateProvider>> DirProvider(const std::string& dir,
+                                                           std::chrono::seconds refresh);
 
 }  // namespace adam::net

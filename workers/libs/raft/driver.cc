@@ -26,8 +26,8 @@ using Clock = std::chrono::steady_clock;
 // in-flight batch (Raft re-sends) and the next message opens a new one.
 class PeerSender {
  public:
-  explicit PeerSender(const std::string& address)
-      : stub_(v1::RaftTransport::NewStub(net::MakeChannel(address))) {}
+  PeerSender(const net::Transport& transport, const std::string& address)
+      : stub_(v1::RaftTransport::NewStub(net::MakeChannel(transport, address))) {}
   ~PeerSender() {
     Stream* release = nullptr;
     {
@@ -396,7 +396,8 @@ void Driver::OnRoleChange(std::function<void(Role, uint64_t)> callback) {
 
 void Driver::Start() {
   for (const auto& [id, addr] : impl_->options.peers)
-    if (id != impl_->options.id) impl_->senders[id] = std::make_unique<PeerSender>(addr);
+    if (id != impl_->options.id)
+      impl_->senders[id] = std::make_unique<PeerSender>(*impl_->options.transport, addr);
   {
     MutexLock l(impl_->mu);
     impl_->running = true;

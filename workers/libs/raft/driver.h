@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "net/grpc.h"
 #include "raft/raft.h"
 
 namespace grpc {
@@ -47,6 +48,8 @@ struct DriverOptions {
   int heartbeat_ticks = 2;
   uint64_t snapshot_entries = 8192;
   uint64_t seed = 0;
+  // How the members reach each other (the job's mutual TLS, or plain text).
+  std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
 };
 
 struct DriverInfo {

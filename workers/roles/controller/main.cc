@@ -116,6 +116,7 @@ ControllerOptions OptionsOf(const spec::AdamJob& job, const MainOptions& options
   co.raft.election_ticks = options.election_ticks;
   co.raft.heartbeat_ticks = std::max(1, options.election_ticks / 10);
   co.raft.seed = std::hash<std::string>{}(job.name);
+  co.raft.transport = options.transport;
   co.bootstrap = MakeBootstrap(map, job.roles.parameter_server.copies);
   co.server_timeout = std::chrono::milliseconds(options.server_timeout_ms);
   co.server_probation = 4 * co.server_timeout;
@@ -161,9 +162,9 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   SampledMetrics sampled(reg, controller->get());
   (*controller)->Start();
   Periodic sampling(std::chrono::milliseconds(200), [&] { sampled.Sample(); });
-  const int rc =
-      net::Serve(listen, {(*controller)->controller_service(), (*controller)->raft_service()},
-                 reg.port(), [&] { (*controller)->Stop(); });
+  const int rc = net::Serve(*options.transport, listen,
+                            {(*controller)->controller_service(), (*controller)->raft_service()},
+                            reg.port(), [&] { (*controller)->Stop(); });
   sampling.Stop();
   (*controller)->Stop();
   return rc;

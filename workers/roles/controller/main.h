@@ -4,12 +4,15 @@
 #include <string>
 
 #include "core/status.h"
+#include "net/grpc.h"
 #include "raft/driver.h"
 #include "spec/adamjob.h"
 
 namespace adam::controller {
 
 struct MainOptions {
+  // How this role serves and dials (the job's mutual TLS, or plain text).
+  std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
   std::string name = "controller-1";
   uint64_t id = 1;
   std::string members;    // "1=host:port,2=host:port,3=host:port": every member's address

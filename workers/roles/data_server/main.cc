@@ -125,7 +125,7 @@ int Serve(DataSource* source, int classes, const MainOptions& options) {
     source->SetTrainers(m);
     trainers.Set(m);
   });
-  return net::Serve(options.listen, {&service}, reg.port());
+  return net::Serve(*options.transport, options.listen, {&service}, reg.port());
 }
 
 }  // namespace

@@ -3,11 +3,14 @@
 
 #include <string>
 
+#include "net/grpc.h"
 #include "spec/adamjob.h"
 
 namespace adam::data_server {
 
 struct MainOptions {
+  // How this role serves and dials (the job's mutual TLS, or plain text).
+  std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
   std::string name = "data-server-0";
   std::string listen = "127.0.0.1:0";  // host:port; port 0 = any free port
   int metrics_port = 0;

@@ -40,7 +40,8 @@ StatusOr<Restored> RestoreState(const MainOptions& options, const CheckpointOpti
     for (const auto& de : std::filesystem::directory_iterator(options.state_dir, ec))
       have |= de.path().extension() == ".adam";
     if (!have) {
-      auto n = FetchCheckpoint(options.restore_from, uint32_t(options.index), options.state_dir);
+      auto n = FetchCheckpoint(*options.transport, options.restore_from, uint32_t(options.index),
+                               options.state_dir);
       if (!n.ok())
         return Status(n.status().code(), "copying the checkpoint of " + options.restore_from +
                                              ": " + n.status().message());
@@ -166,20 +167,21 @@ void StartCheckpointer(const MainOptions& options, metrics::MetricsServer& reg, 
   if (!options.checkpoint_peer.empty()) {
     auto& copied = reg.Counter("adam_ps_checkpoint_peer_files_total",
                                "Checkpoint files copied to the peer over the replication address");
-    copt->after_flush =
-        [&copied, checkpointer, peer = options.checkpoint_peer,
-         sender = std::make_shared<PeerSender>(options.checkpoint_peer, uint32_t(options.index))] {
-          auto n = sender->Send(**checkpointer);
-          if (!n.ok()) {
-            spdlog::warn("{}", n.status().message());
-            return;
-          }
-          copied.Increment(double(*n));
-          EmitEvent({{"event", "checkpoint_copied"},
-                     {"peer", peer},
-                     {"generation", (*checkpointer)->generation()},
-                     {"files", *n}});
-        };
+    copt->after_flush = [&copied, checkpointer, peer = options.checkpoint_peer,
+                         sender = std::make_shared<PeerSender>(*options.transport,
+                                                               options.checkpoint_peer,
+                                                               uint32_t(options.index))] {
+      auto n = sender->Send(**checkpointer);
+      if (!n.ok()) {
+        spdlog::warn("{}", n.status().message());
+        return;
+      }
+      copied.Increment(double(*n));
+      EmitEvent({{"event", "checkpoint_copied"},
+                 {"peer", peer},
+                 {"generation", (*checkpointer)->generation()},
+                 {"files", *n}});
+    };
   }
   checkpointer->emplace(store, pool, *copt, restored, CheckpointMetricsIn(reg));
   (*checkpointer)->Start();
@@ -252,8 +254,9 @@ int Serve(const spec::AdamJob& job, const MainOptions& options, const update::Jo
   if (!options.controller.empty()) {
     replica.AcceptForwards(store, &routing);
     service.RequirePrimary(&routing);
-    link.emplace(uint32_t(options.index), options.controller, &routing, store);
-    forwarder.emplace(uint32_t(options.index), &routing, store, options.forward_interval);
+    link.emplace(options.transport, uint32_t(options.index), options.controller, &routing, store);
+    forwarder.emplace(options.transport, uint32_t(options.index), &routing, store,
+                      options.forward_interval);
     if (job.roles.parameter_server.acknowledge == spec::Acknowledge::kQuorum)
       service.RequireQuorum(&*forwarder);
     sampled.AddCopies(&routing, &*forwarder, &*link);
@@ -274,7 +277,7 @@ int Serve(const spec::AdamJob& job, const MainOptions& options, const update::Jo
   Periodic sampler(std::chrono::seconds(1), [&] { sampled.Sample(); });
   // Pushes waiting for a quorum are answered (UNAVAILABLE) before the server shuts down.
   const int rc = net::Serve(
-      options.listen, {&service}, reg.port(),
+      *options.transport, options.listen, {&service}, reg.port(),
       [&] {
         gate.Close();
         if (forwarder) forwarder->Stop();

@@ -5,11 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "net/grpc.h"
 #include "spec/adamjob.h"
 
 namespace adam::ps {
 
 struct MainOptions {
+  // How this role serves and dials (the job's mutual TLS, or plain text).
+  std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
   std::string name = "ps-0";
   int index = 0;                       // server number in the shard map
   std::string listen = "127.0.0.1:0";  // host:port; port 0 = any free port

@@ -262,11 +262,12 @@ StatusOr<ShardMeta> MetaFromProto(const adam::v1::ForwardRequest& in) {
   return meta;
 }
 
-StatusOr<int> FetchCheckpoint(const std::string& address, uint32_t server, const std::string& dir) {
+StatusOr<int> FetchCheckpoint(const net::Transport& transport, const std::string& address,
+                              uint32_t server, const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return InternalError("cannot create " + dir + ": " + ec.message());
-  auto stub = adam::v1::ReplicaService::NewStub(net::MakeChannel(address));
+  auto stub = adam::v1::ReplicaService::NewStub(net::MakeChannel(transport, address));
   grpc::ClientContext ctx;
   net::SetDeadline(&ctx, std::chrono::minutes(10));
   adam::v1::GetCheckpointRequest req;
@@ -286,10 +287,10 @@ StatusOr<int> FetchCheckpoint(const std::string& address, uint32_t server, const
   return sink.files();
 }
 
-PeerSender::PeerSender(std::string address, uint32_t server)
+PeerSender::PeerSender(const net::Transport& transport, std::string address, uint32_t server)
     : address_(std::move(address)),
       server_(server),
-      stub_(adam::v1::ReplicaService::NewStub(net::MakeChannel(address_))) {}
+      stub_(adam::v1::ReplicaService::NewStub(net::MakeChannel(transport, address_))) {}
 
 StatusOr<int> PeerSender::Send(const Checkpointer& checkpointer) {
   auto files = checkpointer.OpenNewest();

@@ -61,13 +61,14 @@ StatusOr<ShardMeta> MetaFromProto(const adam::v1::ForwardRequest& in);
 // Copies the newest complete checkpoint of parameter server `server` from the replication
 // address `address` into `dir`: each file is written as <name>.tmp, fsynced and renamed, so
 // RestoreCheckpoint verifies what arrived. Returns the number of files copied (0: none there).
-StatusOr<int> FetchCheckpoint(const std::string& address, uint32_t server, const std::string& dir);
+StatusOr<int> FetchCheckpoint(const net::Transport& transport, const std::string& address,
+                              uint32_t server, const std::string& dir);
 
 // Sends a checkpointer's newest checkpoint to a peer's ReplicaService after each flush, skipping
 // files the peer already has. Thread-compatible: called from the checkpointer's thread.
 class PeerSender {
  public:
-  PeerSender(std::string address, uint32_t server);
+  PeerSender(const net::Transport& transport, std::string address, uint32_t server);
   // Returns the number of files sent.
   StatusOr<int> Send(const Checkpointer& checkpointer);
 

@@ -210,9 +210,11 @@ bool Routing::TakePromotion(uint32_t shard) {
 
 // ---- ControllerLink ----
 
-ControllerLink::ControllerLink(uint32_t self, std::vector<std::string> members, Routing* routing,
+ControllerLink::ControllerLink(std::shared_ptr<const net::Transport> transport, uint32_t self,
+                               std::vector<std::string> members, Routing* routing,
                                const ParamStore* store)
-    : self_(self),
+    : transport_(std::move(transport)),
+      self_(self),
       routing_(routing),
       store_(store),
       members_(std::move(members)),
@@ -226,7 +228,8 @@ void ControllerLink::SetAddresses(const ServerAddresses& addresses) {
 
 void ControllerLink::Beat() {
   if (stubs_.empty())
-    for (const auto& m : members_) stubs_.push_back(v1::Controller::NewStub(net::MakeChannel(m)));
+    for (const auto& m : members_)
+      stubs_.push_back(v1::Controller::NewStub(net::MakeChannel(*transport_, m)));
   ServerAddresses addr;
   {
     MutexLock l(mu_);
@@ -254,11 +257,14 @@ void ControllerLink::Beat() {
 
 // ---- Forwarder ----
 
-Forwarder::Forwarder(uint32_t self, Routing* routing, ParamStore* store,
-                     std::chrono::milliseconds interval)
-    : self_(self), routing_(routing), store_(store), interval_(interval), thread_([this] {
-        Loop();
-      }) {}
+Forwarder::Forwarder(std::shared_ptr<const net::Transport> transport, uint32_t self,
+                     Routing* routing, ParamStore* store, std::chrono::milliseconds interval)
+    : transport_(std::move(transport)),
+      self_(self),
+      routing_(routing),
+      store_(store),
+      interval_(interval),
+      thread_([this] { Loop(); }) {}
 
 namespace {
 int64_t SteadyNs() {
@@ -345,7 +351,7 @@ void Forwarder::Loop() {
 
 v1::ReplicaService::Stub* Forwarder::Stub(const std::string& address) {
   auto& stub = stubs_[address];
-  if (!stub) stub = v1::ReplicaService::NewStub(net::MakeChannel(address));
+  if (!stub) stub = v1::ReplicaService::NewStub(net::MakeChannel(*transport_, address));
   return stub.get();
 }
 

@@ -46,6 +46,7 @@
 #include "core/clock.h"
 #include "core/mutex.h"
 #include "core/periodic.h"
+#include "net/grpc.h"
 #include "param_server/param_store.h"
 #include "spec/role_options.h"
 
@@ -140,13 +141,14 @@ struct ServerAddresses {
 class ControllerLink {
  public:
   // `members`: every controller member's address. Heartbeats start once SetAddresses is called.
-  ControllerLink(uint32_t self, std::vector<std::string> members, Routing* routing,
-                 const ParamStore* store);
+  ControllerLink(std::shared_ptr<const net::Transport> transport, uint32_t self,
+                 std::vector<std::string> members, Routing* routing, const ParamStore* store);
   void SetAddresses(const ServerAddresses& addresses);
   void Stop() { beat_.Stop(); }
   uint64_t heartbeats() const { return heartbeats_.load(); }
 
  private:
+  const std::shared_ptr<const net::Transport> transport_;
   void Beat();
   const uint32_t self_;
   Routing* routing_;
@@ -165,7 +167,8 @@ class Forwarder {
  public:
   // `quorum`: pushes wait for WhenDurable (see Acknowledgement above); without it forwards run
   // every `interval` and pushes are answered once applied.
-  Forwarder(uint32_t self, Routing* routing, ParamStore* store, std::chrono::milliseconds interval);
+  Forwarder(std::shared_ptr<const net::Transport> transport, uint32_t self, Routing* routing,
+            ParamStore* store, std::chrono::milliseconds interval);
   ~Forwarder() { Stop(); }
   void Stop();
   uint64_t forwarded_bytes() const { return bytes_.load(); }
@@ -206,6 +209,7 @@ class Forwarder {
   // Answers the waiters that are durable or refused (loop thread).
   void Settle();
   v1::ReplicaService::Stub* Stub(const std::string& address);
+  const std::shared_ptr<const net::Transport> transport_;
   const uint32_t self_;
   Routing* routing_;
   ParamStore* store_;

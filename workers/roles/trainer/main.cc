@@ -65,6 +65,7 @@ int CheckPushes(const spec::AdamJob& job, const MainOptions& options, const shar
   co.index = options.index;
   co.every = std::chrono::milliseconds(options.check_every_ms);
   co.controller = options.controller;
+  co.transport = options.transport;
   auto r = RunPushCheck(map, ps, co);
   if (!r.ok()) {
     spdlog::error("{}", r.status().message());
@@ -114,6 +115,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   GrpcParamServerClientOptions po;
   po.trainer_name = options.name;
   po.trainer_index = options.index;
+  po.transport = options.transport;
   po.waits = &reg.Counter("adam_trainer_server_wait_seconds_total",
                           "Seconds requests spent waiting for an unreachable parameter server "
                           "(copies: 1) or data server");
@@ -129,7 +131,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     return 1;
   }
   if (options.check_pushes > 0) return CheckPushes(job, options, map, ps->get());
-  auto data_channel = net::MakeChannel(options.data_server);
+  auto data_channel = net::MakeChannel(*options.transport, options.data_server);
   if (Status st = net::WaitForReady(data_channel.get(), "data server", options.data_server,
                                     std::chrono::seconds(30));
       !st.ok()) {

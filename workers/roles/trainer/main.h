@@ -4,11 +4,14 @@
 #include <string>
 #include <vector>
 
+#include "net/grpc.h"
 #include "spec/adamjob.h"
 
 namespace adam::trainer {
 
 struct MainOptions {
+  // How this role serves and dials (the job's mutual TLS, or plain text).
+  std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
   std::string name = "trainer-0";
   int index = 0;
   int threads = 0;                         // 0 = spec.roles.trainer.threads

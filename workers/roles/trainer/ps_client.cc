@@ -30,7 +30,7 @@ class GrpcClient final : public ParamServerClient {
 
   Status Connect() {
     for (size_t i = 0; i < addresses_.size(); ++i) {
-      auto ch = net::MakeChannel(addresses_[i]);
+      auto ch = net::MakeChannel(*options_.transport, addresses_[i]);
       ADAM_RETURN_IF_ERROR(net::WaitForReady(ch.get(), "parameter server ps-" + std::to_string(i),
                                              addresses_[i], options_.connect_timeout));
       stubs_.push_back(adam::v1::ParameterService::NewStub(ch));
@@ -214,7 +214,7 @@ class RoutedClient final : public ParamServerClient {
                const std::vector<std::string>& controller, GrpcParamServerClientOptions options)
       : base_(base), layout_(layout), push_every_(push_every), options_(std::move(options)) {
     for (const auto& m : controller)
-      members_.push_back(adam::v1::Controller::NewStub(net::MakeChannel(m)));
+      members_.push_back(adam::v1::Controller::NewStub(net::MakeChannel(*options_.transport, m)));
   }
 
   ~RoutedClient() override {
@@ -414,7 +414,8 @@ class RoutedClient final : public ParamServerClient {
       r->addresses.push_back(sv.address());
       auto& stub = stubs_[sv.address()];
       if (!stub && !sv.address().empty())
-        stub = adam::v1::ParameterService::NewStub(net::MakeChannel(sv.address()));
+        stub = adam::v1::ParameterService::NewStub(
+            net::MakeChannel(*options_.transport, sv.address()));
       r->stubs.push_back(stub);
     }
     return std::shared_ptr<const Route>(std::move(r));

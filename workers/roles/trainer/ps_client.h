@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "model/layout.h"
+#include "net/grpc.h"
 #include "shard/shard_map.h"
 #include "update/update_plan.h"
 
@@ -68,6 +69,8 @@ struct GrpcParamServerClientOptions {
   std::chrono::milliseconds server_wait{120000};
   prometheus::Counter* waits = nullptr;  // adam_trainer_server_wait_seconds_total
   prometheus::Gauge* waiting = nullptr;  // adam_trainer_servers_unreachable
+  // How servers and controller members are dialled (the job's mutual TLS, or plain text).
+  std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
 };
 
 // Talks to every server in `addresses` (index = server number of the shard map) over gRPC, one

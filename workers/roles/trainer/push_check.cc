@@ -44,10 +44,11 @@ void CountTags(const std::vector<bool>& acked, const float* tags, PushCheckResul
 
 namespace {
 
-StatusOr<adam::v1::ShardMap> NewestMap(const std::vector<std::string>& members) {
+StatusOr<adam::v1::ShardMap> NewestMap(const net::Transport& transport,
+                                       const std::vector<std::string>& members) {
   std::optional<adam::v1::ShardMap> best;
   for (const auto& m : members) {
-    auto stub = adam::v1::Controller::NewStub(net::MakeChannel(m));
+    auto stub = adam::v1::Controller::NewStub(net::MakeChannel(transport, m));
     grpc::ClientContext ctx;
     net::SetDeadline(&ctx, std::chrono::milliseconds(500));
     adam::v1::ShardMap map;
@@ -96,7 +97,8 @@ std::vector<bool> PushTagged(const shard::ShardMap& map, ParamServerClient* ps,
 // Reads the tags of every copy of every shard in a shard map, through one stub per server.
 class CopyReader {
  public:
-  CopyReader(int64_t base, int pushes) : base_(base), pushes_(pushes) {}
+  CopyReader(const net::Transport& transport, int64_t base, int pushes)
+      : transport_(transport), base_(base), pushes_(pushes) {}
 
   // The in-sync copies of every shard of `m` into `reads`; whether each was read and agrees with
   // its primary (copies being filled are compared once they are in sync, not before).
@@ -128,7 +130,7 @@ class CopyReader {
         int(server) < m.servers_size() ? m.servers(int(server)).address() : "";
     if (address.empty()) return c;
     auto& stub = stubs_[address];
-    if (!stub) stub = adam::v1::ParameterService::NewStub(net::MakeChannel(address));
+    if (!stub) stub = adam::v1::ParameterService::NewStub(net::MakeChannel(transport_, address));
     adam::v1::ReadCopyRequest req;
     req.set_shard(shard);
     req.set_offset(uint64_t(base_));
@@ -144,6 +146,7 @@ class CopyReader {
     return c;
   }
 
+  const net::Transport& transport_;
   int64_t base_;
   int pushes_;
   std::map<std::string, std::unique_ptr<adam::v1::ParameterService::Stub>> stubs_;
@@ -203,12 +206,12 @@ StatusOr<PushCheckResult> RunPushCheck(const shard::ShardMap& map, ParamServerCl
   // Read the tags from every copy until they agree with their primaries (forwards and a
   // failover may still be under way) or `settle` has passed.
   const auto deadline = std::chrono::steady_clock::now() + o.settle;
-  CopyReader reader(base, o.pushes);
+  CopyReader reader(*o.transport, base, o.pushes);
   std::vector<CopyRead> reads;
   for (int attempt = 0;; ++attempt) {
     reads.clear();
     bool settled = false;
-    if (StatusOr<adam::v1::ShardMap> m = NewestMap(o.controller); m.ok()) {
+    if (StatusOr<adam::v1::ShardMap> m = NewestMap(*o.transport, o.controller); m.ok()) {
       r.map_version = m->version();
       settled = reader.ReadAll(*m, &reads);
     }
