@@ -61,45 +61,42 @@ StatusOr<Server> StartServer(const Transport& transport, const std::string& addr
   return out;
 }
 
-int Serve(const Transport& transport, const std::string& address,
-          const std::vector<grpc::Service*>& services, int metrics_port,
-          const std::function<void()>& before_shutdown, const std::vector<ExtraListener>& extra,
-          const std::function<void(int, const std::vector<int>&)>& on_ready) {
-  auto server = StartServer(transport, address, services);
-  if (!server.ok()) {
-    spdlog::error("{}", server.status().message());
-    return 1;
-  }
-  nlohmann::json ready = {
-      {"event", "ready"}, {"port", server->port}, {"metrics_port", metrics_port}};
-  std::vector<Server> extras;
+StatusOr<Listeners> Listeners::Start(const Transport& transport, const std::string& address,
+                                     const std::vector<grpc::Service*>& services,
+                                     const std::vector<ExtraListener>& extra) {
+  Listeners out;
+  ADAM_ASSIGN_OR_RETURN(out.main_, StartServer(transport, address, services));
   for (const auto& l : extra) {
     auto s = StartServer(transport, l.address, l.services);
     if (!s.ok()) {
-      spdlog::error("{}", s.status().message());
-      server->server->Shutdown();
-      for (auto& e : extras) e.server->Shutdown();
-      return 1;
+      out.Shutdown(std::chrono::milliseconds(0));
+      return s.status();
     }
     spdlog::info("{} on {}", l.name,
                  l.address.substr(0, l.address.rfind(':') + 1) + std::to_string(s->port));
-    ready[l.name] = s->port;
-    extras.push_back(std::move(*s));
+    out.extra_.emplace_back(l.name, std::move(*s));
   }
-  spdlog::info("serving on port {} (metrics on {})", server->port, metrics_port);
-  if (on_ready) {
-    std::vector<int> ports;
-    ports.reserve(extras.size());
-    for (const auto& e : extras) ports.push_back(e.port);
-    on_ready(server->port, ports);
-  }
-  EmitEvent(ready);
-  WaitForTerminationSignal();
-  if (before_shutdown) before_shutdown();
-  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
-  for (auto& e : extras) e.server->Shutdown(deadline);
-  server->server->Shutdown(deadline);
-  return 0;
+  return out;
+}
+
+std::vector<int> Listeners::extra_ports() const {
+  std::vector<int> ports;
+  ports.reserve(extra_.size());
+  for (const auto& [name, s] : extra_) ports.push_back(s.port);
+  return ports;
+}
+
+nlohmann::json Listeners::ReadyEvent(int metrics_port) const {
+  nlohmann::json ready = {{"event", "ready"}, {"port", main_.port}, {"metrics_port", metrics_port}};
+  for (const auto& [name, s] : extra_) ready[name] = s.port;
+  return ready;
+}
+
+void Listeners::Shutdown(std::chrono::milliseconds grace) {
+  const auto deadline = std::chrono::system_clock::now() + grace;
+  for (auto& [name, s] : extra_)
+    if (s.server) s.server->Shutdown(deadline);
+  if (main_.server) main_.server->Shutdown(deadline);
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const Transport& transport, const std::string& address) {

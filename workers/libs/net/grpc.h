@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -65,19 +66,26 @@ struct ExtraListener {
   std::vector<grpc::Service*> services;
 };
 
-// The serving role's main loop: starts `services` on `address` (and each extra listener),
-// reports the bound ports (and `metrics_port`) as a "ready" event, serves until SIGINT/SIGTERM
-// (which the caller has blocked with BlockTerminationSignals), then shuts down with a 2 s grace.
-// Returns the process exit code: 0, or 1 when an address cannot be bound (logged).
-// `before_shutdown`, when set, runs after the signal and before the shutdown (to release calls
-// the service holds back).
-// `on_ready`, when set, runs once everything listens, with the main port and each extra
-// listener's port (in order), before the ready event is emitted.
-int Serve(const Transport& transport, const std::string& address,
-          const std::vector<grpc::Service*>& services, int metrics_port,
-          const std::function<void()>& before_shutdown = {},
-          const std::vector<ExtraListener>& extra = {},
-          const std::function<void(int port, const std::vector<int>& extra_ports)>& on_ready = {});
+// A serving role's gRPC servers: its main address and any extra listeners, started together.
+class Listeners {
+ public:
+  // Starts `services` on `address` and each extra listener; fails naming the address that could
+  // not be bound (nothing is left listening then).
+  static StatusOr<Listeners> Start(const Transport& transport, const std::string& address,
+                                   const std::vector<grpc::Service*>& services,
+                                   const std::vector<ExtraListener>& extra = {});
+  int port() const { return main_.port; }
+  // Each extra listener's bound port, in the order given.
+  std::vector<int> extra_ports() const;
+  // The role's "ready" event: {"event": "ready", "port": P, "metrics_port": M, NAME: PORT...}.
+  nlohmann::json ReadyEvent(int metrics_port) const;
+  // Stops accepting calls and ends those in flight after `grace`. Idempotent.
+  void Shutdown(std::chrono::milliseconds grace = std::chrono::seconds(2));
+
+ private:
+  Server main_;
+  std::vector<std::pair<std::string, Server>> extra_;  // by ready-event key
+};
 
 // A channel to `address` with the project's message limits.
 std::shared_ptr<grpc::Channel> MakeChannel(const Transport& transport, const std::string& address);

@@ -3,10 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include "controller/controller.h"
+#include "controller/member.h"
 #include "controller/shard_state.h"
-#include "core/periodic.h"
+#include "core/role.h"
 #include "core/signals.h"
-#include "metrics/metrics.h"
 #include "model/layout.h"
 #include "net/grpc.h"
 #include "shard/shard_map.h"
@@ -34,72 +34,6 @@ StatusOr<std::map<raft::NodeId, std::string>> ParseMembers(const std::string& me
 }
 
 namespace {
-
-// The controller's series, read from its Raft driver and its state by Sample (every 200 ms).
-class SampledMetrics {
- public:
-  SampledMetrics(metrics::MetricsServer& reg, Controller* controller)
-      : controller_(controller),
-        term_(reg.Gauge("adam_controller_term", "Raft term of this member")),
-        leader_(reg.Gauge("adam_controller_is_leader", "1 while this member is the Raft leader")),
-        commit_(reg.Gauge("adam_controller_commit_index", "Raft commit index")),
-        applied_(reg.Gauge("adam_controller_applied_index", "Raft entries applied")),
-        log_bytes_(reg.Gauge("adam_controller_log_bytes", "Bytes in the Raft log file")),
-        version_(reg.Gauge("adam_controller_map_version", "Version of the shard map")),
-        alive_(reg.Gauge("adam_controller_servers_alive", "Parameter servers marked alive")),
-        under_(
-            reg.Gauge("adam_controller_shards_under_replicated",
-                      "Shards with fewer in-sync copies than spec.roles.parameterServer.copies")),
-        heartbeats_(
-            reg.Counter("adam_controller_heartbeats_total", "Heartbeats accepted (leader)")),
-        failovers_(reg.Counter("adam_controller_failovers_total",
-                               "Failovers committed for dead parameter servers (leader)")),
-        restarts_(reg.Counter("adam_controller_server_restarts_total",
-                              "Parameter servers seen heartbeating as a new process (leader)")),
-        rebuilt_(reg.Counter("adam_controller_copies_rebuilt_total",
-                             "New shard copies committed in sync (every member)")),
-        leader_changes_(reg.Counter("adam_controller_leader_changes_total",
-                                    "Times this member saw a different leader take over")),
-        failover_seconds_(reg.Histogram("adam_controller_failover_seconds",
-                                        "From a dead parameter server's last heartbeat to the "
-                                        "committed map without it (leader)",
-                                        {0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10})) {}
-
-  void Sample() {
-    const raft::DriverInfo info = controller_->raft_info();
-    if (info.leader != 0 && info.leader != last_leader_) {
-      if (last_leader_ != 0) leader_changes_.Increment();
-      last_leader_ = info.leader;
-    }
-    for (double sec : controller_->TakeFailoverSeconds()) failover_seconds_.Observe(sec);
-    term_.Set(double(info.term));
-    leader_.Set(info.role == raft::Role::kLeader ? 1 : 0);
-    commit_.Set(double(info.commit));
-    applied_.Set(double(info.applied));
-    log_bytes_.Set(double(info.log_bytes));
-    const v1::ControllerState s = controller_->state();
-    version_.Set(double(s.version()));
-    int n_alive = 0, n_under = 0;
-    for (const auto& sv : s.servers()) n_alive += sv.alive();
-    for (const auto& sh : s.shards()) n_under += sh.replicas_size() < int(s.copies());
-    alive_.Set(n_alive);
-    under_.Set(n_under);
-    const ControllerCounters c = controller_->counters();
-    heartbeats_.Increment(double(c.heartbeats - last_.heartbeats));
-    failovers_.Increment(double(c.failovers - last_.failovers));
-    rebuilt_.Increment(double(c.copies_done - last_.copies_done));
-    restarts_.Increment(double(c.restarts - last_.restarts));
-    last_ = c;
-  }
-
- private:
-  Controller* controller_;
-  prometheus::Gauge &term_, &leader_, &commit_, &applied_, &log_bytes_, &version_, &alive_, &under_;
-  prometheus::Counter &heartbeats_, &failovers_, &restarts_, &rebuilt_, &leader_changes_;
-  prometheus::Histogram& failover_seconds_;
-  ControllerCounters last_;  // at the last sample
-  raft::NodeId last_leader_ = 0;
-};
 
 // The member's options: its Raft group from --members, its timings from the command line, the
 // first shard map from the job's layout.
@@ -151,23 +85,9 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     spdlog::error("controller: {}", controller.status().message());
     return 1;
   }
-  const std::string listen = members->at(options.id);
-  auto metrics =
-      metrics::MetricsServer::Start(listen.substr(0, listen.rfind(':')), options.metrics_port);
-  if (!metrics.ok()) {
-    spdlog::error("{}", metrics.status().message());
-    return 1;
-  }
-  auto& reg = **metrics;
-  SampledMetrics sampled(reg, controller->get());
-  (*controller)->Start();
-  Periodic sampling(std::chrono::milliseconds(200), [&] { sampled.Sample(); });
-  const int rc = net::Serve(*options.transport, listen,
-                            {(*controller)->controller_service(), (*controller)->raft_service()},
-                            reg.port(), [&] { (*controller)->Stop(); });
-  sampling.Stop();
-  (*controller)->Stop();
-  return rc;
+  Member member(std::move(*controller), members->at(options.id), options.metrics_port,
+                options.transport);
+  return ServeUntilSignalled(member);
 }
 
 }  // namespace adam::controller

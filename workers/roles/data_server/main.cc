@@ -8,11 +8,13 @@
 
 #include "core/exit_codes.h"
 #include "core/periodic.h"
+#include "core/role.h"
 #include "core/signals.h"
 #include "core/status.h"
 #include "data/augment.h"
 #include "data/image_folder.h"
 #include "data_server/data_service.h"
+#include "data_server/server.h"
 #include "metrics/metrics.h"
 #include "net/grpc.h"
 #include "spec/manifest_watch.h"
@@ -86,81 +88,31 @@ Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train,
   return OkStatus();
 }
 
-// Serves `source` with its metrics until SIGINT/SIGTERM, following the job's trainer count.
-int Serve(DataSource* source, int classes, const MainOptions& options) {
-  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  auto metrics = metrics::MetricsServer::Start(host, options.metrics_port);
-  if (!metrics.ok()) {
-    spdlog::error("{}", metrics.status().message());
-    return 1;
-  }
-  auto& reg = **metrics;
-  reg.Gauge("adam_data_cache_images", "Augmented training images held in memory")
-      .Set(double(source->variants()) * source->train_count());
-  DataServiceMetrics dm{
-      &reg.Counter("adam_data_batches_served_total", "Training batches served"),
-      &reg.Counter("adam_data_images_served_total", "Training images served"),
-      &reg.Counter("adam_data_epochs_closed_total", "Epochs closed by the trainer quorum")};
-  DataService service(source, classes, dm);
-  auto& hits = reg.Counter("adam_data_order_hits_total",
-                           "Training batches served from an epoch shuffle that was ready");
-  auto& misses = reg.Counter("adam_data_order_misses_total",
-                             "Training batches that waited for their epoch's shuffle");
-  auto& depth = reg.Gauge("adam_data_prefetch_depth",
-                          "Epoch shuffles ready beyond the newest epoch asked for");
-  auto& trainers = reg.Gauge("adam_data_trainers", "Trainers the data server shares epochs among");
-  trainers.Set(source->trainers());
-  uint64_t hits_seen = 0, misses_seen = 0;
-  Periodic sampler(std::chrono::milliseconds(1000), [&] {
-    const uint64_t h = source->order_hits(), m = source->order_misses();
-    hits.Increment(double(h - hits_seen));
-    misses.Increment(double(m - misses_seen));
-    hits_seen = h;
-    misses_seen = m;
-    depth.Set(source->prefetched_epochs());
-  });
-  // Trainers scaled on a cluster: the job's manifest (its ConfigMap) has the new count; epochs
-  // not yet started are shared among it.
-  const auto follower = spec::FollowTrainerCount(options.job_path, source->trainers(), [&](int m) {
-    source->SetTrainers(m);
-    trainers.Set(m);
-  });
-  return net::Serve(*options.transport, options.listen, {&service}, reg.port());
-}
-
-}  // namespace
-
-int Main(const spec::AdamJob& job, const MainOptions& options) {
-  BlockTerminationSignals();
+// The job's data set (IDX files or image folders), augmented into its cache: what the data
+// server serves. A refused input is kDataLoss or kInvalidArgument (RefusedInputExit).
+StatusOr<std::unique_ptr<DataSource>> LoadDataSource(const spec::AdamJob& job, int batch_images) {
   const auto t0 = std::chrono::steady_clock::now();
   const int classes = spec::NumClasses(job.model);
   const auto& in = job.model.input;
-  StatusOr<data::Dataset> train = data::Dataset{}, test = data::Dataset{};
+  data::Dataset train, test;
   if (job.dataset.format == "folder") {
-    if (Status st = LoadFolders(job, classes, &*train, &*test); !st.ok()) {
-      spdlog::error("data set: {}", st.message());
-      return RefusedInputExit(st);
-    }
+    ADAM_RETURN_IF_ERROR(LoadFolders(job, classes, &train, &test).Annotate("data set"));
   } else {
     spdlog::info("loading {}", job.dataset.train.images);
-    train = data::LoadIdxDataset(job.dataset.train.images, job.dataset.train.labels, classes,
-                                 in.channels, in.height, in.width);
-    if (!train.ok()) {
-      spdlog::error("training set: {}", train.status().message());
-      return RefusedInputExit(train.status());
-    }
-    test = data::LoadIdxDataset(job.dataset.test.images, job.dataset.test.labels, classes,
-                                in.channels, in.height, in.width);
-    if (!test.ok()) {
-      spdlog::error("test set: {}", test.status().message());
-      return RefusedInputExit(test.status());
-    }
+    auto tr = data::LoadIdxDataset(job.dataset.train.images, job.dataset.train.labels, classes,
+                                   in.channels, in.height, in.width);
+    if (!tr.ok()) return tr.status().Annotate("training set");
+    auto te = data::LoadIdxDataset(job.dataset.test.images, job.dataset.test.labels, classes,
+                                   in.channels, in.height, in.width);
+    if (!te.ok()) return te.status().Annotate("test set");
+    train = std::move(*tr);
+    test = std::move(*te);
   }
-  spdlog::info("loaded {} training and {} test images of {}x{}x{}", train->count, test->count,
-               train->channels, train->height, train->width);
+  spdlog::info("loaded {} training and {} test images of {}x{}x{}", train.count, test.count,
+               train.channels, train.height, train.width);
   int last_pct = -1;
   auto cache = std::make_unique<data::AugmentedCache>(
-      *train, job.dataset.augment, job.training.seed, [&](int64_t done, int64_t total) {
+      train, job.dataset.augment, job.training.seed, [&](int64_t done, int64_t total) {
         const int pct = total > 0 ? int(100 * done / total) : 100;
         if (pct / 25 != last_pct / 25) {
           last_pct = pct;
@@ -171,15 +123,26 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                cache->variants(), cache->count(),
                double(cache->variants()) * cache->count() * cache->image_bytes() / 1e6,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-
   DataSourceOptions so;
   so.trainers = job.roles.trainer.replicas;
   so.quorum = job.training.epoch_quorum;
-  so.batch_images = options.batch_images;
+  so.batch_images = batch_images;
   so.seed = job.training.seed;
-  DataSource source(std::move(cache), std::move(train->labels), std::move(*test), so);
+  return std::make_unique<DataSource>(std::move(cache), std::move(train.labels), std::move(test),
+                                      so);
+}
 
-  return Serve(&source, classes, options);
+}  // namespace
+
+int Main(const spec::AdamJob& job, const MainOptions& options) {
+  BlockTerminationSignals();
+  auto source = LoadDataSource(job, options.batch_images);
+  if (!source.ok()) {
+    spdlog::error("{}", source.status().message());
+    return RefusedInputExit(source.status());
+  }
+  DataServer server(std::move(*source), spec::NumClasses(job.model), options);
+  return ServeUntilSignalled(server);
 }
 
 }  // namespace adam::data_server

@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "core/event.h"
-#include "core/periodic.h"
+#include "core/role.h"
 #include "core/signals.h"
 #include "metrics/metrics.h"
 #include "model/layout.h"
@@ -20,6 +20,7 @@
 #include "param_server/param_service.h"
 #include "param_server/replica_service.h"
 #include "param_server/routing.h"
+#include "param_server/server.h"
 #include "spec/manifest_watch.h"
 #include "topology/topology.h"
 #include "update/update_plan.h"
@@ -72,121 +73,6 @@ StatusOr<Restored> RestoreState(const MainOptions& options, const CheckpointOpti
   return restored;
 }
 
-CheckpointMetrics CheckpointMetricsIn(metrics::MetricsServer& reg) {
-  return {&reg.Counter("adam_ps_checkpoint_flushes_total", "Checkpoints written"),
-          &reg.Counter("adam_ps_checkpoint_bytes_total", "Checkpoint bytes written"),
-          &reg.Histogram("adam_ps_checkpoint_flush_seconds", "Checkpoint flush duration",
-                         {0.01, 0.1, 1, 10, 60}),
-          &reg.Gauge("adam_ps_checkpoint_last_success_timestamp_seconds",
-                     "Unix time of the last complete checkpoint"),
-          &reg.Gauge("adam_ps_checkpoint_generation", "Generation of the newest checkpoint")};
-}
-
-ParamServiceMetrics ServiceMetricsIn(metrics::MetricsServer& reg) {
-  return {&reg.Counter("adam_ps_pushes_total", "Push requests applied"),
-          &reg.Counter("adam_ps_push_bytes_total", "Weight-delta bytes applied"),
-          &reg.Counter("adam_ps_dense_update_bytes_total",
-                       "Activation and error bytes received for dense layers"),
-          &reg.Counter("adam_ps_pull_bytes_total", "Parameter bytes served"),
-          &reg.Histogram("adam_ps_pull_wait_seconds", "Time pulls waited for the consistency model",
-                         {0.001, 0.01, 0.1, 1, 10})};
-}
-
-// The gauges and counters read from the server's parts once a second (Sample).
-class SampledMetrics {
- public:
-  SampledMetrics(metrics::MetricsServer& reg, const ParamStore* store, const ClockGate* gate)
-      : store_(store),
-        gate_(gate),
-        queue_depth_(
-            reg.Gauge("adam_ps_queue_depth", "Updates and reads queued to the shard workers")),
-        applied_(reg.Counter("adam_ps_applied_bytes_total",
-                             "Update payload bytes applied by the shard workers")),
-        parked_(reg.Gauge("adam_ps_parked_pulls", "Pulls held back by the consistency model")),
-        spread_(
-            reg.Gauge("adam_ps_clock_spread", "Pushes between the fastest and slowest trainer")),
-        map_version_(reg.Gauge("adam_ps_shard_map_version",
-                               "Version of the controller's shard map this server acts on")),
-        primaries_(reg.Gauge("adam_ps_primary_shards", "Shards this server is the primary of")),
-        forwarded_(reg.Counter("adam_ps_forwarded_bytes_total",
-                               "Shard bytes forwarded to the shards' other copies")),
-        heartbeats_(reg.Counter("adam_ps_controller_heartbeats_total",
-                                "Heartbeats the controller leader accepted")),
-        lag_(reg.Gauge("adam_ps_replication_lag_seconds",
-                       "0 when every copy of this server's primary shards got the last forward "
-                       "round's versions, else seconds since a round last left them all current")) {
-  }
-
-  // With copies: the routing, forwarding and controller-link series too.
-  void AddCopies(const Routing* routing, const Forwarder* forwarder, const ControllerLink* link) {
-    routing_ = routing;
-    forwarder_ = forwarder;
-    link_ = link;
-  }
-
-  // Called by one thread at a time (the caller, then the sampler).
-  void Sample() {
-    queue_depth_.Set(double(store_->queue_depth()));
-    const uint64_t now = store_->applied_bytes();
-    applied_.Increment(double(now - applied_seen_));
-    applied_seen_ = now;
-    parked_.Set(double(gate_->parked()));
-    spread_.Set(double(gate_->Spread()));
-    if (!link_) return;
-    map_version_.Set(double(routing_->version()));
-    primaries_.Set(routing_->primaries());
-    forwarded_.Increment(double(forwarder_->forwarded_bytes() - forwarded_seen_));
-    forwarded_seen_ = forwarder_->forwarded_bytes();
-    lag_.Set(forwarder_->lag_seconds());
-    heartbeats_.Increment(double(link_->heartbeats() - heartbeats_seen_));
-    heartbeats_seen_ = link_->heartbeats();
-  }
-
- private:
-  const ParamStore* store_;
-  const ClockGate* gate_;
-  const Routing* routing_ = nullptr;
-  const Forwarder* forwarder_ = nullptr;
-  const ControllerLink* link_ = nullptr;
-  prometheus::Gauge& queue_depth_;
-  prometheus::Counter& applied_;
-  prometheus::Gauge& parked_;
-  prometheus::Gauge& spread_;
-  prometheus::Gauge& map_version_;
-  prometheus::Gauge& primaries_;
-  prometheus::Counter& forwarded_;
-  prometheus::Counter& heartbeats_;
-  prometheus::Gauge& lag_;
-  uint64_t applied_seen_ = 0, forwarded_seen_ = 0, heartbeats_seen_ = 0;
-};
-
-// Starts the checkpointer into `*checkpointer` (and its copies to --checkpoint-peer).
-void StartCheckpointer(const MainOptions& options, metrics::MetricsServer& reg, ParamStore* store,
-                       BufferPool* pool, CheckpointOptions* copt, const Restored& restored,
-                       std::optional<Checkpointer>* checkpointer) {
-  if (!options.checkpoint_peer.empty()) {
-    auto& copied = reg.Counter("adam_ps_checkpoint_peer_files_total",
-                               "Checkpoint files copied to the peer over the replication address");
-    copt->after_flush = [&copied, checkpointer, peer = options.checkpoint_peer,
-                         sender = std::make_shared<PeerSender>(*options.transport,
-                                                               options.checkpoint_peer,
-                                                               uint32_t(options.index))] {
-      auto n = sender->Send(**checkpointer);
-      if (!n.ok()) {
-        spdlog::warn("{}", n.status().message());
-        return;
-      }
-      copied.Increment(double(*n));
-      EmitEvent({{"event", "checkpoint_copied"},
-                 {"peer", peer},
-                 {"generation", (*checkpointer)->generation()},
-                 {"files", *n}});
-    };
-  }
-  checkpointer->emplace(store, pool, *copt, restored, CheckpointMetricsIn(reg));
-  (*checkpointer)->Start();
-}
-
 // What this server holds, and which dense layers' updates reach it as activations and errors.
 void LogHolding(const update::JobLayout& derived, const ParamStore& store) {
   spdlog::info("holding {} of {} shards ({} of {} parameters); {}", store.shard_ids().size(),
@@ -198,96 +84,6 @@ void LogHolding(const update::JobLayout& derived, const ParamStore& store) {
       layers += (layers.empty() ? "" : ", ") + std::to_string(d.layer);
     spdlog::info("dense layers {} send activations and errors", layers);
   }
-}
-
-// The last checkpoint, once serving has stopped: no background flush (or peer copy) from here
-// on, then the last updates before the process goes. Exit code 1 when it fails.
-int FinalFlush(Checkpointer& checkpointer, const CheckpointOptions& copt) {
-  checkpointer.Stop();
-  auto g = checkpointer.Flush();
-  if (!g.ok()) {
-    spdlog::error("final checkpoint failed: {}", g.status().message());
-    return 1;
-  }
-  if (*g > 0 && copt.after_flush) copt.after_flush();
-  return 0;
-}
-
-// Serves the store until SIGINT/SIGTERM: the parameter service, the replication service on the
-// second address, with copies the controller link and the forwarder, metrics, and a last
-// checkpoint on the way out.
-int Serve(const spec::AdamJob& job, const MainOptions& options, const update::JobLayout& derived,
-          CheckpointOptions copt, const Restored& restored, ParamStore* store, bool pinned) {
-  LogHolding(derived, *store);
-  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  auto metrics = metrics::MetricsServer::Start(host, options.metrics_port);
-  if (!metrics.ok()) {
-    spdlog::error("{}", metrics.status().message());
-    return 1;
-  }
-  auto& reg = **metrics;
-  reg.Gauge("adam_ps_shards", "Shards held by this parameter server")
-      .Set(double(store->shard_ids().size()));
-  reg.Gauge("adam_cpu_pinned", "1 when this role's threads are pinned to cores of its own, else 0")
-      .Set(pinned ? 1 : 0);
-  reg.Gauge("adam_ps_parameters", "Parameters held by this parameter server")
-      .Set(double(store->total_floats()));
-  ClockGate gate(job.roles.trainer.replicas, job.training.consistency, job.training.max_staleness);
-  // Trainers scaled on a cluster: the job's manifest (its ConfigMap) has the new count.
-  const auto follower = spec::FollowTrainerCount(options.job_path, gate.trainers(),
-                                                 [&gate](int n) { gate.SetTrainers(n); });
-  BufferPool pool;
-  std::optional<Checkpointer> checkpointer;
-  if (!options.state_dir.empty())
-    StartCheckpointer(options, reg, store, &pool, &copt, restored, &checkpointer);
-  ParamService service(store, &gate, &derived.plan, options.index, &pool, ServiceMetricsIn(reg));
-  ReplicaService replica(checkpointer ? &*checkpointer : nullptr, uint32_t(options.index),
-                         options.state_dir.empty() ? "" : options.state_dir + "/peers");
-  std::vector<net::ExtraListener> extra;
-  if (!options.replication_listen.empty())
-    extra.push_back({"replication_port", options.replication_listen, {&replica}});
-  SampledMetrics sampled(reg, store, &gate);
-  Routing routing(uint32_t(options.index));
-  std::optional<ControllerLink> link;
-  std::optional<Forwarder> forwarder;
-  std::function<void(int, const std::vector<int>&)> on_ready;
-  if (!options.controller.empty()) {
-    replica.AcceptForwards(store, &routing);
-    service.RequirePrimary(&routing);
-    link.emplace(options.transport, uint32_t(options.index), options.controller, &routing, store);
-    forwarder.emplace(options.transport, uint32_t(options.index), &routing, store,
-                      options.forward_interval);
-    if (job.roles.parameter_server.acknowledge == spec::Acknowledge::kQuorum)
-      service.RequireQuorum(&*forwarder);
-    sampled.AddCopies(&routing, &*forwarder, &*link);
-    on_ready = [&](int port, const std::vector<int>& extra_ports) {
-      // The machine label for anti-affinity: the Kubernetes node (downward API), when given.
-      // Locally every server shares one machine, and copies only avoid sharing a server.
-      const char* node = std::getenv("ADAM_NODE_NAME");
-      const std::string& repl = options.replication_listen;
-      link->SetAddresses({host + ":" + std::to_string(port),
-                          repl.substr(0, repl.rfind(':')) + ":" + std::to_string(extra_ports.at(0)),
-                          node ? node : ""});
-    };
-    spdlog::info("copies: {} per shard; failover by the controller at {} members",
-                 job.roles.parameter_server.copies, options.controller.size());
-  }
-  // Sampled gauges: now, then once a second.
-  sampled.Sample();
-  Periodic sampler(std::chrono::seconds(1), [&] { sampled.Sample(); });
-  // Pushes waiting for a quorum are answered (UNAVAILABLE) before the server shuts down.
-  const int rc = net::Serve(
-      *options.transport, options.listen, {&service}, reg.port(),
-      [&] {
-        gate.Close();
-        if (forwarder) forwarder->Stop();
-      },
-      extra, on_ready);
-  if (link) link->Stop();
-  if (forwarder) forwarder->Stop();
-  sampler.Stop();
-  if (checkpointer && FinalFlush(*checkpointer, copt) != 0) return 1;
-  return rc;
 }
 
 }  // namespace
@@ -355,7 +151,15 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   }
   store.RaiseEpochs(restored->epochs);
   initial = {};
-  return Serve(job, options, *derived, std::move(copt), *restored, &store, so.bind);
+  ParamServer server(job, options, *derived, std::move(copt), std::move(*restored), &store,
+                     so.bind);
+  LogHolding(*derived, store);
+  const int rc = ServeUntilSignalled(server);
+  if (Status st = server.LastCheckpoint(); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return 1;
+  }
+  return rc;
 }
 
 }  // namespace adam::ps

@@ -1,0 +1,81 @@
+// The data server as a role object, run in-process: Start binds and reports its ports, the
+// service answers over gRPC through the role's transport, Stop ends it (twice is harmless).
+#include "data_server/server.h"
+
+#include <gtest/gtest.h>
+
+#include "adam/v1/data.grpc.pb.h"
+#include "net/tls.h"
+
+namespace adam::data_server {
+namespace {
+
+std::unique_ptr<DataSource> TinySource(int n) {
+  data::Dataset train;
+  train.count = n;
+  train.height = train.width = 2;
+  train.pixels.assign(size_t(n * 4), 7);
+  for (int i = 0; i < n; ++i) train.labels.push_back(uint8_t(i % 3));
+  spec::AugmentSpec a;
+  auto cache = std::make_unique<data::AugmentedCache>(train, a, 1);
+  data::Dataset test = train;
+  DataSourceOptions o;
+  o.trainers = 1;
+  o.batch_images = 4;
+  return std::make_unique<DataSource>(std::move(cache), train.labels, std::move(test), o);
+}
+
+int Served(const net::Transport& transport, int port) {
+  auto stub =
+      v1::DataService::NewStub(net::MakeChannel(transport, "127.0.0.1:" + std::to_string(port)));
+  grpc::ClientContext ctx;
+  net::SetDeadline(&ctx, std::chrono::seconds(2));
+  v1::DatasetInfo info;
+  if (!stub->GetInfo(&ctx, v1::GetInfoRequest(), &info).ok()) return -1;
+  return int(info.train_count());
+}
+
+TEST(DataServerRole, StartsServesAndStopsInProcess) {
+  MainOptions o;
+  o.listen = "127.0.0.1:0";
+  DataServer server(TinySource(10), 3, o);
+  ASSERT_TRUE(server.Start().ok());
+  const nlohmann::json ready = server.ReadyEvent();
+  EXPECT_EQ(ready.value("event", ""), "ready");
+  EXPECT_GT(ready.value("port", 0), 0);
+  EXPECT_GT(ready.value("metrics_port", 0), 0);
+  EXPECT_EQ(ready.value("port", 0), server.port());
+  EXPECT_EQ(Served(*net::Transport::Plaintext(), server.port()), 10);
+  server.Stop();
+  EXPECT_EQ(Served(*net::Transport::Plaintext(), server.port()), -1);
+  server.Stop();
+}
+
+// Its transport is the one it was given: a role with the job's TLS refuses a plain peer.
+TEST(DataServerRole, ServesThroughTheTransportItWasGiven) {
+  auto job = net::MakeJobCertificates("test-job", {"*.test-job"});
+  ASSERT_TRUE(job.ok());
+  MainOptions o;
+  o.listen = "127.0.0.1:0";
+  o.transport = net::Transport::MutualTls(*job);
+  DataServer server(TinySource(6), 3, o);
+  ASSERT_TRUE(server.Start().ok());
+  EXPECT_EQ(Served(*o.transport, server.port()), 6);
+  EXPECT_EQ(Served(*net::Transport::Plaintext(), server.port()), -1);
+}
+
+// A listen address that cannot be bound fails Start naming it, and leaves nothing serving.
+TEST(DataServerRole, AnAddressInUseFailsStartNamingIt) {
+  MainOptions o;
+  o.listen = "127.0.0.1:0";
+  DataServer first(TinySource(4), 3, o);
+  ASSERT_TRUE(first.Start().ok());
+  o.listen = "127.0.0.1:" + std::to_string(first.port());
+  DataServer second(TinySource(4), 3, o);
+  const Status st = second.Start();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(o.listen), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace adam::data_server

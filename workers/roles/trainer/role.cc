@@ -1,0 +1,167 @@
+#include "trainer/role.h"
+
+#include <spdlog/spdlog.h>
+
+#include "core/exit_codes.h"
+#include "model/layout.h"
+#include "net/grpc.h"
+#include "topology/topology.h"
+#include "trainer/push_check.h"
+
+namespace adam::trainer {
+
+namespace {
+
+// The trainer's series, registered on its metrics server.
+TrainerMetrics RegisterMetrics(metrics::MetricsServer& reg) {
+  TrainerMetrics tm{
+      &reg.Counter("adam_trainer_images_total", "Training images processed"),
+      &reg.Gauge("adam_trainer_loss", "Mean training loss of the last epoch"),
+      &reg.Gauge("adam_trainer_test_accuracy", "Test accuracy after the last epoch"),
+      &reg.Gauge("adam_trainer_epoch", "Epochs completed"),
+      &reg.Counter("adam_trainer_pushes_total", "Update pushes to the parameter servers"),
+      &reg.Counter("adam_trainer_push_bytes_total", "Update bytes pushed"),
+      &reg.Counter("adam_trainer_pull_bytes_total", "Parameter bytes pulled")};
+  const std::vector<double> latency = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
+                                       0.05,   0.1,   0.25,  0.5,   1,    2.5};
+  tm.push_seconds = &reg.Histogram("adam_trainer_push_seconds",
+                                   "Time of one push to every parameter server", latency);
+  tm.pull_seconds =
+      &reg.Histogram("adam_trainer_pull_seconds",
+                     "Time of one pull from every parameter server (with its waits)", latency);
+  tm.map_version =
+      &reg.Gauge("adam_trainer_shard_map_version",
+                 "Version of the controller's shard map the trainer routes by (copies > 1)");
+  tm.staleness =
+      &reg.Gauge("adam_trainer_staleness_images",
+                 "Images trained on the replica's weights since their last pull, at the last push");
+  tm.drift_waits =
+      &reg.Counter("adam_trainer_drift_waits_total",
+                   "Times a worker waited because the replica was kMaxUnsyncedPushes "
+                   "pushes ahead of its last push (e.g. a push held up by a failover)");
+  tm.ring_waits = &reg.Counter("adam_trainer_ring_waits_total",
+                               "threadWeights private: steps a worker published only after waiting "
+                               "for a slower worker to apply its earlier ones");
+  return tm;
+}
+
+// --check-pushes: the acknowledged-update check (push_check.h) instead of training. Exit 0 when
+// nothing acknowledged was lost or applied twice and every copy agrees with its primary.
+int CheckPushes(const spec::AdamJob& job, const MainOptions& options, const shard::ShardMap& map,
+                ParamServerClient* ps) {
+  if (options.controller.empty()) {
+    spdlog::error("--check-pushes compares a shard's copies: it needs --controller (copies > 1)");
+    return kExitInvalid;
+  }
+  PushCheckOptions co;
+  co.pushes = options.check_pushes;
+  co.round = options.check_round;
+  co.trainers = job.roles.trainer.replicas;
+  co.index = options.index;
+  co.every = std::chrono::milliseconds(options.check_every_ms);
+  co.controller = options.controller;
+  co.transport = options.transport;
+  auto r = RunPushCheck(map, ps, co);
+  if (!r.ok()) {
+    spdlog::error("{}", r.status().message());
+    return r.status().code() == StatusCode::kInvalidArgument ? kExitInvalid : 1;
+  }
+  return r->lost + r->twice + r->disagree > 0 ? 1 : 0;
+}
+
+// The trainer's own options from the job and the command line; threads are pinned only where
+// this machine allows it (the reason is logged when it does not).
+TrainerOptions OptionsOf(const spec::AdamJob& job, const MainOptions& options) {
+  TrainerOptions to;
+  to.index = options.index;
+  to.threads = options.threads > 0 ? options.threads : job.roles.trainer.threads;
+  to.name = options.name;
+  to.evaluate_only = options.evaluate_only;
+  to.model_out = options.model_out;
+  to.bind = options.bind && job.placement.numa_pinning;
+  if (to.bind) {
+    if (const auto pin = topology::DecidePinningHere(); !pin.pin) {
+      spdlog::warn("worker threads not pinned: {}", pin.why);
+      to.bind = false;
+    }
+  }
+  return to;
+}
+
+}  // namespace
+
+TrainerRole::TrainerRole(const spec::AdamJob& job, MainOptions options,
+                         const update::JobLayout& derived)
+    : job_(job), options_(std::move(options)), derived_(derived) {}
+
+Status TrainerRole::Start() {
+  ADAM_ASSIGN_OR_RETURN(
+      metrics_, metrics::MetricsServer::Start(options_.metrics_host, options_.metrics_port));
+  return OkStatus();
+}
+
+nlohmann::json TrainerRole::ReadyEvent() const {
+  return {{"event", "ready"}, {"metrics_port", metrics_ ? metrics_->port() : 0}};
+}
+
+int TrainerRole::Run() {
+  const spec::AdamJob& job = job_;
+  const MainOptions& options = options_;
+  const model::ModelLayout& layout = derived_.layout;
+  const shard::ShardMap& map = derived_.map;
+  auto& reg = *metrics_;
+  const TrainerMetrics tm = RegisterMetrics(reg);
+  GrpcParamServerClientOptions po;
+  po.trainer_name = options.name;
+  po.trainer_index = options.index;
+  po.transport = options.transport;
+  po.waits = &reg.Counter("adam_trainer_server_wait_seconds_total",
+                          "Seconds requests spent waiting for an unreachable parameter server "
+                          "(copies: 1) or data server");
+  po.waiting =
+      &reg.Gauge("adam_trainer_servers_unreachable",
+                 "1 while a push or pull waits for an unreachable parameter server (copies: 1)");
+  auto ps =
+      options.controller.empty()
+          ? ConnectParamServers(map, derived_.plan, options.param_servers, po)
+          : ConnectRoutedParamServers(map, layout, job.training.push_every, options.controller, po);
+  if (!ps.ok()) {
+    spdlog::error("{}", ps.status().message());
+    return 1;
+  }
+  if (options.check_pushes > 0) return CheckPushes(job, options, map, ps->get());
+  auto data_channel = net::MakeChannel(*options.transport, options.data_server);
+  if (Status st = net::WaitForReady(data_channel.get(), "data server", options.data_server,
+                                    std::chrono::seconds(30));
+      !st.ok()) {
+    spdlog::error("{}", st.message());
+    return 1;
+  }
+  const TrainerOptions to = OptionsOf(job, options);
+  reg.Gauge("adam_cpu_pinned", "1 when this role's threads are pinned to cores of its own, else 0")
+      .Set(to.bind ? 1 : 0);
+  spdlog::info("training with {} threads, batch {}, {} parameters in {} shards on {} servers",
+               to.threads, job.training.batch_size, layout.num_params(), map.shards().size(),
+               map.num_servers());
+  DataClientOptions dco;
+  dco.timeout = to.rpc_timeout;
+  dco.address = options.data_server;
+  dco.waits = po.waits;
+  dco.waiting = &reg.Gauge("adam_trainer_data_server_unreachable",
+                           "1 while a request waits for an unreachable data server, else 0");
+  Trainer trainer(job, to, tm, MakeGrpcDataClient(data_channel, dco), std::move(*ps));
+  auto result = trainer.Run();
+  if (!result.ok()) {
+    spdlog::error("{}", result.status().message());
+    return kExitFailed;
+  }
+  if (!result->diverged.empty()) {
+    spdlog::error("{}", result->diverged);
+    return kExitDiverged;
+  }
+  spdlog::info("done: {} epochs, {} images in {:.1f} s", result->epochs, result->images,
+               result->seconds);
+  return 0;
+}
+
+}  // namespace adam::trainer
