@@ -1,0 +1,167 @@
+// The launcher's parts without `adam`: Children runs real processes (sh, sleep), Faults kills and
+// restarts them on its schedule, RunLog turns events into the summary.
+#include "launcher/children.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <map>
+
+#include "launcher/faults.h"
+#include "launcher/run_log.h"
+
+namespace adam::launcher {
+namespace {
+
+spec::RoleInstance Instance(const std::string& name, spec::Role role = spec::Role::kParamServer) {
+  spec::RoleInstance in;
+  in.role = role;
+  in.name = name;
+  return in;
+}
+
+// Polls until every child has exited (or 10 s pass); returns whether they did.
+bool AllExited(Children& children) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < end) {
+    children.Poll(-1);
+    bool all = true;
+    for (const auto& c : children.all()) all = all && c.exited;
+    if (all) return true;
+  }
+  return false;
+}
+
+TEST(Children, HandsOnEveryLineAndReapsWithTheExitStatus) {
+  std::map<std::string, std::vector<std::string>> lines;
+  Children children([&](Child& c, const std::string& l) { lines[c.inst.name].push_back(l); });
+  ASSERT_TRUE(
+      children.Start(Instance("a"), {"/bin/sh", "-c", "echo one; echo two >&2; exit 3"}, {}).ok());
+  // A last line without a newline is still a line.
+  ASSERT_TRUE(children.Start(Instance("b"), {"/bin/sh", "-c", "printf 'no newline'"}, {}).ok());
+  ASSERT_TRUE(AllExited(children));
+  EXPECT_EQ(lines["a"], (std::vector<std::string>{"one", "two"}));
+  EXPECT_EQ(lines["b"], (std::vector<std::string>{"no newline"}));
+  EXPECT_EQ(ExitText(children.all()[0].wait_status), "exited with code 3");
+  EXPECT_EQ(children.all()[0].fd, -1);  // its pipe read to the end and closed
+}
+
+TEST(Children, AnExecutableThatCannotRunExitsWith127AndSaysWhy) {
+  std::vector<std::string> lines;
+  Children children([&](Child&, const std::string& l) { lines.push_back(l); });
+  ASSERT_TRUE(children.Start(Instance("x"), {"/nonexistent/adam"}, {}).ok());
+  ASSERT_TRUE(AllExited(children));
+  EXPECT_EQ(ExitText(children.all()[0].wait_status), "exited with code 127");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("/nonexistent/adam"), std::string::npos) << lines[0];
+}
+
+TEST(Children, StopAllKillsWhatIgnoresSigtermAfterTheGrace) {
+  bool up = false;  // the stubborn one has set its trap
+  Children children([&](Child&, const std::string& l) { up = up || l == "up"; });
+  ASSERT_TRUE(children.Start(Instance("polite"), {"/bin/sleep", "30"}, {}).ok());
+  ASSERT_TRUE(
+      children.Start(Instance("stubborn"), {"/bin/sh", "-c", "trap '' TERM; echo up; sleep 30"}, {})
+          .ok());
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!up && std::chrono::steady_clock::now() < end) children.Poll(-1);
+  ASSERT_TRUE(up);
+  const auto t0 = std::chrono::steady_clock::now();
+  children.StopAll(std::chrono::seconds(1));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(children.all()[0].exited && children.all()[1].exited);
+  EXPECT_TRUE(WIFSIGNALED(children.all()[0].wait_status));
+  EXPECT_EQ(WTERMSIG(children.all()[0].wait_status), SIGTERM);
+  EXPECT_TRUE(WIFSIGNALED(children.all()[1].wait_status));
+  EXPECT_EQ(WTERMSIG(children.all()[1].wait_status), SIGKILL);
+  EXPECT_GE(took, std::chrono::milliseconds(900));  // the grace was given
+  EXPECT_TRUE(children.all()[0].expected_exit);
+}
+
+spec::AdamJob Job() {
+  spec::AdamJob job;
+  job.name = "j";
+  job.training.epochs = 3;
+  return job;
+}
+
+TEST(Faults, KillsWhenDueAndRestartsWhenAsked) {
+  Children children([](Child&, const std::string&) {});
+  ASSERT_TRUE(children.Start(Instance("ps-0"), {"/bin/sleep", "30"}, {}).ok());
+  ASSERT_TRUE(children.Start(Instance("ps-1"), {"/bin/sleep", "30"}, {}).ok());
+  RunOptions o;
+  o.kills = {{"ps-0", 1.0, 2.0}};
+  const spec::AdamJob job = Job();
+  RunLog log(job, o);
+  Faults faults(o, /*ha=*/false);
+  std::vector<spec::RoleInstance> spawned;
+  const auto spawn = [&](const spec::RoleInstance& in) { spawned.push_back(in); };
+  faults.Tick(0.9, children.all(), log, spawn);
+  EXPECT_FALSE(children.all()[0].expected_exit);
+  faults.Tick(1.0, children.all(), log, spawn);
+  EXPECT_TRUE(children.all()[0].expected_exit);
+  EXPECT_FALSE(children.all()[1].expected_exit);
+  faults.Tick(2.9, children.all(), log, spawn);
+  EXPECT_TRUE(spawned.empty());
+  faults.Tick(3.0, children.all(), log, spawn);
+  ASSERT_EQ(spawned.size(), 1u);
+  EXPECT_EQ(spawned[0].name, "ps-0");
+  faults.Tick(10, children.all(), log, spawn);  // once
+  EXPECT_EQ(spawned.size(), 1u);
+  // ps-0 died of SIGKILL; ps-1 still runs.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!children.all()[0].exited && std::chrono::steady_clock::now() < end) children.Poll(-1);
+  ASSERT_TRUE(children.all()[0].exited);
+  EXPECT_TRUE(WIFSIGNALED(children.all()[0].wait_status));
+  EXPECT_EQ(WTERMSIG(children.all()[0].wait_status), SIGKILL);
+  EXPECT_FALSE(children.all()[1].exited);
+  children.StopAll(std::chrono::seconds(1));
+}
+
+TEST(RunLog, TheSummaryHoldsWhatTheEventsSaid) {
+  RunOptions o;
+  o.json = true;
+  const spec::AdamJob job = Job();
+  RunLog log(job, o);
+  log.TrainingStarted();
+  log.OnEvent("trainer-0", {{"event", "epoch"},
+                            {"trainer", 0},
+                            {"epoch", 1},
+                            {"loss", 0.5},
+                            {"test_accuracy", 0.75},
+                            {"images_total", 100}});
+  log.OnEvent("trainer-1", {{"event", "progress"}, {"trainer", 1}, {"images_total", 60}});
+  log.OnEvent("controller-1", {{"event", "controller_leader"}, {"term", 4}});
+  log.OnEvent("controller-1",
+              {{"event", "failover"}, {"dead", {2}}, {"shards", 3}, {"map_version", 9}});
+  log.OnEvent("trainer-0", {{"event", "diverged"}, {"message", "loss is NaN"}});
+  EXPECT_EQ(log.controller_leader(), "controller-1");
+  EXPECT_EQ(log.diverged(), "trainer-0: loss is NaN");
+  log.TrainingEnded();
+  ::testing::internal::CaptureStdout();
+  log.PrintSummary();
+  const nlohmann::json summary = nlohmann::json::parse(::testing::internal::GetCapturedStdout());
+  EXPECT_EQ(summary.value("test_accuracy", 0.0), 0.75);
+  EXPECT_EQ(summary.value("epochs", 0), 1);
+  EXPECT_EQ(summary.value("images", 0), 160);
+  EXPECT_EQ(summary.value("failovers", 0), 1);
+  EXPECT_EQ(summary.value("controller", nlohmann::json()).value("term", 0), 4);
+  // Trainer 0 finished: no evaluator is needed.
+  log.OnEvent("trainer-0", {{"event", "done"}, {"trainer", 0}, {"epochs", 1}});
+  EXPECT_FALSE(log.NeedsFinalEvaluation());
+}
+
+TEST(RunLog, WithoutTrainer0TheEvaluatorsAccuracyIsTheJobs) {
+  RunOptions o;
+  const spec::AdamJob job = Job();
+  RunLog log(job, o);
+  log.OnEvent("trainer-1", {{"event", "done"}, {"trainer", 1}, {"epochs", 3}});
+  EXPECT_TRUE(log.NeedsFinalEvaluation());
+  EXPECT_FALSE(log.TakeFinalEvaluation());  // no evaluation yet
+  log.OnEvent("evaluator", {{"event", "evaluated"}, {"test_accuracy", 0.8}});
+  EXPECT_TRUE(log.TakeFinalEvaluation());
+}
+
+}  // namespace
+}  // namespace adam::launcher

@@ -1,0 +1,295 @@
+#include "launcher/run_log.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/event.h"
+
+namespace adam::launcher {
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Clock2(double s) {
+  const int t = int(s);
+  char b[32];
+  if (t >= 3600)
+    std::snprintf(b, sizeof b, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+  else
+    std::snprintf(b, sizeof b, "%d:%02d", t / 60, t % 60);
+  return b;
+}
+
+std::string Percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", 100 * fraction);
+  return buf;
+}
+
+std::string Thousands(double v) {
+  const std::string digits = std::to_string(int64_t(std::llround(v)));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0 && digits[i - 1] != '-') out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+RunLog::RunLog(const spec::AdamJob& job, const RunOptions& options)
+    : job_(job), o_(options), start_(Clock::now()), train_start_(start_), train_end_(start_) {}
+
+void RunLog::Killed(const std::string& name) {
+  kill_unix_ms_ = UnixMs();
+  killed_ = name;
+}
+
+bool RunLog::NeedsFinalEvaluation() {
+  if (done_.count(0) || done_.empty()) return false;
+  for (const auto& [_, ev] : done_)
+    last_epoch_ = std::max(last_epoch_, int(EventInt(ev, "epochs", 0)));
+  std::fprintf(stderr,
+               "adam run: trainer-0 did not finish (its last evaluation was after epoch %d); "
+               "evaluating the final model (epoch %d) with an evaluator\n",
+               evaluated_epoch_, last_epoch_);
+  return true;
+}
+
+bool RunLog::TakeFinalEvaluation() {
+  if (final_accuracy_ < 0) return false;
+  last_accuracy_ = final_accuracy_;
+  Mark("final model evaluated without trainer-0");
+  std::fprintf(stderr, "adam run: the final model: test accuracy %s\n",
+               Percent(last_accuracy_).c_str());
+  return true;
+}
+
+void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
+  const std::string type = EventString(ev, "event");
+  if (type == "progress" || type == "epoch" || type == "done") {
+    const int t = int(EventInt(ev, "trainer", 0));
+    images_total_[t] = std::max<int64_t>(images_total_[t], EventInt(ev, "images_total", 0));
+    if (type == "epoch") Epoch(ev);
+    if (type == "done") done_[t] = ev;
+  } else if (type == "promoted_first_update" && kill_unix_ms_ > 0) {
+    const int64_t ms = EventInt(ev, "unix_ms", 0) - kill_unix_ms_;
+    if (promoted_ == 0)
+      std::fprintf(stderr,
+                   "adam run: failover: %s accepted its first update as the new primary "
+                   "of shard %d %lld ms after the kill\n",
+                   from.c_str(), int(EventInt(ev, "shard", 0)), static_cast<long long>(ms));
+    if (promoted_ == 0) Mark(from + ": first update as a new primary");
+    // Shards, not promotions: a shard promoted again (its new primary lost too) moved once.
+    promoted_shards_.insert(int(EventInt(ev, "shard", -1)));
+    promoted_ = int(promoted_shards_.size());
+    failover_ms_ = std::max(failover_ms_, ms);
+    if (first_failover_ms_ < 0) first_failover_ms_ = ms;
+  } else if (type == "model_written") {
+    model_written_ = EventString(ev, "path");
+  } else if (type == "evaluated") {
+    // The evaluator's, or trainer 0's in a job resumed after its last epoch.
+    final_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
+    last_accuracy_ = final_accuracy_;
+  } else if (type == "resumed") {
+    // Trainer 0 starting where the checkpoints are; not trainer 0 restarted mid-run (it too
+    // starts where the job is, after this run's own epochs).
+    if (EventInt(ev, "trainer", -1) == 0 && resumed_epochs_ < 0 && epoch_loss_.empty()) {
+      resumed_epochs_ = int(EventInt(ev, "epochs", 0));
+      last_epoch_ = evaluated_epoch_ = resumed_epochs_;
+      std::fprintf(stderr, "adam run: resuming: the checkpoints in %s hold %d of %d epochs%s\n",
+                   state_root_.c_str(), resumed_epochs_, job_.training.epochs,
+                   resumed_epochs_ < job_.training.epochs ? "" : " (nothing left to train)");
+      Mark("resumed after epoch " + std::to_string(resumed_epochs_));
+    }
+  } else if (type == "diverged") {
+    if (diverged_.empty())
+      diverged_ = from + ": " + EventString(ev, "message", "training diverged");
+  } else if (type == "failover") {
+    // The controller leader moved a lost server's shards: one row per failover in the report.
+    std::string dead;
+    if (auto it = ev.find("dead"); it != ev.end() && it->is_array())
+      for (const auto& d : *it)
+        if (d.is_number_integer())
+          dead += (dead.empty() ? "ps-" : ", ps-") + std::to_string(d.get<int64_t>());
+    if (dead.empty()) dead = "a parameter server";
+    const int shards = int(EventInt(ev, "shards", 0));
+    ++failovers_;
+    std::fprintf(stderr, "adam run: failover: %s lost; %d shard(s) moved (shard map v%lld)\n",
+                 dead.c_str(), shards, static_cast<long long>(EventInt(ev, "map_version", 0)));
+    Mark("failover: " + dead + " lost, " + std::to_string(shards) + " shard(s) moved");
+  } else if (type == "shard_map_committed") {
+    if (EventInt(ev, "version", 0) >= map_version_) {
+      map_version_ = EventInt(ev, "version", 0);
+      const int under = int(EventInt(ev, "under_replicated", 0));
+      if (under > 0 && under_replicated_ == 0)
+        Mark("under-replicated: " + std::to_string(under) + " shard(s)");
+      else if (under == 0 && under_replicated_ > 0)
+        Mark("every shard has all its copies again");
+      under_replicated_ = under;
+    }
+  } else if (type == "controller_leader") {
+    if (!controller_leader_.empty() && controller_leader_ != from)
+      Mark("new controller leader " + from);
+    controller_leader_ = from;
+    controller_term_ = EventInt(ev, "term", 0);
+    if (kill_unix_ms_ > 0 && controller_failover_ms_ < 0 && from != killed_)
+      controller_failover_ms_ = UnixMs() - kill_unix_ms_;
+  }
+}
+
+void RunLog::Epoch(const nlohmann::json& ev) {
+  const int t = int(EventInt(ev, "trainer", 0));
+  const int epoch = int(EventInt(ev, "epoch", 0));
+  epoch_loss_[epoch].push_back(EventNumber(ev, "loss", 0.0));
+  if (t != 0) return;
+  const auto now = Clock::now();
+  int64_t total = 0;
+  for (const auto& [_, v] : images_total_) total += v;
+  const auto since = last_line_ ? *last_line_ : train_start_;
+  const double dt = std::chrono::duration<double>(now - since).count();
+  const double ips = dt > 0 ? double(total - last_total_) / dt : 0;
+  last_line_ = now;
+  last_total_ = total;
+  double loss = 0;
+  for (double l : epoch_loss_[epoch]) loss += l;
+  loss /= double(epoch_loss_[epoch].size());
+  last_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
+  last_epoch_ = epoch;
+  evaluated_epoch_ = epoch;
+  last_loss_ = loss;
+  record_.epochs.push_back(
+      {epoch, std::chrono::duration<double>(now - train_start_).count(), loss, last_accuracy_});
+  std::fprintf(stderr, "epoch %3d/%-3d  loss %.4f  test acc %6.2f%%  %9s img/s  %s\n", epoch,
+               job_.training.epochs, loss, 100 * last_accuracy_, Thousands(ips).c_str(),
+               Clock2(std::chrono::duration<double>(now - start_).count()).c_str());
+  std::fflush(stderr);
+}
+
+double RunLog::TrainSeconds() const {
+  return std::chrono::duration<double>(Clock::now() - train_start_).count();
+}
+
+void RunLog::Mark(const std::string& what) { record_.marks.push_back({TrainSeconds(), what}); }
+
+// Throughput for the report: every second, the trainers' images over the last 5 s (trainers
+// report their counts every few seconds, so a shorter window would alternate 0 and spikes).
+void RunLog::SampleRate() {
+  if (o_.report_dir.empty()) return;
+  const auto now = Clock::now();
+  if (rate_at_ && now - *rate_at_ < std::chrono::seconds(1)) return;
+  rate_at_ = now;
+  int64_t total = 0;
+  for (const auto& [_, v] : images_total_) total += v;
+  rate_window_.push_back({now, total});
+  while (rate_window_.size() > 1 && now - rate_window_.front().first > std::chrono::seconds(5))
+    rate_window_.pop_front();
+  const auto& [t0, n0] = rate_window_.front();
+  const double dt = std::chrono::duration<double>(now - t0).count();
+  if (dt >= 1.0) record_.rates.push_back({TrainSeconds(), double(total - n0) / dt});
+}
+
+// Writes DIR/index.html; false (after saying why) when it cannot.
+bool RunLog::WriteReport(int code) {
+  int64_t images = 0;
+  for (const auto& [_, v] : images_total_) images += v;
+  record_.job = job_.name;
+  record_.summary = {
+      {"result", code == 0 ? "completed" : "failed (exit " + std::to_string(code) + ")"},
+      {"epochs", std::to_string(last_epoch_) + " of " + std::to_string(job_.training.epochs)},
+      {"test accuracy", last_accuracy_ >= 0 ? Percent(last_accuracy_) : "-"},
+      {"images", Thousands(double(images))},
+      {"wall time", Clock2(std::chrono::duration<double>(Clock::now() - start_).count())},
+      {"trainers", std::to_string(job_.roles.trainer.replicas) + " x " +
+                       std::to_string(job_.roles.trainer.threads) + " threads"},
+      {"parameter servers", std::to_string(job_.roles.parameter_server.replicas) + " (copies " +
+                                std::to_string(job_.roles.parameter_server.copies) + ")"}};
+  if (first_failover_ms_ >= 0)
+    record_.summary.push_back({"failover (kill to first update on the new primary)",
+                               std::to_string(first_failover_ms_) + " ms"});
+  if (controller_failover_ms_ >= 0)
+    record_.summary.push_back(
+        {"controller failover", std::to_string(controller_failover_ms_) + " ms"});
+  if (o_.chaos_seconds > 0)
+    record_.summary.push_back({"chaos faults", std::to_string(chaos_faults_)});
+  if (failovers_ > 0)
+    record_.summary.push_back({"parameter-server failovers", std::to_string(failovers_)});
+  if (map_version_ > 0)
+    record_.summary.push_back(
+        {"shards under-replicated at the end", std::to_string(under_replicated_)});
+  std::error_code ec;
+  std::filesystem::create_directories(o_.report_dir, ec);
+  const std::string path = o_.report_dir + "/index.html";
+  std::ofstream out(path);
+  out << RenderReportHtml(record_);
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "adam run: cannot write the report %s\n", path.c_str());
+    return false;
+  }
+  std::fprintf(stderr, "adam run: report written to %s\n", path.c_str());
+  return true;
+}
+
+void RunLog::PrintSummary() {
+  int64_t images = 0;
+  for (const auto& [_, v] : images_total_) images += v;
+  const double wall = std::chrono::duration<double>(Clock::now() - start_).count();
+  const double train = std::chrono::duration<double>(train_end_ - train_start_).count();
+  const double ips = train > 0 ? double(images) / train : 0;
+  if (o_.json) {
+    nlohmann::json j = {{"job", job_.name},
+                        {"test_accuracy", last_accuracy_},
+                        {"train_loss", last_loss_},
+                        {"epochs", last_epoch_},
+                        {"images", images},
+                        {"images_per_second", ips},
+                        {"train_seconds", train},
+                        {"wall_seconds", wall},
+                        {"trainers", job_.roles.trainer.replicas},
+                        {"threads_per_trainer", job_.roles.trainer.threads},
+                        {"parameter_servers", job_.roles.parameter_server.replicas}};
+    if (kill_unix_ms_ > 0) {
+      j["killed"] = killed_;
+      if (first_failover_ms_ >= 0) {
+        j["failover_ms"] = failover_ms_;
+        j["failover_first_ms"] = first_failover_ms_;
+        j["shards_promoted"] = promoted_;
+      }
+      if (controller_failover_ms_ >= 0) j["controller_failover_ms"] = controller_failover_ms_;
+    }
+    if (!controller_leader_.empty())
+      j["controller"] = {{"leader", controller_leader_}, {"term", controller_term_}};
+    if (map_version_ > 0)
+      j["shard_map"] = {{"version", map_version_}, {"under_replicated", under_replicated_}};
+    if (o_.chaos_seconds > 0) j["chaos_faults"] = chaos_faults_;
+    if (failovers_ > 0) j["failovers"] = failovers_;
+    if (!model_written_.empty()) j["model"] = model_written_;
+    if (resumed_epochs_ > 0) j["resumed_after_epoch"] = resumed_epochs_;
+    std::printf("%s\n", FiniteJson(j).dump().c_str());
+  } else {
+    const std::string resumed =
+        resumed_epochs_ > 0 ? " (resumed after " + std::to_string(resumed_epochs_) + ")" : "";
+    std::printf("%s: %d epochs%s, test accuracy %.2f%%, %s images in %s (%s img/s), wall %s\n",
+                job_.name.c_str(), last_epoch_, resumed.c_str(), 100 * last_accuracy_,
+                Thousands(double(images)).c_str(), Clock2(train).c_str(), Thousands(ips).c_str(),
+                Clock2(wall).c_str());
+    if (first_failover_ms_ >= 0)
+      std::printf(
+          "failover after kill -9 %s: %d shards moved; first update accepted by a new "
+          "primary after %lld ms, the last after %lld ms\n",
+          killed_.c_str(), promoted_, static_cast<long long>(first_failover_ms_),
+          static_cast<long long>(failover_ms_));
+    if (controller_failover_ms_ >= 0)
+      std::printf("failover after kill -9 %s: a new controller leader after %lld ms\n",
+                  killed_.c_str(), static_cast<long long>(controller_failover_ms_));
+    if (!model_written_.empty()) std::printf("model: %s (ONNX)\n", model_written_.c_str());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace adam::launcher
