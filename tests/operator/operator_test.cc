@@ -91,6 +91,27 @@ struct OperatorTest : ::testing::Test {
     if (op) op->Stop();
   }
 
+  // Waits until the operator has finished two reconciles since the call, each brought about by
+  // `touch` when given (a change to an object it watches), else by its own look at every job
+  // each status period (200 ms). The second began after the call, so a check after it sees
+  // what the operator did with the cluster as it is now: what a test expects not to happen, it
+  // checks after these passes rather than after a sleep.
+  bool Passes(const std::function<void()>& touch = {}) {
+    for (int i = 0; i < 2; ++i) {
+      const uint64_t from = op->reconciles();
+      if (touch) touch();
+      if (!Eventually([&] { return op->reconciles() > from; })) return false;
+    }
+    return true;
+  }
+  // An annotation changed on an object: a new resourceVersion the operator's watch sees.
+  void Touch(const std::string& collection, const std::string& name) {
+    Json o = api->Get(collection, "ml", name);
+    o["metadata"]["annotations"]["test/touched"] = std::to_string(++touches_);
+    api->Put(collection, o);
+  }
+  int touches_ = 0;
+
   Json Job(const std::string& name) { return api->Get(kJobs, "ml", name); }
   std::string Phase(const std::string& name) {
     return Job(name).value("status", Json::object()).value("phase", "");
@@ -157,12 +178,12 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   EXPECT_TRUE(ca["data"].contains("ca.key"));
   EXPECT_FALSE(secret["data"].contains("ca.key"));
   // Parameter servers wait for the controller group.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(Passes());
   EXPECT_TRUE(PodsOf("ps").empty());
   EXPECT_EQ(Phase(job), "Pending");
   api->SetStatefulSetReady("ml", job + "-controller", 3);
   ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 3u; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(Passes());
   EXPECT_TRUE(PodsOf("trainer").empty());  // trainers wait for ready parameter servers
   RunAll("ps");
   ASSERT_TRUE(Eventually([&] { return PodsOf("trainer").size() == 2u; }));
@@ -355,7 +376,7 @@ TEST_F(OperatorTest, AFailureCountsOnceThoughTheStatusWriteConflicts) {
   }));
   EXPECT_EQ(api->conflicts_served(), 1);
   EXPECT_EQ(Job("fashion-mnist")["status"].value("restarts", 0), 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // no late second count
+  ASSERT_TRUE(Passes());  // no late second count
   EXPECT_EQ(Job("fashion-mnist")["status"].value("restarts", 0), 1);
 }
 
@@ -462,7 +483,7 @@ TEST_F(OperatorTest, APredecessorsPodOfTheSameNameIsNotAdopted) {
                .value("trainer", Json::object())
                .value("ready", 0) == 1;
   }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(Passes());
   EXPECT_NE(Phase("fashion-mnist"), "Running");  // trainer-0 is not its own yet
   EXPECT_EQ(Job("fashion-mnist")["status"]["roles"]["trainer"]["ready"], 1);
   Json gone =
@@ -491,7 +512,7 @@ TEST_F(OperatorTest, AStuckParameterServerHoldsTheDeletionOnlyUntilTheFlushTimeo
   const auto t0 = std::chrono::steady_clock::now();
   api->Remove(kJobs, "ml", "fashion-mnist");
   // deletionTimestamp has whole seconds: the 2 s run out 1 to 2 s from now.
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_TRUE(Passes());
   EXPECT_FALSE(Job("fashion-mnist").is_null());
   ASSERT_TRUE(
       Eventually([&] { return Job("fashion-mnist").is_null(); }, std::chrono::milliseconds(5000)));
@@ -531,7 +552,7 @@ TEST_F(OperatorTest, AChangedShardLayoutNeverDeletesARunningParameterServer) {
   Json j = Job("fashion-mnist");
   j["spec"]["roles"]["parameterServer"]["replicas"] = 1;
   api->Put(kJobs, j);
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_TRUE(Passes());
   Json ps1 = api->Get(kPods, "ml", "fashion-mnist-ps-1");
   ASSERT_FALSE(ps1.is_null());
   EXPECT_EQ(ps1["metadata"]["uid"], uid);
@@ -727,7 +748,7 @@ TEST_F(OperatorTest, AQueuedJobRunsNoPodUntilKueueAdmitsItAndStopsWhenEvicted) {
   EXPECT_EQ(wl["spec"]["podSets"][2]["count"], 2);
   EXPECT_EQ(wl["metadata"]["ownerReferences"][0]["uid"], uid);
   EXPECT_EQ(Condition("fashion-mnist", "Admitted"), "False Pending");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the operator's next passes
+  ASSERT_TRUE(Passes([&] { Touch(kWorkloads, name); }));  // Kueue's own writes, say
   EXPECT_TRUE(api->List(kPods, "ml").empty()) << "a queued job made pods";
 
   Admit(*api, name, "zone-b");
