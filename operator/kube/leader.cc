@@ -29,10 +29,8 @@ LeaderElector::LeaderElector(Client* client, LeaderOptions options,
 
 namespace {
 
-int64_t SteadyNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+int64_t Nanos(Clock::TimePoint t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 }  // namespace
@@ -62,7 +60,8 @@ void LeaderElector::Start() {
 
 bool LeaderElector::Leading() const {
   const int64_t at = renewed_at_.load(std::memory_order_relaxed);
-  return at != 0 && SteadyNanos() - at < std::chrono::nanoseconds(o_.renew_deadline).count();
+  return at != 0 &&
+         Nanos(o_.clock->Now()) - at < std::chrono::nanoseconds(o_.renew_deadline).count();
 }
 
 Json LeaderElector::LeaseSpec(const Json& old, bool transition) const {
@@ -79,7 +78,7 @@ Json LeaderElector::LeaseSpec(const Json& old, bool transition) const {
 }
 
 bool LeaderElector::TryAcquireOrRenew() {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = o_.clock->Now();
   auto lease = client_->Get(Leases(), o_.name_space, o_.name);
   if (!lease.ok()) {
     if (lease.status().code() != StatusCode::kNotFound) return false;
@@ -114,7 +113,7 @@ bool LeaderElector::TryAcquireOrRenew() {
 
 void LeaderElector::Run() {
   while (!stop_) {
-    const int64_t attempt = SteadyNanos();
+    const int64_t attempt = Nanos(o_.clock->Now());
     if (TryAcquireOrRenew()) {
       bool started = false;
       {
@@ -132,7 +131,9 @@ void LeaderElector::Run() {
     }
     MutexLock lock(mu_);
     if (stepped_down_) break;  // lost: campaign no more
-    lock.AwaitFor(cv_, o_.retry_period, [&] { return stop_.load(); });
+    const auto next = o_.clock->Now() + o_.retry_period;
+    while (!stop_ && o_.clock->WaitUntil(lock, cv_, next)) {
+    }
   }
 }
 
@@ -146,10 +147,9 @@ void LeaderElector::Watchdog() {
                  [&] { return stop_.load() || renewed_at_.load(std::memory_order_relaxed) != 0; });
       continue;
     }
-    const auto deadline =
-        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at)) + o_.renew_deadline;
-    if (std::chrono::steady_clock::now() < deadline) {
-      lock.WaitUntil(cv_, deadline);
+    const auto deadline = Clock::TimePoint(std::chrono::nanoseconds(at)) + o_.renew_deadline;
+    if (o_.clock->Now() < deadline) {
+      o_.clock->WaitUntil(lock, cv_, deadline);
       continue;
     }
     lock.Unlock();

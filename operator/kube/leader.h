@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/mutex.h"
 #include "kube/client.h"
 
@@ -33,6 +34,8 @@ struct LeaderOptions {
   std::chrono::milliseconds lease_duration{15000};
   std::chrono::milliseconds renew_deadline{10000};
   std::chrono::milliseconds retry_period{2000};
+  // Where the Lease's times are measured and the retries wait (not owned; tests: a FakeClock).
+  Clock* clock = Clock::Real();
 };
 
 // renew_deadline < lease_duration, retry_period < renew_deadline, and room for one request of
@@ -65,7 +68,7 @@ class LeaderElector {
   Client* client_;
   const LeaderOptions o_;
   std::function<void()> on_started_, on_stopped_;
-  // Nanoseconds of the steady clock at the last successful renewal; 0 while not leading. Read
+  // Nanoseconds of the clock at the last successful renewal; 0 while not leading. Read
   // by Leading() on any thread: relaxed is enough, it orders nothing else.
   std::atomic<int64_t> renewed_at_{0};
   std::atomic<bool> stop_{false};  // written under mu_ (so waits see it), read anywhere

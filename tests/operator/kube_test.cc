@@ -108,8 +108,10 @@ TEST_F(ClientTest, WatchStreamsEventsAndReportsGoneAfterCompaction) {
   ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("a", "1")).ok());
   std::vector<std::string> seen;
   std::atomic<bool> stop{false};
+  const int watches = api->watches_opened();
   std::thread writer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Once the watch is open: its events come from the stream, not from the history.
+    EXPECT_TRUE(Eventually([&] { return api->watches_opened() > watches; }));
     (void)client->Create(ConfigMaps(), "ns", Cm("b", "1"));
     (void)client->Delete(ConfigMaps(), "ns", "a");
   });
@@ -135,8 +137,9 @@ TEST_F(ClientTest, WatchStreamsEventsAndReportsGoneAfterCompaction) {
   // A stop request ends a watch that waits for events.
   WatchOptions live;
   live.resource_version = std::to_string(api->version());
+  const int open = api->watches_opened();
   std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_TRUE(Eventually([&] { return api->watches_opened() > open; }));  // waiting for events
     stop = true;
   });
   s = client->Watch(
@@ -316,7 +319,9 @@ TEST_F(LeaderTest, OneLeaderAndAQuickHandOver) {
   a.Start();
   b.Start();
   ASSERT_TRUE(Eventually([&] { return a.Leading() || b.Leading(); }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Rounds of both candidates (each reads the Lease; the leader writes it too) leave one leader.
+  const int requests = api->requests_served();
+  ASSERT_TRUE(Eventually([&] { return api->requests_served() >= requests + 8; }));
   EXPECT_NE(a.Leading(), b.Leading());
   EXPECT_EQ(started.load(), 1);
   LeaderElector& leader = a.Leading() ? a : b;
@@ -331,17 +336,20 @@ TEST_F(LeaderTest, OneLeaderAndAQuickHandOver) {
 }
 
 TEST_F(LeaderTest, AnUnrenewedLeaseIsTakenOnlyAfterItsDuration) {
+  FakeClock clock;
   LeaderOptions o;
   o.lease_duration = std::chrono::milliseconds(1000);
   o.identity = "one";
+  o.clock = &clock;
   LeaderElector a(client.get(), o, nullptr, nullptr);
   ASSERT_TRUE(a.TryAcquireOrRenew());  // "one" holds it and then goes silent
   o.identity = "two";
   LeaderElector b(client.get(), o, nullptr, nullptr);
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_FALSE(b.TryAcquireOrRenew());
-  ASSERT_TRUE(Eventually([&] { return b.TryAcquireOrRenew(); }, std::chrono::milliseconds(3000)));
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(950));
+  EXPECT_FALSE(b.TryAcquireOrRenew());  // "two" sees the record now
+  clock.Advance(std::chrono::milliseconds(999));
+  EXPECT_FALSE(b.TryAcquireOrRenew());  // unchanged for 999 ms of its 1 s: still held
+  clock.Advance(std::chrono::milliseconds(1));
+  EXPECT_TRUE(b.TryAcquireOrRenew());   // its whole duration: taken
   EXPECT_FALSE(a.TryAcquireOrRenew());  // the old holder sees the new one and does not take it back
 }
 

@@ -10,6 +10,7 @@ namespace adam {
 int ServeUntilSignalled(Role& role) {
   if (Status st = role.Start(); !st.ok()) {
     spdlog::error("{}", st.message());
+    role.Stop();  // whatever it had started
     return 1;
   }
   const nlohmann::json ready = role.ReadyEvent();

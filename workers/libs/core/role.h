@@ -22,7 +22,7 @@ class Role {
 
 // A serving role's process: Start, emit the ready event, serve until SIGINT or SIGTERM (blocked
 // by the caller with BlockTerminationSignals), then Stop. Returns the exit code: 0, or 1 when
-// Start failed (logged).
+// Start failed (logged; what it had started is stopped).
 int ServeUntilSignalled(Role& role);
 
 }  // namespace adam
