@@ -6,8 +6,6 @@
 #include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 
-#include "core/event.h"
-#include "core/signals.h"
 #include "net/tls_internal.h"
 
 namespace adam::net {

@@ -6,7 +6,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
