@@ -6,24 +6,10 @@
 
 #include "adam/v1/data.grpc.pb.h"
 #include "net/tls.h"
+#include "roles/data_server/sources.h"
 
 namespace adam::data_server {
 namespace {
-
-std::unique_ptr<DataSource> TinySource(int n) {
-  data::Dataset train;
-  train.count = n;
-  train.height = train.width = 2;
-  train.pixels.assign(size_t(n * 4), 7);
-  for (int i = 0; i < n; ++i) train.labels.push_back(uint8_t(i % 3));
-  spec::AugmentSpec a;
-  auto cache = std::make_unique<data::AugmentedCache>(train, a, 1);
-  data::Dataset test = train;
-  DataSourceOptions o;
-  o.trainers = 1;
-  o.batch_images = 4;
-  return std::make_unique<DataSource>(std::move(cache), train.labels, std::move(test), o);
-}
 
 int Served(const net::Transport& transport, int port) {
   auto stub =
@@ -38,7 +24,7 @@ int Served(const net::Transport& transport, int port) {
 TEST(DataServerRole, StartsServesAndStopsInProcess) {
   MainOptions o;
   o.listen = "127.0.0.1:0";
-  DataServer server(TinySource(10), 3, o);
+  DataServer server(MakeSource(10, 1, 1.0, 4), 3, o);
   ASSERT_TRUE(server.Start().ok());
   const nlohmann::json ready = server.ReadyEvent();
   EXPECT_EQ(ready.value("event", ""), "ready");
@@ -58,7 +44,7 @@ TEST(DataServerRole, ServesThroughTheTransportItWasGiven) {
   MainOptions o;
   o.listen = "127.0.0.1:0";
   o.transport = net::Transport::MutualTls(*job);
-  DataServer server(TinySource(6), 3, o);
+  DataServer server(MakeSource(6, 1, 1.0, 4), 3, o);
   ASSERT_TRUE(server.Start().ok());
   EXPECT_EQ(Served(*o.transport, server.port()), 6);
   EXPECT_EQ(Served(*net::Transport::Plaintext(), server.port()), -1);
@@ -68,10 +54,10 @@ TEST(DataServerRole, ServesThroughTheTransportItWasGiven) {
 TEST(DataServerRole, AnAddressInUseFailsStartNamingIt) {
   MainOptions o;
   o.listen = "127.0.0.1:0";
-  DataServer first(TinySource(4), 3, o);
+  DataServer first(MakeSource(4, 1, 1.0, 4), 3, o);
   ASSERT_TRUE(first.Start().ok());
   o.listen = "127.0.0.1:" + std::to_string(first.port());
-  DataServer second(TinySource(4), 3, o);
+  DataServer second(MakeSource(4, 1, 1.0, 4), 3, o);
   const Status st = second.Start();
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find(o.listen), std::string::npos) << st.ToString();

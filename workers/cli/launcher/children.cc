@@ -14,6 +14,13 @@
 
 namespace adam::launcher {
 
+std::string ExitText(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
 StatusOr<Child*> Children::Start(const spec::RoleInstance& in, std::vector<std::string> args,
                                  const std::vector<int>& cpus) {
   cpu_set_t set;

@@ -37,13 +37,6 @@
 
 namespace adam::launcher {
 
-std::string ExitText(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
-  return "stopped";
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
