@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
 #include <thread>
+
+#include "core/periodic.h"
+#include "testing/wait.h"
 
 namespace adam {
 namespace {
@@ -102,6 +107,105 @@ TEST(FakeClock, NoWakeUpIsLostAcrossManyWaiters) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(done, kWaiters);
+}
+
+// AwaitUntil returns true as soon as its condition holds, false when the clock reaches the
+// deadline first; SleepFor returns once the clock has moved by its duration.
+TEST(FakeClock, AwaitUntilAndSleepForFollowTheClock) {
+  FakeClock clock;
+  Mutex mu;
+  std::condition_variable cv;
+  bool ready = false;  // under mu
+  bool timed_out_result = true;
+  std::thread timing_out([&] {
+    MutexLock lock(mu);
+    timed_out_result = clock.AwaitFor(lock, cv, milliseconds(50),
+                                      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return ready; });
+  });
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  clock.Advance(milliseconds(50));
+  timing_out.join();
+  EXPECT_FALSE(timed_out_result);
+
+  bool met = false;
+  std::thread meeting([&] {
+    MutexLock lock(mu);
+    met = clock.AwaitFor(lock, cv, milliseconds(50),
+                         [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return ready; });
+  });
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  {
+    MutexLock lock(mu);
+    ready = true;
+    cv.notify_all();
+  }
+  meeting.join();
+  EXPECT_TRUE(met);
+
+  std::atomic<bool> slept{false};
+  std::thread sleeper([&] {
+    clock.SleepFor(milliseconds(30));
+    slept = true;
+  });
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  clock.Advance(milliseconds(29));
+  ASSERT_TRUE(clock.AwaitWaiters(1));  // woken, and waiting again: 1 ms short
+  EXPECT_FALSE(slept.load());
+  clock.Advance(milliseconds(1));
+  sleeper.join();
+  EXPECT_TRUE(slept.load());
+}
+
+// A waiter woken by its own notification destroys its mutex and condition variable at once,
+// while another thread advances the clock without pause: Advance never touches them afterwards
+// (run under ASan, a use after free here is reported).
+TEST(FakeClock, AWaiterMayDestroyWhatItWaitedOnOnceItsWaitReturns) {
+  FakeClock clock;
+  std::atomic<bool> done{false};
+  std::thread advancer([&] {
+    while (!done.load()) clock.Advance(std::chrono::microseconds(1));
+  });
+  for (int i = 0; i < 2000; ++i) {
+    struct Box {
+      Mutex mu;
+      std::condition_variable cv;
+      bool set = false;  // under mu
+    };
+    auto box = std::make_unique<Box>();
+    std::thread setter([&] {
+      MutexLock lock(box->mu);
+      box->set = true;
+      box->cv.notify_all();
+    });
+    {
+      MutexLock lock(box->mu);
+      (void)clock.AwaitFor(lock, box->cv, std::chrono::hours(1),
+                           [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(box->mu) { return box->set; });
+    }
+    setter.join();
+    box.reset();
+  }
+  done = true;
+  advancer.join();
+  EXPECT_EQ(clock.waiters(), 0);
+}
+
+// Periodic on a fake clock: one call per interval the clock moves, none in between.
+TEST(Periodic, CallsOncePerIntervalOfItsClock) {
+  FakeClock clock;
+  std::atomic<int> calls{0};
+  Periodic p(
+      milliseconds(50), [&] { ++calls; }, &clock);
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  clock.Advance(milliseconds(49));
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  EXPECT_EQ(calls.load(), 0);
+  for (int i = 1; i <= 3; ++i) {
+    clock.Advance(milliseconds(i == 1 ? 1 : 50));
+    ASSERT_TRUE(testing::Eventually([&] { return calls.load() == i && clock.waiters() == 1; }));
+  }
+  p.Stop();
+  EXPECT_EQ(calls.load(), 3);
 }
 
 TEST(RealClock, AWaitPastItsDeadlineReturnsFalse) {

@@ -92,22 +92,31 @@ TEST(Routing, ACopyIsInSyncOnlyAfterAForwardWhileAssigned) {
   EXPECT_FALSE(r.Received(0));
 }
 
-// Replication lag: 0 while rounds leave every copy current; growing while a copy is unreachable.
+// Replication lag, on the routing's fake clock: 0 while rounds leave every copy current; from
+// the first round that cannot reach a copy, the time since the forwarder last had every copy
+// current, to the millisecond; 0 again after the next round once no copy is behind.
 TEST(Forwarder, ReportsLagWhileACopyIsUnreachable) {
   auto map = shard::ShardMap::Make(2000, 4000, 1, 1);  // shards 0 and 1 of 1000 floats
   ASSERT_TRUE(map.ok());
   std::vector<float> init(2000, 1.f);
   ParamStore store(*map, 0, init.data());
-  Routing r(0);
+  FakeClock clock;
+  Routing r(0, std::chrono::milliseconds(300), &clock);
   v1::ShardMap m = Map(1, {{0, 1}, {0, 1}});
   m.mutable_servers(1)->set_replication_address("127.0.0.1:1");  // nothing listens there
   ASSERT_TRUE(r.Update(m));
   Forwarder f(net::Transport::Plaintext(), 0, &r, &store, std::chrono::milliseconds(20));
-  ASSERT_TRUE(Eventually([&] { return f.lag_seconds() > 0.2; }));
-  const double lag = f.lag_seconds();
-  EXPECT_TRUE(Eventually([&] { return f.lag_seconds() > lag + 0.1; }));  // still growing
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  EXPECT_EQ(f.lag_seconds(), 0);
+  clock.Advance(std::chrono::milliseconds(20));  // the first round: the copy is not there
+  ASSERT_TRUE(Eventually([&] { return f.lag_seconds() > 0; }));
+  EXPECT_NEAR(f.lag_seconds(), 0.020, 1e-9);
+  clock.Advance(std::chrono::seconds(1));
+  EXPECT_NEAR(f.lag_seconds(), 1.020, 1e-9);
   // No copies to keep current: in sync from the next round.
   ASSERT_TRUE(r.Update(Map(2, {{0}, {0}})));
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  clock.Advance(std::chrono::milliseconds(20));
   EXPECT_TRUE(Eventually([&] { return f.lag_seconds() == 0; }));
   f.Stop();
 }

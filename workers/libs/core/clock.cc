@@ -16,6 +16,14 @@ class RealClock final : public Clock {
 
 }  // namespace
 
+void Clock::SleepUntil(TimePoint deadline) {
+  Mutex mu;
+  std::condition_variable cv;  // never notified: only the deadline ends the wait
+  MutexLock lock(mu);
+  while (WaitUntil(lock, cv, deadline)) {
+  }
+}
+
 Clock* Clock::Real() {
   static RealClock* const clock = new RealClock();  // never destroyed: used until exit
   return clock;
@@ -37,12 +45,22 @@ bool FakeClock::WaitUntil(MutexLock& lock, std::condition_variable& cv, TimePoin
   // Still holding the caller's mutex: an Advance from here on takes it before notifying, so it
   // finds this thread inside the wait.
   lock.Wait(cv);
-  MutexLock l(mu_);
-  auto it = std::find_if(waiters_.begin(), waiters_.end(),
-                         [&](const Waiter& w) { return w.mu == self.mu && w.cv == self.cv; });
-  if (it != waiters_.end()) waiters_.erase(it);
-  changed_.notify_all();
-  return now_ < deadline;
+  // Let go of the caller's mutex (an Advance may be about to take it), leave the list, and wait
+  // until no Advance still holds a copy of it: once this returns, the caller may destroy its
+  // mutex and condition variable.
+  lock.Unlock();
+  bool before = false;
+  {
+    MutexLock l(mu_);
+    auto it = std::find_if(waiters_.begin(), waiters_.end(),
+                           [&](const Waiter& w) { return w.mu == self.mu && w.cv == self.cv; });
+    if (it != waiters_.end()) waiters_.erase(it);
+    changed_.notify_all();
+    l.Await(changed_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return notifying_ == 0; });
+    before = now_ < deadline;
+  }
+  lock.Lock();
+  return before;
 }
 
 void FakeClock::Advance(Duration d) {
@@ -51,11 +69,15 @@ void FakeClock::Advance(Duration d) {
     MutexLock l(mu_);
     now_ += d;
     waiting = waiters_;
+    ++notifying_;
   }
   for (const Waiter& w : waiting) {
     MutexLock l(*w.mu);
     w.cv->notify_all();
   }
+  MutexLock l(mu_);
+  --notifying_;
+  changed_.notify_all();
 }
 
 int FakeClock::waiters() const {

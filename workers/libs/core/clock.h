@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <utility>
 #include <vector>
 
 #include "core/mutex.h"
@@ -26,13 +27,29 @@ class Clock {
   // condition, as with std::condition_variable).
   virtual bool WaitUntil(MutexLock& lock, std::condition_variable& cv, TimePoint deadline) = 0;
 
+  // Waits until pred() holds or this clock reaches `deadline` (as MutexLock::AwaitUntil does on
+  // the steady clock); returns pred() at the end.
+  template <class Pred>
+  bool AwaitUntil(MutexLock& lock, std::condition_variable& cv, TimePoint deadline, Pred pred) {
+    while (!pred())
+      if (!WaitUntil(lock, cv, deadline)) return pred();
+    return true;
+  }
+  template <class Pred>
+  bool AwaitFor(MutexLock& lock, std::condition_variable& cv, Duration timeout, Pred pred) {
+    return AwaitUntil(lock, cv, Now() + timeout, std::move(pred));
+  }
+  // Returns once this clock has reached `deadline` (a backoff's pause).
+  void SleepUntil(TimePoint deadline);
+  void SleepFor(Duration d) { SleepUntil(Now() + d); }
+
   // std::chrono::steady_clock.
   static Clock* Real();
 };
 
 // Time that moves only when told. Advance wakes every thread waiting on this clock (taking each
-// one's mutex first, so no wake-up is lost between a waiter's check of the time and its wait);
-// it must not race with the destruction of an object a thread waits in.
+// one's mutex first, so no wake-up is lost between a waiter's check of the time and its wait); a
+// wait returns only once no Advance still holds its mutex, so the waiter may then destroy it.
 class FakeClock final : public Clock {
  public:
   // Starts an hour after the epoch, so `Now() - something` stays positive in tests.
@@ -56,6 +73,7 @@ class FakeClock final : public Clock {
   mutable std::condition_variable changed_;  // the waiters changed
   TimePoint now_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  int notifying_ ABSL_GUARDED_BY(mu_) = 0;  // Advances still waking the waiters they copied
 };
 
 }  // namespace adam

@@ -1,4 +1,5 @@
-// A thread that runs a function every `interval` until stopped. Thread-safe.
+// A thread that runs a function every `interval` of a Clock (the real one unless given) until
+// stopped. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -6,15 +7,18 @@
 #include <functional>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/mutex.h"
 
 namespace adam {
 
 class Periodic {
  public:
-  // Starts the thread; the first call comes one interval from now.
-  Periodic(std::chrono::milliseconds interval, std::function<void()> fn)
-      : interval_(interval), fn_(std::move(fn)), thread_([this] { Run(); }) {}
+  // Starts the thread; the first call comes one interval from now, each next one an interval
+  // after the previous call ended. `clock` is not owned.
+  Periodic(std::chrono::milliseconds interval, std::function<void()> fn,
+           Clock* clock = Clock::Real())
+      : interval_(interval), fn_(std::move(fn)), clock_(clock), thread_([this] { Run(); }) {}
   ~Periodic() { Stop(); }
   Periodic(const Periodic&) = delete;
   Periodic& operator=(const Periodic&) = delete;
@@ -34,7 +38,8 @@ class Periodic {
     for (;;) {
       {
         MutexLock l(mu_);
-        if (l.AwaitFor(cv_, interval_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; }))
+        if (clock_->AwaitFor(l, cv_, interval_,
+                             [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; }))
           return;
       }
       fn_();
@@ -43,6 +48,7 @@ class Periodic {
 
   const std::chrono::milliseconds interval_;
   const std::function<void()> fn_;
+  Clock* const clock_;
   Mutex mu_;
   std::condition_variable cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

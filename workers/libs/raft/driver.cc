@@ -5,7 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <future>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -18,7 +18,30 @@
 namespace adam::raft {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// One answer handed from the loop to a thread that waits for it on the driver's clock; the first
+// Set wins.
+template <class T>
+class Answer {
+ public:
+  void Set(T value) {
+    MutexLock l(mu_);
+    if (!value_) value_.emplace(std::move(value));
+    cv_.notify_all();
+  }
+  // The answer, or nullopt once `clock` reaches `deadline` without one.
+  std::optional<T> Wait(Clock* clock, Clock::TimePoint deadline) {
+    MutexLock l(mu_);
+    if (!clock->AwaitUntil(l, cv_, deadline,
+                           [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return value_.has_value(); }))
+      return std::nullopt;
+    return std::move(*value_);
+  }
+
+ private:
+  Mutex mu_;
+  std::condition_variable cv_;
+  std::optional<T> value_ ABSL_GUARDED_BY(mu_);
+};
 
 // One peer's outbound queue over one long-lived client stream (gRPC's callback API). The Raft
 // loop starts a write itself when none is in flight (no thread hand-off, never blocking); a
@@ -139,11 +162,11 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
 
   struct Proposal {
     std::string data;
-    Clock::time_point deadline;
+    Clock::TimePoint deadline;
     std::function<void(StatusOr<uint64_t>)> done;  // called once
   };
   struct Read {
-    std::promise<Status> done;
+    Answer<Status> done;
   };
 
   mutable Mutex mu;
@@ -194,14 +217,15 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
   }
 
   void Run() {
-    auto next_tick = Clock::now() + options.tick;
+    Clock* const clock = options.clock;
+    auto next_tick = clock->Now() + options.tick;
     for (;;) {
       std::vector<Message> msgs;
       std::vector<std::shared_ptr<Proposal>> props;
       std::vector<std::shared_ptr<Read>> rds;
       {
         MutexLock l(mu);
-        l.AwaitUntil(cv, next_tick, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+        clock->AwaitUntil(l, cv, next_tick, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
           return !running || !inbox.empty() || !proposals_in.empty() || !reads_in.empty();
         });
         if (!running) break;
@@ -226,11 +250,11 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
         const std::string ctx = std::to_string(options.id) + "-" + std::to_string(++read_seq);
         Status s = node->ReadIndex(ctx);
         if (!s.ok())
-          r->done.set_value(s);
+          r->done.Set(s);
         else
           reads[ctx] = r;
       }
-      const auto now = Clock::now();
+      const auto now = clock->Now();
       if (now >= next_tick) {
         // Proposals past their deadline are answered (they may still commit).
         for (auto it = waiting.begin(); it != waiting.end();) {
@@ -250,9 +274,9 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
     // Stopped: fail whatever still waits.
     for (auto& [i, w] : waiting) w.second->done(UnavailableError("raft driver stopped"));
     waiting.clear();
-    for (auto& [c, r] : reads) r->done.set_value(UnavailableError("raft driver stopped"));
+    for (auto& [c, r] : reads) r->done.Set(UnavailableError("raft driver stopped"));
     reads.clear();
-    for (auto& [i, r] : confirmed) r->done.set_value(UnavailableError("raft driver stopped"));
+    for (auto& [i, r] : confirmed) r->done.Set(UnavailableError("raft driver stopped"));
     confirmed.clear();
   }
 
@@ -331,7 +355,7 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
     }
     for (auto it = confirmed.begin(); it != confirmed.end();) {
       if (it->first <= applied) {
-        it->second->done.set_value(OkStatus());
+        it->second->done.Set(OkStatus());
         it = confirmed.erase(it);
       } else {
         ++it;
@@ -352,9 +376,9 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
   void RoleChanged() {
     if (last_role == Role::kLeader && node->role() != Role::kLeader) {
       const std::string why = "raft: lost leadership; retry at the new leader";
-      for (auto& [c, r] : reads) r->done.set_value(FailedPreconditionError(why));
+      for (auto& [c, r] : reads) r->done.Set(FailedPreconditionError(why));
       reads.clear();
-      for (auto& [i, r] : confirmed) r->done.set_value(FailedPreconditionError(why));
+      for (auto& [i, r] : confirmed) r->done.Set(FailedPreconditionError(why));
       confirmed.clear();
     }
     last_role = node->role();
@@ -423,7 +447,7 @@ void Driver::ProposeAsync(std::string data, std::chrono::milliseconds timeout,
                           std::function<void(StatusOr<uint64_t>)> done) {
   auto p = std::make_shared<Impl::Proposal>();
   p->data = std::move(data);
-  p->deadline = Clock::now() + timeout;
+  p->deadline = impl_->options.clock->Now() + timeout;
   p->done = std::move(done);
   {
     MutexLock l(impl_->mu);
@@ -437,30 +461,34 @@ void Driver::ProposeAsync(std::string data, std::chrono::milliseconds timeout,
 }
 
 StatusOr<uint64_t> Driver::Propose(std::string data, std::chrono::milliseconds timeout) {
-  auto result = std::make_shared<std::promise<StatusOr<uint64_t>>>();
-  auto f = result->get_future();
+  Clock* const clock = impl_->options.clock;
+  auto result = std::make_shared<Answer<StatusOr<uint64_t>>>();
   // The loop answers at the deadline at the latest; the wait below has a margin for a busy loop.
+  const auto until = clock->Now() + timeout + std::chrono::milliseconds(500);
   ProposeAsync(std::move(data), timeout,
-               [result](StatusOr<uint64_t> r) { result->set_value(std::move(r)); });
-  if (f.wait_for(timeout + std::chrono::milliseconds(500)) != std::future_status::ready)
+               [result](StatusOr<uint64_t> r) { result->Set(std::move(r)); });
+  std::optional<StatusOr<uint64_t>> r = result->Wait(clock, until);
+  if (!r)
     return DeadlineExceededError("raft: not committed within " + std::to_string(timeout.count()) +
                                  " ms");
-  return f.get();
+  return std::move(*r);
 }
 
 Status Driver::ReadBarrier(std::chrono::milliseconds timeout) {
+  Clock* const clock = impl_->options.clock;
+  const auto until = clock->Now() + timeout;
   auto r = std::make_shared<Impl::Read>();
-  auto f = r->done.get_future();
   {
     MutexLock l(impl_->mu);
     if (!impl_->running) return UnavailableError("raft driver not running");
     impl_->reads_in.push_back(r);
     impl_->cv.notify_all();
   }
-  if (f.wait_for(timeout) != std::future_status::ready)
+  std::optional<Status> s = r->done.Wait(clock, until);
+  if (!s)
     return DeadlineExceededError("raft: read not confirmed within " +
                                  std::to_string(timeout.count()) + " ms");
-  return f.get();
+  return *s;
 }
 
 DriverInfo Driver::info() const {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "net/grpc.h"
 #include "raft/raft.h"
@@ -50,6 +51,8 @@ struct DriverOptions {
   uint64_t seed = 0;
   // How the members reach each other (the job's mutual TLS, or plain text).
   std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
+  // Ticks, proposal deadlines and the waits of Propose/ReadBarrier (not owned).
+  Clock* clock = Clock::Real();
 };
 
 struct DriverInfo {

@@ -236,44 +236,64 @@ struct Controller::Impl final
   }
 
   // ---- the leader's supervisor ----
+  // A round every `supervise_every` of the clock; a new leader is woken at once to announce
+  // itself and, on a fresh group, write the initial map.
   void Supervise() {
+    Clock* const clock = options.clock;
+    auto next_round = clock->Now() + options.supervise_every;
     for (;;) {
       {
         MutexLock l(mu);
-        l.AwaitFor(changed, std::chrono::milliseconds(20),
-                   [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stopping; });
+        clock->AwaitUntil(l, changed, next_round, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+          return stopping || announce_term != 0;
+        });
         if (stopping) return;
       }
-      if (driver->info().role != raft::Role::kLeader) continue;
-      MaybeAnnounce();
-      std::optional<v1::Command> cmd;
-      {
+      const auto now = clock->Now();
+      const bool due = now >= next_round;
+      if (due) next_round = now + options.supervise_every;
+      if (driver->info().role != raft::Role::kLeader) {
         MutexLock l(mu);
-        const v1::ControllerState& s = machine.state();
-        const auto now = options.clock->Now();
-        if (s.shards_size() == 0) {
-          cmd.emplace();
-          *cmd->mutable_bootstrap() = options.bootstrap;
-        } else {
-          Supervisor::Round round = supervisor_state.Judge(s, now);
-          if (round.judged) ++counters.supervisions;
-          if (round.plan) {
-            cmd.emplace();
-            *cmd->mutable_reassign() = std::move(*round.plan);
-            std::string names;
-            for (uint32_t d : round.dead) {
-              if (!names.empty()) names += ',';
-              names += std::to_string(d);
-            }
-            if (!round.dead.empty())
-              spdlog::warn(
-                  "controller: servers {} missed heartbeats for {} ms or restarted: failing over",
-                  names, options.server_timeout.count());
-          }
-        }
+        if (!is_leader) announce_term = 0;  // deposed before announcing
+        continue;
       }
-      if (cmd) (void)Write(*cmd);
+      MaybeAnnounce();
+      bool judged = false;
+      if (std::optional<v1::Command> cmd = SuperviseRound(due, &judged)) (void)Write(*cmd);
+      if (judged) {
+        MutexLock l(mu);
+        ++counters.supervisions;  // counted once the round's command is written
+      }
     }
+  }
+
+  // What the leader's round writes, if anything: the initial map on a fresh group, else (when a
+  // round is `due`) the failovers and repairs the servers' heartbeats call for; `judged` says
+  // whether it judged the servers.
+  std::optional<v1::Command> SuperviseRound(bool due, bool* judged) {
+    MutexLock l(mu);
+    const v1::ControllerState& s = machine.state();
+    std::optional<v1::Command> cmd;
+    if (s.shards_size() == 0) {
+      cmd.emplace();
+      *cmd->mutable_bootstrap() = options.bootstrap;
+      return cmd;
+    }
+    if (!due) return cmd;
+    Supervisor::Round round = supervisor_state.Judge(s, options.clock->Now());
+    *judged = round.judged;
+    if (!round.plan) return cmd;
+    cmd.emplace();
+    *cmd->mutable_reassign() = std::move(*round.plan);
+    std::string names;
+    for (uint32_t d : round.dead) {
+      if (!names.empty()) names += ',';
+      names += std::to_string(d);
+    }
+    if (!round.dead.empty())
+      spdlog::warn("controller: servers {} missed heartbeats for {} ms or restarted: failing over",
+                   names, options.server_timeout.count());
+    return cmd;
   }
 
   void OnRole(raft::Role role, uint64_t term) {

@@ -35,8 +35,10 @@ struct ControllerOptions {
   std::chrono::milliseconds server_timeout{500};
   std::chrono::milliseconds server_probation{2000};
   std::chrono::milliseconds flap_window{10000};
-  // Where the failure detector, probation and a new leader's grace read the time (not owned).
-  // The supervisor still looks every 20 ms of real time; Raft keeps its own ticks.
+  // How often the leader judges the servers' heartbeats.
+  std::chrono::milliseconds supervise_every{20};
+  // Where the supervisor's rounds, the failure detector, probation and a new leader's grace read
+  // the time (not owned). Raft's ticks read raft.clock.
   Clock* clock = Clock::Real();
 };
 
@@ -45,7 +47,7 @@ struct ControllerCounters {
   uint64_t failovers = 0;  // committed Reassign commands for dead servers
   uint64_t copies_done = 0;
   uint64_t restarts = 0;      // servers seen heartbeating under a new incarnation
-  uint64_t supervisions = 0;  // rounds in which this leader judged which servers are dead
+  uint64_t supervisions = 0;  // rounds in which this leader judged the servers (and wrote)
 };
 
 class Controller {

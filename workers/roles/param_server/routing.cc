@@ -219,7 +219,8 @@ ControllerLink::ControllerLink(std::shared_ptr<const net::Transport> transport, 
       store_(store),
       members_(std::move(members)),
       incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1),
-      beat_(std::chrono::milliseconds(50), [this] { Beat(); }) {}
+      beat_(
+          std::chrono::milliseconds(50), [this] { Beat(); }, routing->clock()) {}
 
 void ControllerLink::SetAddresses(const ServerAddresses& addresses) {
   MutexLock l(mu_);
@@ -264,15 +265,14 @@ Forwarder::Forwarder(std::shared_ptr<const net::Transport> transport, uint32_t s
       routing_(routing),
       store_(store),
       interval_(interval),
+      in_sync_at_ns_(NowNs()),
       thread_([this] { Loop(); }) {}
 
-namespace {
-int64_t SteadyNs() {
+int64_t Forwarder::NowNs() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+             routing_->clock()->Now().time_since_epoch())
       .count();
 }
-}  // namespace
 
 void Forwarder::Stop() {
   {
@@ -284,7 +284,7 @@ void Forwarder::Stop() {
 }
 
 double Forwarder::lag_seconds() const {
-  const int64_t now = SteadyNs();
+  const int64_t now = NowNs();
   const int64_t started = round_started_ns_.load();
   const bool stuck =
       started != 0 &&
@@ -315,7 +315,8 @@ size_t Forwarder::waiting() const {
 
 void Forwarder::Loop() {
   bool busy = false;  // the last round sent something, or a promotion is being caught up
-  auto last_round = std::chrono::steady_clock::now() - interval_;
+  Clock* const clock = routing_->clock();
+  auto last_round = clock->Now() - interval_;
   for (;;) {
     bool waiting = false;
     {
@@ -326,7 +327,8 @@ void Forwarder::Loop() {
       const auto pause = !waiters_.empty()
                              ? (busy ? std::chrono::milliseconds(0) : std::chrono::milliseconds(5))
                              : std::chrono::milliseconds(20);
-      l.AwaitFor(cv_, pause, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || kicked_; });
+      clock->AwaitFor(l, cv_, pause,
+                      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || kicked_; });
       kicked_ = false;
       if (stop_) break;
       waiting = !waiters_.empty();
@@ -334,7 +336,7 @@ void Forwarder::Loop() {
     const std::vector<Routing::CatchUp> catch_ups = routing_->CatchUps();
     const bool catching = !catch_ups.empty();
     if (catching) CatchUp(catch_ups);
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock->Now();
     if (!waiting && !catching && now - last_round < interval_) continue;
     last_round = now;
     busy = Round() || catching;
@@ -431,13 +433,13 @@ struct Forwarder::Call {
 };
 
 bool Forwarder::Round() {
-  round_started_ns_ = SteadyNs();
+  round_started_ns_ = NowNs();
   ForgetCopies(&sent_, routing_->TakeRestarted());
   std::vector<std::unique_ptr<Call>> calls;
   const bool read_all = PrepareCalls(&calls);
   const bool sent_all = SendCalls(calls);
   const bool behind = !read_all || !sent_all;  // a copy this round could not bring up to date
-  if (!behind) in_sync_at_ns_ = SteadyNs();
+  if (!behind) in_sync_at_ns_ = NowNs();
   in_sync_ = !behind;
   round_started_ns_ = 0;
   return !calls.empty();

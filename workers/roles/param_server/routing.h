@@ -140,7 +140,8 @@ struct ServerAddresses {
 
 class ControllerLink {
  public:
-  // `members`: every controller member's address. Heartbeats start once SetAddresses is called.
+  // `members`: every controller member's address. Heartbeats start once SetAddresses is called,
+  // every 50 ms of `routing`'s clock.
   ControllerLink(std::shared_ptr<const net::Transport> transport, uint32_t self,
                  std::vector<std::string> members, Routing* routing, const ParamStore* store);
   void SetAddresses(const ServerAddresses& addresses);
@@ -166,7 +167,8 @@ class ControllerLink {
 class Forwarder {
  public:
   // `quorum`: pushes wait for WhenDurable (see Acknowledgement above); without it forwards run
-  // every `interval` and pushes are answered once applied.
+  // every `interval` and pushes are answered once applied. Rounds, pauses and the lag are
+  // measured on `routing`'s clock; a forward's own deadline is gRPC's, in real time.
   Forwarder(std::shared_ptr<const net::Transport> transport, uint32_t self, Routing* routing,
             ParamStore* store, std::chrono::milliseconds interval);
   ~Forwarder() { Stop(); }
@@ -209,6 +211,7 @@ class Forwarder {
   // Answers the waiters that are durable or refused (loop thread).
   void Settle();
   v1::ReplicaService::Stub* Stub(const std::string& address);
+  int64_t NowNs() const;  // routing's clock
   const std::shared_ptr<const net::Transport> transport_;
   const uint32_t self_;
   Routing* routing_;
@@ -222,10 +225,8 @@ class Forwarder {
   std::atomic<uint64_t> bytes_{0};
   std::atomic<bool> in_sync_{true};
   std::atomic<int64_t> round_started_ns_{0};  // 0 between rounds
-  // steady_clock time (ns) of the last round that ended with every copy current.
-  std::atomic<int64_t> in_sync_at_ns_{std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                          std::chrono::steady_clock::now().time_since_epoch())
-                                          .count()};
+  // Time (ns, routing's clock) of the last round that ended with every copy current.
+  std::atomic<int64_t> in_sync_at_ns_;
   mutable Mutex mu_;
   std::condition_variable cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

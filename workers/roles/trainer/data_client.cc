@@ -40,7 +40,7 @@ class GrpcDataClient final : public DataClient {
   // o_.server_wait has passed.
   template <typename Rpc>
   Status Call(const char* what, const Rpc& rpc) {
-    ServerWait wait(o_.server_wait, o_.waits, o_.waiting);
+    ServerWait wait(o_.server_wait, o_.waits, o_.waiting, o_.clock);
     for (;;) {
       grpc::ClientContext ctx;
       net::SetDeadline(&ctx, o_.timeout);

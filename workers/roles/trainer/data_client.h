@@ -8,6 +8,7 @@
 #include <string>
 
 #include "adam/v1/data.pb.h"
+#include "core/clock.h"
 #include "core/status.h"
 
 namespace grpc {
@@ -39,6 +40,7 @@ struct DataClientOptions {
   std::chrono::milliseconds server_wait{120000};
   prometheus::Counter* waits = nullptr;
   prometheus::Gauge* waiting = nullptr;
+  Clock* clock = Clock::Real();  // where that wait reads the time (not owned)
 };
 
 // Over gRPC. Errors name the call ("data server GetBatch: ...").

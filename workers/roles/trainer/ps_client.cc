@@ -20,8 +20,6 @@
 namespace adam::trainer {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 class GrpcClient final : public ParamServerClient {
  public:
   GrpcClient(const shard::ShardMap& map, const update::UpdatePlan& plan,
@@ -140,7 +138,7 @@ class GrpcClient final : public ParamServerClient {
   Status FanOut(int n, Start start, const char* what) {
     std::vector<int> todo(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) todo[size_t(i)] = i;
-    ServerWait wait(options_.server_wait, options_.waits, options_.waiting);
+    ServerWait wait(options_.server_wait, options_.waits, options_.waiting, options_.clock);
     for (;;) {
       Mutex mu;
       std::condition_variable cv;
@@ -253,8 +251,8 @@ class RoutedClient final : public ParamServerClient {
         watch_ctx_ = nullptr;
         if (stop_) return;
         ++i;  // that member failed or went away: the next one, after a pause
-        l.AwaitFor(watch_cv_, std::chrono::milliseconds(100),
-                   [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) { return stop_; });
+        options_.clock->AwaitFor(l, watch_cv_, std::chrono::milliseconds(100),
+                                 [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) { return stop_; });
       }
     });
   }
@@ -266,7 +264,7 @@ class RoutedClient final : public ParamServerClient {
 
   // Waits for a map newer than `min_version` in which every shard has a live primary.
   Status Refresh(uint64_t min_version, std::chrono::milliseconds wait) {
-    const auto deadline = Clock::now() + wait;
+    const auto deadline = options_.clock->Now() + wait;
     std::string why = "no controller member answered";
     for (;;) {
       std::optional<adam::v1::ShardMap> best;
@@ -289,10 +287,10 @@ class RoutedClient final : public ParamServerClient {
       } else if (best) {
         why = "shard map still at version " + std::to_string(best->version());
       }
-      if (Clock::now() >= deadline)
+      if (options_.clock->Now() >= deadline)
         return UnavailableError("no usable shard map from the controller within " +
                                 std::to_string(wait.count()) + " ms: " + why);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      options_.clock->SleepFor(std::chrono::milliseconds(20));
     }
   }
 
@@ -433,7 +431,7 @@ class RoutedClient final : public ParamServerClient {
   // one succeeded, re-routing the failed servers' shards by newer maps.
   Status Retry(const char* what, std::set<uint32_t>* pending, const Start& start,
                const std::function<void()>& on_success) {
-    const auto deadline = Clock::now() + options_.rpc_timeout;
+    const auto deadline = options_.clock->Now() + options_.rpc_timeout;
     for (;;) {
       std::shared_ptr<const Route> r = current();
       std::map<int, std::set<uint32_t>> by_server;
@@ -471,12 +469,12 @@ class RoutedClient final : public ParamServerClient {
         return OkStatus();
       }
       *pending = std::move(failed);
-      const auto now = Clock::now();
+      const auto now = options_.clock->Now();
       if (now >= deadline)
         return UnavailableError(std::string(what) + " failed until the deadline; last: " + last);
       // Wait briefly for the controller to move the shards, then retry (the new primary may
       // simply not have heard of its promotion yet).
-      const auto wait = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(50));
+      const auto wait = std::min<Clock::Duration>(deadline - now, std::chrono::milliseconds(50));
       (void)Refresh(r->version, std::chrono::duration_cast<std::chrono::milliseconds>(wait));
     }
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "model/layout.h"
 #include "net/grpc.h"
@@ -71,6 +72,9 @@ struct GrpcParamServerClientOptions {
   prometheus::Gauge* waiting = nullptr;  // adam_trainer_servers_unreachable
   // How servers and controller members are dialled (the job's mutual TLS, or plain text).
   std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
+  // Where waits for a server, retries until rpc_timeout and the pauses between them read the
+  // time (not owned); an RPC's own deadline is gRPC's, in real time.
+  Clock* clock = Clock::Real();
 };
 
 // Talks to every server in `addresses` (index = server number of the shard map) over gRPC, one

@@ -1,7 +1,8 @@
 // ServerWait: how a trainer's client waits for a server it cannot reach (a parameter server
 // without copies, or the data server, restarting under its old address): asked again every
 // 100 ms, a log line each second, a gauge (1 while waiting) and a counter of seconds waited, and
-// a bound after which the caller fails naming the server. One per call; not thread-safe.
+// a bound after which the caller fails naming the server, all measured on a Clock (the real one
+// unless given). One per call; not thread-safe.
 #pragma once
 
 #include <fmt/format.h>
@@ -11,17 +12,24 @@
 
 #include <chrono>
 #include <string>
-#include <thread>
+
+#include "core/clock.h"
 
 namespace adam::trainer {
 
 class ServerWait {
  public:
-  using Clock = std::chrono::steady_clock;
-
+  // The tries are `pause` apart. `clock` is not owned.
   ServerWait(std::chrono::milliseconds bound, prometheus::Counter* waits,
-             prometheus::Gauge* waiting)
-      : bound_(bound), waits_(waits), waiting_(waiting) {}
+             prometheus::Gauge* waiting, Clock* clock = Clock::Real(),
+             std::chrono::milliseconds pause = std::chrono::milliseconds(100))
+      : bound_(bound),
+        pause_(pause),
+        waits_(waits),
+        waiting_(waiting),
+        clock_(clock),
+        began_(clock->Now()),
+        next_note_(began_) {}
 
   bool waited() const { return waited_; }
 
@@ -35,7 +43,7 @@ class ServerWait {
   // `server` could not be reached (`why`): false once the bound has passed (the caller fails,
   // with Expired() in its message); otherwise notes the wait and pauses before the next try.
   bool Again(const std::string& server, const std::string& why) {
-    const auto now = Clock::now();
+    const auto now = clock_->Now();
     if (now - began_ >= bound_) {
       if (waiting_) waiting_->Set(0);
       return false;
@@ -46,10 +54,9 @@ class ServerWait {
                    double(bound_.count()) / 1000, why);
       next_note_ = now + std::chrono::seconds(1);
     }
-    const auto pause = std::chrono::milliseconds(100);
-    std::this_thread::sleep_for(pause);
+    clock_->SleepFor(pause_);
     waited_ = true;
-    if (waits_) waits_->Increment(std::chrono::duration<double>(pause).count());
+    if (waits_) waits_->Increment(std::chrono::duration<double>(pause_).count());
     return true;
   }
 
@@ -58,13 +65,15 @@ class ServerWait {
   }
 
  private:
-  double Seconds() const { return std::chrono::duration<double>(Clock::now() - began_).count(); }
+  double Seconds() const { return std::chrono::duration<double>(clock_->Now() - began_).count(); }
 
   const std::chrono::milliseconds bound_;
+  const std::chrono::milliseconds pause_;
   prometheus::Counter* const waits_;
   prometheus::Gauge* const waiting_;
-  const Clock::time_point began_ = Clock::now();
-  Clock::time_point next_note_ = began_;
+  Clock* const clock_;
+  const Clock::TimePoint began_;
+  Clock::TimePoint next_note_;
   bool waited_ = false;
 };
 
