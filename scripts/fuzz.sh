@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-30}
 ./scripts/configure-asan.sh
 targets=(idx manifest event checkpoint raft_log raft_message watch_stream network_status prometheus_text
-         onnx image)
+         onnx image codec)
 cmake --build build-asan --target "${targets[@]/%/_fuzzer}"
 mkdir -p build-asan/artifacts
 # One target per core at a time: each gets its FUZZ_SECONDS on a core of its own.

@@ -163,6 +163,38 @@ INSTANTIATE_TEST_SUITE_P(UpdatePaths, LayersRun,
                                            "batchSize: 4, applyEvery: 2, denseUpdates: weights",
                                            "batchSize: 4, momentum: 0.9, weightDecay: 0.0005"));
 
+// spec.training.communication: the significantly-modified filter with half-precision,
+// zstd-compressed updates and pulls trains the synthetic set as well as plain floats, with fewer
+// bytes each way (the trainers' own counts, in the summary).
+TEST_F(AdamRun, FilteredHalfPrecisionCompressedUpdatesTrainAsPlainOnesDo) {
+  const auto run = [&](const std::string& communication) {
+    const std::string job = Manifest(
+        dir_, "epochs: 3, learningRate: 0.02, pushEvery: 50, denseUpdates: weights" + communication,
+        "parameterServer: {replicas: 2, shardBytes: 1024}, trainer: {replicas: 2, threads: 1}");
+    Result r = Adam(dir_, "run " + job + " --output json -q");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  };
+  const nlohmann::json plain = run("");
+  const nlohmann::json packed =
+      run(", communication: {filter: 0.002, values: float16, compress: zstd}");
+  ASSERT_TRUE(plain.contains("push_bytes_per_image")) << plain;
+  ASSERT_TRUE(packed.contains("push_bytes_per_image")) << packed;
+  std::printf(
+      "push/pull bytes per image: plain %.0f/%.0f, packed %.0f/%.0f\n",
+      plain["push_bytes_per_image"].get<double>(), plain["pull_bytes_per_image"].get<double>(),
+      packed["push_bytes_per_image"].get<double>(), packed["pull_bytes_per_image"].get<double>());
+  EXPECT_GT(packed["test_accuracy"].get<double>(), 0.9) << packed;
+  EXPECT_GT(plain["test_accuracy"].get<double>(), 0.9) << plain;
+  // Half precision alone halves both; the filter and zstd take pushes further.
+  EXPECT_LT(packed["push_bytes_per_image"].get<double>(),
+            0.4 * plain["push_bytes_per_image"].get<double>())
+      << plain << packed;
+  EXPECT_LT(packed["pull_bytes_per_image"].get<double>(),
+            0.6 * plain["pull_bytes_per_image"].get<double>())
+      << plain << packed;
+}
+
 TEST_F(AdamRun, TargetAccuracyEndsTheJobEarly) {
   const std::string job = Manifest(dir_, "epochs: 50, learningRate: 0.02, targetAccuracy: 0.6",
                                    "trainer: {replicas: 1, threads: 2}");

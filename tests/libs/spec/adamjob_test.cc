@@ -173,6 +173,32 @@ TEST(AdamJob, MomentumAndWeightDecay) {
       HasSubstr("spec.training.denseUpdates: activations carry plain SGD steps"));
 }
 
+TEST(AdamJob, Communication) {
+  auto job = ParseAdamJob(kValid);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->training.communication, CommunicationSpec{});  // all sent, float32, as is
+  job = ParseAdamJob(With(
+      "spec:\n",
+      "spec:\n  training: {communication: {filter: 0.001, values: float16, compress: zstd}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_DOUBLE_EQ(job->training.communication.filter, 0.001);
+  EXPECT_TRUE(job->training.communication.float16);
+  EXPECT_TRUE(job->training.communication.zstd);
+  job = ParseAdamJob(
+      With("spec:\n", "spec:\n  training: {communication: {values: float32, compress: none}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_EQ(job->training.communication, CommunicationSpec{});
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {communication: {filter: -1}}\n")),
+              HasSubstr("spec.training.communication.filter: must be in [0, 1], got -1"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {communication: {compress: lz4}}\n")),
+              HasSubstr("spec.training.communication.compress: must be one of none, zstd; got "
+                        "'lz4'"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {communication: {level: 3}}\n")),
+              HasSubstr("spec.training.communication.level: unknown field"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {communication: zstd}\n")),
+              HasSubstr("spec.training.communication: must be a mapping"));
+}
+
 TEST(AdamJob, ValidManifestGetsDefaults) {
   auto job = ParseAdamJob(kValid);
   ASSERT_TRUE(job.ok()) << job.status().ToString();

@@ -16,6 +16,7 @@
 #include "param_server/clock_gate.h"
 #include "param_server/param_store.h"
 #include "trainer/ps_client.h"
+#include "update/codec.h"
 #include "update/update_plan.h"
 
 namespace adam::ps {
@@ -41,12 +42,13 @@ model::ModelLayout SmallDenseModel() {
 class ParamServiceTest : public ::testing::Test {
  protected:
   // Two servers over shards of 40 floats; updates of dense layers as activations.
-  void Start(spec::Consistency mode, int trainers, int staleness = 0) {
+  void Start(spec::Consistency mode, int trainers, int staleness = 0,
+             spec::DenseUpdates dense = spec::DenseUpdates::kActivations) {
     layout_.emplace(SmallDenseModel());
     auto map = shard::ShardMap::Make(layout_->num_params(), 160, 2, 7);
     ASSERT_TRUE(map.ok());
     map_ = *map;
-    plan_.emplace(update::UpdatePlan::Make(*layout_, *map_, 4, spec::DenseUpdates::kActivations));
+    plan_.emplace(update::UpdatePlan::Make(*layout_, *map_, 4, dense));
     init_.resize(size_t(layout_->num_params()));
     for (size_t i = 0; i < init_.size(); ++i) init_[i] = float(i % 5);
     for (int s = 0; s < 2; ++s) {
@@ -71,8 +73,8 @@ class ParamServiceTest : public ::testing::Test {
         s.server.server->Shutdown();
       }
   }
-  std::unique_ptr<trainer::ParamServerClient> Client(int index) {
-    trainer::GrpcParamServerClientOptions o;
+  std::unique_ptr<trainer::ParamServerClient> Client(int index,
+                                                     trainer::GrpcParamServerClientOptions o = {}) {
     o.trainer_index = index;
     auto c = trainer::ConnectParamServers(*map_, *plan_, addresses_, o);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
@@ -141,6 +143,102 @@ TEST_F(ParamServiceTest, BothProtocolsThroughTheClientGiveTheExpectedWeights) {
   for (int s = 0; s < 2; ++s)
     for (const auto& r : weights.DeltaRanges(s)) covered += r.count;
   EXPECT_EQ(covered, n);
+}
+
+// Deltas sent as half precision, zstd-compressed, only their nonzero entries (with indices), and
+// pulls answered the same way: the servers hold exactly what plain floats would give them when
+// the values are halves, and the bytes are fewer.
+TEST_F(ParamServiceTest, FilteredCompressedHalfPrecisionPushesAndPullsGiveTheSameWeights) {
+  Start(spec::Consistency::kAsync, 1, 0, spec::DenseUpdates::kWeights);
+  trainer::GrpcParamServerClientOptions o;
+  o.format = {true, true};
+  o.sparse_pushes = true;
+  auto client = Client(0, o);
+  ASSERT_TRUE(client);
+  const int64_t n = layout_->num_params();
+  std::vector<float> delta(static_cast<size_t>(n), 0.f), want = init_;
+  for (int64_t i = 0; i < n; i += 7) {
+    delta[size_t(i)] = 0.25f * float(i % 9) - 1.f;  // halves exactly
+    want[size_t(i)] += delta[size_t(i)];
+  }
+  trainer::PushArgs args;
+  args.delta = delta.data();
+  args.clock = 1;
+  ASSERT_TRUE(client->Push(args).ok());
+  EXPECT_LT(client->pushed_bytes(), uint64_t(n) * 4 / 2);  // 1 in 7 entries, 2 bytes + index
+  std::vector<float> out(static_cast<size_t>(n));
+  ASSERT_TRUE(client->Pull(out.data(), 1).ok());
+  EXPECT_EQ(out, want);  // init values and sums are halves: nothing rounded away
+  EXPECT_LT(client->pulled_bytes(), uint64_t(n) * 4 / 2);
+  // The servers hold float32 weights: a plain client reads the same.
+  auto plain = Client(0);
+  std::vector<float> out32(static_cast<size_t>(n));
+  ASSERT_TRUE(plain->Pull(out32.data(), 1).ok());
+  EXPECT_EQ(out32, want);
+}
+
+TEST_F(ParamServiceTest, HalfPrecisionActivationsAndErrorsApplyTheirRoundedValues) {
+  Start(spec::Consistency::kAsync, 1);
+  trainer::GrpcParamServerClientOptions o;
+  o.format = {true, false};
+  auto client = Client(0, o);
+  ASSERT_TRUE(client);
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> want = init_;
+  std::vector<std::vector<float>> acts, errs;
+  trainer::PushArgs args;
+  args.clock = 1;
+  for (const auto& d : plan_->dense()) {
+    acts.emplace_back(size_t(d.in));
+    errs.emplace_back(size_t(d.units));
+    for (auto& x : acts.back()) x = u(rng);
+    for (auto& x : errs.back()) x = u(rng);
+    for (int64_t r = 0; r < d.units; ++r) {
+      const float e = update::RoundToHalf(errs.back()[size_t(r)]);
+      for (int64_t c = 0; c < d.in; ++c)
+        want[size_t(d.weights + r * d.in + c)] += e * update::RoundToHalf(acts.back()[size_t(c)]);
+      want[size_t(d.bias + r)] += e;
+    }
+    args.dense.push_back({d.layer, 1, acts.back().data(), errs.back().data()});
+  }
+  ASSERT_TRUE(client->Push(args).ok());
+  auto plain = Client(0);
+  std::vector<float> out(want.size());
+  ASSERT_TRUE(plain->Pull(out.data(), 1).ok());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-6) << i;
+}
+
+// A filtered delta's indices are checked like its range: in order, inside the shard, one per
+// value; a bad one names the delta and applies nothing.
+TEST_F(ParamServiceTest, BadIndicesOfAFilteredPushAreRefusedNamingThem) {
+  Start(spec::Consistency::kAsync, 1, 0, spec::DenseUpdates::kWeights);
+  const uint32_t held = servers_[0].store->shard_ids()[0];
+  const auto push = [&](std::vector<uint32_t> idx, size_t values, uint64_t offset = 0) {
+    adam::v1::PushRequest req;
+    auto* d = req.add_deltas();
+    d->set_shard(held);
+    d->set_offset(offset);
+    std::vector<float> v(values, 1.f);
+    update::EncodeFloats(v.data(), v.size(), {}, d->mutable_values());
+    update::EncodeIndices(idx.data(), idx.size(), false, d->mutable_indices());
+    adam::v1::PushResponse resp;
+    grpc::ClientContext ctx;
+    return stub_->Push(&ctx, req, &resp);
+  };
+  const std::string at = "deltas[0] (shard " + std::to_string(held) + "): ";
+  EXPECT_THAT(push({5, 3}, 2).error_message(),
+              HasSubstr(at + "indices[1] = 3 does not follow 5 in ascending order"));
+  EXPECT_THAT(push({1, 2}, 3).error_message(), HasSubstr(at + "2 indices for 3 values"));
+  EXPECT_THAT(push({1, 40}, 2).error_message(), HasSubstr("[0, 41) are outside the shard's 40"));
+  EXPECT_THAT(push({1, 30}, 2, 10).error_message(),
+              HasSubstr("[10, 41) are outside the shard's 40"));
+  EXPECT_TRUE(push({0, 39}, 2).ok());
+  std::vector<float> out(40);
+  ASSERT_TRUE(servers_[0].store->ReadState(held, out.data(), 40).ok());
+  const int64_t base = map_->shards()[held].offset;
+  for (int i = 0; i < 40; ++i)
+    EXPECT_EQ(out[size_t(i)], init_[size_t(base + i)] + (i == 0 || i == 39 ? 1.f : 0.f)) << i;
 }
 
 // A push's clock carries the epochs its trainer finished (high 32 bits): each server keeps the
@@ -243,7 +341,8 @@ TEST_F(ParamServiceTest, GarbageRequestAppliesNothingAndServerKeepsServing) {
   grpc::Status st = stub_->Push(&ctx, req, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(),
-              HasSubstr("deltas[1] (shard " + std::to_string(held) + "): values has 3 bytes"));
+              HasSubstr("deltas[1] (shard " + std::to_string(held) +
+                        "): 3 bytes of values are not a whole number of 4-byte values"));
 
   adam::v1::PushRequest outside;
   auto* o = outside.add_deltas();
@@ -268,7 +367,13 @@ TEST_F(ParamServiceTest, GarbageRequestAppliesNothingAndServerKeepsServing) {
   grpc::ClientContext ctx5;
   st = stub_->Push(&ctx5, dense, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(st.error_message(), HasSubstr("dense[0] (layer 0): activations and errors must be"));
+  EXPECT_THAT(st.error_message(), HasSubstr("dense[0] (layer 0): activations: 7 bytes of values"));
+  du->set_activations(std::string(8, '\0'));
+  grpc::ClientContext ctx8;
+  st = stub_->Push(&ctx8, dense, &resp);
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("dense[0] (layer 0): activations and errors must be 32 and 12 floats for 2 "
+                        "images, got 2 and 0"));
   du->set_layer(5);
   grpc::ClientContext ctx6;
   EXPECT_THAT(stub_->Push(&ctx6, dense, &resp).error_message(),

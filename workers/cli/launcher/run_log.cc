@@ -270,6 +270,17 @@ void RunLog::PrintSummary() {
     if (failovers_ > 0) j["failovers"] = failovers_;
     if (!model_written_.empty()) j["model"] = model_written_;
     if (resumed_epochs_ > 0) j["resumed_after_epoch"] = resumed_epochs_;
+    // What the finished trainers sent and received per image they trained on.
+    int64_t done_images = 0, push = 0, pull = 0;
+    for (const auto& [_, ev] : done_) {
+      done_images += EventInt(ev, "images_total", 0);
+      push += EventInt(ev, "push_bytes", 0);
+      pull += EventInt(ev, "pull_bytes", 0);
+    }
+    if (done_images > 0) {
+      j["push_bytes_per_image"] = double(push) / double(done_images);
+      j["pull_bytes_per_image"] = double(pull) / double(done_images);
+    }
     std::printf("%s\n", FiniteJson(j).dump().c_str());
   } else {
     const std::string resumed =

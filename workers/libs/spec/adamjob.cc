@@ -512,13 +512,32 @@ void ReadUpdates(Reader& r, const YAML::Node& n, const std::string& p, TrainingS
   }
 }
 
+// n.communication: filter, values and compress.
+void ReadCommunication(Reader& r, const YAML::Node& n, const std::string& p, CommunicationSpec* c) {
+  if (!r.Map(n, p, {"filter", "values", "compress"}) || !n) return;
+  if (r.Get(n, "filter", p, &c->filter) && !(c->filter >= 0 && c->filter <= 1))
+    r.Error(p + ".filter", "must be in [0, 1], got " + std::to_string(c->filter));
+  if (std::string v; r.Get(n, "values", p, &v)) {
+    if (v == "float16" || v == "float32")
+      c->float16 = v == "float16";
+    else
+      r.Error(p + ".values", "must be one of float32, float16; got '" + v + "'");
+  }
+  if (std::string z; r.Get(n, "compress", p, &z)) {
+    if (z == "zstd" || z == "none")
+      c->zstd = z == "zstd";
+    else
+      r.Error(p + ".compress", "must be one of none, zstd; got '" + z + "'");
+  }
+}
+
 void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   const std::string p = "spec.training";
   if (!r.Map(n, p,
              {"epochs", "learningRate", "learningRateDecay", "learningRateSchedule", "warmupEpochs",
               "momentum", "weightDecay", "pushEvery", "batchSize", "applyEvery", "threadWeights",
-              "consistency", "maxStaleness", "denseUpdates", "epochQuorum", "targetAccuracy",
-              "seed"}) ||
+              "consistency", "maxStaleness", "denseUpdates", "communication", "epochQuorum",
+              "targetAccuracy", "seed"}) ||
       !n)
     return;
   r.Int(n, "epochs", p, 1, 100000, &t->epochs);
@@ -534,6 +553,7 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
     r.Error(p + ".warmupEpochs", "must be less than epochs (" + std::to_string(t->epochs) + ")");
   ReadStepping(r, n, p, t);
   ReadUpdates(r, n, p, t);
+  ReadCommunication(r, n["communication"], p + ".communication", &t->communication);
   if (r.Get(n, "epochQuorum", p, &t->epoch_quorum) &&
       !(t->epoch_quorum > 0 && t->epoch_quorum <= 1))
     r.Error(p + ".epochQuorum", "must be in (0, 1], got " + std::to_string(t->epoch_quorum));

@@ -132,6 +132,17 @@ struct LearningRateSchedule {
   double final = 0.0;              // cosine: the fraction of learning_rate it falls towards
 };
 
+// How trainers and parameter servers exchange updates and weights (update/codec.h). Defaults:
+// every change sent, as 4-byte floats, uncompressed.
+struct CommunicationSpec {
+  // The significantly-modified filter: an entry of a pushed weight delta is sent once its change
+  // not yet sent reaches `filter` in magnitude; smaller ones are kept for a later push. 0: all.
+  double filter = 0;
+  bool float16 = false;  // values: float16 -- deltas, activations, errors and pulled weights
+  bool zstd = false;     // compress: zstd -- of every message's values
+  bool operator==(const CommunicationSpec&) const = default;
+};
+
 struct TrainingSpec {
   int epochs = 10;
   double learning_rate = 0.02;
@@ -150,6 +161,7 @@ struct TrainingSpec {
   Consistency consistency = Consistency::kAsync;
   int max_staleness = 0;  // bounded only: pushes a trainer may run ahead of the slowest
   DenseUpdates dense_updates = DenseUpdates::kAuto;
+  CommunicationSpec communication;
   double epoch_quorum = 0.75;             // fraction of trainers whose finish ends an epoch
   std::optional<double> target_accuracy;  // stop early when test accuracy reaches it
   uint64_t seed = 1;                      // weight initialisation and data shuffling

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/event.h"
+#include "update/codec.h"
 
 namespace adam::ps {
 namespace {
@@ -25,19 +26,6 @@ constexpr char kEndMagic[8] = {'A', 'D', 'A', 'M', 'E', 'N', 'D', '1'};
 // Format 2 adds the epochs finished after the parameter count; format 1 files (no epochs) are
 // still read, as 0 epochs.
 constexpr uint32_t kFormat = 2;
-
-// Byte planes: all floats' byte 0, then byte 1, ... (exponent bytes compress well together).
-void Shuffle(const float* in, int64_t n, uint8_t* out) {
-  const auto* b = reinterpret_cast<const uint8_t*>(in);
-  for (int64_t i = 0; i < n; ++i)
-    for (int k = 0; k < 4; ++k) out[k * n + i] = b[i * 4 + k];
-}
-
-void Unshuffle(const uint8_t* in, int64_t n, float* out) {
-  auto* b = reinterpret_cast<uint8_t*>(out);
-  for (int64_t i = 0; i < n; ++i)
-    for (int k = 0; k < 4; ++k) b[i * 4 + k] = in[k * n + i];
-}
 
 // Appends little-endian integers and tracks the CRC of everything written.
 class Writer {
@@ -71,13 +59,13 @@ class Writer {
   uint64_t bytes_ = 0;
 };
 
-// One shard's values, byte planes shuffled (Shuffle) and zstd-compressed, as its size then its
-// bytes.
+// One shard's values, byte planes shuffled (update::Shuffle) and zstd-compressed, as its size then
+// its bytes.
 Status WriteCompressed(Writer& w, const float* values, int64_t n, BufferPool* pool, int level) {
   const size_t raw = size_t(n) * sizeof(float);
   BufferPool::Buffer planes = pool->Get(raw);
   BufferPool::Buffer packed = pool->Get(ZSTD_compressBound(raw));
-  Shuffle(values, n, planes.as<uint8_t>());
+  update::Shuffle(values, size_t(n), 4, planes.as<uint8_t>());
   const size_t csize = ZSTD_compress(packed.data(), packed.capacity(), planes.data(), raw, level);
   if (ZSTD_isError(csize)) return InternalError(std::string("zstd: ") + ZSTD_getErrorName(csize));
   ADAM_RETURN_IF_ERROR(w.Int(uint64_t(csize)));
@@ -163,7 +151,7 @@ Status ReadValues(Reader& r, CheckpointEntry* e) {
     return DataLossError("byte " + std::to_string(r.pos()) + ": shard " + std::to_string(e->shard) +
                          ": " + (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short frame"));
   e->values.resize(size_t(e->count));
-  Unshuffle(planes.data(), e->count, e->values.data());
+  update::Unshuffle(planes.data(), size_t(e->count), 4, e->values.data());
   r.Skip(size_t(csize));
   return OkStatus();
 }

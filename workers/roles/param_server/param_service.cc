@@ -11,6 +11,7 @@
 
 #include "core/event.h"
 #include "net/grpc.h"
+#include "update/codec.h"
 
 namespace adam::ps {
 namespace {
@@ -45,33 +46,78 @@ struct PullCall {
   std::unique_ptr<Completion> done;
 };
 
-// The Ops of a push's sparse deltas, each checked against the shards `store` holds: an error names
-// the delta at fault. `bytes` counts their payload.
+// Floats of a bytes field sent in `format`: `n` of them (a count the caller checked), decoded
+// into a pooled buffer unless they are plain float32 (then as Floats).
+StatusOr<const float*> DecodedFloats(const std::string& bytes, update::WireFormat format, size_t n,
+                                     BufferPool* pool, std::vector<BufferPool::Buffer>* copies) {
+  if (format == update::WireFormat{}) return Floats(bytes, pool, copies);
+  copies->push_back(pool->Get(std::max<size_t>(n, 1) * sizeof(float)));
+  float* out = copies->back().as<float>();
+  ADAM_RETURN_IF_ERROR(update::DecodeFloats(bytes, format, n, out));
+  return static_cast<const float*>(out);
+}
+
+// A filtered delta's indices: decoded, `n` of them (as many as its values), strictly ascending;
+// *end is one past the last.
+StatusOr<const uint32_t*> DecodedIndices(const adam::v1::ShardData& d, size_t n, BufferPool* pool,
+                                         std::vector<BufferPool::Buffer>* copies, int64_t* end) {
+  StatusOr<size_t> count = update::IndexCount(d.indices(), d.zstd(), n);
+  if (!count.ok()) return count.status();
+  if (*count != n)
+    return InvalidArgumentError(std::to_string(*count) + " indices for " + std::to_string(n) +
+                                " values");
+  copies->push_back(pool->Get(std::max<size_t>(n, 1) * sizeof(uint32_t)));
+  uint32_t* idx = copies->back().as<uint32_t>();
+  ADAM_RETURN_IF_ERROR(update::DecodeIndices(d.indices(), d.zstd(), n, idx));
+  for (size_t i = 1; i < n; ++i)
+    if (idx[i] <= idx[i - 1])
+      return InvalidArgumentError("indices[" + std::to_string(i) + "] = " + std::to_string(idx[i]) +
+                                  " does not follow " + std::to_string(idx[i - 1]) +
+                                  " in ascending order");
+  *end = n == 0 ? 0 : int64_t(idx[n - 1]) + 1;
+  return static_cast<const uint32_t*>(idx);
+}
+
+// One delta of a push as an Op, checked against the shards `store` holds.
+Status DeltaOp(const adam::v1::ShardData& d, const ParamStore& store, BufferPool* pool,
+               PushCall* call) {
+  const update::WireFormat format{d.float16(), d.zstd()};
+  const int64_t shard_size = store.ShardSize(d.shard());
+  if (shard_size < 0) return store.CheckRange(d.shard(), 0, 0);  // names the shard not held
+  if (d.offset() > uint64_t(shard_size))
+    return InvalidArgumentError("offset " + std::to_string(d.offset()) + " is past the shard's " +
+                                std::to_string(shard_size) + " floats");
+  StatusOr<size_t> n = update::FloatCount(d.values(), format, size_t(shard_size));
+  if (!n.ok()) return n.status();
+  Op op;
+  op.kind = Op::Kind::kAdd;
+  op.shard = d.shard();
+  op.offset = int64_t(d.offset());
+  op.count = int64_t(*n);
+  int64_t end = op.count;
+  if (!d.indices().empty()) {
+    StatusOr<const uint32_t*> idx = DecodedIndices(d, *n, pool, &call->copies, &end);
+    if (!idx.ok()) return idx.status();
+    op.indices = *idx;
+  }
+  ADAM_RETURN_IF_ERROR(store.CheckRange(d.shard(), op.offset, end));
+  StatusOr<const float*> values = DecodedFloats(d.values(), format, *n, pool, &call->copies);
+  if (!values.ok()) return values.status();
+  op.values = *values;
+  call->ops.push_back(op);
+  return OkStatus();
+}
+
+// The Ops of a push's weight deltas, each checked: an error names the delta at fault. `bytes`
+// counts their payload as it travelled.
 grpc::Status DeltaOps(const adam::v1::PushRequest& req, const ParamStore& store, BufferPool* pool,
                       PushCall* call, size_t* bytes) {
   for (int i = 0; i < req.deltas_size(); ++i) {
     const auto& d = req.deltas(i);
-    const std::string where =
-        "deltas[" + std::to_string(i) + "] (shard " + std::to_string(d.shard()) + ")";
-    if (d.values().size() % sizeof(float) != 0) {
-      return Invalid(where + ": values has " + std::to_string(d.values().size()) +
-                     " bytes, not a multiple of 4");
-    }
-    const int64_t n = int64_t(d.values().size() / sizeof(float));
-    if (d.offset() > uint64_t(INT64_MAX)) {
-      return Invalid(where + ": offset " + std::to_string(d.offset()) + " is too large");
-    }
-    if (Status st = store.CheckRange(d.shard(), int64_t(d.offset()), n); !st.ok()) {
-      return net::ToGrpc(st);
-    }
-    Op op;
-    op.kind = Op::Kind::kAdd;
-    op.shard = d.shard();
-    op.offset = int64_t(d.offset());
-    op.count = n;
-    op.values = Floats(d.values(), pool, &call->copies);
-    call->ops.push_back(op);
-    *bytes += d.values().size();
+    if (Status st = DeltaOp(d, store, pool, call); !st.ok())
+      return {net::ToGrpc(st).error_code(), "deltas[" + std::to_string(i) + "] (shard " +
+                                                std::to_string(d.shard()) + "): " + st.message()};
+    *bytes += d.values().size() + d.indices().size();
   }
   return grpc::Status::OK;
 }
@@ -90,13 +136,17 @@ grpc::Status CheckDense(const adam::v1::DenseUpdate& du, const update::UpdatePla
     return Invalid(where + ": images must be in 1.." + std::to_string(kMaxDenseImages) + ", got " +
                    std::to_string(du.images()));
   }
-  const uint64_t want_a = uint64_t(du.images()) * uint64_t(layer.in) * sizeof(float);
-  const uint64_t want_e = uint64_t(du.images()) * rows.size() * sizeof(float);
-  if (du.activations().size() != want_a || du.errors().size() != want_e) {
+  const uint64_t want_a = uint64_t(du.images()) * uint64_t(layer.in);
+  const uint64_t want_e = uint64_t(du.images()) * rows.size();
+  const update::WireFormat format{du.float16(), du.zstd()};
+  StatusOr<size_t> got_a = update::FloatCount(du.activations(), format, want_a);
+  if (!got_a.ok()) return Invalid(where + ": activations: " + got_a.status().message());
+  StatusOr<size_t> got_e = update::FloatCount(du.errors(), format, want_e);
+  if (!got_e.ok()) return Invalid(where + ": errors: " + got_e.status().message());
+  if (*got_a != want_a || *got_e != want_e) {
     return Invalid(where + ": activations and errors must be " + std::to_string(want_a) + " and " +
-                   std::to_string(want_e) + " bytes for " + std::to_string(du.images()) +
-                   " images, got " + std::to_string(du.activations().size()) + " and " +
-                   std::to_string(du.errors().size()));
+                   std::to_string(want_e) + " floats for " + std::to_string(du.images()) +
+                   " images, got " + std::to_string(*got_a) + " and " + std::to_string(*got_e));
   }
   *index = k;
   return grpc::Status::OK;
@@ -119,8 +169,15 @@ grpc::Status DenseOps(const adam::v1::PushRequest& req, const update::UpdatePlan
     args.rows = rows.data();
     args.num_rows = int(rows.size());
     args.images = int(du.images());
-    args.a = Floats(du.activations(), pool, &call->copies);
-    args.e = Floats(du.errors(), pool, &call->copies);
+    const update::WireFormat format{du.float16(), du.zstd()};
+    StatusOr<const float*> a = DecodedFloats(
+        du.activations(), format, size_t(du.images()) * size_t(layer.in), pool, &call->copies);
+    StatusOr<const float*> e =
+        DecodedFloats(du.errors(), format, size_t(du.images()) * rows.size(), pool, &call->copies);
+    if (!a.ok() || !e.ok())
+      return Invalid(where + ": " + (a.ok() ? e.status() : a.status()).message());
+    args.a = *a;
+    args.e = *e;
     const int64_t w_end = layer.weights + layer.units * layer.in;
     for (uint32_t id : store.shard_ids()) {
       const int64_t lo = store.ShardOffset(id), hi = lo + store.ShardSize(id);
@@ -301,9 +358,10 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
                                                   "waiting for " +
                                                   waiting + ": has that trainer stopped?"});
   };
+  const update::WireFormat format{req->float16(), req->zstd()};
   gate_->WhenAllowed(
       clock,
-      [this, ids, reactor, resp, asked](bool allowed) {
+      [this, ids, format, reactor, resp, asked](bool allowed) {
         if (!allowed) {
           reactor->Finish({grpc::StatusCode::UNAVAILABLE, "parameter server is shutting down"});
           return;
@@ -311,14 +369,14 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
         if (m_.pull_wait)
           m_.pull_wait->Observe(
               std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
-        Read(ids, reactor, resp);
+        Read(ids, format, reactor, resp);
       },
       PullExpiry(*ctx, asked), on_expired);
   return reactor;
 }
 
-void ParamService::Read(const std::vector<uint32_t>& ids, grpc::ServerUnaryReactor* reactor,
-                        adam::v1::PullResponse* resp) {
+void ParamService::Read(const std::vector<uint32_t>& ids, update::WireFormat format,
+                        grpc::ServerUnaryReactor* reactor, adam::v1::PullResponse* resp) {
   auto call = std::make_unique<PullCall>();
   size_t bytes = 0;
   for (uint32_t id : ids) {
@@ -345,10 +403,24 @@ void ParamService::Read(const std::vector<uint32_t>& ids, grpc::ServerUnaryReact
   // Versions land in a side array: the response's fields are set on the finishing thread.
   auto versions = std::make_shared<std::vector<uint64_t>>(ids.size());
   for (size_t i = 0; i < raw->ops.size(); ++i) raw->ops[i].version = &(*versions)[i];
-  auto finish = [this, raw, reactor, resp, versions, bytes] {
+  auto finish = [this, raw, reactor, resp, versions, bytes, format]() mutable {
     std::unique_ptr<PullCall> owned(raw);
     for (int i = 0; i < resp->shards_size(); ++i)
       resp->mutable_shards(i)->set_version((*versions)[size_t(i)]);
+    if (format != update::WireFormat{}) {
+      // Re-written in the format asked for, on the thread that applied the last read.
+      bytes = 0;
+      std::string encoded;
+      for (int i = 0; i < resp->shards_size(); ++i) {
+        auto* sd = resp->mutable_shards(i);
+        update::EncodeFloats(reinterpret_cast<const float*>(sd->values().data()),
+                             sd->values().size() / sizeof(float), format, &encoded);
+        sd->mutable_values()->swap(encoded);
+        sd->set_float16(format.float16);
+        sd->set_zstd(format.zstd);
+        bytes += sd->values().size();
+      }
+    }
     resp->set_min_clock(gate_->MinClock());
     resp->set_epochs(store_->epochs());
     if (m_.pull_bytes) m_.pull_bytes->Increment(double(bytes));

@@ -11,6 +11,7 @@
 #include "param_server/clock_gate.h"
 #include "param_server/param_store.h"
 #include "param_server/routing.h"
+#include "update/codec.h"
 #include "update/update_plan.h"
 
 namespace adam::ps {
@@ -48,9 +49,10 @@ class ParamService final : public adam::v1::ParameterService::CallbackService {
                                      adam::v1::ReadCopyResponse* resp) override;
 
  private:
-  // Reads `ids` (checked) through the shard workers into `resp` and answers the pull.
-  void Read(const std::vector<uint32_t>& ids, grpc::ServerUnaryReactor* reactor,
-            adam::v1::PullResponse* resp);
+  // Reads `ids` (checked) through the shard workers into `resp` and answers the pull, its values
+  // in `format`.
+  void Read(const std::vector<uint32_t>& ids, update::WireFormat format,
+            grpc::ServerUnaryReactor* reactor, adam::v1::PullResponse* resp);
 
   Routing* routing_ = nullptr;
   Forwarder* quorum_ = nullptr;

@@ -403,7 +403,7 @@ void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run, std::vector<cons
       const int64_t b_end = std::min(s.count, b + kBlockFloats), n = b_end - b;
       whole.clear();
       for (const Op* op : run) {
-        if (op->kind != Op::Kind::kAdd) continue;
+        if (op->kind != Op::Kind::kAdd || op->indices != nullptr) continue;
         const int64_t lo = std::max(b, op->offset), hi = std::min(b_end, op->offset + op->count);
         if (lo == b && hi == b_end) {
           whole.push_back(op->values + (b - op->offset));
@@ -423,6 +423,10 @@ void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run, std::vector<cons
   }
   for (const Op* op : run) {
     if (op->kind == Op::Kind::kAdd) {
+      if (op->indices != nullptr) {  // a filtered push: its entries one by one
+        float* at = v + op->offset;
+        for (int64_t i = 0; i < op->count; ++i) at[op->indices[i]] += op->values[i];
+      }
       bytes += uint64_t(op->count) * sizeof(float);
     } else {
       ApplyDense(v, s.offset, s.count, op->dense);

@@ -84,7 +84,8 @@ struct Op {
   enum class Kind : uint8_t { kAdd, kDense, kRead, kSet, kTerm };
   Kind kind = Kind::kAdd;
   uint32_t shard = 0;
-  // kAdd: values[0, count) are added to the shard's floats [offset, offset + count).
+  // kAdd: values[0, count) are added to the shard's floats [offset, offset + count), or, with
+  // `indices` (ascending), values[i] to the float at offset + indices[i].
   // kRead: the whole shard (count must be its size) is copied to `out`, its version to *version.
   // kSet: the whole shard is replaced by `values` and its version, term and marks by *meta (a
   // copy forwarded by the shard's primary); when `conditional`, only if (meta->term,
@@ -94,6 +95,7 @@ struct Op {
   int64_t offset = 0;
   int64_t count = 0;
   const float* values = nullptr;
+  const uint32_t* indices = nullptr;  // kAdd only; count of them
   float* out = nullptr;
   uint64_t* version = nullptr;
   ShardMeta* meta = nullptr;    // kRead: filled when set; kSet: the state's identity (required)

@@ -16,9 +16,64 @@
 #include "core/mutex.h"
 #include "net/grpc.h"
 #include "trainer/server_wait.h"
+#include "update/codec.h"
 
 namespace adam::trainer {
 namespace {
+
+// One range of weight deltas as a ShardData of `r`, in `options`' format; with sparse_pushes,
+// only its nonzero entries and their indices where that is smaller, and nothing at all when
+// every entry is zero. Returns the bytes added.
+uint64_t AddDelta(adam::v1::PushRequest* r, uint32_t shard, int64_t offset, const float* from,
+                  int64_t count, const GrpcParamServerClientOptions& options) {
+  const update::WireFormat& f = options.format;
+  if (!options.sparse_pushes && f == update::WireFormat{}) {
+    auto* d = r->add_deltas();
+    d->set_shard(shard);
+    d->set_offset(uint64_t(offset));
+    d->set_values(reinterpret_cast<const char*>(from), size_t(count) * 4);
+    return uint64_t(count) * 4;
+  }
+  thread_local std::vector<uint32_t> idx;
+  thread_local std::vector<float> nonzero;
+  idx.clear();
+  nonzero.clear();
+  if (options.sparse_pushes) {
+    for (int64_t i = 0; i < count; ++i)
+      if (from[i] != 0.f) {
+        idx.push_back(uint32_t(i));
+        nonzero.push_back(from[i]);
+      }
+    if (idx.empty()) return 0;
+  }
+  const bool sparse =
+      options.sparse_pushes && idx.size() * (f.value_bytes() + 4) < size_t(count) * f.value_bytes();
+  auto* d = r->add_deltas();
+  d->set_shard(shard);
+  d->set_offset(uint64_t(offset));
+  d->set_float16(f.float16);
+  d->set_zstd(f.zstd);
+  if (sparse) {
+    update::EncodeFloats(nonzero.data(), nonzero.size(), f, d->mutable_values());
+    update::EncodeIndices(idx.data(), idx.size(), f.zstd, d->mutable_indices());
+  } else {
+    update::EncodeFloats(from, size_t(count), f, d->mutable_values());
+  }
+  return d->values().size() + d->indices().size();
+}
+
+// A pulled shard of `count` floats into `out`, in whatever format it travelled; an error names
+// the shard and what was wrong.
+Status ReadPulled(const adam::v1::ShardData& sd, int64_t count, float* out) {
+  const update::WireFormat f{sd.float16(), sd.zstd()};
+  StatusOr<size_t> n = update::FloatCount(sd.values(), f, size_t(count));
+  Status st = n.ok() && *n != size_t(count)
+                  ? DataLossError(std::to_string(*n) + " floats, expected " + std::to_string(count))
+                  : n.status();
+  if (st.ok()) st = update::DecodeFloats(sd.values(), f, size_t(count), out);
+  if (!st.ok()) return DataLossError("shard " + std::to_string(sd.shard()) + ": " + st.message());
+  return OkStatus();
+}
 
 class GrpcClient final : public ParamServerClient {
  public:
@@ -49,14 +104,10 @@ class GrpcClient final : public ParamServerClient {
       r.set_clock(args.clock);
       r.set_leave(args.leave);
       if (args.delta != nullptr)
-        for (const auto& range : plan_.DeltaRanges(i)) {
-          auto* d = r.add_deltas();
-          d->set_shard(range.shard);
-          d->set_offset(uint64_t(range.offset));
-          const float* from = args.delta + map_.shards()[range.shard].offset + range.offset;
-          d->set_values(reinterpret_cast<const char*>(from), size_t(range.count) * 4);
-          bytes += uint64_t(range.count) * 4;
-        }
+        for (const auto& range : plan_.DeltaRanges(i))
+          bytes += AddDelta(&r, range.shard, range.offset,
+                            args.delta + map_.shards()[range.shard].offset + range.offset,
+                            range.count, options_);
       for (const auto& b : args.dense) {
         const int k = plan_.DenseIndex(b.layer);
         if (k < 0 || b.images <= 0) continue;
@@ -66,14 +117,16 @@ class GrpcClient final : public ParamServerClient {
         auto* du = r.add_dense();
         du->set_layer(uint32_t(b.layer));
         du->set_images(uint32_t(b.images));
-        du->set_activations(reinterpret_cast<const char*>(b.activations),
-                            size_t(b.images) * size_t(layer.in) * 4);
+        du->set_float16(options_.format.float16);
+        du->set_zstd(options_.format.zstd);
+        update::EncodeFloats(b.activations, size_t(b.images) * size_t(layer.in), options_.format,
+                             du->mutable_activations());
         // Only the errors of the rows this server holds.
         cols.resize(size_t(b.images) * rows.size());
         for (int img = 0; img < b.images; ++img)
           for (size_t j = 0; j < rows.size(); ++j)
             cols[size_t(img) * rows.size() + j] = b.errors[int64_t{img} * layer.units + rows[j]];
-        du->set_errors(reinterpret_cast<const char*>(cols.data()), cols.size() * 4);
+        update::EncodeFloats(cols.data(), cols.size(), options_.format, du->mutable_errors());
         dense += du->activations().size() + du->errors().size();
       }
     }
@@ -96,6 +149,8 @@ class GrpcClient final : public ParamServerClient {
     for (auto& r : reqs) {
       r.set_trainer_index(uint32_t(options_.trainer_index));
       r.set_clock(clock);
+      r.set_float16(options_.format.float16);
+      r.set_zstd(options_.format.zstd);
     }
     ADAM_RETURN_IF_ERROR(FanOut(
         n,
@@ -112,11 +167,8 @@ class GrpcClient final : public ParamServerClient {
           return DataLossError("pull from ps-" + std::to_string(i) + ": unknown shard " +
                                std::to_string(sd.shard()));
         const auto& s = map_.shards()[sd.shard()];
-        if (sd.values().size() != size_t(s.count) * 4)
-          return DataLossError("pull from ps-" + std::to_string(i) + ": shard " +
-                               std::to_string(s.id) + " has " + std::to_string(sd.values().size()) +
-                               " bytes, expected " + std::to_string(s.count * 4));
-        std::memcpy(out + s.offset, sd.values().data(), sd.values().size());
+        if (Status st = ReadPulled(sd, s.count, out + s.offset); !st.ok())
+          return DataLossError("pull from ps-" + std::to_string(i) + ": " + st.message());
         bytes += sd.values().size();
       }
     }
@@ -317,12 +369,9 @@ class RoutedClient final : public ParamServerClient {
           if (args.delta != nullptr)
             for (const auto& range : r.plan.DeltaRanges(server)) {
               if (!shards.count(range.shard)) continue;
-              auto* d = req.add_deltas();
-              d->set_shard(range.shard);
-              d->set_offset(uint64_t(range.offset));
-              const float* from = args.delta + base_.shards()[range.shard].offset + range.offset;
-              d->set_values(reinterpret_cast<const char*>(from), size_t(range.count) * 4);
-              bytes += uint64_t(range.count) * 4;
+              bytes += AddDelta(&req, range.shard, range.offset,
+                                args.delta + base_.shards()[range.shard].offset + range.offset,
+                                range.count, options_);
             }
           r.stubs[size_t(server)]->async()->Push(
               ctx, &call->first, &call->second,
@@ -345,20 +394,23 @@ class RoutedClient final : public ParamServerClient {
           auto call = std::make_shared<std::pair<adam::v1::PullRequest, adam::v1::PullResponse>>();
           call->first.set_trainer_index(uint32_t(options_.trainer_index));
           call->first.set_clock(clock);
+          call->first.set_float16(options_.format.float16);
+          call->first.set_zstd(options_.format.zstd);
           for (uint32_t id : shards) call->first.add_shards(id);
           auto on_done = [&, call, done](const grpc::Status& s) {
             if (s.ok()) {
               MutexLock l(out_mu);
               epochs = std::min(epochs, call->second.epochs());
               for (const auto& sd : call->second.shards()) {
-                if (sd.shard() >= base_.shards().size() ||
-                    sd.values().size() != size_t(base_.shards()[sd.shard()].count) * 4) {
-                  bad = DataLossError("pull: shard " + std::to_string(sd.shard()) +
-                                      " has the wrong size or is unknown");
+                if (sd.shard() >= base_.shards().size()) {
+                  bad = DataLossError("pull: unknown shard " + std::to_string(sd.shard()));
                   continue;
                 }
                 const auto& sh = base_.shards()[sd.shard()];
-                std::memcpy(out + sh.offset, sd.values().data(), sd.values().size());
+                if (Status rs = ReadPulled(sd, sh.count, out + sh.offset); !rs.ok()) {
+                  bad = DataLossError("pull: " + rs.message());
+                  continue;
+                }
                 bytes += sd.values().size();
               }
             }

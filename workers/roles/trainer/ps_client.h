@@ -14,6 +14,7 @@
 #include "model/layout.h"
 #include "net/grpc.h"
 #include "shard/shard_map.h"
+#include "update/codec.h"
 #include "update/update_plan.h"
 
 namespace prometheus {
@@ -72,6 +73,10 @@ struct GrpcParamServerClientOptions {
   prometheus::Gauge* waiting = nullptr;  // adam_trainer_servers_unreachable
   // How servers and controller members are dialled (the job's mutual TLS, or plain text).
   std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
+  // How deltas, dense updates and pulled weights travel (spec.training.communication); with
+  // sparse_pushes a delta range sends only its nonzero entries, with their indices, when smaller.
+  update::WireFormat format;
+  bool sparse_pushes = false;
   // Where waits for a server, retries until rpc_timeout and the pauses between them read the
   // time (not owned); an RPC's own deadline is gRPC's, in real time.
   Clock* clock = Clock::Real();

@@ -42,6 +42,9 @@ TrainerMetrics RegisterMetrics(metrics::MetricsServer& reg) {
   tm.ring_waits = &reg.Counter("adam_trainer_ring_waits_total",
                                "threadWeights private: steps a worker published only after waiting "
                                "for a slower worker to apply its earlier ones");
+  tm.held_back = &reg.Counter(
+      "adam_trainer_filter_held_entries_total",
+      "Entries of pushed weight deltas the significantly-modified filter kept for a later push");
   return tm;
 }
 
@@ -115,6 +118,8 @@ int TrainerRole::Run() {
   po.trainer_name = options.name;
   po.trainer_index = options.index;
   po.transport = options.transport;
+  po.format = {job.training.communication.float16, job.training.communication.zstd};
+  po.sparse_pushes = job.training.communication.filter > 0;
   po.waits = &reg.Counter("adam_trainer_server_wait_seconds_total",
                           "Seconds requests spent waiting for an unreachable parameter server "
                           "(copies: 1) or data server");

@@ -20,6 +20,7 @@
 #include "trainer/batch_queue.h"
 #include "trainer/replica.h"
 #include "trainer/server_wait.h"
+#include "update/codec.h"
 #include "update/update_plan.h"
 
 namespace adam::trainer {
@@ -53,6 +54,9 @@ struct Trainer::Impl {
   Mutex sync_mu;
   std::vector<float> w0 ABSL_GUARDED_BY(sync_mu), snapshot ABSL_GUARDED_BY(sync_mu),
       delta ABSL_GUARDED_BY(sync_mu), pulled ABSL_GUARDED_BY(sync_mu);
+  // The significantly-modified filter (spec.training.communication), when on or when values
+  // travel as float16: what each entry still owes the servers, and what this push sends.
+  std::vector<float> pending ABSL_GUARDED_BY(sync_mu), sent ABSL_GUARDED_BY(sync_mu);
   // Per worker, swapped out of the replica at each push.
   std::vector<DenseLog> logs ABSL_GUARDED_BY(sync_mu);
   int64_t ring_waits_seen ABSL_GUARDED_BY(sync_mu) = 0;  // replica->ring_waits() at the last push
@@ -196,6 +200,14 @@ Status Trainer::Impl::Sync(bool epoch_end) {
   for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = snapshot[size_t(i)] - w0[size_t(i)];
   clock = epoch_end ? ((clock >> 32) + 1) << 32 : clock + 1;
   args.delta = delta.data();
+  if (!pending.empty()) {
+    const spec::CommunicationSpec& c = job.training.communication;
+    for (int64_t i = 0; i < n; ++i) pending[size_t(i)] += delta[size_t(i)];
+    const update::Taken taken =
+        update::TakeSignificant(pending.data(), sent.data(), n, float(c.filter), c.float16);
+    if (m.held_back) m.held_back->Increment(double(taken.held));
+    args.delta = sent.data();
+  }
   args.clock = clock;
   const uint64_t pushed0 = ps->pushed_bytes() + ps->dense_bytes(), pulled0 = ps->pulled_bytes();
   const auto t0 = std::chrono::steady_clock::now();
@@ -382,6 +394,10 @@ Status Trainer::Impl::Setup(bool evaluates) {
     snapshot.resize(n);
     delta.resize(n);
     pulled.resize(n);
+    if (job.training.communication.filter > 0 || job.training.communication.float16) {
+      pending.assign(n, 0.f);
+      sent.resize(n);
+    }
     ADAM_RETURN_IF_ERROR(ps->Pull(w0.data(), 0));
     ReplicaOptions ro;
     for (const auto& d : plan->dense()) ro.record_layers.push_back(d.layer);
@@ -574,13 +590,17 @@ StatusOr<TrainerResult> Trainer::Run() {
   s.Leave(prefetcher, syncer);
   if (Status err = s.Error(); !err.ok()) return err;
   if (evaluates && result.diverged.empty()) ADAM_RETURN_IF_ERROR(s.WriteModel(result.epochs));
+  result.push_bytes = s.ps->pushed_bytes() + s.ps->dense_bytes();
+  result.pull_bytes = s.ps->pulled_bytes();
   EmitEvent({{"event", "done"},
              {"trainer", s.opt.index},
              {"epochs", result.epochs},
              {"images_total", result.images},
              {"seconds", result.seconds},
              {"total_seconds", std::chrono::duration<double>(Clock::now() - start).count()},
-             {"test_accuracy", result.test_accuracy}});
+             {"test_accuracy", result.test_accuracy},
+             {"push_bytes", result.push_bytes},
+             {"pull_bytes", result.pull_bytes}});
   return result;
 }
 

@@ -56,6 +56,7 @@ struct TrainerMetrics {
   prometheus::Gauge* map_version = nullptr;       // adam_trainer_shard_map_version
   prometheus::Counter* ring_waits = nullptr;      // adam_trainer_ring_waits_total
   prometheus::Counter* drift_waits = nullptr;     // adam_trainer_drift_waits_total
+  prometheus::Counter* held_back = nullptr;       // adam_trainer_filter_held_entries_total
 };
 
 // Under async and bounded consistency a trainer's workers train on while its sync thread pushes
@@ -70,6 +71,8 @@ struct TrainerResult {
   double seconds = 0;
   double test_accuracy = -1;  // trainer 0 only; -1 when not evaluated
   std::string diverged;       // why training stopped early as diverged; "" when it did not
+  uint64_t push_bytes = 0;    // sent to the parameter servers (deltas, activations and errors)
+  uint64_t pull_bytes = 0;    // received from them
 };
 
 // Whether an epoch's mean training loss rose enough on the one before to warn of a learning
