@@ -94,3 +94,5 @@ bench: build
 	/usr/bin/python3 bench/failover.py --build $(BUILD)
 	/usr/bin/python3 bench/image_folder.py --build $(BUILD)
 	/usr/bin/python3 bench/trainer.py --build $(BUILD) --tta 0.91
+	$(BUILD)/bench/codec_bench --json $(BUILD)/bench/codec.json
+	/usr/bin/python3 bench/communication.py --build $(BUILD)

@@ -3,7 +3,7 @@
 # shard workers and queues, consistency gate, buffer pool and checkpointer; the data source; and
 # two trainers with two Hogwild workers each, with their prefetch, sync and evaluation threads
 # (the intended weight races are marked in core/hogwild.h); the operator's work queue and metrics
-# cache.
+# cache; the fake clock and Periodic.
 # Builds in build-tsan/ with clang (its ignorelist keeps the uninstrumented libraries' header code
 # uninstrumented too: tests/tsan-ignorelist.txt); any report fails the run.
 set -euo pipefail
@@ -12,11 +12,12 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DADAM_SANIT
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS="-fsanitize-ignorelist=$PWD/tests/tsan-ignorelist.txt" \
   -DADAM_BUILD_BENCH=OFF > build-tsan.log 2>&1 || { cat build-tsan.log; exit 1; }
-cmake --build build-tsan --target param_server_test data_server_test trainer_test kube_test spec_test
+cmake --build build-tsan --target param_server_test data_server_test trainer_test kube_test spec_test \
+  core_test
 supp=build-tsan/tsan.supp
 cp tests/tsan.supp "$supp"
 # Every uninstrumented shared library the tests load, except the C and C++ runtimes TSan knows.
-for t in param_server_test data_server_test trainer_test kube_test spec_test; do ldd build-tsan/tests/$t; done |
+for t in param_server_test data_server_test trainer_test kube_test spec_test core_test; do ldd build-tsan/tests/$t; done |
   awk '{print $1}' | grep '^lib' | sed 's/\.so.*//' |
   grep -vE '^lib(c|m|tsan|stdc\+\+|gcc_s|pthread|dl|rt)$' | sort -u |
   while read -r lib; do echo "called_from_lib:$lib.so"; done >> "$supp"
@@ -29,8 +30,9 @@ run() {
 }
 run param_server_test 'ParamStore.*:ParamStoreMarks.*:ApplyDense.*:ClockGate.*:BufferPool.*:CheckpointTest.*:Routing.*'
 run data_server_test 'DataSource.*'  # not DataServerRole: gRPC and the metrics server
-run trainer_test '*NoNetwork*:ReplicaPrivate.*'
+run trainer_test '*NoNetwork*:ReplicaPrivate.*:ServerWait.*'
 run kube_test 'WorkQueue.*:MetricsCacheTest.*'
 run spec_test 'ManifestWatcher.*'
+run core_test 'FakeClock.*:RealClock.*:Periodic.*'
 
 echo "tsan: no data race reported"
