@@ -3,6 +3,7 @@
 #include <zstd.h>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -109,8 +110,18 @@ __attribute__((target("avx,f16c"))) void FromHalvesF16c(const uint16_t* in, size
   for (; i < n; ++i) out[i] = FromHalf(in[i]);
 }
 
+// CPUID leaf 1: F16C (ECX bit 29) and AVX (bit 28), with the OS saving the YMM registers
+// (OSXSAVE, bit 27, and XCR0's SSE and AVX state bits).
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+    constexpr unsigned kNeeded = (1u << 27) | (1u << 28) | (1u << 29);
+    if ((c & kNeeded) != kNeeded) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6u) == 6u;
+  }();
   return has;
 }
 #endif
