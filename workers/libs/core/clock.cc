@@ -36,8 +36,8 @@ Clock::TimePoint FakeClock::Now() const {
 
 // The caller holds `lock` (Clock's contract); the analysis cannot see a reference's state, hence
 // no analysis here.
-bool FakeClock::WaitUntil(MutexLock& lock, std::condition_variable& cv, TimePoint deadline)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+bool FakeClock::WaitUntil(MutexLock& lock, std::condition_variable& cv,
+                          TimePoint deadline) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const Waiter self{&lock.mutex(), &cv};
   {
     MutexLock l(mu_);

@@ -31,15 +31,15 @@ class Clock {
   // the steady clock); returns pred() at the end. pred() runs with `lock` held, which the
   // analysis cannot see through the reference (as with std::condition_variable's own waits).
   template <class Pred>
-  bool AwaitUntil(MutexLock& lock, std::condition_variable& cv, TimePoint deadline, Pred pred)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  bool AwaitUntil(MutexLock& lock, std::condition_variable& cv, TimePoint deadline,
+                  Pred pred) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     while (!pred())
       if (!WaitUntil(lock, cv, deadline)) return pred();
     return true;
   }
   template <class Pred>
-  bool AwaitFor(MutexLock& lock, std::condition_variable& cv, Duration timeout, Pred pred)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  bool AwaitFor(MutexLock& lock, std::condition_variable& cv, Duration timeout,
+                Pred pred) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return AwaitUntil(lock, cv, Now() + timeout, std::move(pred));
   }
   // Returns once this clock has reached `deadline` (a backoff's pause).
