@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "core/periodic.h"
 #include "testing/wait.h"
@@ -191,21 +192,34 @@ TEST(FakeClock, AWaiterMayDestroyWhatItWaitedOnOnceItsWaitReturns) {
 }
 
 // Periodic on a fake clock: one call per interval the clock moves, none in between.
+// Periodic on a fake clock, moved 10 ms at a time: called at exactly 50, 100 and 150 ms (the
+// clock's time when it ran), at no step between. After each step the test waits until the
+// periodic thread has woken and waits again, so a call due at that step has happened.
 TEST(Periodic, CallsOncePerIntervalOfItsClock) {
   FakeClock clock;
-  std::atomic<int> calls{0};
+  const Clock::TimePoint t0 = clock.Now();
+  Mutex mu;
+  std::vector<Clock::Duration> at;  // under mu
   Periodic p(
-      milliseconds(50), [&] { ++calls; }, &clock);
+      milliseconds(50),
+      [&] {
+        MutexLock l(mu);
+        at.push_back(clock.Now() - t0);
+      },
+      &clock);
   ASSERT_TRUE(clock.AwaitWaiters(1));
-  clock.Advance(milliseconds(49));
-  ASSERT_TRUE(clock.AwaitWaiters(1));
-  EXPECT_EQ(calls.load(), 0);
-  for (int i = 1; i <= 3; ++i) {
-    clock.Advance(milliseconds(i == 1 ? 1 : 50));
-    ASSERT_TRUE(testing::Eventually([&] { return calls.load() == i && clock.waiters() == 1; }));
+  for (int step = 1; step <= 15; ++step) {
+    const int64_t woken = clock.wakeups();
+    clock.Advance(milliseconds(10));
+    ASSERT_TRUE(testing::Eventually([&] {
+      return clock.wakeups() > woken && clock.waiters() == 1;
+    })) << "step "
+        << step;
   }
   p.Stop();
-  EXPECT_EQ(calls.load(), 3);
+  MutexLock l(mu);
+  EXPECT_EQ(at,
+            (std::vector<Clock::Duration>{milliseconds(50), milliseconds(100), milliseconds(150)}));
 }
 
 TEST(RealClock, AWaitPastItsDeadlineReturnsFalse) {

@@ -78,10 +78,19 @@ class DriverOnFakeTime : public ::testing::Test {
     servers_[id].reset();
   }
 
-  // One tick of the clock, then until the `loops` running members wait on it again.
-  void Tick(int loops = 3) {
+  // One tick of the clock, then until every running member has taken it (and what it led to:
+  // DriverInfo::ticks is updated with the role the tick left).
+  void Tick() {
+    std::map<NodeId, uint64_t> before;
+    for (const auto& [id, d] : drivers_)
+      if (servers_[id]) before[id] = d->info().ticks;
     clock_.Advance(milliseconds(kTickMs));
-    ASSERT_TRUE(clock_.AwaitWaiters(loops));
+    for (const auto& [id, ticks] : before) {
+      Driver& d = *drivers_[id];
+      const uint64_t want = ticks + 1;
+      ASSERT_TRUE(adam::testing::Eventually([&] { return d.info().ticks == want; }))
+          << "member " << id << " did not take its tick";
+    }
   }
   std::optional<NodeId> Leader() const {
     for (const auto& [id, d] : drivers_)
@@ -97,9 +106,9 @@ class DriverOnFakeTime : public ::testing::Test {
   std::map<NodeId, std::unique_ptr<grpc::Server>> servers_;
 };
 
-// Campaigns start at a randomised 20..39 ticks of silence: until 19 ticks have passed every
-// member is a follower at term 0, however long the test takes in real time; once the clock moves
-// on, a leader is elected.
+// Campaigns start at a randomised 20..39 ticks of silence: until 19 ticks have passed (each
+// taken by every member before the next) every member is a follower at term 0, however long the
+// test takes in real time; once the clock moves on, a leader is elected.
 TEST_F(DriverOnFakeTime, NoMemberCampaignsBeforeAnElectionTimeoutOfTheClock) {
   for (int t = 1; t < kElectionTicks; ++t) {
     Tick();
@@ -157,7 +166,7 @@ TEST_F(DriverOnFakeTime, AProposalCommitsWithoutTicksAndOneWithoutAQuorumFailsAt
     second.emplace(std::move(r));
   });
   ASSERT_TRUE(clock_.AwaitWaiters(2));  // the loop and the proposer
-  for (int t = 0; t < 9; ++t) Tick(2);  // 90 ms: still waiting
+  for (int t = 0; t < 9; ++t) Tick();   // 90 ms: still waiting
   {
     MutexLock l(mu);
     EXPECT_FALSE(second.has_value());

@@ -9,6 +9,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -62,6 +63,42 @@ TEST(Half, RoundsToTheNearestHalf) {
       if ((h & 0x7fff) == 0 && d < 0) continue;
       ASSERT_LE(err, std::fabs(FromHalf(other) - f)) << f;
     }
+  }
+}
+
+// The bulk conversion (F16C where the CPU has it) writes the same bits as the portable ToHalf,
+// for floats across the whole range: subnormal halves, overflow to infinity, signed zeros,
+// infinities and NaNs; and reads every half back as FromHalf does.
+TEST(Half, TheBulkConversionMatchesThePortableOne) {
+  std::vector<float> floats = {0.f,
+                               -0.f,
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN(),
+                               65504.f,
+                               65520.f,
+                               -1e9f};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> exponent(-30.f, 17.f);
+  for (int i = 0; i < 100000; ++i)
+    floats.push_back((i % 2 ? -1.f : 1.f) * std::exp2(exponent(rng)));
+  std::string wire;
+  EncodeFloats(floats.data(), floats.size(), {true, false}, &wire);
+  ASSERT_EQ(wire.size(), floats.size() * 2);
+  for (size_t i = 0; i < floats.size(); ++i) {
+    uint16_t h = 0;
+    std::memcpy(&h, wire.data() + 2 * i, 2);
+    ASSERT_EQ(h, ToHalf(floats[i])) << floats[i];
+  }
+  std::vector<uint16_t> halves(0x10000);
+  for (uint32_t h = 0; h < 0x10000; ++h) halves[h] = uint16_t(h);
+  std::vector<float> back(halves.size());
+  ASSERT_TRUE(DecodeFloats(std::string_view(reinterpret_cast<const char*>(halves.data()), 0x20000),
+                           {true, false}, halves.size(), back.data())
+                  .ok());
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float want = FromHalf(uint16_t(h));
+    ASSERT_EQ(std::bit_cast<uint32_t>(back[h]), std::bit_cast<uint32_t>(want)) << std::hex << h;
   }
 }
 
@@ -126,6 +163,9 @@ TEST(Codec, BadBytesAreRefusedNamingWhy) {
   std::string cut = wire.substr(0, wire.size() - 2);
   ASSERT_TRUE(FloatCount(cut, packed, 1000).ok());  // the header still says 1000
   EXPECT_FALSE(DecodeFloats(cut, packed, 1000, out.data()).ok());
+  // A frame of another count than the one asked for.
+  EXPECT_THAT(DecodeFloats(wire, packed, 999, out.data()).message(), HasSubstr("values: zstd"));
+  EXPECT_TRUE(DecodeFloats(wire, packed, 1000, out.data()).ok());
   // Raw bytes of the wrong length for the count asked for.
   EXPECT_THAT(DecodeFloats(std::string(8, 'x'), {}, 3, out.data()).message(),
               HasSubstr("8 bytes where 12 were expected"));

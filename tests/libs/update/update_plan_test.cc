@@ -108,6 +108,20 @@ TEST(UpdatePlan, AdamsModelSendsActivationsForTheBigDenseLayersOnly) {
                (i >= d.bias && i < d.bias + d.units);
     ASSERT_EQ(covered[size_t(i)], dense ? 0 : 1) << i;
   }
+  // DeltaSpans: the same parameters as flat ranges, ascending and apart.
+  std::vector<int> spanned(size_t(layout->num_params()), 0);
+  int64_t last_end = -1;
+  for (const auto& [begin, end] : plan.DeltaSpans(layout->num_params())) {
+    EXPECT_LT(last_end, begin);
+    EXPECT_LT(begin, end);
+    last_end = end;
+    for (int64_t i = begin; i < end; ++i) spanned[size_t(i)]++;
+  }
+  EXPECT_EQ(spanned, covered);
+  // Without dense-protocol layers, one span: the whole model.
+  auto weights = UpdatePlan::Make(*layout, *map, 100, spec::DenseUpdates::kWeights);
+  EXPECT_EQ(weights.DeltaSpans(layout->num_params()),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, layout->num_params()}}));
   // Every row of a dense layer is sent to each server whose shards it touches.
   for (const auto& d : plan.dense()) {
     const int k = plan.DenseIndex(d.layer);

@@ -61,6 +61,7 @@ bool FakeClock::WaitUntil(MutexLock& lock, std::condition_variable& cv,
     changed_.notify_all();
     l.Await(changed_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return notifying_ == 0; });
     before = now_ < deadline;
+    ++wakeups_;
   }
   lock.Lock();
   return before;
@@ -81,6 +82,11 @@ void FakeClock::Advance(Duration d) {
   MutexLock l(mu_);
   --notifying_;
   changed_.notify_all();
+}
+
+int64_t FakeClock::wakeups() const {
+  MutexLock l(mu_);
+  return wakeups_;
 }
 
 int FakeClock::waiters() const {

@@ -63,6 +63,9 @@ class FakeClock final : public Clock {
   void Advance(Duration d);
   // Threads waiting on this clock now: a test advances once the thread it drives is waiting.
   int waiters() const;
+  // Waits on this clock that have returned so far: with waiters(), a test knows that a thread it
+  // woke has done what it does before it waits again.
+  int64_t wakeups() const;
   // Blocks (in real time, up to `timeout`) until at least `n` threads wait on this clock; returns
   // whether they do.
   bool AwaitWaiters(int n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
@@ -77,6 +80,7 @@ class FakeClock final : public Clock {
   TimePoint now_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   int notifying_ ABSL_GUARDED_BY(mu_) = 0;  // Advances still waking the waiters they copied
+  int64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace adam

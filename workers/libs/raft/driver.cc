@@ -184,6 +184,7 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
   std::vector<std::pair<uint64_t, std::shared_ptr<Read>>> confirmed;           // read index
   uint64_t read_seq = 0;
   uint64_t applied = 0;
+  uint64_t ticks_total = 0;
   Role last_role = Role::kFollower;
   uint64_t last_term = 0;
   uint64_t proposals_total = 0;
@@ -266,6 +267,7 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
           it = waiting.erase(it);
         }
         node->Tick();
+        ++ticks_total;
         next_tick += options.tick;
         if (next_tick < now) next_tick = now + options.tick;  // fell behind: do not burst
       }
@@ -291,8 +293,8 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
     CompactIfDue();
     if (node->role() != last_role || node->term() != last_term) RoleChanged();
     MutexLock l(mu);
-    info = {node->role(), node->term(),    node->leader(),      node->commit(),
-            applied,      proposals_total, storage->log_bytes()};
+    info = {node->role(), node->term(),    node->leader(),       node->commit(),
+            applied,      proposals_total, storage->log_bytes(), ticks_total};
   }
 
   // A leader's appends go out before its own fsync (Raft thesis 10.2.1): the leader counts

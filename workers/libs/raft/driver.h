@@ -63,6 +63,7 @@ struct DriverInfo {
   uint64_t applied = 0;
   uint64_t proposals = 0;
   uint64_t log_bytes = 0;
+  uint64_t ticks = 0;  // ticks the loop has taken (with what they led to, e.g. a campaign)
 };
 
 class Driver {

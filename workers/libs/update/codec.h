@@ -43,7 +43,8 @@ void EncodeFloats(const float* values, size_t n, WireFormat format, std::string*
 // How many floats `bytes` holds in `format`: an error when it cannot be read as such (a length
 // that is not a whole number of values, a zstd frame that is corrupt, or more than `max`).
 StatusOr<size_t> FloatCount(std::string_view bytes, WireFormat format, size_t max);
-// Decodes the `n` floats FloatCount found into `out`.
+// Decodes exactly `n` floats into `out` (FloatCount's answer, or a count the caller expects): an
+// error when `bytes` holds any other number; a zstd frame is never inflated past `n`.
 Status DecodeFloats(std::string_view bytes, WireFormat format, size_t n, float* out);
 
 void EncodeIndices(const uint32_t* indices, size_t n, bool zstd, std::string* out);

@@ -94,6 +94,23 @@ int UpdatePlan::DenseIndex(int layer) const {
   return layer >= 0 && size_t(layer) < dense_index_.size() ? dense_index_[size_t(layer)] : -1;
 }
 
+std::vector<std::pair<int64_t, int64_t>> UpdatePlan::DeltaSpans(int64_t num_params) const {
+  std::vector<std::pair<int64_t, int64_t>> dense;  // [begin, end) of each weight and bias block
+  for (const DenseLayer& d : dense_) {
+    dense.emplace_back(d.weights, d.weights + d.units * d.in);
+    dense.emplace_back(d.bias, d.bias + d.units);
+  }
+  std::sort(dense.begin(), dense.end());
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  int64_t at = 0;
+  for (const auto& [begin, end] : dense) {
+    if (begin > at) spans.emplace_back(at, begin);
+    at = std::max(at, end);
+  }
+  if (at < num_params) spans.emplace_back(at, num_params);
+  return spans;
+}
+
 DenseWireBytes UpdatePlan::DenseBytes(int64_t images) const {
   DenseWireBytes b;
   for (size_t k = 0; k < all_dense_.size(); ++k) {

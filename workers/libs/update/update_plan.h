@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -63,6 +64,9 @@ class UpdatePlan {
   }
   // Wire bytes of the dense layers' updates for one push of `images` images.
   DenseWireBytes DenseBytes(int64_t images) const;
+  // The flat ranges [begin, end) of the model's `num_params` that travel as weight deltas (every
+  // parameter outside dense()'s weights and biases), ascending: where a trainer filters.
+  std::vector<std::pair<int64_t, int64_t>> DeltaSpans(int64_t num_params) const;
 
  private:
   std::vector<DenseLayer> all_dense_;                        // every dense layer, for DenseBytes

@@ -62,15 +62,11 @@ uint64_t AddDelta(adam::v1::PushRequest* r, uint32_t shard, int64_t offset, cons
   return d->values().size() + d->indices().size();
 }
 
-// A pulled shard of `count` floats into `out`, in whatever format it travelled; an error names
-// the shard and what was wrong.
+// A pulled shard of `count` floats into `out`, in whatever format it travelled (DecodeFloats
+// refuses any other number of them); an error names the shard and what was wrong.
 Status ReadPulled(const adam::v1::ShardData& sd, int64_t count, float* out) {
-  const update::WireFormat f{sd.float16(), sd.zstd()};
-  StatusOr<size_t> n = update::FloatCount(sd.values(), f, size_t(count));
-  Status st = n.ok() && *n != size_t(count)
-                  ? DataLossError(std::to_string(*n) + " floats, expected " + std::to_string(count))
-                  : n.status();
-  if (st.ok()) st = update::DecodeFloats(sd.values(), f, size_t(count), out);
+  const Status st =
+      update::DecodeFloats(sd.values(), {sd.float16(), sd.zstd()}, size_t(count), out);
   if (!st.ok()) return DataLossError("shard " + std::to_string(sd.shard()) + ": " + st.message());
   return OkStatus();
 }

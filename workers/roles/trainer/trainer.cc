@@ -55,8 +55,10 @@ struct Trainer::Impl {
   std::vector<float> w0 ABSL_GUARDED_BY(sync_mu), snapshot ABSL_GUARDED_BY(sync_mu),
       delta ABSL_GUARDED_BY(sync_mu), pulled ABSL_GUARDED_BY(sync_mu);
   // The significantly-modified filter (spec.training.communication), when on or when values
-  // travel as float16: what each entry still owes the servers, and what this push sends.
+  // travel as float16: what each entry still owes the servers, and what this push sends; over
+  // the parameters that travel as weight deltas only (filter_spans, the plan's DeltaSpans).
   std::vector<float> pending ABSL_GUARDED_BY(sync_mu), sent ABSL_GUARDED_BY(sync_mu);
+  std::vector<std::pair<int64_t, int64_t>> filter_spans;
   // Per worker, swapped out of the replica at each push.
   std::vector<DenseLog> logs ABSL_GUARDED_BY(sync_mu);
   int64_t ring_waits_seen ABSL_GUARDED_BY(sync_mu) = 0;  // replica->ring_waits() at the last push
@@ -202,11 +204,15 @@ Status Trainer::Impl::Sync(bool epoch_end) {
   args.delta = delta.data();
   if (!pending.empty()) {
     const spec::CommunicationSpec& c = job.training.communication;
-    for (int64_t i = 0; i < n; ++i) pending[size_t(i)] += delta[size_t(i)];
-    const update::Taken taken =
-        update::TakeSignificant(pending.data(), sent.data(), n, float(c.filter), c.float16);
-    if (m.held_back) m.held_back->Increment(double(taken.held));
-    args.delta = sent.data();
+    int64_t held = 0;
+    for (const auto& [begin, end] : filter_spans) {
+      for (int64_t i = begin; i < end; ++i) pending[size_t(i)] += delta[size_t(i)];
+      held += update::TakeSignificant(pending.data() + begin, sent.data() + begin, end - begin,
+                                      float(c.filter), c.float16)
+                  .held;
+    }
+    if (m.held_back) m.held_back->Increment(double(held));
+    args.delta = sent.data();  // zero outside the spans, which the push does not read
   }
   args.clock = clock;
   const uint64_t pushed0 = ps->pushed_bytes() + ps->dense_bytes(), pulled0 = ps->pulled_bytes();
@@ -396,7 +402,8 @@ Status Trainer::Impl::Setup(bool evaluates) {
     pulled.resize(n);
     if (job.training.communication.filter > 0 || job.training.communication.float16) {
       pending.assign(n, 0.f);
-      sent.resize(n);
+      sent.assign(n, 0.f);
+      filter_spans = plan->DeltaSpans(int64_t(n));
     }
     ADAM_RETURN_IF_ERROR(ps->Pull(w0.data(), 0));
     ReplicaOptions ro;
