@@ -96,3 +96,4 @@ bench: build
 	/usr/bin/python3 bench/trainer.py --build $(BUILD) --tta 0.91
 	$(BUILD)/bench/codec_bench --json $(BUILD)/bench/codec.json
 	/usr/bin/python3 bench/communication.py --build $(BUILD)
+	/usr/bin/python3 bench/elastic.py --build $(BUILD)

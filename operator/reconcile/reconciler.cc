@@ -737,13 +737,15 @@ Status Reconciler::EnsureObjects(State& s) {
     }
     stage_ready_through = stage;
   }
-  // Trainers the plan no longer has (a scale-down) go. Nothing else is deleted for a changed
-  // spec: parameter servers and controllers hold the model and the shard map, whose shape the
-  // CRD keeps immutable; if a change slipped past it, they keep running.
+  // Trainers the plan no longer has (a scale-down) go. A parameter server it no longer has
+  // (spec.roles.parameterServer.replicas lowered, copies > 1) goes only once it retired: it
+  // exits 0 by itself when the controller has moved its copies to the others, and until then it
+  // still serves. Nothing else is deleted for a changed spec: controllers hold the shard map,
+  // whose shape the CRD keeps immutable; if a change slipped past it, they keep running.
   for (const auto& [key, o] : existing) {
-    if (desired_names.count(key) || HasDeletion(o) || key.rfind("Pod/", 0) != 0 ||
-        Label(o, kRoleLabel) != "trainer")
-      continue;
+    if (desired_names.count(key) || HasDeletion(o) || key.rfind("Pod/", 0) != 0) continue;
+    const std::string role = Label(o, kRoleLabel);
+    if (role != "trainer" && !(role == "ps" && RolePhase(o) == "Succeeded")) continue;
     Status d = client_->Delete(kube::Pods(), s.ns, o["metadata"]["name"].get<std::string>());
     if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
   }

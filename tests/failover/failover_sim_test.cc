@@ -1,6 +1,7 @@
 // Seeded simulations of parameter-server failover (see sim.h): 1,000 seeds within the promise
-// (one server out at a time), 250 with partitions of any shape and 500 with the copy a failover
-// promoted frozen right after (two failures within one recovery). A failing seed prints the
+// (one server out at a time), 250 with partitions of any shape, 500 with the copy a failover
+// promoted frozen right after (two failures within one recovery) and 250 with a server joining
+// and leaving throughout (elastic servers). A failing seed prints the
 // command that replays it; FAILOVER_SIM_TRACE=1 with it prints every decision.
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
@@ -25,12 +26,15 @@ int SeedsPerShard() {
 constexpr uint64_t kAnyPartitionSeeds = 1000000;
 // Seeds from here freeze a second server right after a promotion (Options::second_pause).
 constexpr uint64_t kSecondPauseSeeds = 2000000;
+// Seeds from here run elastic servers: one joins and leaves while the faults go on.
+constexpr uint64_t kElasticSeeds = 3000000;
 
 Options OptionsFor(uint64_t seed) {
   // The seed picks the cluster and the fault mix.
   Options o;
   o.any_partition = seed >= kAnyPartitionSeeds && seed < kSecondPauseSeeds;
-  o.second_pause = seed >= kSecondPauseSeeds;
+  o.second_pause = seed >= kSecondPauseSeeds && seed < kElasticSeeds;
+  o.elastic = seed >= kElasticSeeds;
   o.servers = seed % 3 == 0 ? 4 : 3;
   o.shards = 2 + int(seed % 3);
   o.trainers = 2 + int(seed % 2);
@@ -43,6 +47,11 @@ Options OptionsFor(uint64_t seed) {
   f.pause = seed % 7 == 3 ? 0.0 : 0.001;
   f.leader_change = seed % 6 == 4 ? 0.0 : 0.003;
   f.drift = 0.05;  // every clock within 5% of true time
+  if (o.elastic) {
+    o.servers = seed % 3 == 0 ? 5 : 4;  // 3 or 4 servers, one more joining and leaving
+    o.shards = 3 + int(seed % 4);
+    f.resize = 0.01;
+  }
   return o;
 }
 
@@ -146,6 +155,34 @@ TEST_P(FailoverSimSecondPause, NoAcknowledgedUpdateLostThroughTwoFailuresInOneRe
 
 INSTANTIATE_TEST_SUITE_P(Seeds, FailoverSimSecondPause, ::testing::Range(0, kShards));
 
+// Elastic servers: the last server joins (the controller moves copies and primaries onto it)
+// and leaves again (they move back; it exits), over and over, while the faults go on. A primary
+// is handed over while the old one still runs and may still acknowledge pushes until its lease
+// ends: every check holds through every handoff.
+class FailoverSimElastic : public ::testing::TestWithParam<int> {};
+
+TEST_P(FailoverSimElastic, OneWriterNoAcknowledgedUpdateLostThroughServersJoiningAndLeaving) {
+  const int per = std::max(1, SeedsPerShard() / 4);
+  Sim::Counts sum;
+  for (int i = 0; i < per; ++i) {
+    const uint64_t seed = kElasticSeeds + uint64_t(GetParam() * per + i + 1);
+    const Outcome o = RunSeed(seed);
+    ASSERT_TRUE(o.failure.empty()) << "seed " << seed << ": " << o.failure << "\n" << Replay(seed);
+    sum.resizes += o.counts.resizes;
+    sum.retired += o.counts.retired;
+    sum.handoffs += o.counts.handoffs;
+    sum.pushes_acked += o.counts.pushes_acked;
+    sum.failovers += o.counts.failovers;
+  }
+  EXPECT_GT(sum.resizes, uint64_t(per));
+  EXPECT_GT(sum.retired, uint64_t(per) / 2);
+  EXPECT_GT(sum.handoffs, uint64_t(per));
+  EXPECT_GT(sum.pushes_acked, uint64_t(per) * 30);
+  EXPECT_GT(sum.failovers, uint64_t(per) / 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, FailoverSimElastic, ::testing::Range(0, kShards));
+
 TEST(FailoverSim, Replay) {
   const char* s = std::getenv("FAILOVER_SIM_SEED");
   if (s == nullptr) GTEST_SKIP() << "set FAILOVER_SIM_SEED to replay one seed";
@@ -156,14 +193,16 @@ TEST(FailoverSim, Replay) {
   std::printf(
       "seed %llu: %llu pushes acknowledged, %llu refused, %llu pulls; %llu failovers, %llu "
       "repairs, %llu catch-ups; %llu crashes, %llu pauses, %llu partitions, %llu leader changes, "
-      "%llu messages lost, %llu sent again; %llu second pauses\n",
+      "%llu messages lost, %llu sent again; %llu second pauses; %llu resizes, %llu retired, "
+      "%llu handoffs\n",
       (unsigned long long)seed, (unsigned long long)c.pushes_acked,
       (unsigned long long)c.pushes_refused, (unsigned long long)c.pulls_served,
       (unsigned long long)c.failovers, (unsigned long long)c.repairs,
       (unsigned long long)c.catch_ups, (unsigned long long)c.crashes, (unsigned long long)c.pauses,
       (unsigned long long)c.partitions, (unsigned long long)c.leader_changes,
       (unsigned long long)c.dropped, (unsigned long long)c.retransmits,
-      (unsigned long long)c.second_pauses);
+      (unsigned long long)c.second_pauses, (unsigned long long)c.resizes,
+      (unsigned long long)c.retired, (unsigned long long)c.handoffs);
 }
 
 }  // namespace

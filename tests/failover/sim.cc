@@ -126,7 +126,8 @@ uint64_t ApplyPush(ps::ParamStore& store, uint32_t shard, uint32_t trainer, uint
 
 Sim::Sim(uint64_t seed, Options options)
     : seed_(seed), options_(options), rng_(seed * 0x9E3779B97F4A7C15ull + 7) {
-  auto map = shard::ShardMap::Make(int64_t(options_.shards) * 16, 64, options_.servers, seed);
+  wanted_ = options_.servers - (options_.elastic ? 1 : 0);
+  auto map = shard::ShardMap::Make(int64_t(options_.shards) * 16, 64, wanted_, seed);
   map_ = std::make_unique<shard::ShardMap>(std::move(*map));
   zeros_.assign(size_t(map_->num_params()), 0.f);
   controller_ = std::make_unique<Controller>();
@@ -144,7 +145,7 @@ Sim::Sim(uint64_t seed, Options options)
     servers_.push_back(std::make_unique<Server>());
     servers_.back()->id = uint32_t(i);
     servers_.back()->rate = drift();
-    StartServer(i);
+    if (i < wanted_) StartServer(i);
   }
   for (int t = 0; t < options_.trainers; ++t) {
     trainers_.push_back(std::make_unique<Trainer>());
@@ -234,16 +235,32 @@ bool Sim::Healthy() const {
   const v1::ControllerState& st = controller_->machine.state();
   // Every server up and in touch: a server the controller has yet to notice is out counts.
   for (const auto& s : servers_)
-    if (!s->up || s->paused_until > now_ || now_ - s->accepted_at > 4 * kBeatTicks ||
-        s->routing->version() != st.version())
+    if (int(s->id) < wanted_ &&
+        (!s->up || s->paused_until > now_ || now_ - s->accepted_at > 4 * kBeatTicks ||
+         s->routing->version() != st.version()))
       return false;
   for (const auto& r : st.shards())
     if (r.replicas_size() < int(st.copies()) || r.copying_size() > 0) return false;
   // Every server registered as the process it is now (a restart has been failed over and the
   // new process given its copies).
   for (const auto& sv : st.servers())
-    if (!sv.alive() || sv.incarnation() != servers_[sv.id()]->incarnation) return false;
-  return true;
+    if (int(sv.id()) < wanted_ &&
+        (!sv.alive() || sv.incarnation() != servers_[sv.id()]->incarnation))
+      return false;
+  return !st.rebalancing();
+}
+
+void Sim::Resize() {
+  const int last = options_.servers - 1;
+  wanted_ = wanted_ == last ? options_.servers : last;
+  v1::Command c;
+  c.mutable_resize()->set_servers(uint32_t(wanted_));
+  ++counts_.resizes;
+  Trace("resize to " + std::to_string(wanted_) + " servers");
+  Commit(c);
+  // A server that joins starts once the count says so (the launcher and the operator start it
+  // after the manifest changed); one that leaves exits by itself once it holds nothing.
+  if (wanted_ == options_.servers && !servers_[size_t(last)]->up) StartServer(last);
 }
 
 void Sim::StartServer(int i) {
@@ -255,7 +272,7 @@ void Sim::StartServer(int i) {
   s.paused_until = 0;
   s.incarnation = rng_() | 1;
   s.routing = std::make_unique<ps::Routing>(uint32_t(i), ps::kPrimaryLease, &s.clock);
-  auto here = map_->WithServers(std::vector<int>(map_->shards().size(), i));
+  auto here = map_->WithServers(std::vector<int>(map_->shards().size(), i), options_.servers);
   ps::StoreOptions so;
   so.threads = 1;
   s.store = std::make_unique<ps::ParamStore>(*here, i, zeros_.data(), so);
@@ -321,10 +338,11 @@ void Sim::InjectFaults() {
       return;
     }
   }
-  for (int i = 0; i < options_.servers; ++i) {
+  for (int i = 0; i < wanted_; ++i) {
     Server& s = *servers_[size_t(i)];
     if (!s.up && Chance(0.02)) StartServer(i);  // back after about a second
   }
+  if (options_.elastic && healthy && Chance(f.resize)) return Resize();
   if (second_pause_at_ >= 0 && now_ >= second_pause_at_) {
     second_pause_at_ = -1;
     int up = 0;
@@ -397,7 +415,7 @@ bool Sim::Converge(int max_ticks) {
   cut_.clear();
   for (int i = 0; i < options_.servers; ++i) {
     Server& s = *servers_[size_t(i)];
-    if (!s.up) StartServer(i);
+    if (!s.up && i < wanted_) StartServer(i);
     s.paused_until = 0;
   }
   for (int t = 0; t < max_ticks && ok(); ++t) {
@@ -496,6 +514,7 @@ bool Sim::Converged() {
   for (const auto& t : trainers_)
     if (t->pushing) return false;
   const v1::ControllerState& st = controller_->machine.state();
+  if (st.rebalancing()) return false;
   for (const auto& r : st.shards()) {
     if (r.replicas_size() < int(st.copies()) || r.copying_size() > 0) return false;
     Server& p = *servers_[r.replicas(0)];
@@ -750,6 +769,7 @@ void Sim::Commit(const v1::Command& c) {
     Trace("commit " +
           std::string(c.has_reassign()    ? "reassign"
                       : c.has_register_() ? "register"
+                      : c.has_resize()    ? "resize"
                                           : "copy_done") +
           " -> " + MapText(controller::ToShardMap(controller_->machine.state(), "")));
   if (s.ok() && c.has_reassign()) {
@@ -767,6 +787,11 @@ void Sim::Commit(const v1::Command& c) {
         second_pause_at_ = now_ + Uniform(0, 6);
     } else {
       ++counts_.repairs;
+      for (const v1::ShardRecord& r : controller_->machine.state().shards()) {
+        const v1::ShardRecord& old = before.shards(int(r.shard()));
+        if (!r.replicas().empty() && !old.replicas().empty() && r.replicas(0) != old.replicas(0))
+          ++counts_.handoffs;
+      }
     }
   }
 }
@@ -826,6 +851,14 @@ void Sim::OnHeartbeat(int i, uint64_t server_life, uint64_t beat, bool to_depose
          if (resp.accepted()) s.accepted_at = now_;
          if (resp.accepted() && ps::TakeHeartbeatAnswer(s.routing.get(), resp, s.beat_sent))
            Trace("ps-" + std::to_string(i) + " adopts " + MapText(resp.map()));
+         // A server the job no longer wants exits once the map moved its copies off it (the
+         // process's ControllerLink does the same).
+         if (i >= wanted_ && s.routing->Retired()) {
+           CrashServer(i);
+           --counts_.crashes;
+           ++counts_.retired;
+           Trace("ps-" + std::to_string(i) + " retires");
+         }
        });
 }
 

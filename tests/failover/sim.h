@@ -72,6 +72,7 @@ struct Faults {
   double pause = 0;          // per tick: probability a running server is paused
   double leader_change = 0;  // per tick: probability the controller leader changes
   double drift = 0;          // every clock runs at 1 +- up to this
+  double resize = 0;         // elastic: per tick, probability the server count changes
 };
 
 struct Options {
@@ -88,6 +89,12 @@ struct Options {
   // back with what it held, so no acknowledged update may be lost: a shard whose survivors may lack
   // some must wait for it. Every check holds.
   bool second_pause = false;
+  // Elastic servers: the job starts with servers - 1 of them; when it is healthy, the last one
+  // joins (a Resize, then the process starts) or leaves (a Resize; it exits once the controller
+  // has moved its copies, controller/shard_state.h PlanRebalance), at faults.resize per tick.
+  // Primaries are handed over while their old primary still runs: "one writer" and "no
+  // acknowledged update lost" are checked through every handoff.
+  bool elastic = false;
   bool trace = false;  // every decision to stderr, for replaying a seed
 };
 
@@ -134,6 +141,9 @@ class Sim {
     uint64_t forwards = 0;
     uint64_t dropped = 0;  // messages lost to partitions
     uint64_t retransmits = 0;
+    uint64_t resizes = 0;   // elastic: server count changes
+    uint64_t retired = 0;   // elastic: servers that left and exited
+    uint64_t handoffs = 0;  // primaries handed over by a rebalance (the old one alive)
   };
   const Counts& counts() const { return counts_; }
   int64_t now() const { return now_; }
@@ -172,6 +182,8 @@ class Sim {
   void InjectFaults();
   void StartServer(int i);
   void CrashServer(int i);
+  void Resize();
+  int Wanted() const { return wanted_; }
   bool Healthy() const;
 
   void ServerTick(Server& s);
@@ -220,6 +232,7 @@ class Sim {
   std::vector<std::unique_ptr<Trainer>> trainers_;
   std::unique_ptr<Controller> controller_;
   bool converging_ = false;
+  int wanted_ = 0;  // the servers the job wants (elastic: servers - 1 or servers)
   std::string failure_;
   Counts counts_;
 };

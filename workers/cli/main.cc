@@ -157,6 +157,7 @@ int RunController(const adam::spec::AdamJob& job, const adam::spec::ControllerOp
   o.server_timeout_ms = r.server_timeout_ms;
   o.tick_ms = r.tick_ms;
   o.election_ticks = r.election_ticks;
+  o.job_path = r.common.job;
   return adam::controller::Main(job, o);
 }
 
@@ -275,6 +276,10 @@ Command AddRun(CLI::App& app) {
             }
             auto job = Load(o->job_path);
             if (!job) return kExitInvalid;
+            // What the launcher's own parts log (the manifest it follows) goes to stderr:
+            // stdout holds the summary only.
+            SetUpLogging("adam-run");
+            spdlog::set_level(spdlog::level::warn);  // its own lines say what changed
             adam::launcher::RunOptions ro;
             ro.job_path = o->job_path;
             ro.executable = SelfPath();
@@ -302,6 +307,24 @@ Command AddRun(CLI::App& app) {
             }
             return adam::launcher::Run(*job, ro);
           }};
+}
+
+Command AddScale(CLI::App& app) {
+  struct Options {
+    std::string state_dir;
+    int parameter_servers = 0;
+  };
+  auto o = std::make_shared<Options>();
+  auto* sub = app.add_subcommand(
+      "scale",
+      "Add or remove parameter servers of a running `adam run --state-dir DIR` (copies > 1): "
+      "the run starts the servers that join, the controller moves copies, servers that leave "
+      "exit once they hold nothing");
+  sub->add_option("--state-dir", o->state_dir, "the running job's --state-dir")->required();
+  sub->add_option("--parameter-servers", o->parameter_servers,
+                  "the new spec.roles.parameterServer.replicas")
+      ->required();
+  return {sub, [o] { return adam::launcher::Scale(o->state_dir, o->parameter_servers); }};
 }
 
 Command AddValidate(CLI::App& app) {
@@ -467,7 +490,7 @@ int RunAdam(int argc, char** argv) {
   CLI::App app{"Adam: Project Adam's deep-learning training system"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("adam ") + adam::kAdamVersion);
-  std::vector<Command> commands = {AddRun(app), AddValidate(app)};
+  std::vector<Command> commands = {AddRun(app), AddScale(app), AddValidate(app)};
   for (Command& c : AddModelCommands(app)) commands.push_back(std::move(c));
   commands.push_back(AddPlan(app));
   commands.push_back(AddRender(app));

@@ -181,6 +181,7 @@ func TestJobsWithTheSharedOperator(t *testing.T) {
 		{"ASidecarDoesNotKeepTheJobFromFinishing", testASidecarDoesNotKeepTheJobFromFinishing},
 		{"FailureRulesDecideWhatAFailedPodMeans", testFailureRulesDecideWhatAFailedPodMeans},
 		{"KubectlScaleChangesTheTrainers", testKubectlScaleChangesTheTrainers},
+		{"EditingTheServerCountAddsAndRetiresServers", testEditingTheServerCountAddsAndRetiresServers},
 	} {
 		c := c
 		t.Run(c.name, func(t *testing.T) {

@@ -106,7 +106,7 @@ func testRenderedObjectsPassStrictServerValidation(t *testing.T) {
 }
 
 // What shapes the model layout and the shard map cannot change while a job exists, and neither
-// can whether it is set; what does not (trainers) can.
+// can whether it is set; what does not (trainers, and with copies the server count) can.
 func testShardLayoutFieldsAreImmutableTheirPresenceIncluded(t *testing.T) {
 	ns := namespace(t, "e2e-immutable")
 	base := example(t, "fashion-mnist-ha")
@@ -130,8 +130,7 @@ func testShardLayoutFieldsAreImmutableTheirPresenceIncluded(t *testing.T) {
 		value any
 		want  string
 	}{
-		{"spec/roles/parameterServer/replicas", nil, "spec.roles.parameterServer.replicas: is immutable"},
-		{"spec/roles/parameterServer/replicas", int64(5), "spec.roles.parameterServer.replicas: is immutable"},
+		{"spec/roles/parameterServer/replicas", nil, "spec.roles.parameterServer.replicas: changes only with"},
 		{"spec/roles/parameterServer/shardBytes", nil, "spec.roles.parameterServer.shardBytes: is immutable"},
 		{"spec/roles/parameterServer/copies", nil, "spec.roles.parameterServer.copies: is immutable"},
 		{"spec/roles/controller/replicas", int64(5), "spec.roles.controller.replicas: is immutable"},
@@ -161,8 +160,9 @@ func testShardLayoutFieldsAreImmutableTheirPresenceIncluded(t *testing.T) {
 	set(scaled, "spec/runPolicy", map[string]any{"suspend": true})
 	set(scaled, "spec/training/denseUpdates", "weights")
 	set(scaled, "spec/roles/trainer/replicas", int64(4))
+	set(scaled, "spec/roles/parameterServer/replicas", int64(5)) // with copies: elastic servers
 	if out, err := applyJSON(scaled, true); err != nil {
-		t.Errorf("scaling trainers refused: %v %s", err, out)
+		t.Errorf("scaling trainers and servers refused: %v %s", err, out)
 	}
 	kubectl(t, "delete", "adamjob", "immutable", "-n", ns, "--wait=false")
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -271,4 +272,82 @@ func testKubectlScaleChangesTheTrainers(t *testing.T) {
 		t.Errorf("scaling a sync job: err %v, stderr %q; want it refused naming consistency", err, stderr)
 	}
 	kubectl(t, "delete", "adamjob", "lockstep", "-n", ns, "--wait=false")
+}
+
+// Elastic parameter servers: with copies > 1, editing spec.roles.parameterServer.replicas of a
+// running job adds server pods (and their volumes), and the manifest every role follows (the
+// job's ConfigMap: the controller moves copies by it) says the new count. Lowered, the servers
+// above it keep running until they retire (they exit 0 once the controller has moved their
+// copies, played here by the test), and only then go. Without copies the count stays immutable.
+func testEditingTheServerCountAddsAndRetiresServers(t *testing.T) {
+	sharedOperator(t)
+	ns := namespace(t, "e2e-servers")
+	job := example(t, "fashion-mnist-ha")
+	set(job, "metadata/name", "grow")
+	createJob(t, ns, job)
+	waitPhase(t, ns, "grow", "Running", 90*time.Second)
+	servers := func() []string {
+		var names []string
+		for _, p := range jobPods(t, ns, "grow", "ps") {
+			if p.DeletionTimestamp == nil {
+				names = append(names, p.Name)
+			}
+		}
+		sort.Strings(names)
+		return names
+	}
+	manifestSays := func(n int) (bool, string) {
+		cm, err := env.cs.CoreV1().ConfigMaps(ns).Get(ctx(), "grow-job", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(cm.Data["job.yaml"]), &m); err != nil {
+			return false, err.Error()
+		}
+		got, _, _ := unstructured.NestedFieldNoCopy(m, "spec", "roles", "parameterServer", "replicas")
+		return fmt.Sprint(got) == fmt.Sprint(n), fmt.Sprintf("job.yaml says %v", got)
+	}
+	patch := func(n int) {
+		kubectl(t, "patch", "-n", ns, "adamjob/grow", "--type=merge", "-p",
+			fmt.Sprintf(`{"spec":{"roles":{"parameterServer":{"replicas":%d}}}}`, n))
+	}
+
+	patch(4)
+	eventually(t, 60*time.Second, "4 parameter servers", func() (bool, string) {
+		names := servers()
+		return len(names) == 4 && names[3] == "grow-ps-3", fmt.Sprint(names)
+	})
+	eventually(t, 30*time.Second, "the manifest saying 4 servers", func() (bool, string) { return manifestSays(4) })
+	if _, err := env.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx(), "grow-ps-3", metav1.GetOptions{}); err != nil {
+		t.Errorf("no volume for the new server: %v", err)
+	}
+	readyPod(t, ns, "grow-ps-3", "", 90*time.Second)
+
+	patch(3)
+	eventually(t, 30*time.Second, "the manifest saying 3 servers", func() (bool, string) { return manifestSays(3) })
+	// Still holding copies: it stays while the controller moves them.
+	time.Sleep(3 * time.Second) // a few reconciles: what is checked is that nothing happens
+	if names := servers(); len(names) != 4 {
+		t.Errorf("a leaving server was deleted before it retired: %v", names)
+	}
+	exitPod(t, ns, "grow-ps-3", 0, "")
+	eventually(t, 60*time.Second, "the retired server gone", func() (bool, string) {
+		names := servers()
+		return len(names) == 3, fmt.Sprint(names)
+	})
+	if phase, _, _ := unstructured.NestedString(getJob(t, ns, "grow").Object, "status", "phase"); phase != "Running" {
+		t.Errorf("the job is %q after a server retired", phase)
+	}
+	kubectl(t, "delete", "adamjob", "grow", "-n", ns, "--wait=false")
+
+	plain := example(t, "fashion-mnist")
+	set(plain, "metadata/name", "fixed")
+	createJob(t, ns, plain)
+	_, stderr, err := run("", "kubectl", "patch", "-n", ns, "adamjob/fixed", "--type=merge", "-p",
+		`{"spec":{"roles":{"parameterServer":{"replicas":3}}}}`)
+	if err == nil || !strings.Contains(stderr, "changes only with spec.roles.parameterServer.copies > 1") {
+		t.Errorf("changing the servers of a job without copies: err %v, stderr %q; want it refused naming copies", err, stderr)
+	}
+	kubectl(t, "delete", "adamjob", "fixed", "-n", ns, "--wait=false")
 }

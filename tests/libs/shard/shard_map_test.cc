@@ -86,6 +86,11 @@ TEST(ShardMapCopies, WithServersKeepsTheCutAndChecksEveryEntry) {
   EXPECT_NE(m.WithServers(all_on_2).status().message().find("shard 1 on server 3"),
             std::string::npos);
   EXPECT_FALSE(m.WithServers({1, 2}).ok());
+  // Over more servers (servers joined the job): server 3 is in range then.
+  auto grown = m.WithServers(std::vector<int>(m.shards().size(), 3), 4);
+  ASSERT_TRUE(grown.ok());
+  EXPECT_EQ(grown->num_servers(), 4);
+  EXPECT_EQ(grown->shards()[0].server, 3);
 }
 
 }  // namespace

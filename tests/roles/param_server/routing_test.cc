@@ -81,6 +81,64 @@ TEST(Routing, ForwardsToTheOtherCopiesAndReportsPromotionsOnce) {
   EXPECT_EQ(t[1].second, (std::vector<std::string>{"repl-2"}));
 }
 
+// Elastic servers hand primaries over while the old primary runs (the map's handoff_from): it may
+// acknowledge pushes until its lease runs out, so its successor reads the copies only after the
+// lease and its margin. A failover (no handoff_from) reads them at once.
+TEST(Routing, AShardHandedOverByALivePrimaryIsReadOnlyOnceItsLeaseRanOut) {
+  using std::chrono::milliseconds;
+  FakeClock clock;
+  Routing r(1, milliseconds(300), &clock);
+  ASSERT_TRUE(r.Update(Map(3, {{0, 1, 2}, {0, 1, 2}})));
+  r.RenewLease(clock.Now());
+  v1::ShardMap handed = Map(4, {{1, 0, 2}, {0, 1, 2}});  // shard 0: ps-0 -> ps-1, ps-0 running
+  handed.mutable_shards(0)->set_handoff_from(0);
+  ASSERT_TRUE(r.Update(handed));
+  EXPECT_TRUE(r.CatchUps().empty());
+  EXPECT_NE(r.Refusal(0).find("from its other copies"), std::string::npos);
+  clock.Advance(milliseconds(300) + kLeaseMargin - milliseconds(1));
+  EXPECT_TRUE(r.CatchUps().empty());
+  clock.Advance(milliseconds(1));
+  auto c = r.CatchUps();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].shard, 0u);
+  EXPECT_EQ(c[0].from, (std::vector<std::string>{"repl-0", "repl-2"}));
+  r.CaughtUp(0, 4);
+  r.RenewLease(clock.Now());
+  EXPECT_EQ(r.Refusal(0), "");
+
+  Routing failover(2, milliseconds(300), &clock);
+  ASSERT_TRUE(failover.Update(Map(3, {{0, 1, 2}})));
+  v1::ShardMap m = Map(4, {{2, 1}});
+  m.mutable_servers(0)->set_alive(false);
+  ASSERT_TRUE(failover.Update(m));
+  ASSERT_EQ(failover.CatchUps().size(), 1u);
+  EXPECT_EQ(failover.CatchUps()[0].from, std::vector<std::string>{"repl-1"});
+}
+
+TEST(Routing, RetiresOnlyOnceTheMapWantsItNoMoreAndHoldsNothingOfIt) {
+  Routing r(3);
+  auto map = [](uint64_t v, std::vector<std::vector<uint32_t>> replicas,
+                std::vector<std::vector<uint32_t>> copying, uint32_t wanted) {
+    v1::ShardMap m = testing::ShardMapOf(v, replicas, copying, 4);
+    m.set_servers_wanted(wanted);
+    return m;
+  };
+  EXPECT_FALSE(r.Retired());  // no map yet
+  ASSERT_TRUE(r.Update(map(1, {{0, 3}, {1, 2}}, {}, 4)));
+  EXPECT_FALSE(r.Retired());
+  ASSERT_TRUE(r.Update(map(2, {{0, 3}, {1, 2}}, {}, 3)));
+  EXPECT_FALSE(r.Retired());  // leaving, still holds shard 0
+  ASSERT_TRUE(r.Update(map(3, {{0, 1}, {1, 2}}, {{}, {3}}, 3)));
+  EXPECT_FALSE(r.Retired());  // being filled with shard 1
+  ASSERT_TRUE(r.Update(map(4, {{0, 1}, {1, 2}}, {}, 3)));
+  EXPECT_TRUE(r.Retired());
+  ASSERT_TRUE(r.Update(map(5, {{0, 1}, {1, 2}}, {}, 0)));
+  EXPECT_FALSE(r.Retired());  // a map without a count (an older controller) sends nobody away
+  Routing wanted(2);
+  ASSERT_TRUE(wanted.Update(map(1, {{0, 1}, {1, 0}}, {}, 3)));
+  EXPECT_FALSE(wanted.Retired());  // wanted, though it holds nothing yet
+}
+
 TEST(Routing, ACopyIsInSyncOnlyAfterAForwardWhileAssigned) {
   Routing r(2);
   ASSERT_TRUE(r.Update(Map(1, {{0, 1}}, {{2}})));

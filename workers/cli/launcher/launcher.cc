@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,7 @@
 
 #include "core/event.h"
 #include "core/exit_codes.h"
+#include "core/file.h"
 #include "core/ports.h"
 #include "launcher/child.h"
 #include "launcher/children.h"
@@ -32,6 +34,7 @@
 #include "launcher/report.h"
 #include "launcher/run_log.h"
 #include "net/tls.h"
+#include "spec/manifest_watch.h"
 #include "spec/plan.h"
 #include "spec/role_options.h"
 
@@ -117,6 +120,25 @@ class Supervisor {
       }
     members_ = spec::ControllerMembers(plan);
     ha_ = !members_.empty();
+    job_path_ = o_.job_path;
+    if (ha_) {
+      // The roles follow a copy of the manifest in the state directory, which `adam scale`
+      // rewrites (elastic parameter servers).
+      job_path_ = RunManifestPath(state_root_);
+      const std::string text = ReadWholeFile(o_.job_path).value_or("");
+      if (Status st = WriteManifest(job_path_, text); !st.ok()) {
+        std::fprintf(stderr, "adam run: %s\n", std::string(st.message()).c_str());
+        return Restore(1);
+      }
+      ps_wanted_.store(job_.roles.parameter_server.replicas);
+      ps_follower_ = spec::FollowParamServerCount(job_path_, job_.roles.parameter_server.replicas,
+                                                  [this](int n) { ps_wanted_.store(n); });
+      if (!o_.state_dir.empty() && !o_.quiet)
+        std::fprintf(stderr,
+                     "adam run: servers join or leave while it runs: adam scale --state-dir %s "
+                     "--parameter-servers N\n",
+                     state_root_.c_str());
+    }
     faults_.emplace(o_, ha_);
     log_.set_state_root(state_root_);
     PlanCpus(plan);
@@ -270,6 +292,7 @@ class Supervisor {
       if (int code = Pump(); code >= 0) return code;
       faults_->Tick(log_.TrainSeconds(), children_.all(), log_,
                     [this](const spec::RoleInstance& in) { Spawn(in, endpoints_); });
+      if (!StartJoiningServers(plan)) return 1;
       log_.SampleRate();
       bool all_done = true;
       for (const auto& c : children_.all())
@@ -278,6 +301,38 @@ class Supervisor {
     }
     log_.TrainingEnded();
     return EvaluateWithoutTrainer0(plan);
+  }
+
+  // Elastic servers: every server below the count the manifest now asks for runs, those that
+  // joined (or retired and are wanted again) started like the plan's first one, unbound (the
+  // plan's CPU slices are taken). Servers above it retire by themselves once the controller
+  // has moved their copies (event "retired").
+  bool StartJoiningServers(const spec::Plan& plan) {
+    const int wanted = ps_wanted_.load();
+    const spec::RoleInstance* first = nullptr;
+    for (const auto& in : plan.instances)
+      if (in.role == spec::Role::kParamServer && in.index == 0) first = &in;
+    if (first == nullptr) return true;
+    for (int i = 0; i < wanted; ++i) {
+      const std::string name =
+          spec::RoleSubcommand(spec::Role::kParamServer) + std::string("-") + std::to_string(i);
+      bool running = false, known = false;
+      for (const auto& c : children_.all())
+        if (c.inst.name == name) {
+          known = true;
+          running = running || !c.exited;
+        }
+      if (running || (known && !retired_.count(name))) continue;  // a killed one: faults' call
+      spec::RoleInstance in = *first;
+      in.index = i;
+      in.name = name;
+      no_bind_.insert(name);
+      retired_.erase(name);
+      std::fprintf(stderr, "adam run: starting %s: the job now has %d parameter servers\n",
+                   name.c_str(), wanted);
+      if (!Spawn(in, endpoints_)) return false;
+    }
+    return true;
   }
 
   // Trainer 0 evaluates the model after every epoch. When it did not live to the end (killed
@@ -343,7 +398,7 @@ class Supervisor {
 
   bool Spawn(const spec::RoleInstance& in, const spec::Endpoints& endpoints,
              bool evaluate_only = false) {
-    spec::RoleOptions options = spec::OptionsFor(in, o_.job_path, endpoints);
+    spec::RoleOptions options = spec::OptionsFor(in, job_path_, endpoints);
     spec::CommonRoleOptions& common = spec::Common(options);
     if (tls_dir_.empty()) {
       common.plaintext = true;
@@ -437,6 +492,10 @@ class Supervisor {
       WriteScrapeTargets();
       return;
     }
+    if (EventString(ev, "event") == "retired") {
+      c.expected_exit = true;  // the job no longer wants it; it exits 0 once stopped
+      retired_.insert(c.inst.name);
+    }
     log_.OnEvent(c.inst.name, ev);
   }
 
@@ -486,9 +545,13 @@ class Supervisor {
   std::string members_;                           // controller members (copies > 1), else empty
   bool ha_ = false;
   std::optional<Faults> faults_;
-  std::string tls_dir_;        // the run's TLS material; empty: --plaintext
-  spec::Endpoints endpoints_;  // the last stage's: data server, parameter servers, controller
-  int lock_fd_ = -1;           // holds the --state-dir lock
+  std::string tls_dir_;            // the run's TLS material; empty: --plaintext
+  spec::Endpoints endpoints_;      // the last stage's: data server, parameter servers, controller
+  int lock_fd_ = -1;               // holds the --state-dir lock
+  std::string job_path_;           // the manifest the roles follow (RunManifestPath)
+  std::atomic<int> ps_wanted_{0};  // its parameter-server count
+  std::unique_ptr<spec::ManifestWatcher> ps_follower_;  // sets ps_wanted_
+  std::set<std::string> retired_;                       // servers that left the job
 };
 
 }  // namespace

@@ -83,4 +83,19 @@ StatusOr<RunOptions::Kill> ParseKill(const std::string& text, const spec::AdamJo
 // error `options` is unchanged.
 Status ParseChaos(const std::string& text, const spec::AdamJob& job, RunOptions* options);
 
+// Elastic parameter servers, locally. A run with copies > 1 keeps the manifest its roles follow
+// in RunManifestPath(state dir) (a copy of the one it was given); `adam scale --state-dir DIR
+// --parameter-servers N` rewrites that copy (Scale), as editing an AdamJob does on a cluster. The
+// run starts the servers that join; the controller moves copies onto them, and off the servers
+// that leave, which exit once they hold nothing.
+std::string RunManifestPath(const std::string& state_dir);
+// Writes `text` to `path` whole (a temporary file, renamed).
+Status WriteManifest(const std::string& path, const std::string& text);
+// The manifest with spec.roles.parameterServer.replicas set to `parameter_servers`: refused when
+// the job has copies < 2 (no controller to move copies) or is not valid with that count.
+StatusOr<std::string> ScaleManifest(const std::string& yaml_text, int parameter_servers);
+// `adam scale`: refused (exit 2) unless an `adam run` holds DIR's lock and keeps its manifest
+// there; returns the exit code.
+int Scale(const std::string& state_dir, int parameter_servers);
+
 }  // namespace adam::launcher

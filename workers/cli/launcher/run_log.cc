@@ -122,6 +122,34 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
     std::fprintf(stderr, "adam run: failover: %s lost; %d shard(s) moved (shard map v%lld)\n",
                  dead.c_str(), shards, static_cast<long long>(EventInt(ev, "map_version", 0)));
     Mark("failover: " + dead + " lost, " + std::to_string(shards) + " shard(s) moved");
+  } else if (type == "servers_resized") {
+    std::fprintf(stderr, "adam run: parameter servers %lld -> %lld: the controller moves copies\n",
+                 static_cast<long long>(EventInt(ev, "from", 0)),
+                 static_cast<long long>(EventInt(ev, "to", 0)));
+    Mark("parameter servers " + std::to_string(EventInt(ev, "from", 0)) + " -> " +
+         std::to_string(EventInt(ev, "to", 0)));
+    resized_at_ = TrainSeconds();
+  } else if (type == "rebalanced") {
+    std::fprintf(stderr,
+                 "adam run: rebalanced over %lld parameter servers in %.2f s: %lld of %lld "
+                 "copies moved, %lld primaries handed off\n",
+                 static_cast<long long>(EventInt(ev, "servers", 0)),
+                 EventNumber(ev, "seconds", 0.0),
+                 static_cast<long long>(EventInt(ev, "copies_moved", 0)),
+                 static_cast<long long>(EventInt(ev, "copies", 0)),
+                 static_cast<long long>(EventInt(ev, "handoffs", 0)));
+    Mark("rebalanced over " + std::to_string(EventInt(ev, "servers", 0)) + " servers");
+    rebalances_.push_back({{"from", EventInt(ev, "from", 0)},
+                           {"servers", EventInt(ev, "servers", 0)},
+                           {"copies_moved", EventInt(ev, "copies_moved", 0)},
+                           {"copies", EventInt(ev, "copies", 0)},
+                           {"handoffs", EventInt(ev, "handoffs", 0)},
+                           {"seconds", EventNumber(ev, "seconds", 0.0)},
+                           {"at_train_seconds", resized_at_}});
+  } else if (type == "retired") {
+    std::fprintf(stderr, "adam run: %s retired: its copies moved to the other servers\n",
+                 from.c_str());
+    Mark(from + " retired");
   } else if (type == "shard_map_committed") {
     if (EventInt(ev, "version", 0) >= map_version_) {
       map_version_ = EventInt(ev, "version", 0);
@@ -268,6 +296,7 @@ void RunLog::PrintSummary() {
       j["shard_map"] = {{"version", map_version_}, {"under_replicated", under_replicated_}};
     if (o_.chaos_seconds > 0) j["chaos_faults"] = chaos_faults_;
     if (failovers_ > 0) j["failovers"] = failovers_;
+    if (!rebalances_.empty()) j["rebalances"] = rebalances_;
     if (!model_written_.empty()) j["model"] = model_written_;
     if (resumed_epochs_ > 0) j["resumed_after_epoch"] = resumed_epochs_;
     // What the finished trainers sent and received per image they trained on.

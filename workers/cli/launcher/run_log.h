@@ -81,8 +81,12 @@ class RunLog {
   std::string controller_leader_;
   int64_t controller_term_ = 0;
   int chaos_faults_ = 0;
-  int64_t map_version_ = 0;     // the newest shard map the controller leader committed
-  int failovers_ = 0;           // the controller's failovers (lost servers whose shards moved)
+  int64_t map_version_ = 0;  // the newest shard map the controller leader committed
+  int failovers_ = 0;        // the controller's failovers (lost servers whose shards moved)
+  // Elastic servers: each resize the controller saw through ("rebalanced" events), with when it
+  // started (train seconds) for the summary.
+  double resized_at_ = -1;
+  nlohmann::json rebalances_ = nlohmann::json::array();
   int under_replicated_ = 0;    // its shards with fewer in-sync copies than wanted
   std::string diverged_;        // the first trainer's divergence message
   std::string model_written_;   // where the final model went (a model_written event)

@@ -57,16 +57,17 @@ std::vector<int> ShardMap::InitialCopies(uint32_t shard, int copies) const {
   return out;
 }
 
-StatusOr<ShardMap> ShardMap::WithServers(const std::vector<int>& server_of) const {
+StatusOr<ShardMap> ShardMap::WithServers(const std::vector<int>& server_of, int num_servers) const {
   if (server_of.size() != shards_.size())
     return InvalidArgumentError("shard map: " + std::to_string(server_of.size()) +
                                 " servers given for " + std::to_string(shards_.size()) + " shards");
   ShardMap m = *this;
+  if (num_servers > 0) m.num_servers_ = num_servers;
   for (size_t i = 0; i < shards_.size(); ++i) {
-    if (server_of[i] < 0 || server_of[i] >= num_servers_)
+    if (server_of[i] < 0 || server_of[i] >= m.num_servers_)
       return InvalidArgumentError("shard map: shard " + std::to_string(i) + " on server " +
                                   std::to_string(server_of[i]) + ", not in [0, " +
-                                  std::to_string(num_servers_) + ")");
+                                  std::to_string(m.num_servers_) + ")");
     m.shards_[i].server = server_of[i];
   }
   return m;

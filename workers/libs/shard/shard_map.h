@@ -37,9 +37,10 @@ class ShardMap {
   // The initial copies of `shard` when every shard has `copies` copies: its server, then the
   // next servers in index order (at most num_servers copies). The controller's bootstrap map.
   std::vector<int> InitialCopies(uint32_t shard, int copies) const;
-  // The same cut with shard i on server `server_of[i]` (e.g. the controller's current primaries).
-  // Fails unless there is one entry per shard, each in [0, num_servers).
-  StatusOr<ShardMap> WithServers(const std::vector<int>& server_of) const;
+  // The same cut with shard i on server `server_of[i]` (e.g. the controller's current primaries),
+  // over `num_servers` servers (0: this map's; more when servers joined the job). Fails unless
+  // there is one entry per shard, each in [0, num_servers).
+  StatusOr<ShardMap> WithServers(const std::vector<int>& server_of, int num_servers = 0) const;
 
  private:
   std::vector<Shard> shards_;

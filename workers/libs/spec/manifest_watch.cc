@@ -54,22 +54,40 @@ void ManifestWatcher::Loop() {
   }
 }
 
-std::unique_ptr<ManifestWatcher> FollowTrainerCount(const std::string& path, int current,
-                                                    std::function<void(int)> set, Clock* clock) {
+std::unique_ptr<ManifestWatcher> FollowCount(const std::string& path, int current,
+                                             std::function<int(const AdamJob&)> count_of,
+                                             std::string what, std::function<void(int)> set,
+                                             Clock* clock) {
   if (path.empty()) return nullptr;
   // Called on the watcher's thread only, one call at a time: `count` needs no lock.
   auto w = std::make_unique<ManifestWatcher>(
       path,
-      [count = current, set = std::move(set)](const AdamJob& job) mutable {
-        const int n = job.roles.trainer.replicas;
+      [count = current, count_of = std::move(count_of), what = std::move(what),
+       set = std::move(set)](const AdamJob& job) mutable {
+        const int n = count_of(job);
         if (n == count) return;
-        spdlog::info("the job now has {} trainers (was {})", n, count);
+        spdlog::info("the job now has {} {} (was {})", n, what, count);
         count = n;
         set(n);
       },
       clock);
   w->Start();
   return w;
+}
+
+std::unique_ptr<ManifestWatcher> FollowTrainerCount(const std::string& path, int current,
+                                                    std::function<void(int)> set, Clock* clock) {
+  return FollowCount(
+      path, current, [](const AdamJob& job) { return job.roles.trainer.replicas; }, "trainers",
+      std::move(set), clock);
+}
+
+std::unique_ptr<ManifestWatcher> FollowParamServerCount(const std::string& path, int current,
+                                                        std::function<void(int)> set,
+                                                        Clock* clock) {
+  return FollowCount(
+      path, current, [](const AdamJob& job) { return job.roles.parameter_server.replicas; },
+      "parameter servers", std::move(set), clock);
 }
 
 }  // namespace adam::spec

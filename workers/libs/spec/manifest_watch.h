@@ -1,5 +1,6 @@
 // ManifestWatcher: follows a running job's manifest file for the changes a running job takes
-// (today the trainer count: trainers scaled on a cluster). On Kubernetes the file is the job's
+// (the trainer count: trainers scaled on a cluster; the parameter-server count: servers that
+// join or leave). On Kubernetes the file is the job's
 // ConfigMap, which the kubelet replaces in place (an atomic symlink swap) within about a minute
 // of a change; the watcher reads it every `period` and calls `on_change` with the new job when
 // its text changed and parses. A text that does not parse is logged once and otherwise ignored:
@@ -58,5 +59,17 @@ class ManifestWatcher {
 std::unique_ptr<ManifestWatcher> FollowTrainerCount(const std::string& path, int current,
                                                     std::function<void(int)> set,
                                                     Clock* clock = Clock::Real());
+
+// What the controller and the local launcher follow: the parameter-server count (elastic
+// servers), the same way.
+std::unique_ptr<ManifestWatcher> FollowParamServerCount(const std::string& path, int current,
+                                                        std::function<void(int)> set,
+                                                        Clock* clock = Clock::Real());
+
+// Both of the above: `count_of` reads the count, `what` names it in the log line.
+std::unique_ptr<ManifestWatcher> FollowCount(const std::string& path, int current,
+                                             std::function<int(const AdamJob&)> count_of,
+                                             std::string what, std::function<void(int)> set,
+                                             Clock* clock = Clock::Real());
 
 }  // namespace adam::spec

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -37,6 +38,16 @@ struct Controller::Impl final
   std::vector<double> failover_seconds ABSL_GUARDED_BY(mu);  // drained by TakeFailoverSeconds
   bool stopping ABSL_GUARDED_BY(mu) = false;
   std::thread supervisor;
+  // Elastic servers: the count the job's manifest asks for (0: not said), and the leader's
+  // account of the rebalance the last resize started.
+  uint32_t servers_wanted ABSL_GUARDED_BY(mu) = 0;
+  struct Rebalancing {
+    Clock::TimePoint since{};
+    uint32_t from = 0;
+    uint64_t moved = 0;
+    uint64_t handoffs = 0;
+  };
+  std::optional<Rebalancing> rebalancing ABSL_GUARDED_BY(mu);
 
   // ---- raft::StateMachine (loop thread) ----
   void Apply(const raft::Entry& e) override {
@@ -47,12 +58,38 @@ struct Controller::Impl final
       return;
     }
     const uint64_t before = machine.state().version();
+    const uint32_t wanted_before = ServersWanted(machine.state());
+    const std::pair<uint64_t, uint64_t> moves =
+        c.has_reassign() && c.reassign().dead().empty() && is_leader && rebalancing
+            ? CountMoves(c.reassign())
+            : std::pair<uint64_t, uint64_t>{0, 0};
     Status s = machine.Apply(c);
     if (!s.ok()) {
       spdlog::info("controller: entry {}: {}", e.index, s.message());
       return;
     }
-    if (c.has_reassign() && !c.reassign().dead().empty() && is_leader) {
+    if (rebalancing) {
+      rebalancing->moved += moves.first;
+      rebalancing->handoffs += moves.second;
+    }
+    if (c.has_resize() && is_leader && machine.state().version() != before) {
+      rebalancing = Rebalancing{options.clock->Now(), wanted_before, 0, 0};
+      spdlog::info("controller: parameter servers {} -> {}: rebalancing", wanted_before,
+                   c.resize().servers());
+      EmitEvent({{"event", "servers_resized"},
+                 {"from", wanted_before},
+                 {"to", c.resize().servers()},
+                 {"map_version", machine.state().version()}});
+    }
+    // A server that left the job stops heartbeating once it retired: marked dead holding
+    // nothing, which is no failover.
+    bool left = false;
+    if (c.has_reassign() && !c.reassign().dead().empty() && c.reassign().shards().empty()) {
+      left = true;
+      for (uint32_t d : c.reassign().dead()) left = left && d >= ServersWanted(machine.state());
+      if (left && is_leader) spdlog::info("controller: servers that left the job stopped");
+    }
+    if (c.has_reassign() && !c.reassign().dead().empty() && is_leader && !left) {
       ++counters.failovers;
       nlohmann::json dead = nlohmann::json::array();
       for (uint32_t d : c.reassign().dead()) {
@@ -67,6 +104,7 @@ struct Controller::Impl final
                  {"shards", c.reassign().shards_size()}});
     }
     if (c.has_copy_done()) ++counters.copies_done;
+    if (rebalancing && is_leader && c.has_reassign() && c.reassign().rebalanced()) EndRebalance();
     if (machine.state().version() != before) {
       changed.notify_all();
       if (is_leader) {
@@ -81,6 +119,44 @@ struct Controller::Impl final
       }
     }
   }
+  // What a rebalance step would commit, against the state before it: copies that start to
+  // move, primaries handed off (counted once the step applied).
+  std::pair<uint64_t, uint64_t> CountMoves(const v1::Reassign& r) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const v1::ControllerState& st = machine.state();
+    std::pair<uint64_t, uint64_t> n{0, 0};
+    for (const v1::ShardRecord& next : r.shards()) {
+      if (next.shard() >= uint32_t(st.shards_size())) continue;
+      const v1::ShardRecord& was = st.shards(int(next.shard()));
+      n.first += next.has_move_from() && !was.has_move_from();
+      n.second += !next.replicas().empty() && !was.replicas().empty() &&
+                  next.replicas(0) != was.replicas(0);
+    }
+    return n;
+  }
+  void EndRebalance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const v1::ControllerState& st = machine.state();
+    const double seconds =
+        std::chrono::duration<double>(options.clock->Now() - rebalancing->since).count();
+    counters.copies_moved += rebalancing->moved;
+    counters.handoffs += rebalancing->handoffs;
+    ++counters.rebalances;
+    spdlog::info(
+        "controller: rebalanced over {} servers in {:.2f} s: {} of {} copies moved, {} "
+        "primaries handed off",
+        ServersWanted(st), seconds, rebalancing->moved, uint64_t(st.shards_size()) * st.copies(),
+        rebalancing->handoffs);
+    EmitEvent({{"event", "rebalanced"},
+               {"from", rebalancing->from},
+               {"servers", ServersWanted(st)},
+               {"copies_moved", rebalancing->moved},
+               {"copies", uint64_t(st.shards_size()) * st.copies()},
+               {"handoffs", rebalancing->handoffs},
+               {"seconds", seconds},
+               {"map_version", st.version()}});
+    rebalancing.reset();
+  }
+
   std::string TakeSnapshot() override {
     MutexLock l(mu);
     return machine.Serialize();
@@ -280,6 +356,11 @@ struct Controller::Impl final
       return cmd;
     }
     if (!due) return cmd;
+    if (servers_wanted != 0 && servers_wanted != ServersWanted(s)) {
+      cmd.emplace();
+      cmd->mutable_resize()->set_servers(servers_wanted);
+      return cmd;
+    }
     Supervisor::Round round = supervisor_state.Judge(s, options.clock->Now());
     *judged = round.judged;
     if (!round.plan) return cmd;
@@ -340,8 +421,8 @@ StatusOr<std::unique_ptr<Controller>> Controller::Open(const ControllerOptions& 
   impl->options = options;
   {
     MutexLock l(impl->mu);
-    impl->supervisor_state =
-        Supervisor({options.server_timeout, options.server_probation, options.flap_window});
+    impl->supervisor_state = Supervisor(
+        {options.server_timeout, options.server_probation, options.flap_window, options.max_moves});
   }
   ADAM_ASSIGN_OR_RETURN(impl->driver, raft::Driver::Open(options.raft, impl.get()));
   Impl* p = impl.get();
@@ -377,6 +458,12 @@ v1::ControllerState Controller::state() const {
 ControllerCounters Controller::counters() const {
   MutexLock l(impl_->mu);
   return impl_->counters;
+}
+
+void Controller::SetServersWanted(int servers) {
+  MutexLock l(impl_->mu);
+  impl_->servers_wanted = uint32_t(std::max(servers, 0));
+  impl_->changed.notify_all();
 }
 
 std::vector<double> Controller::TakeFailoverSeconds() {

@@ -37,6 +37,8 @@ struct ControllerOptions {
   std::chrono::milliseconds flap_window{10000};
   // How often the leader judges the servers' heartbeats.
   std::chrono::milliseconds supervise_every{20};
+  // Copies being filled at once while servers join or leave (PlanRebalance).
+  int max_moves = 8;
   // Where the supervisor's rounds, the failure detector, probation and a new leader's grace read
   // the time (not owned). Raft's ticks read raft.clock.
   Clock* clock = Clock::Real();
@@ -48,6 +50,9 @@ struct ControllerCounters {
   uint64_t copies_done = 0;
   uint64_t restarts = 0;      // servers seen heartbeating under a new incarnation
   uint64_t supervisions = 0;  // rounds in which this leader judged the servers (and wrote)
+  uint64_t rebalances = 0;    // resizes this leader saw through to a balanced map
+  uint64_t copies_moved = 0;  // by those rebalances
+  uint64_t handoffs = 0;      // primaries handed off by those rebalances
 };
 
 class Controller {
@@ -64,6 +69,10 @@ class Controller {
   raft::DriverInfo raft_info() const;
   v1::ControllerState state() const;
   ControllerCounters counters() const;
+  // The job's parameter-server count (spec.roles.parameterServer.replicas, followed in its
+  // manifest): whichever member leads commits it (a Resize) when the map's differs, then moves
+  // copies until every server holds its share (PlanRebalance; event "rebalanced").
+  void SetServersWanted(int servers);
   // The failovers this leader committed since the last call, each as the seconds from the dead
   // server's last heartbeat to the commit of the map that replaced it (detection + commit).
   std::vector<double> TakeFailoverSeconds();

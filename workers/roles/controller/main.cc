@@ -10,6 +10,7 @@
 #include "model/layout.h"
 #include "net/grpc.h"
 #include "shard/shard_map.h"
+#include "spec/manifest_watch.h"
 #include "update/update_plan.h"
 
 namespace adam::controller {
@@ -85,8 +86,14 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     spdlog::error("controller: {}", controller.status().message());
     return 1;
   }
+  // The count the manifest asks for, now and whenever it changes: the leader moves copies to
+  // servers that join and off servers that leave.
+  Controller* c = controller->get();
+  c->SetServersWanted(job.roles.parameter_server.replicas);
   Member member(std::move(*controller), members->at(options.id), options.metrics_port,
                 options.transport);
+  auto follow = spec::FollowParamServerCount(options.job_path, job.roles.parameter_server.replicas,
+                                             [c](int n) { c->SetServersWanted(n); });
   return ServeUntilSignalled(member);
 }
 

@@ -23,6 +23,9 @@ struct MainOptions {
   int server_timeout_ms = 500;
   int tick_ms = 10;
   int election_ticks = 20;
+  // The job's manifest file, followed for the parameter-server count (elastic servers); "" = not
+  // followed.
+  std::string job_path;
 };
 
 // Parses "1=a:1,2=b:2" into id -> address, naming the bad item.

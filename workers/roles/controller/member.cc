@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "controller/shard_state.h"
+
 namespace adam::controller {
 
 // The controller's series, read from its Raft driver and its state by Sample (every 200 ms).
@@ -19,6 +21,9 @@ class SampledMetrics {
         under_(
             reg.Gauge("adam_controller_shards_under_replicated",
                       "Shards with fewer in-sync copies than spec.roles.parameterServer.copies")),
+        wanted_(
+            reg.Gauge("adam_controller_servers_wanted",
+                      "Parameter servers the job asks for (spec.roles.parameterServer.replicas)")),
         heartbeats_(
             reg.Counter("adam_controller_heartbeats_total", "Heartbeats accepted (leader)")),
         failovers_(reg.Counter("adam_controller_failovers_total",
@@ -27,6 +32,13 @@ class SampledMetrics {
                               "Parameter servers seen heartbeating as a new process (leader)")),
         rebuilt_(reg.Counter("adam_controller_copies_rebuilt_total",
                              "New shard copies committed in sync (every member)")),
+        rebalances_(
+            reg.Counter("adam_controller_rebalances_total",
+                        "Resizes of the server count seen through to a balanced map (leader)")),
+        moved_(reg.Counter("adam_controller_copies_moved_total",
+                           "Shard copies moved to other servers by rebalances (leader)")),
+        handoffs_(reg.Counter("adam_controller_primary_handoffs_total",
+                              "Primaries handed to another copy by rebalances (leader)")),
         leader_changes_(reg.Counter("adam_controller_leader_changes_total",
                                     "Times this member saw a different leader take over")),
         failover_seconds_(reg.Histogram("adam_controller_failover_seconds",
@@ -52,19 +64,25 @@ class SampledMetrics {
     for (const auto& sv : s.servers()) n_alive += sv.alive();
     for (const auto& sh : s.shards()) n_under += sh.replicas_size() < int(s.copies());
     alive_.Set(n_alive);
+    wanted_.Set(double(ServersWanted(s)));
     under_.Set(n_under);
     const ControllerCounters c = controller_->counters();
     heartbeats_.Increment(double(c.heartbeats - last_.heartbeats));
     failovers_.Increment(double(c.failovers - last_.failovers));
     rebuilt_.Increment(double(c.copies_done - last_.copies_done));
     restarts_.Increment(double(c.restarts - last_.restarts));
+    rebalances_.Increment(double(c.rebalances - last_.rebalances));
+    moved_.Increment(double(c.copies_moved - last_.copies_moved));
+    handoffs_.Increment(double(c.handoffs - last_.handoffs));
     last_ = c;
   }
 
  private:
   Controller* controller_;
-  prometheus::Gauge &term_, &leader_, &commit_, &applied_, &log_bytes_, &version_, &alive_, &under_;
-  prometheus::Counter &heartbeats_, &failovers_, &restarts_, &rebuilt_, &leader_changes_;
+  prometheus::Gauge &term_, &leader_, &commit_, &applied_, &log_bytes_, &version_, &alive_, &under_,
+      &wanted_;
+  prometheus::Counter &heartbeats_, &failovers_, &restarts_, &rebuilt_, &rebalances_, &moved_,
+      &handoffs_, &leader_changes_;
   prometheus::Histogram& failover_seconds_;
   ControllerCounters last_;  // at the last sample
   raft::NodeId last_leader_ = 0;

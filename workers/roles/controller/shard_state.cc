@@ -1,6 +1,7 @@
 #include "controller/shard_state.h"
 
 #include <algorithm>
+#include <map>
 
 namespace adam::controller {
 namespace {
@@ -13,6 +14,8 @@ bool Holds(const v1::ShardRecord& r, uint32_t server) {
 const v1::ServerRecord* Server(const v1::ControllerState& s, uint32_t id) {
   return id < uint32_t(s.servers_size()) ? &s.servers(int(id)) : nullptr;
 }
+
+bool Leaving(const v1::ControllerState& s, uint32_t id) { return id >= ServersWanted(s); }
 
 // Adds copies to `r` until it has `copies` (in sync + copying), choosing alive servers that do
 // not hold it, are not on probation and, when hosts are known, whose host holds no copy; fewest
@@ -28,7 +31,9 @@ void AddCopies(const v1::ControllerState& s, const std::set<uint32_t>& on_probat
     int best = -1;
     for (int id = 0; id < s.servers_size(); ++id) {
       const v1::ServerRecord& sv = s.servers(id);
-      if (!sv.alive() || Holds(*r, uint32_t(id)) || on_probation.count(uint32_t(id))) continue;
+      if (!sv.alive() || Holds(*r, uint32_t(id)) || on_probation.count(uint32_t(id)) ||
+          Leaving(s, uint32_t(id)))
+        continue;
       if (!sv.host().empty() && hosts.count(sv.host())) continue;
       if (best < 0 || (*load)[size_t(id)] < (*load)[size_t(best)]) best = id;
     }
@@ -57,6 +62,7 @@ v1::ControllerState MakeBootstrap(const shard::ShardMap& map, int copies) {
   const int n = map.num_servers();
   s.set_copies(uint32_t(std::min(copies, n)));
   for (int i = 0; i < n; ++i) s.add_servers()->set_id(uint32_t(i));
+  s.set_servers_wanted(uint32_t(n));
   for (const shard::Shard& sh : map.shards()) {
     v1::ShardRecord* r = s.add_shards();
     r->set_shard(sh.id);
@@ -107,6 +113,7 @@ Status ShardState::Apply(const v1::Command& c) {
                                          " unknown");
         *state_.mutable_shards(int(rec.shard())) = rec;
       }
+      if (r.rebalanced()) state_.set_rebalancing(false);
       state_.set_version(state_.version() + 1);
       return OkStatus();
     }
@@ -132,6 +139,19 @@ Status ShardState::Apply(const v1::Command& c) {
     case v1::Command::kPut:
       (*state_.mutable_kv())[c.put().key()] = c.put().value();
       return OkStatus();
+    case v1::Command::kResize: {
+      const uint32_t n = c.resize().servers();
+      if (n < 1 || n < state_.copies())
+        return FailedPreconditionError("resize: " + std::to_string(n) + " servers cannot hold " +
+                                       std::to_string(state_.copies()) + " copies of every shard");
+      if (n == ServersWanted(state_)) return OkStatus();
+      for (uint32_t id = uint32_t(state_.servers_size()); id < n; ++id)
+        state_.add_servers()->set_id(id);
+      state_.set_servers_wanted(n);
+      state_.set_rebalancing(true);
+      state_.set_version(state_.version() + 1);
+      return OkStatus();
+    }
     case v1::Command::OP_NOT_SET:
       break;
   }
@@ -148,6 +168,10 @@ Status ShardState::Restore(const std::string& bytes) {
 }
 
 int CopiesToServe(int replicas) { return replicas - replicas / 2; }
+
+uint32_t ServersWanted(const v1::ControllerState& s) {
+  return s.servers_wanted() == 0 ? uint32_t(s.servers_size()) : s.servers_wanted();
+}
 
 bool HoldsAcknowledged(const v1::ShardRecord& record, uint32_t server, const CopyTerms& terms) {
   auto it = terms.find({record.shard(), server});
@@ -268,6 +292,7 @@ std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& s,
           SortFreshestFirst(rec.shard(), versions, terms, &ids);
           next.clear_replicas();
           for (uint32_t id : ids) next.add_replicas(id);
+          next.clear_handoff_from();  // taken from a dead one, not handed over
         }
         next.set_primary_since(s.version() + 1);  // copies cut: the term starts again
       } else {
@@ -283,12 +308,214 @@ std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& s,
   return out;
 }
 
+namespace {
+
+// Planning state of PlanRebalance: the records it changed, and each server's copies (in sync and
+// being filled) and primaries as they will be once the plan is applied.
+struct Rebalance {
+  const v1::ControllerState& s;
+  std::map<uint32_t, v1::ShardRecord> changed;
+  std::vector<int> load;
+  std::vector<int> primaries;
+
+  explicit Rebalance(const v1::ControllerState& state) : s(state), load(Load(state)) {
+    primaries.assign(load.size(), 0);
+    for (const auto& r : s.shards()) {
+      if (!r.replicas().empty() && r.replicas(0) < primaries.size()) ++primaries[r.replicas(0)];
+      // A move in flight counts as done: its old copy goes once the new one is in sync.
+      if (r.has_move_from() && r.move_from() < load.size()) --load[r.move_from()];
+    }
+  }
+  const v1::ShardRecord& Get(uint32_t shard) const {
+    auto it = changed.find(shard);
+    return it != changed.end() ? it->second : s.shards(int(shard));
+  }
+  v1::ShardRecord& Edit(uint32_t shard) {
+    auto it = changed.find(shard);
+    if (it == changed.end()) it = changed.emplace(shard, s.shards(int(shard))).first;
+    return it->second;
+  }
+  static bool Moving(const v1::ShardRecord& r) { return r.has_move_from() || r.copying_size() > 0; }
+  // Whether `to` may take a copy of `r`: it holds none, and (hosts known) its host holds none
+  // but possibly the one on `from`, which the move drops.
+  bool MayTake(const v1::ShardRecord& r, uint32_t to, uint32_t from) const {
+    if (Holds(r, to)) return false;
+    const std::string& host = s.servers(int(to)).host();
+    if (host.empty()) return true;
+    for (const auto* list : {&r.replicas(), &r.copying()})
+      for (uint32_t id : *list)
+        if (id != from && Server(s, id) && Server(s, id)->host() == host) return false;
+    return true;
+  }
+  // Starts moving `r`'s copy on `from` to `to`: filled first, dropped once in sync.
+  void Move(uint32_t shard, uint32_t from, uint32_t to) {
+    v1::ShardRecord& r = Edit(shard);
+    r.add_copying(to);
+    r.set_move_from(from);
+    ++load[to];
+    --load[from];
+  }
+  // Makes the in-sync copy on `to` the primary (a handoff: the copy reads the shard from the
+  // others once the old primary's lease has run out, routing.h).
+  void Handoff(v1::ShardRecord* r, uint32_t to) {
+    auto* reps = r->mutable_replicas();
+    auto it = std::find(reps->begin(), reps->end(), to);
+    if (it == reps->end() || it == reps->begin()) return;
+    --primaries[reps->Get(0)];
+    ++primaries[to];
+    r->set_handoff_from(reps->Get(0));
+    std::rotate(reps->begin(), it, it + 1);
+    r->set_primary_since(s.version() + 1);
+  }
+};
+
+}  // namespace
+
+bool Balanced(const v1::ControllerState& s) {
+  const uint32_t wanted = ServersWanted(s);
+  for (const auto& r : s.shards()) {
+    if (r.has_move_from() || r.copying_size() > 0) return false;
+    for (uint32_t id : r.replicas())
+      if (id >= wanted) return false;
+  }
+  return true;
+}
+
+std::optional<v1::Reassign> PlanRebalance(const v1::ControllerState& s,
+                                          const std::set<uint32_t>& on_probation, int max_moves) {
+  if (!s.rebalancing()) return std::nullopt;
+  const uint32_t wanted = ServersWanted(s);
+  std::vector<uint32_t> members;  // servers that take copies
+  for (const auto& sv : s.servers())
+    if (sv.alive() && sv.id() < wanted && !on_probation.count(sv.id())) members.push_back(sv.id());
+  if (members.empty()) return std::nullopt;
+  int in_flight = 0;
+  for (const auto& r : s.shards()) {
+    for (const auto* list : {&r.replicas(), &r.copying()})
+      for (uint32_t id : *list)
+        if (!Server(s, id) || !Server(s, id)->alive()) return std::nullopt;  // failover first
+    in_flight += r.copying_size() > 0;
+  }
+  Rebalance p(s);
+  // 1. Moves whose new copy is in sync drop the old one; a primary hands off to the in-sync copy
+  //    on the server with the fewest primaries.
+  for (const auto& r : s.shards()) {
+    if (!r.has_move_from() || r.copying_size() > 0) continue;
+    v1::ShardRecord& next = p.Edit(r.shard());
+    const uint32_t from = r.move_from();
+    next.clear_move_from();
+    auto* reps = next.mutable_replicas();
+    auto it = std::find(reps->begin(), reps->end(), from);
+    if (it == reps->end() || reps->size() <= int(s.copies())) {
+      if (it != reps->end()) ++p.load[from];  // kept after all
+      continue;
+    }
+    if (it == reps->begin()) {
+      uint32_t best = reps->Get(1);
+      for (int i = 2; i < reps->size(); ++i)
+        if (p.primaries[reps->Get(i)] < p.primaries[best]) best = reps->Get(i);
+      p.Handoff(&next, best);
+      it = std::find(reps->begin(), reps->end(), from);
+    }
+    reps->erase(it);                          // (its load was taken off when the move started)
+    next.set_primary_since(s.version() + 1);  // in-sync copies cut: the term starts again
+  }
+  // 2. New moves, at most max_moves filling at once: copies on leaving servers first, then from
+  //    the member holding the most copies to the one holding the fewest while they differ by
+  //    more than one, secondary copies before primaries, each choice spread by a hash of
+  //    (shard, target).
+  auto least_loaded = [&](const v1::ShardRecord& r, uint32_t from) {
+    int best = -1;
+    for (uint32_t id : members)
+      if (p.MayTake(r, id, from) && (best < 0 || p.load[id] < p.load[size_t(best)])) best = int(id);
+    return best;
+  };
+  for (const auto& r0 : s.shards()) {
+    if (in_flight >= max_moves) break;
+    const v1::ShardRecord& r = p.Get(r0.shard());
+    if (Rebalance::Moving(r) || r.replicas_size() > int(s.copies())) continue;
+    for (uint32_t id : r.replicas()) {
+      if (!Leaving(s, id)) continue;
+      if (int to = least_loaded(r, id); to >= 0) {
+        p.Move(r.shard(), id, uint32_t(to));
+        ++in_flight;
+      }
+      break;
+    }
+  }
+  while (in_flight < max_moves) {
+    uint32_t hi = members[0], lo = members[0];
+    for (uint32_t id : members) {
+      if (p.load[id] > p.load[hi]) hi = id;
+      if (p.load[id] < p.load[lo]) lo = id;
+    }
+    if (p.load[hi] - p.load[lo] <= 1) break;
+    int pick = -1;
+    uint64_t pick_key = 0;
+    for (const auto& r0 : s.shards()) {
+      const v1::ShardRecord& r = p.Get(r0.shard());
+      if (Rebalance::Moving(r) || r.replicas_size() > int(s.copies())) continue;
+      if (std::find(r.replicas().begin(), r.replicas().end(), hi) == r.replicas().end()) continue;
+      if (!p.MayTake(r, lo, hi)) continue;
+      // A secondary copy first: moving a primary's copy would hand the primary off as well.
+      const uint64_t key = (shard::Mix64((uint64_t{r.shard()} << 32) | lo) >> 1) |
+                           (uint64_t{r.replicas(0) == hi} << 63);
+      if (pick < 0 || key < pick_key) {
+        pick = int(r.shard());
+        pick_key = key;
+      }
+    }
+    if (pick < 0) break;
+    p.Move(uint32_t(pick), hi, lo);
+    ++in_flight;
+  }
+  // 3. Primaries spread over the members: a shard whose primary is on the member with the most
+  //    hands off to its in-sync copy on the member with the fewest, while they differ by more
+  //    than one. A primary on a leaving server goes when its copy moves (1.).
+  for (size_t guard = 0; guard < size_t(s.shards_size()); ++guard) {
+    uint32_t hi = members[0], lo = members[0];
+    for (uint32_t id : members) {
+      if (p.primaries[id] > p.primaries[hi]) hi = id;
+      if (p.primaries[id] < p.primaries[lo]) lo = id;
+    }
+    if (p.primaries[hi] - p.primaries[lo] <= 1) break;
+    bool moved = false;
+    for (const auto& r0 : s.shards()) {
+      const v1::ShardRecord& r = p.Get(r0.shard());
+      if (r.replicas().empty() || r.replicas(0) != hi || r.has_move_from()) continue;
+      if (std::find(r.replicas().begin(), r.replicas().end(), lo) == r.replicas().end()) continue;
+      p.Handoff(&p.Edit(r.shard()), lo);
+      moved = true;
+      break;
+    }
+    if (!moved) break;
+  }
+  v1::Reassign out;
+  out.set_expected_version(s.version());
+  if (p.changed.empty()) {
+    // Nothing left to start or drop: once no move is in flight and every wanted server is in
+    // the map, the resize is over.
+    bool done = in_flight == 0;
+    for (const auto& r : s.shards())
+      for (uint32_t id : r.replicas()) done = done && !Leaving(s, id);
+    for (const auto& sv : s.servers()) done = done && (sv.id() >= wanted || sv.alive());
+    if (!done) return std::nullopt;
+    out.set_rebalanced(true);
+    out.set_reason("rebalanced over " + std::to_string(members.size()) + " servers");
+    return out;
+  }
+  for (auto& [id, r] : p.changed) *out.add_shards() = std::move(r);
+  out.set_reason("rebalancing over " + std::to_string(members.size()) + " servers");
+  return out;
+}
+
 v1::ShardMap ToShardMap(const v1::ControllerState& s, const std::string& leader_address) {
   v1::ShardMap m;
   m.set_version(s.version());
   *m.mutable_servers() = s.servers();
   *m.mutable_shards() = s.shards();
   m.set_leader_address(leader_address);
+  m.set_servers_wanted(ServersWanted(s));
   return m;
 }
 

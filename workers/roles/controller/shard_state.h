@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -86,6 +87,34 @@ std::optional<v1::Reassign> PlanRepair(const v1::ControllerState& state,
                                        const std::set<uint32_t>& on_probation = {},
                                        bool drop_dead = true, const CopyVersions& versions = {},
                                        const CopyTerms& terms = {});
+
+// How many servers the job wants: servers_wanted, or every server of an older state that has none.
+// Servers with ids at or above it are leaving.
+uint32_t ServersWanted(const v1::ControllerState& state);
+
+// Elastic servers: the next steps of moving copies after the job's server count changed (while
+// state.rebalancing: a Resize sets it), once no server holding a copy is dead (failover and
+// repair go first). A failover or a repair never moves a primary by itself: handing one over
+// leaves a short window (until the new primary has read the copies) in which a second failure
+// could cost what the old one acknowledged, so it happens only when the job is resized.
+// A move fills a copy on the new server first (copying, with move_from naming the copy to
+// drop) and drops the old copy once the new one is in sync, so a shard never has fewer in-sync
+// copies than before. Moves start for every copy on a leaving server, then from the member (an
+// alive, wanted server off probation) holding the most copies to the one holding the fewest
+// while they differ by more than one, at most `max_moves` filling at once: a change of N to N+1
+// servers moves the ideal 1/(N+1) of the copies. A primary whose copy is dropped hands off to an
+// in-sync copy, and primaries are spread over the members the same way (a handoff moves no
+// data). Every primary change raises primary_since and records handoff_from. When nothing is
+// left to do (no move in flight, every wanted server registered, nothing on a leaving server),
+// the plan is an empty Reassign marked rebalanced, which ends state.rebalancing. Returns nullopt
+// when nothing changes.
+std::optional<v1::Reassign> PlanRebalance(const v1::ControllerState& state,
+                                          const std::set<uint32_t>& on_probation = {},
+                                          int max_moves = 8);
+
+// No move in flight and no copy on a leaving server. (Counts balanced or not: PlanRebalance
+// says whether anything is left to move.)
+bool Balanced(const v1::ControllerState& state);
 
 // The map as served to clients.
 v1::ShardMap ToShardMap(const v1::ControllerState& state, const std::string& leader_address);

@@ -18,6 +18,8 @@ Supervisor::Beat Supervisor::Heartbeat(const v1::ControllerState& state,
                                        const v1::HeartbeatRequest& request, Clock::TimePoint now) {
   Beat out;
   const v1::ServerRecord& in = request.server();
+  // A server this map does not have yet (it joined after a Resize this state predates).
+  if (in.id() >= uint32_t(state.servers_size())) return out;
   const v1::ServerRecord& have = state.servers(int(in.id()));
   if (have.alive() && state.copies() > 1 && have.incarnation() != 0 &&
       in.incarnation() != have.incarnation()) {
@@ -87,6 +89,10 @@ Supervisor::Round Supervisor::Judge(const v1::ControllerState& state, Clock::Tim
                               /*drop_dead=*/now - leader_since_ >= 4 * options_.server_timeout,
                               versions_, terms_)
                  : PlanFailover(state, out.dead, versions_, probation, terms_);
+  if (!out.plan && out.dead.empty()) {
+    out.plan = PlanRebalance(state, probation, options_.max_moves);
+    out.rebalance = out.plan.has_value();
+  }
   return out;
 }
 

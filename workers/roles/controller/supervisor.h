@@ -29,6 +29,7 @@ struct SupervisorOptions {
   std::chrono::milliseconds server_timeout{500};
   std::chrono::milliseconds server_probation{2000};
   std::chrono::milliseconds flap_window{10000};
+  int max_moves = 8;  // copies being filled at once while servers join or leave (PlanRebalance)
 };
 
 class Supervisor {
@@ -38,7 +39,8 @@ class Supervisor {
   // This member leads from `now`; failure detection counts from now + `grace`.
   void Lead(Clock::TimePoint now, Clock::Duration grace);
 
-  // What a heartbeat from a server of the job (its id below state.servers_size()) means.
+  // What a heartbeat from a server means (one whose id is not below state.servers_size(), from
+  // a Resize this state does not have yet, is not accepted).
   struct Beat {
     // False: the server restarted under a new incarnation while the map has it alive; it is
     // answered without a lease until the supervisor has failed over its copies.
@@ -53,12 +55,15 @@ class Supervisor {
 
   // One round of the leader's judgement at `now`, against the committed `state` (which has a
   // map): `dead` are the servers whose heartbeats stopped for the timeout or that restarted;
-  // `plan` is the failover for them, else the repair of under-replicated shards (nullopt: nothing
-  // to do). `judged` is false during the new leader's grace, when nothing is decided.
+  // `plan` is the failover for them, else the repair of under-replicated shards, else the next
+  // steps of rebalancing after servers joined or left (nullopt: nothing to do; `rebalance` says
+  // the plan is a rebalance). `judged` is false during the new leader's grace, when nothing is
+  // decided.
   struct Round {
     bool judged = false;
     std::set<uint32_t> dead;
     std::optional<v1::Reassign> plan;
+    bool rebalance = false;
   };
   Round Judge(const v1::ControllerState& state, Clock::TimePoint now);
 

@@ -29,7 +29,16 @@ bool Routing::Update(const v1::ShardMap& map) {
     // a forward of that term reached them (controller/shard_state.h, HoldsAcknowledged).
     const bool cut = before && r.primary_since() > map_.shards(int(r.shard())).primary_since();
     if (now && (!before || cut)) catching_up_[r.shard()] = map.version();
-    if (!now) catching_up_.erase(r.shard());
+    if (!now) {
+      catching_up_.erase(r.shard());
+      handoff_until_.erase(r.shard());
+    }
+    // Handed over by a primary that still runs (servers joining or leaving): it may serve until
+    // its lease runs out, and forward what it acknowledges to the copies meanwhile, so the copies
+    // are read only after that. The map says so: this server may have missed the map in which
+    // the old one became primary.
+    if (now && !before && r.has_handoff_from() && r.handoff_from() != self_)
+      handoff_until_[r.shard()] = clock_->Now() + lease_ + kLeaseMargin;
     if (known_ && now && !before) {
       promoted_.insert(r.shard());
       spdlog::warn("primary of shard {} from map version {}", r.shard(), map.version());
@@ -165,7 +174,10 @@ std::vector<Routing::Target> Routing::Targets() const {
 std::vector<Routing::CatchUp> Routing::CatchUps() const {
   MutexLock l(mu_);
   std::vector<CatchUp> out;
+  const auto now = clock_->Now();
   for (const auto& [shard, term] : catching_up_) {
+    if (auto it = handoff_until_.find(shard); it != handoff_until_.end() && it->second > now)
+      continue;  // the old primary's lease has not run out yet
     CatchUp c{shard, term, {}};
     const auto& r = map_.shards(int(shard));
     for (int i = 1; i < r.replicas_size(); ++i) {
@@ -181,8 +193,20 @@ std::vector<Routing::CatchUp> Routing::CatchUps() const {
 
 void Routing::CaughtUp(uint32_t shard, uint64_t term) {
   MutexLock l(mu_);
-  if (auto it = catching_up_.find(shard); it != catching_up_.end() && it->second == term)
+  if (auto it = catching_up_.find(shard); it != catching_up_.end() && it->second == term) {
     catching_up_.erase(it);
+    handoff_until_.erase(shard);
+  }
+}
+
+bool Routing::Retired() const {
+  MutexLock l(mu_);
+  if (!known_ || map_.servers_wanted() == 0 || self_ < map_.servers_wanted()) return false;
+  for (const auto& r : map_.shards())
+    if (std::count(r.replicas().begin(), r.replicas().end(), self_) > 0 ||
+        std::count(r.copying().begin(), r.copying().end(), self_) > 0)
+      return false;
+  return true;
 }
 
 std::vector<uint32_t> Routing::Copying() const {
@@ -254,6 +278,14 @@ void ControllerLink::Beat() {
   heartbeats_.fetch_add(1);
   if (TakeHeartbeatAnswer(routing_, resp, sent))
     EmitEvent({{"event", "shard_map"}, {"version", resp.map().version()}});
+  if (int(self_) >= wanted_.load() && routing_->Retired()) {
+    std::function<void()> retired;
+    {
+      MutexLock l(mu_);
+      retired.swap(on_retired_);
+    }
+    if (retired) retired();
+  }
 }
 
 // ---- Forwarder ----

@@ -18,7 +18,10 @@
 // wait, so one round acknowledges every push applied before it began. A newly promoted primary
 // reads the shard from every other in-sync copy before it serves it and starts from the freshest
 // state (ordered by (term, version), term being the map version a primary was promoted at), so
-// any quorum's update is in it. Each state carries the last push applied per trainer, so a push
+// any quorum's update is in it. A primary handed a shard by one that is still alive (servers
+// joining or leaving: controller/shard_state.h, PlanRebalance) reads the copies only once the old
+// primary's lease and its margin have run out, since until then the old one may still
+// acknowledge pushes. Each state carries the last push applied per trainer, so a push
 // re-sent after its answer was lost is applied once. A copy refuses forwards of an older term:
 // a deposed primary cannot overwrite its successor's state, nor count as acknowledged.
 // A server that is not the primary of a shard (or has no map yet) refuses pushes and pulls for
@@ -33,6 +36,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -105,6 +109,9 @@ class Routing {
   void CaughtUp(uint32_t shard, uint64_t term);
   // Shards being copied to this server.
   std::vector<uint32_t> Copying() const;
+  // The job no longer wants this server (its id is at or above the map's servers_wanted) and the
+  // map has moved every copy off it: it may exit.
+  bool Retired() const;
   // Records that a forward of `shard` arrived.
   void MarkReceived(uint32_t shard);
   bool Received(uint32_t shard) const;
@@ -130,6 +137,9 @@ class Routing {
   std::set<uint32_t> promoted_ ABSL_GUARDED_BY(mu_);
   // Shard -> the map version it was promoted at.
   std::map<uint32_t, uint64_t> catching_up_ ABSL_GUARDED_BY(mu_);
+  // Shard -> when the lease of the primary that handed it here (alive, so not failed over) has
+  // surely run out: its copies are read from then on.
+  std::map<uint32_t, Clock::TimePoint> handoff_until_ ABSL_GUARDED_BY(mu_);
 };
 
 struct ServerAddresses {
@@ -145,6 +155,15 @@ class ControllerLink {
   ControllerLink(std::shared_ptr<const net::Transport> transport, uint32_t self,
                  std::vector<std::string> members, Routing* routing, const ParamStore* store);
   void SetAddresses(const ServerAddresses& addresses);
+  // Elastic servers: the parameter-server count the job's manifest asks for now, and what to do
+  // (once, on the heartbeat thread) when both it and the map say this server is leaving and the
+  // map has moved every copy off it (Routing::Retired). Both the manifest and the map must say
+  // so: a server that joins before the controller has read the new count is not sent away.
+  void SetServersWanted(int servers) { wanted_.store(servers); }
+  void OnRetired(std::function<void()> retired) {
+    MutexLock l(mu_);
+    on_retired_ = std::move(retired);
+  }
   void Stop() { beat_.Stop(); }
   uint64_t heartbeats() const { return heartbeats_.load(); }
 
@@ -158,6 +177,8 @@ class ControllerLink {
   std::vector<std::string> members_;
   Mutex mu_;
   std::optional<ServerAddresses> addresses_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_retired_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> wanted_{std::numeric_limits<int>::max()};
   const uint64_t incarnation_;  // random, nonzero: tells the controller this process restarted
   size_t target_ = 0;           // the member believed to lead (beat thread only)
   std::atomic<uint64_t> heartbeats_{0};  // a counter; ordering nothing

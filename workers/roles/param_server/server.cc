@@ -1,7 +1,9 @@
 #include "param_server/server.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 
 #include "core/event.h"
@@ -195,6 +197,17 @@ void ParamServer::StartCopies() {
   service_->RequirePrimary(&routing_);
   link_.emplace(options_.transport, uint32_t(options_.index), options_.controller, &routing_,
                 store_);
+  // Elastic servers: a server the job no longer wants exits (cleanly, exit code 0) once the
+  // controller has moved its copies to the others.
+  link_->SetServersWanted(job_.roles.parameter_server.replicas);
+  link_->OnRetired([index = options_.index] {
+    spdlog::info("the job no longer wants ps-{} and its copies have moved: retiring", index);
+    EmitEvent({{"event", "retired"}, {"server", index}});
+    ::kill(::getpid(), SIGTERM);  // to the process: the main thread waits for it
+  });
+  ps_follower_ =
+      spec::FollowParamServerCount(options_.job_path, job_.roles.parameter_server.replicas,
+                                   [link = &*link_](int n) { link->SetServersWanted(n); });
   forwarder_.emplace(options_.transport, uint32_t(options_.index), &routing_, store_,
                      options_.forward_interval);
   if (job_.roles.parameter_server.acknowledge == spec::Acknowledge::kQuorum)

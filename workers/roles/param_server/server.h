@@ -67,6 +67,7 @@ class ParamServer final : public Role {
   std::unique_ptr<SampledMetrics> sampled_;
   Routing routing_;
   std::optional<ControllerLink> link_;
+  std::unique_ptr<spec::ManifestWatcher> ps_follower_;  // the server count, told to link_
   std::optional<Forwarder> forwarder_;
   std::optional<Periodic> sampler_;
   std::optional<net::Listeners> listeners_;  // last: stops serving before the rest goes

@@ -450,7 +450,10 @@ class RoutedClient final : public ParamServerClient {
                                        ", ps-" + std::to_string(p) + ", has not registered");
       primary.push_back(int(p));
     }
-    ADAM_ASSIGN_OR_RETURN(shard::ShardMap routed, base_.WithServers(primary));
+    // Servers that joined the job have ids past the count the trainer started with.
+    ADAM_ASSIGN_OR_RETURN(
+        shard::ShardMap routed,
+        base_.WithServers(primary, std::max(base_.num_servers(), m.servers_size())));
     update::UpdatePlan plan =
         update::UpdatePlan::Make(layout_, routed, push_every_, spec::DenseUpdates::kWeights);
     auto r =
