@@ -74,7 +74,8 @@ Drive DriveToTheEnd(ShardState* st, int max_moves, bool hosts = false, bool one_
     if (plan) {
       for (const auto& next : plan->shards()) {
         const auto& was = before.shards(int(next.shard()));
-        d.moves += next.has_move_from() && !was.has_move_from();
+        d.moves += next.has_move_from() &&
+                   (!was.has_move_from() || (was.copying_size() == 0 && next.copying_size() > 0));
         if (next.replicas(0) != was.replicas(0)) {
           ++d.handoffs;
           EXPECT_GT(next.primary_since(), was.primary_since()) << "shard " << next.shard();
@@ -182,6 +183,26 @@ TEST(Rebalance, AServerThatLeavesHandsOverEveryCopyAndThenHoldsNothing) {
   // The leaving server stays in the list (alive until it exits), wanted no more.
   EXPECT_EQ(st.state().servers_size(), 4);
   EXPECT_EQ(ToShardMap(st.state(), "").servers_wanted(), 3u);
+}
+
+TEST(Rebalance, TwoServersThatLeaveAtOnceMoveEachCopyOnceAndHandOverEachPrimaryOnce) {
+  ShardState st = Started(5, 50, 3);
+  const auto before = Copies(st.state());
+  const auto primaries_before = Primaries(st.state());
+  ASSERT_TRUE(Resize(&st, 3).ok());
+  const Drive d = DriveToTheEnd(&st, 8);
+  EXPECT_EQ(d.moves, before.at(3) + before.at(4));
+  // Every primary of a leaving server once, to a server that stays (never to the other one
+  // leaving), and at most a couple more to even the primaries out.
+  const int leaving_primaries = primaries_before.at(3) + primaries_before.at(4);
+  EXPECT_GE(d.handoffs, leaving_primaries);
+  EXPECT_LE(d.handoffs, leaving_primaries + 2);
+  for (uint32_t id = 0; id < 3; ++id) {
+    EXPECT_EQ(Copies(st.state()).at(id), 50);
+    EXPECT_GE(Primaries(st.state()).at(id), 16);
+    EXPECT_LE(Primaries(st.state()).at(id), 17);
+  }
+  EXPECT_EQ(Copies(st.state()).count(3) + Copies(st.state()).count(4), 0u);
 }
 
 TEST(Rebalance, MovesKeepCopiesOnDifferentHosts) {

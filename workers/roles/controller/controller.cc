@@ -128,7 +128,10 @@ struct Controller::Impl final
     for (const v1::ShardRecord& next : r.shards()) {
       if (next.shard() >= uint32_t(st.shards_size())) continue;
       const v1::ShardRecord& was = st.shards(int(next.shard()));
-      n.first += next.has_move_from() && !was.has_move_from();
+      // A move starts where none was, or where the last one ended (its copy in sync) and this
+      // step starts another (a shard with copies on two leaving servers moves twice).
+      n.first += next.has_move_from() &&
+                 (!was.has_move_from() || (was.copying_size() == 0 && next.copying_size() > 0));
       n.second += !next.replicas().empty() && !was.replicas().empty() &&
                   next.replicas(0) != was.replicas(0);
     }

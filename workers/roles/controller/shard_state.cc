@@ -411,9 +411,11 @@ std::optional<v1::Reassign> PlanRebalance(const v1::ControllerState& s,
       continue;
     }
     if (it == reps->begin()) {
+      // The copy on a server that stays (not one leaving too) with the fewest primaries.
+      auto rank = [&](uint32_t id) { return std::make_pair(Leaving(s, id), p.primaries[id]); };
       uint32_t best = reps->Get(1);
       for (int i = 2; i < reps->size(); ++i)
-        if (p.primaries[reps->Get(i)] < p.primaries[best]) best = reps->Get(i);
+        if (rank(reps->Get(i)) < rank(best)) best = reps->Get(i);
       p.Handoff(&next, best);
       it = std::find(reps->begin(), reps->end(), from);
     }
