@@ -118,27 +118,7 @@ class Supervisor {
           return 1;
         }
       }
-    members_ = spec::ControllerMembers(plan);
-    ha_ = !members_.empty();
-    job_path_ = o_.job_path;
-    if (ha_) {
-      // The roles follow a copy of the manifest in the state directory, which `adam scale`
-      // rewrites (elastic parameter servers).
-      job_path_ = RunManifestPath(state_root_);
-      const std::string text = ReadWholeFile(o_.job_path).value_or("");
-      if (Status st = WriteManifest(job_path_, text); !st.ok()) {
-        std::fprintf(stderr, "adam run: %s\n", std::string(st.message()).c_str());
-        return Restore(1);
-      }
-      ps_wanted_.store(job_.roles.parameter_server.replicas);
-      ps_follower_ = spec::FollowParamServerCount(job_path_, job_.roles.parameter_server.replicas,
-                                                  [this](int n) { ps_wanted_.store(n); });
-      if (!o_.state_dir.empty() && !o_.quiet)
-        std::fprintf(stderr,
-                     "adam run: servers join or leave while it runs: adam scale --state-dir %s "
-                     "--parameter-servers N\n",
-                     state_root_.c_str());
-    }
+    if (int code = FollowManifest(plan); code != 0) return Restore(code);
     faults_.emplace(o_, ha_);
     log_.set_state_root(state_root_);
     PlanCpus(plan);
@@ -196,6 +176,30 @@ class Supervisor {
         return kExitInvalid;
       }
     }
+    return 0;
+  }
+
+  // The controller members (copies > 1), and the manifest the roles are given: with copies, a
+  // copy in the state directory, which `adam scale` rewrites and this run follows for the server
+  // count (elastic parameter servers).
+  int FollowManifest(const spec::Plan& plan) {
+    members_ = spec::ControllerMembers(plan);
+    ha_ = !members_.empty();
+    job_path_ = o_.job_path;
+    if (!ha_) return 0;
+    job_path_ = RunManifestPath(state_root_);
+    if (Status st = WriteManifest(job_path_, ReadWholeFile(o_.job_path).value_or("")); !st.ok()) {
+      std::fprintf(stderr, "adam run: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+    ps_wanted_.store(job_.roles.parameter_server.replicas);
+    ps_follower_ = spec::FollowParamServerCount(job_path_, job_.roles.parameter_server.replicas,
+                                                [this](int n) { ps_wanted_.store(n); });
+    if (!o_.state_dir.empty() && !o_.quiet)
+      std::fprintf(stderr,
+                   "adam run: servers join or leave while it runs: adam scale --state-dir %s "
+                   "--parameter-servers N\n",
+                   state_root_.c_str());
     return 0;
   }
 

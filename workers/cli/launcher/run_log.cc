@@ -122,7 +122,31 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
     std::fprintf(stderr, "adam run: failover: %s lost; %d shard(s) moved (shard map v%lld)\n",
                  dead.c_str(), shards, static_cast<long long>(EventInt(ev, "map_version", 0)));
     Mark("failover: " + dead + " lost, " + std::to_string(shards) + " shard(s) moved");
-  } else if (type == "servers_resized") {
+  } else if (type == "servers_resized" || type == "rebalanced" || type == "retired") {
+    Elastic(type, from, ev);
+  } else if (type == "shard_map_committed") {
+    if (EventInt(ev, "version", 0) >= map_version_) {
+      map_version_ = EventInt(ev, "version", 0);
+      const int under = int(EventInt(ev, "under_replicated", 0));
+      if (under > 0 && under_replicated_ == 0)
+        Mark("under-replicated: " + std::to_string(under) + " shard(s)");
+      else if (under == 0 && under_replicated_ > 0)
+        Mark("every shard has all its copies again");
+      under_replicated_ = under;
+    }
+  } else if (type == "controller_leader") {
+    if (!controller_leader_.empty() && controller_leader_ != from)
+      Mark("new controller leader " + from);
+    controller_leader_ = from;
+    controller_term_ = EventInt(ev, "term", 0);
+    if (kill_unix_ms_ > 0 && controller_failover_ms_ < 0 && from != killed_)
+      controller_failover_ms_ = UnixMs() - kill_unix_ms_;
+  }
+}
+
+// Elastic servers: a resize, the rebalance it ended with, a server that left.
+void RunLog::Elastic(const std::string& type, const std::string& from, const nlohmann::json& ev) {
+  if (type == "servers_resized") {
     std::fprintf(stderr, "adam run: parameter servers %lld -> %lld: the controller moves copies\n",
                  static_cast<long long>(EventInt(ev, "from", 0)),
                  static_cast<long long>(EventInt(ev, "to", 0)));
@@ -150,23 +174,6 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
     std::fprintf(stderr, "adam run: %s retired: its copies moved to the other servers\n",
                  from.c_str());
     Mark(from + " retired");
-  } else if (type == "shard_map_committed") {
-    if (EventInt(ev, "version", 0) >= map_version_) {
-      map_version_ = EventInt(ev, "version", 0);
-      const int under = int(EventInt(ev, "under_replicated", 0));
-      if (under > 0 && under_replicated_ == 0)
-        Mark("under-replicated: " + std::to_string(under) + " shard(s)");
-      else if (under == 0 && under_replicated_ > 0)
-        Mark("every shard has all its copies again");
-      under_replicated_ = under;
-    }
-  } else if (type == "controller_leader") {
-    if (!controller_leader_.empty() && controller_leader_ != from)
-      Mark("new controller leader " + from);
-    controller_leader_ = from;
-    controller_term_ = EventInt(ev, "term", 0);
-    if (kill_unix_ms_ > 0 && controller_failover_ms_ < 0 && from != killed_)
-      controller_failover_ms_ = UnixMs() - kill_unix_ms_;
   }
 }
 

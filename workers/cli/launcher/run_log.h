@@ -60,6 +60,7 @@ class RunLog {
 
  private:
   void Epoch(const nlohmann::json& ev);
+  void Elastic(const std::string& type, const std::string& from, const nlohmann::json& ev);
 
   const spec::AdamJob& job_;
   const RunOptions& o_;

@@ -139,23 +139,26 @@ Status ShardState::Apply(const v1::Command& c) {
     case v1::Command::kPut:
       (*state_.mutable_kv())[c.put().key()] = c.put().value();
       return OkStatus();
-    case v1::Command::kResize: {
-      const uint32_t n = c.resize().servers();
-      if (n < 1 || n < state_.copies())
-        return FailedPreconditionError("resize: " + std::to_string(n) + " servers cannot hold " +
-                                       std::to_string(state_.copies()) + " copies of every shard");
-      if (n == ServersWanted(state_)) return OkStatus();
-      for (uint32_t id = uint32_t(state_.servers_size()); id < n; ++id)
-        state_.add_servers()->set_id(id);
-      state_.set_servers_wanted(n);
-      state_.set_rebalancing(true);
-      state_.set_version(state_.version() + 1);
-      return OkStatus();
-    }
+    case v1::Command::kResize:
+      return ApplyResize(c.resize());
     case v1::Command::OP_NOT_SET:
       break;
   }
   return FailedPreconditionError("empty command");
+}
+
+Status ShardState::ApplyResize(const v1::Resize& r) {
+  const uint32_t n = r.servers();
+  if (n < 1 || n < state_.copies())
+    return FailedPreconditionError("resize: " + std::to_string(n) + " servers cannot hold " +
+                                   std::to_string(state_.copies()) + " copies of every shard");
+  if (n == ServersWanted(state_)) return OkStatus();
+  for (uint32_t id = uint32_t(state_.servers_size()); id < n; ++id)
+    state_.add_servers()->set_id(id);
+  state_.set_servers_wanted(n);
+  state_.set_rebalancing(true);
+  state_.set_version(state_.version() + 1);
+  return OkStatus();
 }
 
 std::string ShardState::Serialize() const { return state_.SerializeAsString(); }
@@ -381,6 +384,117 @@ bool Balanced(const v1::ControllerState& s) {
   return true;
 }
 
+namespace {
+
+// 1. Moves whose new copy is in sync drop the old one; a primary hands off to the in-sync copy on
+//    a server that stays with the fewest primaries.
+void FinishMoves(Rebalance* p) {
+  const v1::ControllerState& s = p->s;
+  for (const auto& r : s.shards()) {
+    if (!r.has_move_from() || r.copying_size() > 0) continue;
+    v1::ShardRecord& next = p->Edit(r.shard());
+    const uint32_t from = r.move_from();
+    next.clear_move_from();
+    auto* reps = next.mutable_replicas();
+    auto it = std::find(reps->begin(), reps->end(), from);
+    if (it == reps->end() || reps->size() <= int(s.copies())) {
+      if (it != reps->end()) ++p->load[from];  // kept after all
+      continue;
+    }
+    if (it == reps->begin()) {
+      // The copy on a server that stays (not one leaving too) with the fewest primaries.
+      auto rank = [&](uint32_t id) { return std::make_pair(Leaving(s, id), p->primaries[id]); };
+      uint32_t best = reps->Get(1);
+      for (int i = 2; i < reps->size(); ++i)
+        if (rank(reps->Get(i)) < rank(best)) best = reps->Get(i);
+      p->Handoff(&next, best);
+      it = std::find(reps->begin(), reps->end(), from);
+    }
+    reps->erase(it);                          // (its load was taken off when the move started)
+    next.set_primary_since(s.version() + 1);  // in-sync copies cut: the term starts again
+  }
+}
+
+// 2. New moves while fewer than max_moves fill: copies on leaving servers first, then from the
+//    member holding the most copies to the one holding the fewest while they differ by more than
+//    one, secondary copies before primaries, each choice spread by a hash of (shard, target).
+void StartMoves(Rebalance* p, const std::vector<uint32_t>& members, int max_moves, int* in_flight) {
+  const v1::ControllerState& s = p->s;
+  auto least_loaded = [&](const v1::ShardRecord& r, uint32_t from) {
+    int best = -1;
+    for (uint32_t id : members)
+      if (p->MayTake(r, id, from) && (best < 0 || p->load[id] < p->load[size_t(best)]))
+        best = int(id);
+    return best;
+  };
+  for (const auto& r0 : s.shards()) {
+    if (*in_flight >= max_moves) break;
+    const v1::ShardRecord& r = p->Get(r0.shard());
+    if (Rebalance::Moving(r) || r.replicas_size() > int(s.copies())) continue;
+    for (uint32_t id : r.replicas()) {
+      if (!Leaving(s, id)) continue;
+      if (int to = least_loaded(r, id); to >= 0) {
+        p->Move(r.shard(), id, uint32_t(to));
+        ++*in_flight;
+      }
+      break;
+    }
+  }
+  while (*in_flight < max_moves) {
+    uint32_t hi = members[0], lo = members[0];
+    for (uint32_t id : members) {
+      if (p->load[id] > p->load[hi]) hi = id;
+      if (p->load[id] < p->load[lo]) lo = id;
+    }
+    if (p->load[hi] - p->load[lo] <= 1) break;
+    int pick = -1;
+    uint64_t pick_key = 0;
+    for (const auto& r0 : s.shards()) {
+      const v1::ShardRecord& r = p->Get(r0.shard());
+      if (Rebalance::Moving(r) || r.replicas_size() > int(s.copies())) continue;
+      if (std::find(r.replicas().begin(), r.replicas().end(), hi) == r.replicas().end()) continue;
+      if (!p->MayTake(r, lo, hi)) continue;
+      // A secondary copy first: moving a primary's copy would hand the primary off as well.
+      const uint64_t key = (shard::Mix64((uint64_t{r.shard()} << 32) | lo) >> 1) |
+                           (uint64_t{r.replicas(0) == hi} << 63);
+      if (pick < 0 || key < pick_key) {
+        pick = int(r.shard());
+        pick_key = key;
+      }
+    }
+    if (pick < 0) break;
+    p->Move(uint32_t(pick), hi, lo);
+    ++*in_flight;
+  }
+}
+
+// 3. Primaries spread over the members: a shard whose primary is on the member with the most
+//    hands off to its in-sync copy on the member with the fewest, while they differ by more than
+//    one. (A primary on a leaving server goes when its copy moves: FinishMoves.)
+void SpreadPrimaries(Rebalance* p, const std::vector<uint32_t>& members) {
+  const v1::ControllerState& s = p->s;
+  for (size_t guard = 0; guard < size_t(s.shards_size()); ++guard) {
+    uint32_t hi = members[0], lo = members[0];
+    for (uint32_t id : members) {
+      if (p->primaries[id] > p->primaries[hi]) hi = id;
+      if (p->primaries[id] < p->primaries[lo]) lo = id;
+    }
+    if (p->primaries[hi] - p->primaries[lo] <= 1) return;
+    bool moved = false;
+    for (const auto& r0 : s.shards()) {
+      const v1::ShardRecord& r = p->Get(r0.shard());
+      if (r.replicas().empty() || r.replicas(0) != hi || r.has_move_from()) continue;
+      if (std::find(r.replicas().begin(), r.replicas().end(), lo) == r.replicas().end()) continue;
+      p->Handoff(&p->Edit(r.shard()), lo);
+      moved = true;
+      break;
+    }
+    if (!moved) return;
+  }
+}
+
+}  // namespace
+
 std::optional<v1::Reassign> PlanRebalance(const v1::ControllerState& s,
                                           const std::set<uint32_t>& on_probation, int max_moves) {
   if (!s.rebalancing()) return std::nullopt;
@@ -397,101 +511,9 @@ std::optional<v1::Reassign> PlanRebalance(const v1::ControllerState& s,
     in_flight += r.copying_size() > 0;
   }
   Rebalance p(s);
-  // 1. Moves whose new copy is in sync drop the old one; a primary hands off to the in-sync copy
-  //    on the server with the fewest primaries.
-  for (const auto& r : s.shards()) {
-    if (!r.has_move_from() || r.copying_size() > 0) continue;
-    v1::ShardRecord& next = p.Edit(r.shard());
-    const uint32_t from = r.move_from();
-    next.clear_move_from();
-    auto* reps = next.mutable_replicas();
-    auto it = std::find(reps->begin(), reps->end(), from);
-    if (it == reps->end() || reps->size() <= int(s.copies())) {
-      if (it != reps->end()) ++p.load[from];  // kept after all
-      continue;
-    }
-    if (it == reps->begin()) {
-      // The copy on a server that stays (not one leaving too) with the fewest primaries.
-      auto rank = [&](uint32_t id) { return std::make_pair(Leaving(s, id), p.primaries[id]); };
-      uint32_t best = reps->Get(1);
-      for (int i = 2; i < reps->size(); ++i)
-        if (rank(reps->Get(i)) < rank(best)) best = reps->Get(i);
-      p.Handoff(&next, best);
-      it = std::find(reps->begin(), reps->end(), from);
-    }
-    reps->erase(it);                          // (its load was taken off when the move started)
-    next.set_primary_since(s.version() + 1);  // in-sync copies cut: the term starts again
-  }
-  // 2. New moves, at most max_moves filling at once: copies on leaving servers first, then from
-  //    the member holding the most copies to the one holding the fewest while they differ by
-  //    more than one, secondary copies before primaries, each choice spread by a hash of
-  //    (shard, target).
-  auto least_loaded = [&](const v1::ShardRecord& r, uint32_t from) {
-    int best = -1;
-    for (uint32_t id : members)
-      if (p.MayTake(r, id, from) && (best < 0 || p.load[id] < p.load[size_t(best)])) best = int(id);
-    return best;
-  };
-  for (const auto& r0 : s.shards()) {
-    if (in_flight >= max_moves) break;
-    const v1::ShardRecord& r = p.Get(r0.shard());
-    if (Rebalance::Moving(r) || r.replicas_size() > int(s.copies())) continue;
-    for (uint32_t id : r.replicas()) {
-      if (!Leaving(s, id)) continue;
-      if (int to = least_loaded(r, id); to >= 0) {
-        p.Move(r.shard(), id, uint32_t(to));
-        ++in_flight;
-      }
-      break;
-    }
-  }
-  while (in_flight < max_moves) {
-    uint32_t hi = members[0], lo = members[0];
-    for (uint32_t id : members) {
-      if (p.load[id] > p.load[hi]) hi = id;
-      if (p.load[id] < p.load[lo]) lo = id;
-    }
-    if (p.load[hi] - p.load[lo] <= 1) break;
-    int pick = -1;
-    uint64_t pick_key = 0;
-    for (const auto& r0 : s.shards()) {
-      const v1::ShardRecord& r = p.Get(r0.shard());
-      if (Rebalance::Moving(r) || r.replicas_size() > int(s.copies())) continue;
-      if (std::find(r.replicas().begin(), r.replicas().end(), hi) == r.replicas().end()) continue;
-      if (!p.MayTake(r, lo, hi)) continue;
-      // A secondary copy first: moving a primary's copy would hand the primary off as well.
-      const uint64_t key = (shard::Mix64((uint64_t{r.shard()} << 32) | lo) >> 1) |
-                           (uint64_t{r.replicas(0) == hi} << 63);
-      if (pick < 0 || key < pick_key) {
-        pick = int(r.shard());
-        pick_key = key;
-      }
-    }
-    if (pick < 0) break;
-    p.Move(uint32_t(pick), hi, lo);
-    ++in_flight;
-  }
-  // 3. Primaries spread over the members: a shard whose primary is on the member with the most
-  //    hands off to its in-sync copy on the member with the fewest, while they differ by more
-  //    than one. A primary on a leaving server goes when its copy moves (1.).
-  for (size_t guard = 0; guard < size_t(s.shards_size()); ++guard) {
-    uint32_t hi = members[0], lo = members[0];
-    for (uint32_t id : members) {
-      if (p.primaries[id] > p.primaries[hi]) hi = id;
-      if (p.primaries[id] < p.primaries[lo]) lo = id;
-    }
-    if (p.primaries[hi] - p.primaries[lo] <= 1) break;
-    bool moved = false;
-    for (const auto& r0 : s.shards()) {
-      const v1::ShardRecord& r = p.Get(r0.shard());
-      if (r.replicas().empty() || r.replicas(0) != hi || r.has_move_from()) continue;
-      if (std::find(r.replicas().begin(), r.replicas().end(), lo) == r.replicas().end()) continue;
-      p.Handoff(&p.Edit(r.shard()), lo);
-      moved = true;
-      break;
-    }
-    if (!moved) break;
-  }
+  FinishMoves(&p);
+  StartMoves(&p, members, max_moves, &in_flight);
+  SpreadPrimaries(&p, members);
   v1::Reassign out;
   out.set_expected_version(s.version());
   if (p.changed.empty()) {

@@ -31,6 +31,8 @@ class ShardState {
   Status Restore(const std::string& bytes);
 
  private:
+  // A Resize: records for the servers that join, the count wanted, rebalancing on.
+  Status ApplyResize(const v1::Resize& r);
   v1::ControllerState state_;
 };
 
