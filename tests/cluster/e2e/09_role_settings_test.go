@@ -319,7 +319,7 @@ func testEditingTheServerCountAddsAndRetiresServers(t *testing.T) {
 		return len(names) == 4 && names[3] == "grow-ps-3", fmt.Sprint(names)
 	})
 	eventually(t, 30*time.Second, "the manifest saying 4 servers", func() (bool, string) { return manifestSays(4) })
-	if _, err := env.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx(), "grow-ps-3", metav1.GetOptions{}); err != nil {
+	if _, err := env.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx(), "grow-ps-3-state", metav1.GetOptions{}); err != nil {
 		t.Errorf("no volume for the new server: %v", err)
 	}
 	readyPod(t, ns, "grow-ps-3", "", 90*time.Second)

@@ -391,6 +391,10 @@ struct Controller::Impl final
         // every lease it granted has run out before this leader moves a shard.
         const auto election = options.raft.tick * options.raft.election_ticks;
         supervisor_state.Lead(options.clock->Now(), 2 * election);
+        // A resize its predecessor started: this leader sees it through, counting from here.
+        rebalancing.reset();
+        if (machine.state().rebalancing())
+          rebalancing = Rebalancing{options.clock->Now(), ServersWanted(machine.state()), 0, 0};
       }
       is_leader = leader;
     }

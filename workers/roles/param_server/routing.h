@@ -137,8 +137,8 @@ class Routing {
   std::set<uint32_t> promoted_ ABSL_GUARDED_BY(mu_);
   // Shard -> the map version it was promoted at.
   std::map<uint32_t, uint64_t> catching_up_ ABSL_GUARDED_BY(mu_);
-  // Shard -> when the lease of the primary that handed it here (alive, so not failed over) has
-  // surely run out: its copies are read from then on.
+  // Shard -> when the lease of the primary that handed it here (the map's handoff_from: it still
+  // ran, it was not failed over) has surely run out: its copies are read from then on.
   std::map<uint32_t, Clock::TimePoint> handoff_until_ ABSL_GUARDED_BY(mu_);
 };
 
