@@ -38,16 +38,7 @@ func TestNoAcknowledgedUpdateIsLost(t *testing.T) {
 		rng := rand.New(rand.NewSource(seed))
 		schedule := j.schedule(rng)
 		j.logf("round %d, seed %d: %s", r, seed, describe(schedule))
-		var trainers []*pod
-		for _, p := range j.role("trainer") {
-			q := *p
-			q.container = fmt.Sprintf("%s-r%d", p.container, r)
-			q.args = append(append([]string{}, p.args...), "--check-pushes", strconv.Itoa(pushes),
-				"--check-round", strconv.Itoa(r))
-			j.extra = append(j.extra, &q)
-			j.create(&q)
-			trainers = append(trainers, &q)
-		}
+		trainers := j.startChecks(r, pushes)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -63,6 +54,22 @@ func TestNoAcknowledgedUpdateIsLost(t *testing.T) {
 		j.awaitHealthy(30 * time.Second)
 	}
 	t.Logf("%d seeded fault schedules: %s", rounds, total)
+}
+
+// startChecks runs round r of the check: every trainer pod again, under a name of the round's,
+// making `pushes` tagged pushes (`adam trainer --check-pushes`).
+func (j *job) startChecks(r, pushes int) []*pod {
+	var trainers []*pod
+	for _, p := range j.role("trainer") {
+		q := *p
+		q.container = fmt.Sprintf("%s-r%d", p.container, r)
+		q.args = append(append([]string{}, p.args...), "--check-pushes", strconv.Itoa(pushes),
+			"--check-round", strconv.Itoa(r))
+		j.extra = append(j.extra, &q)
+		j.create(&q)
+		trainers = append(trainers, &q)
+	}
+	return trainers
 }
 
 type checkCounts struct {

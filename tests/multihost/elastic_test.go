@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"testing"
 	"time"
 )
@@ -25,16 +24,7 @@ func TestServersJoinAndLeaveWithoutLosingAnAcknowledgedUpdate(t *testing.T) {
 	const pushes = 150
 	var total checkCounts
 	for r, servers := range []int{4, 3} {
-		var trainers []*pod
-		for _, p := range j.role("trainer") {
-			q := *p
-			q.container = fmt.Sprintf("%s-r%d", p.container, r)
-			q.args = append(append([]string{}, p.args...), "--check-pushes", strconv.Itoa(pushes),
-				"--check-round", strconv.Itoa(r))
-			j.extra = append(j.extra, &q)
-			j.create(&q)
-			trainers = append(trainers, &q)
-		}
+		trainers := j.startChecks(r, pushes)
 		time.Sleep(time.Second) // the resize lands mid-round: a fault's timing
 		j.scaleServers(servers)
 		got := j.waitChecks(trainers, 3*time.Minute)

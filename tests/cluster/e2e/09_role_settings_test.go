@@ -226,25 +226,14 @@ func testKubectlScaleChangesTheTrainers(t *testing.T) {
 		}
 		return names
 	}
-	manifestSays := func(n int) (bool, string) {
-		cm, err := env.cs.CoreV1().ConfigMaps(ns).Get(ctx(), "elastic-job", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(cm.Data["job.yaml"]), &m); err != nil {
-			return false, err.Error()
-		}
-		got, _, _ := unstructured.NestedFieldNoCopy(m, "spec", "roles", "trainer", "replicas")
-		return fmt.Sprint(got) == fmt.Sprint(n), fmt.Sprintf("job.yaml says %v", got)
-	}
+	says := func(n int) (bool, string) { return manifestSays(ns, "elastic", n, "trainer") }
 	for _, n := range []int{4, 1} {
 		kubectl(t, "scale", "-n", ns, "adamjob/elastic", fmt.Sprintf("--replicas=%d", n))
 		eventually(t, 60*time.Second, fmt.Sprintf("%d trainer pods", n), func() (bool, string) {
 			names := trainers()
 			return len(names) == n, fmt.Sprint(names)
 		})
-		eventually(t, 30*time.Second, fmt.Sprintf("the manifest saying %d trainers", n), func() (bool, string) { return manifestSays(n) })
+		eventually(t, 30*time.Second, fmt.Sprintf("the manifest saying %d trainers", n), func() (bool, string) { return says(n) })
 		eventually(t, 30*time.Second, "the scale subresource", func() (bool, string) {
 			out := kubectl(t, "get", "--raw", "/apis/adam.dev/v1alpha1/namespaces/"+ns+"/adamjobs/elastic/scale")
 			var sc struct {
@@ -296,18 +285,7 @@ func testEditingTheServerCountAddsAndRetiresServers(t *testing.T) {
 		sort.Strings(names)
 		return names
 	}
-	manifestSays := func(n int) (bool, string) {
-		cm, err := env.cs.CoreV1().ConfigMaps(ns).Get(ctx(), "grow-job", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(cm.Data["job.yaml"]), &m); err != nil {
-			return false, err.Error()
-		}
-		got, _, _ := unstructured.NestedFieldNoCopy(m, "spec", "roles", "parameterServer", "replicas")
-		return fmt.Sprint(got) == fmt.Sprint(n), fmt.Sprintf("job.yaml says %v", got)
-	}
+	says := func(n int) (bool, string) { return manifestSays(ns, "grow", n, "parameterServer") }
 	patch := func(n int) {
 		kubectl(t, "patch", "-n", ns, "adamjob/grow", "--type=merge", "-p",
 			fmt.Sprintf(`{"spec":{"roles":{"parameterServer":{"replicas":%d}}}}`, n))
@@ -318,14 +296,14 @@ func testEditingTheServerCountAddsAndRetiresServers(t *testing.T) {
 		names := servers()
 		return len(names) == 4 && names[3] == "grow-ps-3", fmt.Sprint(names)
 	})
-	eventually(t, 30*time.Second, "the manifest saying 4 servers", func() (bool, string) { return manifestSays(4) })
+	eventually(t, 30*time.Second, "the manifest saying 4 servers", func() (bool, string) { return says(4) })
 	if _, err := env.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx(), "grow-ps-3-state", metav1.GetOptions{}); err != nil {
 		t.Errorf("no volume for the new server: %v", err)
 	}
 	readyPod(t, ns, "grow-ps-3", "", 90*time.Second)
 
 	patch(3)
-	eventually(t, 30*time.Second, "the manifest saying 3 servers", func() (bool, string) { return manifestSays(3) })
+	eventually(t, 30*time.Second, "the manifest saying 3 servers", func() (bool, string) { return says(3) })
 	// Still holding copies: it stays while the controller moves them.
 	time.Sleep(3 * time.Second) // a few reconciles: what is checked is that nothing happens
 	if names := servers(); len(names) != 4 {
@@ -350,4 +328,19 @@ func testEditingTheServerCountAddsAndRetiresServers(t *testing.T) {
 		t.Errorf("changing the servers of a job without copies: err %v, stderr %q; want it refused naming copies", err, stderr)
 	}
 	kubectl(t, "delete", "adamjob", "fixed", "-n", ns, "--wait=false")
+}
+
+// manifestSays reports whether the job's ConfigMap (the manifest its pods follow) gives `role`
+// n replicas.
+func manifestSays(ns, job string, n int, role string) (bool, string) {
+	cm, err := env.cs.CoreV1().ConfigMaps(ns).Get(ctx(), job+"-job", metav1.GetOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["job.yaml"]), &m); err != nil {
+		return false, err.Error()
+	}
+	got, _, _ := unstructured.NestedFieldNoCopy(m, "spec", "roles", role, "replicas")
+	return fmt.Sprint(got) == fmt.Sprint(n), fmt.Sprintf("job.yaml says %v", got)
 }

@@ -6,24 +6,14 @@
 #include <set>
 
 #include "controller/shard_state.h"
+#include "testing/controller_states.h"
 
 namespace adam::controller {
 namespace {
 
+// Every server registered (testing/controller_states.h).
 ShardState Started(int servers, int shards, int copies, std::vector<std::string> hosts = {}) {
-  ShardState st;
-  v1::Command c;
-  auto map = *shard::ShardMap::Make(int64_t(shards) * 16, 64, servers, 7);
-  *c.mutable_bootstrap() = MakeBootstrap(map, copies);
-  EXPECT_TRUE(st.Apply(c).ok());
-  for (int i = 0; i < servers; ++i) {
-    v1::Command r;
-    r.mutable_register_()->set_id(uint32_t(i));
-    r.mutable_register_()->set_address("ps-" + std::to_string(i));
-    if (!hosts.empty()) r.mutable_register_()->set_host(hosts[size_t(i)]);
-    EXPECT_TRUE(st.Apply(r).ok());
-  }
-  return st;
+  return testing::Registered(servers, shards, copies, std::move(hosts));
 }
 
 Status Resize(ShardState* st, int servers) {

@@ -4,28 +4,13 @@
 
 #include <set>
 
+#include "testing/controller_states.h"
+
 namespace adam::controller {
 namespace {
 
-v1::ControllerState Bootstrapped(int servers, int shards, int copies) {
-  auto map = *shard::ShardMap::Make(int64_t(shards) * 16, 64, servers, 7);
-  return MakeBootstrap(map, copies);
-}
-
-ShardState Registered(int servers, int shards, int copies, std::vector<std::string> hosts = {}) {
-  ShardState st;
-  v1::Command c;
-  *c.mutable_bootstrap() = Bootstrapped(servers, shards, copies);
-  EXPECT_TRUE(st.Apply(c).ok());
-  for (int i = 0; i < servers; ++i) {
-    v1::Command r;
-    r.mutable_register_()->set_id(uint32_t(i));
-    r.mutable_register_()->set_address("ps-" + std::to_string(i));
-    if (!hosts.empty()) r.mutable_register_()->set_host(hosts[size_t(i)]);
-    EXPECT_TRUE(st.Apply(r).ok());
-  }
-  return st;
-}
+using testing::Bootstrapped;
+using testing::Registered;
 
 std::set<uint32_t> Holders(const v1::ShardRecord& r) {
   std::set<uint32_t> s(r.replicas().begin(), r.replicas().end());
