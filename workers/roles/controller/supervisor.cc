@@ -89,10 +89,7 @@ Supervisor::Round Supervisor::Judge(const v1::ControllerState& state, Clock::Tim
                               /*drop_dead=*/now - leader_since_ >= 4 * options_.server_timeout,
                               versions_, terms_)
                  : PlanFailover(state, out.dead, versions_, probation, terms_);
-  if (!out.plan && out.dead.empty()) {
-    out.plan = PlanRebalance(state, probation, options_.max_moves);
-    out.rebalance = out.plan.has_value();
-  }
+  if (!out.plan && out.dead.empty()) out.plan = PlanRebalance(state, probation, options_.max_moves);
   return out;
 }
 

@@ -56,14 +56,12 @@ class Supervisor {
   // One round of the leader's judgement at `now`, against the committed `state` (which has a
   // map): `dead` are the servers whose heartbeats stopped for the timeout or that restarted;
   // `plan` is the failover for them, else the repair of under-replicated shards, else the next
-  // steps of rebalancing after servers joined or left (nullopt: nothing to do; `rebalance` says
-  // the plan is a rebalance). `judged` is false during the new leader's grace, when nothing is
-  // decided.
+  // steps of rebalancing after servers joined or left (nullopt: nothing to do). `judged` is false
+  // during the new leader's grace, when nothing is decided.
   struct Round {
     bool judged = false;
     std::set<uint32_t> dead;
     std::optional<v1::Reassign> plan;
-    bool rebalance = false;
   };
   Round Judge(const v1::ControllerState& state, Clock::TimePoint now);
 
