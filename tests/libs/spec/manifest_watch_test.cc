@@ -74,5 +74,30 @@ TEST(ManifestWatcher, FollowTrainerCountSetsOnlyANewCount) {
   EXPECT_EQ(FollowTrainerCount("", 2, [](int) {}), nullptr);
 }
 
+// The controller's and the launcher's follower: the parameter-server count, not the trainers'.
+TEST(ManifestWatcher, FollowParamServerCountSetsOnlyANewServerCount) {
+  testing::TmpDir dir;
+  auto job = [&](int servers, int trainers) {
+    testing::Manifest(
+        dir, "",
+        "controller: {replicas: 3}, parameterServer: {replicas: " + std::to_string(servers) +
+            ", copies: 3}, trainer: {replicas: " + std::to_string(trainers) + "}");
+  };
+  job(3, 2);
+  std::vector<int> set;
+  FakeClock clock;  // never advanced: only the test's polls read the file
+  auto follower = FollowParamServerCount(
+      dir.File("job.yaml"), 3, [&](int n) { set.push_back(n); }, &clock);
+  ASSERT_NE(follower, nullptr);
+  job(3, 5);  // the trainers changed
+  EXPECT_TRUE(follower->Poll());
+  job(4, 5);
+  EXPECT_TRUE(follower->Poll());
+  job(3, 5);
+  EXPECT_TRUE(follower->Poll());
+  EXPECT_EQ(set, (std::vector<int>{4, 3}));
+  EXPECT_EQ(FollowParamServerCount("", 3, [](int) {}), nullptr);
+}
+
 }  // namespace
 }  // namespace adam::spec
