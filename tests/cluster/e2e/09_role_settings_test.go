@@ -217,15 +217,7 @@ func testKubectlScaleChangesTheTrainers(t *testing.T) {
 	set(job, "metadata/name", "elastic")
 	createJob(t, ns, job)
 	waitPhase(t, ns, "elastic", "Running", 90*time.Second)
-	trainers := func() []string {
-		var names []string
-		for _, p := range jobPods(t, ns, "elastic", "trainer") {
-			if p.DeletionTimestamp == nil {
-				names = append(names, p.Name)
-			}
-		}
-		return names
-	}
+	trainers := func() []string { return livePodNames(t, ns, "elastic", "trainer") }
 	says := func(n int) (bool, string) { return manifestSays(ns, "elastic", n, "trainer") }
 	for _, n := range []int{4, 1} {
 		kubectl(t, "scale", "-n", ns, "adamjob/elastic", fmt.Sprintf("--replicas=%d", n))
@@ -275,16 +267,7 @@ func testEditingTheServerCountAddsAndRetiresServers(t *testing.T) {
 	set(job, "metadata/name", "grow")
 	createJob(t, ns, job)
 	waitPhase(t, ns, "grow", "Running", 90*time.Second)
-	servers := func() []string {
-		var names []string
-		for _, p := range jobPods(t, ns, "grow", "ps") {
-			if p.DeletionTimestamp == nil {
-				names = append(names, p.Name)
-			}
-		}
-		sort.Strings(names)
-		return names
-	}
+	servers := func() []string { return livePodNames(t, ns, "grow", "ps") }
 	says := func(n int) (bool, string) { return manifestSays(ns, "grow", n, "parameterServer") }
 	patch := func(n int) {
 		kubectl(t, "patch", "-n", ns, "adamjob/grow", "--type=merge", "-p",
@@ -343,4 +326,16 @@ func manifestSays(ns, job string, n int, role string) (bool, string) {
 	}
 	got, _, _ := unstructured.NestedFieldNoCopy(m, "spec", "roles", role, "replicas")
 	return fmt.Sprint(got) == fmt.Sprint(n), fmt.Sprintf("job.yaml says %v", got)
+}
+
+// livePodNames lists the names of a job's pods of `role` that are not being deleted, sorted.
+func livePodNames(t testing.TB, ns, job, role string) []string {
+	var names []string
+	for _, p := range jobPods(t, ns, job, role) {
+		if p.DeletionTimestamp == nil {
+			names = append(names, p.Name)
+		}
+	}
+	sort.Strings(names)
+	return names
 }

@@ -517,11 +517,9 @@ std::optional<v1::Reassign> PlanRebalance(const v1::ControllerState& s,
   v1::Reassign out;
   out.set_expected_version(s.version());
   if (p.changed.empty()) {
-    // Nothing left to start or drop: once no move is in flight and every wanted server is in
-    // the map, the resize is over.
-    bool done = in_flight == 0;
-    for (const auto& r : s.shards())
-      for (uint32_t id : r.replicas()) done = done && !Leaving(s, id);
+    // Nothing left to start or drop: once nothing moves, no leaving server holds a copy and
+    // every wanted server is in the map, the resize is over.
+    bool done = Balanced(s);
     for (const auto& sv : s.servers()) done = done && (sv.id() >= wanted || sv.alive());
     if (!done) return std::nullopt;
     out.set_rebalanced(true);
