@@ -36,26 +36,30 @@ double ModelLayout::ForwardFlops() const {
   return f;
 }
 
+float ModelLayout::InitLimit(size_t layer) const {
+  const auto& s = shapes_[layer];
+  const auto& l = spec_.layers[layer];
+  if (s.weights == 0) return 0.f;
+  double fan_in, fan_out;
+  if (l.type == spec::LayerType::kConv) {
+    fan_in = double(s.in.channels) * l.kernel * l.kernel;
+    fan_out = double(l.maps) * l.kernel * l.kernel;
+  } else {
+    fan_in = double(s.in.size());
+    fan_out = double(s.out.channels);
+  }
+  const bool rectifier =
+      l.activation == spec::Activation::kRelu || l.activation == spec::Activation::kLeakyRelu;
+  return float(rectifier ? std::sqrt(6.0 / fan_in) : std::sqrt(6.0 / (fan_in + fan_out)));
+}
+
 void ModelLayout::InitParams(uint64_t seed, float* out) const {
   std::mt19937_64 rng(seed);
   for (size_t i = 0; i < shapes_.size(); ++i) {
-    const auto& s = shapes_[i];
-    const auto& l = spec_.layers[i];
     const LayerParams& p = params_[i];
     if (p.weights.count > 0) {
-      double fan_in, fan_out;
-      if (l.type == spec::LayerType::kConv) {
-        fan_in = double(s.in.channels) * l.kernel * l.kernel;
-        fan_out = double(l.maps) * l.kernel * l.kernel;
-      } else {
-        fan_in = double(s.in.size());
-        fan_out = double(s.out.channels);
-      }
-      const bool rectifier =
-          l.activation == spec::Activation::kRelu || l.activation == spec::Activation::kLeakyRelu;
-      const double limit =
-          rectifier ? std::sqrt(6.0 / fan_in) : std::sqrt(6.0 / (fan_in + fan_out));
-      std::uniform_real_distribution<float> dist(float(-limit), float(limit));
+      const float limit = InitLimit(i);
+      std::uniform_real_distribution<float> dist(-limit, limit);
       for (int64_t k = 0; k < p.weights.count; ++k) out[p.weights.offset + k] = dist(rng);
     }
     for (int64_t k = 0; k < p.bias.count; ++k) out[p.bias.offset + k] = 0.f;

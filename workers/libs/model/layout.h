@@ -43,6 +43,8 @@ class ModelLayout {
   // Writes num_params() initial values into `out`: Glorot-uniform weights (He for relu), zero
   // biases, drawn from `seed` so every process that calls it gets the same vector.
   void InitParams(uint64_t seed, float* out) const;
+  // The bound b of layer i's initial weights, drawn uniformly from [-b, b] (0: no weights).
+  float InitLimit(size_t layer) const;
 
  private:
   spec::ModelSpec spec_;

@@ -150,6 +150,22 @@ struct Network::Impl {
   // needs its own.
   memory scratchpad;  // max-pool backward only scatters: zeroed before Backward
   std::vector<uint8_t> labels;
+  // A segment (CreateSegment): no loss head; its output and the gradients at its two ends, in
+  // plain layouts.
+  bool segment = false;
+  memory output, output_grad, input_grad;
+};
+
+struct Network::Options {
+  int batch = 1;
+  float* params = nullptr;
+  float* grads = nullptr;
+  NetworkMode mode = NetworkMode::kInference;
+  int apply_every = 1;
+  bool hold = false;
+  StepRule rule;
+  bool segment = false;
+  bool input_gradient = false;
 };
 
 Network::Network(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -167,7 +183,8 @@ struct Network::Builder {
   float* grads;
   float* wp;
   memory src;
-  memory diff_src;  // empty for layer 0
+  memory diff_src;              // empty for layer 0, unless the input's gradient is wanted
+  bool input_gradient = false;  // layer 0 computes its diff_src too
 
   void Conv(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s, const LayerParams& p,
             std::vector<Step>& bwd, bool need_diff_src);
@@ -185,6 +202,9 @@ struct Network::Builder {
                     const LayerParams& p, std::vector<Step>& bwd, bool need_diff_src);
   // Every layer of `layout`: forward steps in order, backward steps in reverse.
   Status Layers(const ModelLayout& layout);
+  // A segment's last step: its output (`src`) reordered to a plain layout, and the caller's
+  // plain output gradient reordered into `diff_src` before the first backward step.
+  void SegmentEnd();
   // An activation applied in place to `dst` (described by `md`), and its gradient to `diff_dst`.
   void Activate(spec::Activation a, const memory::desc& md, const memory& dst,
                 const memory& diff_dst, std::vector<Step>& bwd);
@@ -203,6 +223,24 @@ void Network::Builder::Activate(spec::Activation a, const memory::desc& md, cons
        {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_dst}}});
 }
 
+void Network::Builder::SegmentEnd() {
+  const memory::desc& md = src.get_desc();
+  memory::desc plain = md;
+  if (md.data.ndims == 4) {
+    plain = memory::desc(md.dims(), dt::f32, tag::nchw);
+  } else {
+    plain = memory::desc(md.dims(), dt::f32, tag::nc);
+  }
+  m.output = Reformat(src, plain, eng, &m.forward);
+  if (!train) return;
+  m.output_grad = diff_src;
+  if (m.output != src) {
+    m.output_grad = memory(plain, eng);
+    m.backward.insert(m.backward.begin(), ReorderStep(m.output_grad, diff_src));
+    for (auto& i : m.decayed_steps) ++i;
+  }
+}
+
 Status Network::Builder::Layers(const ModelLayout& layout) {
   // Backward steps are collected per layer and then reversed.
   std::vector<std::vector<Step>> bwd_layers;
@@ -211,7 +249,7 @@ Status Network::Builder::Layers(const ModelLayout& layout) {
     const auto& s = layout.shapes()[i];
     const auto& p = layout.params()[i];
     std::vector<Step> bwd;
-    const bool need_diff_src = i > 0;
+    const bool need_diff_src = i > 0 || input_gradient;
     switch (l.type) {
       case spec::LayerType::kConv:
         Conv(i, l, s, p, bwd, need_diff_src);
@@ -539,7 +577,30 @@ memory ShareScratchpad(const dnnl::engine& eng, std::vector<Step>* forward,
 StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, int batch,
                                                    float* params, float* grads, NetworkMode mode,
                                                    int apply_every, bool hold, StepRule rule) {
-  ADAM_RETURN_IF_ERROR(CheckNetworkOptions(batch, grads, mode, apply_every, hold, rule));
+  if (layout.spec().layers.empty() || layout.spec().layers.back().type != spec::LayerType::kSoftmax)
+    return InvalidArgumentError("network: the last layer must be softmax");
+  return Build(layout, {batch, params, grads, mode, apply_every, hold, rule});
+}
+
+StatusOr<std::unique_ptr<Network>> Network::CreateSegment(const ModelLayout& layout, int batch,
+                                                          float* params, float* grads,
+                                                          NetworkMode mode, bool input_gradient,
+                                                          StepRule rule) {
+  if (!layout.spec().layers.empty() &&
+      layout.spec().layers.back().type == spec::LayerType::kSoftmax)
+    return InvalidArgumentError("network: a segment has no softmax layer");
+  if (input_gradient && mode == NetworkMode::kInference)
+    return InvalidArgumentError("network: an input gradient needs a training mode");
+  return Build(layout, {batch, params, grads, mode, 1, false, rule, true, input_gradient});
+}
+
+StatusOr<std::unique_ptr<Network>> Network::Build(const ModelLayout& layout, const Options& o) {
+  const int batch = o.batch;
+  float* params = o.params;
+  float* grads = o.grads;
+  const NetworkMode mode = o.mode;
+  const StepRule& rule = o.rule;
+  ADAM_RETURN_IF_ERROR(CheckNetworkOptions(batch, grads, mode, o.apply_every, o.hold, rule));
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.batch = batch;
@@ -558,8 +619,9 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
   }
   m.grads = grads;
   m.dense_io.resize(layout.shapes().size());
-  m.apply_every = sgd ? apply_every : 1;
-  m.hold = sgd && (apply_every > 1 || hold);
+  m.apply_every = sgd ? o.apply_every : 1;
+  m.hold = sgd && (o.apply_every > 1 || o.hold);
+  m.segment = o.segment;
   m.held_index.assign(layout.shapes().size(), -1);
   if (sgd) m.rule = rule;
   if (sgd && rule.momentum > 0) {
@@ -575,8 +637,12 @@ StatusOr<std::unique_ptr<Network>> Network::Create(const ModelLayout& layout, in
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     m.input = memory({Dims4(batch, layout.spec().input), dt::f32, tag::nchw}, eng);
-    Builder b{m, eng, attr, batch, train, sgd, grads, params, m.input, memory()};
+    memory input_diff;
+    if (train && o.input_gradient) m.input_grad = input_diff = memory(m.input.get_desc(), eng);
+    Builder b{m,     eng,    attr,    batch,      train,           sgd,
+              grads, params, m.input, input_diff, o.input_gradient};
     ADAM_RETURN_IF_ERROR(b.Layers(layout));
+    if (m.segment) b.SegmentEnd();
     m.scratchpad = ShareScratchpad(eng, &m.forward, &m.backward);
   } catch (const dnnl::error& e) {
     return InternalError(std::string("oneDNN could not build the model: ") + e.what());
@@ -634,6 +700,17 @@ void Network::ClearPending() {
   m.pending = 0;
 }
 
+const float* Network::output() const {
+  return impl_->output ? static_cast<const float*>(impl_->output.get_data_handle()) : nullptr;
+}
+float* Network::output_gradient() {
+  return impl_->output_grad ? static_cast<float*>(impl_->output_grad.get_data_handle()) : nullptr;
+}
+const float* Network::input_gradient() const {
+  return impl_->input_grad ? static_cast<const float*>(impl_->input_grad.get_data_handle())
+                           : nullptr;
+}
+
 float* Network::input() { return static_cast<float*>(impl_->input.get_data_handle()); }
 
 void Network::SetInputFromBytes(const uint8_t* pixels) {
@@ -673,6 +750,7 @@ float Network::Forward(const uint8_t* labels, int* predicted) {
   }
   for (auto& s : m.forward) s.prim.execute(m.strm, s.args);
   m.strm.wait();
+  if (m.segment) return 0.f;
   const float* p = probabilities();
   float loss = 0.f;
   for (int n = 0; n < m.batch; ++n) {
@@ -704,15 +782,17 @@ void Network::Backward(float lr) {
     }
     m.decay_scale = decay_scale;
   }
-  // d(mean cross-entropy)/d(logits) = (softmax - onehot) / batch.
-  const float* p = probabilities();
-  float* d = static_cast<float*>(m.diff_logits.get_data_handle());
-  const float inv = 1.f / float(m.batch);
-  for (int n = 0; n < m.batch; ++n)
-    for (int c = 0; c < m.classes; ++c) {
-      const int64_t k = int64_t{n} * m.classes + c;
-      d[k] = (p[k] - (c == m.labels[n] ? 1.f : 0.f)) * inv;
-    }
+  if (!m.segment) {
+    // d(mean cross-entropy)/d(logits) = (softmax - onehot) / batch.
+    const float* p = probabilities();
+    float* d = static_cast<float*>(m.diff_logits.get_data_handle());
+    const float inv = 1.f / float(m.batch);
+    for (int n = 0; n < m.batch; ++n)
+      for (int c = 0; c < m.classes; ++c) {
+        const int64_t k = int64_t{n} * m.classes + c;
+        d[k] = (p[k] - (c == m.labels[n] ? 1.f : 0.f)) * inv;
+      }
+  }
   for (auto& mem : m.pool_diff_src)
     std::memset(mem.get_data_handle(), 0, mem.get_desc().get_size());
   for (auto& s : m.backward) s.prim.execute(m.strm, s.args);

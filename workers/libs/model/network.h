@@ -58,7 +58,25 @@ class Network {
                                                    float* params, float* grads, NetworkMode mode,
                                                    int apply_every = 1, bool hold = false,
                                                    StepRule rule = {});
+  // A segment of a model, for model parallelism (model/partition.h): `layout`'s layers with no
+  // loss head (its last layer is not softmax). Forward leaves the last layer's output in output()
+  // and returns 0; Backward starts from what the caller wrote into output_gradient(). With
+  // `input_gradient` Backward also writes the gradient with respect to the input into
+  // input_gradient() (needs a mode other than kInference). kSgd and kGradients otherwise as in
+  // Create (no apply_every or hold).
+  static StatusOr<std::unique_ptr<Network>> CreateSegment(const ModelLayout& layout, int batch,
+                                                          float* params, float* grads,
+                                                          NetworkMode mode, bool input_gradient,
+                                                          StepRule rule = {});
   ~Network();
+
+  // A segment's last layer's output (batch x its output size, NCHW), valid after Forward; the
+  // gradient of the loss with respect to it, which the caller fills before Backward (null in
+  // kInference mode); the gradient with respect to input(), valid after Backward (null without
+  // input_gradient). All null for a whole model.
+  const float* output() const;
+  float* output_gradient();
+  const float* input_gradient() const;
 
   int batch() const;
   // batch x input_size floats, NCHW; the caller fills it before Forward.
@@ -117,6 +135,8 @@ class Network {
  private:
   struct Impl;
   struct Builder;
+  struct Options;
+  static StatusOr<std::unique_ptr<Network>> Build(const ModelLayout& layout, const Options& o);
   explicit Network(std::unique_ptr<Impl> impl);
   void StepWithVelocity(float lr);  // Backward's step when the StepRule is not plain SGD
   std::unique_ptr<Impl> impl_;
