@@ -195,6 +195,28 @@ TEST_F(AdamRun, FilteredHalfPrecisionCompressedUpdatesTrainAsPlainOnesDo) {
       << plain << packed;
 }
 
+// spec.roles.trainer.modelWorkers: each replica's model split across two processes (two lanes
+// each) trains the synthetic set as the whole model does; the model worker runs as its own role
+// instance and stops when its trainer is done.
+TEST_F(AdamRun, ASplitReplicaTrainsAsAWholeOneDoes) {
+  const auto run = [&](const std::string& trainer) {
+    const std::string job =
+        Manifest(dir_, "epochs: 3, learningRate: 0.02, pushEvery: 50",
+                 "parameterServer: {replicas: 2, shardBytes: 1024}, trainer: " + trainer);
+    return Adam(dir_, "run " + job + " --output json");
+  };
+  const Result whole = run("{replicas: 1, threads: 2}");
+  const Result split = run("{replicas: 1, threads: 2, modelWorkers: 2}");
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  const auto w = nlohmann::json::parse(whole.out), s = nlohmann::json::parse(split.out);
+  EXPECT_GT(w["test_accuracy"].get<double>(), 0.9) << whole.out;
+  EXPECT_GT(s["test_accuracy"].get<double>(), 0.9) << split.out;
+  EXPECT_EQ(s["epochs"].get<int>(), 3);
+  EXPECT_THAT(split.err, HasSubstr("[trainer-0-w1]"));
+  EXPECT_THAT(whole.err, Not(HasSubstr("-w1]")));
+}
+
 TEST_F(AdamRun, TargetAccuracyEndsTheJobEarly) {
   const std::string job = Manifest(dir_, "epochs: 50, learningRate: 0.02, targetAccuracy: 0.6",
                                    "trainer: {replicas: 1, threads: 2}");

@@ -179,6 +179,8 @@ int RunTrainer(const adam::spec::AdamJob& job, const adam::spec::TrainerOptions&
   o.check_pushes = r.check_pushes;
   o.check_round = r.check_round;
   o.check_every_ms = r.check_every_ms;
+  o.model_workers = SplitComma(r.model_workers);
+  o.model_worker = r.model_worker;
   return adam::trainer::Main(job, o);
 }
 

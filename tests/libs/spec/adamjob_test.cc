@@ -626,6 +626,67 @@ TEST(Plan, TrainerArgsCarryEndpoints) {
   EXPECT_EQ(args, want);
 }
 
+// spec.roles.trainer.modelWorkers: every layer with parameters must split that many ways, the
+// update paths a split replica cannot take are refused, and dense layers travel as weights.
+TEST(AdamJob, ModelWorkers) {
+  auto job = ParseAdamJob(kValid);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->roles.trainer.model_workers, 1);
+  EXPECT_EQ(job->training.dense_updates, DenseUpdates::kAuto);
+  job = ParseAdamJob(With("spec:\n", "spec:\n  roles: {trainer: {modelWorkers: 4}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_EQ(job->roles.trainer.model_workers, 4);
+  EXPECT_EQ(job->training.dense_updates, DenseUpdates::kWeights);
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  roles: {trainer: {modelWorkers: 11}}\n")),
+              HasSubstr("spec.model.layers[6]: has 10 outputs, fewer than "
+                        "spec.roles.trainer.modelWorkers (11)"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  roles: {trainer: {modelWorkers: 0}}\n")),
+              HasSubstr("spec.roles.trainer.modelWorkers"));
+  const std::string split = "spec:\n  roles: {trainer: {modelWorkers: 2}}\n  training: ";
+  EXPECT_THAT(ErrorOf(With("spec:\n", split + "{threadWeights: private}\n")),
+              HasSubstr("spec.training.threadWeights: private is not supported with "
+                        "spec.roles.trainer.modelWorkers > 1"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", split + "{batchSize: 4, applyEvery: 2}\n")),
+              HasSubstr("spec.training.applyEvery: must be 1"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", split + "{denseUpdates: activations}\n")),
+              HasSubstr("spec.training.denseUpdates: activations need a layer's whole input"));
+}
+
+// A split replica's workers are instances of their own, each listening for the exchange, and
+// each worker is told every address of its replica, the trainer's first.
+TEST(Plan, SplitReplicasListEveryModelWorker) {
+  auto job =
+      ParseAdamJob(With("spec:\n", "spec:\n  roles: {trainer: {replicas: 2, modelWorkers: 3}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  Plan plan = MakePlan(*job);
+  std::vector<std::string> names;
+  for (auto& in : plan.instances)
+    if (in.role == Role::kTrainer) {
+      names.push_back(in.name);
+      EXPECT_EQ(in.host, "127.0.0.1") << in.name;
+      in.port = 100 * (in.index + 1) + in.model_worker;
+    }
+  EXPECT_EQ(names, (std::vector<std::string>{"trainer-0", "trainer-0-w1", "trainer-0-w2",
+                                             "trainer-1", "trainer-1-w1", "trainer-1-w2"}));
+  const auto addrs = ModelWorkerAddresses(plan);
+  ASSERT_EQ(addrs.size(), 2u);
+  EXPECT_EQ(addrs[1], "127.0.0.1:200,127.0.0.1:201,127.0.0.1:202");
+  Endpoints e{"127.0.0.1:5", {"127.0.0.1:6"}, "", addrs};
+  const RoleInstance& w = plan.instances.back();
+  RoleOptions options = OptionsFor(w, "job.yaml", e);
+  Common(options).plaintext = true;
+  auto parsed = ParseArgs(ToArgs(options));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  const auto& t = std::get<TrainerOptions>(*parsed);
+  EXPECT_EQ(t.index, 1);
+  EXPECT_EQ(t.model_worker, 2);
+  EXPECT_EQ(t.model_workers, addrs[1]);
+  PlanOptions o;
+  o.local = false;
+  EXPECT_EQ(MakePlan(*job, o).instances.back().host, "tiny-trainer-1-w2.tiny");
+  EXPECT_EQ(ModelWorkerAddresses(MakePlan(*ParseAdamJob(kValid))).size(), 0u);
+}
+
 // A controller's id and name come from its instance, or as the pod template gives them.
 TEST(Plan, ControllerArgsTakeTheTemplatesIdentity) {
   auto job = ParseAdamJob(With("spec:\n",

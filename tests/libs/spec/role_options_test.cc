@@ -90,6 +90,10 @@ RoleOptions RandomOptions(std::mt19937& rng) {
       o.check_round = RandomInt(rng);
       o.check_every_ms = RandomInt(rng);
       o.metrics_host = RandomText(rng);
+      if (rng() % 2) {
+        o.model_workers = "a:1,b:2,c:3";
+        o.model_worker = int(rng() % 3);
+      }
       return o;
     }
   }
@@ -152,6 +156,16 @@ TEST(RoleOptions, CheckRefusesFlagsThatContradictEachOther) {
   t.controller = "1=b:2";
   EXPECT_THAT(Check(t).message(), HasSubstr("exactly one of --ps and --controller"));
   t.ps.clear();
+  EXPECT_TRUE(Check(t).ok());
+  t.model_worker = 1;
+  EXPECT_THAT(Check(t).message(),
+              HasSubstr("--model-worker 1: --model-workers lists 0 workers (the trainer is 0)"));
+  t.model_workers = "a:1";
+  EXPECT_THAT(Check(t).message(), HasSubstr("--model-worker 1: --model-workers lists 1 workers"));
+  t.model_worker = 0;
+  EXPECT_THAT(Check(t).message(), HasSubstr("--model-workers: a split replica has at least 2"));
+  t.model_workers = "a:1,b:2";
+  t.model_worker = 1;
   EXPECT_TRUE(Check(t).ok());
 
   ControllerOptions c;

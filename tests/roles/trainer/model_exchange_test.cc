@@ -106,7 +106,7 @@ TEST(ModelExchange, APeerThatStoppedFailsTheCallNamingIt) {
   GrpcExchange ex(net::Transport::Plaintext(), addresses, 0, 0, servers[0].service->mailbox(0),
                   std::chrono::milliseconds(300));
   std::vector<float> mine = {1, 2}, theirs(2);
-  Status s = ex.AllToAll(0, {mine, mine}, {theirs, theirs});
+  Status s = ex.AllToAll(0, {mine, mine}, {theirs, theirs}, 0);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("model worker 1"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find(addresses[1]), std::string::npos) << s.ToString();

@@ -109,8 +109,11 @@ class Supervisor {
       tls_dir_ = state_root_ + "/tls";
     }
     spec::Plan plan = spec::MakePlan(job_);
+    // Controller members, and the workers of a split replica, know each other's addresses
+    // before they start.
     for (auto& in : plan.instances)
-      if (in.role == spec::Role::kController) {
+      if (in.role == spec::Role::kController ||
+          (in.role == spec::Role::kTrainer && !in.host.empty())) {
         in.port = FreePort(in.host);
         if (in.port == 0) {
           std::fprintf(stderr, "adam run: no free port on %s for %s\n", in.host.c_str(),
@@ -264,10 +267,12 @@ class Supervisor {
     for (const auto& in : plan.instances) max_stage = std::max(max_stage, in.stage);
     spec::Endpoints endpoints;
     endpoints.controller_members = members_;
+    endpoints.model_workers = spec::ModelWorkerAddresses(plan);
     for (int stage = 0; stage <= max_stage; ++stage) {
       if (stage > 0) {
         endpoints = {};
         endpoints.controller_members = members_;
+        endpoints.model_workers = spec::ModelWorkerAddresses(plan);
         for (const auto& c : children_.all()) {
           const std::string addr = c.inst.host + ":" + std::to_string(c.port);
           if (c.inst.role == spec::Role::kDataServer) endpoints.data_server = addr;
@@ -346,7 +351,7 @@ class Supervisor {
   int EvaluateWithoutTrainer0(const spec::Plan& plan) {
     const spec::RoleInstance* t0 = nullptr;
     for (const auto& in : plan.instances)
-      if (in.role == spec::Role::kTrainer && in.index == 0) t0 = &in;
+      if (in.role == spec::Role::kTrainer && in.index == 0 && in.model_worker == 0) t0 = &in;
     if (t0 == nullptr || !log_.NeedsFinalEvaluation()) return 0;
     spec::RoleInstance in = *t0;
     in.name = "evaluator";

@@ -182,21 +182,25 @@ void Mailbox::Close(Status why) {
   cv_.notify_all();
 }
 
+Status Exchange::AllToAll(uint32_t tag, const std::vector<std::span<const float>>& sends,
+                          const std::vector<std::span<float>>& recvs, int self) {
+  const int n = int(sends.size());
+  for (int j = 0; j < n; ++j)
+    if (j != self) ADAM_RETURN_IF_ERROR(Send(j, tag, sends[size_t(j)]));
+  for (int j = 0; j < n; ++j)
+    if (j != self) ADAM_RETURN_IF_ERROR(Receive(j, tag, recvs[size_t(j)]));
+  return OkStatus();
+}
+
 class LocalExchangeGroup::Member : public Exchange {
  public:
   Member(LocalExchangeGroup* group, int self) : group_(group), self_(self) {}
-  Status AllToAll(uint32_t tag, const std::vector<std::span<const float>>& sends,
-                  const std::vector<std::span<float>>& recvs) override {
-    const int n = int(group_->mailboxes_.size());
-    for (int j = 0; j < n; ++j)
-      if (j != self_)
-        group_->mailboxes_[size_t(j)]->Put(
-            self_, tag, std::vector<float>(sends[size_t(j)].begin(), sends[size_t(j)].end()));
-    for (int j = 0; j < n; ++j)
-      if (j != self_)
-        ADAM_RETURN_IF_ERROR(group_->mailboxes_[size_t(self_)]->Take(j, tag, recvs[size_t(j)],
-                                                                     std::chrono::seconds(60)));
+  Status Send(int to, uint32_t tag, std::span<const float> data) override {
+    group_->mailboxes_[size_t(to)]->Put(self_, tag, std::vector<float>(data.begin(), data.end()));
     return OkStatus();
+  }
+  Status Receive(int from, uint32_t tag, std::span<float> data) override {
+    return group_->mailboxes_[size_t(self_)]->Take(from, tag, data, std::chrono::seconds(60));
   }
 
  private:
@@ -247,7 +251,7 @@ Status SplitWorker::Impl::Gather(int s, const float* mine, float* whole) {
     sends[size_t(j)] = {mine, size_t(batch * part->slice_size(s, self))};
     recvs[size_t(j)] = {recv[size_t(j)].data(), size_t(batch * part->slice_size(s, j))};
   }
-  if (k > 1) ADAM_RETURN_IF_ERROR(exchange->AllToAll(uint32_t(2 * s), sends, recvs));
+  if (k > 1) ADAM_RETURN_IF_ERROR(exchange->AllToAll(uint32_t(2 * s), sends, recvs, self));
   for (int j = 0; j < k; ++j) {
     const float* from = j == self ? mine : recvs[size_t(j)].data();
     const int64_t n_slice = part->slice_size(s, j);
@@ -276,7 +280,7 @@ Status SplitWorker::Impl::ReduceScatter(int s, const float* grad, float* mine) {
     recvs[size_t(j)] = {recv[size_t(j)].data(), size_t(batch * own)};
   }
   if (k == 1) return OkStatus();
-  ADAM_RETURN_IF_ERROR(exchange->AllToAll(uint32_t(2 * s + 1), sends, recvs));
+  ADAM_RETURN_IF_ERROR(exchange->AllToAll(uint32_t(2 * s + 1), sends, recvs, self));
   for (int j = 0; j < k; ++j)
     if (j != self)
       for (int64_t i = 0; i < batch * own; ++i) mine[i] += recvs[size_t(j)][size_t(i)];

@@ -87,16 +87,20 @@ class Partition {
   std::vector<Worker> per_worker_;
 };
 
-// How a model worker trades boundaries with its peers. Every worker makes the same calls in the
-// same order. AllToAll sends sends[j] to worker j and fills recvs[j] (which must be exactly as
-// long as what j sends) with what j sent to this worker; entry `self` of each is ignored. `tag`
-// names the boundary: a peer sending another fails the call as out of step. Not thread-safe: one
+// How a model worker trades boundaries with its peers. Send queues `data` for worker `to` and
+// returns without waiting for it to be taken; Receive waits for the next message from `from`,
+// which must carry `tag` (a peer sending another is out of step: the call fails) and exactly
+// data.size() floats. Messages from one peer arrive in the order it sent them. AllToAll sends
+// sends[j] to every worker j and then receives recvs[j] from each (entry `self` of each is
+// ignored); every worker makes the same AllToAll calls in the same order. Not thread-safe: one
 // Exchange per thread (a Hogwild thread's lane).
 class Exchange {
  public:
   virtual ~Exchange() = default;
-  virtual Status AllToAll(uint32_t tag, const std::vector<std::span<const float>>& sends,
-                          const std::vector<std::span<float>>& recvs) = 0;
+  virtual Status Send(int to, uint32_t tag, std::span<const float> data) = 0;
+  virtual Status Receive(int from, uint32_t tag, std::span<float> data) = 0;
+  Status AllToAll(uint32_t tag, const std::vector<std::span<const float>>& sends,
+                  const std::vector<std::span<float>>& recvs, int self);
 };
 
 // What one worker has received and not yet taken: per sender a queue of tagged float messages.

@@ -755,11 +755,12 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
   }
   if (const YAML::Node t = n["trainer"];
       r.Map(t, p + ".trainer",
-            {"replicas", "threads", "resources", "podTemplate", "failureRules"}) &&
+            {"replicas", "threads", "modelWorkers", "resources", "podTemplate", "failureRules"}) &&
       t) {
     const std::string tp = p + ".trainer";
     r.Int(t, "replicas", tp, 1, 4096, &roles->trainer.replicas);
     r.Int(t, "threads", tp, 1, 1024, &roles->trainer.threads);
+    r.Int(t, "modelWorkers", tp, 1, 64, &roles->trainer.model_workers);
     ReadResources(r, t["resources"], tp + ".resources", &roles->trainer.resources);
     ReadPodTemplate(t, &roles->trainer.pod_template);
     ReadFailureRules(r, t, tp, &roles->trainer.failure_rules);
@@ -833,6 +834,35 @@ bool IsWholeQuantity(const std::string& q) {
 
 // numaPinning pins threads to the cores the kubelet gives a Guaranteed pod, which it does only
 // for whole CPUs; a fractional CPU is refused rather than silently shared.
+// A split replica (modelWorkers > 1): every layer with parameters splits by its outputs, the
+// workers share one weight vector per process (no private copies or held steps), and dense layers
+// travel as weight deltas (a worker holds only its slice's activations and errors).
+void CheckModelWorkers(Reader& r, AdamJob* job) {
+  const int k = job->roles.trainer.model_workers;
+  if (k < 2) return;
+  const std::string at = "spec.roles.trainer.modelWorkers";
+  for (size_t i = 0; i < job->model.layers.size(); ++i) {
+    const LayerSpec& l = job->model.layers[i];
+    const int outputs = l.type == LayerType::kConv      ? l.maps
+                        : l.type == LayerType::kDense   ? l.units
+                        : l.type == LayerType::kSoftmax ? l.classes
+                                                        : k;
+    if (outputs < k)
+      r.Error("spec.model.layers[" + std::to_string(i) + "]",
+              "has " + std::to_string(outputs) + " outputs, fewer than " + at + " (" +
+                  std::to_string(k) + "): each worker holds a share of every layer's outputs");
+  }
+  if (job->training.thread_weights == ThreadWeights::kPrivate)
+    r.Error("spec.training.threadWeights", "private is not supported with " + at + " > 1");
+  if (job->training.apply_every > 1)
+    r.Error("spec.training.applyEvery", "must be 1 with " + at + " > 1");
+  if (job->training.dense_updates == DenseUpdates::kActivations)
+    r.Error("spec.training.denseUpdates",
+            "activations need a layer's whole input and error in one process; with " + at +
+                " > 1 use weights or auto (auto means weights there)");
+  job->training.dense_updates = DenseUpdates::kWeights;
+}
+
 void CheckPinning(Reader& r, const AdamJob& job) {
   if (!job.placement.numa_pinning) return;
   const std::pair<const char*, const Resources*> roles[] = {
@@ -1068,6 +1098,7 @@ void ReadSpec(Reader& r, const YAML::Node& spec, AdamJob* job) {
               "folder, got " +
                   std::to_string(job->model.input.channels));
     CheckPinning(r, *job);
+    CheckModelWorkers(r, job);
     CheckPodTemplates(r, *job);
     if (job->roles.parameter_server.copies > 1) {
       // Copies move between servers on failover: dense layers must travel as weight deltas,

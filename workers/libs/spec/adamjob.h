@@ -227,6 +227,9 @@ struct DataServerRole {
 struct TrainerRole {
   int replicas = 1;
   int threads = 1;
+  // Model workers per replica (model partitioning): each holds a slice of every layer with
+  // parameters, cut by feature maps and units; 1 = the whole model in one process.
+  int model_workers = 1;
   Resources resources;
   std::string pod_template;  // spec.roles.<role>.podTemplate (spec/pod_template.h)
   std::vector<FailureRule> failure_rules;

@@ -28,7 +28,7 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options) {
     in.threads = threads;
     in.resources = res;
     in.stage = stage;
-    if (role != Role::kTrainer) {
+    if (role != Role::kTrainer || job.roles.trainer.model_workers > 1) {
       // In a cluster each pod is "<job>-<name>" under the job's headless Service "<job>".
       in.host = options.local ? options.host : job.name + "-" + in.name + "." + job.name;
       in.port = options.local ? 0 : options.grpc_port;
@@ -50,8 +50,16 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options) {
     add(Role::kParamServer, i, 1, job.roles.parameter_server.resources, 0);
   for (int i = 0; i < job.roles.data_server.replicas; ++i)
     add(Role::kDataServer, i, 1, job.roles.data_server.resources, 0);
-  for (int i = 0; i < job.roles.trainer.replicas; ++i)
+  for (int i = 0; i < job.roles.trainer.replicas; ++i) {
     add(Role::kTrainer, i, job.roles.trainer.threads, job.roles.trainer.resources, 1);
+    for (int k = 1; k < job.roles.trainer.model_workers; ++k) {
+      add(Role::kTrainer, i, job.roles.trainer.threads, job.roles.trainer.resources, 1);
+      RoleInstance& w = plan.instances.back();
+      w.model_worker = k;
+      w.name = "trainer-" + std::to_string(i) + "-w" + std::to_string(k);
+      if (!options.local) w.host = job.name + "-" + w.name + "." + job.name;
+    }
+  }
   return plan;
 }
 
@@ -66,6 +74,20 @@ std::string ControllerMembers(const Plan& plan) {
       out += ':';
       out += std::to_string(in.port);
     }
+  return out;
+}
+
+std::vector<std::string> ModelWorkerAddresses(const Plan& plan) {
+  std::vector<std::string> out;
+  for (const auto& in : plan.instances) {
+    if (in.role != Role::kTrainer || in.host.empty()) continue;
+    if (out.size() <= size_t(in.index)) out.resize(size_t(in.index) + 1);
+    std::string& list = out[size_t(in.index)];
+    const std::string addr = in.host + ":" + std::to_string(in.port);
+    // The trainer (worker 0) first, then its workers in order (the plan lists them so).
+    list = in.model_worker == 0 ? addr + (list.empty() ? "" : "," + list)
+                                : list + (list.empty() ? "" : ",") + addr;
+  }
   return out;
 }
 

@@ -31,6 +31,10 @@ struct RoleInstance {
   int threads = 1;
   Resources resources;
   int stage = 0;  // start order: every instance of stage s is ready before s+1 starts
+  // Trainers of a split replica (spec.roles.trainer.modelWorkers > 1): which model worker this
+  // is; 0 is the trainer itself ("trainer-1"), k > 0 a model worker ("trainer-1-w2"). Every one
+  // listens on host:port for the replica's model exchange.
+  int model_worker = 0;
 };
 
 struct PlanOptions {
@@ -59,10 +63,15 @@ struct Endpoints {
   // With copies > 1: every controller member, "1=host:port,2=host:port,..." (member id = index
   // + 1). Parameter servers and trainers then find each other through the controller.
   std::string controller_members;
+  // Per trainer replica of a split job: every model worker's exchange address, the trainer's
+  // first ("host:port,..."); empty when the job is not split.
+  std::vector<std::string> model_workers;
 };
 
 // The controller members string of a plan whose controller instances have their ports.
 std::string ControllerMembers(const Plan& plan);
+// Endpoints::model_workers of a plan whose split trainers have their ports.
+std::vector<std::string> ModelWorkerAddresses(const Plan& plan);
 
 // How an instance learns who it is when one pod template serves every member of a group (a
 // Kubernetes StatefulSet): `--id` and `--name` as these strings instead of the instance's own

@@ -3,6 +3,7 @@
 #include "spec/role_options.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <type_traits>
 
 namespace adam::spec {
@@ -98,6 +99,11 @@ void Fields(V& v, O& o) requires std::is_same_v<std::remove_const_t<O>, TrainerO
            "twice-applied and disagreeing updates (a push_check event; exit 1 if any)");
   v.Option("--check-round", o.check_round, "with --check-pushes: which round's tags to use");
   v.Option("--check-every-ms", o.check_every_ms, "with --check-pushes: pause between pushes");
+  v.Option("--model-workers", o.model_workers,
+           "a split replica (spec.roles.trainer.modelWorkers): every model worker's exchange "
+           "host:port, this trainer's (where it listens) first");
+  v.Option("--model-worker", o.model_worker,
+           "with --model-workers: run model worker N (>= 1) of the replica instead of the trainer");
   v.Option("--metrics-host", o.metrics_host, "address /metrics listens on (0.0.0.0: every one)");
 }
 
@@ -228,6 +234,9 @@ RoleOptions OptionsFor(const RoleInstance& in, const std::string& job_path,
   o.index = in.index;
   o.threads = in.threads;
   o.data_server = endpoints.data_server;
+  o.model_worker = in.model_worker;
+  if (size_t(in.index) < endpoints.model_workers.size())
+    o.model_workers = endpoints.model_workers[size_t(in.index)];
   if (endpoints.controller_members.empty()) {
     for (const auto& a : endpoints.param_servers) o.ps += (o.ps.empty() ? "" : ",") + a;
   } else {
@@ -319,6 +328,18 @@ Status Check(const RoleOptions& options) {
   if (const auto* t = std::get_if<TrainerOptions>(&options);
       t && t->ps.empty() == t->controller.empty())
     return InvalidArgumentError("give exactly one of --ps and --controller");
+  if (const auto* t = std::get_if<TrainerOptions>(&options)) {
+    const int64_t workers =
+        t->model_workers.empty()
+            ? 0
+            : std::count(t->model_workers.begin(), t->model_workers.end(), ',') + 1;
+    if (t->model_worker < 0 || (t->model_worker > 0 && t->model_worker >= workers))
+      return InvalidArgumentError("--model-worker " + std::to_string(t->model_worker) +
+                                  ": --model-workers lists " + std::to_string(workers) +
+                                  " workers (the trainer is 0)");
+    if (workers == 1)
+      return InvalidArgumentError("--model-workers: a split replica has at least 2 workers");
+  }
   if (const auto* c = std::get_if<ControllerOptions>(&options)) {
     // "hostname" is resolved at start; any other text must already be a member id.
     if (c->id != "hostname" && !ResolveMemberId(c->id, ""))

@@ -93,6 +93,8 @@ struct TrainerOptions {
   int check_round = 0;
   int check_every_ms = 20;
   std::string metrics_host = "127.0.0.1";
+  std::string model_workers;  // a split replica's exchange addresses, the trainer's first
+  int model_worker = 0;       // > 0: run that model worker of the replica, not the trainer
   bool operator==(const TrainerOptions&) const = default;
 };
 

@@ -26,6 +26,11 @@ struct MainOptions {
   int check_pushes = 0;        // > 0: push tagged updates and check them (push_check.h)
   int check_round = 0;
   int check_every_ms = 20;
+  // A split replica: every model worker's exchange address, the trainer's first; and which one
+  // this process is (0: the trainer; k > 0: model worker k, which trains its slice of the model
+  // for the trainer and nothing else).
+  std::vector<std::string> model_workers;
+  int model_worker = 0;
 };
 
 // Trains to the end of the job; returns the process exit code.

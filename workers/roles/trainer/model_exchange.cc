@@ -83,23 +83,19 @@ Status GrpcExchange::Open(int j) {
   return OkStatus();
 }
 
-Status GrpcExchange::AllToAll(uint32_t tag, const std::vector<std::span<const float>>& sends,
-                              const std::vector<std::span<float>>& recvs) {
-  const int n = int(addresses_.size());
+Status GrpcExchange::Send(int to, uint32_t tag, std::span<const float> data) {
+  if (!peers_[size_t(to)]) ADAM_RETURN_IF_ERROR(Open(to));
   message_.set_tag(tag);
-  for (int j = 0; j < n; ++j) {
-    if (j == self_) continue;
-    if (!peers_[size_t(j)]) ADAM_RETURN_IF_ERROR(Open(j));
-    const auto& s = sends[size_t(j)];
-    message_.mutable_data()->assign(reinterpret_cast<const char*>(s.data()),
-                                    s.size() * sizeof(float));
-    if (!peers_[size_t(j)]->writer->Write(message_))
-      return UnavailableError("model worker " + std::to_string(j) + " at " + addresses_[size_t(j)] +
-                              " closed its stream");
-  }
-  for (int j = 0; j < n; ++j)
-    if (j != self_) ADAM_RETURN_IF_ERROR(inbox_->Take(j, tag, recvs[size_t(j)], timeout_));
+  message_.mutable_data()->assign(reinterpret_cast<const char*>(data.data()),
+                                  data.size() * sizeof(float));
+  if (!peers_[size_t(to)]->writer->Write(message_))
+    return UnavailableError("model worker " + std::to_string(to) + " at " + addresses_[size_t(to)] +
+                            " closed its stream");
   return OkStatus();
+}
+
+Status GrpcExchange::Receive(int from, uint32_t tag, std::span<float> data) {
+  return inbox_->Take(from, tag, data, timeout_);
 }
 
 }  // namespace adam::trainer

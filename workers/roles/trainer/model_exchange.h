@@ -46,8 +46,8 @@ class GrpcExchange final : public model::Exchange {
                int self, int lane, model::Mailbox* inbox, std::chrono::milliseconds timeout);
   ~GrpcExchange() override;
 
-  Status AllToAll(uint32_t tag, const std::vector<std::span<const float>>& sends,
-                  const std::vector<std::span<float>>& recvs) override;
+  Status Send(int to, uint32_t tag, std::span<const float> data) override;
+  Status Receive(int from, uint32_t tag, std::span<float> data) override;
 
  private:
   struct Peer;

@@ -54,15 +54,35 @@ struct DenseLog {
   std::vector<std::vector<float>> activations, errors;  // per record layer
 };
 
-class Replica {
+// What the trainer needs of a replica: this one, or one split across model workers
+// (split_replica.h). Called as Replica's own methods say.
+class ModelReplica {
+ public:
+  virtual ~ModelReplica() = default;
+  virtual int threads() const = 0;
+  virtual std::string placement() const = 0;
+  virtual void RunWorkers(const std::function<void(int)>& fn) = 0;
+  virtual double Train(int t, const uint8_t* pixels, const uint8_t* labels, int count,
+                       float lr) = 0;
+  // An error of the replica's own, after which Train does nothing (a model worker lost).
+  virtual Status status() const { return OkStatus(); }
+  virtual Status Read(float* out) = 0;         // ReadWeights
+  virtual Status Add(const float* delta) = 0;  // AddToWeights
+  virtual int64_t ring_waits() const { return 0; }
+  virtual void TakeDenseLog(int t, DenseLog* out) { out->images = 0; }
+  virtual double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,
+                          int count) = 0;
+};
+
+class Replica final : public ModelReplica {
  public:
   // `initial` holds layout.num_params() starting weights.
   static StatusOr<std::unique_ptr<Replica>> Create(const model::ModelLayout& layout,
                                                    const ReplicaOptions& options,
                                                    const float* initial);
-  ~Replica();
+  ~Replica() override;
 
-  int threads() const;
+  int threads() const override;
   int64_t num_params() const;
   // Copies the weights into `out` (num_params floats): the shared weights, or worker 0's copy with
   // what AddToWeights queued for it. Thread-safe; the workers keep training meanwhile (Hogwild).
@@ -70,25 +90,34 @@ class Replica {
   // Adds `delta` (num_params floats) to the weights: at once to the shared weights, or queued to
   // every private copy, which applies it before its worker's next step. Thread-safe.
   void AddToWeights(const float* delta);
+  Status Read(float* out) override {
+    ReadWeights(out);
+    return OkStatus();
+  }
+  Status Add(const float* delta) override {
+    AddToWeights(delta);
+    return OkStatus();
+  }
   // Private weights: steps published only after waiting for a peer to make room in the ring
   // (a worker that is a whole ring behind its peers); 0 with shared weights. Thread-safe.
-  int64_t ring_waits() const;
+  int64_t ring_waits() const override;
   // Where the workers run, e.g. "4 threads on 1 NUMA node(s), bound to PUs 0,1,2,3".
-  std::string placement() const;
+  std::string placement() const override;
 
   // Runs fn(t) for t in [0, threads) on the worker threads; returns when every call has (and, with
   // private weights, when every copy has applied every step and queued addition).
-  void RunWorkers(const std::function<void(int)>& fn);
+  void RunWorkers(const std::function<void(int)>& fn) override;
   // From worker t: trains on `count` images (batch by batch, the remainder one at a time) with
   // learning rate `lr`; returns the summed loss.
-  double Train(int t, const uint8_t* pixels, const uint8_t* labels, int count, float lr);
+  double Train(int t, const uint8_t* pixels, const uint8_t* labels, int count, float lr) override;
   // Swaps worker t's dense log with `*out` (whose old contents are dropped; its buffers are
   // reused). Thread-safe: called by the sync thread while workers train. With private weights
   // worker 0's log holds every worker's steps, each logged once it is in copy 0 (so a ReadWeights
   // after the take holds every step taken); the other logs stay empty.
-  void TakeDenseLog(int t, DenseLog* out);
+  void TakeDenseLog(int t, DenseLog* out) override;
   // Fraction of `count` images that `params` classifies correctly, using every worker.
-  double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels, int count);
+  double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,
+                  int count) override;
 
  private:
   struct Impl;

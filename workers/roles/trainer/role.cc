@@ -7,6 +7,7 @@
 #include "net/grpc.h"
 #include "topology/topology.h"
 #include "trainer/push_check.h"
+#include "trainer/split_replica.h"
 
 namespace adam::trainer {
 
@@ -72,6 +73,26 @@ int CheckPushes(const spec::AdamJob& job, const MainOptions& options, const shar
   return r->lost + r->twice + r->disagree > 0 ? 1 : 0;
 }
 
+// A model worker of a split replica (split_replica.h): its slice of the model, for the trainer.
+int RunWorker(const spec::AdamJob& job, const MainOptions& options,
+              const model::ModelLayout& layout, metrics::MetricsServer& reg) {
+  SplitOptions so;
+  so.threads = options.threads > 0 ? options.threads : job.roles.trainer.threads;
+  so.batch = job.training.batch_size;
+  so.momentum = float(job.training.momentum);
+  so.weight_decay = float(job.training.weight_decay);
+  so.workers = options.model_workers;
+  so.transport = options.transport;
+  so.images = &reg.Counter("adam_model_worker_images_total",
+                           "Images this model worker trained its slice of the model on");
+  if (Status st = RunModelWorker(layout, so, options.model_worker); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return kExitFailed;
+  }
+  spdlog::info("done: the trainer stopped its model workers");
+  return 0;
+}
+
 // The trainer's own options from the job and the command line; threads are pinned only where
 // this machine allows it (the reason is logged when it does not).
 TrainerOptions OptionsOf(const spec::AdamJob& job, const MainOptions& options) {
@@ -81,6 +102,8 @@ TrainerOptions OptionsOf(const spec::AdamJob& job, const MainOptions& options) {
   to.name = options.name;
   to.evaluate_only = options.evaluate_only;
   to.model_out = options.model_out;
+  to.model_workers = options.model_workers;
+  to.transport = options.transport;
   to.bind = options.bind && job.placement.numa_pinning;
   if (to.bind) {
     if (const auto pin = topology::DecidePinningHere(); !pin.pin) {
@@ -113,6 +136,7 @@ int TrainerRole::Run() {
   const model::ModelLayout& layout = derived_.layout;
   const shard::ShardMap& map = derived_.map;
   auto& reg = *metrics_;
+  if (options.model_worker > 0) return RunWorker(job, options, layout, reg);
   const TrainerMetrics tm = RegisterMetrics(reg);
   GrpcParamServerClientOptions po;
   po.trainer_name = options.name;

@@ -20,6 +20,7 @@
 #include "trainer/batch_queue.h"
 #include "trainer/replica.h"
 #include "trainer/server_wait.h"
+#include "trainer/split_replica.h"
 #include "update/codec.h"
 #include "update/update_plan.h"
 
@@ -46,7 +47,7 @@ struct Trainer::Impl {
   BatchQueue queue;
 
   // The replica: weights written by every worker without locks (Hogwild: the intended race).
-  std::unique_ptr<Replica> replica;
+  std::unique_ptr<ModelReplica> replica;
   std::vector<double> loss;     // per worker, this epoch; each written by its worker only
   std::vector<int64_t> images;  // per worker, this epoch
   // The sync thread's state (the main thread's too, before the sync thread starts and after it
@@ -198,7 +199,7 @@ Status Trainer::Impl::Sync(bool epoch_end) {
       args.dense.push_back(
           {plan->dense()[k].layer, log.images, log.activations[k].data(), log.errors[k].data()});
   }
-  replica->ReadWeights(snapshot.data());  // workers keep training meanwhile
+  ADAM_RETURN_IF_ERROR(replica->Read(snapshot.data()));  // workers keep training meanwhile
   for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = snapshot[size_t(i)] - w0[size_t(i)];
   clock = epoch_end ? ((clock >> 32) + 1) << 32 : clock + 1;
   args.delta = delta.data();
@@ -235,7 +236,7 @@ Status Trainer::Impl::Sync(bool epoch_end) {
   // The replica becomes the pulled weights plus what the workers added while the push and pull
   // were in flight: w += pulled - snapshot (the push is done with delta).
   for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = pulled[size_t(i)] - snapshot[size_t(i)];
-  replica->AddToWeights(delta.data());
+  ADAM_RETURN_IF_ERROR(replica->Add(delta.data()));
   w0.swap(pulled);
   images_since_sync.fetch_sub(seen, std::memory_order_relaxed);
   {
@@ -274,6 +275,10 @@ void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
     }
     const int n = std::min(step, item.count - i);
     loss[size_t(t)] += replica->Train(t, px + int64_t{i} * layout->input_size(), lb + i, n, lr);
+    if (Status st = replica->status(); !st.ok()) {
+      Fail(st);
+      return;
+    }
     images[size_t(t)] += n;
     images_total.fetch_add(n, std::memory_order_relaxed);
     const int64_t after = images_since_sync.fetch_add(n, std::memory_order_relaxed) + n;
@@ -417,7 +422,19 @@ Status Trainer::Impl::Setup(bool evaluates) {
     ro.eval_batch = opt.eval_batch;
     ro.bind = opt.bind;
     ro.evaluate = evaluates;
-    ADAM_ASSIGN_OR_RETURN(replica, Replica::Create(*layout, ro, w0.data()));
+    if (opt.model_workers.empty() || opt.evaluate_only) {  // an evaluator needs no workers
+      ADAM_ASSIGN_OR_RETURN(replica, Replica::Create(*layout, ro, w0.data()));
+    } else {
+      SplitOptions so;
+      so.threads = ro.threads;
+      so.batch = ro.batch;
+      so.eval_batch = ro.eval_batch;
+      so.momentum = ro.momentum;
+      so.weight_decay = ro.weight_decay;
+      so.workers = opt.model_workers;
+      so.transport = opt.transport;
+      ADAM_ASSIGN_OR_RETURN(replica, CreateSplitReplica(*layout, so, w0.data()));
+    }
     logs.resize(size_t(opt.threads));
   }
   loss.assign(size_t(opt.threads), 0);

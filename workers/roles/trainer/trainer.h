@@ -16,8 +16,10 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
+#include "net/grpc.h"
 #include "spec/adamjob.h"
 #include "trainer/data_client.h"
 #include "trainer/ps_client.h"
@@ -40,6 +42,11 @@ struct TrainerOptions {
   // An evaluating trainer (trainer 0, or the evaluator) writes the model of its last evaluation
   // there as ONNX (model/onnx.h) when training ends; "" = none.
   std::string model_out;
+  // A replica split across model workers (spec.roles.trainer.modelWorkers > 1): every worker's
+  // exchange address, this trainer's own (where it listens) first; empty = not split. The
+  // transport serves and dials them.
+  std::vector<std::string> model_workers;
+  std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
 };
 
 struct TrainerMetrics {

@@ -1,0 +1,344 @@
+// SplitReplica (the lead's side) and RunModelWorker (every other worker's), and the lane protocol
+// between them.
+#include "trainer/split_replica.h"
+
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "core/mutex.h"
+#include "model/network.h"
+#include "model/partition.h"
+#include "trainer/model_exchange.h"
+
+namespace adam::trainer {
+
+namespace {
+
+// Tags above every boundary's (2 x stage + 1 < 1000 for at most 256 layers).
+// A training lane: a header {images, learning rate} (images < 0: stop), then the images' pixel
+// and label bytes packed into floats.
+constexpr uint32_t kTagHeader = 1000;
+constexpr uint32_t kTagImages = 1001;
+// The control lane: a command, then (read, add, set) one worker's slice.
+constexpr uint32_t kTagCommand = 2000;
+constexpr uint32_t kTagSlice = 2001;
+enum Command { kStop = 0, kRead = 1, kAdd = 2, kSet = 3 };
+
+std::vector<float> Pack(const uint8_t* a, size_t na, const uint8_t* b, size_t nb) {
+  std::vector<float> out((na + nb + sizeof(float) - 1) / sizeof(float));
+  auto* bytes = reinterpret_cast<uint8_t*>(out.data());
+  std::memcpy(bytes, a, na);
+  std::memcpy(bytes + na, b, nb);
+  return out;
+}
+
+// One worker's parts: its slice's weights, its exchange and lanes; the same on every worker.
+struct Worker {
+  const model::ModelLayout* layout = nullptr;
+  std::optional<model::Partition> part;
+  int self = 0;
+  SplitOptions opt;
+  std::vector<float> params;  // this worker's slice, written by every lane (Hogwild)
+  std::unique_ptr<ModelExchangeService> service;
+  net::Server server;
+  std::vector<std::unique_ptr<GrpcExchange>> exchanges;  // per lane, then the control lane
+  struct Lane {
+    std::unique_ptr<model::SplitWorker> batch, one;  // batch B, and 1 for a remainder
+  };
+  std::vector<Lane> lanes;
+
+  int workers() const { return part->workers(); }
+  model::Exchange* control() { return exchanges.back().get(); }
+  Status Start(const model::ModelLayout& l, const SplitOptions& o, int worker);
+  // Lane t's steps over `count` images, batch by batch and the remainder one at a time.
+  StatusOr<double> Train(int t, const uint8_t* pixels, const uint8_t* labels, int count, float lr);
+};
+
+Status Worker::Start(const model::ModelLayout& l, const SplitOptions& o, int worker) {
+  layout = &l;
+  opt = o;
+  self = worker;
+  const int k = int(o.workers.size());
+  ADAM_ASSIGN_OR_RETURN(part, model::Partition::Make(l, k));
+  params.assign(size_t(part->num_params(worker)), 0.f);
+  service = std::make_unique<ModelExchangeService>(k, o.threads + 1);
+  ADAM_ASSIGN_OR_RETURN(server,
+                        net::StartServer(*o.transport, o.workers[size_t(worker)], {service.get()}));
+  for (int t = 0; t <= o.threads; ++t)
+    exchanges.push_back(std::make_unique<GrpcExchange>(o.transport, o.workers, worker, t,
+                                                       service->mailbox(t), o.timeout));
+  model::StepRule rule{o.momentum, o.weight_decay, nullptr};
+  for (int t = 0; t < o.threads; ++t) {
+    Lane lane;
+    ADAM_ASSIGN_OR_RETURN(
+        lane.batch,
+        model::SplitWorker::Create(*part, worker, o.batch, params.data(), nullptr,
+                                   model::NetworkMode::kSgd, exchanges[size_t(t)].get(), rule));
+    if (o.batch > 1) {
+      ADAM_ASSIGN_OR_RETURN(lane.one, model::SplitWorker::Create(*part, worker, 1, params.data(),
+                                                                 nullptr, model::NetworkMode::kSgd,
+                                                                 exchanges[size_t(t)].get(), rule));
+    }
+    lanes.push_back(std::move(lane));
+  }
+  return OkStatus();
+}
+
+StatusOr<double> Worker::Train(int t, const uint8_t* pixels, const uint8_t* labels, int count,
+                               float lr) {
+  Lane& lane = lanes[size_t(t)];
+  const int64_t isz = layout->input_size();
+  double loss = 0;
+  for (int i = 0; i < count;) {
+    model::SplitWorker* w = count - i >= opt.batch ? lane.batch.get() : lane.one.get();
+    w->SetInputFromBytes(pixels + i * isz);
+    ADAM_ASSIGN_OR_RETURN(float l, w->Forward(labels + i, nullptr));
+    ADAM_RETURN_IF_ERROR(w->Backward(lr));
+    loss += l;
+    i += w->batch();
+  }
+  return loss;
+}
+
+class SplitReplica final : public ModelReplica {
+ public:
+  explicit SplitReplica(std::unique_ptr<Worker> w) : w_(std::move(w)) {}
+  ~SplitReplica() override;
+  int threads() const override { return w_->opt.threads; }
+  std::string placement() const override {
+    return std::to_string(w_->workers()) + " model workers, " + std::to_string(w_->opt.threads) +
+           " lanes each";
+  }
+  void RunWorkers(const std::function<void(int)>& fn) override {
+    std::vector<std::thread> lanes;
+    for (int t = 0; t < threads(); ++t)
+      lanes.emplace_back([&fn, t] {
+        omp_set_num_threads(1);  // one core a lane, as the whole replica's workers have
+        fn(t);
+      });
+    for (auto& l : lanes) l.join();
+  }
+  double Train(int t, const uint8_t* pixels, const uint8_t* labels, int count, float lr) override;
+  Status status() const override {
+    MutexLock lock(mu_);
+    return error_;
+  }
+  Status Read(float* out) override;
+  Status Add(const float* delta) override;
+  Status Set(const float* whole);
+  double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,
+                  int count) override;
+
+ private:
+  void Fail(const Status& s) {
+    MutexLock lock(mu_);
+    if (error_.ok()) error_ = s;
+  }
+  std::unique_ptr<Worker> w_;
+  mutable Mutex mu_;
+  Status error_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> slice_;  // the control lane's buffer
+};
+
+double SplitReplica::Train(int t, const uint8_t* pixels, const uint8_t* labels, int count,
+                           float lr) {
+  if (!status().ok()) return 0;
+  const float header[2] = {float(count), lr};
+  const std::vector<float> images =
+      Pack(pixels, size_t(count * w_->layout->input_size()), labels, size_t(count));
+  model::Exchange* ex = w_->exchanges[size_t(t)].get();
+  for (int j = 1; j < w_->workers(); ++j) {
+    Status s = ex->Send(j, kTagHeader, header);
+    if (s.ok()) s = ex->Send(j, kTagImages, images);
+    if (!s.ok()) {
+      Fail(s);
+      return 0;
+    }
+  }
+  auto loss = w_->Train(t, pixels, labels, count, lr);
+  if (!loss.ok()) {
+    Fail(loss.status());
+    return 0;
+  }
+  return *loss;
+}
+
+Status SplitReplica::Read(float* out) {
+  w_->part->Insert(0, w_->params.data(), out);
+  model::Exchange* ex = w_->control();
+  const float cmd = kRead;
+  for (int j = 1; j < w_->workers(); ++j) ADAM_RETURN_IF_ERROR(ex->Send(j, kTagCommand, {&cmd, 1}));
+  for (int j = 1; j < w_->workers(); ++j) {
+    slice_.resize(size_t(w_->part->num_params(j)));
+    ADAM_RETURN_IF_ERROR(ex->Receive(j, kTagSlice, slice_));
+    w_->part->Insert(j, slice_.data(), out);
+  }
+  return OkStatus();
+}
+
+Status SplitReplica::Add(const float* delta) {
+  for (const auto& r : w_->part->ranges(0))
+    for (int64_t i = 0; i < r.count; ++i) w_->params[size_t(r.own + i)] += delta[r.whole + i];
+  model::Exchange* ex = w_->control();
+  const float cmd = kAdd;
+  for (int j = 1; j < w_->workers(); ++j) {
+    slice_.resize(size_t(w_->part->num_params(j)));
+    w_->part->Extract(j, delta, slice_.data());
+    ADAM_RETURN_IF_ERROR(ex->Send(j, kTagCommand, {&cmd, 1}));
+    ADAM_RETURN_IF_ERROR(ex->Send(j, kTagSlice, slice_));
+  }
+  return OkStatus();
+}
+
+Status SplitReplica::Set(const float* whole) {
+  w_->part->Extract(0, whole, w_->params.data());
+  model::Exchange* ex = w_->control();
+  const float cmd = kSet;
+  for (int j = 1; j < w_->workers(); ++j) {
+    slice_.resize(size_t(w_->part->num_params(j)));
+    w_->part->Extract(j, whole, slice_.data());
+    ADAM_RETURN_IF_ERROR(ex->Send(j, kTagCommand, {&cmd, 1}));
+    ADAM_RETURN_IF_ERROR(ex->Send(j, kTagSlice, slice_));
+  }
+  return OkStatus();
+}
+
+double SplitReplica::Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,
+                              int count) {
+  // The whole model, on the lead: the same function of the weights as the split one.
+  const int64_t isz = w_->layout->input_size();
+  const int batch = std::max(1, std::min(w_->opt.eval_batch, count));
+  auto big = model::Network::Create(*w_->layout, batch, const_cast<float*>(params), nullptr,
+                                    model::NetworkMode::kInference);
+  auto one = model::Network::Create(*w_->layout, 1, const_cast<float*>(params), nullptr,
+                                    model::NetworkMode::kInference);
+  if (!big.ok() || !one.ok()) return 0;
+  std::vector<int> predicted(static_cast<size_t>(batch));
+  int64_t right = 0;
+  for (int i = 0; i < count;) {
+    model::Network* n = count - i >= batch ? big->get() : one->get();
+    n->SetInputFromBytes(pixels + i * isz);
+    n->Forward(nullptr, predicted.data());
+    for (int k = 0; k < n->batch(); ++k) right += predicted[size_t(k)] == labels[i + k];
+    i += n->batch();
+  }
+  return count > 0 ? double(right) / count : 0;
+}
+
+SplitReplica::~SplitReplica() {
+  // Every worker ends its lanes and its control loop; one already gone is not waited for.
+  const float stop_header[2] = {-1.f, 0.f};
+  const float stop = kStop;
+  for (int j = 1; j < w_->workers(); ++j) {
+    for (int t = 0; t < threads(); ++t)
+      (void)w_->exchanges[size_t(t)]->Send(j, kTagHeader, stop_header);
+    (void)w_->control()->Send(j, kTagCommand, {&stop, 1});
+  }
+  w_->exchanges.clear();  // ends the streams
+  w_->service->Close(UnavailableError("the replica stopped"));
+  w_->server.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+// A model worker's lane: the lead's batches until it says stop.
+Status FollowLane(Worker& w, int t) {
+  model::Exchange* ex = w.exchanges[size_t(t)].get();
+  const int64_t isz = w.layout->input_size();
+  std::vector<float> packed;
+  std::vector<uint8_t> bytes;
+  for (;;) {
+    float header[2];
+    ADAM_RETURN_IF_ERROR(ex->Receive(0, kTagHeader, header));
+    if (header[0] < 0) return OkStatus();
+    const int count = int(header[0]);
+    const size_t n = size_t(count * isz);
+    packed.resize((n + size_t(count) + sizeof(float) - 1) / sizeof(float));
+    ADAM_RETURN_IF_ERROR(ex->Receive(0, kTagImages, packed));
+    const auto* b = reinterpret_cast<const uint8_t*>(packed.data());
+    ADAM_RETURN_IF_ERROR(w.Train(t, b, b + n, count, header[1]).status());
+    if (w.opt.images) w.opt.images->Increment(count);
+  }
+}
+
+// A model worker's control lane: reads, changes and the stop.
+Status FollowControl(Worker& w) {
+  model::Exchange* ex = w.control();
+  std::vector<float> slice(w.params.size());
+  for (;;) {
+    float cmd = 0;
+    ADAM_RETURN_IF_ERROR(ex->Receive(0, kTagCommand, {&cmd, 1}));
+    switch (int(cmd)) {
+      case kStop:
+        return OkStatus();
+      case kRead:
+        ADAM_RETURN_IF_ERROR(ex->Send(0, kTagSlice, w.params));
+        break;
+      case kAdd:
+        ADAM_RETURN_IF_ERROR(ex->Receive(0, kTagSlice, slice));
+        for (size_t i = 0; i < slice.size(); ++i) w.params[i] += slice[i];
+        break;
+      case kSet:
+        ADAM_RETURN_IF_ERROR(ex->Receive(0, kTagSlice, w.params));
+        break;
+      default:
+        return InternalError("model worker: the lead sent command " + std::to_string(cmd));
+    }
+  }
+}
+
+Status CheckWorkers(const SplitOptions& o, int worker) {
+  if (o.workers.size() < 2)
+    return InvalidArgumentError("a split replica needs at least 2 model workers' addresses");
+  if (worker < 0 || worker >= int(o.workers.size()))
+    return InvalidArgumentError("model worker " + std::to_string(worker) + ": the replica has " +
+                                std::to_string(o.workers.size()) + " workers");
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ModelReplica>> CreateSplitReplica(const model::ModelLayout& layout,
+                                                           const SplitOptions& options,
+                                                           const float* initial) {
+  ADAM_RETURN_IF_ERROR(CheckWorkers(options, 0));
+  auto w = std::make_unique<Worker>();
+  ADAM_RETURN_IF_ERROR(w->Start(layout, options, 0));
+  auto r = std::make_unique<SplitReplica>(std::move(w));
+  ADAM_RETURN_IF_ERROR(r->Set(initial));
+  return std::unique_ptr<ModelReplica>(std::move(r));
+}
+
+Status RunModelWorker(const model::ModelLayout& layout, const SplitOptions& options, int worker) {
+  ADAM_RETURN_IF_ERROR(CheckWorkers(options, worker));
+  if (worker == 0) return InvalidArgumentError("model worker 0 is the trainer itself");
+  Worker w;
+  ADAM_RETURN_IF_ERROR(w.Start(layout, options, worker));
+  spdlog::info("model worker {} of {}: {} of {} parameters, waiting for the lead at {}", worker,
+               w.workers(), w.params.size(), layout.num_params(), options.workers[0]);
+  // The slice first: no lane trains before it has the lead's weights.
+  float cmd = 0;
+  ADAM_RETURN_IF_ERROR(w.control()->Receive(0, kTagCommand, {&cmd, 1}));
+  if (int(cmd) != kSet)
+    return InternalError("model worker: the lead's first command was " + std::to_string(cmd));
+  ADAM_RETURN_IF_ERROR(w.control()->Receive(0, kTagSlice, w.params));
+  std::vector<Status> lanes(size_t(options.threads));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < options.threads; ++t)
+    threads.emplace_back([&w, &lanes, t] {
+      omp_set_num_threads(1);
+      lanes[size_t(t)] = FollowLane(w, t);
+    });
+  Status control = FollowControl(w);
+  if (!control.ok()) w.service->Close(control);  // the lanes would wait for nothing
+  for (auto& th : threads) th.join();
+  for (const auto& s : lanes) ADAM_RETURN_IF_ERROR(s);
+  ADAM_RETURN_IF_ERROR(control);
+  w.exchanges.clear();
+  w.server.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return OkStatus();
+}
+
+}  // namespace adam::trainer
