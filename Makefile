@@ -97,3 +97,4 @@ bench: build
 	$(BUILD)/bench/codec_bench --json $(BUILD)/bench/codec.json
 	/usr/bin/python3 bench/communication.py --build $(BUILD)
 	/usr/bin/python3 bench/elastic.py --build $(BUILD)
+	/usr/bin/python3 bench/split.py --build $(BUILD)

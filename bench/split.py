@@ -9,12 +9,13 @@ processes train one replica, trading boundary activations and errors over gRPC s
      batch 1 (Adam's per-image steps: every image crosses each boundary) and batch 32.
   3. Accuracy: Fashion-MNIST (the demo's model and data) unsplit and split 2 ways, test accuracy
      after --epochs epochs on --images training images; two unsplit runs give the run-to-run
-     spread (they differ only in thread timing, so it is small).
+     spread (one lane each: both are the same sequence of steps, so they agree to the digit).
 
 Writes build/bench/split.json.
 
   bench/split.py [--build build] [--limit-mib 512] [--grow 1.25] [--workers 1,2,4]
-                 [--fit-units 1024] [--images 20000] [--epochs 2] [--skip-accuracy]
+                 [--fit-units 1024] [--images 20000] [--epochs 2] [--skip-largest]
+                 [--skip-accuracy]
 """
 import argparse, json, os, resource, socket, subprocess, sys
 
@@ -89,6 +90,7 @@ def main():
     ap.add_argument("--images", type=int, default=20000)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--manifest", default="examples/fashion-mnist.yaml")
+    ap.add_argument("--skip-largest", action="store_true")
     ap.add_argument("--skip-accuracy", action="store_true")
     args = ap.parse_args()
     worker_bin = os.path.join(args.build, "bench", "split_worker")
@@ -96,7 +98,7 @@ def main():
     result = {"limit_mib": args.limit_mib, "largest": {}, "throughput": [], "accuracy": []}
 
     print("%-3s %12s %14s %14s" % ("K", "largest H", "parameters", "peak RSS MiB"))
-    for k in ks:
+    for k in ([] if args.skip_largest else ks):
         b = largest(worker_bin, k, args.limit_mib, args.grow, 50)
         result["largest"][str(k)] = b
         print("%-3d %12s %14s %14s" % (k, b and b["units"], b and b["params"],

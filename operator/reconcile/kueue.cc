@@ -78,7 +78,7 @@ Json WorkloadFor(const spec::AdamJob& job, const std::vector<Json>& rendered,
   Json pod_sets = Json::array();
   const std::map<std::string, RolePods> by_role = PodsByRole(rendered);
   // In start order, so that the Workload reads as the job does.
-  for (const char* role : {"controller", "ps", "data-server", "trainer"}) {
+  for (const char* role : {"controller", "ps", "data-server", "trainer", "model-worker"}) {
     auto it = by_role.find(role);
     if (it == by_role.end() || it->second.count == 0) continue;
     pod_sets.push_back(

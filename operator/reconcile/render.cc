@@ -85,7 +85,9 @@ Json ResourcesOf(const spec::AdamJob& job, const RoleInstance& in) {
 
 Json ContainerPorts(const RoleInstance& in) {
   Json ports = Json::array();
-  if (in.role != Role::kTrainer) ports.push_back({{"name", "grpc"}, {"containerPort", kGrpcPort}});
+  // Split trainers listen too: the model exchange between a replica's workers.
+  if (in.role != Role::kTrainer || !in.host.empty())
+    ports.push_back({{"name", "grpc"}, {"containerPort", kGrpcPort}});
   if (in.role == Role::kParamServer)
     ports.push_back({{"name", "replication"}, {"containerPort", kReplicationPort}});
   ports.push_back({{"name", "metrics"}, {"containerPort", kMetricsPort}});
@@ -214,6 +216,7 @@ std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in
 spec::Endpoints EndpointsOf(const spec::Plan& plan, bool has_controllers) {
   spec::Endpoints endpoints;
   endpoints.controller_members = has_controllers ? spec::ControllerMembers(plan) : "";
+  endpoints.model_workers = spec::ModelWorkerAddresses(plan);
   for (const auto& in : plan.instances) {
     const std::string addr = in.host + ":" + std::to_string(in.port);
     if (in.role == Role::kDataServer) endpoints.data_server = addr;
@@ -383,10 +386,25 @@ Json StateClaim(const spec::AdamJob& job, const RoleInstance& in, const std::str
   return pvc;
 }
 
-// The pod of one data-server, parameter-server or trainer instance.
+// A model worker's pod goes where its trainer's is: the same domain of
+// spec.placement.modelWorkerTopologyKey (required: the exchange is per image).
+Json WithItsTrainer(const spec::AdamJob& job, const RoleInstance& in) {
+  const Json term = {{"labelSelector",
+                      {{"matchLabels",
+                        {{kJobLabel, job.name},
+                         {kRoleLabel, "trainer"},
+                         {kIndexLabel, std::to_string(in.index)}}}}},
+                     {"topologyKey", job.placement.model_worker_topology_key}};
+  return {{"podAffinity", {{"requiredDuringSchedulingIgnoredDuringExecution", {term}}}}};
+}
+
+// The pod of one data-server, parameter-server, trainer or model-worker instance. A model worker
+// (a split trainer's other processes) has a role label of its own, so that it counts as none of
+// the job's trainers.
 Json RolePod(const spec::AdamJob& job, const RoleInstance& in, const spec::Endpoints& endpoints,
              bool has_controllers, const RenderOptions& o) {
-  const std::string role = spec::RoleSubcommand(in.role);
+  const bool model_worker = in.role == Role::kTrainer && in.model_worker > 0;
+  const std::string role = model_worker ? "model-worker" : spec::RoleSubcommand(in.role);
   const std::string name = job.name + "-" + in.name;
   const bool ps = in.role == Role::kParamServer;
   Json md = Metadata(job, name, role, KubeStage(job, in.role, has_controllers), o);
@@ -404,6 +422,8 @@ Json RolePod(const spec::AdamJob& job, const RoleInstance& in, const spec::Endpo
     pod["terminationGracePeriodSeconds"] = 60;  // the last checkpoint flush
     pod["volumes"].push_back(
         {{"name", "state"}, {"persistentVolumeClaim", {{"claimName", name + "-state"}}}});
+  } else if (model_worker) {
+    pod["affinity"] = WithItsTrainer(job, in);
   } else if (in.role == Role::kTrainer) {
     pod["topologySpreadConstraints"] = Spread(job, role);
   }
@@ -411,7 +431,8 @@ Json RolePod(const spec::AdamJob& job, const RoleInstance& in, const spec::Endpo
   // writable in trainer 0 only (the one that writes the model).
   if (in.role == Role::kDataServer && !job.dataset.volume.source.empty())
     AddVolume(&pod, "dataset", job.dataset.volume, true);
-  if (in.role == Role::kTrainer && in.index == 0 && !job.output.volume.source.empty())
+  if (in.role == Role::kTrainer && in.index == 0 && !model_worker &&
+      !job.output.volume.source.empty())
     AddVolume(&pod, "output", job.output.volume, false);
   ApplyTemplate(TemplateOf(job, in.role), &md, &pod);
   if (job.run_policy.scheduling.coscheduling) md["labels"][kPodGroupLabel] = job.name;
@@ -462,7 +483,7 @@ std::string CaSecretName(const spec::AdamJob& job) { return job.name + "-ca"; }
 int PodCount(const spec::AdamJob& job) {
   const auto& r = job.roles;
   return (r.parameter_server.copies > 1 ? r.controller.replicas : 0) + r.parameter_server.replicas +
-         r.data_server.replicas + r.trainer.replicas;
+         r.data_server.replicas + r.trainer.replicas * r.trainer.model_workers;
 }
 
 int StageOf(const Json& object) {

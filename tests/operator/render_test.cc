@@ -158,6 +158,38 @@ TEST(Render, EveryContainersArgumentsParseBackToItsRole) {
   }
 }
 
+// A split replica: its model worker is a pod of its own role, required where its trainer is,
+// and both listen for the exchange at the addresses the other is given.
+TEST(Render, AModelWorkerGoesWhereItsTrainerIs) {
+  const auto objects = RenderExample("fashion-mnist-split");
+  const auto trainers = Pods(objects, "trainer");
+  const auto workers = Pods(objects, "model-worker");
+  ASSERT_EQ(trainers.size(), 1u);
+  ASSERT_EQ(workers.size(), 1u);
+  const Json& w = *workers[0];
+  EXPECT_EQ(w["metadata"]["name"], "fashion-mnist-split-trainer-0-w1");
+  const Json& term =
+      w["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0];
+  EXPECT_EQ(term["topologyKey"], "kubernetes.io/hostname");
+  EXPECT_EQ(term["labelSelector"]["matchLabels"][kRoleLabel], "trainer");
+  EXPECT_EQ(term["labelSelector"]["matchLabels"][kIndexLabel], "0");
+  EXPECT_EQ(StageOf(w), StageOf(*trainers[0]));
+  const std::string addrs =
+      "fashion-mnist-split-trainer-0.fashion-mnist-split:" + std::to_string(kGrpcPort) +
+      ",fashion-mnist-split-trainer-0-w1.fashion-mnist-split:" + std::to_string(kGrpcPort);
+  for (const Json* p : {trainers[0], workers[0]}) {
+    auto o = spec::ParseArgs((*p)["spec"]["containers"][0]["args"].get<std::vector<std::string>>());
+    ASSERT_TRUE(o.ok()) << o.status().message();
+    const auto& t = std::get<spec::TrainerOptions>(*o);
+    EXPECT_EQ(t.model_workers, addrs);
+    EXPECT_EQ(t.model_worker, p == workers[0] ? 1 : 0);
+    EXPECT_EQ((*p)["spec"]["containers"][0]["ports"][0]["name"], "grpc");
+  }
+  auto job = spec::ParseAdamJob(Read(Source("examples/fashion-mnist-split.yaml")));
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(PodCount(*job), 2 + 1 + 2);
+}
+
 TEST(Render, WithoutCopiesServersOnlyPreferSeparateHosts) {
   const auto objects = RenderExample("fashion-mnist");
   EXPECT_EQ(Find(objects, "StatefulSet"), nullptr);  // no controller group

@@ -160,6 +160,40 @@ func testExamplesRunStageByStageOnTheRealScheduler(t *testing.T) {
 	}
 }
 
+// spec.roles.trainer.modelWorkers: a split replica's model worker is a pod of its own role,
+// placed by the real scheduler on its trainer's node, dialled at the name the trainer is given;
+// the job ends with its trainer, not with its model worker.
+func testASplitReplicaIsPlacedWithItsTrainer(t *testing.T) {
+	sharedOperator(t)
+	const name = "fashion-mnist-split"
+	ns := namespace(t, "e2e-split")
+	kubectl(t, "apply", "-n", ns, "-f", "examples/"+name+".yaml")
+	kubectl(t, "wait", "-n", ns, "--for=condition=Running", "adamjob/"+name, "--timeout=90s")
+	var trainer, worker corev1.Pod
+	eventually(t, 60*time.Second, "trainer and model worker scheduled", func() (bool, string) {
+		ts, ws := jobPods(t, ns, name, "trainer"), jobPods(t, ns, name, "model-worker")
+		if len(ts) != 1 || len(ws) != 1 {
+			return false, fmt.Sprintf("%d trainers, %d model workers", len(ts), len(ws))
+		}
+		trainer, worker = ts[0], ws[0]
+		return trainer.Spec.NodeName != "" && worker.Spec.NodeName != "",
+			trainer.Spec.NodeName + " / " + worker.Spec.NodeName
+	})
+	if worker.Name != name+"-trainer-0-w1" {
+		t.Errorf("model worker pod %s", worker.Name)
+	}
+	if worker.Spec.NodeName != trainer.Spec.NodeName {
+		t.Errorf("model worker on %s, its trainer on %s: want one node", worker.Spec.NodeName, trainer.Spec.NodeName)
+	}
+	args := strings.Join(worker.Spec.Containers[0].Args, " ")
+	want := "--model-workers " + name + "-trainer-0." + name + ":7070," + name + "-trainer-0-w1." + name + ":7070"
+	if !strings.Contains(args, want) || !strings.Contains(args, "--model-worker 1") {
+		t.Errorf("model worker args %q, want %q and --model-worker 1", args, want)
+	}
+	exitPod(t, ns, trainer.Name, 0, "")
+	kubectl(t, "wait", "-n", ns, "--for=condition=Succeeded", "adamjob/"+name, "--timeout=60s")
+}
+
 // The tests that share the operator and leave the cluster as they found it run at once: most of
 // their time is waiting for the cluster. (Faults that take nodes or operators away run alone.)
 func TestJobsWithTheSharedOperator(t *testing.T) {
@@ -182,6 +216,7 @@ func TestJobsWithTheSharedOperator(t *testing.T) {
 		{"FailureRulesDecideWhatAFailedPodMeans", testFailureRulesDecideWhatAFailedPodMeans},
 		{"KubectlScaleChangesTheTrainers", testKubectlScaleChangesTheTrainers},
 		{"EditingTheServerCountAddsAndRetiresServers", testEditingTheServerCountAddsAndRetiresServers},
+		{"ASplitReplicaIsPlacedWithItsTrainer", testASplitReplicaIsPlacedWithItsTrainer},
 	} {
 		c := c
 		t.Run(c.name, func(t *testing.T) {

@@ -769,8 +769,11 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
 
 void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
   const YAML::Node pl = spec["placement"];
-  if (r.Map(pl, "spec.placement", {"numaPinning", "replicaTopologyKey", "spreadTopologyKey"}) &&
+  if (r.Map(pl, "spec.placement",
+            {"numaPinning", "replicaTopologyKey", "spreadTopologyKey", "modelWorkerTopologyKey"}) &&
       pl) {
+    r.Get(pl, "modelWorkerTopologyKey", "spec.placement",
+          &job->placement.model_worker_topology_key);
     r.Get(pl, "numaPinning", "spec.placement", &job->placement.numa_pinning);
     r.Get(pl, "replicaTopologyKey", "spec.placement", &job->placement.replica_topology_key);
     r.Get(pl, "spreadTopologyKey", "spec.placement", &job->placement.spread_topology_key);

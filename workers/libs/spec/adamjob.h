@@ -246,6 +246,9 @@ struct Placement {
   bool numa_pinning = true;
   std::string replica_topology_key = "kubernetes.io/hostname";
   std::string spread_topology_key = "topology.kubernetes.io/zone";
+  // Where a split replica's model workers go: the domain of this key their trainer's pod is in
+  // (the same node by default; a zone key puts them in its zone).
+  std::string model_worker_topology_key = "kubernetes.io/hostname";
 };
 
 struct Networks {
