@@ -109,18 +109,7 @@ class Supervisor {
       tls_dir_ = state_root_ + "/tls";
     }
     spec::Plan plan = spec::MakePlan(job_);
-    // Controller members, and the workers of a split replica, know each other's addresses
-    // before they start.
-    for (auto& in : plan.instances)
-      if (in.role == spec::Role::kController ||
-          (in.role == spec::Role::kTrainer && !in.host.empty())) {
-        in.port = FreePort(in.host);
-        if (in.port == 0) {
-          std::fprintf(stderr, "adam run: no free port on %s for %s\n", in.host.c_str(),
-                       in.name.c_str());
-          return 1;
-        }
-      }
+    if (!PickPorts(plan)) return 1;
     if (int code = FollowManifest(plan); code != 0) return Restore(code);
     faults_.emplace(o_, ha_);
     log_.set_state_root(state_root_);
@@ -260,6 +249,22 @@ class Supervisor {
       }
     }
     return 0;
+  }
+
+  // Controller members, and the workers of a split replica, know each other's addresses before
+  // they start: their ports are picked here. False (said) when a host has none free.
+  static bool PickPorts(spec::Plan& plan) {
+    for (auto& in : plan.instances)
+      if (in.role == spec::Role::kController ||
+          (in.role == spec::Role::kTrainer && !in.host.empty())) {
+        in.port = FreePort(in.host);
+        if (in.port == 0) {
+          std::fprintf(stderr, "adam run: no free port on %s for %s\n", in.host.c_str(),
+                       in.name.c_str());
+          return false;
+        }
+      }
+    return true;
   }
 
   int RunPlan(const spec::Plan& plan) {

@@ -174,7 +174,7 @@ Status Mailbox::Take(int from, uint32_t tag, std::span<float> out,
   return OkStatus();
 }
 
-void Mailbox::Close(Status why) {
+void Mailbox::Close(const Status& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_.ok()) closed_ = why.ok() ? UnavailableError("model exchange closed") : why;

@@ -114,7 +114,7 @@ class Mailbox {
   // called and nothing is left.
   Status Take(int from, uint32_t tag, std::span<float> out, std::chrono::milliseconds timeout);
   // Wakes every Take: nothing more will come (a peer's stream ended with `why`).
-  void Close(Status why);
+  void Close(const Status& why);
 
  private:
   struct Message {

@@ -115,6 +115,7 @@ class SplitReplica final : public ModelReplica {
   }
   void RunWorkers(const std::function<void(int)>& fn) override {
     std::vector<std::thread> lanes;
+    lanes.reserve(size_t(threads()));
     for (int t = 0; t < threads(); ++t)
       lanes.emplace_back([&fn, t] {
         omp_set_num_threads(1);  // one core a lane, as the whole replica's workers have
@@ -134,6 +135,8 @@ class SplitReplica final : public ModelReplica {
                   int count) override;
 
  private:
+  // `command` (kAdd, kSet) and each worker's slice of `whole` to that worker.
+  Status SendSlices(int command, const float* whole);
   void Fail(const Status& s) {
     MutexLock lock(mu_);
     if (error_.ok()) error_ = s;
@@ -183,21 +186,17 @@ Status SplitReplica::Read(float* out) {
 Status SplitReplica::Add(const float* delta) {
   for (const auto& r : w_->part->ranges(0))
     for (int64_t i = 0; i < r.count; ++i) w_->params[size_t(r.own + i)] += delta[r.whole + i];
-  model::Exchange* ex = w_->control();
-  const float cmd = kAdd;
-  for (int j = 1; j < w_->workers(); ++j) {
-    slice_.resize(size_t(w_->part->num_params(j)));
-    w_->part->Extract(j, delta, slice_.data());
-    ADAM_RETURN_IF_ERROR(ex->Send(j, kTagCommand, {&cmd, 1}));
-    ADAM_RETURN_IF_ERROR(ex->Send(j, kTagSlice, slice_));
-  }
-  return OkStatus();
+  return SendSlices(kAdd, delta);
 }
 
 Status SplitReplica::Set(const float* whole) {
   w_->part->Extract(0, whole, w_->params.data());
+  return SendSlices(kSet, whole);
+}
+
+Status SplitReplica::SendSlices(int command, const float* whole) {
   model::Exchange* ex = w_->control();
-  const float cmd = kSet;
+  const float cmd = float(command);
   for (int j = 1; j < w_->workers(); ++j) {
     slice_.resize(size_t(w_->part->num_params(j)));
     w_->part->Extract(j, whole, slice_.data());
@@ -326,6 +325,7 @@ Status RunModelWorker(const model::ModelLayout& layout, const SplitOptions& opti
   ADAM_RETURN_IF_ERROR(w.control()->Receive(0, kTagSlice, w.params));
   std::vector<Status> lanes(size_t(options.threads));
   std::vector<std::thread> threads;
+  threads.reserve(size_t(options.threads));
   for (int t = 0; t < options.threads; ++t)
     threads.emplace_back([&w, &lanes, t] {
       omp_set_num_threads(1);
