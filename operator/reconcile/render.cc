@@ -205,7 +205,8 @@ std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in
   }
   if (auto* t = std::get_if<spec::TrainerOptions>(&options)) {
     t->metrics_host = "0.0.0.0";
-    if (in.index == 0 && !job.output.volume.source.empty()) t->model_out = ModelPath(job);
+    if (in.index == 0 && in.model_worker == 0 && !job.output.volume.source.empty())
+      t->model_out = ModelPath(job);
     t->no_bind = !job.placement.numa_pinning;
   }
   return spec::ToArgs(options);
