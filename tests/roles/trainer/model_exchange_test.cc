@@ -8,9 +8,11 @@
 #include <random>
 #include <thread>
 
+#include "core/ports.h"
 #include "model/layout.h"
 #include "model/network.h"
 #include "testing/layers.h"
+#include "trainer/split_replica.h"
 
 namespace adam::trainer {
 namespace {
@@ -130,6 +132,58 @@ TEST(ModelExchange, RefusesABoundaryFromAWorkerOrLaneItDoesNotHave) {
     grpc::Status st = writer->Finish();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << from << " " << lane;
   }
+}
+
+// The lead and a model worker process's loop, in one process: the lead hands out its weights,
+// reads back exactly what it set and added, trains both slices, and stopping it ends the worker.
+TEST(SplitReplica, ReadsWhatItSetAndAddedTrainsAndStopsItsWorker) {
+  auto layout = model::ModelLayout::Make(MakeSpec(
+      {Conv(4, 3, spec::Activation::kTanh), Pool(2), Dense(6, spec::Activation::kRelu), Softmax(4)},
+      {1, 8, 8}));
+  ASSERT_TRUE(layout.ok());
+  const int64_t n = layout->num_params();
+  const size_t count = static_cast<size_t>(n);
+  std::vector<float> initial(count), delta(count), got(count);
+  layout->InitParams(8, initial.data());
+  for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = 0.001f * float(i % 7);
+  SplitOptions o;
+  o.threads = 2;
+  o.timeout = std::chrono::seconds(20);
+  o.workers = {"127.0.0.1:" + std::to_string(FreePort()),
+               "127.0.0.1:" + std::to_string(FreePort())};
+  Status worker;
+  std::thread follower([&] { worker = RunModelWorker(*layout, o, 1); });
+  {
+    auto lead = CreateSplitReplica(*layout, o, initial.data());
+    ASSERT_TRUE(lead.ok()) << lead.status().ToString();
+    ModelReplica& r = **lead;
+    ASSERT_TRUE(r.Read(got.data()).ok());
+    EXPECT_EQ(got, initial);
+    ASSERT_TRUE(r.Add(delta.data()).ok());
+    ASSERT_TRUE(r.Read(got.data()).ok());
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_FLOAT_EQ(got[size_t(i)], initial[size_t(i)] + delta[size_t(i)]) << i;
+    const std::vector<float> before = got;
+    std::vector<uint8_t> pixels(size_t(5 * layout->input_size())), labels = {0, 1, 2, 3, 0};
+    for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = uint8_t(i * 37);
+    double loss = 0;
+    r.RunWorkers([&](int t) {  // lane 0 trains; lane 1 has nothing to do
+      if (t == 0) loss = r.Train(t, pixels.data(), labels.data(), 5, 0.1f);
+    });
+    ASSERT_TRUE(r.status().ok()) << r.status().ToString();
+    EXPECT_GT(loss, 0);
+    ASSERT_TRUE(r.Read(got.data()).ok());
+    auto part = model::Partition::Make(*layout, 2);
+    ASSERT_TRUE(part.ok());
+    for (int k = 0; k < 2; ++k) {  // both slices stepped
+      std::vector<float> a(size_t(part->num_params(k))), b(a.size());
+      part->Extract(k, before.data(), a.data());
+      part->Extract(k, got.data(), b.data());
+      EXPECT_NE(a, b) << "worker " << k << "'s slice did not train";
+    }
+  }
+  follower.join();
+  EXPECT_TRUE(worker.ok()) << worker.ToString();
 }
 
 }  // namespace

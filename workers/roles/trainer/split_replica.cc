@@ -5,6 +5,8 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -27,6 +29,8 @@ constexpr uint32_t kTagImages = 1001;
 constexpr uint32_t kTagCommand = 2000;
 constexpr uint32_t kTagSlice = 2001;
 enum Command { kStop = 0, kRead = 1, kAdd = 2, kSet = 3 };
+// The most images one lane message may carry (a data server batch is far smaller).
+constexpr int kMaxLaneImages = 1 << 16;
 
 std::vector<float> Pack(const uint8_t* a, size_t na, const uint8_t* b, size_t nb) {
   std::vector<float> out((na + nb + sizeof(float) - 1) / sizeof(float));
@@ -135,6 +139,8 @@ class SplitReplica final : public ModelReplica {
                   int count) override;
 
  private:
+  // Train's images at most kMaxLaneImages at a time: sent to every worker, trained here.
+  double TrainChunk(int t, const uint8_t* pixels, const uint8_t* labels, int count, float lr);
   // `command` (kAdd, kSet) and each worker's slice of `whole` to that worker.
   Status SendSlices(int command, const float* whole);
   void Fail(const Status& s) {
@@ -149,6 +155,15 @@ class SplitReplica final : public ModelReplica {
 
 double SplitReplica::Train(int t, const uint8_t* pixels, const uint8_t* labels, int count,
                            float lr) {
+  double loss = 0;
+  const int64_t isz = w_->layout->input_size();
+  for (int i = 0; i < count; i += kMaxLaneImages)
+    loss += TrainChunk(t, pixels + i * isz, labels + i, std::min(kMaxLaneImages, count - i), lr);
+  return loss;
+}
+
+double SplitReplica::TrainChunk(int t, const uint8_t* pixels, const uint8_t* labels, int count,
+                                float lr) {
   if (!status().ok()) return 0;
   const float header[2] = {float(count), lr};
   const std::vector<float> images =
@@ -247,11 +262,15 @@ Status FollowLane(Worker& w, int t) {
   model::Exchange* ex = w.exchanges[size_t(t)].get();
   const int64_t isz = w.layout->input_size();
   std::vector<float> packed;
-  std::vector<uint8_t> bytes;
   for (;;) {
     float header[2];
     ADAM_RETURN_IF_ERROR(ex->Receive(0, kTagHeader, header));
     if (header[0] < 0) return OkStatus();
+    if (!(header[0] <= float(kMaxLaneImages)) || !std::isfinite(header[1]))
+      return InvalidArgumentError("model worker: the lead's batch header says " +
+                                  std::to_string(header[0]) + " images at learning rate " +
+                                  std::to_string(header[1]) + "; at most " +
+                                  std::to_string(kMaxLaneImages) + " images, a finite rate");
     const int count = int(header[0]);
     const size_t n = size_t(count * isz);
     packed.resize((n + size_t(count) + sizeof(float) - 1) / sizeof(float));
