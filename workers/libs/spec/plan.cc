@@ -82,11 +82,9 @@ std::vector<std::string> ModelWorkerAddresses(const Plan& plan) {
   for (const auto& in : plan.instances) {
     if (in.role != Role::kTrainer || in.host.empty()) continue;
     if (out.size() <= size_t(in.index)) out.resize(size_t(in.index) + 1);
+    // MakePlan lists each trainer (worker 0) right before its workers, in order.
     std::string& list = out[size_t(in.index)];
-    const std::string addr = in.host + ":" + std::to_string(in.port);
-    // The trainer (worker 0) first, then its workers in order (the plan lists them so).
-    list = in.model_worker == 0 ? addr + (list.empty() ? "" : "," + list)
-                                : list + (list.empty() ? "" : ",") + addr;
+    list += (list.empty() ? "" : ",") + in.host + ":" + std::to_string(in.port);
   }
   return out;
 }

@@ -230,7 +230,10 @@ double SplitReplica::Evaluate(const float* params, const uint8_t* pixels, const 
                                     model::NetworkMode::kInference);
   auto one = model::Network::Create(*w_->layout, 1, const_cast<float*>(params), nullptr,
                                     model::NetworkMode::kInference);
-  if (!big.ok() || !one.ok()) return 0;
+  if (!big.ok() || !one.ok()) {
+    spdlog::error("evaluation: {}", (big.ok() ? one.status() : big.status()).message());
+    return 0;
+  }
   std::vector<int> predicted(static_cast<size_t>(batch));
   int64_t right = 0;
   for (int i = 0; i < count;) {
