@@ -163,5 +163,31 @@ TEST(RunLog, WithoutTrainer0TheEvaluatorsAccuracyIsTheJobs) {
   EXPECT_TRUE(log.TakeFinalEvaluation());
 }
 
+// Trainer 0's start in a resumed run may be read after another trainer ended this run's first
+// epoch (a busy machine delays trainer 0): it still names the epochs the checkpoints held. A
+// trainer 0 restarted later starts where the job is, which is no resume of the run.
+TEST(RunLog, AResumeReadAfterAnotherTrainersFirstEpochIsTheRunsResume) {
+  RunOptions o;
+  o.json = true;
+  const spec::AdamJob job = Job();
+  auto summary = [](RunLog& log) {
+    log.TrainingEnded();
+    ::testing::internal::CaptureStdout();
+    log.PrintSummary();
+    return nlohmann::json::parse(::testing::internal::GetCapturedStdout());
+  };
+  RunLog resumed(job, o);
+  resumed.TrainingStarted();
+  resumed.OnEvent("trainer-1", {{"event", "epoch"}, {"trainer", 1}, {"epoch", 21}, {"loss", 1}});
+  resumed.OnEvent("trainer-0", {{"event", "resumed"}, {"trainer", 0}, {"epochs", 20}});
+  EXPECT_EQ(summary(resumed).value("resumed_after_epoch", -1), 20);
+
+  RunLog restarted(job, o);
+  restarted.TrainingStarted();
+  restarted.OnEvent("trainer-1", {{"event", "epoch"}, {"trainer", 1}, {"epoch", 1}, {"loss", 1}});
+  restarted.OnEvent("trainer-0", {{"event", "resumed"}, {"trainer", 0}, {"epochs", 1}});
+  EXPECT_FALSE(summary(restarted).contains("resumed_after_epoch"));
+}
+
 }  // namespace
 }  // namespace adam::launcher

@@ -1,5 +1,6 @@
 #include "launcher/run_log.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -97,10 +98,14 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
     last_accuracy_ = final_accuracy_;
   } else if (type == "resumed") {
     // Trainer 0 starting where the checkpoints are; not trainer 0 restarted mid-run (it too
-    // starts where the job is, after this run's own epochs).
-    if (EventInt(ev, "trainer", -1) == 0 && resumed_epochs_ < 0 && epoch_loss_.empty()) {
-      resumed_epochs_ = int(EventInt(ev, "epochs", 0));
-      last_epoch_ = evaluated_epoch_ = resumed_epochs_;
+    // starts where the job is, after this run's own epochs). Another trainer may have finished
+    // this run's first epoch before trainer 0's start is read: epochs it ended are not held.
+    const int held = int(EventInt(ev, "epochs", 0));
+    if (EventInt(ev, "trainer", -1) == 0 && resumed_epochs_ < 0 &&
+        (epoch_loss_.empty() || held < epoch_loss_.begin()->first)) {
+      resumed_epochs_ = held;
+      last_epoch_ = std::max(last_epoch_, held);
+      evaluated_epoch_ = std::max(evaluated_epoch_, held);
       std::fprintf(stderr, "adam run: resuming: the checkpoints in %s hold %d of %d epochs%s\n",
                    state_root_.c_str(), resumed_epochs_, job_.training.epochs,
                    resumed_epochs_ < job_.training.epochs ? "" : " (nothing left to train)");
