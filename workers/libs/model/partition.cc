@@ -163,6 +163,14 @@ Status Mailbox::Take(int from, uint32_t tag, std::span<float> out,
   if (q.empty()) return closed_;
   Message m = std::move(q.front());
   q.pop_front();
+  // The message's buffer goes back for a later Put, whatever comes of it here.
+  struct Recycle {
+    std::vector<std::vector<float>>* spare;
+    std::vector<float>* data;
+    ~Recycle() {
+      if (spare->size() < kMaxSpare) spare->push_back(std::move(*data));
+    }
+  } recycle{&spare_, &m.data};
   if (m.tag != tag)
     return InternalError("model worker " + std::to_string(from) + " is out of step: boundary " +
                          std::to_string(m.tag) + " came where " + std::to_string(tag) + " was due");
@@ -172,6 +180,19 @@ Status Mailbox::Take(int from, uint32_t tag, std::span<float> out,
                          std::to_string(tag) + "; " + std::to_string(out.size()) + " expected");
   std::copy(m.data.begin(), m.data.end(), out.begin());
   return OkStatus();
+}
+
+std::vector<float> Mailbox::Spare(size_t n) {
+  std::vector<float> v;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!spare_.empty()) {
+      v = std::move(spare_.back());
+      spare_.pop_back();
+    }
+  }
+  v.resize(n);
+  return v;
 }
 
 void Mailbox::Close(const Status& why) {
@@ -196,7 +217,10 @@ class LocalExchangeGroup::Member : public Exchange {
  public:
   Member(LocalExchangeGroup* group, int self) : group_(group), self_(self) {}
   Status Send(int to, uint32_t tag, std::span<const float> data) override {
-    group_->mailboxes_[size_t(to)]->Put(self_, tag, std::vector<float>(data.begin(), data.end()));
+    Mailbox& box = *group_->mailboxes_[size_t(to)];
+    std::vector<float> v = box.Spare(data.size());
+    std::copy(data.begin(), data.end(), v.begin());
+    box.Put(self_, tag, std::move(v));
     return OkStatus();
   }
   Status Receive(int from, uint32_t tag, std::span<float> data) override {

@@ -115,8 +115,12 @@ class Mailbox {
   Status Take(int from, uint32_t tag, std::span<float> out, std::chrono::milliseconds timeout);
   // Wakes every Take: nothing more will come (a peer's stream ended with `why`).
   void Close(const Status& why);
+  // A buffer of `n` floats for the next Put: one a Take is done with when there is one, so a
+  // steady exchange allocates nothing per message.
+  std::vector<float> Spare(size_t n);
 
  private:
+  static constexpr size_t kMaxSpare = 16;
   struct Message {
     uint32_t tag;
     std::vector<float> data;
@@ -124,6 +128,7 @@ class Mailbox {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::deque<Message>> queues_;
+  std::vector<std::vector<float>> spare_;  // taken messages' buffers, at most kMaxSpare
   Status closed_;
 };
 

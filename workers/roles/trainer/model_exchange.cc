@@ -31,7 +31,7 @@ grpc::Status ModelExchangeService::Stream(grpc::ServerContext* ctx,
                               std::to_string(b.data().size()) + " bytes is not whole floats");
     from = int(b.from());
     lane = int(b.lane());
-    std::vector<float> v(b.data().size() / sizeof(float));
+    std::vector<float> v = mailboxes_[size_t(lane)]->Spare(b.data().size() / sizeof(float));
     std::memcpy(v.data(), b.data().data(), b.data().size());
     mailboxes_[size_t(lane)]->Put(from, b.tag(), std::move(v));
   }
