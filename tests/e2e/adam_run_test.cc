@@ -197,12 +197,14 @@ TEST_F(AdamRun, FilteredHalfPrecisionCompressedUpdatesTrainAsPlainOnesDo) {
 
 // spec.roles.trainer.modelWorkers: each replica's model split across two processes (two lanes
 // each) trains the synthetic set as the whole model does; the model worker runs as its own role
-// instance and stops when its trainer is done.
+// instance, pushes and pulls its slice to the shards' primaries itself (the controller's map
+// routes it, as it routes the trainer) and stops when its trainer is done.
 TEST_F(AdamRun, ASplitReplicaTrainsAsAWholeOneDoes) {
   const auto run = [&](const std::string& trainer) {
-    const std::string job =
-        Manifest(dir_, "epochs: 3, learningRate: 0.02, pushEvery: 50",
-                 "parameterServer: {replicas: 2, shardBytes: 1024}, trainer: " + trainer);
+    const std::string job = Manifest(dir_, "epochs: 3, learningRate: 0.02, pushEvery: 50",
+                                     "controller: {replicas: 1}, parameterServer: {replicas: 2, "
+                                     "shardBytes: 1024, copies: 2}, trainer: " +
+                                         trainer);
     return Adam(dir_, "run " + job + " --output json");
   };
   const Result whole = run("{replicas: 1, threads: 2}");
@@ -215,6 +217,8 @@ TEST_F(AdamRun, ASplitReplicaTrainsAsAWholeOneDoes) {
   EXPECT_EQ(s["epochs"].get<int>(), 3);
   EXPECT_THAT(split.err, HasSubstr("[trainer-0-w1]"));
   EXPECT_THAT(whole.err, Not(HasSubstr("-w1]")));
+  // Both sent their updates: the split replica's bytes are its workers' pushes.
+  EXPECT_GT(s["push_bytes_per_image"].get<double>(), 0) << split.out;
 }
 
 TEST_F(AdamRun, TargetAccuracyEndsTheJobEarly) {
@@ -521,7 +525,7 @@ TEST_P(ResumedRun, GoesOnAtTheEpochsItsCheckpointsHold) {
       240);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const auto j1 = nlohmann::json::parse(first.out);
-  ASSERT_EQ(j1["epochs"].get<int>(), 20);
+  ASSERT_EQ(j1.at("epochs").get<int>(), 20);
   EXPECT_FALSE(j1.contains("resumed_after_epoch"));
 
   Result second = Adam(
@@ -529,9 +533,9 @@ TEST_P(ResumedRun, GoesOnAtTheEpochsItsCheckpointsHold) {
       240);
   ASSERT_EQ(second.exit_code, 0) << second.err;
   const auto j2 = nlohmann::json::parse(second.out);
-  EXPECT_EQ(j2["epochs"].get<int>(), 40) << second.out;
-  EXPECT_EQ(j2["resumed_after_epoch"].get<int>(), 20) << second.out;
-  EXPECT_GT(j2["test_accuracy"].get<double>(), 0.9) << second.out;
+  EXPECT_EQ(j2.at("epochs").get<int>(), 40) << second.out;
+  EXPECT_EQ(j2.at("resumed_after_epoch").get<int>(), 20) << second.out;
+  EXPECT_GT(j2.at("test_accuracy").get<double>(), 0.9) << second.out;
   EXPECT_THAT(second.err, HasSubstr("adam run: resuming: the checkpoints in " + state +
                                     " hold 20 of 40 epochs"));
   char rate[64];
@@ -543,7 +547,7 @@ TEST_P(ResumedRun, GoesOnAtTheEpochsItsCheckpointsHold) {
   // Each run trained 20 epochs' images. The count a summary gives varies on a busy machine (one
   // first run counted 19,200 against the second's 24,000, not yet explained), so the bounds are
   // loose; a resume that trained the whole schedule again would make the ratio 2.
-  const double ratio = j2["images"].get<double>() / j1["images"].get<double>();
+  const double ratio = j2.at("images").get<double>() / j1.at("images").get<double>();
   EXPECT_GE(ratio, 0.75 - 0.01) << first.out << "\n" << second.out;
   EXPECT_LE(ratio, 1 / 0.75 + 0.01) << first.out << "\n" << second.out;
 
@@ -552,9 +556,9 @@ TEST_P(ResumedRun, GoesOnAtTheEpochsItsCheckpointsHold) {
       120);
   ASSERT_EQ(third.exit_code, 0) << third.err;
   const auto j3 = nlohmann::json::parse(third.out);
-  EXPECT_EQ(j3["epochs"].get<int>(), 40) << third.out;
-  EXPECT_EQ(j3["images"].get<int>(), 0) << third.out;
-  EXPECT_GT(j3["test_accuracy"].get<double>(), 0.9) << third.out;
+  EXPECT_EQ(j3.at("epochs").get<int>(), 40) << third.out;
+  EXPECT_EQ(j3.at("images").get<int>(), 0) << third.out;
+  EXPECT_GT(j3.at("test_accuracy").get<double>(), 0.9) << third.out;
   EXPECT_THAT(third.err, HasSubstr("hold 40 of 40 epochs (nothing left to train)"));
 }
 

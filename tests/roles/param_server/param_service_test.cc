@@ -267,6 +267,54 @@ TEST_F(ParamServiceTest, PullsReportTheEpochsFinishedThatEveryServerHolds) {
   EXPECT_EQ(t0->epochs(), 5u);
 }
 
+// A client for a slice of the vector (a model worker's) pushes its packed ranges where they lie
+// in the whole vector, across the shards' cuts and in whatever order they are listed, and pulls
+// only the shards they touch back into its packed buffer.
+TEST_F(ParamServiceTest, ASliceClientMovesOnlyItsRangesWhereverTheShardsCut) {
+  Start(spec::Consistency::kAsync, 1, 0, spec::DenseUpdates::kWeights);
+  const int64_t n = layout_->num_params();  // 123 floats in shards of 40: 0, 40, 80, 120
+  ASSERT_EQ(n, 123);
+  trainer::GrpcParamServerClientOptions o;
+  o.slice = {{.whole = 35, .own = 0, .count = 10},  // across the cut at 40
+             {.whole = 90, .own = 10, .count = 5},
+             {.whole = 2, .own = 15, .count = 3}};
+  auto slice = Client(0, o);
+  auto whole = Client(0);
+  ASSERT_TRUE(slice && whole);
+  std::vector<float> delta(18);
+  for (size_t j = 0; j < delta.size(); ++j) delta[j] = 1.f + float(j);
+  trainer::PushArgs args;
+  args.delta = delta.data();
+  args.clock = 1;
+  ASSERT_TRUE(slice->Push(args).ok());
+  EXPECT_EQ(slice->pushed_bytes(), 18u * 4);
+  std::vector<float> want = init_;
+  for (const auto& r : o.slice)
+    for (int64_t k = 0; k < r.count; ++k) want[size_t(r.whole + k)] += delta[size_t(r.own + k)];
+  std::vector<float> got(static_cast<size_t>(n));
+  ASSERT_TRUE(whole->Pull(got.data(), 0).ok());
+  EXPECT_EQ(got, want);
+  std::vector<float> packed(18, -1.f);
+  ASSERT_TRUE(slice->Pull(packed.data(), 0).ok());
+  for (const auto& r : o.slice)
+    for (int64_t k = 0; k < r.count; ++k)
+      EXPECT_EQ(packed[size_t(r.own + k)], want[size_t(r.whole + k)]) << r.whole + k;
+  EXPECT_EQ(slice->pulled_bytes(), 18u * 4) << "its ranges, not the shards they fall in";
+  // A range that is no part of its shard is refused, naming it.
+  adam::v1::PullRequest bad;
+  auto* r = bad.add_ranges();
+  for (const auto& sh : map_->shards())
+    if (sh.server == 0 && sh.count == 40) r->set_shard(sh.id);  // one server 0 holds (stub_'s)
+  r->set_offset(30);
+  r->set_count(20);
+  adam::v1::PullResponse resp;
+  grpc::ClientContext ctx;
+  const grpc::Status st = stub_->Pull(&ctx, bad, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("ranges[0]: floats [30, +20) are not a nonempty part"))
+      << st.error_message();
+}
+
 // Without copies a server that goes away and comes back on its address (restarted from its
 // checkpoint) is waited for: the call is answered once it is back. One that stays away fails the
 // call after server_wait, naming it.

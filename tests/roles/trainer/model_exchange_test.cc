@@ -186,5 +186,39 @@ TEST(SplitReplica, ReadsWhatItSetAndAddedTrainsAndStopsItsWorker) {
   EXPECT_TRUE(worker.ok()) << worker.ToString();
 }
 
+// A model worker refuses a lead's batch header past 65,536 images (the most a lane message
+// carries) before sizing anything by it, and a failed lane ends the worker without a stop from
+// the lead. The lead here is played by hand, in the lane protocol's words (split_replica.cc): the
+// slice, then the bad header.
+TEST(SplitReplica, AModelWorkerRefusesABatchHeaderPastTheLimit) {
+  auto layout = model::ModelLayout::Make(
+      MakeSpec({Dense(4, spec::Activation::kRelu), Softmax(2)}, {1, 2, 2}));
+  ASSERT_TRUE(layout.ok());
+  auto part = model::Partition::Make(*layout, 2);
+  ASSERT_TRUE(part.ok());
+  SplitOptions o;
+  o.threads = 1;
+  o.timeout = std::chrono::seconds(20);
+  o.workers = {"127.0.0.1:" + std::to_string(FreePort()),
+               "127.0.0.1:" + std::to_string(FreePort())};
+  Status worker;
+  std::thread follower([&] { worker = RunModelWorker(*layout, o, 1); });
+  {
+    model::Mailbox box(2);
+    GrpcExchange lane(net::Transport::Plaintext(), o.workers, 0, 0, &box, o.timeout);
+    GrpcExchange control(net::Transport::Plaintext(), o.workers, 0, 1, &box, o.timeout);
+    const float set[3] = {3, 0, 0}, header[2] = {70000, 0.1f};
+    const std::vector<float> slice(size_t(part->num_params(1)), 0.5f);
+    EXPECT_TRUE(control.Send(1, 2000, set).ok());
+    EXPECT_TRUE(control.Send(1, 2001, slice).ok());
+    EXPECT_TRUE(lane.Send(1, 1000, header).ok());
+  }  // the lead's streams end
+  follower.join();
+  EXPECT_EQ(worker.code(), StatusCode::kInvalidArgument) << worker.ToString();
+  EXPECT_NE(worker.message().find("says 70000.000000 images"), std::string::npos)
+      << worker.ToString();
+  EXPECT_NE(worker.message().find("at most 65536 images"), std::string::npos) << worker.ToString();
+}
+
 }  // namespace
 }  // namespace adam::trainer

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <future>
 #include <limits>
@@ -14,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "core/ports.h"
 #include "data/augment.h"
 #include "data_server/data_service.h"
 #include "model/layout.h"
@@ -23,6 +25,7 @@
 #include "roles/trainer/small_model.h"
 #include "testing/synthetic.h"
 #include "testing/wait.h"
+#include "trainer/split_replica.h"
 #include "update/update_plan.h"
 
 namespace adam::trainer {
@@ -323,10 +326,37 @@ TEST_P(NoNetworkPrivate, TwoReplicasWithPrivateWeightsTrainFarAboveChance) {
 INSTANTIATE_TEST_SUITE_P(Modes, NoNetworkPrivate,
                          ::testing::Values(spec::Consistency::kAsync, spec::Consistency::kSync));
 
-class InProcessJob : public ::testing::TestWithParam<spec::Consistency> {};
+// A client that counts the pushes carrying weight deltas (not the clock alone) into `deltas`.
+class CountingClient final : public ParamServerClient {
+ public:
+  CountingClient(std::unique_ptr<ParamServerClient> inner, std::atomic<int>* deltas)
+      : inner_(std::move(inner)), deltas_(deltas) {}
+  Status Push(const PushArgs& a) override {
+    if (a.delta != nullptr) ++*deltas_;
+    return inner_->Push(a);
+  }
+  Status Pull(float* out, uint64_t clock) override { return inner_->Pull(out, clock); }
+  uint64_t pushed_bytes() const override { return inner_->pushed_bytes(); }
+  uint64_t dense_bytes() const override { return inner_->dense_bytes(); }
+  uint64_t pulled_bytes() const override { return inner_->pulled_bytes(); }
+  uint32_t epochs() const override { return inner_->epochs(); }
 
-TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
-  const spec::AdamJob job = Job(GetParam());
+ private:
+  std::unique_ptr<ParamServerClient> inner_;
+  std::atomic<int>* deltas_;
+};
+
+// What a job of two trainers over two parameter servers in process did: each trainer's result,
+// and the pushes with weight deltas through the trainers' own clients and through slice clients.
+struct InProcessRun {
+  std::vector<StatusOr<TrainerResult>> results;
+  std::atomic<int> whole_deltas{0}, slice_deltas{0};
+  std::atomic<int64_t> slice_floats{0};  // every slice client's floats, all trainers
+};
+
+// Two trainers of two threads each, over gRPC; with model_workers > 1 each trainer's replica is
+// split, its other workers run here too and every worker moves its slice through its own client.
+void RunInProcess(const spec::AdamJob& job, int model_workers, InProcessRun* run) {
   auto layout = model::ModelLayout::Make(job.model);
   ASSERT_TRUE(layout.ok());
   const auto& role = job.roles.parameter_server;
@@ -335,7 +365,6 @@ TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
   ASSERT_TRUE(map.ok());
   const auto plan =
       update::UpdatePlan::Make(*layout, *map, job.training.push_every, job.training.dense_updates);
-  ASSERT_FALSE(plan.dense().empty());
 
   // Data server.
   auto source_ptr = MakeSource();
@@ -367,17 +396,37 @@ TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
     servers.push_back(std::move(*srv));
   }
 
-  // Two trainers, two workers each.
-  std::vector<StatusOr<TrainerResult>> results(2, InternalError("not run"));
+  run->results.assign(2, InternalError("not run"));
   std::vector<std::thread> threads;
-  for (int t = 0; t < 2; ++t)
-    threads.emplace_back([&, t] {
-      GrpcParamServerClientOptions po;
-      po.trainer_index = t;
-      po.trainer_name = "trainer-" + std::to_string(t);
+  std::vector<Status> workers(size_t(2 * model_workers));
+  for (int t = 0; t < 2; ++t) {
+    GrpcParamServerClientOptions po;
+    po.trainer_index = t;
+    po.trainer_name = "trainer-" + std::to_string(t);
+    SliceConnector connect = [&, po](std::vector<model::SliceRange> slice) mutable {
+      for (const auto& r : slice) run->slice_floats += r.count;
+      po.slice = std::move(slice);
+      auto c = ConnectParamServers(*map, plan, addresses, po);
+      if (!c.ok()) return c;
+      return StatusOr<std::unique_ptr<ParamServerClient>>(
+          std::make_unique<CountingClient>(std::move(*c), &run->slice_deltas));
+    };
+    std::vector<std::string> exchange;
+    for (int k = 0; k < model_workers && model_workers > 1; ++k)
+      exchange.push_back("127.0.0.1:" + std::to_string(FreePort()));
+    for (int k = 1; k < int(exchange.size()); ++k)
+      threads.emplace_back([&, exchange, connect, t, k] {
+        SplitOptions so;
+        so.threads = 2;
+        so.workers = exchange;
+        so.connect_slice = connect;
+        so.timeout = std::chrono::seconds(60);
+        workers[size_t(t * model_workers + k)] = RunModelWorker(*layout, so, k);
+      });
+    threads.emplace_back([&, po, exchange, connect, t] {
       auto client = ConnectParamServers(*map, plan, addresses, po);
       if (!client.ok()) {
-        results[size_t(t)] = client.status();
+        run->results[size_t(t)] = client.status();
         return;
       }
       TrainerOptions to;
@@ -385,24 +434,65 @@ TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
       to.threads = 2;
       to.name = po.trainer_name;
       to.bind = false;
+      to.model_workers = exchange;
+      to.connect_slice = connect;
       Trainer trainer(
           job, to, {},
           MakeGrpcDataClient(net::MakeChannel(*net::Transport::Plaintext(),
                                               "127.0.0.1:" + std::to_string(data_server->port)),
                              std::chrono::seconds(30)),
-          std::move(*client));
-      results[size_t(t)] = trainer.Run();
+          std::make_unique<CountingClient>(std::move(*client), &run->whole_deltas));
+      run->results[size_t(t)] = trainer.Run();
     });
+  }
   for (auto& th : threads) th.join();
-  for (int t = 0; t < 2; ++t)
-    ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
-  EXPECT_EQ(results[0]->epochs, 3);
-  EXPECT_GT(results[0]->test_accuracy, 0.85);  // chance is 0.25
-  EXPECT_GT(results[1]->images, 0);
+  for (const auto& w : workers) EXPECT_TRUE(w.ok()) << w.ToString();
   for (auto& g : gates) g->Close();
   for (auto& s : servers) s.server->Shutdown();
   data_server->server->Shutdown();
 }
+
+class InProcessJob : public ::testing::TestWithParam<spec::Consistency> {};
+
+TEST_P(InProcessJob, TwoReplicasTrainFarAboveChance) {
+  const spec::AdamJob job = Job(GetParam());
+  InProcessRun run;
+  RunInProcess(job, 1, &run);
+  for (int t = 0; t < 2; ++t)
+    ASSERT_TRUE(run.results[size_t(t)].ok()) << run.results[size_t(t)].status().ToString();
+  EXPECT_EQ(run.results[0]->epochs, 3);
+  EXPECT_GT(run.results[0]->test_accuracy, 0.85);  // chance is 0.25
+  EXPECT_GT(run.results[1]->images, 0);
+  EXPECT_GT(run.whole_deltas, 0);
+}
+
+// Two trainers whose replicas are each split across two model workers: every worker pushes and
+// pulls its own slice (the two slices of a replica are the whole vector, once), the trainers'
+// own clients carry no weight delta (their clock alone), and with sync consistency no pull is
+// served before every slice of the step is in. Both train as the unsplit job does.
+class SplitInProcessJob : public ::testing::TestWithParam<spec::Consistency> {};
+
+TEST_P(SplitInProcessJob, EveryModelWorkerMovesItsOwnSliceAndTheReplicasTrain) {
+  spec::AdamJob job = Job(GetParam());
+  job.training.dense_updates = spec::DenseUpdates::kWeights;
+  job.roles.trainer.model_workers = 2;
+  InProcessRun run;
+  RunInProcess(job, 2, &run);
+  for (int t = 0; t < 2; ++t)
+    ASSERT_TRUE(run.results[size_t(t)].ok()) << run.results[size_t(t)].status().ToString();
+  EXPECT_EQ(run.results[0]->epochs, 3);
+  EXPECT_GT(run.results[0]->test_accuracy, 0.85);
+  EXPECT_GT(run.results[1]->images, 0);
+  EXPECT_EQ(run.whole_deltas, 0);
+  EXPECT_GT(run.slice_deltas, 0);
+  auto layout = model::ModelLayout::Make(job.model);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(run.slice_floats, 2 * layout->num_params());
+  EXPECT_GT(run.results[0]->push_bytes, 0u);  // the slices' bytes are the trainer's
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, SplitInProcessJob,
+                         ::testing::Values(spec::Consistency::kAsync, spec::Consistency::kSync));
 
 INSTANTIATE_TEST_SUITE_P(Modes, InProcessJob,
                          ::testing::Values(spec::Consistency::kAsync, spec::Consistency::kSync,

@@ -305,18 +305,31 @@ namespace {
 
 // Refuses a pull of a shard named twice (one small request would demand an unbounded response),
 // of a shard not held here, or, with a controller, of one this server is not the primary of.
-grpc::Status CheckPull(const std::vector<uint32_t>& ids, const ParamStore& store,
+grpc::Status CheckPull(const std::vector<uint32_t>& ids,
+                       const std::vector<adam::v1::ShardRange>& ranges, const ParamStore& store,
                        Routing* routing) {
   std::vector<uint32_t> sorted = ids;
   std::sort(sorted.begin(), sorted.end());
   if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end())
     return Invalid("shard " + std::to_string(*dup) + " is requested more than once");
-  for (uint32_t id : ids) {
+  std::vector<uint32_t> all = ids;
+  for (const auto& r : ranges) all.push_back(r.shard());
+  for (uint32_t id : all) {
     if (store.ShardSize(id) < 0)
       return {grpc::StatusCode::NOT_FOUND, "shard " + std::to_string(id) + " is not held here"};
   }
+  for (int i = 0; i < int(ranges.size()); ++i) {
+    const auto& r = ranges[size_t(i)];
+    const auto size = uint64_t(store.ShardSize(r.shard()));
+    if (r.count() == 0 || r.offset() > size || r.count() > size - r.offset())
+      return Invalid("ranges[" + std::to_string(i) + "]: floats [" + std::to_string(r.offset()) +
+                     ", +" + std::to_string(r.count()) + ") are not a nonempty part of shard " +
+                     std::to_string(r.shard()) + " (" + std::to_string(size) + " floats)");
+  }
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
   if (routing != nullptr)
-    if (std::string why = routing->Admit(ids, nullptr); !why.empty())
+    if (std::string why = routing->Admit(all, nullptr); !why.empty())
       return {grpc::StatusCode::FAILED_PRECONDITION, why};
   return grpc::Status::OK;
 }
@@ -339,8 +352,9 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
                                              adam::v1::PullResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
   std::vector<uint32_t> ids(req->shards().begin(), req->shards().end());
-  if (ids.empty()) ids = store_->shard_ids();
-  if (grpc::Status st = CheckPull(ids, *store_, routing_); !st.ok()) {
+  std::vector<adam::v1::ShardRange> ranges(req->ranges().begin(), req->ranges().end());
+  if (ids.empty() && ranges.empty()) ids = store_->shard_ids();
+  if (grpc::Status st = CheckPull(ids, ranges, *store_, routing_); !st.ok()) {
     reactor->Finish(st);
     return reactor;
   }
@@ -361,7 +375,7 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
   const update::WireFormat format{req->float16(), req->zstd()};
   gate_->WhenAllowed(
       clock,
-      [this, ids, format, reactor, resp, asked](bool allowed) {
+      [this, ids, ranges = std::move(ranges), format, reactor, resp, asked](bool allowed) {
         if (!allowed) {
           reactor->Finish({grpc::StatusCode::UNAVAILABLE, "parameter server is shutting down"});
           return;
@@ -369,29 +383,33 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
         if (m_.pull_wait)
           m_.pull_wait->Observe(
               std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
-        Read(ids, format, reactor, resp);
+        Read(ids, ranges, format, reactor, resp);
       },
       PullExpiry(*ctx, asked), on_expired);
   return reactor;
 }
 
-void ParamService::Read(const std::vector<uint32_t>& ids, update::WireFormat format,
+void ParamService::Read(const std::vector<uint32_t>& ids,
+                        const std::vector<adam::v1::ShardRange>& ranges, update::WireFormat format,
                         grpc::ServerUnaryReactor* reactor, adam::v1::PullResponse* resp) {
   auto call = std::make_unique<PullCall>();
   size_t bytes = 0;
-  for (uint32_t id : ids) {
-    const int64_t n = store_->ShardSize(id);
+  auto read = [&](uint32_t id, int64_t offset, int64_t n) {
     auto* out = resp->add_shards();
     out->set_shard(id);
+    if (offset > 0) out->set_offset(uint64_t(offset));
     std::string* values = out->mutable_values();
     values->resize(size_t(n) * sizeof(float));
     bytes += values->size();
     Op op;
     op.kind = Op::Kind::kRead;
     op.shard = id;
+    op.offset = offset;
     op.count = n;
     call->ops.push_back(op);
-  }
+  };
+  for (uint32_t id : ids) read(id, 0, store_->ShardSize(id));
+  for (const auto& r : ranges) read(r.shard(), int64_t(r.offset()), int64_t(r.count()));
   // Output pointers once every string has its final address.
   for (int i = 0; i < resp->shards_size(); ++i) {
     auto* out = resp->mutable_shards(i);
@@ -401,7 +419,7 @@ void ParamService::Read(const std::vector<uint32_t>& ids, update::WireFormat for
   }
   PullCall* raw = call.get();
   // Versions land in a side array: the response's fields are set on the finishing thread.
-  auto versions = std::make_shared<std::vector<uint64_t>>(ids.size());
+  auto versions = std::make_shared<std::vector<uint64_t>>(raw->ops.size());
   for (size_t i = 0; i < raw->ops.size(); ++i) raw->ops[i].version = &(*versions)[i];
   auto finish = [this, raw, reactor, resp, versions, bytes, format]() mutable {
     std::unique_ptr<PullCall> owned(raw);

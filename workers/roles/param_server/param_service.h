@@ -49,10 +49,11 @@ class ParamService final : public adam::v1::ParameterService::CallbackService {
                                      adam::v1::ReadCopyResponse* resp) override;
 
  private:
-  // Reads `ids` (checked) through the shard workers into `resp` and answers the pull, its values
-  // in `format`.
-  void Read(const std::vector<uint32_t>& ids, update::WireFormat format,
-            grpc::ServerUnaryReactor* reactor, adam::v1::PullResponse* resp);
+  // Reads `ids`, then `ranges` (checked), through the shard workers into `resp` and answers the
+  // pull, its values in `format`.
+  void Read(const std::vector<uint32_t>& ids, const std::vector<adam::v1::ShardRange>& ranges,
+            update::WireFormat format, grpc::ServerUnaryReactor* reactor,
+            adam::v1::PullResponse* resp);
 
   Routing* routing_ = nullptr;
   Forwarder* quorum_ = nullptr;

@@ -272,7 +272,7 @@ void ParamStore::Submit(Op* ops, size_t n) {
 }
 
 void ParamStore::Read(const ShardState& s, Op* op) {
-  std::memcpy(op->out, s.values.get(), size_t(s.count) * sizeof(float));
+  std::memcpy(op->out, s.values.get() + op->offset, size_t(op->count) * sizeof(float));
   if (op->version) *op->version = s.version.load(std::memory_order_relaxed);
   if (op->meta) {
     op->meta->version = s.version.load(std::memory_order_relaxed);

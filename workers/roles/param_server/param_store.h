@@ -86,7 +86,8 @@ struct Op {
   uint32_t shard = 0;
   // kAdd: values[0, count) are added to the shard's floats [offset, offset + count), or, with
   // `indices` (ascending), values[i] to the float at offset + indices[i].
-  // kRead: the whole shard (count must be its size) is copied to `out`, its version to *version.
+  // kRead: the shard's floats [offset, offset + count) are copied to `out` (RunRead: the whole
+  // shard), its version to *version.
   // kSet: the whole shard is replaced by `values` and its version, term and marks by *meta (a
   // copy forwarded by the shard's primary); when `conditional`, only if (meta->term,
   // meta->version) is newer than the shard's: a lower term is kStale, the same term at a version

@@ -71,11 +71,85 @@ Status ReadPulled(const adam::v1::ShardData& sd, int64_t count, float* out) {
   return OkStatus();
 }
 
+// The part of the whole vector a client moves (GrpcParamServerClientOptions::slice), sorted by
+// place in the whole vector; no ranges: all of it, where it lies.
+class SliceView {
+ public:
+  explicit SliceView(std::vector<model::SliceRange> ranges) : ranges_(std::move(ranges)) {
+    std::sort(ranges_.begin(), ranges_.end(),
+              [](const auto& a, const auto& b) { return a.whole < b.whole; });
+  }
+  bool whole() const { return ranges_.empty(); }
+  // fn(whole, own, count) for every part of [begin, begin + count) of the whole vector that the
+  // slice holds, in order.
+  template <typename Fn>
+  void ForEach(int64_t begin, int64_t count, Fn fn) const {
+    if (whole()) {
+      fn(begin, begin, count);
+      return;
+    }
+    const int64_t end = begin + count;
+    auto it = std::upper_bound(ranges_.begin(), ranges_.end(), begin,
+                               [](int64_t v, const auto& r) { return v < r.whole; });
+    if (it != ranges_.begin()) --it;
+    for (; it != ranges_.end() && it->whole < end; ++it) {
+      const int64_t from = std::max(begin, it->whole);
+      const int64_t to = std::min(end, it->whole + it->count);
+      if (from < to) fn(from, it->own + (from - it->whole), to - from);
+    }
+  }
+  bool Touches(int64_t begin, int64_t count) const {
+    bool any = false;
+    ForEach(begin, count, [&](int64_t, int64_t, int64_t) { any = true; });
+    return any;
+  }
+  // What to ask of shard `s` in a pull: the whole shard, or the parts the slice holds.
+  void Ask(adam::v1::PullRequest* r, const shard::Shard& s) const {
+    if (whole()) {
+      r->add_shards(s.id);
+      return;
+    }
+    ForEach(s.offset, s.count, [&](int64_t w, int64_t, int64_t n) {
+      auto* range = r->add_ranges();
+      range->set_shard(s.id);
+      range->set_offset(uint64_t(w - s.offset));
+      range->set_count(uint64_t(n));
+    });
+  }
+  // A pulled part of shard `s` (all of it, or one that Ask asked for) into its place in `out`.
+  Status Read(const adam::v1::ShardData& sd, const shard::Shard& s, float* out) const {
+    if (whole()) {
+      if (sd.offset() != 0)
+        return DataLossError("shard " + std::to_string(s.id) + " came back from float " +
+                             std::to_string(sd.offset()) + ", not whole");
+      return ReadPulled(sd, s.count, out + s.offset);
+    }
+    const int64_t w = s.offset + int64_t(std::min<uint64_t>(sd.offset(), uint64_t(s.count)));
+    auto it = std::upper_bound(ranges_.begin(), ranges_.end(), w,
+                               [](int64_t v, const auto& r) { return v < r.whole; });
+    const int64_t n =
+        it == ranges_.begin()
+            ? 0
+            : std::min(std::prev(it)->whole + std::prev(it)->count, s.offset + s.count) - w;
+    if (n <= 0 || sd.offset() >= uint64_t(s.count))
+      return DataLossError("shard " + std::to_string(s.id) + " came back from float " +
+                           std::to_string(sd.offset()) + ", which this slice does not hold");
+    return ReadPulled(sd, n, out + std::prev(it)->own + (w - std::prev(it)->whole));
+  }
+
+ private:
+  std::vector<model::SliceRange> ranges_;
+};
+
 class GrpcClient final : public ParamServerClient {
  public:
   GrpcClient(const shard::ShardMap& map, const update::UpdatePlan& plan,
              std::vector<std::string> addresses, GrpcParamServerClientOptions options)
-      : map_(map), plan_(plan), addresses_(std::move(addresses)), options_(std::move(options)) {}
+      : map_(map),
+        plan_(plan),
+        addresses_(std::move(addresses)),
+        options_(std::move(options)),
+        slice_(options_.slice) {}
 
   Status Connect() {
     for (size_t i = 0; i < addresses_.size(); ++i) {
@@ -100,10 +174,12 @@ class GrpcClient final : public ParamServerClient {
       r.set_clock(args.clock);
       r.set_leave(args.leave);
       if (args.delta != nullptr)
-        for (const auto& range : plan_.DeltaRanges(i))
-          bytes += AddDelta(&r, range.shard, range.offset,
-                            args.delta + map_.shards()[range.shard].offset + range.offset,
-                            range.count, options_);
+        for (const auto& range : plan_.DeltaRanges(i)) {
+          const int64_t at = map_.shards()[range.shard].offset;
+          slice_.ForEach(at + range.offset, range.count, [&](int64_t w, int64_t own, int64_t n) {
+            bytes += AddDelta(&r, range.shard, w - at, args.delta + own, n, options_);
+          });
+        }
       for (const auto& b : args.dense) {
         const int k = plan_.DenseIndex(b.layer);
         if (k < 0 || b.images <= 0) continue;
@@ -126,8 +202,10 @@ class GrpcClient final : public ParamServerClient {
         dense += du->activations().size() + du->errors().size();
       }
     }
+    std::vector<int> all(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) all[size_t(i)] = i;
     ADAM_RETURN_IF_ERROR(FanOut(
-        n,
+        std::move(all),
         [&](int i, grpc::ClientContext* ctx, auto done) {
           stubs_[size_t(i)]->async()->Push(ctx, &reqs[size_t(i)], &resps[size_t(i)], done);
         },
@@ -141,35 +219,39 @@ class GrpcClient final : public ParamServerClient {
     const int n = int(stubs_.size());
     std::vector<adam::v1::PullRequest> reqs(static_cast<size_t>(n));
     std::vector<adam::v1::PullResponse> resps(static_cast<size_t>(n));
-    for (const auto& s : map_.shards()) reqs[size_t(s.server)].add_shards(s.id);
-    for (auto& r : reqs) {
+    for (const auto& s : map_.shards()) slice_.Ask(&reqs[size_t(s.server)], s);
+    // Only the servers holding something asked for (a request for nothing would mean all).
+    std::vector<int> asked;
+    for (int i = 0; i < n; ++i) {
+      auto& r = reqs[size_t(i)];
+      if (r.shards().empty() && r.ranges().empty()) continue;
+      asked.push_back(i);
       r.set_trainer_index(uint32_t(options_.trainer_index));
       r.set_clock(clock);
       r.set_float16(options_.format.float16);
       r.set_zstd(options_.format.zstd);
     }
     ADAM_RETURN_IF_ERROR(FanOut(
-        n,
+        asked,
         [&](int i, grpc::ClientContext* ctx, auto done) {
           stubs_[size_t(i)]->async()->Pull(ctx, &reqs[size_t(i)], &resps[size_t(i)], done);
         },
         "pull"));
     uint64_t bytes = 0;
     uint32_t epochs = UINT32_MAX;
-    for (int i = 0; i < n; ++i) {
+    for (int i : asked) {
       epochs = std::min(epochs, resps[size_t(i)].epochs());
       for (const auto& sd : resps[size_t(i)].shards()) {
         if (sd.shard() >= map_.shards().size())
           return DataLossError("pull from ps-" + std::to_string(i) + ": unknown shard " +
                                std::to_string(sd.shard()));
-        const auto& s = map_.shards()[sd.shard()];
-        if (Status st = ReadPulled(sd, s.count, out + s.offset); !st.ok())
+        if (Status st = slice_.Read(sd, map_.shards()[sd.shard()], out); !st.ok())
           return DataLossError("pull from ps-" + std::to_string(i) + ": " + st.message());
         bytes += sd.values().size();
       }
     }
     pulled_ += bytes;
-    if (n > 0) epochs_ = epochs;
+    if (!asked.empty()) epochs_ = epochs;
     return OkStatus();
   }
 
@@ -179,13 +261,12 @@ class GrpcClient final : public ParamServerClient {
   uint32_t epochs() const override { return epochs_; }
 
  private:
-  // Starts `start(i, ctx, done)` for every server i and waits for all. Servers that were
+  // Starts `start(i, ctx, done)` for every server i in `todo` and waits for all. Servers that were
   // unreachable are asked again, every 100 ms, until options_.server_wait has passed; any other
   // error ends the call at once.
   template <typename Start>
-  Status FanOut(int n, Start start, const char* what) {
-    std::vector<int> todo(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) todo[size_t(i)] = i;
+  Status FanOut(std::vector<int> todo, Start start, const char* what) {
+    const int n = int(stubs_.size());
     ServerWait wait(options_.server_wait, options_.waits, options_.waiting, options_.clock);
     for (;;) {
       Mutex mu;
@@ -233,6 +314,7 @@ class GrpcClient final : public ParamServerClient {
   const update::UpdatePlan plan_;
   const std::vector<std::string> addresses_;
   const GrpcParamServerClientOptions options_;
+  const SliceView slice_;
   std::vector<std::unique_ptr<adam::v1::ParameterService::Stub>> stubs_;
   // Statistics, and a value read on its own: nothing else is ordered by them.
   std::atomic<uint64_t> pushed_{0};
@@ -258,7 +340,11 @@ class RoutedClient final : public ParamServerClient {
  public:
   RoutedClient(const shard::ShardMap& base, const model::ModelLayout& layout, int push_every,
                const std::vector<std::string>& controller, GrpcParamServerClientOptions options)
-      : base_(base), layout_(layout), push_every_(push_every), options_(std::move(options)) {
+      : base_(base),
+        layout_(layout),
+        push_every_(push_every),
+        options_(std::move(options)),
+        slice_(options_.slice) {
     for (const auto& m : controller)
       members_.push_back(adam::v1::Controller::NewStub(net::MakeChannel(*options_.transport, m)));
   }
@@ -345,8 +431,10 @@ class RoutedClient final : public ParamServerClient {
   Status Push(const PushArgs& args) override {
     if (!args.dense.empty())
       return InvalidArgumentError("routed push: dense layers must travel as weight deltas");
+    // A push without deltas (its clock alone) goes to every shard's primary.
     std::set<uint32_t> pending;
-    for (const auto& s : base_.shards()) pending.insert(s.id);
+    for (const auto& s : base_.shards())
+      if (args.delta == nullptr || slice_.Touches(s.offset, s.count)) pending.insert(s.id);
     uint64_t bytes = 0;
     // Every attempt of this push carries the same identity: a server drops a part it has.
     const uint64_t seq = seq_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -365,9 +453,11 @@ class RoutedClient final : public ParamServerClient {
           if (args.delta != nullptr)
             for (const auto& range : r.plan.DeltaRanges(server)) {
               if (!shards.count(range.shard)) continue;
-              bytes += AddDelta(&req, range.shard, range.offset,
-                                args.delta + base_.shards()[range.shard].offset + range.offset,
-                                range.count, options_);
+              const int64_t at = base_.shards()[range.shard].offset;
+              slice_.ForEach(
+                  at + range.offset, range.count, [&](int64_t w, int64_t own, int64_t n) {
+                    bytes += AddDelta(&req, range.shard, w - at, args.delta + own, n, options_);
+                  });
             }
           r.stubs[size_t(server)]->async()->Push(
               ctx, &call->first, &call->second,
@@ -378,7 +468,8 @@ class RoutedClient final : public ParamServerClient {
 
   Status Pull(float* out, uint64_t clock) override {
     std::set<uint32_t> pending;
-    for (const auto& s : base_.shards()) pending.insert(s.id);
+    for (const auto& s : base_.shards())
+      if (slice_.Touches(s.offset, s.count)) pending.insert(s.id);
     Mutex out_mu;  // guards the three below (locals: the analysis covers members only)
     Status bad;
     uint64_t bytes = 0;
@@ -392,7 +483,7 @@ class RoutedClient final : public ParamServerClient {
           call->first.set_clock(clock);
           call->first.set_float16(options_.format.float16);
           call->first.set_zstd(options_.format.zstd);
-          for (uint32_t id : shards) call->first.add_shards(id);
+          for (uint32_t id : shards) slice_.Ask(&call->first, base_.shards()[id]);
           auto on_done = [&, call, done](const grpc::Status& s) {
             if (s.ok()) {
               MutexLock l(out_mu);
@@ -402,8 +493,7 @@ class RoutedClient final : public ParamServerClient {
                   bad = DataLossError("pull: unknown shard " + std::to_string(sd.shard()));
                   continue;
                 }
-                const auto& sh = base_.shards()[sd.shard()];
-                if (Status rs = ReadPulled(sd, sh.count, out + sh.offset); !rs.ok()) {
+                if (Status rs = slice_.Read(sd, base_.shards()[sd.shard()], out); !rs.ok()) {
                   bad = DataLossError("pull: " + rs.message());
                   continue;
                 }
@@ -534,6 +624,7 @@ class RoutedClient final : public ParamServerClient {
   const model::ModelLayout layout_;
   const int push_every_;
   const GrpcParamServerClientOptions options_;
+  const SliceView slice_;
   std::vector<std::unique_ptr<adam::v1::Controller::Stub>> members_;
   mutable Mutex mu_;
   std::shared_ptr<const Route> route_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "core/clock.h"
 #include "core/status.h"
 #include "model/layout.h"
+#include "model/partition.h"
 #include "net/grpc.h"
 #include "shard/shard_map.h"
 #include "update/codec.h"
@@ -80,6 +82,11 @@ struct GrpcParamServerClientOptions {
   // Where waits for a server, retries until rpc_timeout and the pauses between them read the
   // time (not owned); an RPC's own deadline is gRPC's, in real time.
   Clock* clock = Clock::Real();
+  // The part of the vector this client pushes and pulls: disjoint ranges of the whole vector,
+  // each at `own` in the caller's buffers (a split replica's model worker, which holds only its
+  // slice: a push's delta and a pull's out are then that slice). A pull asks only for the shards
+  // the ranges touch. Empty: the whole vector.
+  std::vector<model::SliceRange> slice;
 };
 
 // Talks to every server in `addresses` (index = server number of the shard map) over gRPC, one
@@ -104,5 +111,11 @@ StatusOr<std::unique_ptr<ParamServerClient>> ConnectParamServers(
 StatusOr<std::unique_ptr<ParamServerClient>> ConnectRoutedParamServers(
     const shard::ShardMap& map, const model::ModelLayout& layout, int push_every,
     const std::vector<std::string>& controller, const GrpcParamServerClientOptions& options);
+
+// Connects a client that pushes and pulls only `slice` of the vector (the options' slice field),
+// to the job's servers as the trainer's own client reaches them: a split replica's lead and each
+// of its model workers move their own slices through one.
+using SliceConnector = std::function<StatusOr<std::unique_ptr<ParamServerClient>>(
+    std::vector<model::SliceRange> slice)>;
 
 }  // namespace adam::trainer

@@ -54,6 +54,13 @@ struct DenseLog {
   std::vector<std::vector<float>> activations, errors;  // per record layer
 };
 
+// What a replica's own pushes and pulls of its slices moved (SliceSync, summed over a split
+// replica's workers).
+struct SliceCounts {
+  int64_t held = 0;  // entries the filter kept for later
+  uint64_t pushed_bytes = 0, pulled_bytes = 0;
+};
+
 // What the trainer needs of a replica: this one, or one split across model workers
 // (split_replica.h). Called as Replica's own methods say.
 class ModelReplica {
@@ -68,6 +75,17 @@ class ModelReplica {
   virtual Status status() const { return OkStatus(); }
   virtual Status Read(float* out) = 0;         // ReadWeights
   virtual Status Add(const float* delta) = 0;  // AddToWeights
+  // A split replica's workers push and pull their own slices (split_replica.h): the trainer's
+  // sync asks the replica for the two halves instead of reading and changing the whole vector.
+  // PushSlices sends every slice's change at clock 0 (the trainer's clock moves with one push of
+  // its own once every slice is in); PullSlices pulls every slice once `clock` allows.
+  virtual bool SyncsSlices() const { return false; }
+  virtual StatusOr<SliceCounts> PushSlices() {
+    return FailedPreconditionError("the replica is not split");
+  }
+  virtual StatusOr<SliceCounts> PullSlices(uint64_t /*clock*/) {
+    return FailedPreconditionError("the replica is not split");
+  }
   virtual int64_t ring_waits() const { return 0; }
   virtual void TakeDenseLog(int t, DenseLog* out) { out->images = 0; }
   virtual double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,

@@ -73,9 +73,42 @@ int CheckPushes(const spec::AdamJob& job, const MainOptions& options, const shar
   return r->lost + r->twice + r->disagree > 0 ? 1 : 0;
 }
 
+// How the trainer (and a model worker) reaches the parameter servers, its waits counted in `reg`.
+GrpcParamServerClientOptions ClientOptions(const spec::AdamJob& job, const MainOptions& options,
+                                           metrics::MetricsServer& reg) {
+  GrpcParamServerClientOptions po;
+  po.trainer_name = options.name;
+  po.trainer_index = options.index;
+  po.transport = options.transport;
+  po.format = {job.training.communication.float16, job.training.communication.zstd};
+  po.sparse_pushes = job.training.communication.filter > 0;
+  po.waits = &reg.Counter("adam_trainer_server_wait_seconds_total",
+                          "Seconds requests spent waiting for an unreachable parameter server "
+                          "(copies: 1) or data server");
+  po.waiting =
+      &reg.Gauge("adam_trainer_servers_unreachable",
+                 "1 while a push or pull waits for an unreachable parameter server (copies: 1)");
+  return po;
+}
+
+// A client of `po` for a slice of the vector (all of it when `slice` is empty): to the servers
+// the options list, or routed by the controller's shard map.
+StatusOr<std::unique_ptr<ParamServerClient>> Connect(const spec::AdamJob& job,
+                                                     const MainOptions& options,
+                                                     const update::JobLayout& derived,
+                                                     GrpcParamServerClientOptions po,
+                                                     std::vector<model::SliceRange> slice) {
+  po.slice = std::move(slice);
+  if (options.controller.empty())
+    return ConnectParamServers(derived.map, derived.plan, options.param_servers, po);
+  return ConnectRoutedParamServers(derived.map, derived.layout, job.training.push_every,
+                                   options.controller, po);
+}
+
 // A model worker of a split replica (split_replica.h): its slice of the model, for the trainer.
 int RunWorker(const spec::AdamJob& job, const MainOptions& options,
-              const model::ModelLayout& layout, metrics::MetricsServer& reg) {
+              const update::JobLayout& derived, metrics::MetricsServer& reg) {
+  const model::ModelLayout& layout = derived.layout;
   SplitOptions so;
   so.threads = options.threads > 0 ? options.threads : job.roles.trainer.threads;
   so.batch = job.training.batch_size;
@@ -85,6 +118,11 @@ int RunWorker(const spec::AdamJob& job, const MainOptions& options,
   so.transport = options.transport;
   so.images = &reg.Counter("adam_model_worker_images_total",
                            "Images this model worker trained its slice of the model on");
+  so.communication = job.training.communication;
+  const GrpcParamServerClientOptions po = ClientOptions(job, options, reg);
+  so.connect_slice = [&](std::vector<model::SliceRange> slice) {
+    return Connect(job, options, derived, po, std::move(slice));
+  };
   if (Status st = RunModelWorker(layout, so, options.model_worker); !st.ok()) {
     spdlog::error("{}", st.message());
     return kExitFailed;
@@ -136,24 +174,10 @@ int TrainerRole::Run() {
   const model::ModelLayout& layout = derived_.layout;
   const shard::ShardMap& map = derived_.map;
   auto& reg = *metrics_;
-  if (options.model_worker > 0) return RunWorker(job, options, layout, reg);
+  if (options.model_worker > 0) return RunWorker(job, options, derived_, reg);
   const TrainerMetrics tm = RegisterMetrics(reg);
-  GrpcParamServerClientOptions po;
-  po.trainer_name = options.name;
-  po.trainer_index = options.index;
-  po.transport = options.transport;
-  po.format = {job.training.communication.float16, job.training.communication.zstd};
-  po.sparse_pushes = job.training.communication.filter > 0;
-  po.waits = &reg.Counter("adam_trainer_server_wait_seconds_total",
-                          "Seconds requests spent waiting for an unreachable parameter server "
-                          "(copies: 1) or data server");
-  po.waiting =
-      &reg.Gauge("adam_trainer_servers_unreachable",
-                 "1 while a push or pull waits for an unreachable parameter server (copies: 1)");
-  auto ps =
-      options.controller.empty()
-          ? ConnectParamServers(map, derived_.plan, options.param_servers, po)
-          : ConnectRoutedParamServers(map, layout, job.training.push_every, options.controller, po);
+  const GrpcParamServerClientOptions po = ClientOptions(job, options, reg);
+  auto ps = Connect(job, options, derived_, po, {});
   if (!ps.ok()) {
     spdlog::error("{}", ps.status().message());
     return 1;
@@ -166,7 +190,10 @@ int TrainerRole::Run() {
     spdlog::error("{}", st.message());
     return 1;
   }
-  const TrainerOptions to = OptionsOf(job, options);
+  TrainerOptions to = OptionsOf(job, options);
+  to.connect_slice = [&](std::vector<model::SliceRange> slice) {
+    return Connect(job, options, derived_, po, std::move(slice));
+  };
   reg.Gauge("adam_cpu_pinned", "1 when this role's threads are pinned to cores of its own, else 0")
       .Set(to.bind ? 1 : 0);
   spdlog::info("training with {} threads, batch {}, {} parameters in {} shards on {} servers",

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "model/network.h"
 #include "model/partition.h"
 #include "trainer/model_exchange.h"
+#include "trainer/slice_sync.h"
 
 namespace adam::trainer {
 
@@ -25,10 +27,16 @@ namespace {
 // and label bytes packed into floats.
 constexpr uint32_t kTagHeader = 1000;
 constexpr uint32_t kTagImages = 1001;
-// The control lane: a command, then (read, add, set) one worker's slice.
+// The control lane: a command {command, clock as two floats' bits}, then (read, add, set) one
+// worker's slice, or (push, pull) the worker's reply.
 constexpr uint32_t kTagCommand = 2000;
 constexpr uint32_t kTagSlice = 2001;
-enum Command { kStop = 0, kRead = 1, kAdd = 2, kSet = 3 };
+constexpr uint32_t kTagReply = 2002;
+enum Command { kStop = 0, kRead = 1, kAdd = 2, kSet = 3, kPush = 4, kPull = 5 };
+constexpr size_t kCommandFloats = 3;
+// A reply: {status code, text bytes, held (2), pushed bytes (2), pulled bytes (2), text...}.
+constexpr size_t kReplyFloats = 64;
+constexpr size_t kReplyText = (kReplyFloats - 8) * sizeof(float);
 // The most images one lane message may carry (a data server batch is far smaller).
 constexpr int kMaxLaneImages = 1 << 16;
 
@@ -40,8 +48,65 @@ std::vector<float> Pack(const uint8_t* a, size_t na, const uint8_t* b, size_t nb
   return out;
 }
 
+Status SendCommand(model::Exchange* ex, int to, int command, uint64_t clock = 0) {
+  std::array<float, kCommandFloats> m{float(command)};
+  std::memcpy(&m[1], &clock, sizeof clock);
+  return ex->Send(to, kTagCommand, m);
+}
+
+StatusOr<std::pair<int, uint64_t>> ReceiveCommand(model::Exchange* ex) {
+  std::array<float, kCommandFloats> m{};
+  ADAM_RETURN_IF_ERROR(ex->Receive(0, kTagCommand, m));
+  uint64_t clock = 0;
+  std::memcpy(&clock, &m[1], sizeof clock);
+  return std::pair<int, uint64_t>{int(m[0]), clock};
+}
+
+// 64-bit counts travel as two floats' bits (the exchange moves bytes; nothing reads them as
+// numbers on the way).
+void PutCount(float* at, uint64_t v) { std::memcpy(at, &v, sizeof v); }
+uint64_t GetCount(const float* at) {
+  uint64_t v = 0;
+  std::memcpy(&v, at, sizeof v);
+  return v;
+}
+
+std::array<float, kReplyFloats> EncodeReply(const Status& st, const SliceCounts& c) {
+  std::array<float, kReplyFloats> r{};
+  const std::string text = st.message().substr(0, kReplyText);
+  r[0] = float(int(st.code()));
+  r[1] = float(text.size());
+  PutCount(&r[2], uint64_t(c.held));
+  PutCount(&r[4], c.pushed_bytes);
+  PutCount(&r[6], c.pulled_bytes);
+  std::memcpy(&r[8], text.data(), text.size());
+  return r;
+}
+
+Status DecodeReply(const std::array<float, kReplyFloats>& r, int worker, SliceCounts* c) {
+  const size_t len = size_t(r[1]);
+  if (!(r[1] >= 0 && len <= kReplyText))
+    return DataLossError("model worker " + std::to_string(worker) + " sent a reply of " +
+                         std::to_string(r[1]) + " text bytes");
+  if (r[0] != 0) {
+    const std::string text(reinterpret_cast<const char*>(&r[8]), len);
+    return Status(StatusCode(int(r[0])), "model worker " + std::to_string(worker) + ": " + text);
+  }
+  c->held += int64_t(GetCount(&r[2]));
+  c->pushed_bytes += GetCount(&r[4]);
+  c->pulled_bytes += GetCount(&r[6]);
+  return OkStatus();
+}
+
 // One worker's parts: its slice's weights, its exchange and lanes; the same on every worker.
 struct Worker {
+  // Ends the streams to its peers and stops serving theirs, waiting at most 2 s for a peer to
+  // end its own (one that keeps a stream open is cut, not waited for).
+  ~Worker() {
+    exchanges.clear();
+    if (server.server)
+      server.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
   const model::ModelLayout* layout = nullptr;
   std::optional<model::Partition> part;
   int self = 0;
@@ -54,8 +119,16 @@ struct Worker {
     std::unique_ptr<model::SplitWorker> batch, one;  // batch B, and 1 for a remainder
   };
   std::vector<Lane> lanes;
+  // Its own pushes and pulls of its slice (with options.connect_slice).
+  std::unique_ptr<ParamServerClient> ps;
+  std::optional<SliceSync> sync;
 
   int workers() const { return part->workers(); }
+  // Connects the slice's client and starts its SliceSync from the slice as it is now.
+  Status StartSync();
+  // Push: the slice's change at clock 0; pull: the slice once `clock` allows.
+  Status PushOwn(SliceCounts* c);
+  Status PullOwn(uint64_t clock, SliceCounts* c);
   model::Exchange* control() { return exchanges.back().get(); }
   Status Start(const model::ModelLayout& l, const SplitOptions& o, int worker);
   // Lane t's steps over `count` images, batch by batch and the remainder one at a time.
@@ -89,6 +162,42 @@ Status Worker::Start(const model::ModelLayout& l, const SplitOptions& o, int wor
     }
     lanes.push_back(std::move(lane));
   }
+  return OkStatus();
+}
+
+Status Worker::StartSync() {
+  if (!opt.connect_slice) return OkStatus();
+  ADAM_ASSIGN_OR_RETURN(ps, opt.connect_slice(part->ranges(self)));
+  const auto n = int64_t(params.size());
+  sync.emplace(ps.get(), params, opt.communication,
+               std::vector<std::pair<int64_t, int64_t>>{{0, n}});
+  return OkStatus();
+}
+
+Status Worker::PushOwn(SliceCounts* c) {
+  const uint64_t before = ps->pushed_bytes();
+  ADAM_ASSIGN_OR_RETURN(const int64_t held, sync->Push(
+                                                [this](float* out) {
+                                                  // Lanes keep training meanwhile (Hogwild).
+                                                  std::memcpy(out, params.data(),
+                                                              params.size() * sizeof(float));
+                                                  return OkStatus();
+                                                },
+                                                {}, 0));
+  c->held += held;
+  c->pushed_bytes += ps->pushed_bytes() - before;
+  return OkStatus();
+}
+
+Status Worker::PullOwn(uint64_t clock, SliceCounts* c) {
+  const uint64_t before = ps->pulled_bytes();
+  ADAM_RETURN_IF_ERROR(sync->Pull(
+      [this](const float* delta) {
+        for (size_t i = 0; i < params.size(); ++i) params[i] += delta[i];
+        return OkStatus();
+      },
+      clock));
+  c->pulled_bytes += ps->pulled_bytes() - before;
   return OkStatus();
 }
 
@@ -135,6 +244,10 @@ class SplitReplica final : public ModelReplica {
   Status Read(float* out) override;
   Status Add(const float* delta) override;
   Status Set(const float* whole);
+  bool SyncsSlices() const override { return w_->sync.has_value(); }
+  StatusOr<SliceCounts> PushSlices() override;
+  StatusOr<SliceCounts> PullSlices(uint64_t clock) override;
+  Status StartSync() { return w_->StartSync(); }
   double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,
                   int count) override;
 
@@ -143,6 +256,8 @@ class SplitReplica final : public ModelReplica {
   double TrainChunk(int t, const uint8_t* pixels, const uint8_t* labels, int count, float lr);
   // `command` (kAdd, kSet) and each worker's slice of `whole` to that worker.
   Status SendSlices(int command, const float* whole);
+  // `command` (kPush, kPull) to every worker, the lead's own part meanwhile, then every reply.
+  StatusOr<SliceCounts> Round(int command, uint64_t clock);
   void Fail(const Status& s) {
     MutexLock lock(mu_);
     if (error_.ok()) error_ = s;
@@ -188,8 +303,7 @@ double SplitReplica::TrainChunk(int t, const uint8_t* pixels, const uint8_t* lab
 Status SplitReplica::Read(float* out) {
   w_->part->Insert(0, w_->params.data(), out);
   model::Exchange* ex = w_->control();
-  const float cmd = kRead;
-  for (int j = 1; j < w_->workers(); ++j) ADAM_RETURN_IF_ERROR(ex->Send(j, kTagCommand, {&cmd, 1}));
+  for (int j = 1; j < w_->workers(); ++j) ADAM_RETURN_IF_ERROR(SendCommand(ex, j, kRead));
   for (int j = 1; j < w_->workers(); ++j) {
     slice_.resize(size_t(w_->part->num_params(j)));
     ADAM_RETURN_IF_ERROR(ex->Receive(j, kTagSlice, slice_));
@@ -211,14 +325,32 @@ Status SplitReplica::Set(const float* whole) {
 
 Status SplitReplica::SendSlices(int command, const float* whole) {
   model::Exchange* ex = w_->control();
-  const float cmd = float(command);
   for (int j = 1; j < w_->workers(); ++j) {
     slice_.resize(size_t(w_->part->num_params(j)));
     w_->part->Extract(j, whole, slice_.data());
-    ADAM_RETURN_IF_ERROR(ex->Send(j, kTagCommand, {&cmd, 1}));
+    ADAM_RETURN_IF_ERROR(SendCommand(ex, j, command));
     ADAM_RETURN_IF_ERROR(ex->Send(j, kTagSlice, slice_));
   }
   return OkStatus();
+}
+
+StatusOr<SliceCounts> SplitReplica::PushSlices() { return Round(kPush, 0); }
+
+StatusOr<SliceCounts> SplitReplica::PullSlices(uint64_t clock) { return Round(kPull, clock); }
+
+StatusOr<SliceCounts> SplitReplica::Round(int command, uint64_t clock) {
+  model::Exchange* ex = w_->control();
+  for (int j = 1; j < w_->workers(); ++j) ADAM_RETURN_IF_ERROR(SendCommand(ex, j, command, clock));
+  SliceCounts c;
+  Status own = command == kPush ? w_->PushOwn(&c) : w_->PullOwn(clock, &c);
+  // Every reply is taken, whatever the lead's own part did: the lane stays in step.
+  for (int j = 1; j < w_->workers(); ++j) {
+    std::array<float, kReplyFloats> reply{};
+    ADAM_RETURN_IF_ERROR(ex->Receive(j, kTagReply, reply));
+    if (Status st = DecodeReply(reply, j, &c); own.ok()) own = st;
+  }
+  ADAM_RETURN_IF_ERROR(own);
+  return c;
 }
 
 double SplitReplica::Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,
@@ -249,16 +381,13 @@ double SplitReplica::Evaluate(const float* params, const uint8_t* pixels, const 
 SplitReplica::~SplitReplica() {
   // Every worker ends its lanes and its control loop; one already gone is not waited for.
   const float stop_header[2] = {-1.f, 0.f};
-  const float stop = kStop;
   for (int j = 1; j < w_->workers(); ++j) {
     for (int t = 0; t < threads(); ++t)
       (void)w_->exchanges[size_t(t)]->Send(j, kTagHeader, stop_header);
-    (void)w_->control()->Send(j, kTagCommand, {&stop, 1});
+    (void)SendCommand(w_->control(), j, kStop);
   }
-  w_->exchanges.clear();  // ends the streams
   w_->service->Close(UnavailableError("the replica stopped"));
-  w_->server.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-}
+}  // ~Worker ends the streams and the exchange server
 
 // A model worker's lane: the lead's batches until it says stop.
 Status FollowLane(Worker& w, int t) {
@@ -284,14 +413,24 @@ Status FollowLane(Worker& w, int t) {
   }
 }
 
-// A model worker's control lane: reads, changes and the stop.
+// A model worker's control lane: reads, changes, pushes, pulls and the stop.
 Status FollowControl(Worker& w) {
   model::Exchange* ex = w.control();
   std::vector<float> slice(w.params.size());
   for (;;) {
-    float cmd = 0;
-    ADAM_RETURN_IF_ERROR(ex->Receive(0, kTagCommand, {&cmd, 1}));
-    switch (int(cmd)) {
+    ADAM_ASSIGN_OR_RETURN(const auto command, ReceiveCommand(ex));
+    const auto [cmd, clock] = command;
+    switch (cmd) {
+      case kPush:
+      case kPull: {
+        if (!w.sync)
+          return InternalError("model worker: the lead asked a push of a worker without a client");
+        SliceCounts c;
+        const Status st = cmd == kPush ? w.PushOwn(&c) : w.PullOwn(clock, &c);
+        ADAM_RETURN_IF_ERROR(ex->Send(0, kTagReply, EncodeReply(st, c)));
+        ADAM_RETURN_IF_ERROR(st);  // the lead has it; this worker ends with it too
+        break;
+      }
       case kStop:
         return OkStatus();
       case kRead:
@@ -329,6 +468,7 @@ StatusOr<std::unique_ptr<ModelReplica>> CreateSplitReplica(const model::ModelLay
   ADAM_RETURN_IF_ERROR(w->Start(layout, options, 0));
   auto r = std::make_unique<SplitReplica>(std::move(w));
   ADAM_RETURN_IF_ERROR(r->Set(initial));
+  ADAM_RETURN_IF_ERROR(r->StartSync());
   return std::unique_ptr<ModelReplica>(std::move(r));
 }
 
@@ -340,11 +480,12 @@ Status RunModelWorker(const model::ModelLayout& layout, const SplitOptions& opti
   spdlog::info("model worker {} of {}: {} of {} parameters, waiting for the lead at {}", worker,
                w.workers(), w.params.size(), layout.num_params(), options.workers[0]);
   // The slice first: no lane trains before it has the lead's weights.
-  float cmd = 0;
-  ADAM_RETURN_IF_ERROR(w.control()->Receive(0, kTagCommand, {&cmd, 1}));
-  if (int(cmd) != kSet)
-    return InternalError("model worker: the lead's first command was " + std::to_string(cmd));
+  ADAM_ASSIGN_OR_RETURN(const auto first, ReceiveCommand(w.control()));
+  if (first.first != kSet)
+    return InternalError("model worker: the lead's first command was " +
+                         std::to_string(first.first));
   ADAM_RETURN_IF_ERROR(w.control()->Receive(0, kTagSlice, w.params));
+  ADAM_RETURN_IF_ERROR(w.StartSync());
   std::vector<Status> lanes(size_t(options.threads));
   std::vector<std::thread> threads;
   threads.reserve(size_t(options.threads));
@@ -352,15 +493,15 @@ Status RunModelWorker(const model::ModelLayout& layout, const SplitOptions& opti
     threads.emplace_back([&w, &lanes, t] {
       omp_set_num_threads(1);
       lanes[size_t(t)] = FollowLane(w, t);
+      // A lane that failed ends the worker: its control lane stops waiting, and the lead's
+      // streams to it are cut when it exits, so the lead fails at once naming it.
+      if (!lanes[size_t(t)].ok()) w.service->Close(lanes[size_t(t)]);
     });
   Status control = FollowControl(w);
   if (!control.ok()) w.service->Close(control);  // the lanes would wait for nothing
   for (auto& th : threads) th.join();
   for (const auto& s : lanes) ADAM_RETURN_IF_ERROR(s);
-  ADAM_RETURN_IF_ERROR(control);
-  w.exchanges.clear();
-  w.server.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  return OkStatus();
+  return control;  // ~Worker shuts the exchange down
 }
 
 }  // namespace adam::trainer

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -20,8 +21,8 @@
 #include "trainer/batch_queue.h"
 #include "trainer/replica.h"
 #include "trainer/server_wait.h"
+#include "trainer/slice_sync.h"
 #include "trainer/split_replica.h"
-#include "update/codec.h"
 #include "update/update_plan.h"
 
 namespace adam::trainer {
@@ -53,13 +54,13 @@ struct Trainer::Impl {
   // The sync thread's state (the main thread's too, before the sync thread starts and after it
   // ends).
   Mutex sync_mu;
-  std::vector<float> w0 ABSL_GUARDED_BY(sync_mu), snapshot ABSL_GUARDED_BY(sync_mu),
-      delta ABSL_GUARDED_BY(sync_mu), pulled ABSL_GUARDED_BY(sync_mu);
-  // The significantly-modified filter (spec.training.communication), when on or when values
-  // travel as float16: what each entry still owes the servers, and what this push sends; over
-  // the parameters that travel as weight deltas only (filter_spans, the plan's DeltaSpans).
-  std::vector<float> pending ABSL_GUARDED_BY(sync_mu), sent ABSL_GUARDED_BY(sync_mu);
-  std::vector<std::pair<int64_t, int64_t>> filter_spans;
+  // The whole replica's weights against the servers (not for a split replica, whose workers
+  // each keep their own slice's); the filter runs over the parameters that travel as weight
+  // deltas (the plan's DeltaSpans).
+  std::optional<SliceSync> slices ABSL_GUARDED_BY(sync_mu);
+  // Bytes a split replica's slices pushed and pulled (its workers' own clients).
+  uint64_t slice_push_bytes ABSL_GUARDED_BY(sync_mu) = 0;
+  uint64_t slice_pull_bytes ABSL_GUARDED_BY(sync_mu) = 0;
   // Per worker, swapped out of the replica at each push.
   std::vector<DenseLog> logs ABSL_GUARDED_BY(sync_mu);
   int64_t ring_waits_seen ABSL_GUARDED_BY(sync_mu) = 0;  // replica->ring_waits() at the last push
@@ -108,6 +109,12 @@ struct Trainer::Impl {
   Status CheckDataServer();
   Status FetchTestSet();
   Status Sync(bool epoch_end);
+  // Sync of a split replica: every worker pushes its slice, the trainer's own push moves its
+  // clock, every worker pulls its slice.
+  Status SyncSlices(bool epoch_end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu);
+  // After a push and pull: the metrics, and the workers let go.
+  void Synced(int64_t seen, Clock::time_point t0, Clock::time_point t1, uint64_t pushed,
+              uint64_t pulled, int64_t held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu);
   void TrainItem(int t, const BatchItem& item);
   void PrefetchLoop();
   void SyncLoop();
@@ -185,46 +192,61 @@ Status Trainer::Impl::FetchTestSet() {
 
 Status Trainer::Impl::Sync(bool epoch_end) {
   MutexLock lock(sync_mu);
+  if (replica->SyncsSlices()) return SyncSlices(epoch_end);
   const int64_t seen = images_since_sync.load(std::memory_order_relaxed);
-  const int64_t n = layout->num_params();
   // The dense logs first, then the weights: every logged image's update is in the snapshot (an
   // image logged later may be too: it is sent next time and its local effect comes back with
   // the pull after that).
-  PushArgs args;
+  std::vector<DenseBatch> dense;
   for (int t = 0; t < replica->threads(); ++t) {
     DenseLog& log = logs[size_t(t)];
     replica->TakeDenseLog(t, &log);
     if (log.images == 0) continue;
     for (size_t k = 0; k < plan->dense().size(); ++k)
-      args.dense.push_back(
+      dense.push_back(
           {plan->dense()[k].layer, log.images, log.activations[k].data(), log.errors[k].data()});
   }
-  ADAM_RETURN_IF_ERROR(replica->Read(snapshot.data()));  // workers keep training meanwhile
-  for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = snapshot[size_t(i)] - w0[size_t(i)];
   clock = epoch_end ? ((clock >> 32) + 1) << 32 : clock + 1;
-  args.delta = delta.data();
-  if (!pending.empty()) {
-    const spec::CommunicationSpec& c = job.training.communication;
-    int64_t held = 0;
-    for (const auto& [begin, end] : filter_spans) {
-      for (int64_t i = begin; i < end; ++i) pending[size_t(i)] += delta[size_t(i)];
-      held += update::TakeSignificant(pending.data() + begin, sent.data() + begin, end - begin,
-                                      float(c.filter), c.float16)
-                  .held;
-    }
-    if (m.held_back) m.held_back->Increment(double(held));
-    args.delta = sent.data();  // zero outside the spans, which the push does not read
-  }
-  args.clock = clock;
   const uint64_t pushed0 = ps->pushed_bytes() + ps->dense_bytes(), pulled0 = ps->pulled_bytes();
-  const auto t0 = std::chrono::steady_clock::now();
-  ADAM_RETURN_IF_ERROR(ps->Push(args));
-  const auto t1 = std::chrono::steady_clock::now();
-  ADAM_RETURN_IF_ERROR(ps->Pull(pulled.data(), clock));
+  const auto t0 = Clock::now();
+  // The workers keep training while the weights are read and while the push and pull travel.
+  ADAM_ASSIGN_OR_RETURN(
+      const int64_t held,
+      slices->Push([this](float* out) { return replica->Read(out); }, std::move(dense), clock));
+  const auto t1 = Clock::now();
+  ADAM_RETURN_IF_ERROR(
+      slices->Pull([this](const float* delta) { return replica->Add(delta); }, clock));
+  Synced(seen, t0, t1, ps->pushed_bytes() + ps->dense_bytes() - pushed0,
+         ps->pulled_bytes() - pulled0, held);
+  return OkStatus();
+}
+
+Status Trainer::Impl::SyncSlices(bool epoch_end) {
+  const int64_t seen = images_since_sync.load(std::memory_order_relaxed);
+  clock = epoch_end ? ((clock >> 32) + 1) << 32 : clock + 1;
+  const uint64_t pushed0 = ps->pushed_bytes();
+  const auto t0 = Clock::now();
+  ADAM_ASSIGN_OR_RETURN(const SliceCounts pushed, replica->PushSlices());
+  // Every slice is in: the trainer's clock moves (a push of the clock alone), and only then may
+  // a pull at that clock, this replica's or another's, be served.
+  PushArgs tick;
+  tick.clock = clock;
+  ADAM_RETURN_IF_ERROR(ps->Push(tick));
+  const auto t1 = Clock::now();
+  ADAM_ASSIGN_OR_RETURN(const SliceCounts pulled, replica->PullSlices(clock));
+  slice_push_bytes += pushed.pushed_bytes;
+  slice_pull_bytes += pulled.pulled_bytes;
+  Synced(seen, t0, t1, pushed.pushed_bytes + ps->pushed_bytes() - pushed0, pulled.pulled_bytes,
+         pushed.held);
+  return OkStatus();
+}
+
+void Trainer::Impl::Synced(int64_t seen, Clock::time_point t0, Clock::time_point t1,
+                           uint64_t pushed, uint64_t pulled, int64_t held) {
   if (m.push_seconds) m.push_seconds->Observe(std::chrono::duration<double>(t1 - t0).count());
   if (m.pull_seconds)
-    m.pull_seconds->Observe(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    m.pull_seconds->Observe(std::chrono::duration<double>(Clock::now() - t1).count());
+  if (m.held_back) m.held_back->Increment(double(held));
   // How stale the replica's weights were: images trained on them since the last pull.
   if (m.staleness) m.staleness->Set(double(seen));
   if (m.map_version) m.map_version->Set(double(ps->shard_map_version()));
@@ -233,21 +255,14 @@ Status Trainer::Impl::Sync(bool epoch_end) {
     m.ring_waits->Increment(double(waits - ring_waits_seen));
     ring_waits_seen = waits;
   }
-  // The replica becomes the pulled weights plus what the workers added while the push and pull
-  // were in flight: w += pulled - snapshot (the push is done with delta).
-  for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = pulled[size_t(i)] - snapshot[size_t(i)];
-  ADAM_RETURN_IF_ERROR(replica->Add(delta.data()));
-  w0.swap(pulled);
   images_since_sync.fetch_sub(seen, std::memory_order_relaxed);
   {
     MutexLock gl(gate_mu);
     gate_cv.notify_all();
   }
   if (m.pushes) m.pushes->Increment();
-  if (m.push_bytes)
-    m.push_bytes->Increment(double(ps->pushed_bytes() + ps->dense_bytes() - pushed0));
-  if (m.pull_bytes) m.pull_bytes->Increment(double(ps->pulled_bytes() - pulled0));
-  return OkStatus();
+  if (m.push_bytes) m.push_bytes->Increment(double(pushed));
+  if (m.pull_bytes) m.pull_bytes->Increment(double(pulled));
 }
 
 void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
@@ -363,9 +378,16 @@ void Trainer::Impl::SyncLoop() {
 
 double Trainer::Impl::Evaluate() {
   std::vector<float> global;
-  {
+  if (replica->SyncsSlices()) {
+    // The slices are the workers': the global model, whole, from the servers.
+    global.resize(size_t(layout->num_params()));
+    if (Status st = ps->Pull(global.data(), 0); !st.ok()) {
+      Fail(st);
+      return 0;
+    }
+  } else {
     MutexLock lock(sync_mu);
-    global = w0;
+    global = slices->w0();
   }
   const double acc =
       replica->Evaluate(global.data(), reinterpret_cast<const uint8_t*>(test_pixels.data()),
@@ -401,15 +423,7 @@ Status Trainer::Impl::Setup(bool evaluates) {
   const size_t n = size_t(layout->num_params());
   {
     MutexLock setup(sync_mu);  // no other thread yet; the analysis cannot know that
-    w0.resize(n);
-    snapshot.resize(n);
-    delta.resize(n);
-    pulled.resize(n);
-    if (job.training.communication.filter > 0 || job.training.communication.float16) {
-      pending.assign(n, 0.f);
-      sent.assign(n, 0.f);
-      filter_spans = plan->DeltaSpans(int64_t(n));
-    }
+    std::vector<float> w0(n);
     ADAM_RETURN_IF_ERROR(ps->Pull(w0.data(), 0));
     ReplicaOptions ro;
     for (const auto& d : plan->dense()) ro.record_layers.push_back(d.layer);
@@ -433,8 +447,15 @@ Status Trainer::Impl::Setup(bool evaluates) {
       so.weight_decay = ro.weight_decay;
       so.workers = opt.model_workers;
       so.transport = opt.transport;
+      so.communication = job.training.communication;
+      so.connect_slice = opt.connect_slice;
       ADAM_ASSIGN_OR_RETURN(replica, CreateSplitReplica(*layout, so, w0.data()));
     }
+    // A split replica's workers each keep their own slice's; without a connector the whole
+    // vector travels through the lead (SplitReplica's Read and Add).
+    if (!replica->SyncsSlices())
+      slices.emplace(ps.get(), std::move(w0), job.training.communication,
+                     plan->DeltaSpans(int64_t(n)));
     logs.resize(size_t(opt.threads));
   }
   loss.assign(size_t(opt.threads), 0);
@@ -614,8 +635,11 @@ StatusOr<TrainerResult> Trainer::Run() {
   s.Leave(prefetcher, syncer);
   if (Status err = s.Error(); !err.ok()) return err;
   if (evaluates && result.diverged.empty()) ADAM_RETURN_IF_ERROR(s.WriteModel(result.epochs));
-  result.push_bytes = s.ps->pushed_bytes() + s.ps->dense_bytes();
-  result.pull_bytes = s.ps->pulled_bytes();
+  {
+    MutexLock lock(s.sync_mu);
+    result.push_bytes = s.ps->pushed_bytes() + s.ps->dense_bytes() + s.slice_push_bytes;
+    result.pull_bytes = s.ps->pulled_bytes() + s.slice_pull_bytes;
+  }
   EmitEvent({{"event", "done"},
              {"trainer", s.opt.index},
              {"epochs", result.epochs},

@@ -47,6 +47,10 @@ struct TrainerOptions {
   // transport serves and dials them.
   std::vector<std::string> model_workers;
   std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
+  // A split replica's lead pushes and pulls its own slice through a client of this (each model
+  // worker has its own); the trainer's whole client keeps the clock, the initial pull and the
+  // evaluations. Needed with model_workers.
+  SliceConnector connect_slice;
 };
 
 struct TrainerMetrics {
