@@ -46,6 +46,26 @@ TEST(DataSource, EachEpochIsADifferentDeterministicShuffle) {
   EXPECT_NE(Share(*a, 0, 0), Share(*a, 0, 1));
 }
 
+// A data server that restarted knows no trainer's finished epoch; the trainers that ask for the
+// next epoch's images have finished the one before, so the quorum still closes it for the
+// straggler as the first server would have.
+TEST(DataSource, ARestartedServerLearnsFinishedEpochsFromTheNextEpochsRequests) {
+  auto src = MakeSource(400, 4, 0.75, 10);  // the new process: nothing finished yet
+  BatchView v;
+  for (int t = 0; t < 2; ++t) {
+    ASSERT_TRUE(src->GetBatch(t, 3, 0, &v).ok());
+    EXPECT_EQ(v.count, 10);
+  }
+  ASSERT_TRUE(src->GetBatch(3, 2, 4, &v).ok());
+  EXPECT_FALSE(v.epoch_closed);  // two of the three needed
+  auto r = src->FinishEpoch(2, 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->finished, 3);
+  EXPECT_TRUE(r->closed_now);
+  ASSERT_TRUE(src->GetBatch(3, 2, 5, &v).ok());
+  EXPECT_TRUE(v.epoch_closed);
+}
+
 TEST(DataSource, QuorumClosesTheEpochForStragglers) {
   auto src = MakeSource(400, 4, 0.75, 10);
   EXPECT_EQ(src->quorum_count(0), 3);

@@ -136,6 +136,9 @@ Status DataSource::GetBatch(int trainer, uint32_t epoch, uint32_t batch_index, B
     if (trainer < 0 || trainer >= std::max(trainers_, shares))
       return InvalidArgumentError("trainer " + std::to_string(trainer) + " is out of range [0, " +
                                   std::to_string(trainers_) + ")");
+    // A trainer asking for this epoch's images has finished the one before: a data server that
+    // restarted learns it again from the requests, so the quorum still closes that epoch.
+    if (epoch > 0) MarkFinishedLocked(trainer, epoch - 1);
     out->job_stopped = stopped_;
     out->epoch_closed = closed_.count(epoch) > 0;
   }
@@ -169,16 +172,20 @@ StatusOr<DataSource::Finished> DataSource::FinishEpoch(int trainer, uint32_t epo
   if (trainer < 0 || trainer >= std::max(trainers_, shares))
     return InvalidArgumentError("trainer " + std::to_string(trainer) + " is out of range [0, " +
                                 std::to_string(trainers_) + ")");
-  auto& done = finished_[epoch];
-  // A trainer added after the epoch started had no share of it: its finish proves nothing.
-  if (trainer < shares) done.insert(trainer);
-  Finished f;
-  f.finished = int(done.size());
   const bool was_closed = closed_.count(epoch) > 0;
-  if (f.finished >= QuorumLocked(epoch)) closed_.insert(epoch);
+  Finished f;
+  f.finished = MarkFinishedLocked(trainer, epoch);
   f.closed = closed_.count(epoch) > 0;
   f.closed_now = f.closed && !was_closed;
   return f;
+}
+
+int DataSource::MarkFinishedLocked(int trainer, uint32_t epoch) {
+  auto& done = finished_[epoch];
+  // A trainer added after the epoch started had no share of it: its finish proves nothing.
+  if (trainer < SharesOfLocked(epoch)) done.insert(trainer);
+  if (int(done.size()) >= QuorumLocked(epoch)) closed_.insert(epoch);
+  return int(done.size());
 }
 
 void DataSource::GetTestBatch(uint32_t offset, uint32_t max_count, BatchView* out) const {

@@ -95,6 +95,9 @@ class DataSource {
   // M_e, fixed at the first call for `epoch`.
   int SharesOfLocked(uint32_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int QuorumLocked(uint32_t epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `trainer` finished `epoch` (a trainer with no share of it counts for nothing); closes the
+  // epoch at its quorum. Returns the trainers finished.
+  int MarkFinishedLocked(int trainer, uint32_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int ShareSizeOf(int trainer, int shares) const;
   void PrefetchLoop();
 
