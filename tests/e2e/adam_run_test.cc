@@ -221,6 +221,25 @@ TEST_F(AdamRun, ASplitReplicaTrainsAsAWholeOneDoes) {
   EXPECT_GT(s["push_bytes_per_image"].get<double>(), 0) << split.out;
 }
 
+// A split replica is one unit: a model worker killed for good fails its lead, and adam run
+// starts the whole replica again (as the operator replaces its pods), which rejoins where the
+// job is and trains it to the end.
+TEST_F(AdamRun, ASplitReplicaWhoseWorkerIsKilledStartsAgainWhole) {
+  const std::string job = Manifest(
+      dir_, "epochs: 12, learningRate: 0.02, pushEvery: 50",
+      "parameterServer: {replicas: 2, shardBytes: 1024}, trainer: {replicas: 1, threads: 2, "
+      "modelWorkers: 2}");
+  const Result r = Adam(dir_, "run " + job + " --output json --kill trainer-0-w1@1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("epochs").get<int>(), 12) << r.out;
+  EXPECT_GT(j.at("test_accuracy").get<double>(), 0.9) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("kill -9 trainer-0-w1"));
+  EXPECT_THAT(r.err, HasSubstr("; restarting split replica trainer-0 whole (1 of 3 times)"));
+  EXPECT_THAT(r.err, HasSubstr("adam run: restarting trainer-0-w1"));
+  EXPECT_THAT(r.err, HasSubstr("adam run: restarting trainer-0 at"));
+}
+
 TEST_F(AdamRun, TargetAccuracyEndsTheJobEarly) {
   const std::string job = Manifest(dir_, "epochs: 50, learningRate: 0.02, targetAccuracy: 0.6",
                                    "trainer: {replicas: 1, threads: 2}");

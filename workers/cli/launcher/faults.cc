@@ -25,6 +25,7 @@ void Faults::Tick(double t, std::deque<Child>& children, RunLog& log,
     // server on new ports, which it registers with the controller (without one, on its old
     // port); the data server on its old port; a trainer with the addresses the first ones had.
     spawn(it->first);
+    replicas_.erase(it->first.name);
     it = restarts_.erase(it);
   }
 }
@@ -79,6 +80,12 @@ void Faults::Chaos(double t, std::deque<Child>& children, RunLog& log) {
     restarts_.push_back({c.inst, t + 1.0});
   }
   next_chaos_ = t + 1.0 + double(chaos_rng_() % 1000) / 1000.0;
+}
+
+void Faults::Restart(const spec::RoleInstance& in, double at) {
+  std::erase_if(restarts_, [&](const auto& r) { return r.first.name == in.name; });
+  restarts_.push_back({in, at});
+  replicas_.insert(in.name);
 }
 
 }  // namespace adam::launcher

@@ -24,6 +24,11 @@ class Faults {
   // starts again, through `spawn`, what is due to come back.
   void Tick(double t, std::deque<Child>& children, RunLog& log,
             const std::function<void(const spec::RoleInstance&)>& spawn);
+  // Starts `in` again at `at` seconds (a split replica's processes, all together), in place of
+  // any restart of it already due.
+  void Restart(const spec::RoleInstance& in, double at);
+  // Whether a process Restart was given is still due to start.
+  bool RestartingAReplica() const { return !replicas_.empty(); }
 
  private:
   void Kills(double t, std::deque<Child>& children, RunLog& log);
@@ -33,6 +38,7 @@ class Faults {
   const bool ha_;
   std::set<size_t> done_kills_;
   std::vector<std::pair<spec::RoleInstance, double>> restarts_;  // instance, at seconds
+  std::set<std::string> replicas_;  // the names among them that Restart gave
   std::mt19937_64 chaos_rng_;
   double next_chaos_ = 1.0;
 };

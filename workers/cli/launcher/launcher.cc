@@ -308,7 +308,7 @@ class Supervisor {
                     [this](const spec::RoleInstance& in) { Spawn(in, endpoints_); });
       if (!StartJoiningServers(plan)) return 1;
       log_.SampleRate();
-      bool all_done = true;
+      bool all_done = !faults_->RestartingAReplica();
       for (const auto& c : children_.all())
         if (c.inst.role == spec::Role::kTrainer && !c.exited) all_done = false;
       if (all_done) break;
@@ -478,9 +478,42 @@ class Supervisor {
       return kExitDiverged;
     }
     if (c.expected_exit) return -1;
+    if (RestartReplica(c)) return -1;
     Fail(&c, c.inst.name + " " + ExitText(status));
     // A role that refused its input (a data file) makes the run's exit 2, as a manifest does.
     return WIFEXITED(status) && WEXITSTATUS(status) == kExitInvalid ? kExitInvalid : kExitFailed;
+  }
+
+  // A split replica is one unit, as its pods are on Kubernetes: when one of its processes fails
+  // (a lost model worker fails its lead, a lost lead its workers), the others are stopped and all
+  // of them start again a second later, rejoining where the job is. At most
+  // kMaxReplicaRestarts times per replica; after that the run fails as for any role.
+  bool RestartReplica(const Child& failed) {
+    if (failed.inst.role != spec::Role::kTrainer || job_.roles.trainer.model_workers < 2 ||
+        failed.inst.name == "evaluator")
+      return false;
+    const int i = failed.inst.index;
+    int& restarts = replica_restarts_[i];
+    if (restarts >= kMaxReplicaRestarts) return false;
+    ++restarts;
+    const double t = log_.TrainSeconds();
+    std::fprintf(stderr,
+                 "adam run: %s %s; restarting split replica trainer-%d whole (%d of %d times)\n",
+                 failed.inst.name.c_str(), ExitText(failed.wait_status).c_str(), i, restarts,
+                 kMaxReplicaRestarts);
+    log_.Mark("restart split replica trainer-" + std::to_string(i));
+    std::map<std::string, spec::RoleInstance> members;
+    for (auto& c : children_.all()) {
+      if (c.inst.role != spec::Role::kTrainer || c.inst.index != i || c.inst.name == "evaluator")
+        continue;
+      members.emplace(c.inst.name, c.inst);
+      if (c.exited) continue;
+      c.expected_exit = true;
+      kill(c.pid, SIGKILL);
+    }
+    // A second later: the killed ones' ports (the exchange's, fixed by the plan) are free by then.
+    for (const auto& [name, in] : members) faults_->Restart(in, t + 1.0);
+    return true;
   }
 
   void Line(Child& c, const std::string& line) {
@@ -566,6 +599,8 @@ class Supervisor {
   std::atomic<int> ps_wanted_{0};  // its parameter-server count
   std::unique_ptr<spec::ManifestWatcher> ps_follower_;  // sets ps_wanted_
   std::set<std::string> retired_;                       // servers that left the job
+  static constexpr int kMaxReplicaRestarts = 3;
+  std::map<int, int> replica_restarts_;  // split replicas started again, by trainer index
 };
 
 }  // namespace
