@@ -59,6 +59,8 @@ StatusOr<std::pair<int, uint64_t>> ReceiveCommand(model::Exchange* ex) {
   ADAM_RETURN_IF_ERROR(ex->Receive(0, kTagCommand, m));
   uint64_t clock = 0;
   std::memcpy(&clock, &m[1], sizeof clock);
+  if (!(m[0] >= 0 && m[0] <= 100))  // any command is refused below; this one is no integer
+    return InternalError("model worker: the lead sent command " + std::to_string(m[0]));
   return std::pair<int, uint64_t>{int(m[0]), clock};
 }
 
@@ -84,12 +86,13 @@ std::array<float, kReplyFloats> EncodeReply(const Status& st, const SliceCounts&
 }
 
 Status DecodeReply(const std::array<float, kReplyFloats>& r, int worker, SliceCounts* c) {
-  const size_t len = size_t(r[1]);
-  if (!(r[1] >= 0 && len <= kReplyText))
-    return DataLossError("model worker " + std::to_string(worker) + " sent a reply of " +
-                         std::to_string(r[1]) + " text bytes");
+  // Checked as floats first: a float out of an integer's range does not convert.
+  if (!(r[1] >= 0 && r[1] <= float(kReplyText)) ||
+      !(r[0] >= 0 && r[0] <= float(int(StatusCode::kOutOfRange))))
+    return DataLossError("model worker " + std::to_string(worker) + " sent a reply of code " +
+                         std::to_string(r[0]) + " with " + std::to_string(r[1]) + " text bytes");
   if (r[0] != 0) {
-    const std::string text(reinterpret_cast<const char*>(&r[8]), len);
+    const std::string text(reinterpret_cast<const char*>(&r[8]), size_t(r[1]));
     return Status(StatusCode(int(r[0])), "model worker " + std::to_string(worker) + ": " + text);
   }
   c->held += int64_t(GetCount(&r[2]));
