@@ -464,7 +464,10 @@ class Supervisor {
   int Exited(const Child& c) {
     const int status = c.wait_status;
     const bool ok_exit = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (c.inst.role == spec::Role::kTrainer && ok_exit) return -1;
+    if (c.inst.role == spec::Role::kTrainer && ok_exit) {
+      if (c.inst.model_worker == 0) finished_.insert(c.inst.index);
+      return -1;
+    }
     if (ha_ && !c.expected_exit &&
         (c.inst.role == spec::Role::kParamServer || c.inst.role == spec::Role::kController)) {
       std::fprintf(stderr, "adam run: %s %s; the job goes on without it\n", c.inst.name.c_str(),
@@ -493,6 +496,11 @@ class Supervisor {
         failed.inst.name == "evaluator")
       return false;
     const int i = failed.inst.index;
+    if (finished_.count(i)) {  // its lead is done: a worker cut off while stopping is no fault
+      std::fprintf(stderr, "adam run: %s %s after trainer-%d finished\n", failed.inst.name.c_str(),
+                   ExitText(failed.wait_status).c_str(), i);
+      return true;
+    }
     int& restarts = replica_restarts_[i];
     if (restarts >= kMaxReplicaRestarts) return false;
     ++restarts;
@@ -601,6 +609,7 @@ class Supervisor {
   std::set<std::string> retired_;                       // servers that left the job
   static constexpr int kMaxReplicaRestarts = 3;
   std::map<int, int> replica_restarts_;  // split replicas started again, by trainer index
+  std::set<int> finished_;               // trainers (leads) that exited 0
 };
 
 }  // namespace
