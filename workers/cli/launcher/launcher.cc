@@ -480,17 +480,20 @@ class Supervisor {
            log_.diverged().empty() ? c.inst.name + ": training diverged" : log_.diverged());
       return kExitDiverged;
     }
-    if (c.expected_exit) return -1;
+    if (replica_kills_.erase(c.pid) > 0) return -1;  // stopped by its replica's restart
+    // A split replica's process that ended, killed on purpose or not, restarts its replica.
     if (RestartReplica(c)) return -1;
+    if (c.expected_exit) return -1;
     Fail(&c, c.inst.name + " " + ExitText(status));
     // A role that refused its input (a data file) makes the run's exit 2, as a manifest does.
     return WIFEXITED(status) && WEXITSTATUS(status) == kExitInvalid ? kExitInvalid : kExitFailed;
   }
 
-  // A split replica is one unit, as its pods are on Kubernetes: when one of its processes fails
-  // (a lost model worker fails its lead, a lost lead its workers), the others are stopped and all
-  // of them start again a second later, rejoining where the job is. At most
-  // kMaxReplicaRestarts times per replica; after that the run fails as for any role.
+  // A split replica is one unit, as its pods are on Kubernetes: when one of its processes ends
+  // other than done (killed, or failed: a lost model worker fails its lead, a lost lead its
+  // workers), the others are stopped and all of them start again a second later, rejoining
+  // where the job is. At most kMaxReplicaRestarts times per replica; after that the run fails as
+  // for any role (goes on, for a process killed on purpose).
   bool RestartReplica(const Child& failed) {
     if (failed.inst.role != spec::Role::kTrainer || job_.roles.trainer.model_workers < 2 ||
         failed.inst.name == "evaluator")
@@ -517,6 +520,7 @@ class Supervisor {
       members.emplace(c.inst.name, c.inst);
       if (c.exited) continue;
       c.expected_exit = true;
+      replica_kills_.insert(c.pid);
       kill(c.pid, SIGKILL);
     }
     // A second later: the killed ones' ports (the exchange's, fixed by the plan) are free by then.
@@ -610,6 +614,7 @@ class Supervisor {
   static constexpr int kMaxReplicaRestarts = 3;
   std::map<int, int> replica_restarts_;  // split replicas started again, by trainer index
   std::set<int> finished_;               // trainers (leads) that exited 0
+  std::set<pid_t> replica_kills_;        // processes a replica's restart stopped
 };
 
 }  // namespace
