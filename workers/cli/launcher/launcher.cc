@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -523,8 +524,20 @@ class Supervisor {
       replica_kills_.insert(c.pid);
       kill(c.pid, SIGKILL);
     }
-    // A second later: the killed ones' ports (the exchange's, fixed by the plan) are free by then.
-    for (const auto& [name, in] : members) faults_->Restart(in, t + 1.0);
+    // A second later, each on a new port of the exchange (a process that could not listen, its
+    // port taken by another since the plan picked it, gets another chance), all told the others'.
+    std::vector<spec::RoleInstance> group;
+    for (const auto& [name, in] : members) group.push_back(in);
+    std::sort(group.begin(), group.end(),
+              [](const auto& a, const auto& b) { return a.model_worker < b.model_worker; });
+    std::string addresses;
+    for (auto& in : group) {
+      if (const int port = FreePort(in.host); port > 0) in.port = port;
+      addresses += (addresses.empty() ? "" : ",") + in.host + ":" + std::to_string(in.port);
+    }
+    if (size_t(i) < endpoints_.model_workers.size())
+      endpoints_.model_workers[size_t(i)] = addresses;
+    for (const auto& in : group) faults_->Restart(in, t + 1.0);
     return true;
   }
 
