@@ -527,6 +527,7 @@ class Supervisor {
     // A second later, each on a new port of the exchange (a process that could not listen, its
     // port taken by another since the plan picked it, gets another chance), all told the others'.
     std::vector<spec::RoleInstance> group;
+    group.reserve(members.size());
     for (const auto& [name, in] : members) group.push_back(in);
     std::sort(group.begin(), group.end(),
               [](const auto& a, const auto& b) { return a.model_worker < b.model_worker; });
