@@ -134,6 +134,16 @@ TEST(ModelExchange, RefusesABoundaryFromAWorkerOrLaneItDoesNotHave) {
   }
 }
 
+// A split replica of two workers on loopback ports, `lanes` lanes each.
+SplitOptions TwoWorkers(int lanes) {
+  SplitOptions o;
+  o.threads = lanes;
+  o.timeout = std::chrono::seconds(20);
+  o.workers = {"127.0.0.1:" + std::to_string(FreePort()),
+               "127.0.0.1:" + std::to_string(FreePort())};
+  return o;
+}
+
 // The lead and a model worker process's loop, in one process: the lead hands out its weights,
 // reads back exactly what it set and added, trains both slices, and stopping it ends the worker.
 TEST(SplitReplica, ReadsWhatItSetAndAddedTrainsAndStopsItsWorker) {
@@ -146,11 +156,7 @@ TEST(SplitReplica, ReadsWhatItSetAndAddedTrainsAndStopsItsWorker) {
   std::vector<float> initial(count), delta(count), got(count);
   layout->InitParams(8, initial.data());
   for (int64_t i = 0; i < n; ++i) delta[size_t(i)] = 0.001f * float(i % 7);
-  SplitOptions o;
-  o.threads = 2;
-  o.timeout = std::chrono::seconds(20);
-  o.workers = {"127.0.0.1:" + std::to_string(FreePort()),
-               "127.0.0.1:" + std::to_string(FreePort())};
+  const SplitOptions o = TwoWorkers(2);
   Status worker;
   std::thread follower([&] { worker = RunModelWorker(*layout, o, 1); });
   {
@@ -196,11 +202,7 @@ TEST(SplitReplica, AModelWorkerRefusesABatchHeaderPastTheLimit) {
   ASSERT_TRUE(layout.ok());
   auto part = model::Partition::Make(*layout, 2);
   ASSERT_TRUE(part.ok());
-  SplitOptions o;
-  o.threads = 1;
-  o.timeout = std::chrono::seconds(20);
-  o.workers = {"127.0.0.1:" + std::to_string(FreePort()),
-               "127.0.0.1:" + std::to_string(FreePort())};
+  const SplitOptions o = TwoWorkers(1);
   Status worker;
   std::thread follower([&] { worker = RunModelWorker(*layout, o, 1); });
   {

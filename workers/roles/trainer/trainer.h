@@ -49,7 +49,8 @@ struct TrainerOptions {
   std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
   // A split replica's lead pushes and pulls its own slice through a client of this (each model
   // worker has its own); the trainer's whole client keeps the clock, the initial pull and the
-  // evaluations. Needed with model_workers.
+  // evaluations. Without it the lead moves the whole vector for its workers (SplitReplica's
+  // Read and Add), as `adam trainer` never does.
   SliceConnector connect_slice;
 };
 
