@@ -66,6 +66,26 @@ TEST(DataSource, ARestartedServerLearnsFinishedEpochsFromTheNextEpochsRequests) 
   EXPECT_TRUE(v.epoch_closed);
 }
 
+// Late in a long job the bookkeeping holds only the last 64 epochs; a trainer restarted there
+// that asks for an epoch long gone (epoch 0, or the one before the next it asks for) is served
+// the same share as ever, and the epoch it asks about is the one it gets an answer for. (The
+// entry made for such an epoch was the oldest and went at once, read after it was freed: the
+// AddressSanitizer finding of a restarted trainer's job.)
+TEST(DataSource, AnEpochLongPastIsServedAgainLateInALongJob) {
+  auto src = MakeSource(200, 2, 1.0, 10);
+  const auto first = Share(*src, 1, 0);
+  BatchView v;
+  for (uint32_t e = 1; e <= 80; ++e) ASSERT_TRUE(src->GetBatch(0, e, 0, &v).ok());
+  EXPECT_EQ(Share(*src, 1, 0), first);
+  EXPECT_EQ(src->ShareSize(1, 0), 100);
+  ASSERT_TRUE(src->GetBatch(1, 2, 0, &v).ok());  // trainer 1 has finished epoch 1, as 0 has
+  EXPECT_EQ(v.count, 10);
+  auto r = src->FinishEpoch(0, 1);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->finished, 2);
+  EXPECT_TRUE(r->closed);
+}
+
 TEST(DataSource, QuorumClosesTheEpochForStragglers) {
   auto src = MakeSource(400, 4, 0.75, 10);
   EXPECT_EQ(src->quorum_count(0), 3);

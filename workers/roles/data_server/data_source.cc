@@ -46,9 +46,12 @@ int DataSource::trainers() const {
 
 int DataSource::SharesOfLocked(uint32_t epoch) {
   auto [it, fresh] = shares_.emplace(epoch, trainers_);
-  // Epochs long past are not asked for again; keep the bookkeeping bounded.
+  const int shares = it->second;
+  // Epochs long past are rarely asked for again; keep the bookkeeping bounded. The entry just
+  // made may be the oldest (a restarted trainer asking for epoch 0 late in a long job) and go at
+  // once, so `it` is not read after this.
   while (fresh && shares_.size() > 64) shares_.erase(shares_.begin());
-  return it->second;
+  return shares;
 }
 
 int DataSource::QuorumLocked(uint32_t epoch) const {
