@@ -23,6 +23,17 @@
 
 namespace adam::op {
 
+void QueueOwner(kube::WorkQueue* queue, const Json& object, std::chrono::milliseconds batch) {
+  const Json md = object.value("metadata", Json::object());
+  const std::string job = md.value("labels", Json::object()).value(kJobLabel, "");
+  if (job.empty()) return;
+  const std::string key = md.value("namespace", "") + "/" + job;
+  if (batch.count() > 0)
+    queue->AddAfter(key, batch);
+  else
+    queue->Add(key);
+}
+
 namespace {
 
 constexpr const char* kManagedSelector = "app.kubernetes.io/managed-by=adam-operator";
@@ -168,10 +179,8 @@ struct Operator::Impl : public Children {
     reconciler->set_kueue(o.kueue);
     kube::WorkQueue* q = queue.get();
     auto job_handler = [q](const kube::WatchEvent& ev) { q->Add(kube::KeyOf(ev.object)); };
-    auto child_handler = [q](const kube::WatchEvent& ev) {
-      const Json md = ev.object.value("metadata", Json::object());
-      const std::string job = md.value("labels", Json::object()).value(kJobLabel, "");
-      if (!job.empty()) q->Add(md.value("namespace", "") + "/" + job);
+    auto child_handler = [q, batch = o.child_event_batch](const kube::WatchEvent& ev) {
+      QueueOwner(q, ev.object, batch);
     };
     informers.push_back(std::make_unique<kube::Informer>(reads, kube::AdamJobs(), o.watch_namespace,
                                                          "", job_handler));

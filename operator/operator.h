@@ -24,6 +24,10 @@ namespace prometheus {
 class Registry;
 }  // namespace prometheus
 
+namespace adam::kube {
+class WorkQueue;
+}  // namespace adam::kube
+
 namespace adam::op {
 
 struct OperatorOptions {
@@ -43,8 +47,13 @@ struct OperatorOptions {
   // The bound on each request of the `writes` client (checked against the Lease times).
   std::chrono::milliseconds write_timeout{2000};
   // Client-side limit on API requests (not watches): qps on average, bursts of `burst`.
-  double qps = 20;
-  int burst = 30;
+  double qps = 50;
+  int burst = 100;
+  // How long a job waits for a reconcile after a change to one of its objects (a pod's status,
+  // say), so that the changes of a burst are reconciled once, as Kubernetes' Job controller
+  // batches pod updates; changes to the AdamJob itself are never delayed. 0 = at once. With
+  // the rate above, measured at scale in docs/performance.md.
+  std::chrono::milliseconds child_event_batch{2000};
   // Reads trainers' /metrics for the job status (epoch, accuracy, images/s); null = none.
   std::shared_ptr<kube::MetricsSource> metrics;
   std::chrono::milliseconds status_period{10000};
@@ -80,6 +89,11 @@ class Operator {
   explicit Operator(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Queues the AdamJob that owns `object` (by its job label; nothing for an object without one):
+// at once, or `batch` after the first change of a burst (QueueOwner's later calls within it
+// add nothing).
+void QueueOwner(kube::WorkQueue* queue, const kube::Json& object, std::chrono::milliseconds batch);
 
 // The `adam operator` process: runs until SIGINT/SIGTERM or lost leadership; returns the exit
 // code. Configuration: `kubeconfig` (a file) or, when empty, the pod's service account.

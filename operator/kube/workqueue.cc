@@ -25,7 +25,20 @@ void WorkQueue::AddAfter(const std::string& key, std::chrono::milliseconds delay
   MutexLock lock(mu_);
   if (delay <= std::chrono::milliseconds(0)) return AddLocked(key);
   if (shut_down_) return;
-  delayed_.emplace(options_.clock->Now() + delay, key);
+  const Clock::TimePoint at = options_.clock->Now() + delay;
+  // One wait per key: a key already due no later is left as it is (what it is due for covers
+  // this add too); one due later is moved to `at`.
+  if (auto due = due_.find(key); due != due_.end()) {
+    if (due->second <= at) return;
+    auto [first, last] = delayed_.equal_range(due->second);
+    for (auto d = first; d != last; ++d)
+      if (d->second == key) {
+        delayed_.erase(d);
+        break;
+      }
+  }
+  delayed_.emplace(at, key);
+  due_[key] = at;
   cv_.notify_all();
 }
 
@@ -60,6 +73,7 @@ std::optional<std::string> WorkQueue::Get() {
     while (!delayed_.empty() && delayed_.begin()->first <= now) {
       const std::string key = delayed_.begin()->second;
       delayed_.erase(delayed_.begin());
+      due_.erase(key);
       AddLocked(key);
     }
     if (!queue_.empty()) {

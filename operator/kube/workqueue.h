@@ -32,7 +32,8 @@ class WorkQueue {
 
   // Queues `key` now (once, however often it is added before a worker takes it).
   void Add(const std::string& key);
-  // Queues `key` once `delay` has passed (sooner if added sooner).
+  // Queues `key` once `delay` has passed, or sooner if added sooner: a key waits once, so the
+  // adds of a burst within `delay` queue it once.
   void AddAfter(const std::string& key, std::chrono::milliseconds delay);
   // Queues `key` after its backoff: base_delay * 2^failures, at most max_delay.
   void AddRateLimited(const std::string& key);
@@ -60,6 +61,7 @@ class WorkQueue {
   std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);  // queued or to be requeued after Done
   std::set<std::string> processing_ ABSL_GUARDED_BY(mu_);
   std::multimap<Clock::TimePoint, std::string> delayed_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Clock::TimePoint> due_ ABSL_GUARDED_BY(mu_);  // each key's in delayed_
   std::map<std::string, int> failures_ ABSL_GUARDED_BY(mu_);
   uint64_t adds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t retries_ ABSL_GUARDED_BY(mu_) = 0;

@@ -315,7 +315,7 @@ FailureVerdict JudgeFailure(const spec::AdamJob& job, const std::string& role, c
   } else if (role == "data-server") {
     rules = &job.roles.data_server.failure_rules;
     field = "dataServer";
-  } else if (role == "trainer") {
+  } else if (role == "trainer" || role == "model-worker") {  // a split trainer's other processes
     rules = &job.roles.trainer.failure_rules;
     field = "trainer";
   }
@@ -350,18 +350,78 @@ FailureVerdict JudgeFailure(const spec::AdamJob& job, const std::string& role, c
   return {Action::kRestart, "", "PodFailed", ""};
 }
 
+// A pod of a split trainer replica (modelWorkers > 1): the lead or one of its model workers.
+bool ReplicaMember(const spec::AdamJob& job, const std::string& role) {
+  return job.roles.trainer.model_workers > 1 && (role == "trainer" || role == "model-worker");
+}
+
+// The split replicas (by index) with a failed pod whose failure does not count (taken by the
+// cluster, or a rule's Ignore).
+std::set<std::string> ReplicasNotCounted(const spec::AdamJob& job, const std::vector<Json>& pods) {
+  std::set<std::string> out;
+  for (const Json& pod : pods) {
+    const std::string role = Label(pod, kRoleLabel);
+    if (HasDeletion(pod) || !ReplicaMember(job, role) || RolePhase(pod) != "Failed") continue;
+    if (JudgeFailure(job, role, pod, ExitCode(pod)).action == spec::FailureRule::Action::kIgnore)
+      out.insert(Label(pod, kIndexLabel));
+  }
+  return out;
+}
+
+// A member of a split replica that fails with a pod of its replica whose failure does not count
+// (its lead, say, ended because the cluster took its worker) does not count either.
+FailureVerdict JudgeMember(const spec::AdamJob& job, const std::string& role, const Json& pod,
+                           int code, const std::set<std::string>& not_counted) {
+  FailureVerdict v = JudgeFailure(job, role, pod, code);
+  if (v.action == spec::FailureRule::Action::kRestart && ReplicaMember(job, role) &&
+      not_counted.count(Label(pod, kIndexLabel)))
+    return {spec::FailureRule::Action::kIgnore, "", v.reason,
+            " with a pod of its split replica whose failure does not count"};
+  return v;
+}
+
 }  // namespace
+
+// Adds to `replace` the members of each failed split replica that have not failed themselves,
+// with an Event naming them: a lead waits on workers that are gone, and workers are handed their
+// slices by a lead at its start.
+void Reconciler::WithTheirReplicas(State& s, const std::set<std::string>& failed_replicas,
+                                   std::vector<std::pair<std::string, std::string>>* replace) {
+  for (const std::string& index : failed_replicas) {
+    std::vector<std::string> rest;
+    for (const Json& pod : s.pods) {
+      const std::string name = pod["metadata"]["name"];
+      if (HasDeletion(pod) || !ReplicaMember(*s.spec, Label(pod, kRoleLabel)) ||
+          Label(pod, kIndexLabel) != index)
+        continue;
+      const std::string phase = RolePhase(pod);
+      if (phase == "Failed" || phase == "Succeeded") continue;
+      replace->emplace_back(name, pod["metadata"].value("uid", name));
+      rest.push_back(name);
+    }
+    if (rest.empty()) continue;
+    std::string names;
+    for (const std::string& n : rest) names += (names.empty() ? "" : ", ") + n;
+    Event(s, "Normal", "ReplicaRestarting",
+          "trainer " + index + " is a split replica: replacing " + names +
+              " with its failed member, so that the replica starts again whole");
+  }
+}
 
 // Failed pods are replaced. What a failure means is the role's failure rules' verdict
 // (JudgeFailure): a restart counted against the run policy, a replacement without counting (a
 // disruption by the cluster, by default), or the end of the job. The count is written to the
 // status before the pod is deleted, so a conflicting status write loses nothing: the pod stays
-// Failed and the next pass counts it again.
+// Failed and the next pass counts it again. A split replica is one unit, as `adam run` treats
+// it: a failed member takes the rest of its replica with it (the new lead hands its new workers
+// their slices), and members failing together count one restart.
 Status Reconciler::HandlePods(State& s) {
   using Action = spec::FailureRule::Action;
   const int backoff_limit = s.spec->run_policy.backoff_limit;
   int trainers_done = 0;
   std::vector<std::pair<std::string, std::string>> replace;  // pod name, uid
+  std::set<std::string> failed_replicas, counted_replicas;   // split replicas, by index
+  const std::set<std::string> not_counted = ReplicasNotCounted(*s.spec, s.pods);
   for (const Json& pod : s.pods) {
     if (HasDeletion(pod)) continue;
     const std::string role = Label(pod, kRoleLabel);
@@ -371,6 +431,8 @@ Status Reconciler::HandlePods(State& s) {
     if (phase != "Failed") continue;
     const std::string uid = pod["metadata"].value("uid", pod_name);
     replace.emplace_back(pod_name, uid);
+    const bool member = ReplicaMember(*s.spec, role);
+    if (member) failed_replicas.insert(Label(pod, kIndexLabel));
     {
       MutexLock lock(mu_);
       if (counted_failures_.count(uid)) continue;
@@ -380,7 +442,7 @@ Status Reconciler::HandlePods(State& s) {
     const std::string what = "pod " + pod_name + " failed (" +
                              (code >= 0 ? "exit code " + std::to_string(code) : "no exit code") +
                              (why.empty() ? "" : ", " + why) + ")";
-    const FailureVerdict v = JudgeFailure(*s.spec, role, pod, code);
+    const FailureVerdict v = JudgeMember(*s.spec, role, pod, code, not_counted);
     if (v.action == Action::kIgnore) {
       Event(s, "Normal", v.reason, what + v.why + "; replacing it without counting a restart");
       continue;
@@ -389,10 +451,13 @@ Status Reconciler::HandlePods(State& s) {
       Finish(s, false, v.reason, what + v.why + LastWords(pod));
       return OkStatus();
     }
+    // One fault of a split replica: its members that failed with it are replaced uncounted.
+    if (member && !counted_replicas.insert(Label(pod, kIndexLabel)).second) continue;
     const int restarts = s.status.value("restarts", 0) + 1;
     s.status["restarts"] = restarts;
-    Json& rs = s.status["roles"][role];
-    rs["restarts"] = rs.value("restarts", 0) + 1;
+    // A model worker's restart is its replica's, a trainer's (the status lists no role of its own).
+    Json& rs = s.status["roles"][member ? "trainer" : role];
+    rs["restarts"] = (rs.is_object() ? rs.value("restarts", 0) : 0) + 1;
     if (restarts > backoff_limit) {
       Finish(s, false, "BackoffLimitExceeded",
              what + v.why + "; " + std::to_string(restarts) +
@@ -404,6 +469,7 @@ Status Reconciler::HandlePods(State& s) {
           what + v.why + "; restarting it (" + std::to_string(restarts) + " of " +
               std::to_string(backoff_limit) + " restarts)");
   }
+  WithTheirReplicas(s, failed_replicas, &replace);
   if (!replace.empty()) {
     ADAM_RETURN_IF_ERROR(WriteStatus(s));  // the counts first
     for (const auto& [pod_name, uid] : replace) {

@@ -120,6 +120,8 @@ class Reconciler {
   std::map<std::string, Json> ExistingObjects(State& s);
   StatusOr<bool> EnsureObject(State& s, const Json& o, const std::map<std::string, Json>& existing);
   Status HandlePods(State& s);
+  void WithTheirReplicas(State& s, const std::set<std::string>& failed_replicas,
+                         std::vector<std::pair<std::string, std::string>>* replace);
   Status Cleanup(State& s, bool all);
   Status DeletePods(State& s, const std::string& role);
   Status WriteStatus(State& s);

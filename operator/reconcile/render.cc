@@ -220,7 +220,8 @@ spec::Endpoints EndpointsOf(const spec::Plan& plan, bool has_controllers) {
   endpoints.model_workers = spec::ModelWorkerAddresses(plan);
   for (const auto& in : plan.instances) {
     const std::string addr = in.host + ":" + std::to_string(in.port);
-    if (in.role == Role::kDataServer) endpoints.data_server = addr;
+    if (in.role == Role::kDataServer)
+      endpoints.data_server += (endpoints.data_server.empty() ? "" : ",") + addr;
     if (in.role == Role::kParamServer) endpoints.param_servers.push_back(addr);
   }
   return endpoints;
@@ -426,6 +427,10 @@ Json RolePod(const spec::AdamJob& job, const RoleInstance& in, const spec::Endpo
   } else if (model_worker) {
     pod["affinity"] = WithItsTrainer(job, in);
   } else if (in.role == Role::kTrainer) {
+    pod["topologySpreadConstraints"] = Spread(job, role);
+  } else if (job.roles.data_server.replicas > 1) {
+    // Data-server replicas are there to outlive a machine: apart where the cluster allows.
+    pod["affinity"] = AntiAffinity(job, role, false);
     pod["topologySpreadConstraints"] = Spread(job, role);
   }
   // The user's volumes: the data set read-only in the data server only, the output volume

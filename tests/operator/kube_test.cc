@@ -259,6 +259,33 @@ TEST(WorkQueue, OneWorkerPerKeyAndNoLostAdds) {
   EXPECT_FALSE(q.Get().has_value());
 }
 
+// A key waits once: adds of a burst that fall due later leave it due when first asked, one due
+// sooner moves it up, and when it is handed out nothing of the burst is left to queue it again.
+TEST(WorkQueue, TheAddsOfABurstQueueTheKeyOnce) {
+  FakeClock clock;
+  WorkQueue::Options o;
+  o.clock = &clock;
+  WorkQueue q(o);
+  using std::chrono::milliseconds;
+  q.AddAfter("a", milliseconds(100));  // due at 100
+  clock.Advance(milliseconds(40));
+  q.AddAfter("a", milliseconds(100));  // would be 140: stays at 100
+  q.AddAfter("a", milliseconds(10));   // 50: moved up
+  clock.Advance(milliseconds(9));
+  q.Add("b");
+  EXPECT_EQ(*q.Get(), "b");  // at 49, "a" is not due yet
+  q.Done("b");
+  EXPECT_EQ(q.Depth(), 0u);
+  clock.Advance(milliseconds(1));
+  EXPECT_EQ(*q.Get(), "a");
+  q.Done("a");
+  clock.Advance(milliseconds(200));  // past 100 and 140
+  q.Add("c");
+  EXPECT_EQ(*q.Get(), "c");
+  EXPECT_EQ(q.Depth(), 0u) << "an add of the burst queued the key a second time";
+  q.Done("c");
+}
+
 // On a fake clock: a failing key comes back exactly its backoff later (20, 40, 80 ms, at most
 // max_delay), not a tick sooner, and a worker waiting in Get meanwhile gets it then.
 TEST(WorkQueue, RateLimitedRetriesBackOffPerKey) {

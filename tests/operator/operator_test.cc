@@ -10,7 +10,9 @@
 #include <sstream>
 #include <thread>
 
+#include "core/clock.h"
 #include "kube/client.h"
+#include "kube/workqueue.h"
 #include "operator/fake_api_server.h"
 #include "reconcile/reconciler.h"
 #include "reconcile/render.h"
@@ -83,6 +85,9 @@ struct OperatorTest : ::testing::Test {
     o.metrics = metrics;
     o.status_period = std::chrono::milliseconds(200);
     o.metrics_address = "127.0.0.1:0";
+    // These tests change pods one step at a time and wait for each reconcile: at once rather
+    // than a batch later (QueueOwner's test covers the batching).
+    o.child_event_batch = std::chrono::milliseconds(0);
     auto started = Operator::Start(client.get(), o);
     ASSERT_TRUE(started.ok()) << started.status().message();
     op = std::move(*started);
@@ -155,6 +160,38 @@ struct OperatorTest : ::testing::Test {
     ASSERT_TRUE(Eventually([&] { return Phase(name) == "Running"; })) << Job(name).dump(2);
   }
 };
+
+// A burst of changes to a job's pods queues the job once, a batch after the first change; an
+// object without a job label queues nothing; with no batch a change queues its job at once.
+TEST(QueueOwner, ABurstOfChangesToAJobsPodsQueuesItOnceABatchLater) {
+  using std::chrono::milliseconds;
+  FakeClock clock;
+  kube::WorkQueue::Options qo;
+  qo.clock = &clock;
+  kube::WorkQueue q(qo);
+  auto pod = [](const std::string& ns, const std::string& job) {
+    Json p = {{"metadata", {{"name", job + "-ps-0"}, {"namespace", ns}}}};
+    if (!job.empty()) p["metadata"]["labels"][kJobLabel] = job;
+    return p;
+  };
+  QueueOwner(&q, pod("ml", "a"), milliseconds(1000));
+  clock.Advance(milliseconds(300));
+  QueueOwner(&q, pod("ml", "a"), milliseconds(1000));
+  QueueOwner(&q, pod("ml", ""), milliseconds(1000));
+  clock.Advance(milliseconds(699));
+  EXPECT_EQ(q.Depth(), 0u);  // 999 ms after the first change
+  QueueOwner(&q, pod("other", "b"), milliseconds(0));
+  EXPECT_EQ(*q.Get(), "other/b");
+  q.Done("other/b");
+  clock.Advance(milliseconds(1));
+  EXPECT_EQ(*q.Get(), "ml/a");
+  q.Done("ml/a");
+  clock.Advance(milliseconds(2000));  // past where the second change would have been due
+  q.Add("ml/c");
+  EXPECT_EQ(*q.Get(), "ml/c");
+  EXPECT_EQ(q.Depth(), 0u) << "a change of the burst queued the job a second time";
+  q.Done("ml/c");
+}
 
 TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   StartOperator();
@@ -361,6 +398,71 @@ void Disrupt(FakeApiServer& api, const std::string& name) {
       {"containerStatuses",
        {{{"name", "main"}, {"state", {{"terminated", {{"exitCode", 137}}}}}}}}};
   api.Put(kPods, p);
+}
+
+// A split replica is one unit: a failed model worker takes its running lead with it, members that
+// fail together count one restart, a lead that fails with a worker the cluster took away counts
+// none, and the other replica is left alone.
+TEST_F(OperatorTest, ASplitReplicaIsReplacedWholeAndCountsOneRestart) {
+  StartOperator();
+  Json j = Example("fashion-mnist-split");
+  j["spec"]["roles"]["trainer"]["replicas"] = 2;
+  api->Put(kJobs, j);
+  const std::string job = "fashion-mnist-split";
+  ASSERT_TRUE(Eventually([&] { return PodsOf("ps", job).size() == 2u; }));
+  RunAll("ps", job);
+  ASSERT_TRUE(Eventually([&] {
+    return PodsOf("trainer", job).size() == 2u && PodsOf("model-worker", job).size() == 2u &&
+           PodsOf("data-server", job).size() == 1u;
+  }));
+  for (const char* role : {"data-server", "trainer", "model-worker"}) RunAll(role, job);
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; })) << Job(job).dump(2);
+  auto uid = [&](const std::string& pod) -> std::string {
+    Json p = api->Get(kPods, "ml", job + "-" + pod);
+    return p.is_null() ? "" : p["metadata"]["uid"].get<std::string>();
+  };
+  auto replaced = [&](const std::string& pod, const std::string& old) {
+    return Eventually([&] { return !uid(pod).empty() && uid(pod) != old; });
+  };
+  const std::string lead0 = uid("trainer-0"), worker0 = uid("trainer-0-w1");
+  const std::string lead1 = uid("trainer-1"), worker1 = uid("trainer-1-w1");
+
+  // The worker of replica 0 is killed; its lead still runs: both go, one restart.
+  api->SetPodPhase("ml", job + "-trainer-0-w1", "Failed", false, 137);
+  ASSERT_TRUE(replaced("trainer-0-w1", worker0));
+  ASSERT_TRUE(replaced("trainer-0", lead0));
+  ASSERT_TRUE(Passes());
+  EXPECT_EQ(Job(job)["status"].value("restarts", 0), 1);
+  EXPECT_EQ(Job(job)["status"]["roles"]["trainer"].value("restarts", 0), 1);
+  bool event = false;
+  for (const Json& e : api->List("v1/events", "ml"))
+    event |= e["reason"] == "ReplicaRestarting" &&
+             e["message"].get<std::string>().find(job + "-trainer-0 ") != std::string::npos;
+  EXPECT_TRUE(event);
+  EXPECT_EQ(uid("trainer-1"), lead1);
+  EXPECT_EQ(uid("trainer-1-w1"), worker1);
+
+  // Replica r's worker ends as `end_worker` has it and its lead exits 1, while no operator runs
+  // (so one pass sees both): both are replaced.
+  auto fail_together = [&](const std::string& r,
+                           const std::function<void(const std::string&)>& end_worker) {
+    const std::string lead = uid("trainer-" + r), worker = uid("trainer-" + r + "-w1");
+    op->Stop();
+    end_worker(job + "-trainer-" + r + "-w1");
+    api->SetPodPhase("ml", job + "-trainer-" + r, "Failed", false, 1);
+    StartOperator();
+    ASSERT_TRUE(replaced("trainer-" + r + "-w1", worker));
+    ASSERT_TRUE(replaced("trainer-" + r, lead));
+    ASSERT_TRUE(Passes());
+  };
+  // Replica 1's worker is killed and its lead fails with it: one more restart, not two.
+  fail_together("1",
+                [&](const std::string& pod) { api->SetPodPhase("ml", pod, "Failed", false, 137); });
+  EXPECT_EQ(Job(job)["status"].value("restarts", 0), 2);
+  // Replica 0's worker is evicted and its lead ends because of it: nothing counted.
+  for (const char* role : {"trainer", "model-worker"}) RunAll(role, job);
+  fail_together("0", [&](const std::string& pod) { Disrupt(*api, pod); });
+  EXPECT_EQ(Job(job)["status"].value("restarts", 0), 2);
 }
 
 TEST_F(OperatorTest, AFailureCountsOnceThoughTheStatusWriteConflicts) {

@@ -158,6 +158,40 @@ TEST(Render, EveryContainersArgumentsParseBackToItsRole) {
   }
 }
 
+// Data-server replicas: a pod each, preferably on different machines, and every trainer given
+// them all.
+TEST(Render, EveryTrainerIsGivenEveryDataServerReplica) {
+  const std::string text = Read(Source("examples/fashion-mnist.yaml"));
+  auto job = spec::ParseAdamJob(text);
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  job->roles.data_server.replicas = 2;
+  const auto objects = Render(*job, WithManifest(text));
+  const auto servers = Pods(objects, "data-server");
+  ASSERT_EQ(servers.size(), 2u);
+  const std::string prefix = job->name + "-data-server-";
+  for (int i = 0; i < 2; ++i) {
+    const Json& pod = *servers[size_t(i)];
+    EXPECT_EQ(pod["metadata"]["name"], prefix + std::to_string(i));
+    const Json& term = pod["spec"]["affinity"]["podAntiAffinity"]
+                          ["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"];
+    EXPECT_EQ(term["labelSelector"]["matchLabels"][kRoleLabel], "data-server");
+  }
+  const std::string want =
+      prefix + "0." + job->name + ":7070," + prefix + "1." + job->name + ":7070";
+  const auto trainers = Pods(objects, "trainer");
+  ASSERT_EQ(trainers.size(), size_t(job->roles.trainer.replicas));
+  for (const Json* t : trainers) {
+    auto options =
+        spec::ParseArgs((*t)["spec"]["containers"][0]["args"].get<std::vector<std::string>>());
+    ASSERT_TRUE(options.ok()) << options.status().message();
+    EXPECT_EQ(std::get<spec::TrainerOptions>(*options).data_server, want);
+  }
+  // One replica: as before, no anti-affinity for it.
+  job->roles.data_server.replicas = 1;
+  const auto one = Render(*job, WithManifest(text));
+  EXPECT_FALSE(Pods(one, "data-server")[0]->at("spec").contains("affinity"));
+}
+
 // A split replica: its model worker is a pod of its own role, required where its trainer is,
 // and both listen for the exchange at the addresses the other is given.
 TEST(Render, AModelWorkerGoesWhereItsTrainerIs) {

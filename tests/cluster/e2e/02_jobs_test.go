@@ -162,7 +162,9 @@ func testExamplesRunStageByStageOnTheRealScheduler(t *testing.T) {
 
 // spec.roles.trainer.modelWorkers: a split replica's model worker is a pod of its own role,
 // placed by the real scheduler on its trainer's node, dialled at the name the trainer is given;
-// the job ends with its trainer, not with its model worker.
+// a model worker that crashes takes its running trainer with it (the replica starts again
+// whole, one restart counted), and the new pair is placed together again; the job ends with its
+// trainer, not with its model worker.
 func testASplitReplicaIsPlacedWithItsTrainer(t *testing.T) {
 	sharedOperator(t)
 	const name = "fashion-mnist-split"
@@ -189,6 +191,19 @@ func testASplitReplicaIsPlacedWithItsTrainer(t *testing.T) {
 	want := "--model-workers " + name + "-trainer-0." + name + ":7070," + name + "-trainer-0-w1." + name + ":7070"
 	if !strings.Contains(args, want) || !strings.Contains(args, "--model-worker 1") {
 		t.Errorf("model worker args %q, want %q and --model-worker 1", args, want)
+	}
+
+	exitPod(t, ns, worker.Name, 137, "")
+	newWorker := readyPod(t, ns, worker.Name, worker.UID, 90*time.Second)
+	newTrainer := readyPod(t, ns, trainer.Name, trainer.UID, 90*time.Second)
+	if newWorker.Spec.NodeName != newTrainer.Spec.NodeName {
+		t.Errorf("replaced model worker on %s, its trainer on %s: want one node", newWorker.Spec.NodeName, newTrainer.Spec.NodeName)
+	}
+	if r := statusInt(getJob(t, ns, name), "restarts"); r != 1 {
+		t.Errorf("%d restarts for one crash of a replica, want 1", r)
+	}
+	if ok, why := hasEvent(t, ns, name, "ReplicaRestarting", trainer.Name+" "); !ok {
+		t.Errorf("no ReplicaRestarting event naming %s: %s", trainer.Name, why)
 	}
 	exitPod(t, ns, trainer.Name, 0, "")
 	kubectl(t, "wait", "-n", ns, "--for=condition=Succeeded", "adamjob/"+name, "--timeout=60s")

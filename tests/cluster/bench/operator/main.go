@@ -65,6 +65,29 @@ func (p *podTimes) see(pod *corev1.Pod) {
 	}
 }
 
+// claimTimes records when each volume claim of the jobs was first seen Bound.
+type claimTimes struct {
+	mu    sync.Mutex
+	bound map[string]time.Time
+}
+
+func (c *claimTimes) see(pvc *corev1.PersistentVolumeClaim) {
+	if pvc.Status.Phase != corev1.ClaimBound {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.bound[pvc.Name]; !ok {
+		c.bound[pvc.Name] = time.Now()
+	}
+}
+
+func (c *claimTimes) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.bound)
+}
+
 func (p *podTimes) counts() (int, int, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -185,6 +208,8 @@ func main() {
 	jobs := flag.Int("jobs", 100, "AdamJobs applied at once")
 	out := flag.String("json", "", "write the results here as JSON")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up waiting after this long")
+	qps := flag.Int("operator-qps", 0, "the operator's --kube-api-qps, its burst twice that (0: its defaults)")
+	extra := flag.String("operator-args", "", "more arguments of the operator, space-separated")
 	flag.Parse()
 	ctx := context.Background()
 	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
@@ -204,9 +229,14 @@ func main() {
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	must(err)
 
-	// The operator, as the chart runs it (its own defaults), with a metrics port.
-	op := exec.Command(*adam, "operator", "--kubeconfig", os.Getenv("KUBECONFIG"),
-		"--metrics-bind-address", "127.0.0.1:18080", "--leader-election-namespace", ns)
+	// The operator, as the chart runs it (its own defaults unless -operator-qps), with a metrics port.
+	args := []string{"operator", "--kubeconfig", os.Getenv("KUBECONFIG"),
+		"--metrics-bind-address", "127.0.0.1:18080", "--leader-election-namespace", ns}
+	if *qps > 0 {
+		args = append(args, "--kube-api-qps", strconv.Itoa(*qps), "--kube-api-burst", strconv.Itoa(2**qps))
+	}
+	args = append(args, strings.Fields(*extra)...)
+	op := exec.Command(*adam, args...)
 	logf, err := os.Create(filepath.Join(os.TempDir(), "bench-operator.log"))
 	must(err)
 	op.Stdout, op.Stderr = logf, logf
@@ -230,9 +260,15 @@ func main() {
 		AddFunc:    func(o any) { times.see(o.(*corev1.Pod)) },
 		UpdateFunc: func(_, o any) { times.see(o.(*corev1.Pod)) },
 	})
+	claims := &claimTimes{bound: map[string]time.Time{}}
+	pvcs := factory.Core().V1().PersistentVolumeClaims().Informer()
+	pvcs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { claims.see(o.(*corev1.PersistentVolumeClaim)) },
+		UpdateFunc: func(_, o any) { claims.see(o.(*corev1.PersistentVolumeClaim)) },
+	})
 	stop := make(chan struct{})
 	factory.Start(stop)
-	cache.WaitForCacheSync(stop, pods.HasSynced)
+	cache.WaitForCacheSync(stop, pods.HasSynced, pvcs.HasSynced)
 
 	// The job: the HA example grown to the size.
 	text, err := os.ReadFile(filepath.Join(*source, "examples/fashion-mnist-ha.yaml"))
@@ -244,6 +280,7 @@ func main() {
 	roles["parameterServer"] = map[string]any{"replicas": 8, "copies": 3, "shardBytes": 262144}
 	roles["trainer"] = map[string]any{"replicas": 16, "threads": 1}
 	const podsPerJob = 3 + 8 + 1 + 16
+	const claimsPerJob = 3 + 8 // the controllers' Raft logs, the parameter servers' checkpoints
 	want := *jobs * podsPerJob
 	before := scrape(metricsURL)
 	cpu0, _ := procStats(op.Process.Pid)
@@ -272,8 +309,8 @@ func main() {
 	deadline := t0.Add(*timeout)
 	for {
 		c, s, r := times.counts()
-		fmt.Fprintf(os.Stderr, "bench-operator: %5.1f s: %d created, %d scheduled, %d Running of %d pods\n",
-			time.Since(t0).Seconds(), c, s, r, want)
+		fmt.Fprintf(os.Stderr, "bench-operator: %5.1f s: %d created, %d scheduled, %d Running of %d pods; %d of %d claims bound\n",
+			time.Since(t0).Seconds(), c, s, r, want, claims.count(), *jobs*claimsPerJob)
 		if r >= want {
 			break
 		}
@@ -285,6 +322,9 @@ func main() {
 	times.mu.Lock()
 	created, scheduled, running := last(times.created, t0), last(times.scheduled, t0), last(times.runnin, t0)
 	times.mu.Unlock()
+	claims.mu.Lock()
+	bound := last(claims.bound, t0)
+	claims.mu.Unlock()
 	time.Sleep(5 * time.Second) // the status writes that follow Running
 	after := scrape(metricsURL)
 	cpu1, peak := procStats(op.Process.Pid)
@@ -327,7 +367,7 @@ func main() {
 
 	res := map[string]any{
 		"nodes": len(nodes.Items), "jobs": *jobs, "pods": want,
-		"applied_s": applied, "created_s": created, "scheduled_s": scheduled, "running_s": running,
+		"applied_s": applied, "claims_bound_s": bound, "created_s": created, "scheduled_s": scheduled, "running_s": running,
 		"pods_per_s":                float64(want) / running,
 		"operator_cpu_s_to_running": cpu1 - cpu0, "operator_cpu_s_total": cpu2 - cpu0,
 		"operator_peak_mb":     math.Max(peak, peak2),
