@@ -147,6 +147,26 @@ func (j *job) role(role string) []*pod {
 // settle lets the job train for `d` between faults.
 func (j *job) settle(d time.Duration) { time.Sleep(d) }
 
+// waitMetric samples p's metric every 100 ms until `ok` holds for it or `limit` has passed:
+// the last value read, how long it took, and whether it held.
+func (j *job) waitMetric(p *pod, name string, ok func(float64) bool,
+	limit time.Duration) (float64, time.Duration, bool) {
+	start := time.Now()
+	var v float64
+	for {
+		if m := j.sample(p); m != nil {
+			var have bool
+			if v, have = m[name]; have && ok(v) {
+				return v, time.Since(start), true
+			}
+		}
+		if time.Since(start) >= limit {
+			return v, time.Since(start), false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // Parameter-server faults, one after another in one HA job, each given time to heal: the
 // primary killed (and its pod back 5 s later), a primary paused 3 s, a primary cut off from
 // every controller member but not from the trainers, and a server's second network cut.
@@ -371,15 +391,43 @@ func TestControllerFaultsAcrossHosts(t *testing.T) {
 	}
 }
 
-// Worker faults in the demo (no copies): the data server killed and back 3 s later, then
-// trainer 1, then trainer 0, each killed and back 3 s later, as the operator replaces pods.
+// Worker faults in the demo (no copies) with two data-server replicas: data-server-0 killed for
+// good (trainer 0, which used it, goes on with data-server-1), then data-server-1 killed and back
+// 3 s later (no replica answers meanwhile: the trainers wait for it), then trainer 1, then
+// trainer 0, each killed and back 3 s later, as the operator replaces pods (trainer 0 starts
+// again while its own replica is gone).
 func TestWorkerFaultsAcrossHosts(t *testing.T) {
-	j := newJob(t, "fashion-mnist", edit{"epochs", strconv.Itoa(faultEpochs)})
+	j := newJob(t, "fashion-mnist", edit{"epochs", strconv.Itoa(faultEpochs)},
+		edit{"dataServer", "{replicas: 2}"})
 	j.run(10*time.Minute, func() {
-		for _, name := range []string{"data-server-0", "trainer-1", "trainer-0"} {
+		j.settle(8 * time.Second)
+		// Trainer 0's own replica is data-server-0. It is killed once trainer 0 trains from it, so
+		// that the move is the one made at a call (a trainer that starts while its replica is down
+		// starts with the next one: AdamRun.ADataServerReplicaLostForGoodDoesNotEndTheJob); it
+		// must be on data-server-1 at once.
+		if _, _, ok := j.waitMetric(j.trainer(0), "adam_trainer_images_total",
+			func(v float64) bool { return v > 0 }, time.Minute); !ok {
+			j.t.Errorf("trainer-0 trained no image within a minute")
+		}
+		if p := j.pod("data-server-0"); j.running(p) {
+			j.kill(p)
+			if _, took, ok := j.waitMetric(j.trainer(0), "adam_trainer_data_server_in_use",
+				func(v float64) bool { return v == 1 }, 4*time.Second); ok {
+				j.logf("trainer-0 on data-server-1 %.1f s after data-server-0's kill", took.Seconds())
+			} else {
+				j.t.Errorf("trainer-0 did not move to data-server-1 within 4 s of data-server-0's kill")
+			}
+			if m := j.sample(j.trainer(0)); m == nil {
+				j.t.Errorf("trainer-0's /metrics could not be read")
+			} else if m["adam_trainer_data_server_switches_total"] != 1 {
+				j.t.Errorf("trainer-0's data_server_switches_total is %v, not 1",
+					m["adam_trainer_data_server_switches_total"])
+			}
+		}
+		for _, name := range []string{"data-server-1", "trainer-1", "trainer-0"} {
 			j.settle(8 * time.Second)
 			p := j.pod(name)
-			if running, _ := j.state(p); !running {
+			if !j.running(p) {
 				j.logf("%s already ended", name)
 				continue
 			}

@@ -420,6 +420,12 @@ func (j *job) state(p *pod) (running bool, exitCode int) {
 	return f[0] == "true", code
 }
 
+// running says whether p's container runs now.
+func (j *job) running(p *pod) bool {
+	running, _ := j.state(p)
+	return running
+}
+
 func (j *job) tail(p *pod, n int) string {
 	out, _ := exec.Command("docker", "logs", "--tail", strconv.Itoa(n), p.container).CombinedOutput()
 	return string(out)

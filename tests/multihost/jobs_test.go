@@ -14,21 +14,19 @@ const (
 )
 
 // The bottom of adam run's spread for the example after that many epochs: the lowest test
-// accuracy of the `adam run`s of the same manifest that docs/reliability.md gives (3 to 7 runs
-// on these machines), less a point.
+// accuracy of the `adam run`s of the same manifest that docs/reliability.md gives (13 runs at 2
+// epochs, 5 at 5, on these machines), less a point. Every job must reach it, faults or not.
 func floor(example string, epochs int) float64 {
 	lowest := map[string]float64{
-		"fashion-mnist/2": 0.868, "fashion-mnist/5": 0.8839,
-		"fashion-mnist-ha/2": 0.8548, "fashion-mnist-ha/5": 0.883,
+		"fashion-mnist/2": 0.8633, "fashion-mnist/5": 0.8842,
+		"fashion-mnist-ha/2": 0.8681, "fashion-mnist-ha/5": 0.8854,
 	}[fmt.Sprintf("%s/%d", example, epochs)]
 	return lowest - 0.01
 }
 
-// lostModel is what every job must reach: a job that lost its model (a shard re-initialised, a
-// stale checkpoint promoted, a copy that ignored updates) or trains wrongly falls far below it.
-// Issue 18's goal, the spread of adam run (floor above), is not asserted yet: at these epochs the
-// final evaluation swings 2-4 points between runs, in containers more often than in adam run
-// (docs/reliability.md gives every run); each test logs its gap to that floor.
+// lostModel: a job that lost its model (a shard re-initialised, a stale checkpoint promoted, a
+// copy that ignored updates) or trains wrongly falls far below it; said apart from a job that
+// is merely under the spread.
 const lostModel = 0.80
 
 func checkAccuracy(t *testing.T, j *job, epochs int) {
@@ -43,6 +41,9 @@ func checkAccuracy(t *testing.T, j *job, epochs int) {
 	if r.accuracy < lostModel {
 		t.Errorf("test accuracy %.2f%% is below %.0f%%: the job lost or never trained its model",
 			100*r.accuracy, 100*lostModel)
+	} else if r.accuracy < spread {
+		t.Errorf("test accuracy %.2f%% is under adam run's spread (its lowest less a point, %.2f%%)",
+			100*r.accuracy, 100*spread)
 	}
 }
 

@@ -168,7 +168,7 @@ int RunTrainer(const adam::spec::AdamJob& job, const adam::spec::TrainerOptions&
   o.name = r.common.name;
   o.index = r.index;
   o.threads = r.threads;
-  o.data_server = r.data_server;
+  o.data_servers = SplitComma(r.data_server);
   o.param_servers = SplitComma(r.ps);
   o.controller = MemberAddresses(r.controller);
   o.metrics_port = r.common.metrics_port;
@@ -423,9 +423,11 @@ Command AddOperator(CLI::App& app) {
     std::string lease_duration = "15s", renew_deadline = "10s", retry_period = "2s",
                 write_timeout = "2s";
     int certificate_days = 0;
+    int child_event_batch_ms = 0;
   };
   auto o = std::make_shared<Options>();
   o->certificate_days = int(o->oo.certificate_validity.count() / 86400);
+  o->child_event_batch_ms = int(o->oo.child_event_batch.count());
   adam::op::OperatorOptions& oo = o->oo;
   auto* oper = app.add_subcommand(
       "operator", "Run the Kubernetes operator: reconcile AdamJob resources into pods");
@@ -445,6 +447,10 @@ Command AddOperator(CLI::App& app) {
       ->check(CLI::Range(0.0, 10000.0));
   oper->add_option("--kube-api-burst", oo.burst, "API requests in a burst")
       ->check(CLI::Range(1, 100000));
+  oper->add_option("--child-event-batch-ms", o->child_event_batch_ms,
+                   "a job is reconciled this many ms after the first of a burst of changes to its "
+                   "pods and other objects (0: at each change)")
+      ->check(CLI::Range(0, 60000));
   oper->add_option("--leader-elect-lease-duration", o->lease_duration,
                    "how long a standby waits after the leader's last renewal (30s, 500ms, ...)");
   oper->add_option("--leader-elect-renew-deadline", o->renew_deadline,
@@ -482,6 +488,7 @@ Command AddOperator(CLI::App& app) {
             o->oo.renew_deadline = ms(o->renew_deadline);
             o->oo.retry_period = ms(o->retry_period);
             o->oo.write_timeout = ms(o->write_timeout);
+            o->oo.child_event_batch = std::chrono::milliseconds(o->child_event_batch_ms);
             if (const char* pod = std::getenv("ADAM_POD_NAME")) o->oo.identity = pod;
             o->oo.certificate_validity = std::chrono::seconds(int64_t(o->certificate_days) * 86400);
             return adam::op::OperatorMain(o->oo, o->kubeconfig, o->context);

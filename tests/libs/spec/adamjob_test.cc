@@ -480,8 +480,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.roles.parameterServer.shardBytes: must be a multiple of 4"},
         BadCase{"spec:\n", "spec:\n  roles: {controller: {replicas: 2}}\n",
                 "spec.roles.controller.replicas: must be odd"},
-        BadCase{"spec:\n", "spec:\n  roles: {dataServer: {replicas: 2}}\n",
-                "spec.roles.dataServer.replicas: this version runs exactly 1 data server, got 2"},
+        BadCase{"spec:\n", "spec:\n  roles: {dataServer: {replicas: 17}}\n",
+                "spec.roles.dataServer.replicas: must be <= 16, got 17"},
         BadCase{"spec:\n", "spec:\n  roles: {trainer: {resources: {memory: lots}}}\n",
                 "spec.roles.trainer.resources.memory: must be a Kubernetes quantity"},
         BadCase{"spec:\n", "spec:\n  roles: {parameterServer: {persistence: {interval: soon}}}\n",
@@ -608,8 +608,8 @@ TEST(Plan, TrainerArgsCarryEndpoints) {
   ASSERT_TRUE(job.ok());
   Plan plan = MakePlan(*job);
   const RoleInstance& trainer = plan.instances.back();
-  auto args =
-      ToArgs(OptionsFor(trainer, "job.yaml", {"127.0.0.1:5", {"127.0.0.1:6", "127.0.0.1:7"}, ""}));
+  auto args = ToArgs(
+      OptionsFor(trainer, "job.yaml", {"127.0.0.1:5", {"127.0.0.1:6", "127.0.0.1:7"}, "", {}}));
   const std::vector<std::string> want = {"trainer",
                                          "--job",
                                          "job.yaml",
@@ -698,7 +698,7 @@ TEST(Plan, ControllerArgsTakeTheTemplatesIdentity) {
   for (const auto& in : plan.instances)
     if (in.role == Role::kController && in.index == 1) second = &in;
   ASSERT_NE(second, nullptr);
-  const Endpoints endpoints{"", {}, ControllerMembers(plan)};
+  const Endpoints endpoints{"", {}, ControllerMembers(plan), {}};
   const auto value = [](const std::vector<std::string>& args, const std::string& flag) {
     auto it = std::find(args.begin(), args.end(), flag);
     return it == args.end() || it + 1 == args.end() ? std::string() : *(it + 1);

@@ -234,7 +234,7 @@ TEST(RoleOptions, EveryPlannedInstanceParsesBack) {
       po.local = local;
       const Plan plan = MakePlan(*job, po);
       Endpoints endpoints{
-          "ds:1", {"ps0:2", "ps1:2", "ps2:2"}, copies ? ControllerMembers(plan) : ""};
+          "ds:1", {"ps0:2", "ps1:2", "ps2:2"}, copies ? ControllerMembers(plan) : "", {}};
       int seen = 0;
       for (const RoleInstance& in : plan.instances) {
         SCOPED_TRACE(in.name);

@@ -84,9 +84,19 @@ class LocalData final : public DataClient {
     data_server::ToProto(std::move(b), out);
     return OkStatus();
   }
-  Status FinishEpoch(const adam::v1::FinishEpochRequest& req) override {
-    return s_->FinishEpoch(int(req.trainer()), req.epoch()).status();
+  Status FinishEpoch(const adam::v1::FinishEpochRequest& req,
+                     adam::v1::FinishEpochResponse* out) override {
+    ADAM_ASSIGN_OR_RETURN(auto f, s_->FinishEpoch(int(req.trainer()), req.epoch()));
+    out->set_finished(uint32_t(f.finished));
+    out->set_epoch_closed(f.closed);
+    return OkStatus();
   }
+  Status AskEpoch(const adam::v1::FinishEpochRequest& req,
+                  adam::v1::FinishEpochResponse* out) override {
+    ++asked;
+    return FinishEpoch(req, out);
+  }
+  std::atomic<int> asked{0};
   Status StopJob() override {
     s_->Stop();
     return OkStatus();
@@ -260,6 +270,74 @@ TEST(NoNetworkStall, AHangingPushHoldsTheWorkersWithinTheDriftBound) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->epochs, 2);
   EXPECT_GT(r->test_accuracy, 0.5);
+}
+
+// Trainer 0 alone of a two-trainer job, over a data source for both (quorum 0.75: both must
+// finish an epoch to close it); `wait` bounds its wait at the last epoch.
+struct QuorumRun {
+  explicit QuorumRun(std::chrono::milliseconds wait) {
+    job.roles.parameter_server.replicas = 1;
+    job.training.epochs = 2;
+    layout = model::ModelLayout::Make(job.model);
+    map = shard::ShardMap::Make(layout->num_params(), 1 << 20, 1, job.training.seed);
+    plan.emplace(update::UpdatePlan::Make(*layout, *map, job.training.push_every,
+                                          job.training.dense_updates));
+    std::vector<float> init(size_t(layout->num_params()));
+    layout->InitParams(job.training.seed, init.data());
+    params.emplace(init, &*plan, &*map, job);
+    auto d = std::make_unique<LocalData>(source.get());
+    data = d.get();
+    TrainerMetrics tm;
+    tm.quorum_wait = &waited;
+    TrainerOptions to;
+    to.threads = 2;
+    to.bind = false;
+    to.last_epoch_wait = wait;
+    trainer.emplace(job, to, tm, std::move(d), std::make_unique<LocalParams::Client>(&*params, 0));
+    run = std::async(std::launch::async, [this] { return trainer->Run(); });
+  }
+
+  spec::AdamJob job = Job(spec::Consistency::kAsync);
+  std::unique_ptr<data_server::DataSource> source = MakeSource(2);
+  StatusOr<model::ModelLayout> layout = InternalError("unset");
+  StatusOr<shard::ShardMap> map = InternalError("unset");
+  std::optional<update::UpdatePlan> plan;
+  std::optional<LocalParams> params;
+  LocalData* data = nullptr;
+  prometheus::Counter waited;
+  std::optional<Trainer> trainer;
+  std::future<StatusOr<TrainerResult>> run;
+};
+
+// Trainer 0 does not end the job at its own last epoch while the other trainer's share of it is
+// not trained (the final model would miss it): it asks the data server until the quorum has
+// finished the epoch, and goes on at once then.
+TEST(NoNetworkQuorum, Trainer0WaitsAtTheLastEpochUntilTheQuorumFinishedIt) {
+  QuorumRun q(std::chrono::seconds(60));
+  ASSERT_TRUE(testing::Eventually([&] { return q.data->asked >= 3; }));
+  EXPECT_EQ(q.run.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  // Only the job's last epoch is waited for (the first is not closed either).
+  EXPECT_FALSE(q.source->FinishEpoch(0, 0)->closed);
+  ASSERT_TRUE(q.source->FinishEpoch(1, 1)->closed);  // the other trainer's last share done
+  ASSERT_EQ(q.run.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  StatusOr<TrainerResult> r = q.run.get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->epochs, 2);
+  EXPECT_GE(q.waited.Value(), 0.2);
+  EXPECT_TRUE(q.source->stopped());  // and then it ended the job
+}
+
+// A trainer that never finishes (lost for good) holds the job's end up for the bound only.
+TEST(NoNetworkQuorum, Trainer0sWaitForTheQuorumIsBounded) {
+  QuorumRun q(std::chrono::milliseconds(300));
+  ASSERT_EQ(q.run.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  StatusOr<TrainerResult> r = q.run.get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->epochs, 2);
+  EXPECT_GE(q.waited.Value(), 0.3);
+  EXPECT_LT(q.waited.Value(), 10);
+  EXPECT_GE(q.data->asked, 2);
+  EXPECT_TRUE(q.source->stopped());
 }
 
 // Diverged: a loss that is not a number, infinite, or above twice what guessing costs.

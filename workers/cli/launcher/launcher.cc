@@ -281,7 +281,8 @@ class Supervisor {
         endpoints.model_workers = spec::ModelWorkerAddresses(plan);
         for (const auto& c : children_.all()) {
           const std::string addr = c.inst.host + ":" + std::to_string(c.port);
-          if (c.inst.role == spec::Role::kDataServer) endpoints.data_server = addr;
+          if (c.inst.role == spec::Role::kDataServer)
+            endpoints.data_server += (endpoints.data_server.empty() ? "" : ",") + addr;
           if (c.inst.role == spec::Role::kParamServer) endpoints.param_servers.push_back(addr);
         }
       }
@@ -405,9 +406,11 @@ class Supervisor {
     }
   }
 
+  // Every process of the stage listens, but those that ended without failing the run (one the
+  // job goes on without that died as it started: the next stage must not wait for it).
   bool StageReady(int stage) const {
     for (const auto& c : children_.all())
-      if (c.inst.stage == stage && !c.ready) return false;
+      if (c.inst.stage == stage && !c.ready && !c.exited) return false;
     return true;
   }
 
@@ -461,6 +464,13 @@ class Supervisor {
     return -1;
   }
 
+  // Whether the job goes on without a process of `role` that died: a parameter server or
+  // controller member with copies (failover), a data server with other replicas.
+  bool GoesOnWithout(spec::Role role) const {
+    if (role == spec::Role::kDataServer) return job_.roles.data_server.replicas > 1;
+    return ha_ && (role == spec::Role::kParamServer || role == spec::Role::kController);
+  }
+
   // What a child's exit means for the run: an exit code to stop with, or -1 to go on.
   int Exited(const Child& c) {
     const int status = c.wait_status;
@@ -469,10 +479,10 @@ class Supervisor {
       if (c.inst.model_worker == 0) finished_.insert(c.inst.index);
       return -1;
     }
-    if (ha_ && !c.expected_exit &&
-        (c.inst.role == spec::Role::kParamServer || c.inst.role == spec::Role::kController)) {
+    if (!c.expected_exit && GoesOnWithout(c.inst.role)) {
       std::fprintf(stderr, "adam run: %s %s; the job goes on without it\n", c.inst.name.c_str(),
                    ExitText(status).c_str());
+      ShowLastLines(c, 3);
       return -1;
     }
     if (!c.expected_exit && c.inst.role == spec::Role::kTrainer && WIFEXITED(status) &&
@@ -600,10 +610,15 @@ class Supervisor {
 
   void Fail(const Child* c, const std::string& why) {
     std::fprintf(stderr, "adam run: %s\n", why.c_str());
-    if (c && !c->tail.empty()) {
-      std::fprintf(stderr, "adam run: last lines of %s:\n", c->inst.name.c_str());
-      for (const auto& l : c->tail) std::fprintf(stderr, "  %s\n", l.c_str());
-    }
+    if (c) ShowLastLines(*c, c->tail.size());
+  }
+
+  // The last `n` lines `c` logged (what a role that ended says of why).
+  static void ShowLastLines(const Child& c, size_t n) {
+    if (c.tail.empty()) return;
+    std::fprintf(stderr, "adam run: last lines of %s:\n", c.inst.name.c_str());
+    for (size_t i = c.tail.size() - std::min(n, c.tail.size()); i < c.tail.size(); ++i)
+      std::fprintf(stderr, "  %s\n", c.tail[i].c_str());
   }
 
   void StopAll() { children_.StopAll(o_.stop_grace); }

@@ -744,11 +744,9 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
   if (const YAML::Node d = n["dataServer"];
       r.Map(d, p + ".dataServer", {"replicas", "resources", "podTemplate", "failureRules"}) && d) {
     const std::string dp = p + ".dataServer";
-    // More than one data server needs a sharded data set, which this version does not have.
-    if (r.Int(d, "replicas", dp, 1, 1024, &roles->data_server.replicas) &&
-        roles->data_server.replicas != 1)
-      r.Error(dp + ".replicas", "this version runs exactly 1 data server, got " +
-                                    std::to_string(roles->data_server.replicas));
+    // Replicas of the whole data set, each serving the same seeded batches: a trainer moves to
+    // another when the one it uses is lost.
+    r.Int(d, "replicas", dp, 1, 16, &roles->data_server.replicas);
     ReadResources(r, d["resources"], dp + ".resources", &roles->data_server.resources);
     ReadPodTemplate(d, &roles->data_server.pod_template);
     ReadFailureRules(r, d, dp, &roles->data_server.failure_rules);

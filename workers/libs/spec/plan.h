@@ -58,7 +58,7 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options = {});
 
 // The addresses of the serving roles, known once they listen.
 struct Endpoints {
-  std::string data_server;                 // host:port
+  std::string data_server;                 // host:port of each replica, comma-separated
   std::vector<std::string> param_servers;  // host:port, in index order
   // With copies > 1: every controller member, "1=host:port,2=host:port,..." (member id = index
   // + 1). Parameter servers and trainers then find each other through the controller.

@@ -84,7 +84,9 @@ void Fields(V& v, O& o) requires std::is_same_v<std::remove_const_t<O>, TrainerO
   CommonFields(v, o.common);
   v.Required("--index", o.index, "trainer number");
   v.Option("--threads", o.threads, "worker threads (default: spec.roles.trainer.threads)");
-  v.Required("--data-server", o.data_server, "data server host:port");
+  v.Required("--data-server", o.data_server,
+             "data servers host:port,... (replicas serving the same batches; one is used, the "
+             "next when it is lost)");
   v.Option("--ps", o.ps, "parameter servers host:port,... in server order");
   v.Option("--controller", o.controller,
            "controller members ID=HOST:PORT,...: route by its shard map instead of --ps");

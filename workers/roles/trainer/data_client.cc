@@ -1,5 +1,10 @@
-// DataClient over a gRPC stub.
+// DataClient over gRPC stubs, one per data-server replica.
 #include "trainer/data_client.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
 
 #include "adam/v1/data.grpc.pb.h"
 #include "net/grpc.h"
@@ -8,67 +13,135 @@
 namespace adam::trainer {
 namespace {
 
+// Every replica serves the same seeded shuffles, so any of them answers a request as the one in
+// use would: calls go to one replica (`first` to begin with) and move to the next when it cannot
+// be reached; the trainer never goes back on its own. Each replica keeps its own epoch bookkeeping,
+// so an epoch's end and the job's stop are also told to the others, once each (best effort: one
+// that is down learns the first from the next epoch's requests, and a trainer that moves to it
+// was told the second by the replica it came from).
 class GrpcDataClient final : public DataClient {
  public:
-  GrpcDataClient(const std::shared_ptr<grpc::Channel>& ch, DataClientOptions options)
-      : stub_(adam::v1::DataService::NewStub(ch)), o_(std::move(options)) {}
+  using Stub = adam::v1::DataService::Stub;
+
+  GrpcDataClient(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
+                 DataClientOptions options)
+      : o_(std::move(options)) {
+    for (const auto& ch : channels) stubs_.push_back(adam::v1::DataService::NewStub(ch));
+    o_.addresses.resize(stubs_.size());
+    current_ = stubs_.empty() ? 0 : o_.first % stubs_.size();
+    if (o_.in_use) o_.in_use->Set(double(current_.load()));
+  }
 
   Status GetInfo(adam::v1::DatasetInfo* info) override {
-    return Call("GetInfo", [&](grpc::ClientContext* ctx) { return stub_->GetInfo(ctx, {}, info); });
+    return Call("GetInfo",
+                [&](Stub& s, grpc::ClientContext* ctx) { return s.GetInfo(ctx, {}, info); });
   }
   Status GetBatch(const adam::v1::GetBatchRequest& req, adam::v1::Batch* out) override {
     return Call("GetBatch",
-                [&](grpc::ClientContext* ctx) { return stub_->GetBatch(ctx, req, out); });
+                [&](Stub& s, grpc::ClientContext* ctx) { return s.GetBatch(ctx, req, out); });
   }
   Status GetTestBatch(const adam::v1::GetTestBatchRequest& req, adam::v1::Batch* out) override {
     return Call("GetTestBatch",
-                [&](grpc::ClientContext* ctx) { return stub_->GetTestBatch(ctx, req, out); });
+                [&](Stub& s, grpc::ClientContext* ctx) { return s.GetTestBatch(ctx, req, out); });
   }
-  Status FinishEpoch(const adam::v1::FinishEpochRequest& req) override {
-    adam::v1::FinishEpochResponse resp;
+  Status FinishEpoch(const adam::v1::FinishEpochRequest& req,
+                     adam::v1::FinishEpochResponse* out) override {
+    adam::v1::FinishEpochResponse others;
+    return CallAll("FinishEpoch", [&](Stub& s, grpc::ClientContext* ctx, bool in_use) {
+      return s.FinishEpoch(ctx, req, in_use ? out : &others);
+    });
+  }
+  Status AskEpoch(const adam::v1::FinishEpochRequest& req,
+                  adam::v1::FinishEpochResponse* out) override {
     return Call("FinishEpoch",
-                [&](grpc::ClientContext* ctx) { return stub_->FinishEpoch(ctx, req, &resp); });
+                [&](Stub& s, grpc::ClientContext* ctx) { return s.FinishEpoch(ctx, req, out); });
   }
   Status StopJob() override {
     adam::v1::StopJobResponse resp;
-    return Call("StopJob",
-                [&](grpc::ClientContext* ctx) { return stub_->StopJob(ctx, {}, &resp); });
+    return CallAll("StopJob", [&](Stub& s, grpc::ClientContext* ctx, bool) {
+      return s.StopJob(ctx, {}, &resp);
+    });
   }
 
  private:
-  // Runs `rpc` with a fresh deadline; while the server is unreachable, again every 100 ms until
-  // o_.server_wait has passed.
+  // Runs `rpc` with a fresh deadline on the replica in use. While it cannot be reached
+  // (UNAVAILABLE): the next replica at once, and after a round of them all, again every 100 ms
+  // until o_.server_wait has passed (a lone data server restarting under its old address).
   template <typename Rpc>
   Status Call(const char* what, const Rpc& rpc) {
     ServerWait wait(o_.server_wait, o_.waits, o_.waiting, o_.clock);
+    size_t tried = 0;
     for (;;) {
+      size_t at = current_.load();
       grpc::ClientContext ctx;
       net::SetDeadline(&ctx, o_.timeout);
-      const grpc::Status s = rpc(&ctx);
+      const grpc::Status s = rpc(*stubs_[at], &ctx);
       if (s.error_code() != grpc::StatusCode::UNAVAILABLE) {
-        if (wait.waited()) wait.Reached(Server());
+        if (wait.waited()) wait.Reached(Server(at));
         return net::FromGrpc(s, std::string("data server ") + what);
       }
-      if (!wait.Again(Server(), s.error_message()))
+      if (stubs_.size() > 1) {
+        const size_t next = (at + 1) % stubs_.size();
+        if (current_.compare_exchange_strong(at, next)) {
+          spdlog::warn("{} cannot be reached ({}): going on with {}", Server(at), s.error_message(),
+                       Server(next));
+          if (o_.switches) o_.switches->Increment();
+          if (o_.in_use) o_.in_use->Set(double(next));
+        }
+        if (++tried < stubs_.size()) continue;
+        tried = 0;
+      }
+      if (!wait.Again(Servers(), s.error_message())) {
+        const std::string where = Addresses();
         return net::FromGrpc(s, std::string("data server ") + what +
-                                    (o_.address.empty() ? "" : " at " + o_.address) + ": " +
-                                    wait.Expired());
+                                    (where.empty() ? "" : " at " + where) + ": " + wait.Expired());
+      }
     }
   }
 
-  std::string Server() const {
-    return "the data server" + (o_.address.empty() ? std::string() : " at " + o_.address);
+  // Call, then `rpc` once to every other replica, each with a short deadline; what they answer
+  // is not waited for beyond it. `rpc`'s last argument says whether it calls the replica in use;
+  // returns what that one answered.
+  template <typename Rpc>
+  Status CallAll(const char* what, const Rpc& rpc) {
+    const size_t used = current_.load();
+    Status st =
+        Call(what, [&](Stub& s, grpc::ClientContext* ctx) { return rpc(s, ctx, /*in_use=*/true); });
+    for (size_t i = 0; i < stubs_.size(); ++i) {
+      if (i == used) continue;
+      grpc::ClientContext ctx;
+      net::SetDeadline(&ctx, std::min(o_.timeout, o_.tell_timeout));
+      const grpc::Status s = rpc(*stubs_[i], &ctx, /*in_use=*/false);
+      if (!s.ok()) spdlog::debug("{}: {}", Server(i), s.error_message());
+    }
+    return st;
   }
 
-  std::unique_ptr<adam::v1::DataService::Stub> stub_;
-  const DataClientOptions o_;
+  std::string Server(size_t i) const {
+    return "the data server" + (o_.addresses[i].empty() ? std::string() : " at " + o_.addresses[i]);
+  }
+  // For the wait: the one server, or all of them.
+  std::string Servers() const {
+    const std::string where = Addresses();
+    return stubs_.size() == 1 || where.empty() ? Server(0) : "every data server (" + where + ")";
+  }
+  std::string Addresses() const {
+    std::string out;
+    for (const auto& a : o_.addresses)
+      if (!a.empty()) out += (out.empty() ? "" : ", ") + a;
+    return out;
+  }
+
+  std::vector<std::unique_ptr<Stub>> stubs_;
+  DataClientOptions o_;
+  std::atomic<size_t> current_{0};
 };
 
 }  // namespace
 
-std::unique_ptr<DataClient> MakeGrpcDataClient(const std::shared_ptr<grpc::Channel>& channel,
-                                               DataClientOptions options) {
-  return std::make_unique<GrpcDataClient>(channel, std::move(options));
+std::unique_ptr<DataClient> MakeGrpcDataClient(
+    const std::vector<std::shared_ptr<grpc::Channel>>& channels, DataClientOptions options) {
+  return std::make_unique<GrpcDataClient>(channels, std::move(options));
 }
 
 }  // namespace adam::trainer

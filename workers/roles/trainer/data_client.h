@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "adam/v1/data.pb.h"
 #include "core/clock.h"
@@ -27,30 +28,45 @@ class DataClient {
   virtual Status GetInfo(adam::v1::DatasetInfo* info) = 0;
   virtual Status GetBatch(const adam::v1::GetBatchRequest& req, adam::v1::Batch* out) = 0;
   virtual Status GetTestBatch(const adam::v1::GetTestBatchRequest& req, adam::v1::Batch* out) = 0;
-  virtual Status FinishEpoch(const adam::v1::FinishEpochRequest& req) = 0;
+  // Tells the data server (every replica) that this trainer finished `req.epoch`; `out` is what
+  // the replica in use answered (how many trainers have, whether the epoch's quorum closed it).
+  virtual Status FinishEpoch(const adam::v1::FinishEpochRequest& req,
+                             adam::v1::FinishEpochResponse* out) = 0;
+  // The same call to the replica in use only, to ask again (a trainer's finish counts once).
+  virtual Status AskEpoch(const adam::v1::FinishEpochRequest& req,
+                          adam::v1::FinishEpochResponse* out) = 0;
   virtual Status StopJob() = 0;
 };
 
 struct DataClientOptions {
   std::chrono::milliseconds timeout{30000};  // of every call
-  std::string address;                       // for messages
+  // The replicas' addresses, in the order of the channels (for messages), and the one used first
+  // (taken modulo their count: a trainer's index spreads the trainers over them).
+  std::vector<std::string> addresses;
+  size_t first = 0;
   // How long a call waits for an unreachable data server (UNAVAILABLE: it is restarting; its
   // shuffles are seeded, so it serves the same batches again) before failing. Each second of
   // waiting is logged; `waits` counts the seconds, `waiting` is 1 meanwhile.
   std::chrono::milliseconds server_wait{120000};
   prometheus::Counter* waits = nullptr;
   prometheus::Gauge* waiting = nullptr;
+  prometheus::Counter* switches = nullptr;  // moves to another replica
+  prometheus::Gauge* in_use = nullptr;      // the index of the replica in use
+  // The deadline of the epoch ends and the job's stop told to the replicas not in use.
+  std::chrono::milliseconds tell_timeout{1000};
   Clock* clock = Clock::Real();  // where that wait reads the time (not owned)
 };
 
-// Over gRPC. Errors name the call ("data server GetBatch: ...").
-std::unique_ptr<DataClient> MakeGrpcDataClient(const std::shared_ptr<grpc::Channel>& channel,
-                                               DataClientOptions options);
+// Over gRPC, to one or more data-server replicas (`channels`, at least one): calls go to one
+// replica and move to the next when it cannot be reached; epoch ends and the job's stop reach
+// them all. Errors name the call ("data server GetBatch: ...").
+std::unique_ptr<DataClient> MakeGrpcDataClient(
+    const std::vector<std::shared_ptr<grpc::Channel>>& channels, DataClientOptions options);
 inline std::unique_ptr<DataClient> MakeGrpcDataClient(const std::shared_ptr<grpc::Channel>& channel,
                                                       std::chrono::milliseconds timeout) {
   DataClientOptions o;
   o.timeout = timeout;
-  return MakeGrpcDataClient(channel, std::move(o));
+  return MakeGrpcDataClient({channel}, std::move(o));
 }
 
 }  // namespace adam::trainer

@@ -15,7 +15,7 @@ struct MainOptions {
   std::string name = "trainer-0";
   int index = 0;
   int threads = 0;                         // 0 = spec.roles.trainer.threads
-  std::string data_server;                 // host:port
+  std::vector<std::string> data_servers;   // host:port of each data-server replica
   std::vector<std::string> param_servers;  // host:port, in server order
   std::vector<std::string> controller;     // controller members: route by its shard map
   std::string metrics_host = "127.0.0.1";

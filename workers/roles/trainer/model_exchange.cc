@@ -55,7 +55,6 @@ GrpcExchange::GrpcExchange(std::shared_ptr<const net::Transport> transport,
                            model::Mailbox* inbox, std::chrono::milliseconds timeout)
     : transport_(std::move(transport)),
       addresses_(std::move(peers)),
-      self_(self),
       inbox_(inbox),
       timeout_(timeout),
       peers_(addresses_.size()) {

@@ -55,7 +55,6 @@ class GrpcExchange final : public model::Exchange {
 
   std::shared_ptr<const net::Transport> transport_;
   std::vector<std::string> addresses_;
-  const int self_;
   model::Mailbox* inbox_;
   const std::chrono::milliseconds timeout_;
   std::vector<std::unique_ptr<Peer>> peers_;

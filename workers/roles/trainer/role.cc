@@ -46,6 +46,9 @@ TrainerMetrics RegisterMetrics(metrics::MetricsServer& reg) {
   tm.held_back = &reg.Counter(
       "adam_trainer_filter_held_entries_total",
       "Entries of pushed weight deltas the significantly-modified filter kept for a later push");
+  tm.quorum_wait = &reg.Counter("adam_trainer_quorum_wait_seconds_total",
+                                "Seconds trainer 0 waited at the job's last epoch for the epoch "
+                                "quorum of trainers to finish it");
   return tm;
 }
 
@@ -152,6 +155,27 @@ TrainerOptions OptionsOf(const spec::AdamJob& job, const MainOptions& options) {
   return to;
 }
 
+// The data-server replica a trainer starts with: its own (its index modulo the replicas, which
+// spreads the trainers over them) or, when that one does not answer (lost before this trainer
+// started), the next that does; each asked for a second at a time, all of them for 30 s.
+StatusOr<size_t> WaitForADataServer(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
+                                    const MainOptions& options) {
+  const size_t n = channels.size();
+  if (n == 0) return InvalidArgumentError("--data-server: no address given");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto each = n == 1 ? std::chrono::milliseconds(30000) : std::chrono::milliseconds(1000);
+  for (size_t k = 0;; ++k) {
+    const size_t i = (size_t(std::max(0, options.index)) + k) % n;
+    Status st = net::WaitForReady(channels[i].get(), "data server", options.data_servers[i], each);
+    if (st.ok()) return i;
+    if (std::chrono::steady_clock::now() >= deadline)
+      return n == 1 ? st
+                    : UnavailableError(
+                          "none of the " + std::to_string(n) +
+                          " data servers answered within 30 s; the last: " + st.message());
+  }
+}
+
 }  // namespace
 
 TrainerRole::TrainerRole(const spec::AdamJob& job, MainOptions options,
@@ -183,11 +207,12 @@ int TrainerRole::Run() {
     return 1;
   }
   if (options.check_pushes > 0) return CheckPushes(job, options, map, ps->get());
-  auto data_channel = net::MakeChannel(*options.transport, options.data_server);
-  if (Status st = net::WaitForReady(data_channel.get(), "data server", options.data_server,
-                                    std::chrono::seconds(30));
-      !st.ok()) {
-    spdlog::error("{}", st.message());
+  std::vector<std::shared_ptr<grpc::Channel>> data_channels;
+  for (const auto& addr : options.data_servers)
+    data_channels.push_back(net::MakeChannel(*options.transport, addr));
+  auto first_data = WaitForADataServer(data_channels, options);
+  if (!first_data.ok()) {
+    spdlog::error("{}", first_data.status().message());
     return 1;
   }
   TrainerOptions to = OptionsOf(job, options);
@@ -201,11 +226,17 @@ int TrainerRole::Run() {
                map.num_servers());
   DataClientOptions dco;
   dco.timeout = to.rpc_timeout;
-  dco.address = options.data_server;
+  dco.addresses = options.data_servers;
+  dco.first = *first_data;
   dco.waits = po.waits;
   dco.waiting = &reg.Gauge("adam_trainer_data_server_unreachable",
                            "1 while a request waits for an unreachable data server, else 0");
-  Trainer trainer(job, to, tm, MakeGrpcDataClient(data_channel, dco), std::move(*ps));
+  dco.switches = &reg.Counter("adam_trainer_data_server_switches_total",
+                              "Moves to another data-server replica after the one in use was lost");
+  dco.in_use = &reg.Gauge("adam_trainer_data_server_in_use",
+                          "The data-server replica this trainer's requests go to (its index in "
+                          "--data-server, from 0)");
+  Trainer trainer(job, to, tm, MakeGrpcDataClient(data_channels, dco), std::move(*ps));
   auto result = trainer.Run();
   if (!result.ok()) {
     spdlog::error("{}", result.status().message());

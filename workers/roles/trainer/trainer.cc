@@ -127,6 +127,11 @@ struct Trainer::Impl {
   // metrics, the divergence check, the periodic model. False: training ends here.
   bool EndEpoch(int e, int first, bool evaluates, const BatchItem& marker,
                 Clock::time_point epoch_start, double* previous_loss, TrainerResult* result);
+  // Trainer 0 at the job's last epoch, after its own last sync: waits until the data server
+  // closes it, asking every 50 ms, at most opt.last_epoch_wait (default: twice the epoch's time,
+  // at least 30 s). True when the epoch was open at first and then closed: the other trainers'
+  // last updates are in since this trainer's sync, so it pulls once more.
+  bool WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req, Clock::duration epoch_time);
   // Stops the loops and tells the servers this trainer leaves.
   void Leave(std::thread& prefetcher, std::thread& syncer);
   // Writes the weights of the last evaluation to opt.model_out (when given) as ONNX; `epochs`
@@ -492,7 +497,8 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
   adam::v1::FinishEpochRequest req;
   req.set_trainer(uint32_t(opt.index));
   req.set_epoch(uint32_t(e));
-  if (Status st = data->FinishEpoch(req); !st.ok()) {
+  adam::v1::FinishEpochResponse finished;
+  if (Status st = data->FinishEpoch(req, &finished); !st.ok()) {
     Fail(st);
     return false;
   }
@@ -500,6 +506,13 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
     Fail(st);
     return false;
   }
+  // The sync comes first: under sync and bounded consistency the others' pulls wait for it.
+  if (evaluates && e + 1 == job.training.epochs && !finished.epoch_closed() &&
+      !marker.job_stopped && WaitForEpochQuorum(req, Clock::now() - epoch_start))
+    if (Status st = Sync(/*epoch_end=*/false); !st.ok()) {
+      Fail(st);
+      return false;
+    }
   double epoch_loss = 0;
   int64_t epoch_images = 0;
   for (int t = 0; t < opt.threads; ++t)
@@ -552,6 +565,46 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
   if (marker.job_stopped) return false;
   const auto& target = job.training.target_accuracy;
   return !(evaluates && target && acc >= *target);
+}
+
+bool Trainer::Impl::WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req,
+                                       Clock::duration epoch_time) {
+  using std::chrono::seconds;
+  const Clock::duration limit = opt.last_epoch_wait.count() > 0
+                                    ? Clock::duration(opt.last_epoch_wait)
+                                    : std::max<Clock::duration>(seconds(30), 2 * epoch_time);
+  const auto start = Clock::now();
+  auto note = start + seconds(5);
+  const int epoch = int(req.epoch()) + 1;
+  adam::v1::FinishEpochResponse r;
+  bool closed = false;
+  int asked = 0;
+  while (!abort) {
+    ++asked;
+    if (Status st = data->AskEpoch(req, &r); !st.ok()) {
+      spdlog::warn("asking the data server whether epoch {} is closed: {}", epoch, st.message());
+      break;
+    }
+    if ((closed = r.epoch_closed())) break;
+    const auto now = Clock::now();
+    if (now - start >= limit) break;
+    if (now >= note) {
+      spdlog::info("epoch {}: waiting for the epoch quorum ({} trainers have finished it)", epoch,
+                   r.finished());
+      note += seconds(5);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  if (m.quorum_wait) m.quorum_wait->Increment(waited);
+  if (closed && asked > 1)
+    spdlog::info("epoch {}: the epoch quorum finished it after {:.1f} s of waiting", epoch, waited);
+  else if (!closed && !abort)
+    spdlog::warn(
+        "epoch {}: only {} trainers had finished it after {:.1f} s of waiting; the final model "
+        "goes without the rest of their shares",
+        epoch, r.finished(), waited);
+  return closed && asked > 1;
 }
 
 void Trainer::Impl::Leave(std::thread& prefetcher, std::thread& syncer) {

@@ -5,7 +5,11 @@
 // accumulated change to the parameter servers every `pushEvery` images and folds the pulled global
 // weights back in; a prefetch thread keeps a few batches from the data server queued. At each
 // epoch end the trainer reports to the data server (the straggler rule lives there) and trainer 0
-// evaluates the global weights on the test set. Progress goes out as events (core/event.h).
+// evaluates the global weights on the test set. Trainers never wait for each other, but trainer 0
+// waits at the job's last epoch until the data server has closed it (the epoch quorum of trainers
+// finished their shares), bounded by last_epoch_wait, so that the final model has trained the
+// epochs the job asks for however the trainers' speeds differ. Progress goes out as events
+// (core/event.h).
 // Run() is called once, from one thread.
 #pragma once
 
@@ -35,6 +39,10 @@ struct TrainerOptions {
   bool bind = true;          // bind worker threads to cores and NUMA nodes
   std::chrono::milliseconds rpc_timeout{30000};
   std::chrono::milliseconds progress_interval{2000};  // between progress events
+  // How long trainer 0, done with the job's last epoch, waits for the epoch quorum of trainers to
+  // finish it too before the final evaluation (see Trainer); 0: twice that epoch's own time, at
+  // least 30 s.
+  std::chrono::milliseconds last_epoch_wait{0};
   // Trains nothing: pulls the model, evaluates it on the test set, emits an `evaluated` event
   // and returns (epochs 0). The launcher's evaluator of the final model when trainer 0, which
   // evaluates after every epoch, did not live to the end.
@@ -69,6 +77,7 @@ struct TrainerMetrics {
   prometheus::Counter* ring_waits = nullptr;      // adam_trainer_ring_waits_total
   prometheus::Counter* drift_waits = nullptr;     // adam_trainer_drift_waits_total
   prometheus::Counter* held_back = nullptr;       // adam_trainer_filter_held_entries_total
+  prometheus::Counter* quorum_wait = nullptr;     // adam_trainer_quorum_wait_seconds_total
 };
 
 // Under async and bounded consistency a trainer's workers train on while its sync thread pushes

@@ -1,0 +1,136 @@
+// The trainer's data client over two data-server replicas on loopback: it uses one, moves to the
+// next when that one is lost (which serves the same batches), tells every replica an epoch's end
+// and the job's stop, and fails naming them all when none answers.
+#include "trainer/data_client.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+
+#include "adam/v1/data.pb.h"
+#include "data_server/server.h"
+#include "net/grpc.h"
+#include "roles/data_server/sources.h"
+
+namespace adam::trainer {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Two replicas of one set of 8 images shared by 2 trainers, an epoch closed by either of them
+// (quorum 0.5), batches of 4.
+class Replicas : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 2; ++i) {
+      auto source = data_server::MakeSource(8, 2, 0.5, 4);
+      sources_[i] = source.get();
+      servers_[i] = std::make_unique<data_server::DataServer>(std::move(source), 3,
+                                                              data_server::MainOptions());
+      ASSERT_TRUE(servers_[i]->Start().ok());
+      addresses_.push_back("127.0.0.1:" + std::to_string(servers_[i]->port()));
+    }
+  }
+
+  std::unique_ptr<DataClient> Client(size_t first, milliseconds wait = milliseconds(5000)) {
+    DataClientOptions o;
+    o.timeout = milliseconds(5000);
+    o.addresses = addresses_;
+    o.first = first;
+    o.server_wait = wait;
+    o.switches = &switches_;
+    o.in_use = &in_use_;
+    std::vector<std::shared_ptr<grpc::Channel>> channels;
+    for (const auto& a : addresses_)
+      channels.push_back(net::MakeChannel(*net::Transport::Plaintext(), a));
+    return MakeGrpcDataClient(channels, o);
+  }
+
+  static v1::GetBatchRequest Request(int trainer, int epoch, int index) {
+    v1::GetBatchRequest req;
+    req.set_trainer(uint32_t(trainer));
+    req.set_epoch(uint32_t(epoch));
+    req.set_batch_index(uint32_t(index));
+    return req;
+  }
+
+  // Whether replica i has closed `epoch` (asked of its source, as trainer 0).
+  bool Closed(int i, uint32_t epoch) {
+    data_server::BatchView b;
+    EXPECT_TRUE(sources_[i]->GetBatch(0, epoch, 0, &b).ok());
+    return b.epoch_closed;
+  }
+
+  prometheus::Registry reg_;
+  prometheus::Counter& switches_ =
+      prometheus::BuildCounter().Name("switches").Register(reg_).Add({});
+  prometheus::Gauge& in_use_ = prometheus::BuildGauge().Name("in_use").Register(reg_).Add({});
+  data_server::DataSource* sources_[2] = {};
+  std::unique_ptr<data_server::DataServer> servers_[2];
+  std::vector<std::string> addresses_;
+};
+
+TEST_F(Replicas, ALostReplicaIsLeftForTheNextWhichServesTheSameBatches) {
+  auto client = Client(0);
+  v1::Batch before;
+  ASSERT_TRUE(client->GetBatch(Request(0, 0, 0), &before).ok());
+  ASSERT_EQ(before.count(), 4u);
+  EXPECT_EQ(switches_.Value(), 0);
+  EXPECT_EQ(in_use_.Value(), 0);
+  servers_[0]->Stop();
+  v1::Batch after;
+  ASSERT_TRUE(client->GetBatch(Request(0, 0, 0), &after).ok());
+  EXPECT_EQ(after.pixels(), before.pixels());
+  EXPECT_EQ(after.labels(), before.labels());
+  EXPECT_EQ(switches_.Value(), 1);
+  EXPECT_EQ(in_use_.Value(), 1);
+  // It stays with the replica it moved to.
+  ASSERT_TRUE(client->GetBatch(Request(0, 0, 1), &after).ok());
+  v1::DatasetInfo info;
+  ASSERT_TRUE(client->GetInfo(&info).ok());
+  EXPECT_EQ(info.train_count(), 8u);
+  EXPECT_EQ(switches_.Value(), 1);
+}
+
+TEST_F(Replicas, EveryReplicaHearsAnEpochsEndAndTheJobsStop) {
+  auto client = Client(1);  // trainer 1 starts on replica 1
+  EXPECT_EQ(in_use_.Value(), 1);
+  v1::FinishEpochRequest fin;
+  fin.set_trainer(1);
+  fin.set_epoch(0);
+  v1::FinishEpochResponse resp;
+  ASSERT_TRUE(client->FinishEpoch(fin, &resp).ok());
+  EXPECT_TRUE(resp.epoch_closed());  // the answer is the replica in use's
+  EXPECT_EQ(resp.finished(), 1u);
+  EXPECT_TRUE(Closed(0, 0));  // the quorum is one trainer: replica 0 closed it too
+  EXPECT_TRUE(Closed(1, 0));
+  EXPECT_FALSE(Closed(0, 1));
+  ASSERT_TRUE(client->StopJob().ok());
+  EXPECT_TRUE(sources_[0]->stopped());
+  EXPECT_TRUE(sources_[1]->stopped());
+  // A replica that is down is no reason to fail: the one in use heard it.
+  servers_[0]->Stop();
+  fin.set_epoch(1);
+  EXPECT_TRUE(client->FinishEpoch(fin, &resp).ok());
+  EXPECT_TRUE(client->AskEpoch(fin, &resp).ok());
+  EXPECT_TRUE(resp.epoch_closed());
+  EXPECT_TRUE(Closed(1, 1));
+  EXPECT_EQ(switches_.Value(), 0);
+}
+
+TEST_F(Replicas, NoReplicaAnsweringFailsNamingThemAll) {
+  auto client = Client(0, milliseconds(300));
+  servers_[0]->Stop();
+  servers_[1]->Stop();
+  v1::Batch b;
+  const Status st = client->GetBatch(Request(0, 0, 0), &b);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("data server GetBatch at " + addresses_[0] + ", " + addresses_[1]),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_NE(st.message().find("not back within 0.3 s"), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace adam::trainer
