@@ -112,7 +112,9 @@ TEST(Codec, EveryFormatReadsBackWhatWasWritten) {
                          WireFormat{true, true}}) {
       std::string wire;
       EncodeFloats(values.data(), n, f, &wire);
-      if (!f.zstd) EXPECT_EQ(wire.size(), n * f.value_bytes());
+      if (!f.zstd) {
+        EXPECT_EQ(wire.size(), n * f.value_bytes());
+      }
       StatusOr<size_t> count = FloatCount(wire, f, n);
       ASSERT_TRUE(count.ok()) << count.status().ToString();
       ASSERT_EQ(*count, n);
@@ -199,7 +201,9 @@ TEST(Filter, SendsOnlySignificantEntriesAndLosesNothing) {
         if (sent[k] != 0.f) {
           ++nonzero;
           EXPECT_GE(std::fabs(before[k]), 2e-3f);
-          if (float16) EXPECT_EQ(sent[k], RoundToHalf(sent[k]));  // travels exactly as half
+          if (float16) {
+            EXPECT_EQ(sent[k], RoundToHalf(sent[k]));  // travels exactly as half
+          }
         } else {
           EXPECT_EQ(pending[k], before[k]);
         }

@@ -292,9 +292,11 @@ TEST(ShardState, APrimaryLostWithAMajorityOfItsCopiesWaitsForOneOfThem) {
   EXPECT_GT(waiting, 0);
   // Nobody back: the waiting shards stay as they are.
   auto repair = PlanRepair(st.state());
-  if (repair)
-    for (const auto& r : repair->shards())
+  if (repair) {
+    for (const auto& r : repair->shards()) {
       EXPECT_NE(r.replicas(0), 2u) << "shard " << r.shard() << " served by the lone survivor";
+    }
+  }
   // Server 1 is back (its heartbeats went through again): two of three copies are there.
   v1::Command back;
   back.mutable_register_()->set_id(1);
