@@ -764,7 +764,19 @@ TEST_F(AdamRun, TheModelOutIsTheModelTheSummaryScores) {
   const std::string model = dir_.File("out/model.onnx");
   Result r = Adam(dir_, "run " + job + " --output json --model-out " + model);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  ExpectTheModelScores(dir_, nlohmann::json::parse(r.out));
+  const auto summary = nlohmann::json::parse(r.out);
+  ExpectTheModelScores(dir_, summary);
+  // The summary's history: trainer 0's evaluation after each epoch, the last the job's result.
+  const auto& history = summary["history"];
+  ASSERT_EQ(history.size(), 5u) << r.out;
+  for (size_t i = 0; i < history.size(); ++i) {
+    EXPECT_EQ(history[i]["epoch"].get<int>(), int(i) + 1) << r.out;
+    EXPECT_GT(history[i]["test_accuracy"].get<double>(), 0.3) << r.out;
+    if (i > 0) {
+      EXPECT_GE(history[i]["seconds"].get<double>(), history[i - 1]["seconds"].get<double>());
+    }
+  }
+  EXPECT_EQ(history.back()["test_accuracy"].get<double>(), summary["test_accuracy"].get<double>());
   int writes = 0;
   for (size_t at = 0; (at = r.err.find("is in " + model, at)) != std::string::npos; ++at) ++writes;
   EXPECT_EQ(writes, 3) << r.err;

@@ -311,6 +311,14 @@ void RunLog::PrintSummary() {
     if (!rebalances_.empty()) j["rebalances"] = rebalances_;
     if (!model_written_.empty()) j["model"] = model_written_;
     if (resumed_epochs_ > 0) j["resumed_after_epoch"] = resumed_epochs_;
+    // Trainer 0's evaluation after each epoch, as the progress lines show it.
+    nlohmann::json history = nlohmann::json::array();
+    for (const auto& p : record_.epochs) {
+      nlohmann::json e = {{"epoch", p.epoch}, {"seconds", p.seconds}, {"loss", p.loss}};
+      if (p.accuracy >= 0) e["test_accuracy"] = p.accuracy;
+      history.push_back(std::move(e));
+    }
+    j["history"] = std::move(history);
     // What the finished trainers sent and received per image they trained on.
     int64_t done_images = 0, push = 0, pull = 0;
     for (const auto& [_, ev] : done_) {
