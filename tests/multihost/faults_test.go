@@ -290,6 +290,7 @@ func TestParameterServerFaultsAcrossHosts(t *testing.T) {
 		}
 	})
 	checkAccuracy(t, j, faultEpochs)
+	checkEpochs(t, j, faultEpochs)
 	for _, f := range figures {
 		t.Log(f)
 	}
@@ -386,6 +387,7 @@ func TestControllerFaultsAcrossHosts(t *testing.T) {
 		j.heal(l)
 	})
 	checkAccuracy(t, j, faultEpochs)
+	checkEpochs(t, j, faultEpochs)
 	for _, f := range figures {
 		t.Log(f)
 	}
@@ -439,4 +441,5 @@ func TestWorkerFaultsAcrossHosts(t *testing.T) {
 		}
 	})
 	checkAccuracy(t, j, faultEpochs)
+	checkEpochs(t, j, faultEpochs)
 }
