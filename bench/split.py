@@ -14,7 +14,7 @@ processes train one replica, trading boundary activations and errors over gRPC s
 Writes build/bench/split.json.
 
   bench/split.py [--build build] [--limit-mib 512] [--grow 1.25] [--workers 1,2,4]
-                 [--fit-units 1024] [--images 20000] [--epochs 2] [--skip-largest]
+                 [--fit-units 1024] [--threads 1[,2...]] [--images 20000] [--epochs 2] [--skip-largest]
                  [--skip-accuracy]
 """
 import argparse, json, os, resource, socket, subprocess, sys
@@ -87,6 +87,7 @@ def main():
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--fit-units", type=int, default=1024)
     ap.add_argument("--fit-images", type=int, default=3000)
+    ap.add_argument("--threads", default="1", help="Hogwild lanes per worker: a list measures each")
     ap.add_argument("--images", type=int, default=20000)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--manifest", default="examples/fashion-mnist.yaml")
@@ -104,17 +105,20 @@ def main():
         print("%-3d %12s %14s %14s" % (k, b and b["units"], b and b["params"],
                                         b and "%.0f" % b["max_rss_mib"]), flush=True)
 
-    print("\n%-3s %6s %12s %10s" % ("K", "batch", "images/s", "vs K=1"))
-    for batch in (1, 32):
-        base = None
-        for k in ks:
-            r = run(worker_bin, k, ["--mlp-units", str(args.fit_units), "--batch", str(batch),
-                                    "--images", str(args.fit_images), "--lr", "0.001"])
-            ips = r[0]["images_per_s"] if r else 0
-            base = base or ips
-            result["throughput"].append({"workers": k, "batch": batch, "images_per_s": ips})
-            print("%-3d %6d %12.0f %9.2fx" % (k, batch, ips, ips / base if base else 0),
-                  flush=True)
+    print("\n%-3s %6s %6s %12s %10s" % ("K", "lanes", "batch", "images/s", "vs K=1"))
+    for lanes in [int(x) for x in args.threads.split(",")]:
+        for batch in (1, 32):
+            base = None
+            for k in ks:
+                r = run(worker_bin, k, ["--mlp-units", str(args.fit_units), "--batch", str(batch),
+                                        "--images", str(args.fit_images), "--lr", "0.001",
+                                        "--threads", str(lanes)])
+                ips = r[0]["images_per_s"] if r else 0
+                base = base or ips
+                result["throughput"].append({"workers": k, "lanes": lanes, "batch": batch,
+                                             "units": args.fit_units, "images_per_s": ips})
+                print("%-3d %6d %6d %12.0f %9.2fx" % (k, lanes, batch, ips,
+                                                      ips / base if base else 0), flush=True)
 
     if not args.skip_accuracy:
         print("\n%-12s %10s %10s" % ("run", "accuracy", "images/s"))
