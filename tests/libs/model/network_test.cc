@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
@@ -338,6 +339,82 @@ TEST(Network, MomentumAndWeightDecayFollowTheirFormulas) {
   {
     SCOPED_TRACE("weight decay");
     CheckStepRule(0.f, 0.05f);
+  }
+}
+
+// Backward in two halves (BackwardData, then BackwardWeights: a model worker's, which sends its
+// input gradient between them) does what Backward does, to the bit, and the first half touches
+// neither the parameters nor their gradients: the gradients in kGradients
+// mode, the parameters after three steps at two rates in kSgd mode, with plain SGD and with
+// momentum and weight decay (whose fused dense update is rebuilt when the rate changes).
+void CheckHalves(NetworkMode mode, float mu, float wd) {
+  const auto spec =
+      MakeSpec({Conv(3, 3, spec::Activation::kRelu, 1), Pool(2), Conv(4, 3, spec::Activation::kTanh),
+                Dense(7, spec::Activation::kTanh), Dense(6, spec::Activation::kRelu), Softmax(4)},
+               {2, 8, 8});
+  auto layout = ModelLayout::Make(spec);
+  ASSERT_TRUE(layout.ok());
+  const size_t n = size_t(layout->num_params());
+  const int batch = 3;
+  std::vector<float> whole(n), halves(n), g_whole(n), g_halves(n), v_whole(n, 0.f), v_halves(n, 0.f);
+  layout->InitParams(11, whole.data());
+  halves = whole;
+  const bool sgd = mode == NetworkMode::kSgd;
+  auto a = Network::Create(*layout, batch, whole.data(), sgd ? nullptr : g_whole.data(), mode, 1,
+                           false, {mu, wd, mu > 0 || wd > 0 ? v_whole.data() : nullptr});
+  auto b = Network::Create(*layout, batch, halves.data(), sgd ? nullptr : g_halves.data(), mode, 1,
+                           false, {mu, wd, mu > 0 || wd > 0 ? v_halves.data() : nullptr});
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
+  std::mt19937 rng(5);
+  std::vector<uint8_t> pixels(static_cast<size_t>(layout->input_size() * batch)),
+      labels(static_cast<size_t>(batch));
+  const float rates[] = {0.05f, 0.05f, 0.02f};
+  for (float lr : rates) {
+    for (auto& p : pixels) p = uint8_t(rng());
+    for (auto& l : labels) l = uint8_t(rng() % layout->classes());
+    (*a)->SetInputFromBytes(pixels.data());
+    (*b)->SetInputFromBytes(pixels.data());
+    ASSERT_EQ((*a)->Forward(labels.data(), nullptr), (*b)->Forward(labels.data(), nullptr));
+    (*a)->Backward(lr);
+    // The data half leaves the weights and their gradients alone: they are the other half's.
+    const std::vector<float> before = halves;
+    std::fill(g_halves.begin(), g_halves.end(), 0.f);
+    (*b)->BackwardData();
+    ASSERT_EQ(halves, before);
+    ASSERT_EQ(std::count(g_halves.begin(), g_halves.end(), 0.f), std::ptrdiff_t(n));
+    (*b)->BackwardWeights(lr);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(whole[i], halves[i]) << "parameter " << i;
+      ASSERT_EQ(g_whole[i], g_halves[i]) << "gradient " << i;
+    }
+  }
+  if (sgd) {
+    double moved = 0;
+    std::vector<float> init(n);
+    layout->InitParams(11, init.data());
+    for (size_t i = 0; i < n; ++i) moved += std::fabs(whole[i] - init[i]);
+    EXPECT_GT(moved, 1e-3);
+  } else {
+    EXPECT_NE(std::count(g_whole.begin(), g_whole.end(), 0.f), std::ptrdiff_t(n));
+  }
+}
+
+TEST(Network, BackwardInTwoHalvesIsBackward) {
+  {
+    SCOPED_TRACE("gradients");
+    CheckHalves(NetworkMode::kGradients, 0.f, 0.f);
+  }
+  {
+    SCOPED_TRACE("plain SGD");
+    CheckHalves(NetworkMode::kSgd, 0.f, 0.f);
+  }
+  {
+    SCOPED_TRACE("weight decay");
+    CheckHalves(NetworkMode::kSgd, 0.f, 0.05f);
+  }
+  {
+    SCOPED_TRACE("momentum and weight decay");
+    CheckHalves(NetworkMode::kSgd, 0.9f, 0.05f);
   }
 }
 

@@ -29,7 +29,13 @@ struct Step {
   dnnl::primitive prim;
   Args args;
   int decayed = -1;  // a dense layer's fused update whose sum scale follows the rate: its index
+  bool weights = false;  // on the way to a weight gradient or step, not to an input gradient
 };
+
+// Marks the steps `bwd` gained since it held `from` as the weights' (Network::BackwardWeights).
+void MarkWeights(std::vector<Step>& bwd, size_t from) {
+  for (size_t k = from; k < bwd.size(); ++k) bwd[k].weights = true;
+}
 
 // The fused dense update W = sum_scale * W + (-lr) * diff_dst^T x src (diff_dst given as
 // units x batch through strides, see Create), with -lr a runtime output scale.
@@ -314,6 +320,7 @@ void Network::Builder::Conv(size_t i, const spec::LayerSpec& l, const spec::Laye
       m.looped_is_weight.insert(m.looped_is_weight.end(), {true, false});
     }
     memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
+    const size_t weights_from = bwd.size();
     // Each backward pass picks its own layouts too; reorder where they differ.
     dnnl::convolution_backward_weights::primitive_desc wpd(
         {algorithm::convolution_direct, src_any, w_any, b_md, dst_any, strides, pad, pad}, attr,
@@ -328,6 +335,7 @@ void Network::Builder::Conv(size_t i, const spec::LayerSpec& l, const spec::Laye
                     {DNNL_ARG_DIFF_WEIGHTS, dw_pass},
                     {DNNL_ARG_DIFF_BIAS, db}}});
     if (dw_pass != dw) bwd.push_back(ReorderStep(dw_pass, dw));
+    MarkWeights(bwd, weights_from);
     if (need_diff_src) {
       dnnl::convolution_backward_data::primitive_desc dpd(
           {algorithm::convolution_direct, src_any, w_any, dst_any, strides, pad, pad}, attr, eng,
@@ -521,6 +529,7 @@ void Network::Builder::InnerProduct(size_t i, const spec::LayerSpec& l, const sp
                     {DNNL_ARG_DIFF_SRC, flat_diff_src}}});
     if (plain_diff_src != diff_src) bwd.push_back(ReorderStep(plain_diff_src, diff_src));
   }
+  const size_t weights_from = bwd.size();
   if (train && !sgd) {
     memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
     dnnl::inner_product_backward_weights::primitive_desc wpd({src_md, w_md, b_md, dst_md}, attr,
@@ -532,6 +541,7 @@ void Network::Builder::InnerProduct(size_t i, const spec::LayerSpec& l, const sp
                     {DNNL_ARG_DIFF_BIAS, db}}});
   }
   if (sgd || m.hold) DenseStep(i, p, in, units, src_md, w_md, flat_src, diff_dst, w, bwd);
+  MarkWeights(bwd, weights_from);
   src = dst;
   diff_src = diff_dst;
 }
@@ -764,9 +774,31 @@ float Network::Forward(const uint8_t* labels, int* predicted) {
   return loss;
 }
 
-void Network::Backward(float lr) {
+void Network::Backward(float lr) { RunBackward(lr, Pass::kAll); }
+
+void Network::BackwardData() {
+  ADAM_CHECK(impl_->apply_every == 1 && !impl_->hold);
+  RunBackward(0.f, Pass::kData);
+}
+
+void Network::BackwardWeights(float lr) { RunBackward(lr, Pass::kWeights); }
+
+// Backward's steps in order, or one half of them: every step towards an input gradient (kData)
+// or every other (kWeights). Deferring the weights' steps changes nothing they compute: a layer's
+// weight step reads its input and its output's gradient, which no step of the data half writes
+// once that layer's own activation step has run, and the data half reads the weights before
+// any of this step's changes (a dense layer's input gradient was already taken before its fused
+// update).
+void Network::RunBackward(float lr, Pass pass) {
   Impl& m = *impl_;
   ADAM_CHECK(!m.backward.empty());
+  if (pass != Pass::kWeights) PrepareBackwardData();
+  if (pass == Pass::kData) {
+    for (auto& s : m.backward)
+      if (!s.weights) s.prim.execute(m.strm, s.args);
+    m.strm.wait();
+    return;
+  }
   if (m.neg_lr) *static_cast<float*>(m.neg_lr.get_data_handle()) = -lr;
   const float decay_scale = 1.f - lr * m.rule.weight_decay;
   if (m.velocity == nullptr && decay_scale != m.decay_scale) {
@@ -782,20 +814,8 @@ void Network::Backward(float lr) {
     }
     m.decay_scale = decay_scale;
   }
-  if (!m.segment) {
-    // d(mean cross-entropy)/d(logits) = (softmax - onehot) / batch.
-    const float* p = probabilities();
-    float* d = static_cast<float*>(m.diff_logits.get_data_handle());
-    const float inv = 1.f / float(m.batch);
-    for (int n = 0; n < m.batch; ++n)
-      for (int c = 0; c < m.classes; ++c) {
-        const int64_t k = int64_t{n} * m.classes + c;
-        d[k] = (p[k] - (c == m.labels[n] ? 1.f : 0.f)) * inv;
-      }
-  }
-  for (auto& mem : m.pool_diff_src)
-    std::memset(mem.get_data_handle(), 0, mem.get_desc().get_size());
-  for (auto& s : m.backward) s.prim.execute(m.strm, s.args);
+  for (auto& s : m.backward)
+    if (pass == Pass::kAll || s.weights) s.prim.execute(m.strm, s.args);
   m.strm.wait();
   if (m.mode != NetworkMode::kSgd) return;
   if (m.hold) {  // hold this step's update back (private buffers only)
@@ -840,6 +860,25 @@ void Network::Backward(float lr) {
     for (int n = 0; n < m.batch; ++n)
       for (int u = 0; u < b.units; ++u) bias[u] -= lr * d[int64_t{n} * b.units + u];
   }
+}
+
+// What the first backward step reads: the loss's gradient at the logits (a whole model) and the
+// pools' input gradients cleared (their backward steps add into them).
+void Network::PrepareBackwardData() {
+  Impl& m = *impl_;
+  if (!m.segment) {
+    // d(mean cross-entropy)/d(logits) = (softmax - onehot) / batch.
+    const float* p = probabilities();
+    float* d = static_cast<float*>(m.diff_logits.get_data_handle());
+    const float inv = 1.f / float(m.batch);
+    for (int n = 0; n < m.batch; ++n)
+      for (int c = 0; c < m.classes; ++c) {
+        const int64_t k = int64_t{n} * m.classes + c;
+        d[k] = (p[k] - (c == m.labels[n] ? 1.f : 0.f)) * inv;
+      }
+  }
+  for (auto& mem : m.pool_diff_src)
+    std::memset(mem.get_data_handle(), 0, mem.get_desc().get_size());
 }
 
 void Network::StepWithVelocity(float lr) {

@@ -96,6 +96,12 @@ class Network {
   // StepRule on the parameters (plain SGD: subtracts lr times that gradient), with no lock
   // (Hogwild).
   void Backward(float lr = 0.f);
+  // Backward in two halves, for a model worker that sends a gradient to its peers while it
+  // computes on (model/partition.h): BackwardData leaves the gradient with respect to each layer's
+  // input, input_gradient() included; BackwardWeights(lr) then does the rest (the weight gradients
+  // and the step). The two in turn do what Backward(lr) does. Not with apply_every > 1 or hold.
+  void BackwardData();
+  void BackwardWeights(float lr = 0.f);
 
   // batch x classes probabilities of the last Forward.
   const float* probabilities() const;
@@ -139,6 +145,9 @@ class Network {
   static StatusOr<std::unique_ptr<Network>> Build(const ModelLayout& layout, const Options& o);
   explicit Network(std::unique_ptr<Impl> impl);
   void StepWithVelocity(float lr);  // Backward's step when the StepRule is not plain SGD
+  enum class Pass { kAll, kData, kWeights };
+  void RunBackward(float lr, Pass pass);
+  void PrepareBackwardData();
   std::unique_ptr<Impl> impl_;
 };
 

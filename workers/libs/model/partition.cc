@@ -259,8 +259,10 @@ struct SplitWorker::Impl {
   // Every worker's slice of stage s's output, assembled image by image into `whole`.
   Status Gather(int s, const float* mine, float* whole);
   // `grad` is this worker's gradient with respect to stage s's whole output; each worker's share
-  // summed over every worker's lands in `mine`.
-  Status ReduceScatter(int s, const float* grad, float* mine);
+  // summed over every worker's lands in `mine`: SendScatter sends the peers their shares and
+  // copies this worker's own into `mine`, ReceiveReduce adds the peers' shares of it.
+  Status SendScatter(int s, const float* grad, float* mine);
+  Status ReceiveReduce(int s, float* mine);
   void Softmax(int* predicted, float* loss);
 };
 
@@ -286,28 +288,32 @@ Status SplitWorker::Impl::Gather(int s, const float* mine, float* whole) {
   return OkStatus();
 }
 
-Status SplitWorker::Impl::ReduceScatter(int s, const float* grad, float* mine) {
+Status SplitWorker::Impl::SendScatter(int s, const float* grad, float* mine) {
   const PartitionStage& st = part->stages()[size_t(s)];
   const int64_t area = int64_t{st.out.height} * st.out.width;
   const int64_t row = int64_t{st.out.channels} * area;
   const int k = workers();
-  const int64_t own = part->slice_size(s, self);
-  std::vector<std::span<const float>> sends(static_cast<size_t>(k));
-  std::vector<std::span<float>> recvs(static_cast<size_t>(k));
   for (int j = 0; j < k; ++j) {
     const int64_t n_slice = part->slice_size(s, j);
     const int64_t at = st.bounds[size_t(j)] * area;
     float* to = j == self ? mine : send[size_t(j)].data();
     for (int n = 0; n < batch; ++n)
       std::memcpy(to + n * n_slice, grad + n * row + at, size_t(n_slice) * sizeof(float));
-    sends[size_t(j)] = {send[size_t(j)].data(), size_t(batch * n_slice)};
-    recvs[size_t(j)] = {recv[size_t(j)].data(), size_t(batch * own)};
-  }
-  if (k == 1) return OkStatus();
-  ADAM_RETURN_IF_ERROR(exchange->AllToAll(uint32_t(2 * s + 1), sends, recvs, self));
-  for (int j = 0; j < k; ++j)
     if (j != self)
-      for (int64_t i = 0; i < batch * own; ++i) mine[i] += recvs[size_t(j)][size_t(i)];
+      ADAM_RETURN_IF_ERROR(exchange->Send(j, uint32_t(2 * s + 1),
+                                          {send[size_t(j)].data(), size_t(batch * n_slice)}));
+  }
+  return OkStatus();
+}
+
+Status SplitWorker::Impl::ReceiveReduce(int s, float* mine) {
+  const int64_t own = batch * part->slice_size(s, self);
+  for (int j = 0; j < workers(); ++j) {
+    if (j == self) continue;
+    std::span<float> in(recv[size_t(j)].data(), size_t(own));
+    ADAM_RETURN_IF_ERROR(exchange->Receive(j, uint32_t(2 * s + 1), in));
+    for (int64_t i = 0; i < own; ++i) mine[i] += in[size_t(i)];
+  }
   return OkStatus();
 }
 
@@ -397,11 +403,19 @@ Status SplitWorker::Backward(float lr) {
       d[int64_t{n} * (hi - lo) + (c - lo)] =
           (m.probs[size_t(int64_t{n} * m.classes + c)] - (c == m.labels[size_t(n)] ? 1.f : 0.f)) *
           inv;
+  // Each stage's input gradient goes to the peers before its weights' half runs, so the
+  // reduce-scatter's messages travel while this worker computes its weight gradients and step.
   for (int s = last; s >= 0; --s) {
-    m.segments[size_t(s)]->Backward(lr);
-    if (s == 0) break;
-    ADAM_RETURN_IF_ERROR(m.ReduceScatter(s - 1, m.segments[size_t(s)]->input_gradient(),
-                                         m.segments[size_t(s) - 1]->output_gradient()));
+    Network& seg = *m.segments[size_t(s)];
+    if (s == 0) {
+      seg.Backward(lr);
+      break;
+    }
+    float* below = m.segments[size_t(s) - 1]->output_gradient();
+    seg.BackwardData();
+    ADAM_RETURN_IF_ERROR(m.SendScatter(s - 1, seg.input_gradient(), below));
+    seg.BackwardWeights(lr);
+    ADAM_RETURN_IF_ERROR(m.ReceiveReduce(s - 1, below));
   }
   return OkStatus();
 }
