@@ -348,15 +348,16 @@ TEST(Network, MomentumAndWeightDecayFollowTheirFormulas) {
 // mode, the parameters after three steps at two rates in kSgd mode, with plain SGD and with
 // momentum and weight decay (whose fused dense update is rebuilt when the rate changes).
 void CheckHalves(NetworkMode mode, float mu, float wd) {
-  const auto spec =
-      MakeSpec({Conv(3, 3, spec::Activation::kRelu, 1), Pool(2), Conv(4, 3, spec::Activation::kTanh),
-                Dense(7, spec::Activation::kTanh), Dense(6, spec::Activation::kRelu), Softmax(4)},
-               {2, 8, 8});
+  const auto spec = MakeSpec(
+      {Conv(3, 3, spec::Activation::kRelu, 1), Pool(2), Conv(4, 3, spec::Activation::kTanh),
+       Dense(7, spec::Activation::kTanh), Dense(6, spec::Activation::kRelu), Softmax(4)},
+      {2, 8, 8});
   auto layout = ModelLayout::Make(spec);
   ASSERT_TRUE(layout.ok());
   const size_t n = size_t(layout->num_params());
   const int batch = 3;
-  std::vector<float> whole(n), halves(n), g_whole(n), g_halves(n), v_whole(n, 0.f), v_halves(n, 0.f);
+  std::vector<float> whole(n), halves(n), g_whole(n), g_halves(n), v_whole(n, 0.f),
+      v_halves(n, 0.f);
   layout->InitParams(11, whole.data());
   halves = whole;
   const bool sgd = mode == NetworkMode::kSgd;

@@ -28,7 +28,7 @@ namespace {
 struct Step {
   dnnl::primitive prim;
   Args args;
-  int decayed = -1;  // a dense layer's fused update whose sum scale follows the rate: its index
+  int decayed = -1;      // a dense layer's fused update whose sum scale follows the rate: its index
   bool weights = false;  // on the way to a weight gradient or step, not to an input gradient
 };
 
