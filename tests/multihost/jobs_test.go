@@ -83,7 +83,12 @@ func checkEpochs(t *testing.T, j *job, epochs int) {
 // is merely under the spread.
 const lostModel = 0.80
 
-func checkAccuracy(t *testing.T, j *job, epochs int) {
+func checkAccuracy(t *testing.T, j *job, epochs int) { checkResult(t, j, epochs, true) }
+
+// checkResult: with `spreadHeld` false the comparison with adam run's spread is logged, not
+// asserted, and only a lost model fails (the worker faults kill both trainers mid-epoch: the part
+// of an epoch a trainer had not pushed is not trained again, docs/reliability.md).
+func checkResult(t *testing.T, j *job, epochs int, spreadHeld bool) {
 	t.Helper()
 	r := j.result()
 	if r.epochs != epochs {
@@ -95,9 +100,11 @@ func checkAccuracy(t *testing.T, j *job, epochs int) {
 	if r.accuracy < lostModel {
 		t.Errorf("test accuracy %.2f%% is below %.0f%%: the job lost or never trained its model",
 			100*r.accuracy, 100*lostModel)
-	} else if r.accuracy < spread {
+	} else if r.accuracy < spread && spreadHeld {
 		t.Errorf("test accuracy %.2f%% is under adam run's spread (its lowest less a point, %.2f%%)",
 			100*r.accuracy, 100*spread)
+	} else if r.accuracy < spread {
+		t.Logf("UNDER THE SPREAD (not a failure here; docs/reliability.md): %.2f%%", 100*r.accuracy)
 	}
 }
 
