@@ -405,10 +405,9 @@ func TestWorkerFaultsAcrossHosts(t *testing.T) {
 		j.settle(8 * time.Second)
 		// Trainer 0's own replica is data-server-0. It is killed once trainer 0 trains from it, so
 		// that the move is the one made at a call (a trainer that starts while its replica is down
-		// starts with the next one: AdamRun.ADataServerReplicaLostForGoodDoesNotEndTheJob). How
-		// soon trainer 0 is on data-server-1 is logged, not asserted: with a container killed
-		// mid-call it has taken from 0.0 s to never within the wait below, trainer 0 training
-		// nothing meanwhile (docs/reliability.md, open); the job must still complete.
+		// starts with the next one: AdamRun.ADataServerReplicaLostForGoodDoesNotEndTheJob). A call
+		// in flight when the container dies gets no answer at all (no reset comes back), so the
+		// move comes with the data client's answer timeout (5 s); within 10 s, then.
 		if _, _, ok := j.waitMetric(j.trainer(0), "adam_trainer_images_total",
 			func(v float64) bool { return v > 0 }, time.Minute); !ok {
 			j.t.Errorf("trainer-0 trained no image within a minute")
@@ -417,16 +416,17 @@ func TestWorkerFaultsAcrossHosts(t *testing.T) {
 			before := j.sample(j.trainer(0))
 			j.kill(p)
 			if _, took, ok := j.waitMetric(j.trainer(0), "adam_trainer_data_server_in_use",
-				func(v float64) bool { return v == 1 }, 8*time.Second); ok {
+				func(v float64) bool { return v == 1 }, 10*time.Second); ok {
 				j.logf("trainer-0 on data-server-1 %.1f s after data-server-0's kill (in use before it: %v)",
 					took.Seconds(), before["adam_trainer_data_server_in_use"])
 			} else {
-				j.logf("SLOW (not a failure; docs/reliability.md): trainer-0 still not on data-server-1 8 s after data-server-0's kill (in use before it: %v)",
-					before["adam_trainer_data_server_in_use"])
+				j.t.Errorf("trainer-0 did not move to data-server-1 within 10 s of data-server-0's kill")
 			}
-			if m := j.sample(j.trainer(0)); m != nil {
-				j.logf("trainer-0: %v data-server switches, %v images",
-					m["adam_trainer_data_server_switches_total"], m["adam_trainer_images_total"])
+			if m := j.sample(j.trainer(0)); m == nil {
+				j.t.Errorf("trainer-0's /metrics could not be read")
+			} else if before["adam_trainer_data_server_in_use"] == 0 && m["adam_trainer_data_server_switches_total"] != 1 {
+				j.t.Errorf("trainer-0's data_server_switches_total is %v, not 1",
+					m["adam_trainer_data_server_switches_total"])
 			}
 		}
 		for _, name := range []string{"data-server-1", "trainer-1", "trainer-0"} {

@@ -4,8 +4,13 @@
 #include "trainer/data_client.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
 
 #include "adam/v1/data.pb.h"
 #include "data_server/server.h"
@@ -32,9 +37,11 @@ class Replicas : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<DataClient> Client(size_t first, milliseconds wait = milliseconds(5000)) {
+  std::unique_ptr<DataClient> Client(size_t first, milliseconds wait = milliseconds(5000),
+                                     milliseconds answer = milliseconds(5000)) {
     DataClientOptions o;
     o.timeout = milliseconds(5000);
+    o.answer_timeout = answer;
     o.addresses = addresses_;
     o.first = first;
     o.server_wait = wait;
@@ -130,6 +137,33 @@ TEST_F(Replicas, NoReplicaAnsweringFailsNamingThemAll) {
             std::string::npos)
       << st.ToString();
   EXPECT_NE(st.message().find("not back within 0.3 s"), std::string::npos) << st.ToString();
+}
+
+// A replica whose address takes connections and never answers (as a dead machine's may, when no
+// reset comes back): a call to it is given up after the answer timeout and goes to the next
+// replica, well within the call's own deadline (5 s), which would otherwise fail the trainer.
+TEST_F(Replicas, AReplicaThatNeverAnswersIsLeftAfterTheAnswerTimeout) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);  // connections complete in the kernel; nothing reads them
+  socklen_t len = sizeof(at);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len), 0);
+  addresses_[0] = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  auto client = Client(0, milliseconds(5000), milliseconds(300));
+  v1::Batch b;
+  const auto start = std::chrono::steady_clock::now();
+  const Status st = client->GetBatch(Request(0, 0, 0), &b);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ::close(fd);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(b.count(), 4u);
+  EXPECT_EQ(switches_.Value(), 1);
+  EXPECT_EQ(in_use_.Value(), 1);
+  EXPECT_LT(took, std::chrono::seconds(4));
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ class GrpcDataClient final : public DataClient {
 
  private:
   // Runs `rpc` with a fresh deadline on the replica in use. While it cannot be reached
-  // (UNAVAILABLE): the next replica at once, and after a round of them all, again every 100 ms
+  // (UNAVAILABLE, or no answer within answer_timeout): the next replica at once, and after a round of them all, again every 100 ms
   // until o_.server_wait has passed (a lone data server restarting under its old address).
   template <typename Rpc>
   Status Call(const char* what, const Rpc& rpc) {
@@ -74,9 +74,10 @@ class GrpcDataClient final : public DataClient {
     for (;;) {
       size_t at = current_.load();
       grpc::ClientContext ctx;
-      net::SetDeadline(&ctx, o_.timeout);
+      net::SetDeadline(&ctx, std::min(o_.timeout, o_.answer_timeout));
       const grpc::Status s = rpc(*stubs_[at], &ctx);
-      if (s.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+          s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
         if (wait.waited()) wait.Reached(Server(at));
         return net::FromGrpc(s, std::string("data server ") + what);
       }

@@ -40,11 +40,17 @@ class DataClient {
 
 struct DataClientOptions {
   std::chrono::milliseconds timeout{30000};  // of every call
+  // A call not answered this long counts as its replica lost, as an unreachable one does: a data
+  // server answers in milliseconds, and one whose machine died under a call in flight may send no
+  // reset (its container's address then answers nothing), which would hold the trainer to
+  // `timeout` and then fail it.
+  std::chrono::milliseconds answer_timeout{5000};
   // The replicas' addresses, in the order of the channels (for messages), and the one used first
   // (taken modulo their count: a trainer's index spreads the trainers over them).
   std::vector<std::string> addresses;
   size_t first = 0;
-  // How long a call waits for an unreachable data server (UNAVAILABLE: it is restarting; its
+  // How long a call waits for an unreachable data server (UNAVAILABLE or no answer within
+  // answer_timeout: it is restarting; its
   // shuffles are seeded, so it serves the same batches again) before failing. Each second of
   // waiting is logged; `waits` counts the seconds, `waiting` is 1 meanwhile.
   std::chrono::milliseconds server_wait{120000};
