@@ -65,8 +65,9 @@ class GrpcDataClient final : public DataClient {
 
  private:
   // Runs `rpc` with a fresh deadline on the replica in use. While it cannot be reached
-  // (UNAVAILABLE, or no answer within answer_timeout): the next replica at once, and after a round of them all, again every 100 ms
-  // until o_.server_wait has passed (a lone data server restarting under its old address).
+  // (UNAVAILABLE, or no answer within answer_timeout): the next replica at once, and after a round
+  // of them all, again every 100 ms until o_.server_wait has passed (a lone data server restarting
+  // under its old address).
   template <typename Rpc>
   Status Call(const char* what, const Rpc& rpc) {
     ServerWait wait(o_.server_wait, o_.waits, o_.waiting, o_.clock);
