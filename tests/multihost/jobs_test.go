@@ -16,7 +16,8 @@ const (
 
 // The bottom of adam run's spread for the example after that many epochs: the lowest test
 // accuracy of the `adam run`s of the same manifest that docs/reliability.md gives (13 runs at 2
-// epochs, 13 at 5, on these machines), less a point. Every job must reach it, faults or not.
+// epochs, 13 at 5, on these machines), less a point. Every job must reach it, faults or not, but
+// the worker faults' (checkResult).
 func floor(example string, epochs int) float64 {
 	lowest := map[string]float64{
 		"fashion-mnist/2": 0.8633, "fashion-mnist/5": 0.8842,
@@ -43,8 +44,8 @@ const (
 	epochLost   = 0.10
 )
 
-// checkEpochs holds trainer 0's evaluation after every epoch but the last (checkAccuracy's) to
-// adam run's spread at that epoch.
+// checkEpochs compares trainer 0's evaluation after every epoch but the last (checkAccuracy's)
+// with adam run's spread at that epoch.
 func checkEpochs(t *testing.T, j *job, epochs int) {
 	t.Helper()
 	lowest, ok := lowestByEpoch[fmt.Sprintf("%s/%d", j.example, epochs)]
