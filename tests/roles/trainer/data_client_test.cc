@@ -119,7 +119,7 @@ TEST_F(Replicas, EveryReplicaHearsAnEpochsEndAndTheJobsStop) {
   servers_[0]->Stop();
   fin.set_epoch(1);
   EXPECT_TRUE(client->FinishEpoch(fin, &resp).ok());
-  EXPECT_TRUE(client->AskEpoch(fin, &resp).ok());
+  EXPECT_TRUE(client->AskEpoch(fin, &resp, milliseconds(1000)).ok());
   EXPECT_TRUE(resp.epoch_closed());
   EXPECT_TRUE(Closed(1, 1));
   EXPECT_EQ(switches_.Value(), 0);
@@ -164,6 +164,36 @@ TEST_F(Replicas, AReplicaThatNeverAnswersIsLeftAfterTheAnswerTimeout) {
   EXPECT_EQ(switches_.Value(), 1);
   EXPECT_EQ(in_use_.Value(), 1);
   EXPECT_LT(took, std::chrono::seconds(4));
+}
+
+// Trainer 0's wait for the last epoch's quorum has a bound of its own: asking whether the epoch is
+// closed gives up within what is left of it, not after the client's server wait (here 60 s) or
+// its answer timeout (10 s), whether the data server refuses connections or never answers.
+TEST_F(Replicas, AskingAboutAnEpochKeepsTheCallersBound) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);  // nothing reads the connections
+  socklen_t len = sizeof(at);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len), 0);
+  addresses_[0] = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  servers_[1]->Stop();  // refuses
+  auto client = Client(0, milliseconds(60000), milliseconds(10000));
+  v1::FinishEpochRequest fin;
+  fin.set_trainer(0);
+  fin.set_epoch(0);
+  v1::FinishEpochResponse resp;
+  const auto start = std::chrono::steady_clock::now();
+  const Status st = client->AskEpoch(fin, &resp, milliseconds(500));
+  const auto took = std::chrono::steady_clock::now() - start;
+  ::close(fd);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("not back within 0.5 s"), std::string::npos) << st.ToString();
+  EXPECT_LT(took, std::chrono::seconds(3));
 }
 
 }  // namespace

@@ -91,8 +91,8 @@ class LocalData final : public DataClient {
     out->set_epoch_closed(f.closed);
     return OkStatus();
   }
-  Status AskEpoch(const adam::v1::FinishEpochRequest& req,
-                  adam::v1::FinishEpochResponse* out) override {
+  Status AskEpoch(const adam::v1::FinishEpochRequest& req, adam::v1::FinishEpochResponse* out,
+                  std::chrono::milliseconds /*wait*/) override {
     ++asked;
     return FinishEpoch(req, out);
   }

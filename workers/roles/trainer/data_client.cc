@@ -51,10 +51,11 @@ class GrpcDataClient final : public DataClient {
       return s.FinishEpoch(ctx, req, in_use ? out : &others);
     });
   }
-  Status AskEpoch(const adam::v1::FinishEpochRequest& req,
-                  adam::v1::FinishEpochResponse* out) override {
-    return Call("FinishEpoch",
-                [&](Stub& s, grpc::ClientContext* ctx) { return s.FinishEpoch(ctx, req, out); });
+  Status AskEpoch(const adam::v1::FinishEpochRequest& req, adam::v1::FinishEpochResponse* out,
+                  std::chrono::milliseconds wait) override {
+    return Call(
+        "FinishEpoch",
+        [&](Stub& s, grpc::ClientContext* ctx) { return s.FinishEpoch(ctx, req, out); }, wait);
   }
   Status StopJob() override {
     adam::v1::StopJobResponse resp;
@@ -66,16 +67,18 @@ class GrpcDataClient final : public DataClient {
  private:
   // Runs `rpc` with a fresh deadline on the replica in use. While it cannot be reached
   // (UNAVAILABLE, or no answer within answer_timeout): the next replica at once, and after a round
-  // of them all, again every 100 ms until o_.server_wait has passed (a lone data server restarting
-  // under its old address).
+  // of them all, again every 100 ms until o_.server_wait (or `bound`, if shorter) has passed (a
+  // lone data server restarting under its old address). No try outlasts `bound` either.
   template <typename Rpc>
-  Status Call(const char* what, const Rpc& rpc) {
-    ServerWait wait(o_.server_wait, o_.waits, o_.waiting, o_.clock);
+  Status Call(const char* what, const Rpc& rpc,
+              std::chrono::milliseconds bound = std::chrono::milliseconds::max()) {
+    bound = std::max(std::chrono::milliseconds(1), std::min(bound, o_.server_wait));
+    ServerWait wait(bound, o_.waits, o_.waiting, o_.clock);
     size_t tried = 0;
     for (;;) {
       size_t at = current_.load();
       grpc::ClientContext ctx;
-      net::SetDeadline(&ctx, std::min(o_.timeout, o_.answer_timeout));
+      net::SetDeadline(&ctx, std::min({o_.timeout, o_.answer_timeout, bound}));
       const grpc::Status s = rpc(*stubs_[at], &ctx);
       if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
           s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {

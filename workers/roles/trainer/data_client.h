@@ -32,9 +32,11 @@ class DataClient {
   // the replica in use answered (how many trainers have, whether the epoch's quorum closed it).
   virtual Status FinishEpoch(const adam::v1::FinishEpochRequest& req,
                              adam::v1::FinishEpochResponse* out) = 0;
-  // The same call to the replica in use only, to ask again (a trainer's finish counts once).
+  // The same call to the replica in use only, to ask again (a trainer's finish counts once). It
+  // waits for an unreachable data server at most `wait` (and never longer than the client's
+  // server_wait): a caller with a bound of its own keeps it.
   virtual Status AskEpoch(const adam::v1::FinishEpochRequest& req,
-                          adam::v1::FinishEpochResponse* out) = 0;
+                          adam::v1::FinishEpochResponse* out, std::chrono::milliseconds wait) = 0;
   virtual Status StopJob() = 0;
 };
 

@@ -581,7 +581,10 @@ bool Trainer::Impl::WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req,
   int asked = 0;
   while (!abort) {
     ++asked;
-    if (Status st = data->AskEpoch(req, &r); !st.ok()) {
+    // An unreachable data server is waited for within what is left of the bound, not the data
+    // client's own (longer) server wait.
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(limit - (Clock::now() - start));
+    if (Status st = data->AskEpoch(req, &r, left); !st.ok()) {
       spdlog::warn("asking the data server whether epoch {} is closed: {}", epoch, st.message());
       break;
     }
