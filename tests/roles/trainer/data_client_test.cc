@@ -61,6 +61,24 @@ class Replicas : public ::testing::Test {
     return req;
   }
 
+  // Replica 0's address becomes a listener that takes connections and never answers (as a dead
+  // machine's may, when no reset comes back): the kernel completes them, nothing reads them.
+  void SilenceReplica0() {
+    silent_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(silent_fd_, 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(silent_fd_, reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
+    ASSERT_EQ(::listen(silent_fd_, 16), 0);
+    socklen_t len = sizeof(at);
+    ASSERT_EQ(::getsockname(silent_fd_, reinterpret_cast<sockaddr*>(&at), &len), 0);
+    addresses_[0] = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  }
+  void TearDown() override {
+    if (silent_fd_ >= 0) ::close(silent_fd_);
+  }
+
   // Whether replica i has closed `epoch` (asked of its source, as trainer 0).
   bool Closed(int i, uint32_t epoch) {
     data_server::BatchView b;
@@ -75,6 +93,7 @@ class Replicas : public ::testing::Test {
   data_server::DataSource* sources_[2] = {};
   std::unique_ptr<data_server::DataServer> servers_[2];
   std::vector<std::string> addresses_;
+  int silent_fd_ = -1;
 };
 
 TEST_F(Replicas, ALostReplicaIsLeftForTheNextWhichServesTheSameBatches) {
@@ -139,26 +158,15 @@ TEST_F(Replicas, NoReplicaAnsweringFailsNamingThemAll) {
   EXPECT_NE(st.message().find("not back within 0.3 s"), std::string::npos) << st.ToString();
 }
 
-// A replica whose address takes connections and never answers (as a dead machine's may, when no
-// reset comes back): a call to it is given up after the answer timeout and goes to the next
-// replica, well within the call's own deadline (5 s), which would otherwise fail the trainer.
+// A replica that never answers: a call to it is given up after the answer timeout and goes to the
+// next replica, well within the call's own deadline (5 s), which would otherwise fail the trainer.
 TEST_F(Replicas, AReplicaThatNeverAnswersIsLeftAfterTheAnswerTimeout) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
-  ASSERT_EQ(::listen(fd, 16), 0);  // connections complete in the kernel; nothing reads them
-  socklen_t len = sizeof(at);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len), 0);
-  addresses_[0] = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  ASSERT_NO_FATAL_FAILURE(SilenceReplica0());
   auto client = Client(0, milliseconds(5000), milliseconds(300));
   v1::Batch b;
   const auto start = std::chrono::steady_clock::now();
   const Status st = client->GetBatch(Request(0, 0, 0), &b);
   const auto took = std::chrono::steady_clock::now() - start;
-  ::close(fd);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(b.count(), 4u);
   EXPECT_EQ(switches_.Value(), 1);
@@ -170,16 +178,7 @@ TEST_F(Replicas, AReplicaThatNeverAnswersIsLeftAfterTheAnswerTimeout) {
 // closed gives up within what is left of it, not after the client's server wait (here 60 s) or
 // its answer timeout (10 s), whether the data server refuses connections or never answers.
 TEST_F(Replicas, AskingAboutAnEpochKeepsTheCallersBound) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
-  ASSERT_EQ(::listen(fd, 16), 0);  // nothing reads the connections
-  socklen_t len = sizeof(at);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len), 0);
-  addresses_[0] = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  ASSERT_NO_FATAL_FAILURE(SilenceReplica0());
   servers_[1]->Stop();  // refuses
   auto client = Client(0, milliseconds(60000), milliseconds(10000));
   v1::FinishEpochRequest fin;
@@ -189,7 +188,6 @@ TEST_F(Replicas, AskingAboutAnEpochKeepsTheCallersBound) {
   const auto start = std::chrono::steady_clock::now();
   const Status st = client->AskEpoch(fin, &resp, milliseconds(500));
   const auto took = std::chrono::steady_clock::now() - start;
-  ::close(fd);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find("not back within 0.5 s"), std::string::npos) << st.ToString();
