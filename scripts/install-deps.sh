@@ -19,6 +19,7 @@ if [[ "${ADAM_INSTALL_BUILD_ONLY:-0}" != 1 ]]; then
     clang libclang-rt-14-dev libomp-14-dev clang-tidy-14 clang-format-14
     dataset-fashion-mnist
     python3 openssl curl prometheus chromium mmdebstrap
+    ccache  # CMakeLists.txt compiles through it: a second build of the same sources takes seconds
     python3-onnx python3-opencv  # the exported model checked by ONNX's checker and OpenCV's runtime
   )
 fi
