@@ -17,10 +17,17 @@ namespace {
 
 // Seeds per shard of the parameterized test; FAILOVER_SIM_SEEDS overrides the total.
 constexpr int kShards = 10;
+constexpr int kDefaultSeedsPerShard = 100;
 int SeedsPerShard() {
   if (const char* s = std::getenv("FAILOVER_SIM_SEEDS")) return std::max(1, std::atoi(s) / kShards);
-  return 100;
+  return kDefaultSeedsPerShard;
 }
+
+// The floors after each family's loop are rates over at least the default sample: the faults must
+// happen and the job must get work done through them. A smaller sample (scripts/asan.sh runs half)
+// checks every seed's invariants only; a dozen seeds can miss a rate by chance (6 retirements in
+// 12 elastic seeds where the floor wants more than half).
+bool FullSample() { return SeedsPerShard() >= kDefaultSeedsPerShard; }
 
 // Seeds from here run with partitions of any set of nodes (Options::any_partition).
 constexpr uint64_t kAnyPartitionSeeds = 1000000;
@@ -101,6 +108,7 @@ TEST_P(FailoverSim, OneWriterNoAcknowledgedUpdateLostCopiesConverge) {
     sum.pulls_served += o.counts.pulls_served;
   }
   // The faults must happen and the job must still get work done through them.
+  if (!FullSample()) return;
   EXPECT_GT(sum.pushes_acked, uint64_t(per) * 30);
   EXPECT_GT(sum.pulls_served, uint64_t(per) * 50);
   EXPECT_GT(sum.failovers, uint64_t(per));
@@ -127,6 +135,7 @@ TEST_P(FailoverSimAnyPartition, OneWriterCopiesConverge) {
     partitions += o.counts.partitions;
     acked += o.counts.pushes_acked;
   }
+  if (!FullSample()) return;
   EXPECT_GT(partitions, uint64_t(per));
   EXPECT_GT(acked, uint64_t(per) * 10);
 }
@@ -149,6 +158,7 @@ TEST_P(FailoverSimSecondPause, NoAcknowledgedUpdateLostThroughTwoFailuresInOneRe
     second += o.counts.second_pauses;
     acked += o.counts.pushes_acked;
   }
+  if (!FullSample()) return;
   EXPECT_GT(second, uint64_t(per) / 3);
   EXPECT_GT(acked, uint64_t(per) * 10);
 }
@@ -174,6 +184,7 @@ TEST_P(FailoverSimElastic, OneWriterNoAcknowledgedUpdateLostThroughServersJoinin
     sum.pushes_acked += o.counts.pushes_acked;
     sum.failovers += o.counts.failovers;
   }
+  if (!FullSample()) return;
   EXPECT_GT(sum.resizes, uint64_t(per));
   EXPECT_GT(sum.retired, uint64_t(per) / 2);
   EXPECT_GT(sum.handoffs, uint64_t(per));
