@@ -5,7 +5,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test fuzz tsan asan tidy format format-check bench bench-operator clean cluster-tools cluster cluster-down k8s-e2e image multihost
+.PHONY: deps build demo test fuzz tsan asan tidy format format-check asan-build tsan-build bench bench-operator clean cluster-tools cluster cluster-down k8s-e2e image multihost
 
 deps:
 	./scripts/install-deps.sh
@@ -60,6 +60,9 @@ fuzz: deps
 tsan: deps
 	./scripts/tsan.sh
 
+tsan-build: deps
+	./scripts/tsan.sh --build-only
+
 # clang-format (.clang-format) over every C++ file: format rewrites them, format-check fails
 # naming each file that is not clean.
 format: deps
@@ -77,6 +80,11 @@ tidy: build
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/).
 asan: deps
 	./scripts/asan.sh
+
+# Only its build (CI times the build and the suite apart).
+asan-build: deps
+	./scripts/configure-asan.sh
+	cmake --build build-asan
 
 # The operator at scale on the local control plane (1,000 kwok nodes, 100 AdamJobs of 28 pods):
 # docs/performance.md has the table. Not part of CI.
