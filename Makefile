@@ -60,6 +60,7 @@ fuzz: deps
 tsan: deps
 	./scripts/tsan.sh
 
+# Only its build (CI builds it while other stages run).
 tsan-build: deps
 	./scripts/tsan.sh --build-only
 
@@ -81,7 +82,7 @@ tidy: build
 asan: deps
 	./scripts/asan.sh
 
-# Only its build (CI times the build and the suite apart).
+# Only its build (CI builds it while other stages run).
 asan-build: deps
 	./scripts/configure-asan.sh
 	cmake --build build-asan
