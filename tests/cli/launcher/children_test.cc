@@ -164,8 +164,9 @@ TEST(RunLog, WithoutTrainer0TheEvaluatorsAccuracyIsTheJobs) {
 }
 
 // Trainer 0's start in a resumed run may be read after another trainer ended this run's first
-// epoch (a busy machine delays trainer 0): it still names the epochs the checkpoints held. A
-// trainer 0 restarted later starts where the job is, which is no resume of the run.
+// epoch (a busy machine delays trainer 0): it still names the epochs the checkpoints held; so does
+// another trainer's start read first. A trainer 0 restarted later starts where the job is, which
+// is no resume of the run.
 TEST(RunLog, AResumeReadAfterAnotherTrainersFirstEpochIsTheRunsResume) {
   RunOptions o;
   o.json = true;
@@ -181,6 +182,15 @@ TEST(RunLog, AResumeReadAfterAnotherTrainersFirstEpochIsTheRunsResume) {
   resumed.OnEvent("trainer-1", {{"event", "epoch"}, {"trainer", 1}, {"epoch", 21}, {"loss", 1}});
   resumed.OnEvent("trainer-0", {{"event", "resumed"}, {"trainer", 0}, {"epochs", 20}});
   EXPECT_EQ(summary(resumed).value("resumed_after_epoch", -1), 20);
+
+  // Trainer 0 started after trainer 1 ended epoch 21, so it goes on at epoch 22: the run is
+  // still the resume trainer 1's start named.
+  RunLog late(job, o);
+  late.TrainingStarted();
+  late.OnEvent("trainer-1", {{"event", "resumed"}, {"trainer", 1}, {"epochs", 20}});
+  late.OnEvent("trainer-1", {{"event", "epoch"}, {"trainer", 1}, {"epoch", 21}, {"loss", 1}});
+  late.OnEvent("trainer-0", {{"event", "resumed"}, {"trainer", 0}, {"epochs", 21}});
+  EXPECT_EQ(summary(late).value("resumed_after_epoch", -1), 20);
 
   RunLog restarted(job, o);
   restarted.TrainingStarted();

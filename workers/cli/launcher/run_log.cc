@@ -97,12 +97,14 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
     final_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
     last_accuracy_ = final_accuracy_;
   } else if (type == "resumed") {
-    // Trainer 0 starting where the checkpoints are; not trainer 0 restarted mid-run (it too
-    // starts where the job is, after this run's own epochs). Another trainer may have finished
-    // this run's first epoch before trainer 0's start is read: epochs it ended are not held.
+    // The first trainer to start where the checkpoints are; not a trainer restarted mid-run
+    // (it too starts where the job is, after this run's own epochs). Another trainer may have
+    // finished this run's first epoch before a start is read: epochs it ended are not held. Any
+    // trainer's start counts, not only trainer 0's: a trainer that starts after another ended
+    // the run's first epoch starts after it (the servers' epoch is the job's), so it would name
+    // one epoch too many, and the first start read names what the checkpoints held.
     const int held = int(EventInt(ev, "epochs", 0));
-    if (EventInt(ev, "trainer", -1) == 0 && resumed_epochs_ < 0 &&
-        (epoch_loss_.empty() || held < epoch_loss_.begin()->first)) {
+    if (resumed_epochs_ < 0 && (epoch_loss_.empty() || held < epoch_loss_.begin()->first)) {
       resumed_epochs_ = held;
       last_epoch_ = std::max(last_epoch_, held);
       evaluated_epoch_ = std::max(evaluated_epoch_, held);
