@@ -100,9 +100,9 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
     // The first trainer to start where the checkpoints are; not a trainer restarted mid-run
     // (it too starts where the job is, after this run's own epochs). Another trainer may have
     // finished this run's first epoch before a start is read: epochs it ended are not held. Any
-    // trainer's start counts, not only trainer 0's: a trainer that starts after another ended
-    // the run's first epoch starts after it (the servers' epoch is the job's), so it would name
-    // one epoch too many, and the first start read names what the checkpoints held.
+    // trainer's start counts, not only trainer 0's: one that starts after another ended the
+    // run's first epoch joins at the next (the servers' epoch count is the job's), one past what
+    // the checkpoints held, so the first start read is the one that names them.
     const int held = int(EventInt(ev, "epochs", 0));
     if (resumed_epochs_ < 0 && (epoch_loss_.empty() || held < epoch_loss_.begin()->first)) {
       resumed_epochs_ = held;
