@@ -380,8 +380,11 @@ TEST(Forwarder, AcknowledgesOnceAQuorumOfCopiesHoldsTheUpdate) {
   ASSERT_TRUE(Eventually([&] { return r.Refusal(0).find("other copies") == std::string::npos; }));
   r.RenewLease(std::chrono::steady_clock::now());
   ASSERT_EQ(r.Refusal(0), "");
+  // The push's clock said 2 epochs finished. Raised before the update reaches the store: the
+  // forwarder may send the update as soon as it is there, reading the epochs just before it, so
+  // raised after, the copy could hold the update without them (it did once under ASan).
+  store.RaiseEpochs(2);
   ASSERT_TRUE(store.Add(0, one, 4).ok());
-  store.RaiseEpochs(2);  // the push's clock said 2 epochs finished
   std::promise<grpc::Status> answered;
   f.WhenDurable({{0, store.Version(0)}}, [&](const grpc::Status& s) { answered.set_value(s); });
   auto fut = answered.get_future();
