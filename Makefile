@@ -84,8 +84,7 @@ asan: deps
 
 # Only its build (CI builds it while other stages run).
 asan-build: deps
-	./scripts/configure-asan.sh
-	cmake --build build-asan
+	./scripts/asan.sh --build-only
 
 # The operator at scale on the local control plane (1,000 kwok nodes, 100 AdamJobs of 28 pods):
 # docs/performance.md has the table. Not part of CI.
