@@ -567,12 +567,14 @@ TEST_P(ResumedRun, GoesOnAtTheEpochsItsCheckpointsHold) {
   EXPECT_THAT(second.err, HasSubstr(rate));
   // The progress lines are trainer 0's: its first is epoch 21's, or a later one's where trainer
   // 0 started after trainer 1 had ended epoch 21 and so joined where the job was.
-  std::smatch joined;
-  const int t0_from =
-      std::regex_search(second.err, joined,
-                        std::regex("\\[trainer-0\\] .*going on at epoch ([0-9]+) of"))
-          ? std::stoi(joined[1].str())
-          : 21;
+  // The epoch a trainer said it went on at, or -1 where it said nothing of it.
+  const auto went_on_at = [](const std::string& err, const std::string& trainer) {
+    std::smatch m;
+    const std::regex joined("\\[" + trainer + "\\] .*going on at epoch ([0-9]+) of");
+    return std::regex_search(err, m, joined) ? std::stoi(m[1].str()) : -1;
+  };
+  const int said = went_on_at(second.err, "trainer-0");
+  const int t0_from = said < 0 ? 21 : said;
   EXPECT_GE(t0_from, 21) << second.err;
   EXPECT_THAT(second.err, HasSubstr("epoch  " + std::to_string(t0_from) + "/40"));
   EXPECT_THAT(second.err, Not(HasSubstr("epoch  20/40")));
@@ -583,12 +585,11 @@ TEST_P(ResumedRun, GoesOnAtTheEpochsItsCheckpointsHold) {
   // ASan counted 17,312: trainer 1 eleven epochs behind). Only when that wait ran out (a
   // warning) may trainer 1 have done less. A resume that trained the whole schedule again would
   // count up to 40 epochs' images.
-  const auto expected = [](const std::string& err, int first, int last) {
+  const auto expected = [&went_on_at](const std::string& err, int first, int last) {
     int64_t images = 0;
     for (const std::string t : {"trainer-0", "trainer-1"}) {
-      std::smatch m;
-      const std::regex joined("\\[" + t + "\\] .*going on at epoch ([0-9]+) of");
-      const int from = std::regex_search(err, m, joined) ? std::stoi(m[1].str()) - 1 : first;
+      const int said = went_on_at(err, t);
+      const int from = said < 0 ? first : said - 1;
       images += int64_t(last - from) * 600;
     }
     return images;
