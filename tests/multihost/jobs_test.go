@@ -97,6 +97,7 @@ func checkResult(t *testing.T, j *job, epochs int, spreadHeld bool) {
 	if r.epochs != epochs {
 		t.Errorf("the job ended after %d epochs, want %d", r.epochs, epochs)
 	}
+	checkFallBacks(t, j)
 	spread := floor(j.example, epochs)
 	t.Logf("test accuracy %.2f%%; adam run's lowest less a point: %.2f%% (%+.2f points)",
 		100*r.accuracy, 100*spread, 100*(r.accuracy-spread))
@@ -109,6 +110,29 @@ func checkResult(t *testing.T, j *job, epochs int, spreadHeld bool) {
 	} else if r.accuracy < spread {
 		t.Logf("UNDER THE SPREAD (not a failure here; docs/reliability.md): %.2f%%", 100*r.accuracy)
 	}
+}
+
+// checkFallBacks: a pull that read a shard at a lower version (updates applied) than its trainer
+// read before (a "shard_fell_back" event) read a state without updates the servers had applied.
+// With copies, only updates not yet acknowledged may be lost at a failover: at most the one push
+// each trainer has in flight, so no fall may exceed the number of trainers. A larger one is
+// acknowledged work lost in the real job. Every fall is logged.
+func checkFallBacks(t *testing.T, j *job) {
+	t.Helper()
+	trainers := j.role("trainer")
+	var falls []string
+	for _, p := range trainers {
+		for _, ev := range j.events(p, "shard_fell_back") {
+			n, _ := ev["updates"].(float64)
+			falls = append(falls, fmt.Sprintf("%s shard %v from ps-%v at version %v, %.0f under %v",
+				p.name, ev["shard"], ev["server"], ev["version"], n, ev["before"]))
+			if int(n) > len(trainers) {
+				t.Errorf("%s read shard %v from ps-%v at version %v, %.0f updates under the %v it read before: more than the %d pushes the trainers can have had in flight, so acknowledged updates were lost",
+					p.name, ev["shard"], ev["server"], ev["version"], n, ev["before"], len(trainers))
+			}
+		}
+	}
+	t.Logf("pulls that read a shard below a version their trainer read before: %d %v", len(falls), falls)
 }
 
 // The demo (no copies): two parameter servers, a data server and two trainers, each in its own

@@ -2,6 +2,7 @@
 // restarts them on its schedule, RunLog turns events into the summary.
 #include "launcher/children.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -161,6 +162,46 @@ TEST(RunLog, WithoutTrainer0TheEvaluatorsAccuracyIsTheJobs) {
   EXPECT_FALSE(log.TakeFinalEvaluation());  // no evaluation yet
   log.OnEvent("evaluator", {{"event", "evaluated"}, {"test_accuracy", 0.8}});
   EXPECT_TRUE(log.TakeFinalEvaluation());
+}
+
+// Pulls that read a shard below a version read before: the summary counts them, names the
+// largest fall and the updates one trainer found missing (both trainers miss the same ones); a
+// run without any says nothing of them.
+TEST(RunLog, PullsThatFellBackAreCountedOncePerTrainer) {
+  RunOptions o;
+  o.json = true;
+  const spec::AdamJob job = Job();
+  auto summary = [](RunLog& log) {
+    log.TrainingEnded();
+    ::testing::internal::CaptureStdout();
+    log.PrintSummary();
+    return nlohmann::json::parse(::testing::internal::GetCapturedStdout());
+  };
+  RunLog quiet(job, o);
+  EXPECT_FALSE(summary(quiet).contains("pulls_fell_back"));
+
+  RunLog log(job, o);
+  auto fell = [&](const std::string& from, int shard, int64_t updates) {
+    log.OnEvent(from, {{"event", "shard_fell_back"},
+                       {"trainer", from == "trainer-0" ? 0 : 1},
+                       {"shard", shard},
+                       {"server", 2},
+                       {"version", 100},
+                       {"before", 100 + updates},
+                       {"updates", updates}});
+  };
+  ::testing::internal::CaptureStderr();
+  fell("trainer-0", 3, 2);
+  fell("trainer-1", 3, 1);
+  fell("trainer-0", 4, 5);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(err, ::testing::HasSubstr(
+                       "trainer-0 read shard 3 from ps-2 at version 100, 2 updates under"));
+  EXPECT_EQ(err.find("adam run: "), err.rfind("adam run: "));  // the first one only
+  const nlohmann::json fallen = summary(log).value("pulls_fell_back", nlohmann::json());
+  EXPECT_EQ(fallen.value("count", 0), 3);
+  EXPECT_EQ(fallen.value("largest", 0), 5);
+  EXPECT_EQ(fallen.value("updates", 0), 7);
 }
 
 // Trainer 0's start in a resumed run may be read after another trainer ended this run's first

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
 
 #include <atomic>
 #include <future>
@@ -354,6 +356,48 @@ TEST_F(ParamServiceTest, TheClientWaitsForAServerThatComesBackAndNamesOneThatDoe
   EXPECT_EQ(pushed.code(), StatusCode::kUnavailable);
   EXPECT_THAT(pushed.message(), HasSubstr("push to parameter server ps-1 at " + addresses_[1] +
                                           ": not back within 1.5 s"));
+}
+
+// A server that comes back without the updates it had applied (restarted from an older
+// checkpoint, or a failover to a copy that lacks them): the client's next pull reads its shards
+// at lower versions than before, and counts the updates missing, once.
+TEST_F(ParamServiceTest, APullBelowTheVersionsReadBeforeCountsTheUpdatesMissing) {
+  Start(spec::Consistency::kAsync, 1, 0, spec::DenseUpdates::kWeights);
+  prometheus::Registry reg;
+  prometheus::Counter& missing = prometheus::BuildCounter().Name("m").Register(reg).Add({});
+  trainer::GrpcParamServerClientOptions o;
+  o.missing = &missing;
+  auto client = Client(0, o);
+  ASSERT_TRUE(client);
+  const int64_t n = layout_->num_params();
+  std::vector<float> delta(static_cast<size_t>(n), 0.5f), out(static_cast<size_t>(n));
+  for (uint64_t clock = 1; clock <= 3; ++clock) {
+    ASSERT_TRUE(client->Push({delta.data(), {}, clock, false}).ok());
+    ASSERT_TRUE(client->Pull(out.data(), clock).ok());
+  }
+  EXPECT_EQ(missing.Value(), 0);  // versions only rose
+
+  Server& srv = servers_[1];
+  uint64_t held = 0;
+  for (uint32_t id : srv.store->shard_ids()) held += srv.store->Version(id);
+  ASSERT_GE(held, 3u * srv.store->shard_ids().size());
+  const int port = srv.server.port;
+  srv.server.server->Shutdown();
+  srv.server.server.reset();
+  srv.service.reset();
+  srv.store = std::make_unique<ParamStore>(*map_, 1, init_.data());  // none of them
+  srv.service = std::make_unique<ParamService>(srv.store.get(), srv.gate.get(), &*plan_, 1, &pool_,
+                                               ParamServiceMetrics{});
+  auto again = net::StartServer(*net::Transport::Plaintext(), "127.0.0.1:" + std::to_string(port),
+                                {srv.service.get()});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  srv.server = std::move(*again);
+  ASSERT_TRUE(client->Pull(out.data(), 3).ok());
+  EXPECT_EQ(missing.Value(), double(held));
+  // Counted once: from the lower versions on, a pull finds nothing more missing.
+  ASSERT_TRUE(client->Push({delta.data(), {}, 4, false}).ok());
+  ASSERT_TRUE(client->Pull(out.data(), 4).ok());
+  EXPECT_EQ(missing.Value(), double(held));
 }
 
 // A sync pull that another trainer never lets through fails before the caller's deadline naming

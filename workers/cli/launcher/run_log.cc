@@ -113,6 +113,8 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
                    resumed_epochs_ < job_.training.epochs ? "" : " (nothing left to train)");
       Mark("resumed after epoch " + std::to_string(resumed_epochs_));
     }
+  } else if (type == "shard_fell_back") {
+    FellBack(from, ev);
   } else if (type == "diverged") {
     if (diverged_.empty())
       diverged_ = from + ": " + EventString(ev, "message", "training diverged");
@@ -149,6 +151,22 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
     if (kill_unix_ms_ > 0 && controller_failover_ms_ < 0 && from != killed_)
       controller_failover_ms_ = UnixMs() - kill_unix_ms_;
   }
+}
+
+// A trainer read a shard at a lower version than it had read before: updates the servers lost.
+void RunLog::FellBack(const std::string& from, const nlohmann::json& ev) {
+  const int64_t updates = EventInt(ev, "updates", 0);
+  if (fell_back_ == 0)
+    std::fprintf(stderr,
+                 "adam run: %s read shard %lld from ps-%lld at version %lld, %lld updates under "
+                 "what it read before: the servers no longer hold them\n",
+                 from.c_str(), static_cast<long long>(EventInt(ev, "shard", 0)),
+                 static_cast<long long>(EventInt(ev, "server", 0)),
+                 static_cast<long long>(EventInt(ev, "version", 0)),
+                 static_cast<long long>(updates));
+  ++fell_back_;
+  fell_back_largest_ = std::max(fell_back_largest_, updates);
+  fell_back_updates_[from] += updates;
 }
 
 // Elastic servers: a resize, the rebalance it ended with, a server that left.
@@ -310,6 +328,12 @@ void RunLog::PrintSummary() {
       j["shard_map"] = {{"version", map_version_}, {"under_replicated", under_replicated_}};
     if (o_.chaos_seconds > 0) j["chaos_faults"] = chaos_faults_;
     if (failovers_ > 0) j["failovers"] = failovers_;
+    if (fell_back_ > 0) {
+      int64_t most = 0;  // one trainer's count: the trainers see the same updates missing
+      for (const auto& [_, n] : fell_back_updates_) most = std::max(most, n);
+      j["pulls_fell_back"] = {
+          {"count", fell_back_}, {"largest", fell_back_largest_}, {"updates", most}};
+    }
     if (!rebalances_.empty()) j["rebalances"] = rebalances_;
     if (!model_written_.empty()) j["model"] = model_written_;
     if (resumed_epochs_ > 0) j["resumed_after_epoch"] = resumed_epochs_;
@@ -349,6 +373,11 @@ void RunLog::PrintSummary() {
     if (controller_failover_ms_ >= 0)
       std::printf("failover after kill -9 %s: a new controller leader after %lld ms\n",
                   killed_.c_str(), static_cast<long long>(controller_failover_ms_));
+    if (fell_back_ > 0)
+      std::printf(
+          "pulls that read a shard at a lower version than before: %d (the largest %lld "
+          "updates under it)\n",
+          fell_back_, static_cast<long long>(fell_back_largest_));
     if (!model_written_.empty()) std::printf("model: %s (ONNX)\n", model_written_.c_str());
   }
   std::fflush(stdout);

@@ -61,6 +61,7 @@ class RunLog {
  private:
   void Epoch(const nlohmann::json& ev);
   void Elastic(const std::string& type, const std::string& from, const nlohmann::json& ev);
+  void FellBack(const std::string& from, const nlohmann::json& ev);
 
   const spec::AdamJob& job_;
   const RunOptions& o_;
@@ -88,7 +89,12 @@ class RunLog {
   // started (train seconds) for the summary.
   double resized_at_ = -1;
   nlohmann::json rebalances_ = nlohmann::json::array();
-  int under_replicated_ = 0;    // its shards with fewer in-sync copies than wanted
+  int under_replicated_ = 0;  // its shards with fewer in-sync copies than wanted
+  // Pulls that read a shard at a lower version than their trainer read before ("shard_fell_back"
+  // events): how many, the largest fall, and the updates missing by trainer.
+  int fell_back_ = 0;
+  int64_t fell_back_largest_ = 0;
+  std::map<std::string, int64_t> fell_back_updates_;
   std::string diverged_;        // the first trainer's divergence message
   std::string model_written_;   // where the final model went (a model_written event)
   double final_accuracy_ = -1;  // the evaluator's, when trainer 0 did not finish

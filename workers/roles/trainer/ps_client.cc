@@ -1,6 +1,8 @@
 // ParamServerClient over gRPC with the callback stub API, fanning out to all servers at once.
 #include "trainer/ps_client.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -13,6 +15,7 @@
 
 #include "adam/v1/controller.grpc.pb.h"
 #include "adam/v1/ps.grpc.pb.h"
+#include "core/event.h"
 #include "core/mutex.h"
 #include "net/grpc.h"
 #include "trainer/server_wait.h"
@@ -141,6 +144,46 @@ class SliceView {
   std::vector<model::SliceRange> ranges_;
 };
 
+// The highest version of each shard a client has read, and the falls below it
+// (GrpcParamServerClientOptions::missing). Thread-safe.
+class ReadVersions {
+ public:
+  explicit ReadVersions(const GrpcParamServerClientOptions& options) : options_(options) {}
+
+  // Shard `shard` read from ps-`server` at `version`.
+  void Read(uint32_t shard, uint64_t version, int server) {
+    uint64_t before = 0;
+    {
+      MutexLock l(mu_);
+      uint64_t& highest = highest_[shard];
+      if (version >= highest) {
+        highest = version;
+        return;
+      }
+      before = highest;
+      highest = version;  // what is missing is counted once
+    }
+    const uint64_t missing = before - version;
+    if (options_.missing) options_.missing->Increment(double(missing));
+    spdlog::warn(
+        "shard {} read from ps-{} at version {}: {} updates fewer than this trainer read before "
+        "(version {}); the servers no longer hold them",
+        shard, server, version, missing, before);
+    EmitEvent({{"event", "shard_fell_back"},
+               {"trainer", options_.trainer_index},
+               {"shard", shard},
+               {"server", server},
+               {"version", version},
+               {"before", before},
+               {"updates", missing}});
+  }
+
+ private:
+  const GrpcParamServerClientOptions& options_;
+  Mutex mu_;
+  std::map<uint32_t, uint64_t> highest_ ABSL_GUARDED_BY(mu_);
+};
+
 class GrpcClient final : public ParamServerClient {
  public:
   GrpcClient(const shard::ShardMap& map, const update::UpdatePlan& plan,
@@ -247,6 +290,7 @@ class GrpcClient final : public ParamServerClient {
                                std::to_string(sd.shard()));
         if (Status st = slice_.Read(sd, map_.shards()[sd.shard()], out); !st.ok())
           return DataLossError("pull from ps-" + std::to_string(i) + ": " + st.message());
+        versions_.Read(sd.shard(), sd.version(), i);
         bytes += sd.values().size();
       }
     }
@@ -315,6 +359,7 @@ class GrpcClient final : public ParamServerClient {
   const std::vector<std::string> addresses_;
   const GrpcParamServerClientOptions options_;
   const SliceView slice_;
+  ReadVersions versions_{options_};
   std::vector<std::unique_ptr<adam::v1::ParameterService::Stub>> stubs_;
   // Statistics, and a value read on its own: nothing else is ordered by them.
   std::atomic<uint64_t> pushed_{0};
@@ -484,7 +529,7 @@ class RoutedClient final : public ParamServerClient {
           call->first.set_float16(options_.format.float16);
           call->first.set_zstd(options_.format.zstd);
           for (uint32_t id : shards) slice_.Ask(&call->first, base_.shards()[id]);
-          auto on_done = [&, call, done](const grpc::Status& s) {
+          auto on_done = [&, call, done, server](const grpc::Status& s) {
             if (s.ok()) {
               MutexLock l(out_mu);
               epochs = std::min(epochs, call->second.epochs());
@@ -497,6 +542,7 @@ class RoutedClient final : public ParamServerClient {
                   bad = DataLossError("pull: " + rs.message());
                   continue;
                 }
+                versions_.Read(sd.shard(), sd.version(), server);
                 bytes += sd.values().size();
               }
             }
@@ -625,6 +671,7 @@ class RoutedClient final : public ParamServerClient {
   const int push_every_;
   const GrpcParamServerClientOptions options_;
   const SliceView slice_;
+  ReadVersions versions_{options_};
   std::vector<std::unique_ptr<adam::v1::Controller::Stub>> members_;
   mutable Mutex mu_;
   std::shared_ptr<const Route> route_ ABSL_GUARDED_BY(mu_);

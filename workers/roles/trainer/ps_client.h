@@ -73,6 +73,12 @@ struct GrpcParamServerClientOptions {
   std::chrono::milliseconds server_wait{120000};
   prometheus::Counter* waits = nullptr;  // adam_trainer_server_wait_seconds_total
   prometheus::Gauge* waiting = nullptr;  // adam_trainer_servers_unreachable
+  // A pull that reads a shard at a lower version (updates applied) than this client read before
+  // read a state without updates the servers had applied: lost with a server restarted from its
+  // checkpoint (without copies: at most persistence.interval of them) or at a failover (with
+  // copies: only updates never acknowledged, at most the one push each trainer has in flight).
+  // Each such fall is logged and emitted (event "shard_fell_back"); `missing` counts the updates.
+  prometheus::Counter* missing = nullptr;  // adam_trainer_pulled_updates_missing_total
   // How servers and controller members are dialled (the job's mutual TLS, or plain text).
   std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
   // How deltas, dense updates and pulled weights travel (spec.training.communication); with

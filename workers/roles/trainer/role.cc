@@ -91,6 +91,10 @@ GrpcParamServerClientOptions ClientOptions(const spec::AdamJob& job, const MainO
   po.waiting =
       &reg.Gauge("adam_trainer_servers_unreachable",
                  "1 while a push or pull waits for an unreachable parameter server (copies: 1)");
+  po.missing = &reg.Counter("adam_trainer_pulled_updates_missing_total",
+                            "Updates missing from shards pulled at a lower version than this "
+                            "trainer pulled before: lost at a failover (never acknowledged) or "
+                            "with a server restarted from its checkpoint");
   return po;
 }
 
