@@ -3,8 +3,10 @@
 // ConfigMap) changes its server count while a trainer makes tagged pushes (`adam trainer
 // --check-pushes`, trainer/push_check.h). A fourth server joins and takes its share, then leaves
 // again and exits once its copies have moved; no acknowledged push is lost or applied twice
-// through either, and every copy agrees with its primary.
+// through either, and every copy agrees with its primary. The same processes with a primary
+// frozen (SIGSTOP) mid-round: the trainer's pushes go on past it.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <fstream>
 #include <map>
@@ -181,6 +183,41 @@ TEST_F(ElasticServers, AServerJoinsAndLeavesARunningJobWithoutLosingAnAcknowledg
           l.find("retir") != std::string::npos || l.find("tagged") != std::string::npos)
         std::printf("%s: %s\n", n, l.c_str());
   }
+}
+
+// A primary frozen (SIGSTOP: what `docker pause`, a hung node or a network that drops every
+// packet look like to its callers) is failed over after the controller's server timeout. A push
+// in flight to it is given up once the trainer's routed client has the map that names the new
+// primaries, and sent to them: the check round ends while the old primary is still frozen, with
+// no acknowledged push lost or applied twice. Before, every push waited for the frozen server to
+// run again (or for its 30 s deadline, which failed the trainer).
+class FrozenPrimary : public ElasticServers {};
+
+TEST_F(FrozenPrimary, APushInFlightToItGoesToTheNewPrimaryOnceTheMapNamesIt) {
+  ASSERT_TRUE(testing::Eventually([&] { return Copies(Map()).size() == 3; }, 30s));
+  auto check = Checker(0);
+  std::this_thread::sleep_for(1s);  // a fault's timing, not a wait for a condition
+  const v1::ShardMap before = Map();
+  ASSERT_GT(before.shards_size(), 0);
+  const int frozen = int(before.shards(0).replicas(0));
+  servers_[frozen]->Signal(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  // Well inside the pushes' 30 s deadline: the round ends by the new map, not by a timeout.
+  auto got = check->WaitEvent("push_check", 25s);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  servers_[frozen]->Signal(SIGCONT);
+  ASSERT_TRUE(got) << "ps-" << frozen << " frozen: no push_check within 25 s\n"
+                   << testing::ReadText(Log("check-0"));
+  std::printf("ps-%d frozen: the check round ended %.1f s later, the server still frozen\n", frozen,
+              took);
+  EXPECT_EQ((*got)["pushes"], 100);
+  EXPECT_EQ((*got)["lost"], 0) << got->dump();
+  EXPECT_EQ((*got)["twice"], 0) << got->dump();
+  EXPECT_EQ((*got)["disagree"], 0) << got->dump();
+  EXPECT_GT(Map().version(), before.version());
+  const int status = check->Wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadText(Log("check-0"));
 }
 
 }  // namespace

@@ -614,6 +614,41 @@ class RoutedClient final : public ParamServerClient {
   using Start = std::function<void(const Route&, int server, const std::set<uint32_t>& shards,
                                    grpc::ClientContext*, std::function<void(grpc::Status)>)>;
 
+  // Waits until every call of a round (to the servers of `by_server`, by route `r`) is answered.
+  // A call to a server that a newer map no longer names as the primary of all its shards is
+  // cancelled: a dead server may never answer (the address of a pod or container that is gone
+  // answers nothing, not even a reset) and a frozen one answers only once it runs again, both
+  // long after the failover named new primaries. Retry re-sends its shards by the new map (a push
+  // the old primary applied and forwarded is dropped there as a repeat).
+  void AwaitRound(const Route& r, const std::map<int, std::set<uint32_t>>& by_server,
+                  const std::map<int, std::unique_ptr<grpc::ClientContext>>& ctxs, Mutex& mu,
+                  std::condition_variable& cv, const size_t& left,
+                  const std::map<int, grpc::Status>& results) {
+    std::set<int> cancelled;
+    for (;;) {
+      std::vector<grpc::ClientContext*> cancel;
+      {
+        MutexLock lock(mu);
+        if (lock.AwaitFor(cv, kRouteCheck, [&] { return left == 0; })) return;
+        const std::shared_ptr<const Route> now = current();
+        if (now->version == r.version) continue;
+        for (const auto& [server, shards] : by_server) {
+          if (results.count(server) || cancelled.count(server)) continue;
+          for (uint32_t id : shards)
+            if (now->map.shards()[id].server != server) {
+              cancel.push_back(ctxs.at(server).get());
+              cancelled.insert(server);
+              break;
+            }
+        }
+      }
+      for (grpc::ClientContext* c : cancel) c->TryCancel();  // its callback takes `mu`
+    }
+  }
+
+  // How often a round's wait looks for a newer map.
+  static constexpr std::chrono::milliseconds kRouteCheck{20};
+
   // Sends the `pending` shards to their primaries (one call per server, in parallel) until every
   // one succeeded, re-routing the failed servers' shards by newer maps.
   Status Retry(const char* what, std::set<uint32_t>* pending, const Start& start,
@@ -627,21 +662,18 @@ class RoutedClient final : public ParamServerClient {
       std::condition_variable cv;
       size_t left = by_server.size();
       std::map<int, grpc::Status> results;
-      std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+      std::map<int, std::unique_ptr<grpc::ClientContext>> ctxs;
       for (const auto& entry : by_server) {
         const int server = entry.first;  // clang: structured bindings cannot be captured
-        ctxs.push_back(std::make_unique<grpc::ClientContext>());
-        net::SetDeadline(ctxs.back().get(), options_.rpc_timeout);
-        start(*r, server, entry.second, ctxs.back().get(), [&, server](grpc::Status s) {
+        auto& ctx = ctxs[server] = std::make_unique<grpc::ClientContext>();
+        net::SetDeadline(ctx.get(), options_.rpc_timeout);
+        start(*r, server, entry.second, ctx.get(), [&, server](grpc::Status s) {
           MutexLock lock(mu);
           results[server] = std::move(s);
           if (--left == 0) cv.notify_all();
         });
       }
-      {
-        MutexLock lock(mu);
-        lock.Await(cv, [&] { return left == 0; });
-      }
+      AwaitRound(*r, by_server, ctxs, mu, cv, left, results);
       std::set<uint32_t> failed;
       std::string last;
       for (const auto& [server, s] : results) {
