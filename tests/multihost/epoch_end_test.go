@@ -16,7 +16,9 @@ import (
 //
 //	MULTIHOST_EPOCH_END=cut MULTIHOST_RUN=TestAFaultAtTheEndOfEpochOne tests/multihost/run.sh
 //
-// MULTIHOST_EPOCH_END is cut, pause, kill or none (the same job without a fault);
+// MULTIHOST_EPOCH_END is cut, pause, kill, none (the same job without a fault) or sequence: the
+// server-fault test's order, as in the run that read 77.05% (the primary killed and back 5 s
+// later, then a primary paused 3 s, early in epoch 1), then the cut at the end of it;
 // MULTIHOST_EPOCH_END_BEFORE is how many images before the end of trainer 0's share the fault
 // starts (1500 by default: 2-3 s on a 2-core machine).
 func TestAFaultAtTheEndOfEpochOne(t *testing.T) {
@@ -24,9 +26,9 @@ func TestAFaultAtTheEndOfEpochOne(t *testing.T) {
 	switch mode {
 	case "":
 		t.Skip("a probe: set MULTIHOST_EPOCH_END to cut, pause, kill or none")
-	case "cut", "pause", "kill", "none":
+	case "cut", "pause", "kill", "none", "sequence":
 	default:
-		t.Fatalf("MULTIHOST_EPOCH_END=%q: want cut, pause, kill or none", mode)
+		t.Fatalf("MULTIHOST_EPOCH_END=%q: want cut, pause, kill, none or sequence", mode)
 	}
 	before, err := strconv.Atoi(getenv("MULTIHOST_EPOCH_END_BEFORE", "1500"))
 	if err != nil || before < 0 || before >= shareOfEpoch {
@@ -38,6 +40,18 @@ func TestAFaultAtTheEndOfEpochOne(t *testing.T) {
 	j.run(8*time.Minute, func() {
 		if mode == "none" {
 			return
+		}
+		if mode == "sequence" {
+			j.settle(8 * time.Second)
+			if p := j.primaryServer(); p != nil {
+				j.kill(p)
+				j.restart(p, 5*time.Second)
+			}
+			j.settle(6 * time.Second)
+			if p := j.primaryServer(); p != nil && j.try("pause", p.container) {
+				time.Sleep(3 * time.Second)
+				j.try("unpause", p.container)
+			}
 		}
 		at := float64(shareOfEpoch - before)
 		if _, _, ok := j.waitMetric(j.trainer(0), "adam_trainer_images_total",
@@ -52,7 +66,7 @@ func TestAFaultAtTheEndOfEpochOne(t *testing.T) {
 		}
 		j.logf("%s of %s at trainer-0's image %.0f", mode, p.name, at)
 		switch mode {
-		case "cut":
+		case "cut", "sequence":
 			if j.cut(p, j.role("controller")) {
 				time.Sleep(8 * time.Second)
 				j.heal(p)

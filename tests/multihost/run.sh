@@ -7,7 +7,7 @@
 # every test are kept in build/multihost-logs.
 #   ADAM_BINARY       the adam binary (default build/adam)
 #   MULTIHOST_RUN     a -run pattern, to run some tests only
-#   MULTIHOST_EPOCH_END  cut, pause, kill or none: runs the probe TestAFaultAtTheEndOfEpochOne
+#   MULTIHOST_EPOCH_END  cut, pause, kill, none or sequence: runs the probe TestAFaultAtTheEndOfEpochOne
 #                     (skipped without it; epoch_end_test.go)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
