@@ -97,22 +97,7 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
     final_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
     last_accuracy_ = final_accuracy_;
   } else if (type == "resumed") {
-    // The first trainer to start where the checkpoints are; not a trainer restarted mid-run
-    // (it too starts where the job is, after this run's own epochs). Another trainer may have
-    // finished this run's first epoch before a start is read: epochs it ended are not held. Any
-    // trainer's start counts, not only trainer 0's: one that starts after another ended the
-    // run's first epoch joins at the next (the servers' epoch count is the job's), one past what
-    // the checkpoints held, so the first start read is the one that names them.
-    const int held = int(EventInt(ev, "epochs", 0));
-    if (resumed_epochs_ < 0 && (epoch_loss_.empty() || held < epoch_loss_.begin()->first)) {
-      resumed_epochs_ = held;
-      last_epoch_ = std::max(last_epoch_, held);
-      evaluated_epoch_ = std::max(evaluated_epoch_, held);
-      std::fprintf(stderr, "adam run: resuming: the checkpoints in %s hold %d of %d epochs%s\n",
-                   state_root_.c_str(), resumed_epochs_, job_.training.epochs,
-                   resumed_epochs_ < job_.training.epochs ? "" : " (nothing left to train)");
-      Mark("resumed after epoch " + std::to_string(resumed_epochs_));
-    }
+    Resumed(ev);
   } else if (type == "shard_fell_back") {
     FellBack(from, ev);
   } else if (type == "diverged") {
@@ -150,6 +135,26 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
     controller_term_ = EventInt(ev, "term", 0);
     if (kill_unix_ms_ > 0 && controller_failover_ms_ < 0 && from != killed_)
       controller_failover_ms_ = UnixMs() - kill_unix_ms_;
+  }
+}
+
+// A trainer's start ("resumed" event): which epoch it goes on at.
+void RunLog::Resumed(const nlohmann::json& ev) {
+  // The first trainer to start where the checkpoints are; not a trainer restarted mid-run
+  // (it too starts where the job is, after this run's own epochs). Another trainer may have
+  // finished this run's first epoch before a start is read: epochs it ended are not held. Any
+  // trainer's start counts, not only trainer 0's: one that starts after another ended the
+  // run's first epoch joins at the next (the servers' epoch count is the job's), one past what
+  // the checkpoints held, so the first start read is the one that names them.
+  const int held = int(EventInt(ev, "epochs", 0));
+  if (resumed_epochs_ < 0 && (epoch_loss_.empty() || held < epoch_loss_.begin()->first)) {
+    resumed_epochs_ = held;
+    last_epoch_ = std::max(last_epoch_, held);
+    evaluated_epoch_ = std::max(evaluated_epoch_, held);
+    std::fprintf(stderr, "adam run: resuming: the checkpoints in %s hold %d of %d epochs%s\n",
+                 state_root_.c_str(), resumed_epochs_, job_.training.epochs,
+                 resumed_epochs_ < job_.training.epochs ? "" : " (nothing left to train)");
+    Mark("resumed after epoch " + std::to_string(resumed_epochs_));
   }
 }
 
@@ -295,6 +300,65 @@ bool RunLog::WriteReport(int code) {
   return true;
 }
 
+// The JSON summary (--output json): the run's figures, its faults and trainer 0's evaluations.
+nlohmann::json RunLog::SummaryJson(int64_t images, double ips, double train, double wall) const {
+  nlohmann::json j = {{"job", job_.name},
+                      {"test_accuracy", last_accuracy_},
+                      {"train_loss", last_loss_},
+                      {"epochs", last_epoch_},
+                      {"images", images},
+                      {"images_per_second", ips},
+                      {"train_seconds", train},
+                      {"wall_seconds", wall},
+                      {"trainers", job_.roles.trainer.replicas},
+                      {"threads_per_trainer", job_.roles.trainer.threads},
+                      {"parameter_servers", job_.roles.parameter_server.replicas}};
+  if (kill_unix_ms_ > 0) {
+    j["killed"] = killed_;
+    if (first_failover_ms_ >= 0) {
+      j["failover_ms"] = failover_ms_;
+      j["failover_first_ms"] = first_failover_ms_;
+      j["shards_promoted"] = promoted_;
+    }
+    if (controller_failover_ms_ >= 0) j["controller_failover_ms"] = controller_failover_ms_;
+  }
+  if (!controller_leader_.empty())
+    j["controller"] = {{"leader", controller_leader_}, {"term", controller_term_}};
+  if (map_version_ > 0)
+    j["shard_map"] = {{"version", map_version_}, {"under_replicated", under_replicated_}};
+  if (o_.chaos_seconds > 0) j["chaos_faults"] = chaos_faults_;
+  if (failovers_ > 0) j["failovers"] = failovers_;
+  if (fell_back_ > 0) {
+    int64_t most = 0;  // one trainer's count: the trainers see the same updates missing
+    for (const auto& [_, n] : fell_back_updates_) most = std::max(most, n);
+    j["pulls_fell_back"] = {
+        {"count", fell_back_}, {"largest", fell_back_largest_}, {"updates", most}};
+  }
+  if (!rebalances_.empty()) j["rebalances"] = rebalances_;
+  if (!model_written_.empty()) j["model"] = model_written_;
+  if (resumed_epochs_ > 0) j["resumed_after_epoch"] = resumed_epochs_;
+  // Trainer 0's evaluation after each epoch, as the progress lines show it.
+  nlohmann::json history = nlohmann::json::array();
+  for (const auto& p : record_.epochs) {
+    nlohmann::json e = {{"epoch", p.epoch}, {"seconds", p.seconds}, {"loss", p.loss}};
+    if (p.accuracy >= 0) e["test_accuracy"] = p.accuracy;
+    history.push_back(std::move(e));
+  }
+  j["history"] = std::move(history);
+  // What the finished trainers sent and received per image they trained on.
+  int64_t done_images = 0, push = 0, pull = 0;
+  for (const auto& [_, ev] : done_) {
+    done_images += EventInt(ev, "images_total", 0);
+    push += EventInt(ev, "push_bytes", 0);
+    pull += EventInt(ev, "pull_bytes", 0);
+  }
+  if (done_images > 0) {
+    j["push_bytes_per_image"] = double(push) / double(done_images);
+    j["pull_bytes_per_image"] = double(pull) / double(done_images);
+  }
+  return j;
+}
+
 void RunLog::PrintSummary() {
   int64_t images = 0;
   for (const auto& [_, v] : images_total_) images += v;
@@ -302,61 +366,7 @@ void RunLog::PrintSummary() {
   const double train = std::chrono::duration<double>(train_end_ - train_start_).count();
   const double ips = train > 0 ? double(images) / train : 0;
   if (o_.json) {
-    nlohmann::json j = {{"job", job_.name},
-                        {"test_accuracy", last_accuracy_},
-                        {"train_loss", last_loss_},
-                        {"epochs", last_epoch_},
-                        {"images", images},
-                        {"images_per_second", ips},
-                        {"train_seconds", train},
-                        {"wall_seconds", wall},
-                        {"trainers", job_.roles.trainer.replicas},
-                        {"threads_per_trainer", job_.roles.trainer.threads},
-                        {"parameter_servers", job_.roles.parameter_server.replicas}};
-    if (kill_unix_ms_ > 0) {
-      j["killed"] = killed_;
-      if (first_failover_ms_ >= 0) {
-        j["failover_ms"] = failover_ms_;
-        j["failover_first_ms"] = first_failover_ms_;
-        j["shards_promoted"] = promoted_;
-      }
-      if (controller_failover_ms_ >= 0) j["controller_failover_ms"] = controller_failover_ms_;
-    }
-    if (!controller_leader_.empty())
-      j["controller"] = {{"leader", controller_leader_}, {"term", controller_term_}};
-    if (map_version_ > 0)
-      j["shard_map"] = {{"version", map_version_}, {"under_replicated", under_replicated_}};
-    if (o_.chaos_seconds > 0) j["chaos_faults"] = chaos_faults_;
-    if (failovers_ > 0) j["failovers"] = failovers_;
-    if (fell_back_ > 0) {
-      int64_t most = 0;  // one trainer's count: the trainers see the same updates missing
-      for (const auto& [_, n] : fell_back_updates_) most = std::max(most, n);
-      j["pulls_fell_back"] = {
-          {"count", fell_back_}, {"largest", fell_back_largest_}, {"updates", most}};
-    }
-    if (!rebalances_.empty()) j["rebalances"] = rebalances_;
-    if (!model_written_.empty()) j["model"] = model_written_;
-    if (resumed_epochs_ > 0) j["resumed_after_epoch"] = resumed_epochs_;
-    // Trainer 0's evaluation after each epoch, as the progress lines show it.
-    nlohmann::json history = nlohmann::json::array();
-    for (const auto& p : record_.epochs) {
-      nlohmann::json e = {{"epoch", p.epoch}, {"seconds", p.seconds}, {"loss", p.loss}};
-      if (p.accuracy >= 0) e["test_accuracy"] = p.accuracy;
-      history.push_back(std::move(e));
-    }
-    j["history"] = std::move(history);
-    // What the finished trainers sent and received per image they trained on.
-    int64_t done_images = 0, push = 0, pull = 0;
-    for (const auto& [_, ev] : done_) {
-      done_images += EventInt(ev, "images_total", 0);
-      push += EventInt(ev, "push_bytes", 0);
-      pull += EventInt(ev, "pull_bytes", 0);
-    }
-    if (done_images > 0) {
-      j["push_bytes_per_image"] = double(push) / double(done_images);
-      j["pull_bytes_per_image"] = double(pull) / double(done_images);
-    }
-    std::printf("%s\n", FiniteJson(j).dump().c_str());
+    std::printf("%s\n", FiniteJson(SummaryJson(images, ips, train, wall)).dump().c_str());
   } else {
     const std::string resumed =
         resumed_epochs_ > 0 ? " (resumed after " + std::to_string(resumed_epochs_) + ")" : "";

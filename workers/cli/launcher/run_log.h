@@ -62,6 +62,8 @@ class RunLog {
   void Epoch(const nlohmann::json& ev);
   void Elastic(const std::string& type, const std::string& from, const nlohmann::json& ev);
   void FellBack(const std::string& from, const nlohmann::json& ev);
+  void Resumed(const nlohmann::json& ev);
+  nlohmann::json SummaryJson(int64_t images, double ips, double train, double wall) const;
 
   const spec::AdamJob& job_;
   const RunOptions& o_;
