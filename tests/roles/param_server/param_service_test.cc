@@ -5,8 +5,12 @@
 #include <gmock/gmock.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <future>
@@ -40,6 +44,76 @@ model::ModelLayout SmallDenseModel() {
   EXPECT_TRUE(layout.ok()) << layout.status().ToString();
   return *layout;
 }
+
+// A TCP proxy on loopback to `target_port` whose connections can be made to go silent: after
+// Silence(), the connections open then carry nothing more either way and are never closed (what
+// a caller sees of an address that stopped answering: a pod gone, its node down, every packet
+// dropped); connections made later are carried as before (the server, back under a new address).
+class SilencingProxy {
+ public:
+  explicit SilencingProxy(int target_port) : target_port_(target_port) {
+    listen_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = Loopback(0);
+    EXPECT_EQ(bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(listen_, 16), 0);
+    socklen_t len = sizeof a;
+    getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    threads_.emplace_back([this] { Accept(); });
+  }
+  ~SilencingProxy() {
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+    for (int fd : fds_) close(fd);
+    close(listen_);
+  }
+  int port() const { return port_; }
+  void Silence() { ++silenced_; }
+
+ private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(uint16_t(port));
+    return a;
+  }
+  void Accept() {  // the only thread that adds threads and fds until the destructor joins it
+    while (!stop_) {
+      pollfd p{listen_, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const int in = accept(listen_, nullptr, nullptr);
+      const int out = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a = Loopback(target_port_);
+      if (in < 0 || connect(out, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) continue;
+      fds_.insert(fds_.end(), {in, out});
+      const int generation = silenced_;
+      threads_.emplace_back([this, in, out, generation] { Pump(in, out, generation); });
+      threads_.emplace_back([this, in, out, generation] { Pump(out, in, generation); });
+    }
+  }
+  void Pump(int from, int to, int generation) {
+    char buf[1 << 16];
+    while (!stop_) {
+      if (silenced_ != generation) {  // open, but nothing more passes
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
+      pollfd p{from, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = read(from, buf, sizeof buf);
+      if (n <= 0 || write(to, buf, size_t(n)) != n) return;
+    }
+  }
+
+  const int target_port_;
+  int listen_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> silenced_{0};
+  std::vector<std::thread> threads_;
+  std::vector<int> fds_;
+};
 
 class ParamServiceTest : public ::testing::Test {
  protected:
@@ -398,6 +472,33 @@ TEST_F(ParamServiceTest, APullBelowTheVersionsReadBeforeCountsTheUpdatesMissing)
   ASSERT_TRUE(client->Push({delta.data(), {}, 4, false}).ok());
   ASSERT_TRUE(client->Pull(out.data(), 4).ok());
   EXPECT_EQ(missing.Value(), double(held));
+}
+
+// Without copies, a server whose address stops answering without a reset (its connection goes
+// silent) while a pull is out: the channel's keepalive pings find it within their time and
+// timeout, the pull fails UNAVAILABLE and is sent again on a new connection. Without the pings it
+// waited for its deadline and failed the trainer (DEADLINE_EXCEEDED ends a call at once).
+TEST_F(ParamServiceTest, APullToAServerWhoseConnectionWentSilentIsSentAgainOnANewOne) {
+  Start(spec::Consistency::kAsync, 1);
+  SilencingProxy proxy(servers_[1].server.port);
+  trainer::GrpcParamServerClientOptions o;
+  o.rpc_timeout = std::chrono::milliseconds(20000);
+  auto client = trainer::ConnectParamServers(
+      *map_, *plan_, {addresses_[0], "127.0.0.1:" + std::to_string(proxy.port())}, o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::vector<float> out(init_.size(), -1.f);
+  ASSERT_TRUE((*client)->Pull(out.data(), 0).ok());
+  proxy.Silence();
+  std::fill(out.begin(), out.end(), -1.f);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status pulled = (*client)->Pull(out.data(), 0);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(pulled.ok()) << pulled.ToString();
+  EXPECT_EQ(out, init_);
+  // Found by the pings (net::kKeepaliveTime + kKeepaliveTimeout), well before the deadline.
+  EXPECT_LT(took, net::kKeepaliveTime + net::kKeepaliveTimeout + std::chrono::seconds(5));
+  std::printf("a silent connection left after %.1f s\n",
+              std::chrono::duration<double>(took).count());
 }
 
 // A sync pull that another trainer never lets through fails before the caller's deadline naming

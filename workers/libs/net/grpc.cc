@@ -52,6 +52,12 @@ StatusOr<Server> StartServer(const Transport& transport, const std::string& addr
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Refuse a port another process holds instead of sharing it silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Accept the clients' keepalive pings (MakeChannel) however often they come while a call is
+  // held: by default a server answers pings more often than every 5 minutes on a call that sends
+  // nothing (a pull held by the consistency model, a shard-map watch) with GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             int(kKeepaliveTime.count()) / 2);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   for (auto* s : services) builder.RegisterService(s);
   out.server = builder.BuildAndStart();
   if (!out.server || out.port == 0)
@@ -108,6 +114,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const Transport& transport, const std
   // After a lost connection the channel re-resolves the address before it reconnects, and by
   // default waits seconds between resolutions: a restarted peer would stay unreachable that long.
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 100);
+  // A peer whose address stopped answering (a pod or container gone, its node down, a network
+  // that drops every packet) sends no reset: without pings a call to it waits for its deadline.
+  // While calls are out, a ping every kKeepaliveTime not answered within kKeepaliveTimeout ends
+  // the connection, and its calls fail UNAVAILABLE, which callers retry on a new one.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, int(kKeepaliveTime.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, int(kKeepaliveTimeout.count()));
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   if (transport.tls()) args.SetSslTargetNameOverride(kTlsServerName);
   return grpc::CreateCustomChannel(address, transport.ChannelCredentials(), args);
 }

@@ -48,6 +48,12 @@ class Transport {
 // Largest message a role sends or accepts: a few shards or batches, with room to spare.
 constexpr int kMaxMessageBytes = 256 << 20;
 
+// While a channel has calls out it pings its peer every kKeepaliveTime; a ping not answered
+// within kKeepaliveTimeout ends the connection (its calls fail UNAVAILABLE): a peer that went
+// away without a reset is found within their sum, not at each call's deadline.
+constexpr std::chrono::milliseconds kKeepaliveTime{2000};
+constexpr std::chrono::milliseconds kKeepaliveTimeout{3000};
+
 struct Server {
   std::unique_ptr<grpc::Server> server;
   int port = 0;  // the port actually bound
