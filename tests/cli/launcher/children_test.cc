@@ -164,6 +164,14 @@ TEST(RunLog, WithoutTrainer0TheEvaluatorsAccuracyIsTheJobs) {
   EXPECT_TRUE(log.TakeFinalEvaluation());
 }
 
+// The JSON summary of a run that ends now.
+nlohmann::json JsonSummary(RunLog& log) {
+  log.TrainingEnded();
+  ::testing::internal::CaptureStdout();
+  log.PrintSummary();
+  return nlohmann::json::parse(::testing::internal::GetCapturedStdout());
+}
+
 // Pulls that read a shard below a version read before: the summary counts them, names the
 // largest fall and the updates one trainer found missing (both trainers miss the same ones); a
 // run without any says nothing of them.
@@ -171,14 +179,8 @@ TEST(RunLog, PullsThatFellBackAreCountedOncePerTrainer) {
   RunOptions o;
   o.json = true;
   const spec::AdamJob job = Job();
-  auto summary = [](RunLog& log) {
-    log.TrainingEnded();
-    ::testing::internal::CaptureStdout();
-    log.PrintSummary();
-    return nlohmann::json::parse(::testing::internal::GetCapturedStdout());
-  };
   RunLog quiet(job, o);
-  EXPECT_FALSE(summary(quiet).contains("pulls_fell_back"));
+  EXPECT_FALSE(JsonSummary(quiet).contains("pulls_fell_back"));
 
   RunLog log(job, o);
   auto fell = [&](const std::string& from, int shard, int64_t updates) {
@@ -198,7 +200,7 @@ TEST(RunLog, PullsThatFellBackAreCountedOncePerTrainer) {
   EXPECT_THAT(err, ::testing::HasSubstr(
                        "trainer-0 read shard 3 from ps-2 at version 100, 2 updates under"));
   EXPECT_EQ(err.find("adam run: "), err.rfind("adam run: "));  // the first one only
-  const nlohmann::json fallen = summary(log).value("pulls_fell_back", nlohmann::json());
+  const nlohmann::json fallen = JsonSummary(log).value("pulls_fell_back", nlohmann::json());
   EXPECT_EQ(fallen.value("count", 0), 3);
   EXPECT_EQ(fallen.value("largest", 0), 5);
   EXPECT_EQ(fallen.value("updates", 0), 7);
@@ -212,17 +214,11 @@ TEST(RunLog, AResumeReadAfterAnotherTrainersFirstEpochIsTheRunsResume) {
   RunOptions o;
   o.json = true;
   const spec::AdamJob job = Job();
-  auto summary = [](RunLog& log) {
-    log.TrainingEnded();
-    ::testing::internal::CaptureStdout();
-    log.PrintSummary();
-    return nlohmann::json::parse(::testing::internal::GetCapturedStdout());
-  };
   RunLog resumed(job, o);
   resumed.TrainingStarted();
   resumed.OnEvent("trainer-1", {{"event", "epoch"}, {"trainer", 1}, {"epoch", 21}, {"loss", 1}});
   resumed.OnEvent("trainer-0", {{"event", "resumed"}, {"trainer", 0}, {"epochs", 20}});
-  EXPECT_EQ(summary(resumed).value("resumed_after_epoch", -1), 20);
+  EXPECT_EQ(JsonSummary(resumed).value("resumed_after_epoch", -1), 20);
 
   // Trainer 0 started after trainer 1 ended epoch 21, so it goes on at epoch 22: the run is
   // still the resume trainer 1's start named.
@@ -231,13 +227,13 @@ TEST(RunLog, AResumeReadAfterAnotherTrainersFirstEpochIsTheRunsResume) {
   late.OnEvent("trainer-1", {{"event", "resumed"}, {"trainer", 1}, {"epochs", 20}});
   late.OnEvent("trainer-1", {{"event", "epoch"}, {"trainer", 1}, {"epoch", 21}, {"loss", 1}});
   late.OnEvent("trainer-0", {{"event", "resumed"}, {"trainer", 0}, {"epochs", 21}});
-  EXPECT_EQ(summary(late).value("resumed_after_epoch", -1), 20);
+  EXPECT_EQ(JsonSummary(late).value("resumed_after_epoch", -1), 20);
 
   RunLog restarted(job, o);
   restarted.TrainingStarted();
   restarted.OnEvent("trainer-1", {{"event", "epoch"}, {"trainer", 1}, {"epoch", 1}, {"loss", 1}});
   restarted.OnEvent("trainer-0", {{"event", "resumed"}, {"trainer", 0}, {"epochs", 1}});
-  EXPECT_FALSE(summary(restarted).contains("resumed_after_epoch"));
+  EXPECT_FALSE(JsonSummary(restarted).contains("resumed_after_epoch"));
 }
 
 }  // namespace

@@ -85,7 +85,11 @@ class SilencingProxy {
       const int in = accept(listen_, nullptr, nullptr);
       const int out = socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in a = Loopback(target_port_);
-      if (in < 0 || connect(out, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) continue;
+      if (in < 0 || connect(out, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        if (in >= 0) close(in);
+        close(out);
+        continue;
+      }
       fds_.insert(fds_.end(), {in, out});
       const int generation = silenced_;
       threads_.emplace_back([this, in, out, generation] { Pump(in, out, generation); });
