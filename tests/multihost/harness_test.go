@@ -1,8 +1,10 @@
 // Package multihost runs AdamJobs with every role in its own container of the adam image (make
 // image), as the operator runs them as pods: the pods are what `adam render -o json` prints (the
-// operator's own rendering), each container gets its pod's arguments, hostname, user, read-only
-// root, mounts (the manifest, the job's TLS files, the downward-API annotations, a state
-// directory) and DNS name under the job's headless Service. Two Docker networks stand for the
+// operator's own rendering), each container gets its pod's arguments, environment (the downward
+// API's values resolved as the kubelet resolves them), hostname, user, read-only root, mounts
+// (the manifest, the job's TLS files, the downward-API annotations, a state directory) and DNS
+// name under the job's headless Service. No CPU quota: each container stands for a pod on a
+// machine of its own, and here they all share this machine's cores. Two Docker networks stand for the
 // pod network and the Multus second network: parameter servers are attached to both, and their
 // network-status annotation names their address on the second one, as Multus writes it.
 // Faults are real: docker kill, pause, and networks disconnected.
@@ -25,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,8 +59,9 @@ type pod struct {
 	name, role       string
 	stage            int
 	args             []string
-	hostname, domain string // the pod's DNS name is hostname.domain
-	replication      bool   // attached to the second network (Multus annotation)
+	hostname, domain string         // the pod's DNS name is hostname.domain
+	replication      bool           // attached to the second network (Multus annotation)
+	spec             map[string]any // the rendered container: its env and resources
 	container        string
 	podinfo, state   string // host directories mounted at podInfoPath and statePath
 }
@@ -232,6 +236,7 @@ func (j *job) addPod(name string, md, spec map[string]any, hostname, domain stri
 	_, multus := annotations[multusAnnotation]
 	p := &pod{name: name, role: fmt.Sprint(labels[roleLabel]), stage: stage, args: args,
 		hostname: hostname, domain: domain, replication: multus, container: j.prefix + "-" + name}
+	p.spec = c
 	p.podinfo = filepath.Join(j.dir, "podinfo", name)
 	p.state = filepath.Join(j.dir, "state", name)
 	for _, d := range []string{p.podinfo, p.state} {
@@ -240,6 +245,70 @@ func (j *job) addPod(name string, md, spec map[string]any, hostname, domain stri
 	}
 	j.pods = append(j.pods, p)
 	j.byName[name] = p
+}
+
+// resolveEnv gives a pod's environment as the kubelet would: plain values, and the downward
+// API's pod name, node name (its container's: each container stands for a machine) and CPU
+// limit in millicores. A container without a CPU limit reads the node's allocatable CPUs there,
+// all of this machine's.
+func (j *job) resolveEnv(p *pod) (vars []string) {
+	name, c := p.name, p.spec
+	cpus := p.cpuLimit()
+	list, _ := c["env"].([]any)
+	for _, e := range list {
+		v := e.(map[string]any)
+		key := fmt.Sprint(v["name"])
+		if value, ok := v["value"]; ok {
+			vars = append(vars, key+"="+fmt.Sprint(value))
+			continue
+		}
+		from, _ := v["valueFrom"].(map[string]any)
+		if f, ok := from["fieldRef"].(map[string]any); ok {
+			switch f["fieldPath"] {
+			case "metadata.name":
+				vars = append(vars, key+"="+name)
+			case "spec.nodeName":
+				vars = append(vars, key+"="+p.container)
+			default:
+				j.t.Fatalf("pod %s: env %s: this harness does not resolve fieldRef %v", name, key, f["fieldPath"])
+			}
+			continue
+		}
+		r, ok := from["resourceFieldRef"].(map[string]any)
+		if !ok || r["resource"] != "limits.cpu" || r["divisor"] != "1m" {
+			j.t.Fatalf("pod %s: env %s: this harness does not resolve %v", name, key, v["valueFrom"])
+		}
+		millis := int64(runtime.NumCPU()) * 1000
+		if cpus != "" {
+			var err error
+			millis, err = cpuMillis(cpus)
+			must(j.t, err)
+		}
+		vars = append(vars, key+"="+strconv.FormatInt(millis, 10))
+	}
+	return vars
+}
+
+// cpuLimit gives the rendered container's CPU limit, a Kubernetes quantity ("" when unset).
+func (p *pod) cpuLimit() string {
+	r, _ := p.spec["resources"].(map[string]any)
+	l, _ := r["limits"].(map[string]any)
+	if q, ok := l["cpu"]; ok {
+		return fmt.Sprint(q)
+	}
+	return ""
+}
+
+// cpuMillis reads a Kubernetes CPU quantity ("2", "500m", "1.5") in millicores.
+func cpuMillis(q string) (int64, error) {
+	if m, ok := strings.CutSuffix(q, "m"); ok {
+		return strconv.ParseInt(m, 10, 64)
+	}
+	f, err := strconv.ParseFloat(q, 64)
+	if err != nil {
+		return 0, fmt.Errorf("CPU quantity %q: %v", q, err)
+	}
+	return int64(f*1000 + 0.5), nil
 }
 
 // writeTLS makes the job's Secret: a CA and one certificate for every role, as the operator does.
@@ -335,13 +404,17 @@ func (j *job) create(p *pod) {
 	args := []string{"create", "--name", p.container, "--hostname", p.hostname,
 		"--network", j.primary, "--network-alias", p.hostname + "." + p.domain,
 		"--user", "10001:10001", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-		"--tmpfs", "/tmp", "-e", "ADAM_POD_NAME=" + p.name, "-e", "ADAM_NODE_NAME=" + p.container,
+		"--tmpfs", "/tmp",
 		"-v", filepath.Join(j.dir, "job") + ":" + jobMountPath + ":ro",
 		"-v", filepath.Join(j.dir, "tls") + ":" + tlsPath + ":ro",
 		"-v", p.podinfo + ":" + podInfoPath + ":ro",
 		"-v", p.state + ":" + statePath,
 		"--label", "dev.adam.multihost=" + j.prefix,
-		"--entrypoint", "adam", env.image}
+		"--entrypoint", "adam"}
+	for _, e := range j.resolveEnv(p) {
+		args = append(args, "-e", e)
+	}
+	args = append(args, env.image)
 	args = append(args, p.args...)
 	j.docker(args...)
 	if p.replication {

@@ -2,6 +2,8 @@ package multihost
 
 import (
 	"fmt"
+	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -100,6 +102,7 @@ func checkResult(t *testing.T, j *job, epochs int, spreadHeld bool) {
 		t.Errorf("the job ended after %d epochs, want %d", r.epochs, epochs)
 	}
 	checkFallBacks(t, j)
+	checkPinning(t, j)
 	spread := floor(j.example, epochs)
 	t.Logf("test accuracy %.2f%%; adam run's lowest less a point: %.2f%% (%+.2f points)",
 		100*r.accuracy, 100*spread, 100*(r.accuracy-spread))
@@ -135,6 +138,31 @@ func checkFallBacks(t *testing.T, j *job) {
 		}
 	}
 	t.Logf("pulls that read a shard below a version their trainer read before: %d %v", len(falls), falls)
+}
+
+// The cores a trainer bound its worker threads to, as it logs them.
+var boundPUs = regexp.MustCompile(`bound to PUs ([0-9,]+)`)
+
+// checkPinning: no two trainers bind their threads to the same core. Each container stands for a
+// pod of its own machine but all share this machine's cores; a pod's CPU limit beside a larger
+// cpuset (no static CPU manager) must leave its threads unpinned, or every trainer would pin to
+// the first allowed core.
+func checkPinning(t *testing.T, j *job) {
+	t.Helper()
+	owner := map[string]string{}
+	for _, p := range j.role("trainer") {
+		out, _ := exec.Command("docker", "logs", p.container).CombinedOutput()
+		m := boundPUs.FindStringSubmatch(string(out))
+		if m == nil {
+			continue
+		}
+		for _, pu := range strings.Split(m[1], ",") {
+			if o, ok := owner[pu]; ok {
+				t.Errorf("%s and %s both bound their worker threads to PU %s", o, p.name, pu)
+			}
+			owner[pu] = p.name
+		}
+	}
 }
 
 // The demo (no copies): two parameter servers, a data server and two trainers, each in its own
