@@ -106,3 +106,4 @@ bench: build
 	/usr/bin/python3 bench/communication.py --build $(BUILD)
 	/usr/bin/python3 bench/elastic.py --build $(BUILD)
 	/usr/bin/python3 bench/split.py --build $(BUILD)
+	/usr/bin/python3 bench/thread_cpu.py --build $(BUILD) examples/fashion-mnist-ha.yaml

@@ -11,6 +11,7 @@
 
 #include "adam/v1/controller.grpc.pb.h"
 #include "core/mutex.h"
+#include "core/thread_name.h"
 #include "net/grpc.h"
 #include "raft/storage.h"
 #include "raft/wire.h"
@@ -428,7 +429,7 @@ void Driver::Start() {
     MutexLock l(impl_->mu);
     impl_->running = true;
   }
-  impl_->loop = std::thread([this] {
+  impl_->loop = NamedThread("raft", [this] {
     impl_->HandleReady();  // re-apply committed entries restored from disk
     impl_->Run();
   });

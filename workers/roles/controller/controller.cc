@@ -12,6 +12,7 @@
 #include "controller/supervisor.h"
 #include "core/event.h"
 #include "core/mutex.h"
+#include "core/thread_name.h"
 #include "net/grpc.h"
 
 namespace adam::controller {
@@ -442,7 +443,7 @@ grpc::Service* Controller::raft_service() { return impl_->driver->service(); }
 
 void Controller::Start() {
   impl_->driver->Start();
-  impl_->supervisor = std::thread([this] { impl_->Supervise(); });
+  impl_->supervisor = NamedThread("supervise", [this] { impl_->Supervise(); });
 }
 
 void Controller::Stop() {

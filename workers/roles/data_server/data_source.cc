@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "core/thread_name.h"
 #include "shard/shard_map.h"
 
 namespace adam::data_server {
@@ -19,7 +20,7 @@ DataSource::DataSource(std::unique_ptr<data::AugmentedCache> train,
       test_(std::move(test)),
       options_(options),
       trainers_(std::max(1, options.trainers)) {
-  prefetcher_ = std::thread([this] { PrefetchLoop(); });
+  prefetcher_ = NamedThread("prefetch", [this] { PrefetchLoop(); });
 }
 
 DataSource::~DataSource() {

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/event.h"
+#include "core/thread_name.h"
 #include "update/codec.h"
 
 namespace adam::ps {
@@ -364,7 +365,7 @@ void Checkpointer::Stop() {
 }
 
 void Checkpointer::Start() {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = NamedThread("checkpoint", [this] { Loop(); });
 }
 
 void Checkpointer::Loop() {

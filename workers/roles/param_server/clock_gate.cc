@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/status.h"
+#include "core/thread_name.h"
 
 namespace adam::ps {
 
@@ -134,7 +135,7 @@ void ClockGate::WhenAllowed(uint64_t clock, std::function<void(bool)> fn, Clock:
                       Parked{clock, std::move(fn), expiring ? expires : Clock::time_point::max(),
                              std::move(on_expired)});
       if (expiring) {
-        if (!expirer_.joinable()) expirer_ = std::thread([this] { ExpireLoop(); });
+        if (!expirer_.joinable()) expirer_ = NamedThread("clock-expiry", [this] { ExpireLoop(); });
         expiry_cv_.notify_all();
       }
       return;

@@ -13,6 +13,7 @@
 
 #include "core/mpsc.h"
 #include "core/mutex.h"
+#include "core/thread_name.h"
 #include "topology/topology.h"
 
 namespace adam::ps {
@@ -166,6 +167,7 @@ ParamStore::ParamStore(const shard::ShardMap& map, int server, const float* init
   for (int t = 0; t < threads; ++t) {
     Worker* w = workers_[size_t(t)].get();
     w->thread = std::thread([&, w, t] {
+      NameThisThread("apply-" + std::to_string(t));
       bool ok = false;
       if (!places.empty()) ok = topo->BindThisThread(places[size_t(t)]).ok();
       omp_set_num_threads(1);  // oneDNN's sgemm: the parallelism is ours

@@ -17,6 +17,7 @@
 #include "adam/v1/ps.grpc.pb.h"
 #include "core/event.h"
 #include "core/mutex.h"
+#include "core/thread_name.h"
 #include "net/grpc.h"
 #include "trainer/server_wait.h"
 #include "update/codec.h"
@@ -407,7 +408,7 @@ class RoutedClient final : public ParamServerClient {
   // Keeps a WatchShardMap stream open (to each member in turn when one fails) and routes by
   // every newer map it brings.
   void StartWatching() {
-    watcher_ = std::thread([this] {
+    watcher_ = NamedThread("shard-map-watch", [this] {
       for (size_t i = 0; !members_.empty();) {
         grpc::ClientContext ctx;
         {

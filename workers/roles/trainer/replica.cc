@@ -11,6 +11,7 @@
 
 #include "core/hogwild.h"
 #include "core/mutex.h"
+#include "core/thread_name.h"
 #include "model/network.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #include "topology/topology.h"
@@ -450,6 +451,7 @@ void Replica::RunWorkers(const std::function<void(int)>& fn) {
   std::vector<int> bound(static_cast<size_t>(m.options.threads), 0);
   for (int t = 0; t < m.options.threads; ++t)
     threads.emplace_back([&, t] {
+      NameThisThread("worker-" + std::to_string(t));
       if (m.topo && size_t(t) < m.places.size())
         bound[size_t(t)] = m.topo->BindThisThread(m.places[size_t(t)]).ok();
       // oneDNN's OpenMP runtime: one thread per worker; the parallelism is ours.

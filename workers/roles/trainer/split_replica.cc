@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/mutex.h"
+#include "core/thread_name.h"
 #include "model/network.h"
 #include "model/partition.h"
 #include "trainer/model_exchange.h"
@@ -234,6 +235,7 @@ class SplitReplica final : public ModelReplica {
     lanes.reserve(size_t(threads()));
     for (int t = 0; t < threads(); ++t)
       lanes.emplace_back([&fn, t] {
+        NameThisThread("worker-" + std::to_string(t));
         omp_set_num_threads(1);  // one core a lane, as the whole replica's workers have
         fn(t);
       });
@@ -494,6 +496,7 @@ Status RunModelWorker(const model::ModelLayout& layout, const SplitOptions& opti
   threads.reserve(size_t(options.threads));
   for (int t = 0; t < options.threads; ++t)
     threads.emplace_back([&w, &lanes, t] {
+      NameThisThread("worker-" + std::to_string(t));
       omp_set_num_threads(1);
       lanes[size_t(t)] = FollowLane(w, t);
       // A lane that failed ends the worker: its control lane stops waiting, and the lead's

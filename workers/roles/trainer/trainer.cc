@@ -15,6 +15,7 @@
 
 #include "core/event.h"
 #include "core/mutex.h"
+#include "core/thread_name.h"
 #include "core/version.h"
 #include "model/layout.h"
 #include "model/onnx.h"
@@ -655,8 +656,8 @@ StatusOr<TrainerResult> Trainer::Run() {
   const int epochs = s.job.training.epochs;
   const int first = s.FirstEpoch();
   result.epochs = first;
-  std::thread prefetcher([&] { s.PrefetchLoop(); });
-  std::thread syncer([&] { s.SyncLoop(); });
+  std::thread prefetcher = NamedThread("prefetch", [&] { s.PrefetchLoop(); });
+  std::thread syncer = NamedThread("sync", [&] { s.SyncLoop(); });
   double previous_loss = 0;
   const auto train_start = Clock::now();
   if (evaluates && first == epochs) {
