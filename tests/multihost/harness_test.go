@@ -348,20 +348,29 @@ func (j *job) run(limit time.Duration, during func()) {
 	j.startStages(func(*pod) bool { return true })
 	j.start = time.Now()
 	finished := make(chan struct{})
+	var faultsEnded time.Time // written before finished is closed
 	if during != nil {
 		go func() {
 			defer close(finished)
 			during()
+			faultsEnded = time.Now()
 		}()
 	} else {
 		close(finished)
 	}
 	j.waitTrainers(limit)
+	trained := time.Now()
 	// The faults end before the test does (they report through j.t).
 	select {
 	case <-finished:
 	case <-time.After(2 * time.Minute):
 		j.t.Fatalf("the fault schedule did not end within 2 min of the job")
+	}
+	// A fault that found the training over showed nothing of how the job goes on through it
+	// (a machine fast enough to train the epochs before the schedule ends).
+	if during != nil && faultsEnded.After(trained) {
+		j.t.Errorf("the trainers ended %.1f s into the job, before the fault schedule (%.1f s): its last faults met no training; the job needs more epochs on this machine",
+			trained.Sub(j.start).Seconds(), faultsEnded.Sub(j.start).Seconds())
 	}
 }
 
