@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/event.h"
+#include "core/thread_name.h"
 #include "net/grpc.h"
 #include "param_server/replica_service.h"
 #include "param_server/replication.h"
@@ -298,7 +299,7 @@ Forwarder::Forwarder(std::shared_ptr<const net::Transport> transport, uint32_t s
       store_(store),
       interval_(interval),
       in_sync_at_ns_(NowNs()),
-      thread_([this] { Loop(); }) {}
+      thread_(NamedThread("forward", [this] { Loop(); })) {}
 
 int64_t Forwarder::NowNs() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
