@@ -10,21 +10,11 @@ takes from its workers (docs/kubernetes.md, Placement).
 
 --from/--to count seconds from the first trainer's start. Writes build/bench/thread_cpu.json.
 """
-import argparse, collections, json, os, re, subprocess, sys, tempfile, time
+import argparse, collections, json, os, subprocess, sys, tempfile, time
+
+from spread import with_epochs  # bench/ is the script's folder, first on sys.path
 
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def with_epochs(manifest, epochs, tmp):
-    """The manifest with spec.training.epochs replaced (the examples have one such line)."""
-    text = open(manifest).read()
-    out, n = re.subn(r"(?m)^(\s+epochs:\s*)\d+", lambda m: m.group(1) + str(epochs), text, count=1)
-    if n != 1:
-        sys.exit("%s: no `epochs:` line to set" % manifest)
-    path = os.path.join(tmp, os.path.basename(manifest))
-    with open(path, "w") as f:
-        f.write(out)
-    return path
 
 
 def ticks(stat_path):
