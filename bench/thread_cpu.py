@@ -71,10 +71,15 @@ def main():
     if not 0 <= a.t0 < a.t1:
         sys.exit("--from must be at least 0 and under --to")
     adam = os.path.realpath(os.path.join(a.build, "adam"))
+    if not os.access(adam, os.X_OK):
+        sys.exit("no adam binary at %s (make build first)" % adam)
     with tempfile.TemporaryDirectory() as tmp:
         job = with_epochs(a.manifest, a.epochs, tmp)
+        # The log goes to a file: a pipe nobody reads while the samples wait could fill and stall
+        # the run being measured.
+        log = open(os.path.join(tmp, "run.log"), "w+")
         run = subprocess.Popen([adam, "run", job, "--output", "json", "-q"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=log, text=True)
         start = None
         while start is None and run.poll() is None:
             if any(n.startswith("trainer-") for n in roles(adam).values()):
@@ -82,7 +87,8 @@ def main():
             else:
                 time.sleep(0.1)
         if start is None:
-            sys.exit("adam run ended before a trainer started:\n" + run.stderr.read()[-4000:])
+            log.seek(0)
+            sys.exit("adam run ended before a trainer started:\n" + log.read()[-4000:])
         print("thread_cpu: first trainer up; sampling from %.0f s to %.0f s" % (a.t0, a.t1),
               file=sys.stderr, flush=True)
         time.sleep(max(0.0, start + a.t0 - time.time()))
@@ -90,9 +96,10 @@ def main():
         before, t_before = snapshot(procs), time.time()
         time.sleep(max(0.0, start + a.t1 - time.time()))
         after, t_after = snapshot(procs), time.time()
-        out, err = run.communicate()
+        out, _ = run.communicate()
         if run.returncode != 0:
-            sys.exit("adam run failed (exit %d):\n%s" % (run.returncode, err[-4000:]))
+            log.seek(0)
+            sys.exit("adam run failed (exit %d):\n%s" % (run.returncode, log.read()[-4000:]))
         if a.t1 > json.loads(out)["wall_seconds"]:
             print("thread_cpu: warning: the run ended before --to; later samples hold less",
                   file=sys.stderr)

@@ -12,10 +12,4 @@ void NameThisThread(const std::string& name) {
   pthread_setname_np(pthread_self(), name.substr(0, kMaxName).c_str());
 }
 
-std::string ThisThreadName() {
-  char buf[kMaxName + 1] = {};
-  if (pthread_getname_np(pthread_self(), buf, sizeof buf) != 0) return "";
-  return buf;
-}
-
 }  // namespace adam

@@ -20,7 +20,4 @@ std::thread NamedThread(std::string name, Fn&& fn) {
   });
 }
 
-// The calling thread's name as the kernel holds it ("" when it cannot be read).
-std::string ThisThreadName();
-
 }  // namespace adam
