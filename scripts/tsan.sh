@@ -5,14 +5,15 @@
 # (the intended weight races are marked in core/hogwild.h); the operator's work queue and metrics
 # cache; the fake clock and Periodic.
 # Builds in build-tsan/ with clang (its ignorelist keeps the uninstrumented libraries' header code
-# uninstrumented too: tests/tsan-ignorelist.txt); any report fails the run. --build-only: the
-# build and no more (CI builds it while other stages run).
+# uninstrumented too: tests/tsan-ignorelist.txt), as a unity build (scripts/configure-asan.sh says
+# why); any report fails the run. --build-only: the build and no more (CI builds it while other
+# stages run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DADAM_SANITIZE=thread \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS="-fsanitize-ignorelist=$PWD/tests/tsan-ignorelist.txt" \
-  -DADAM_BUILD_BENCH=OFF > build-tsan.log 2>&1 || { cat build-tsan.log; exit 1; }
+  -DADAM_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON > build-tsan.log 2>&1 || { cat build-tsan.log; exit 1; }
 cmake --build build-tsan --target param_server_test data_server_test trainer_test kube_test spec_test \
   core_test
 [[ "${1:-}" != --build-only ]] || exit 0

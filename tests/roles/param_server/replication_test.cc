@@ -13,8 +13,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-v1::ShardMap Map(uint64_t version, std::vector<std::vector<uint32_t>> replicas,
-                 std::vector<std::vector<uint32_t>> copying = {}) {
+// The map of a job of four servers.
+v1::ShardMap MapOfFour(uint64_t version, std::vector<std::vector<uint32_t>> replicas,
+                       std::vector<std::vector<uint32_t>> copying = {}) {
   return testing::ShardMapOf(version, replicas, copying, 4);
 }
 
@@ -23,7 +24,7 @@ struct Primary {
   FakeClock clock;
   Routing routing{0, 300ms, &clock};
   Primary() {
-    routing.Update(Map(5, {{0, 1, 2}}, {{3}}));
+    routing.Update(MapOfFour(5, {{0, 1, 2}}, {{3}}));
     routing.CaughtUp(0, 5);
     routing.RenewLease(clock.Now());
   }
@@ -60,7 +61,7 @@ TEST(Replication, InSyncCopiesAreDueWhenBehindAndCopiesBeingFilledEveryRound) {
 // to its predecessor: it is sent its shard again, and holds no push until then.
 TEST(Replication, ARestartedCopyIsSentItsShardAgain) {
   Primary p;
-  v1::ShardMap m = Map(6, {{0, 1, 2}}, {{3}});
+  v1::ShardMap m = MapOfFour(6, {{0, 1, 2}}, {{3}});
   for (auto& sv : *m.mutable_servers()) sv.set_incarnation(1);
   ASSERT_TRUE(p.routing.Update(m));
   EXPECT_TRUE(p.routing.TakeRestarted().empty());  // incarnations seen for the first time
@@ -100,7 +101,7 @@ TEST(Replication, ACopyTakesANewerStateRefusesAnOlderTermAndThePrimaryRefusesFor
   OneShard held;
   ParamStore& store = held.store;
   Routing copy(1, 300ms, &clock);
-  copy.Update(Map(5, {{0, 1, 2}}));
+  copy.Update(MapOfFour(5, {{0, 1, 2}}));
   std::vector<float> values(16, 2.f);
   ShardMeta meta;
   meta.version = 4;
@@ -119,7 +120,7 @@ TEST(Replication, ACopyTakesANewerStateRefusesAnOlderTermAndThePrimaryRefusesFor
             StatusCode::kInvalidArgument);
   EXPECT_EQ(AcceptForward(1, &store, &copy, 3, values.data(), 16, meta, 3, 0).code(),
             StatusCode::kNotFound);
-  copy.Update(Map(6, {{1, 0, 2}}));  // now its primary
+  copy.Update(MapOfFour(6, {{1, 0, 2}}));  // now its primary
   EXPECT_EQ(AcceptForward(1, &store, &copy, 0, values.data(), 16, meta, 3, 0).code(),
             StatusCode::kFailedPrecondition);
 }
@@ -129,7 +130,7 @@ TEST(Replication, APromotedPrimaryStartsFromTheFreshestCopyAndThenServes) {
   OneShard held;
   ParamStore& store = held.store;
   Routing r(0, 300ms, &clock);
-  r.Update(Map(8, {{0, 1, 2}}));
+  r.Update(MapOfFour(8, {{0, 1, 2}}));
   r.RenewLease(clock.Now());
   const std::vector<Routing::CatchUp> c = r.CatchUps();
   ASSERT_EQ(c.size(), 1u);
@@ -153,7 +154,7 @@ TEST(Replication, APromotedPrimaryStartsFromTheFreshestCopyAndThenServes) {
   EXPECT_EQ(r.Refusal(0), "");
   // A copy that sent the wrong size: not caught up.
   Routing r2(0, 300ms, &clock);
-  r2.Update(Map(9, {{0, 1}}));
+  r2.Update(MapOfFour(9, {{0, 1}}));
   CopyState bad{std::vector<float>(15, 1.f), {}, 0};
   EXPECT_FALSE(FinishCatchUp(&store, &r2, r2.CatchUps()[0], {bad}).ok());
   EXPECT_EQ(r2.CatchUps().size(), 1u);
