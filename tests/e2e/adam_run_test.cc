@@ -38,14 +38,16 @@ using testing::kSanitizerBuild;
 // kill at 0.5 s finds the trainers training. A sanitizer build trains about four times slower, so
 // a quarter of the epochs last as long there.
 constexpr int kRestartEpochs = kSanitizerBuild ? 100 : 400;
-const std::string kRestartTraining =
-    "epochs: " + std::to_string(kRestartEpochs) + ", learningRate: 0.02, pushEvery: 50";
+// The training of the kill jobs: `epochs` of them.
+std::string KillJobTraining(int epochs) {
+  return "epochs: " + std::to_string(epochs) + ", learningRate: 0.02, pushEvery: 50";
+}
+const std::string kRestartTraining = KillJobTraining(kRestartEpochs);
 // Epochs of the failover jobs of three copies (a kill at 1 s; the last of several at 4 s, back a
 // second later): 200 take 20 to 30 s beside the other tests, time for the copies to catch up
 // after the last fault. Under ASan they took 113 and 122 s; 60 take 33 and 39 s there.
 constexpr int kFailoverEpochs = kSanitizerBuild ? 60 : 200;
-const std::string kFailoverTraining =
-    "epochs: " + std::to_string(kFailoverEpochs) + ", learningRate: 0.02, pushEvery: 50";
+const std::string kFailoverTraining = KillJobTraining(kFailoverEpochs);
 
 using ::testing::HasSubstr;
 using testing::Manifest;
@@ -237,7 +239,7 @@ TEST_F(AdamRun, ASplitReplicaTrainsAsAWholeOneDoes) {
 TEST_F(AdamRun, ASplitReplicaWhoseWorkerIsKilledStartsAgainWhole) {
   constexpr int kEpochs = kSanitizerBuild ? 6 : 12;
   const std::string job = Manifest(
-      dir_, "epochs: " + std::to_string(kEpochs) + ", learningRate: 0.02, pushEvery: 50",
+      dir_, KillJobTraining(kEpochs),
       "parameterServer: {replicas: 2, shardBytes: 1024}, trainer: {replicas: 1, threads: 2, "
       "modelWorkers: 2}");
   const Result r = Adam(dir_, "run " + job + " --output json --kill trainer-0-w1@1");

@@ -234,9 +234,11 @@ TEST_F(PsPersistence, AServerThatLostItsVolumeRestoresFromItsCheckpointPeer) {
   EXPECT_GT((*copied)["files"].get<int>(), 0);
   // That copy may be of a flush that began before the push was applied (the shards' first values,
   // or some of the push's shards: under ASan it once held none of it). A flush writes only dirty
-  // shards, so once a copy is followed by 15 quiet intervals (3 s) the peer holds everything.
-  while (ps0->WaitEvent("checkpoint_copied", std::chrono::seconds(3))) {
-  }
+  // shards, so once a copy is followed by 15 quiet intervals (3 s) the peer holds everything; with
+  // nothing pushed since, the copies must stop.
+  int later = 0;
+  while (later < 20 && ps0->WaitEvent("checkpoint_copied", std::chrono::seconds(3))) ++later;
+  ASSERT_LT(later, 20) << "the server kept copying checkpoints with nothing pushed";
   std::vector<float> want(d.size());
   ASSERT_TRUE(client->Pull(want.data(), 0).ok());
 

@@ -13,18 +13,15 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The map of a job of four servers.
-v1::ShardMap MapOfFour(uint64_t version, std::vector<std::vector<uint32_t>> replicas,
-                       std::vector<std::vector<uint32_t>> copying = {}) {
-  return testing::ShardMapOf(version, replicas, copying, 4);
-}
+// The maps below are of a job of four servers.
+constexpr uint32_t kServers = 4;
 
 // A primary of shard 0 (copies 1 and 2 in sync, 3 being filled) with a live lease.
 struct Primary {
   FakeClock clock;
   Routing routing{0, 300ms, &clock};
   Primary() {
-    routing.Update(MapOfFour(5, {{0, 1, 2}}, {{3}}));
+    routing.Update(testing::ShardMapOf(5, {{0, 1, 2}}, {{3}}, kServers));
     routing.CaughtUp(0, 5);
     routing.RenewLease(clock.Now());
   }
@@ -61,7 +58,7 @@ TEST(Replication, InSyncCopiesAreDueWhenBehindAndCopiesBeingFilledEveryRound) {
 // to its predecessor: it is sent its shard again, and holds no push until then.
 TEST(Replication, ARestartedCopyIsSentItsShardAgain) {
   Primary p;
-  v1::ShardMap m = MapOfFour(6, {{0, 1, 2}}, {{3}});
+  v1::ShardMap m = testing::ShardMapOf(6, {{0, 1, 2}}, {{3}}, kServers);
   for (auto& sv : *m.mutable_servers()) sv.set_incarnation(1);
   ASSERT_TRUE(p.routing.Update(m));
   EXPECT_TRUE(p.routing.TakeRestarted().empty());  // incarnations seen for the first time
@@ -101,7 +98,7 @@ TEST(Replication, ACopyTakesANewerStateRefusesAnOlderTermAndThePrimaryRefusesFor
   OneShard held;
   ParamStore& store = held.store;
   Routing copy(1, 300ms, &clock);
-  copy.Update(MapOfFour(5, {{0, 1, 2}}));
+  copy.Update(testing::ShardMapOf(5, {{0, 1, 2}}, {}, kServers));
   std::vector<float> values(16, 2.f);
   ShardMeta meta;
   meta.version = 4;
@@ -120,7 +117,7 @@ TEST(Replication, ACopyTakesANewerStateRefusesAnOlderTermAndThePrimaryRefusesFor
             StatusCode::kInvalidArgument);
   EXPECT_EQ(AcceptForward(1, &store, &copy, 3, values.data(), 16, meta, 3, 0).code(),
             StatusCode::kNotFound);
-  copy.Update(MapOfFour(6, {{1, 0, 2}}));  // now its primary
+  copy.Update(testing::ShardMapOf(6, {{1, 0, 2}}, {}, kServers));  // now its primary
   EXPECT_EQ(AcceptForward(1, &store, &copy, 0, values.data(), 16, meta, 3, 0).code(),
             StatusCode::kFailedPrecondition);
 }
@@ -130,7 +127,7 @@ TEST(Replication, APromotedPrimaryStartsFromTheFreshestCopyAndThenServes) {
   OneShard held;
   ParamStore& store = held.store;
   Routing r(0, 300ms, &clock);
-  r.Update(MapOfFour(8, {{0, 1, 2}}));
+  r.Update(testing::ShardMapOf(8, {{0, 1, 2}}, {}, kServers));
   r.RenewLease(clock.Now());
   const std::vector<Routing::CatchUp> c = r.CatchUps();
   ASSERT_EQ(c.size(), 1u);
@@ -154,7 +151,7 @@ TEST(Replication, APromotedPrimaryStartsFromTheFreshestCopyAndThenServes) {
   EXPECT_EQ(r.Refusal(0), "");
   // A copy that sent the wrong size: not caught up.
   Routing r2(0, 300ms, &clock);
-  r2.Update(MapOfFour(9, {{0, 1}}));
+  r2.Update(testing::ShardMapOf(9, {{0, 1}}, {}, kServers));
   CopyState bad{std::vector<float>(15, 1.f), {}, 0};
   EXPECT_FALSE(FinishCatchUp(&store, &r2, r2.CatchUps()[0], {bad}).ok());
   EXPECT_EQ(r2.CatchUps().size(), 1u);
