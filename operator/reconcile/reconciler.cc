@@ -12,6 +12,7 @@
 #include "reconcile/conditions.h"
 #include "reconcile/kueue.h"
 #include "reconcile/render.h"
+#include "reconcile/start_failures.h"
 #include "spec/adamjob.h"
 
 namespace adam::op {
@@ -43,6 +44,7 @@ struct Reconciler::State {
   std::optional<std::chrono::milliseconds> requeue_after;         // Finalize's next look
   std::optional<std::vector<Json>> rendered;                      // Rendered's
   std::optional<WorkloadState> admission;  // Kueue's, for a queued job that may run
+  std::optional<StartFailure> refused;     // the first create of this pass the API refused
 };
 
 namespace {
@@ -427,7 +429,10 @@ Status Reconciler::HandlePods(State& s) {
     const std::string role = Label(pod, kRoleLabel);
     const std::string pod_name = pod["metadata"]["name"];
     const std::string phase = RolePhase(pod);
-    if (phase == "Succeeded" && role == "trainer") ++trainers_done;
+    if (phase == "Succeeded" && role == "trainer") {
+      ++trainers_done;
+      if (Label(pod, kIndexLabel) == "0") ReadFinalFigures(s, pod);
+    }
     if (phase != "Failed") continue;
     const std::string uid = pod["metadata"].value("uid", pod_name);
     replace.emplace_back(pod_name, uid);
@@ -492,6 +497,21 @@ Status Reconciler::HandlePods(State& s) {
   return OkStatus();
 }
 
+// Trainer 0's last figures, from the termination message it leaves when it succeeds (a JSON
+// object: epochs, images, testAccuracy): what its /metrics said last may predate its last
+// evaluation, and an exited container answers no scrape.
+void Reconciler::ReadFinalFigures(State& s, const Json& pod) {
+  const Json cs = AdamContainer(pod);
+  if (!cs.is_object()) return;
+  const std::string text =
+      cs.value("state", Json::object()).value("terminated", Json::object()).value("message", "");
+  const Json m = Json::parse(text, nullptr, false);
+  if (!m.is_object()) return;
+  if (m.contains("epochs") && m["epochs"].is_number_integer()) s.status["epoch"] = m["epochs"];
+  if (m.contains("testAccuracy") && m["testAccuracy"].is_number())
+    s.status["testAccuracy"] = std::round(m["testAccuracy"].get<double>() * 10000) / 10000;
+}
+
 // Pods the scheduler cannot place: the job's status and an Event say why, in the scheduler's
 // words, so `kubectl describe aj` answers "why is it Pending?".
 void Reconciler::ReportScheduling(State& s) {
@@ -520,6 +540,39 @@ void Reconciler::ReportScheduling(State& s) {
       before && before->value("status", "") == "True" && before->value("message", "") == message;
   SetCondition(s, "Unschedulable", true, "Unschedulable", message);
   if (!known) Event(s, "Warning", "Unschedulable", message);
+}
+
+// Pods that do not start: the job's StartFailure condition and a Warning event say why, in the
+// API server's or the kubelet's words, within a few seconds of its happening (a pod that waits
+// for what only events tell is looked at again every kStartGrace).
+void Reconciler::ReportStartFailures(State& s) {
+  std::optional<StartFailure> f = s.refused;
+  if (!f) f = WaitingContainer(s.pods);
+  if (!f) {
+    const std::vector<std::string> stuck =
+        StuckObjects(s.pods, children_->Owned(kube::StatefulSets(), s.ns, s.name, s.uid), s.now);
+    if (!stuck.empty()) {
+      const std::chrono::milliseconds again(kStartGrace);
+      if (!s.requeue_after || *s.requeue_after > again) s.requeue_after = again;
+      auto events = client_->List(kube::Events(), s.ns, {});
+      if (events.ok())
+        f = FromEvents(*events, stuck);
+      else
+        spdlog::warn("{}/{}: events: {}", s.ns, s.name, events.status().message());
+    }
+  }
+  if (!f) {
+    SetCondition(s, "StartFailure", false, "NoStartFailure", "no pod of the job fails to start");
+    return;
+  }
+  const Json* before = FindCondition(s.status, "StartFailure");
+  // The same failure of the same object is one event, however its details change between the
+  // kubelet's tries.
+  const bool known = before && before->value("status", "") == "True" &&
+                     before->value("reason", "") == f->reason &&
+                     before->value("message", "").rfind(f->object + ":", 0) == 0;
+  SetCondition(s, "StartFailure", true, f->reason, f->message);
+  if (!known) Event(s, "Warning", f->reason, f->message);
 }
 
 namespace {
@@ -697,7 +750,16 @@ StatusOr<bool> Reconciler::EnsureObject(State& s, const Json& o,
   auto it = existing.find(key);
   if (it == existing.end()) {
     auto c = client_->Create(r, s.ns, Json::parse(o.dump()));
-    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
+    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) {
+      // Refused for good (admission, quota, an invalid field): said on the job, tried again
+      // later; any other error fails the pass, which the work queue retries with its back-off.
+      auto refused = RefusedCreate(kind, o["metadata"]["name"], c.status());
+      if (!refused) return c.status();
+      if (!s.refused) s.refused = std::move(refused);
+      const std::chrono::milliseconds again(10000);
+      if (!s.requeue_after || *s.requeue_after > again) s.requeue_after = again;
+      return false;
+    }
     return kind != "Pod" && kind != "StatefulSet";
   }
   const Json& cur = it->second;
@@ -1136,6 +1198,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   if (s.finished) return AfterFinish(s, result);
   ADAM_RETURN_IF_ERROR(EnsureCertificates(s));  // first: every pod mounts the TLS Secret
   ADAM_RETURN_IF_ERROR(EnsureObjects(s));
+  ReportStartFailures(s);
   if (s.requeue_after && (!result.requeue_after || *result.requeue_after > *s.requeue_after))
     result.requeue_after = s.requeue_after;  // a look again for what EnsureObjects waits on
   if (s.renew_at) {

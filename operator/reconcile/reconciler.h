@@ -133,6 +133,8 @@ class Reconciler {
   void Finish(State& s, bool succeeded, const std::string& reason, const std::string& message);
   void ReadTrainerMetrics(State& s);
   void ReportScheduling(State& s);
+  void ReportStartFailures(State& s);
+  void ReadFinalFigures(State& s, const Json& pod);
 
   kube::Client* client_;
   const Children* children_;

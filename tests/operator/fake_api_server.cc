@@ -92,6 +92,8 @@ struct FakeApiServer::Impl {
   int64_t compacted = 0;  // events at or below this version are forgotten
   std::vector<std::shared_ptr<Watcher>> watchers;
   int fail_updates = 0;
+  // RefuseCreates: collection -> the answer every create of it gets (code, message).
+  std::map<std::string, std::pair<int, std::string>> refuse_creates;
   bool touch_on_events = false;
   int throttle = 0, retry_after = 1, throttled = 0, requests = 0;
   std::chrono::milliseconds delay{0};
@@ -316,6 +318,9 @@ struct FakeApiServer::Impl {
       return Reply(req, 200, it->second);
     }
     if (method == http::methods::POST) {
+      if (auto r = refuse_creates.find(t.collection); r != refuse_creates.end())
+        return Fail(req, r->second.first, r->second.first == 403 ? "Forbidden" : "Invalid",
+                    r->second.second);
       Json o = body;
       if (!o["metadata"].contains("name")) {
         const std::string prefix = o["metadata"].value("generateName", "");
@@ -578,6 +583,15 @@ void FakeApiServer::BreakWatches() {
 void FakeApiServer::FailUpdates(int n) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->fail_updates = n;
+}
+
+void FakeApiServer::RefuseCreates(const std::string& collection, int code,
+                                  const std::string& message) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (code == 0)
+    impl_->refuse_creates.erase(collection);
+  else
+    impl_->refuse_creates[collection] = {code, message};
 }
 
 void FakeApiServer::TouchOnEvents(bool on) {

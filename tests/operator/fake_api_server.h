@@ -7,11 +7,11 @@
 //
 // There is no scheduler or kubelet: tests play them by writing pod status (SetPodPhase). Faults:
 // Compact() forgets history, BreakWatches() cuts every open stream, FailUpdates(n) answers the
-// next n PUTs with 409, TouchOnEvents(true) changes an object's metadata (a new resourceVersion)
-// whenever an Event about it is created, as a client annotating it all the time would between a
-// reader's GET and PUT, Throttle(n, s) the next n requests with 429 and Retry-After: s,
-// Delay(d) holds every request for d before answering, SetToken() changes the accepted token.
-// Thread-safe.
+// next n PUTs with 409, RefuseCreates(collection, code, message) every create there,
+// TouchOnEvents(true) changes an object's metadata (a new resourceVersion) whenever an Event about
+// it is created, as a client annotating it all the time would between a reader's GET and PUT,
+// Throttle(n, s) the next n requests with 429 and Retry-After: s, Delay(d) holds every request for
+// d before answering, SetToken() changes the accepted token. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -52,6 +52,9 @@ class FakeApiServer {
   void Compact();
   void BreakWatches();
   void FailUpdates(int n);
+  // Answers every create (POST) in `collection` with HTTP `code` (403, 422, ...) and `message`,
+  // as an admission plugin, a quota or validation would; code 0 accepts them again.
+  void RefuseCreates(const std::string& collection, int code, const std::string& message);
   void TouchOnEvents(bool on);
   void Throttle(int n, int retry_after_seconds);
   void Delay(std::chrono::milliseconds d);

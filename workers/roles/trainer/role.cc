@@ -1,6 +1,10 @@
 #include "trainer/role.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "core/exit_codes.h"
 #include "model/layout.h"
@@ -12,6 +16,23 @@
 namespace adam::trainer {
 
 namespace {
+
+// In a Kubernetes pod the kubelet keeps what a container wrote to this file as its termination
+// message, in the pod's status after it ended: the operator reads the job's final figures there
+// (trainer 0's last evaluation), which no scrape of a container that has exited can give. Only
+// an existing file is written (the kubelet mounts it); elsewhere nothing is.
+constexpr const char* kTerminationLog = "/dev/termination-log";
+
+void WriteTerminationMessage(const TrainerResult& r) {
+  nlohmann::json m = {{"epochs", r.epochs}, {"images", r.images}};
+  if (r.test_accuracy >= 0) m["testAccuracy"] = r.test_accuracy;
+  const std::string text = m.dump() + "\n";
+  const int fd = ::open(kTerminationLog, O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) return;
+  if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    spdlog::warn("could not write the termination message to {}", kTerminationLog);
+  ::close(fd);
+}
 
 // The trainer's series, registered on its metrics server.
 TrainerMetrics RegisterMetrics(metrics::MetricsServer& reg) {
@@ -252,6 +273,7 @@ int TrainerRole::Run() {
   }
   spdlog::info("done: {} epochs, {} images in {:.1f} s", result->epochs, result->images,
                result->seconds);
+  WriteTerminationMessage(*result);
   return 0;
 }
 
