@@ -5,7 +5,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test fuzz tsan asan tidy format format-check asan-build tsan-build bench bench-operator clean cluster-tools cluster cluster-down k8s-e2e image multihost
+.PHONY: deps build demo test fuzz tsan asan tidy format format-check asan-build tsan-build bench bench-operator clean cluster-tools cluster cluster-down k8s-e2e k8s-nodes image multihost
 
 deps:
 	./scripts/install-deps.sh
@@ -23,23 +23,30 @@ test: build
 clean: cluster-down
 	rm -rf $(BUILD) build-tsan build-asan build-tsan.log build-asan.log
 
-# A local Kubernetes control plane with fake nodes (tests/cluster/): etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok and helm at pinned releases, and Kueue
-# (tests/cluster/kueue), built from Go modules once into ~/.cache/adam/cluster (keyed by their
-# go.sum files).
+# A local Kubernetes cluster (tests/cluster/): etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, the kubelet, kube-proxy, kwok and helm at pinned releases, CoreDNS
+# (tests/cluster/coredns) and Kueue (tests/cluster/kueue), built from Go modules once into
+# ~/.cache/adam/cluster (keyed by their go.sum files).
 cluster-tools: deps
 	./tests/cluster/build.sh >/dev/null
 
-# Starts it (6 fake nodes in 3 zones) and prints the KUBECONFIG to use; cluster-down stops it.
-cluster: cluster-tools
+# Starts it (3 real nodes in 2 zones: Docker containers running containerd and the kubelet, with
+# Adam's image loaded) and prints the KUBECONFIG to use; cluster-down stops it.
+cluster: cluster-tools image
 	./tests/cluster/cluster.sh up
 
 cluster-down:
 	./tests/cluster/cluster.sh down
 
-# The operator, chart and CRD against that control plane (tests/cluster/e2e/).
+# The operator, chart and CRD against that control plane, on 6 fake (kwok) nodes in 3 zones
+# (tests/cluster/e2e/).
 k8s-e2e: build cluster-tools
 	./tests/cluster/e2e.sh
+
+# Adam on real nodes: the chart's operator pods, the demo trained, start failures shown
+# (tests/cluster/nodes/; rebuilds the image first when it holds another build/adam).
+k8s-nodes: build cluster-tools
+	./tests/cluster/nodes-e2e.sh
 
 # The image (docker/Dockerfile) built on this machine's Docker Engine with no registry: its Debian
 # base made by mmdebstrap (docker/base.sh), the adam binary `make build` made, then checked

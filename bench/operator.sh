@@ -29,7 +29,7 @@ start=$SECONDS
 # 8 checkpoint claims and 3 Raft claims per job, bound when made: with WaitForFirstConsumer a
 # first run placed about one pod in 5 s on 2 cores while every process was nearly idle and the
 # claims stayed Pending: a measure of volume binding, not of the operator.
-ADAM_CLUSTER_NODES=$nodes ADAM_CLUSTER_ZONES=10 ADAM_CLUSTER_VOLUMES=$((jobs * 11 + 20)) \
+ADAM_CLUSTER_REAL_NODES=0 ADAM_CLUSTER_NODES=$nodes ADAM_CLUSTER_ZONES=10 ADAM_CLUSTER_VOLUMES=$((jobs * 11 + 20)) \
   ADAM_CLUSTER_VOLUME_BINDING=Immediate ADAM_CLUSTER_CLIENT_QPS=${ADAM_BENCH_CLIENT_QPS-200} \
   "$cluster" up "$dir" >/dev/null
 echo "bench-operator: control plane with $nodes nodes up after $((SECONDS - start)) s" >&2

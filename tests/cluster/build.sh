@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds the pinned Kubernetes control plane, etcd, kwok and helm from this Go module (go.mod's
-# `tool` lines), and Kueue from its own module in kueue/ (its Kubernetes libraries are a release
-# behind and must not move the control plane's), into a cache keyed by the go.mod and go.sum files
+# Builds the pinned Kubernetes control plane, the node components (kubelet, kube-proxy), etcd, kwok
+# and helm from this Go module (go.mod's `tool` lines), Kueue from its own module in kueue/ (its
+# Kubernetes libraries are a release behind and must not move the control plane's), CoreDNS from
+# its own module in coredns/ (a release ahead), and the pod sandbox's pause binary from
+# Kubernetes' own build/pause/linux/pause.c (in the same module), into a cache keyed by the go.mod and go.sum files
 # and this module's sources, and prints the folder that holds the binaries. Kueue's CRDs and
 # webhook manifests, from its module at the same version, go beside them in ../kueue. A second call with the same key prints it at once; Go's own
 # module and build caches make a rebuild after a change to this module a matter of linking.
@@ -17,7 +19,8 @@ cd "$here"
 export PATH="/usr/local/go/bin:$PATH"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
-key=$(cat go.mod go.sum kueue/go.mod kueue/go.sum build.sh $(find cmd -name '*.go' | sort) |
+key=$(cat go.mod go.sum kueue/go.mod kueue/go.sum coredns/go.mod coredns/go.sum coredns/main.go build.sh \
+  $(find cmd -name '*.go' | sort) |
   sha256sum | cut -c1-16)
 cache="${ADAM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/adam/cluster}"
 out="$cache/$key"
@@ -50,13 +53,22 @@ mkdir -p "$out/bin"
 start=$SECONDS
 # One build of every main, so that Go schedules all packages (and the links) as one graph; each
 # -X names a package of one program and is ignored by the others.
-echo "cluster build: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm" \
-  "(cold: about 11 min on 2 cores; warm: seconds)" >&2
+echo "cluster build: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet," \
+  "kube-proxy, kwok, helm (cold: about 13 min on 2 cores; warm: seconds)" >&2
 CGO_ENABLED=0 go build -trimpath -o "$out/bin/" \
   -ldflags "-s -w $kube_ldflags $helm_ldflags $kwok_ldflags $etcd_ldflags" \
   ./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl sigs.k8s.io/kwok/cmd/kwok \
-  helm.sh/helm/v3/cmd/helm
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet \
+  k8s.io/kubernetes/cmd/kube-proxy sigs.k8s.io/kwok/cmd/kwok helm.sh/helm/v3/cmd/helm
+# The sandbox every pod's containers share: Kubernetes' pause, static, for an image FROM scratch.
+pause_tag=$(sed -n 's/^TAG ?= *//p' "$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/Makefile")
+gcc -Os -static -DVERSION="v$pause_tag" -o "$out/bin/pause" \
+  "$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
+echo "$pause_tag" >"$out/bin/pause.tag"
+coredns=$(cd coredns && version github.com/coredns/coredns)
+echo "cluster build: coredns $coredns (cold: about 2 min on 2 cores)" >&2
+(cd coredns && CGO_ENABLED=0 go build -trimpath -o "$out/bin/coredns" \
+  -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$coredns" .)
 kueue=$(cd kueue && version sigs.k8s.io/kueue)
 echo "cluster build: kueue $kueue (cold: about 3 min on 2 cores)" >&2
 (cd kueue && CGO_ENABLED=0 go build -trimpath -o "$out/bin/" \
@@ -66,7 +78,7 @@ kueue_src=$(cd kueue && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
 mkdir -p "$out/kueue"
 cp "$kueue_src"/config/components/crd/bases/*.yaml "$kueue_src/config/components/webhook/manifests.yaml" "$out/kueue/"
 chmod u+w "$out"/kueue/*
-echo "kubernetes=$kube etcd=$etcd kwok=$kwok helm=$helm kueue=$kueue built in $((SECONDS - start)) s" > "$out/ok"
+echo "kubernetes=$kube etcd=$etcd kwok=$kwok helm=$helm kueue=$kueue coredns=$coredns pause=$pause_tag built in $((SECONDS - start)) s" > "$out/ok"
 cat "$out/ok" >&2
 # Keep the three newest builds (each is about 450 MB).
 ls -1dt "$cache"/*/ 2>/dev/null | tail -n +4 | xargs -r rm -rf

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# A local Kubernetes control plane with fake nodes: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler and kwok (which plays the kubelet of every node), all of the pinned releases
-# build.sh makes. Nothing runs in a container: pods are scheduled, bound, made Running and Ready,
-# and deleted by kwok, but no process of theirs starts. It is for trying and testing the operator,
-# the chart and the CRD against the real API server, scheduler and controllers.
+# A local Kubernetes cluster of the pinned releases build.sh makes: etcd, kube-apiserver,
+# kube-controller-manager and kube-scheduler as processes of this machine, and two kinds of node:
+# - real nodes (ADAM_CLUSTER_REAL_NODES, 3 by default): each a privileged Docker container of
+#   node/Dockerfile running containerd, runc, the CNI bridge plugin, the kubelet and kube-proxy,
+#   as kind makes them, holding the Adam image (`make image`) and the pause image loaded into its
+#   containerd (no registry is reachable). Pods run there for real: probes, volumes (local
+#   PersistentVolumes on each node), cluster DNS (CoreDNS, a process here, serving
+#   NAME.SUBDOMAIN.NAMESPACE.svc.cluster.local) and Services (kube-proxy) between them.
+# - fake nodes (ADAM_CLUSTER_NODES, 0 beside real nodes, else 6): kwok plays their kubelets;
+#   pods are scheduled, bound, made Running and Ready and deleted, but nothing of theirs runs.
+#   They serve placement and scale tests (make k8s-e2e, make bench-operator).
 #
 #   tests/cluster/cluster.sh up   [DIR]   start one (or report the one running in DIR)
 #   tests/cluster/cluster.sh down [DIR]   stop it and remove DIR
 #   tests/cluster/cluster.sh env  [DIR]   print its variables (KUBECONFIG, ports, process ids)
 #   tests/cluster/cluster.sh restart NAME [DIR]   stop one component and start it as it was
 #
-# DIR defaults to build/cluster. `up` prints `export KUBECONFIG=DIR/kubeconfig`. Nodes:
-# ADAM_CLUSTER_NODES (6) nodes over ADAM_CLUSTER_ZONES (3) zones, each ADAM_CLUSTER_NODE_CPU (16)
+# DIR defaults to build/cluster. `up` prints `export KUBECONFIG=DIR/kubeconfig`. Real nodes are
+# named adam-node-N, over ADAM_CLUSTER_REAL_ZONES (2) zones (zone-a, zone-b, ...);
+# ADAM_CLUSTER_CPU_MANAGER_NODE names the one whose kubelet runs the static CPU manager (CPU 0
+# reserved; default the last). Fake nodes:
+# ADAM_CLUSTER_NODES nodes over ADAM_CLUSTER_ZONES (3) zones, each ADAM_CLUSTER_NODE_CPU (16)
 # CPUs and ADAM_CLUSTER_NODE_MEMORY (64Gi), labelled kubernetes.io/hostname and
 # topology.kubernetes.io/zone, and ADAM_CLUSTER_VOLUMES (120) network volumes for
 # PersistentVolumeClaims (StorageClass "standard", the default, bound when the pod is scheduled;
@@ -35,6 +44,10 @@ dir=$(cd "$(dirname "$dir")" && pwd)/$(basename "$dir")
 
 log() { echo "cluster: $*" >&2; }
 die() { echo "cluster: $*" >&2; exit 1; }
+# shellcheck source=nodes.sh
+. "$here/nodes.sh"
+fake_nodes=${ADAM_CLUSTER_NODES:-$( ((real_nodes > 0)) && echo 0 || echo 6)}
+api_host=127.0.0.1
 
 running() {  # running NAME: its process is alive
   [[ -f "$dir/pids/$1" ]] && kill -0 "$(cat "$dir/pids/$1")" 2>/dev/null
@@ -43,7 +56,8 @@ running() {  # running NAME: its process is alive
 down() {
   [[ -d "$dir" ]] || { log "none in $dir"; return 0; }
   # Stop a stopped (SIGSTOP) process too: continue it before terminating it.
-  for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  real_nodes_down
+  for name in coredns kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     if running "$name"; then
       pid=$(cat "$dir/pids/$name")
       kill -CONT "$pid" 2>/dev/null || true
@@ -119,7 +133,7 @@ kind: Config
 clusters:
 - name: adam-local
   cluster:
-    server: https://127.0.0.1:$apiserver_port
+    server: https://$api_host:$apiserver_port
     certificate-authority: $dir/pki/ca.crt
 users:
 - name: $1
@@ -146,9 +160,10 @@ kwok_stages() {
 }
 
 nodes_and_volumes() {
-  local nodes=${ADAM_CLUSTER_NODES:-6} zones=${ADAM_CLUSTER_ZONES:-3}
+  local nodes=$fake_nodes zones=${ADAM_CLUSTER_ZONES:-3}
   local cpu=${ADAM_CLUSTER_NODE_CPU:-16} memory=${ADAM_CLUSTER_NODE_MEMORY:-64Gi}
   local volumes=${ADAM_CLUSTER_VOLUMES:-120}
+  ((nodes > 0)) || volumes=0
   cat <<EOF
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -210,6 +225,8 @@ up() {
   bin=$("$here/build.sh")
   mkdir -p "$dir"/{pki,logs,pids,etcd,cmd}
   local t0=$SECONDS
+  # Real nodes reach the API server and the cluster DNS at their Docker network's gateway.
+  ((real_nodes == 0)) || nodes_network_up
 
   local etcd_port etcd_peer apiserver_port
   etcd_port=$(free_port); etcd_peer=$(free_port); apiserver_port=$(free_port)
@@ -220,7 +237,7 @@ up() {
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 365 \
     -subj "/CN=adam-local-ca" -keyout "$dir/pki/ca.key" -out "$dir/pki/ca.crt" 2>/dev/null
   cert apiserver "/CN=kube-apiserver" \
-    "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    "IP:127.0.0.1,IP:$api_host,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   cert admin "/O=system:masters/CN=kubernetes-admin"
   cert kube-controller-manager "/CN=system:kube-controller-manager"
   cert kube-scheduler "/CN=system:kube-scheduler"
@@ -236,15 +253,18 @@ up() {
     --initial-cluster "local=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync --log-level warn
   wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 
-  start kube-apiserver --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$apiserver_port" \
+  local kubelet_client=()
+  ((real_nodes == 0)) || kubelet_client=(--kubelet-client-certificate "$dir/pki/admin.crt"
+    --kubelet-client-key "$dir/pki/admin.key" --kubelet-preferred-address-types InternalIP)
+  start kube-apiserver --etcd-servers "http://127.0.0.1:$etcd_port" "${kubelet_client[@]}" \
+    --bind-address "$api_host" --advertise-address "$api_host" --secure-port "$apiserver_port" \
     --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
     --client-ca-file "$dir/pki/ca.crt" --authorization-mode Node,RBAC \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
     --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true --cert-dir "$dir/pki/generated"
   wait_for kube-apiserver 90 curl -sf --cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" \
-    --key "$dir/pki/admin.key" "https://127.0.0.1:$apiserver_port/readyz"
+    --key "$dir/pki/admin.key" "https://$api_host:$apiserver_port/readyz"
 
   local rate=()
   if [[ -n "${ADAM_CLUSTER_CLIENT_QPS:-}" ]]; then
@@ -261,7 +281,7 @@ up() {
     --authorization-kubeconfig "$dir/kube-scheduler.kubeconfig" --leader-elect=false --secure-port 0 \
     "${rate[@]}"
   kwok_stages >"$dir/kwok.yaml"
-  start kwok --config "$dir/kwok.yaml" --kubeconfig "$dir/kwok.kubeconfig" \
+  ((fake_nodes == 0)) || start kwok --config "$dir/kwok.yaml" --kubeconfig "$dir/kwok.kubeconfig" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --cidr 10.244.0.0/16 --node-ip 10.240.0.1 --node-lease-duration-seconds 40
 
@@ -269,17 +289,22 @@ up() {
   # The default ServiceAccount appears once the controller manager runs; pods need it.
   wait_for "the controller manager" 60 "${kubectl[@]}" get serviceaccount default -n default
   nodes_and_volumes | "${kubectl[@]}" apply -f - >/dev/null
+  coredns_up
+  real_nodes_up
+  ((real_nodes == 0)) || local_volumes | "${kubectl[@]}" apply -f - >/dev/null
   # Every node Ready: listed once (`kubectl wait --all` checks node by node, too slow within a
   # try for a thousand).
-  wait_for "the nodes" $((60 + ${ADAM_CLUSTER_NODES:-6} / 10)) nodes_ready "${kubectl[@]}"
+  wait_for "the nodes" $((90 + fake_nodes / 10)) nodes_ready "${kubectl[@]}"
   cat >"$dir/env" <<EOF
 KUBECONFIG=$dir/kubeconfig
 ADAM_CLUSTER_DIR=$dir
 ADAM_CLUSTER_BIN=$bin
-ADAM_CLUSTER_SERVER=https://127.0.0.1:$apiserver_port
+ADAM_CLUSTER_SERVER=https://$api_host:$apiserver_port
 ADAM_CLUSTER_ETCD=http://127.0.0.1:$etcd_port
+ADAM_CLUSTER_REAL_NODES=$real_nodes
+ADAM_CLUSTER_ID=$(cluster_id)
 EOF
-  log "up in $((SECONDS - t0)) s: ${ADAM_CLUSTER_NODES:-6} nodes; tools in $bin"
+  log "up in $((SECONDS - t0)) s: $real_nodes real nodes, $fake_nodes fake nodes; tools in $bin"
   echo "export KUBECONFIG=$dir/kubeconfig"
 }
 
@@ -289,7 +314,8 @@ case "$cmd" in
   env)
     [[ -f "$dir/env" ]] || die "no cluster in $dir (tests/cluster/cluster.sh up)"
     cat "$dir/env"
-    for name in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
+    for name in etcd kube-apiserver kube-controller-manager kube-scheduler kwok coredns; do
+      [[ -f "$dir/pids/$name" ]] || continue
       echo "ADAM_CLUSTER_PID_$(echo "$name" | tr 'a-z-' 'A-Z_')=$(cat "$dir/pids/$name")"
     done
     ;;
