@@ -4,11 +4,43 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
+#include <netdb.h>
 #include <spdlog/spdlog.h>
+
+#include <thread>
 
 #include "net/tls_internal.h"
 
 namespace adam::net {
+
+namespace {
+
+// A pod listens on its own DNS name (NAME.SUBDOMAIN, from its headless Service), which cluster DNS
+// publishes only once the endpoints controller has seen the pod: a second or so after its
+// containers start. Waits until `address`'s host resolves, at most kNameWaitTries times
+// kNameWaitStep; a numeric or empty host resolves at once.
+constexpr int kNameWaitTries = 150;
+constexpr std::chrono::milliseconds kNameWaitStep{200};
+
+void WaitForName(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.empty() || host.front() == '[') return;  // a port alone, or an IPv6 literal
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  for (int i = 0; i < kNameWaitTries; ++i) {
+    addrinfo* res = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    if (res) ::freeaddrinfo(res);
+    if (rc == 0 || (rc != EAI_AGAIN && rc != EAI_NONAME && rc != EAI_NODATA)) return;
+    if (i == 0)
+      spdlog::info("waiting for {} to resolve ({}): cluster DNS may not publish it yet", host,
+                   ::gai_strerror(rc));
+    std::this_thread::sleep_for(kNameWaitStep);
+  }
+}
+
+}  // namespace
 
 std::shared_ptr<const Transport> Transport::Plaintext() {
   static const std::shared_ptr<const Transport> plain = std::make_shared<const Transport>(nullptr);
@@ -45,6 +77,7 @@ std::shared_ptr<grpc::ChannelCredentials> Transport::ChannelCredentials() const 
 
 StatusOr<Server> StartServer(const Transport& transport, const std::string& address,
                              const std::vector<grpc::Service*>& services) {
+  WaitForName(address);
   grpc::ServerBuilder builder;
   Server out;
   builder.AddListeningPort(address, transport.ServerCredentials(), &out.port);
