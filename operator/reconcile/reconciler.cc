@@ -851,6 +851,12 @@ Status Reconciler::EnsureObjects(State& s) {
   }
   ADAM_ASSIGN_OR_RETURN(const bool grouped, EnsurePodGroup(s, desired));
   if (!grouped) return OkStatus();  // a gang without its group would be placed pod by pod
+  // At the start a later stage waits until the one before it is ready. Once every object of the
+  // plan existed (Created), a lost pod is made again at once whatever the other stages' state: a
+  // trainer whose node was lost goes on elsewhere with the copies left while a parameter server
+  // tied to that node's volume cannot come back.
+  const bool started = ConditionIs(s.status, "Created", "True");
+  bool ready_so_far = true;
   for (int stage = 0; stage <= max_stage; ++stage) {
     bool ready = true;
     for (const Json& o : desired) {
@@ -858,12 +864,13 @@ Status Reconciler::EnsureObjects(State& s) {
       ADAM_ASSIGN_OR_RETURN(const bool up, EnsureObject(s, o, existing));
       ready = ready && up;
     }
-    if (!ready) {
+    if (!ready && !started) {
       // Later stages wait; a pod or StatefulSet change requeues the job through the informers.
       created_all = stage == max_stage;
       break;
     }
-    stage_ready_through = stage;
+    ready_so_far = ready_so_far && ready;
+    if (ready_so_far) stage_ready_through = stage;
   }
   // Trainers the plan no longer has (a scale-down) go. A parameter server it no longer has
   // (spec.roles.parameterServer.replicas lowered, copies > 1) goes only once it retired: it

@@ -521,6 +521,27 @@ TEST_F(OperatorTest, APodTheClusterTookAwayIsReplacedWithoutCounting) {
   EXPECT_TRUE(event);
 }
 
+// A node lost mid-job: Kubernetes deleted its pods (a parameter server and a trainer). The
+// parameter server's replacement cannot start (its volume is on that node), yet the trainer is
+// made again at once: only the job's start goes stage by stage.
+TEST_F(OperatorTest, AfterTheStartALostTrainerIsReplacedWhileAServerIsDown) {
+  StartOperator();
+  api->Put(kJobs, Example("fashion-mnist"));
+  BringUp("fashion-mnist", false);
+  const std::string trainer_uid =
+      api->Get(kPods, "ml", "fashion-mnist-trainer-1")["metadata"]["uid"];
+  ASSERT_TRUE(api->Remove(kPods, "ml", "fashion-mnist-ps-0"));
+  ASSERT_TRUE(api->Remove(kPods, "ml", "fashion-mnist-trainer-1"));
+  ASSERT_TRUE(Eventually([&] {
+    const Json t = api->Get(kPods, "ml", "fashion-mnist-trainer-1");
+    return !t.is_null() && t["metadata"]["uid"] != trainer_uid;
+  })) << "the lost trainer was not made again while ps-0 is down";
+  const Json ps = api->Get(kPods, "ml", "fashion-mnist-ps-0");
+  ASSERT_FALSE(ps.is_null());
+  EXPECT_EQ(ps["status"].value("phase", ""), "Pending");
+  EXPECT_EQ(Job("fashion-mnist")["status"].value("restarts", 0), 0);
+}
+
 TEST_F(OperatorTest, AnUnschedulablePodIsReportedInTheSchedulersWords) {
   StartOperator();
   api->Put(kJobs, Example("fashion-mnist"));
