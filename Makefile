@@ -30,7 +30,7 @@ clean: cluster-down
 cluster-tools: deps
 	./tests/cluster/build.sh >/dev/null
 
-# Starts it (3 real nodes in 2 zones: Docker containers running containerd and the kubelet, with
+# Starts it (4 real nodes in 2 zones: Docker containers running containerd and the kubelet, with
 # Adam's image loaded) and prints the KUBECONFIG to use; cluster-down stops it.
 cluster: cluster-tools image
 	./tests/cluster/cluster.sh up

@@ -2,7 +2,8 @@
 # Builds the pinned Kubernetes control plane, the node components (kubelet, kube-proxy), etcd, kwok
 # and helm from this Go module (go.mod's `tool` lines), Kueue from its own module in kueue/ (its
 # Kubernetes libraries are a release behind and must not move the control plane's), CoreDNS from
-# its own module in coredns/ (a release ahead), and the pod sandbox's pause binary from
+# its own module in coredns/ (a release ahead), Prometheus from its own module in prometheus/
+# (with its Kubernetes service discovery alone: Debian's build has none), and the pod sandbox's pause binary from
 # Kubernetes' own build/pause/linux/pause.c (in the same module), into a cache keyed by the go.mod and go.sum files
 # and this module's sources, and prints the folder that holds the binaries. Kueue's CRDs and
 # webhook manifests, from its module at the same version, go beside them in ../kueue. A second call with the same key prints it at once; Go's own
@@ -19,7 +20,8 @@ cd "$here"
 export PATH="/usr/local/go/bin:$PATH"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
-key=$(cat go.mod go.sum kueue/go.mod kueue/go.sum coredns/go.mod coredns/go.sum coredns/main.go build.sh \
+key=$(cat go.mod go.sum kueue/go.mod kueue/go.sum coredns/go.mod coredns/go.sum coredns/main.go \
+  prometheus/go.mod prometheus/go.sum build.sh \
   $(find cmd -name '*.go' | sort) |
   sha256sum | cut -c1-16)
 cache="${ADAM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/adam/cluster}"
@@ -69,6 +71,11 @@ coredns=$(cd coredns && version github.com/coredns/coredns)
 echo "cluster build: coredns $coredns (cold: about 2 min on 2 cores)" >&2
 (cd coredns && CGO_ENABLED=0 go build -trimpath -o "$out/bin/coredns" \
   -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$coredns" .)
+prometheus=$(cd prometheus && version github.com/prometheus/prometheus)
+echo "cluster build: prometheus $prometheus (cold: about 2 min on 2 cores)" >&2
+(cd prometheus && CGO_ENABLED=0 go build -trimpath -tags remove_all_sd,enable_kubernetes_sd \
+  -o "$out/bin/prometheus" -ldflags "-s -w -X github.com/prometheus/common/version.Version=$prometheus" \
+  github.com/prometheus/prometheus/cmd/prometheus)
 kueue=$(cd kueue && version sigs.k8s.io/kueue)
 echo "cluster build: kueue $kueue (cold: about 3 min on 2 cores)" >&2
 (cd kueue && CGO_ENABLED=0 go build -trimpath -o "$out/bin/" \
@@ -78,7 +85,7 @@ kueue_src=$(cd kueue && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
 mkdir -p "$out/kueue"
 cp "$kueue_src"/config/components/crd/bases/*.yaml "$kueue_src/config/components/webhook/manifests.yaml" "$out/kueue/"
 chmod u+w "$out"/kueue/*
-echo "kubernetes=$kube etcd=$etcd kwok=$kwok helm=$helm kueue=$kueue coredns=$coredns pause=$pause_tag built in $((SECONDS - start)) s" > "$out/ok"
+echo "kubernetes=$kube etcd=$etcd kwok=$kwok helm=$helm kueue=$kueue coredns=$coredns prometheus=$prometheus pause=$pause_tag built in $((SECONDS - start)) s" > "$out/ok"
 cat "$out/ok" >&2
 # Keep the three newest builds (each is about 450 MB).
 ls -1dt "$cache"/*/ 2>/dev/null | tail -n +4 | xargs -r rm -rf

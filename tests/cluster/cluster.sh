@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A local Kubernetes cluster of the pinned releases build.sh makes: etcd, kube-apiserver,
 # kube-controller-manager and kube-scheduler as processes of this machine, and two kinds of node:
-# - real nodes (ADAM_CLUSTER_REAL_NODES, 3 by default): each a privileged Docker container of
+# - real nodes (ADAM_CLUSTER_REAL_NODES, 4 by default): each a privileged Docker container of
 #   node/Dockerfile running containerd, runc, the CNI bridge plugin, the kubelet and kube-proxy,
 #   as kind makes them, holding the Adam image (`make image`) and the pause image loaded into its
 #   containerd (no registry is reachable). Pods run there for real: probes, volumes (local
@@ -266,7 +266,9 @@ up() {
   wait_for kube-apiserver 90 curl -sf --cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" \
     --key "$dir/pki/admin.key" "https://$api_host:$apiserver_port/readyz"
 
-  local rate=()
+  local rate=() node_monitor=()
+  # A real node whose kubelet stops reporting is NotReady after 20 s (Kubernetes' default: 50 s).
+  ((real_nodes == 0)) || node_monitor=(--node-monitor-grace-period 20s)
   if [[ -n "${ADAM_CLUSTER_CLIENT_QPS:-}" ]]; then
     rate=(--kube-api-qps "$ADAM_CLUSTER_CLIENT_QPS" --kube-api-burst "$((ADAM_CLUSTER_CLIENT_QPS * 2))")
   fi
@@ -275,7 +277,8 @@ up() {
     --authorization-kubeconfig "$dir/kube-controller-manager.kubeconfig" \
     --service-account-private-key-file "$dir/pki/sa.key" --root-ca-file "$dir/pki/ca.crt" \
     --use-service-account-credentials=true --leader-elect=false --secure-port 0 \
-    --controllers '*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route' "${rate[@]}"
+    --controllers '*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route' "${rate[@]}" \
+    "${node_monitor[@]}"
   start kube-scheduler --kubeconfig "$dir/kube-scheduler.kubeconfig" \
     --authentication-kubeconfig "$dir/kube-scheduler.kubeconfig" \
     --authorization-kubeconfig "$dir/kube-scheduler.kubeconfig" --leader-elect=false --secure-port 0 \
@@ -302,6 +305,7 @@ ADAM_CLUSTER_BIN=$bin
 ADAM_CLUSTER_SERVER=https://$api_host:$apiserver_port
 ADAM_CLUSTER_ETCD=http://127.0.0.1:$etcd_port
 ADAM_CLUSTER_REAL_NODES=$real_nodes
+ADAM_CLUSTER_CPU_MANAGER_NODE=$( ((real_nodes == 0)) || cpu_manager_node)
 ADAM_CLUSTER_ID=$(cluster_id)
 EOF
   log "up in $((SECONDS - t0)) s: $real_nodes real nodes, $fake_nodes fake nodes; tools in $bin"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make k8s-nodes`: Adam on real Kubernetes nodes. Starts a cluster of its own (cluster.sh with 3
+# `make k8s-nodes`: Adam on real Kubernetes nodes. Starts a cluster of its own (cluster.sh with 4
 # real nodes in 2 zones, in build/nodes-cluster), runs the Go tests in nodes/ with progress (the
 # chart's operator, the demo trained on the nodes, start failures), keeps the cluster's, the
 # nodes' and the tests' logs in build/nodes-logs, and stops the cluster however it ends. The nodes
@@ -38,7 +38,7 @@ keep_logs() {
   done
 }
 trap 'keep_logs; "$cluster" down "$dir" >/dev/null 2>&1 || true' EXIT
-ADAM_CLUSTER_REAL_NODES=${ADAM_CLUSTER_REAL_NODES:-3} timeout 600 "$cluster" up "$dir" >/dev/null
+ADAM_CLUSTER_REAL_NODES=${ADAM_CLUSTER_REAL_NODES:-4} timeout 600 "$cluster" up "$dir" >/dev/null
 echo "k8s-nodes: cluster with real nodes up after $((SECONDS - start)) s; running tests/cluster/nodes (logs in build/nodes-logs)"
 cd tests/cluster
 set +e

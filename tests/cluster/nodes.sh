@@ -7,7 +7,7 @@
 # take 10.244.0.0/16); each node routes the other nodes' pod ranges through them, and this machine
 # routes every node's range through it, so tests and Prometheus here reach pods by their IPs.
 
-real_nodes=${ADAM_CLUSTER_REAL_NODES:-3}
+real_nodes=${ADAM_CLUSTER_REAL_NODES:-4}
 real_zones=${ADAM_CLUSTER_REAL_ZONES:-2}
 cluster_cidr=10.245.0.0/16
 cluster_dns_domain=cluster.local
@@ -18,6 +18,8 @@ cluster_id() { printf '%s' "$dir" | sha256sum | cut -c1-10; }
 node_network() { echo "adam-cluster-$(cluster_id)"; }
 node_container() { echo "adam-cluster-$(cluster_id)-$1"; }  # node_container NODE
 node_name() { echo "adam-node-$1"; }                          # node_name INDEX
+# The node whose kubelet runs the static CPU manager (CPU 0 reserved): the last, unless named.
+cpu_manager_node() { echo "${ADAM_CLUSTER_CPU_MANAGER_NODE:-$(node_name $((real_nodes - 1)))}"; }
 
 # nodes_network_up: the Docker network of the nodes; sets api_host to its gateway, the address of
 # this machine that the nodes reach (the API server and CoreDNS bind it).
@@ -78,9 +80,8 @@ node_files() {  # node_files INDEX IP: the node's /etc/adam-node
   node_kubeconfig "$nd/kube-proxy.kubeconfig" /etc/adam-node/kube-proxy
   local zone
   zone="zone-$(printf "\\x$(printf %x $((97 + i % real_zones)))")"
-  local cpu_manager_node=${ADAM_CLUSTER_CPU_MANAGER_NODE:-$(node_name $((real_nodes - 1)))}
   local cpu_manager="cpuManagerPolicy: none"
-  if [[ "$name" == "$cpu_manager_node" ]]; then
+  if [[ "$name" == "$(cpu_manager_node)" ]]; then
     cpu_manager=$'cpuManagerPolicy: static\nreservedSystemCPUs: "0"'
   fi
   cat >"$nd/kubelet.yaml" <<EOF
@@ -248,8 +249,10 @@ coredns_up() {
   local health ready
   health=$(free_port)
   ready=$(free_port)
+  # The cluster's names from the API; every other name does not exist here (no upstream is
+  # reachable): NXDOMAIN at once rather than a failure that resolvers retry.
   cat >"$dir/Corefile" <<EOF
-.:53 {
+$cluster_dns_domain:53 in-addr.arpa:53 ip6.arpa:53 {
   bind $api_host
   errors
   health 127.0.0.1:$health
@@ -257,7 +260,12 @@ coredns_up() {
   kubernetes $cluster_dns_domain in-addr.arpa ip6.arpa {
     kubeconfig $dir/admin.kubeconfig adam-local
     pods insecure
-    fallthrough in-addr.arpa ip6.arpa
+  }
+}
+.:53 {
+  bind $api_host
+  template ANY ANY {
+    rcode NXDOMAIN
   }
 }
 EOF

@@ -77,7 +77,7 @@ func TestChartRbacIsNoWiderThanTheOperatorsCalls(t *testing.T) {
 		"/secrets/get", "/secrets/list", "/secrets/watch", "/secrets/create", "/secrets/update",
 		"networking.k8s.io/networkpolicies/get", "networking.k8s.io/networkpolicies/list",
 		"networking.k8s.io/networkpolicies/watch", "networking.k8s.io/networkpolicies/create",
-		"/events/create", "scheduling.x-k8s.io/podgroups/create",
+		"/events/create", "/events/list", "scheduling.x-k8s.io/podgroups/create",
 		"coordination.k8s.io/leases/get", "coordination.k8s.io/leases/create", "coordination.k8s.io/leases/update",
 	} {
 		needed[n] = true

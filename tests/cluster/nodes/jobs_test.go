@@ -43,14 +43,30 @@ func set(m map[string]any, value any, path ...string) {
 }
 
 // size gives every role of the job `cpu` and `memory` and turns NUMA pinning off (it needs whole
-// CPUs): the real nodes are containers on one 2-core machine, each offering its 2 CPUs (1 on the
-// node whose static CPU manager reserves one).
+// CPUs), for jobs smaller than examples/local-cluster.yaml makes them.
 func size(j map[string]any, cpu, memory string) {
 	set(j, false, "spec", "placement", "numaPinning")
 	roles, _ := j["spec"].(map[string]any)["roles"].(map[string]any)
 	for name := range roles {
 		set(j, map[string]any{"cpu": cpu, "memory": memory}, "spec", "roles", name, "resources")
 	}
+}
+
+// localSized is the job as the docs apply it on `make cluster`'s nodes: patched with
+// examples/local-cluster.yaml (fractions of a CPU; the nodes share one machine's cores).
+func localSized(t *testing.T, j map[string]any) map[string]any {
+	t.Helper()
+	text, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := kubectl(t, string(text), "patch", "--local", "-f", "-", "--type", "merge",
+		"--patch-file", "examples/local-cluster.yaml", "-o", "json")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("kubectl patch --local: %v\n%s", err, out)
+	}
+	return m
 }
 
 func hostPath(path string) map[string]any {
@@ -153,8 +169,7 @@ func TestTheDemoTrainsOnRealNodes(t *testing.T) {
   "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}`, "apply", "-f", "-")
 	j := example(t, "fashion-mnist", name, ns)
 	set(j, 2, "spec", "training", "epochs")
-	size(j, "500m", "1Gi")
-	set(j, map[string]any{"cpu": "1", "memory": "1Gi"}, "spec", "roles", "trainer", "resources")
+	j = localSized(t, j)
 	dataOn(j, hostPath("/var/adam-data"))
 	set(j, map[string]any{"volume": map[string]any{"persistentVolumeClaim": map[string]any{"claimName": "demo-model"}}}, "spec", "output")
 	start := time.Now()

@@ -31,6 +31,7 @@ import (
 
 type environment struct {
 	root, bin, clusterDir, kubeconfig, logs, clusterID string
+	cpuManagerNode                                     string // the node whose kubelet pins
 	cs                                                 *kubernetes.Clientset
 	dyn                                                dynamic.Interface
 }
@@ -51,9 +52,13 @@ func TestMain(m *testing.M) {
 	}
 	start := time.Now()
 	// The chart as a user installs it: its operator Deployment (2 replicas, one leader) runs from
-	// Adam's image on the real nodes; --wait holds until both pods are ready.
+	// Adam's image on the real nodes; --wait holds until both pods are ready. Its pods keep off
+	// the static CPU manager's node, whose one allocatable CPU a pinned trainer takes whole
+	// (TestATrainerOnTheStaticCPUManagersNodeIsPinned).
 	if out, errs, err := run("", "helm", "install", release, "charts/adam", "-n", operatorNamespace,
-		"--create-namespace", "--wait", "--timeout", "180s"); err != nil {
+		"--create-namespace", "--wait", "--timeout", "180s", "--set-json", fmt.Sprintf(`affinity={"nodeAffinity":
+		{"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions":
+		[{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [%q]}]}]}}}`, env.cpuManagerNode)); err != nil {
 		fmt.Fprintf(os.Stderr, "nodes: helm install: %v\n%s%s", err, out, errs)
 		describe("helm-install")
 		os.Exit(1)
@@ -90,6 +95,7 @@ func load() error {
 		return fmt.Errorf("the cluster in %s has no real nodes", env.clusterDir)
 	}
 	env.kubeconfig, env.bin, env.clusterID = vars["KUBECONFIG"], vars["ADAM_CLUSTER_BIN"], vars["ADAM_CLUSTER_ID"]
+	env.cpuManagerNode = vars["ADAM_CLUSTER_CPU_MANAGER_NODE"]
 	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
 	if err != nil {
 		return err
