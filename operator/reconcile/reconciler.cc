@@ -851,11 +851,16 @@ Status Reconciler::EnsureObjects(State& s) {
   }
   ADAM_ASSIGN_OR_RETURN(const bool grouped, EnsurePodGroup(s, desired));
   if (!grouped) return OkStatus();  // a gang without its group would be placed pod by pod
-  // At the start a later stage waits until the one before it is ready. Once every object of the
-  // plan existed (Created), a lost pod is made again at once whatever the other stages' state: a
-  // trainer whose node was lost goes on elsewhere with the copies left while a parameter server
-  // tied to that node's volume cannot come back.
-  const bool started = ConditionIs(s.status, "Created", "True");
+  // At the start a later stage waits until the one before it is ready. Once the job ran whole
+  // (Created) and still has pods of its last stage, a lost pod is made again at once whatever
+  // the other stages' state: a trainer whose node was lost goes on elsewhere with the copies left
+  // while a parameter server tied to that node's volume cannot come back. A job whose pods all
+  // went (suspended, evicted by Kueue) starts stage by stage again.
+  bool started = false;
+  if (ConditionIs(s.status, "Created", "True"))
+    for (const auto& [key, o] : existing)
+      started =
+          started || (key.rfind("Pod/", 0) == 0 && !HasDeletion(o) && StageOf(o) == max_stage);
   bool ready_so_far = true;
   for (int stage = 0; stage <= max_stage; ++stage) {
     bool ready = true;
