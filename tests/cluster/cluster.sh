@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A local Kubernetes cluster of the pinned releases build.sh makes: etcd, kube-apiserver,
 # kube-controller-manager and kube-scheduler as processes of this machine, and two kinds of node:
-# - real nodes (ADAM_CLUSTER_REAL_NODES, 4 by default): each a privileged Docker container of
+# - real nodes (ADAM_CLUSTER_REAL_NODES, 4 by default): each a Docker container (every capability
+#   but CAP_SYS_RESOURCE, which this machine lacks; no seccomp; every device) of
 #   node/Dockerfile running containerd, runc, the CNI bridge plugin, the kubelet and kube-proxy,
 #   as kind makes them, holding the Adam image (`make image`) and the pause image loaded into its
 #   containerd (no registry is reachable). Pods run there for real: probes, volumes (local

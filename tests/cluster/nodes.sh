@@ -1,7 +1,7 @@
 # The real nodes of cluster.sh (sourced by it; reads its $dir, $bin, $here, $root and helpers):
-# privileged Docker containers of node/Dockerfile on a Docker network of their own, each running
-# containerd, the kubelet and kube-proxy; CoreDNS as a process of this machine on that network's
-# gateway address, which the API server also binds.
+# Docker containers (all but privileged) of node/Dockerfile on a Docker network of their own, each
+# running containerd, the kubelet and kube-proxy; CoreDNS as a process of this machine on that
+# network's gateway address, which the API server also binds.
 #
 # Addresses: pods of node N get 10.245.N.0/24 (the cluster CIDR 10.245.0.0/16; kwok's fake pods
 # take 10.244.0.0/16); each node routes the other nodes' pod ranges through them, and this machine
