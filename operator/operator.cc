@@ -188,7 +188,7 @@ struct Operator::Impl : public Children {
     std::vector<kube::Resource> children = {
         kube::Pods(),     kube::StatefulSets(),           kube::ConfigMaps(),
         kube::Services(), kube::PersistentVolumeClaims(), kube::NetworkPolicies(),
-        kube::Secrets()};
+        kube::Secrets(),  kube::PodDisruptionBudgets()};
     if (o.kueue) children.push_back(kube::Workloads());
     for (const kube::Resource& r : children) {
       informers.push_back(std::make_unique<kube::Informer>(reads, r, o.watch_namespace,

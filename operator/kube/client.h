@@ -46,6 +46,7 @@ Resource StatefulSets();
 Resource Events();
 Resource Leases();
 Resource NetworkPolicies();
+Resource PodDisruptionBudgets();
 Resource Secrets();
 // Kueue's (kueue.x-k8s.io/v1beta2) and the scheduler-plugins coscheduling plugin's
 // (scheduling.x-k8s.io/v1alpha1), used only for jobs that ask for them.

@@ -41,6 +41,7 @@ Resource StatefulSets() { return {"apps/v1", "statefulsets"}; }
 Resource Events() { return {"v1", "events"}; }
 Resource Leases() { return {"coordination.k8s.io/v1", "leases"}; }
 Resource NetworkPolicies() { return {"networking.k8s.io/v1", "networkpolicies"}; }
+Resource PodDisruptionBudgets() { return {"policy/v1", "poddisruptionbudgets"}; }
 Resource Secrets() { return {"v1", "secrets"}; }
 Resource Workloads() { return {"kueue.x-k8s.io/v1beta2", "workloads"}; }
 Resource ResourceFlavors() { return {"kueue.x-k8s.io/v1beta2", "resourceflavors", false}; }
@@ -62,7 +63,7 @@ StatusOr<std::string> Base64Decode(const std::string& text) {
 StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::string& kind) {
   for (const Resource& r : {AdamJobs(), Pods(), Services(), ConfigMaps(), PersistentVolumeClaims(),
                             StatefulSets(), Events(), Leases(), NetworkPolicies(), Secrets(),
-                            Workloads(), ResourceFlavors(), PodGroups()}) {
+                            Workloads(), ResourceFlavors(), PodGroups(), PodDisruptionBudgets()}) {
     std::string singular = r.plural.substr(0, r.plural.size() - 1);
     if (r.plural == "networkpolicies") singular = "networkpolicy";
     std::string k = kind;

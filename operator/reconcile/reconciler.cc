@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 
 #include "core/exit_codes.h"
@@ -731,12 +732,17 @@ Status Reconciler::NotRenewable(State& s, const std::string& expiry, const std::
 
 std::map<std::string, Json> Reconciler::ExistingObjects(State& s) {
   std::map<std::string, Json> existing;
-  const kube::Resource kinds[] = {kube::ConfigMaps(),   kube::Services(),
-                                  kube::StatefulSets(), kube::PersistentVolumeClaims(),
-                                  kube::Pods(),         kube::NetworkPolicies()};
-  const char* kind_names[] = {"ConfigMap", "Service",      "StatefulSet", "PersistentVolumeClaim",
-                              "Pod",       "NetworkPolicy"};
-  for (size_t i = 0; i < 6; ++i)
+  const kube::Resource kinds[] = {kube::ConfigMaps(),
+                                  kube::Services(),
+                                  kube::StatefulSets(),
+                                  kube::PersistentVolumeClaims(),
+                                  kube::Pods(),
+                                  kube::NetworkPolicies(),
+                                  kube::PodDisruptionBudgets()};
+  const char* kind_names[] = {
+      "ConfigMap", "Service",       "StatefulSet",        "PersistentVolumeClaim",
+      "Pod",       "NetworkPolicy", "PodDisruptionBudget"};
+  for (size_t i = 0; i < std::size(kinds); ++i)
     for (Json& o : children_->Owned(kinds[i], s.ns, s.name, s.uid))
       existing[std::string(kind_names[i]) + "/" + o["metadata"].value("name", "")] = o;
   return existing;

@@ -266,6 +266,26 @@ void AddJobObjects(const spec::AdamJob& job, const RenderOptions& o, std::vector
   out->push_back(np);
 }
 
+// What voluntary disruptions (a drain, an eviction through the API) may take of a job whose shards
+// have copies: controller members down to a Raft quorum, and parameter servers down to a quorum of
+// every shard's copies (a push is acknowledged once a quorum holds it; any copies - quorum servers
+// leave each shard that many), at least one, so that a drain is never refused for good. A job of
+// one copy has no budget: its servers resume from their checkpoints.
+void AddDisruptionBudgets(const spec::AdamJob& job, const RenderOptions& o,
+                          std::vector<Json>* out) {
+  const int copies = job.roles.parameter_server.copies;
+  if (copies < 2) return;
+  auto budget = [&](const std::string& role, const char* key, int value) {
+    return Json{{"apiVersion", "policy/v1"},
+                {"kind", "PodDisruptionBudget"},
+                {"metadata", Metadata(job, job.name + "-" + role, role, 0, o)},
+                {"spec", {{"selector", Selector(job, role)}, {key, value}}}};
+  };
+  const int members = job.roles.controller.replicas;
+  if (members >= 3) out->push_back(budget("controller", "minAvailable", members / 2 + 1));
+  out->push_back(budget("ps", "maxUnavailable", std::max(1, copies - (copies / 2 + 1))));
+}
+
 // The job-wide podTemplate with the role's merged over it (spec/pod_template.h); an empty object
 // when neither is given.
 Json TemplateOf(const spec::AdamJob& job, Role role) {
@@ -459,6 +479,7 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
 
   std::vector<Json> out;
   AddJobObjects(job, o, &out);
+  AddDisruptionBudgets(job, o, &out);
   if (job.run_policy.scheduling.coscheduling) out.push_back(PodGroup(job, o));
   if (has_controllers) {
     const auto first =

@@ -78,6 +78,8 @@ func TestChartRbacIsNoWiderThanTheOperatorsCalls(t *testing.T) {
 		"networking.k8s.io/networkpolicies/get", "networking.k8s.io/networkpolicies/list",
 		"networking.k8s.io/networkpolicies/watch", "networking.k8s.io/networkpolicies/create",
 		"/events/create", "/events/list", "scheduling.x-k8s.io/podgroups/create",
+		"policy/poddisruptionbudgets/get", "policy/poddisruptionbudgets/list",
+		"policy/poddisruptionbudgets/watch", "policy/poddisruptionbudgets/create",
 		"coordination.k8s.io/leases/get", "coordination.k8s.io/leases/create", "coordination.k8s.io/leases/update",
 	} {
 		needed[n] = true

@@ -14,7 +14,7 @@ import (
 // bottom of adam run's spread at 5 epochs, as tests/multihost holds its fault jobs (the lowest
 // of 13 `adam run`s that docs/reliability.md gives, less a point); more epochs only raise it.
 const (
-	haEpochs = 8
+	haEpochs = 11
 	haFloor  = 0.8830 - 0.01
 )
 
@@ -99,9 +99,10 @@ func ready(t *testing.T, ns, pod string) bool {
 }
 
 // The HA example (3 Raft controllers, 3 copies of every shard, each copy and each controller on
-// its own node) trains on the real nodes through four faults, one after another: a parameter
+// its own node) trains on the real nodes through five faults, one after another: a parameter
 // server's container killed on its node, a parameter server's pod deleted, the Raft leader's pod
-// deleted, and a node holding a trainer frozen (its container paused: kubelet, containerd and
+// deleted, drains of two nodes' controller members (the second refused by the job's disruption
+// budget), and a node holding a trainer frozen (its container paused: kubelet, containerd and
 // pods alike) and, once NotReady, marked out of service as an administrator would, after which
 // Kubernetes deletes its pods and the operator places them again on the other nodes. Each
 // parameter server fault is committed as a failover by the controllers within 2 s (measured:
@@ -190,7 +191,48 @@ func TestTheHAExampleSurvivesFaultsOnRealNodes(t *testing.T) {
 	})
 	t.Logf("the Raft leader %s (term %.0f) deleted: %s leads (term %.0f) %.2f s after", leader, term, next, nextTerm, time.Since(t2).Seconds())
 
-	// 4. A node lost: frozen, then marked out of service.
+	// 4. Drains that respect the job's budgets: the controller member of one node drained (the
+	// budget allows one member away), then that of another node refused while the first is away
+	// (a Raft quorum of 2 stays); both nodes uncordoned, the first member comes back to its volume.
+	var members []string
+	for _, p := range podsOf(t, ns, "adam.dev/job="+name+",adam.dev/role=controller") {
+		members = append(members, p.Spec.NodeName)
+	}
+	if len(members) < 2 {
+		t.Fatalf("controller members on %v", members)
+	}
+	drain := func(node string) (string, error) {
+		out, errs, err := run("", "kubectl", "drain", node, "--pod-selector", "adam.dev/job="+name+",adam.dev/role=controller",
+			"--delete-emptydir-data", "--ignore-daemonsets", "--timeout", "20s")
+		return out + errs, err
+	}
+	defer func() {
+		for _, n := range members {
+			_, _, _ = run("", "kubectl", "uncordon", n)
+		}
+	}()
+	if out, err := drain(members[0]); err != nil {
+		t.Fatalf("draining %s of its controller member: %v\n%s", members[0], err, out)
+	}
+	out, err := drain(members[1])
+	if err == nil || !strings.Contains(out, "disruption budget") {
+		t.Errorf("draining %s of a second controller member while the first was away: %v, want a refusal by the budget\n%s", members[1], err, out)
+	}
+	for _, n := range members[:2] {
+		kubectl(t, "", "uncordon", n)
+	}
+	eventually(t, 90*time.Second, "the drained controller member back", func() bool {
+		readyMembers := 0
+		for _, p := range podsOf(t, ns, "adam.dev/job="+name+",adam.dev/role=controller") {
+			if ready(t, ns, p.Name) {
+				readyMembers++
+			}
+		}
+		return readyMembers == 3
+	})
+	t.Logf("drain of %s took its controller member; drain of %s refused by the budget; the member back", members[0], members[1])
+
+	// 5. A node lost: frozen, then marked out of service.
 	lost, moved := "", ""
 	for _, p := range podsOf(t, ns, "adam.dev/job="+name+",adam.dev/role=trainer") {
 		if p.Spec.NodeName != "" {
