@@ -168,7 +168,9 @@ real_nodes_up() {
     # Its own cgroup namespace: the kubelet sees its container's cgroup as the root. Volumes
     # (on this machine's file system, not the image's overlay) for what containerd and the
     # kubelet write, and for the local PersistentVolumes.
-    docker run -d --name "$c" --hostname "$name" --network "$net" --cgroupns private \
+    # No resolver: every image is loaded, and nothing on a node looks a name up outside the
+    # cluster (pods ask CoreDNS).
+    docker run -d --name "$c" --hostname "$name" --network "$net" --cgroupns private --dns 127.0.0.1 \
       --cap-add ALL --cap-drop SYS_RESOURCE --security-opt seccomp=unconfined \
       --security-opt apparmor=unconfined --security-opt systempaths=unconfined \
       --device-cgroup-rule 'a *:* rwm' \

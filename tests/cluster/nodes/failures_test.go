@@ -18,8 +18,10 @@ func TestStartFailuresShowOnTheJobWithin30Seconds(t *testing.T) {
 		name, ns, reason, says string
 		edit                   func(j map[string]any)
 	}{
-		{"no-image", "default", "ErrImagePull", "adam:no-such-tag", func(j map[string]any) {
-			set(j, "adam:no-such-tag", "spec", "image")
+		// A registry on the node's own loopback where nothing listens: the pull fails at once,
+		// with no name to resolve and no packet leaving the node.
+		{"no-image", "default", "ErrImagePull", "127.0.0.1:1/adam:no-such-tag", func(j map[string]any) {
+			set(j, "127.0.0.1:1/adam:no-such-tag", "spec", "image")
 		}},
 		{"no-volume", "default", "FailedMount", "/no/such/folder", func(j map[string]any) {
 			dataOn(j, hostPath("/no/such/folder"))
