@@ -136,6 +136,14 @@ func TestTheHAExampleSurvivesFaultsOnRealNodes(t *testing.T) {
 	eventually(t, 2*time.Minute, "a Raft leader announced", func() bool { l, _ := raftLeader(t, ns, name); return l != "" })
 	// Training under way, watched: every panel of the dashboard has data.
 	checkDashboard(t, prom, name, 60*time.Second)
+	// Unpinned (the patch gives fractional CPUs and turns pinning off): the job says so, naming
+	// its trainers.
+	var pinned string
+	eventually(t, 60*time.Second, "CpuPinned False naming the trainers", func() bool {
+		pinned = condition(t, ns, name, "CpuPinned")
+		return strings.HasPrefix(pinned, "False CpuSetShared:") && strings.Contains(pinned, name+"-trainer-")
+	})
+	t.Logf("CpuPinned %s", pinned)
 
 	// 1. A parameter server's container killed (SIGKILL) on its node.
 	kill := name + "-ps-0"
