@@ -157,7 +157,7 @@ real_nodes_up() {
   ((real_nodes > 0)) || return 0
   node_images
   cert kube-proxy "/CN=system:kube-proxy"
-  local net i name c ips=()
+  local net i j name c image ips=()
   net=$(node_network)
   for ((i = 0; i < real_nodes; i++)); do
     name=$(node_name "$i")
