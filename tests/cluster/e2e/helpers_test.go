@@ -32,13 +32,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
+
+	"adam.dev/tests/cluster/clusterenv"
 )
 
 // The cluster and repository the tests run against, read once by TestMain.
@@ -57,11 +57,11 @@ type environment struct {
 
 var env environment
 
-var adamJobs = schema.GroupVersionResource{Group: "adam.dev", Version: "v1alpha1", Resource: "adamjobs"}
+var adamJobs = clusterenv.AdamJobs
 
 const (
-	operatorNamespace = "adam-system"
-	release           = "adam"
+	operatorNamespace = clusterenv.OperatorNamespace
+	release           = clusterenv.Release
 )
 
 func loadEnvironment() error {
@@ -78,28 +78,13 @@ func loadEnvironment() error {
 	if err := os.MkdirAll(env.logs, 0o755); err != nil {
 		return err
 	}
-	text, err := os.ReadFile(filepath.Join(env.clusterDir, "env"))
-	if err != nil {
-		return fmt.Errorf("no cluster in %s: %w", env.clusterDir, err)
-	}
-	env.vars = map[string]string{}
-	for _, line := range strings.Split(string(text), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			env.vars[k] = v
-		}
-	}
-	env.kubeconfig = env.vars["KUBECONFIG"]
-	env.bin = env.vars["ADAM_CLUSTER_BIN"]
-	env.cfg, err = clientcmd.BuildConfigFromFlags("", env.kubeconfig)
+	c, err := clusterenv.Load(env.clusterDir)
 	if err != nil {
 		return err
 	}
-	env.cfg.QPS, env.cfg.Burst = 200, 400
-	if env.cs, err = kubernetes.NewForConfig(env.cfg); err != nil {
-		return err
-	}
-	env.dyn, err = dynamic.NewForConfig(env.cfg)
-	return err
+	env.vars, env.kubeconfig, env.bin = c.Vars, c.Kubeconfig, c.Bin
+	env.cfg, env.cs, env.dyn = c.Config, c.Clientset, c.Dynamic
+	return nil
 }
 
 func ctx() context.Context { return context.Background() }

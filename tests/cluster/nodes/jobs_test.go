@@ -11,7 +11,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
 
@@ -174,16 +173,8 @@ func TestTheDemoTrainsOnRealNodes(t *testing.T) {
 	set(j, map[string]any{"volume": map[string]any{"persistentVolumeClaim": map[string]any{"claimName": "demo-model"}}}, "spec", "output")
 	start := time.Now()
 	apply(t, j)
-	var phase string
-	eventually(t, 8*time.Minute, "the demo Succeeded", func() bool {
-		phase, _, _ = unstructured.NestedString(job(t, ns, name).Object, "status", "phase")
-		if phase == "Failed" {
-			t.Fatalf("the demo failed: %s", condition(t, ns, name, "Failed"))
-		}
-		return phase == "Succeeded"
-	})
+	st := waitSucceeded(t, ns, name, 8*time.Minute)
 	took := time.Since(start)
-	st := job(t, ns, name).Object["status"].(map[string]any)
 	acc, _ := st["testAccuracy"].(float64)
 	t.Logf("the demo (2 epochs) Succeeded in %v: testAccuracy %.4f, model %v", took.Round(time.Second), acc, st["model"])
 	if acc < demoFloor2 {

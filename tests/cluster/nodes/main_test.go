@@ -23,10 +23,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"adam.dev/tests/cluster/clusterenv"
 )
 
 type environment struct {
@@ -38,11 +38,11 @@ type environment struct {
 
 var env environment
 
-var adamJobs = schema.GroupVersionResource{Group: "adam.dev", Version: "v1alpha1", Resource: "adamjobs"}
+var adamJobs = clusterenv.AdamJobs
 
 const (
-	operatorNamespace = "adam-system"
-	release           = "adam"
+	operatorNamespace = clusterenv.OperatorNamespace
+	release           = clusterenv.Release
 )
 
 func TestMain(m *testing.M) {
@@ -81,30 +81,16 @@ func load() error {
 	if env.logs == "" {
 		env.logs = filepath.Join(env.clusterDir, "logs")
 	}
-	text, err := os.ReadFile(filepath.Join(env.clusterDir, "env"))
+	c, err := clusterenv.Load(env.clusterDir)
 	if err != nil {
-		return fmt.Errorf("no cluster in %s: %w", env.clusterDir, err)
+		return err
 	}
-	vars := map[string]string{}
-	for _, line := range strings.Split(string(text), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			vars[k] = v
-		}
-	}
-	if vars["ADAM_CLUSTER_REAL_NODES"] == "" || vars["ADAM_CLUSTER_REAL_NODES"] == "0" {
+	if n := c.Vars["ADAM_CLUSTER_REAL_NODES"]; n == "" || n == "0" {
 		return fmt.Errorf("the cluster in %s has no real nodes", env.clusterDir)
 	}
-	env.kubeconfig, env.bin, env.clusterID = vars["KUBECONFIG"], vars["ADAM_CLUSTER_BIN"], vars["ADAM_CLUSTER_ID"]
-	env.cpuManagerNode = vars["ADAM_CLUSTER_CPU_MANAGER_NODE"]
-	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
-	if err != nil {
-		return err
-	}
-	if env.cs, err = kubernetes.NewForConfig(cfg); err != nil {
-		return err
-	}
-	env.dyn, err = dynamic.NewForConfig(cfg)
-	return err
+	env.kubeconfig, env.bin, env.cs, env.dyn = c.Kubeconfig, c.Bin, c.Clientset, c.Dynamic
+	env.clusterID, env.cpuManagerNode = c.Vars["ADAM_CLUSTER_ID"], c.Vars["ADAM_CLUSTER_CPU_MANAGER_NODE"]
+	return nil
 }
 
 func ctx() context.Context { return context.Background() }
@@ -179,6 +165,21 @@ func job(t *testing.T, ns, name string) *unstructured.Unstructured {
 		t.Fatalf("adamjob %s/%s: %v", ns, name, err)
 	}
 	return j
+}
+
+// waitSucceeded waits for the job's phase Succeeded (failing the test at once on Failed, with
+// the Failed condition) and returns its status.
+func waitSucceeded(t *testing.T, ns, name string, limit time.Duration) map[string]any {
+	t.Helper()
+	eventually(t, limit, name+" Succeeded", func() bool {
+		phase, _, _ := unstructured.NestedString(job(t, ns, name).Object, "status", "phase")
+		if phase == "Failed" {
+			t.Fatalf("%s failed: %s", name, condition(t, ns, name, "Failed"))
+		}
+		return phase == "Succeeded"
+	})
+	st, _ := job(t, ns, name).Object["status"].(map[string]any)
+	return st
 }
 
 // condition is "STATUS REASON: MESSAGE" of the job's condition `kind`, "" when it has none.
