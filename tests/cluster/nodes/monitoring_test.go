@@ -82,7 +82,7 @@ func startPrometheus(t *testing.T) *prometheus {
 		log.Close()
 	})
 	eventually(t, 60*time.Second, "prometheus ready", func() bool {
-		r, err := http.Get(p.url + "/-/ready")
+		r, err := promClient.Get(p.url + "/-/ready")
 		if err != nil {
 			return false
 		}
@@ -92,9 +92,13 @@ func startPrometheus(t *testing.T) *prometheus {
 	return p
 }
 
+// promClient bounds every request to the server, so that a stalled one fails the test instead
+// of hanging it.
+var promClient = &http.Client{Timeout: 10 * time.Second}
+
 // query evaluates a PromQL expression now; it returns how many series answered.
 func (p *prometheus) query(expr string) (int, error) {
-	r, err := http.Get(p.url + "/api/v1/query?query=" + url.QueryEscape(expr))
+	r, err := promClient.Get(p.url + "/api/v1/query?query=" + url.QueryEscape(expr))
 	if err != nil {
 		return 0, err
 	}
