@@ -29,7 +29,7 @@ type event struct {
 // gives them (the node's container runtime stamps each line as it is written).
 func events(t *testing.T, ns, pod, kind string) []event {
 	t.Helper()
-	out, _, err := run("", "kubectl", "logs", "-n", ns, pod, "--timestamps")
+	out, _, err := run("", "kubectl", "logs", "-n", ns, pod, "--timestamps", "--request-timeout=10s")
 	if err != nil {
 		return nil // not started yet, or gone
 	}
