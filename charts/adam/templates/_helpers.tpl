@@ -17,3 +17,8 @@ app.kubernetes.io/component: operator
 {{- define "adam.serviceAccountName" -}}
 {{ .Values.serviceAccount.name | default .Release.Name }}
 {{- end }}
+
+{{/* The image of the operator, and of every job that names none (spec.image's default). */}}
+{{- define "adam.image" -}}
+{{ printf "%s:%s" .Values.image.repository .Values.image.tag }}
+{{- end }}

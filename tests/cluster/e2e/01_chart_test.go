@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -30,6 +31,8 @@ func TestChartRefusesBadValuesNamingThem(t *testing.T) {
 		{"workerz=3", "'workerz' not allowed"},
 		{"kubeApi.qps=-1", "/kubeApi/qps"},
 		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
+		{"restartBackoff.initial=soon", "/restartBackoff/initial"},
+		{"imagePullSecrets[0].nam=x", "'nam' not allowed"},
 	} {
 		_, errs, err := run("", "helm", "template", "adam", "charts/adam", "--set", c.set)
 		if err == nil || !strings.Contains(errs, c.want) {
@@ -67,7 +70,7 @@ func TestChartRbacIsNoWiderThanTheOperatorsCalls(t *testing.T) {
 		"adam.dev/adamjobs/get", "adam.dev/adamjobs/list", "adam.dev/adamjobs/watch", "adam.dev/adamjobs/update",
 		"adam.dev/adamjobs/delete", "adam.dev/adamjobs/status/get", "adam.dev/adamjobs/status/update",
 		"adam.dev/adamjobs/finalizers/update",
-		"/pods/get", "/pods/list", "/pods/watch", "/pods/create", "/pods/delete",
+		"/pods/get", "/pods/list", "/pods/watch", "/pods/create", "/pods/delete", "/nodes/get",
 		"/configmaps/get", "/configmaps/list", "/configmaps/watch", "/configmaps/create", "/configmaps/update",
 		"/services/get", "/services/list", "/services/watch", "/services/create",
 		"/persistentvolumeclaims/get", "/persistentvolumeclaims/list", "/persistentvolumeclaims/watch",
@@ -267,3 +270,93 @@ func copyTree(t *testing.T, from, to string) {
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// crds/ holds the CRD itself (a link to the chart's file, one source): `kubectl apply -f crds/`
+// takes it, as GitOps tools that apply that folder do. A job that leaves fields out is stored
+// with the schema's defaults and the chart's image, where `kubectl get -o yaml` shows them.
+func TestTheCrdsFolderAppliesAndAJobShowsItsDefaults(t *testing.T) {
+	out := kubectl(t, "apply", "--dry-run=server", "-f", filepath.Join(env.root, "crds"))
+	if !strings.Contains(out, "customresourcedefinition.apiextensions.k8s.io/adamjobs.adam.dev") {
+		t.Errorf("kubectl apply -f crds/: %s", out)
+	}
+	values, err := os.ReadFile(filepath.Join(env.root, "charts", "adam", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Image struct{ Repository, Tag string }
+	}
+	if err := yaml.Unmarshal(values, &v); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t, "e2e-defaults")
+	job := example(t, "fashion-mnist")
+	set(job, "metadata/name", "defaults")
+	spec := job["spec"].(map[string]any)
+	delete(spec, "image")
+	delete(spec, "training")
+	spec["runPolicy"] = map[string]any{"suspend": true} // stored, not run
+	createJob(t, ns, job)
+	stored := getJob(t, ns, "defaults").Object
+	for _, c := range []struct {
+		path []string
+		want any
+	}{
+		{[]string{"spec", "image"}, v.Image.Repository + ":" + v.Image.Tag},
+		{[]string{"spec", "training", "epochs"}, int64(10)},
+		{[]string{"spec", "training", "learningRate"}, 0.02},
+		{[]string{"spec", "runPolicy", "backoffLimit"}, int64(3)},
+		{[]string{"spec", "runPolicy", "cleanPodPolicy"}, "Running"},
+		{[]string{"spec", "runPolicy", "suspend"}, true},
+	} {
+		got, found, _ := unstructured.NestedFieldNoCopy(stored, c.path...)
+		if !found || got != c.want {
+			t.Errorf("stored %s = %v (found %v), want %v", strings.Join(c.path, "."), got, found, c.want)
+		}
+	}
+	kubectl(t, "delete", "adamjob", "defaults", "-n", ns, "--wait=false")
+}
+
+// The operator's pods as values set them: pull secrets, annotations, a priority class, and the
+// chart's image passed on as the jobs' default; the replicas prefer different nodes unless
+// `affinity` says otherwise.
+func TestChartPodSettingsFromValues(t *testing.T) {
+	deployment := func(set ...string) map[string]any {
+		for _, o := range renderChart(t, set...) {
+			if o["kind"] == "Deployment" {
+				return o
+			}
+		}
+		t.Fatal("no Deployment rendered")
+		return nil
+	}
+	pod := func(d map[string]any, path ...string) any {
+		v, _, _ := unstructured.NestedFieldNoCopy(d, append([]string{"spec", "template"}, path...)...)
+		return v
+	}
+	d := deployment("imagePullSecrets[0].name=regcred", "podAnnotations.team=ml", "priorityClassName=adam-high",
+		"image.repository=registry.example/adam", "image.tag=9")
+	if s := fmt.Sprint(pod(d, "spec", "imagePullSecrets")); s != "[map[name:regcred]]" {
+		t.Errorf("imagePullSecrets %s", s)
+	}
+	if s := fmt.Sprint(pod(d, "metadata", "annotations")); s != "map[team:ml]" {
+		t.Errorf("annotations %s", s)
+	}
+	if s := fmt.Sprint(pod(d, "spec", "priorityClassName")); s != "adam-high" {
+		t.Errorf("priorityClassName %s", s)
+	}
+	containers := pod(d, "spec", "containers").([]any)
+	c := containers[0].(map[string]any)
+	if c["image"] != "registry.example/adam:9" || !strings.Contains(fmt.Sprint(c["args"]), "--default-image=registry.example/adam:9") {
+		t.Errorf("image %v, args %v: want registry.example/adam:9 and it as --default-image", c["image"], c["args"])
+	}
+	anti, _, _ := unstructured.NestedSlice(pod(deployment(), "spec").(map[string]any), "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
+	if len(anti) != 1 || !strings.Contains(fmt.Sprint(anti), "topologyKey:kubernetes.io/hostname") {
+		t.Errorf("default affinity: %v, want a preferred anti-affinity on the hostname", anti)
+	}
+	own := pod(deployment("affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+		"affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists"), "spec", "affinity")
+	if s := fmt.Sprint(own); strings.Contains(s, "podAntiAffinity") || !strings.Contains(s, "nodeAffinity") {
+		t.Errorf("affinity from values: %s", s)
+	}
+}
