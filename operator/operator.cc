@@ -177,8 +177,15 @@ struct Operator::Impl : public Children {
         std::make_unique<Reconciler>(fenced.get(), this, nullptr, scrapes.get(), o.status_period);
     reconciler->set_certificate_validity(o.certificate_validity);
     reconciler->set_kueue(o.kueue);
+    reconciler->set_default_image(o.default_image);
+    reconciler->set_restart_backoff(o.restart_backoff, o.restart_backoff_max);
+    reconciler->set_node_loss_timeout(o.node_loss_timeout);
     kube::WorkQueue* q = queue.get();
-    auto job_handler = [q](const kube::WatchEvent& ev) { q->Add(kube::KeyOf(ev.object)); };
+    // The echo of the reconciler's own status write queues nothing: each write would otherwise
+    // reconcile the job once more.
+    auto job_handler = [q, r = reconciler.get()](const kube::WatchEvent& ev) {
+      if (!r->OwnWrite(ev)) q->Add(kube::KeyOf(ev.object));
+    };
     auto child_handler = [q, batch = o.child_event_batch](const kube::WatchEvent& ev) {
       QueueOwner(q, ev.object, batch);
     };

@@ -62,6 +62,15 @@ struct OperatorOptions {
   // Kueue: jobs labelled kueue.x-k8s.io/queue-name wait for their Workload's admission
   // (reconcile/kueue.h). Start fails when the API server has no Kueue Workloads.
   bool kueue = false;
+  // spec.image of a job that names none ("" = spec::AdamJob's own default); the chart passes its
+  // image.
+  std::string default_image;
+  // How long a trainer or data server waits on an unreachable node before it is force-deleted
+  // and made again elsewhere (Reconciler::set_node_loss_timeout); 0 = never.
+  std::chrono::milliseconds node_loss_timeout{120000};
+  // Back-off between re-creations of a role's failed pods (Reconciler::set_restart_backoff).
+  std::chrono::milliseconds restart_backoff{10000};
+  std::chrono::milliseconds restart_backoff_max{300000};
 };
 
 class Operator {

@@ -48,6 +48,7 @@ Resource Leases();
 Resource NetworkPolicies();
 Resource PodDisruptionBudgets();
 Resource Secrets();
+Resource Nodes();  // cluster-scoped
 // Kueue's (kueue.x-k8s.io/v1beta2) and the scheduler-plugins coscheduling plugin's
 // (scheduling.x-k8s.io/v1alpha1), used only for jobs that ask for them.
 Resource Workloads();
@@ -94,6 +95,9 @@ class Client {
                                       const Json& object) = 0;
   // DELETE with propagationPolicy Background; NOT_FOUND when already gone.
   virtual Status Delete(const Resource& r, const std::string& ns, const std::string& name) = 0;
+  // DELETE with gracePeriodSeconds 0: the object goes at once, without waiting for a kubelet to
+  // confirm that a pod's containers stopped (one on an unreachable node never will).
+  virtual Status ForceDelete(const Resource& r, const std::string& ns, const std::string& name) = 0;
   // Streams events to `on_event` until the server ends the stream (OK), `on_event` returns
   // false (OK), `stop` becomes true (CANCELLED), or the connection fails. An ERROR event with
   // code 410, or a 410 answer, returns OUT_OF_RANGE: the caller must list again.

@@ -34,6 +34,7 @@ std::string Resource::Path(const std::string& ns) const {
 
 Resource AdamJobs() { return {"adam.dev/v1alpha1", "adamjobs"}; }
 Resource Pods() { return {"v1", "pods"}; }
+Resource Nodes() { return {"v1", "nodes", false}; }
 Resource Services() { return {"v1", "services"}; }
 Resource ConfigMaps() { return {"v1", "configmaps"}; }
 Resource PersistentVolumeClaims() { return {"v1", "persistentvolumeclaims"}; }
@@ -349,6 +350,15 @@ class HttpClient : public Client {
   Status Delete(const Resource& r, const std::string& ns, const std::string& name) override {
     const Json options = {
         {"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", "Background"}};
+    auto s = Call(http::methods::DEL, r.Path(ns) + "/" + name, &options);
+    return s.status();
+  }
+
+  Status ForceDelete(const Resource& r, const std::string& ns, const std::string& name) override {
+    const Json options = {{"kind", "DeleteOptions"},
+                          {"apiVersion", "v1"},
+                          {"propagationPolicy", "Background"},
+                          {"gracePeriodSeconds", 0}};
     auto s = Call(http::methods::DEL, r.Path(ns) + "/" + name, &options);
     return s.status();
   }

@@ -225,4 +225,10 @@ Status FencedClient::Delete(const Resource& r, const std::string& ns, const std:
   return inner_->Delete(r, ns, name);
 }
 
+Status FencedClient::ForceDelete(const Resource& r, const std::string& ns,
+                                 const std::string& name) {
+  ADAM_RETURN_IF_ERROR(Check("delete", r));
+  return inner_->ForceDelete(r, ns, name);
+}
+
 }  // namespace adam::kube

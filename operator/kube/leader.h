@@ -100,6 +100,7 @@ class FencedClient : public Client {
   StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns,
                               const Json& object) override;
   Status Delete(const Resource& r, const std::string& ns, const std::string& name) override;
+  Status ForceDelete(const Resource& r, const std::string& ns, const std::string& name) override;
   Status Watch(const Resource& r, const std::string& ns, const WatchOptions& o,
                const std::function<bool(const WatchEvent&)>& on_event,
                const std::atomic<bool>* stop) override {

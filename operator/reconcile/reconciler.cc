@@ -44,8 +44,9 @@ struct Reconciler::State {
   std::optional<std::chrono::system_clock::time_point> renew_at;  // the certificate's renewal
   std::optional<std::chrono::milliseconds> requeue_after;         // Finalize's next look
   std::optional<std::vector<Json>> rendered;                      // Rendered's
-  std::optional<WorkloadState> admission;  // Kueue's, for a queued job that may run
-  std::optional<StartFailure> refused;     // the first create of this pass the API refused
+  std::optional<WorkloadState> admission;          // Kueue's, for a queued job that may run
+  std::optional<StartFailure> refused;             // the first create of this pass the API refused
+  std::map<std::string, std::string> backing_off;  // role -> when its lost pods are made again
 };
 
 namespace {
@@ -424,6 +425,7 @@ Status Reconciler::HandlePods(State& s) {
   int trainers_done = 0;
   std::vector<std::pair<std::string, std::string>> replace;  // pod name, uid
   std::set<std::string> failed_replicas, counted_replicas;   // split replicas, by index
+  std::set<std::string> crashed;  // roles (status keys) with a pod that failed by itself
   const std::set<std::string> not_counted = ReplicasNotCounted(*s.spec, s.pods);
   for (const Json& pod : s.pods) {
     if (HasDeletion(pod)) continue;
@@ -449,6 +451,7 @@ Status Reconciler::HandlePods(State& s) {
                              (code >= 0 ? "exit code " + std::to_string(code) : "no exit code") +
                              (why.empty() ? "" : ", " + why) + ")";
     const FailureVerdict v = JudgeMember(*s.spec, role, pod, code, not_counted);
+    if (v.reason != "PodDisrupted") crashed.insert(member ? "trainer" : role);
     if (v.action == Action::kIgnore) {
       Event(s, "Normal", v.reason, what + v.why + "; replacing it without counting a restart");
       continue;
@@ -476,6 +479,7 @@ Status Reconciler::HandlePods(State& s) {
               std::to_string(backoff_limit) + " restarts)");
   }
   WithTheirReplicas(s, failed_replicas, &replace);
+  BackOff(s, crashed);
   if (!replace.empty()) {
     ADAM_RETURN_IF_ERROR(WriteStatus(s));  // the counts first
     for (const auto& [pod_name, uid] : replace) {
@@ -496,6 +500,95 @@ Status Reconciler::HandlePods(State& s) {
            "every trainer finished its " + std::to_string(s.spec->training.epochs) + " epochs");
   }
   return OkStatus();
+}
+
+// A pod whose node stopped answering stays (Terminating, once Kubernetes evicts it) until the
+// kubelet confirms its end, which never comes while the node is away; and Adam's pods have fixed
+// names, so its replacement waits as long. Trainers and data servers hold nothing a second copy
+// could corrupt (a trainer that was only cut off pushes updates Hogwild takes, until its kubelet
+// is back and stops it), so once the node has been unreachable (Ready Unknown) for
+// node_loss_timeout_ they are force-deleted and made again elsewhere, not counted as failures.
+// A parameter server or a controller member keeps its volume on that node: they wait for the
+// node to come back, be deleted, or be tainted out-of-service (Kubernetes then deletes them).
+Status Reconciler::ReplaceLostPods(State& s) {
+  if (node_loss_timeout_.count() <= 0) return OkStatus();
+  std::map<std::string, std::optional<std::chrono::system_clock::time_point>> lost_since;
+  for (const Json& pod : s.pods) {
+    const std::string role = Label(pod, kRoleLabel);
+    if (role != "trainer" && role != "model-worker" && role != "data-server") continue;
+    const std::string node = pod.value("spec", Json::object()).value("nodeName", "");
+    const std::string phase = PodPhase(pod);
+    if (node.empty() || phase == "Succeeded" || phase == "Failed") continue;
+    if (!HasDeletion(pod) && PodReady(pod)) continue;  // its kubelet still reports it ready
+    if (!lost_since.count(node)) {
+      auto n = client_->Get(kube::Nodes(), "", node);
+      if (!n.ok() && n.status().code() != StatusCode::kNotFound) return n.status();
+      std::optional<std::chrono::system_clock::time_point> since;
+      if (n.ok())
+        for (const Json& c : n->value("status", Json::object()).value("conditions", Json::array()))
+          if (c.value("type", "") == "Ready" && c.value("status", "") == "Unknown")
+            since = ParseTime(c.value("lastTransitionTime", ""));
+      lost_since[node] = since;  // a deleted node's pods go with Kubernetes' pod GC
+    }
+    const auto since = lost_since[node];
+    if (!since) continue;
+    const auto due = *since + node_loss_timeout_;
+    const std::string name = pod["metadata"]["name"];
+    if (due > s.now) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(due - s.now);
+      if (!s.requeue_after || *s.requeue_after > left) s.requeue_after = left;
+      continue;
+    }
+    Status d = client_->ForceDelete(kube::Pods(), s.ns, name);
+    if (d.code() == StatusCode::kNotFound) continue;
+    if (!d.ok()) return d;
+    Event(s, "Warning", "NodeLost",
+          "pod " + name + ": node " + node + " has not answered since " + FormatTime(*since) +
+              "; deleted at once so that it is made again on another node (not counted)");
+  }
+  return OkStatus();
+}
+
+// Kept in status.roles.<role> (recentFailures, lastFailureTime, createAfter), so that an
+// operator leader change keeps the back-off: a rule that ignores a crash (exit 137, say) would
+// otherwise be a hot delete-and-create loop.
+void Reconciler::BackOff(State& s, const std::set<std::string>& roles) {
+  for (const std::string& role : roles) {
+    Json& rs = s.status["roles"][role];
+    if (!rs.is_object()) rs = Json::object();
+    const auto last = ParseTime(rs.value("lastFailureTime", ""));
+    const bool recent = last && s.now - *last < 2 * backoff_max_;
+    const int n = recent ? rs.value("recentFailures", 0) + 1 : 1;
+    rs["recentFailures"] = n;
+    rs["lastFailureTime"] = FormatTime(s.now);
+    auto delay = std::chrono::milliseconds(0);
+    if (n > 1 && backoff_initial_.count() > 0) {
+      delay = backoff_initial_;
+      for (int i = 2; i < n && delay < backoff_max_; ++i) delay *= 2;
+      delay = std::min(delay, backoff_max_);
+    }
+    if (delay.count() == 0) {
+      rs.erase("createAfter");
+      continue;
+    }
+    // Whole seconds, as the API writes times: rounded up, so no pod comes back early.
+    rs["createAfter"] = FormatTime(std::chrono::ceil<std::chrono::seconds>(s.now + delay));
+    Event(s, "Warning", "BackOff",
+          "role " + role + " failed " + std::to_string(n) + " times in a row; its pods are made " +
+              "again in " + std::to_string((delay.count() + 999) / 1000) + " s, at " +
+              rs["createAfter"].get<std::string>());
+  }
+}
+
+std::optional<std::chrono::milliseconds> Reconciler::BackoffLeft(State& s, const Json& pod) {
+  const std::string role = Label(pod, kRoleLabel);
+  const std::string key = ReplicaMember(*s.spec, role) ? "trainer" : role;
+  const Json roles = s.status.value("roles", Json::object());
+  if (!roles.is_object() || !roles.contains(key) || !roles[key].is_object()) return std::nullopt;
+  const auto after = ParseTime(roles[key].value("createAfter", ""));
+  if (!after || *after <= s.now) return std::nullopt;
+  s.backing_off[key] = roles[key]["createAfter"];
+  return std::chrono::ceil<std::chrono::milliseconds>(*after - s.now);
 }
 
 // Trainer 0's last figures, from the termination message it leaves when it succeeds (a JSON
@@ -755,6 +848,12 @@ StatusOr<bool> Reconciler::EnsureObject(State& s, const Json& o,
   ADAM_ASSIGN_OR_RETURN(const kube::Resource r, kube::ResourceForKind(o["apiVersion"], kind));
   auto it = existing.find(key);
   if (it == existing.end()) {
+    if (kind == "Pod") {
+      if (const auto left = BackoffLeft(s, o)) {  // a crash-looping role waits its turn
+        if (!s.requeue_after || *s.requeue_after > *left) s.requeue_after = *left;
+        return false;
+      }
+    }
     auto c = client_->Create(r, s.ns, Json::parse(o.dump()));
     if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) {
       // Refused for good (admission, quota, an invalid field): said on the job, tried again
@@ -900,6 +999,15 @@ Status Reconciler::EnsureObjects(State& s) {
   return OkStatus();
 }
 
+bool Reconciler::OwnWrite(const kube::WatchEvent& ev) {
+  if (ev.type != "MODIFIED" || !ev.object.contains("metadata")) return false;
+  const Json& md = ev.object["metadata"];
+  const std::string rv = md.value("resourceVersion", "");
+  MutexLock lock(mu_);
+  auto w = status_writes_.find(md.value("namespace", "") + "/" + md.value("name", ""));
+  return w != status_writes_.end() && !rv.empty() && w->second.resource_version == rv;
+}
+
 // A conflict from a write to metadata alone (an annotation, a label) does not make this pass's
 // status stale: the job is read again and, if its spec and status are still the ones this pass
 // started from, the status is written over the new resourceVersion. Without that, a client that
@@ -908,6 +1016,18 @@ Status Reconciler::EnsureObjects(State& s) {
 Status Reconciler::WriteStatus(State& s) {
   s.status["observedGeneration"] = s.generation;
   if (s.status == s.old_status) return OkStatus();
+  const std::string key = s.ns + "/" + s.name;
+  // A new throughput alone waits for the next of every 6 status periods (a minute by default):
+  // figures that move with every scrape would otherwise write the job every period.
+  if (s.status.contains("imagesPerSecond") && s.old_status.contains("imagesPerSecond")) {
+    Json a = s.status, b = s.old_status;
+    a.erase("imagesPerSecond");
+    b.erase("imagesPerSecond");
+    MutexLock lock(mu_);
+    auto last = status_writes_.find(key);
+    if (a == b && last != status_writes_.end() && s.now - last->second.at < 6 * status_period_)
+      return OkStatus();
+  }
   Json updated = s.job;
   for (int attempt = 0;; ++attempt) {
     updated["status"] = s.status;
@@ -915,6 +1035,8 @@ Status Reconciler::WriteStatus(State& s) {
     if (r.ok()) {
       s.job = *r;
       s.old_status = s.status;
+      MutexLock lock(mu_);
+      status_writes_[key] = {s.now, s.job["metadata"].value("resourceVersion", "")};
       return OkStatus();
     }
     if (r.status().code() != StatusCode::kAborted || attempt == 4) return r.status();
@@ -935,6 +1057,7 @@ StatusOr<bool> Reconciler::Begin(const std::string& ns, const std::string& name,
     if (got.status().code() == StatusCode::kNotFound) {  // gone: owned objects too
       MutexLock lock(mu_);
       certificate_warned_.erase(ns + "/" + name);
+      status_writes_.erase(ns + "/" + name);
       return false;
     }
     return got.status();
@@ -989,6 +1112,8 @@ bool Reconciler::CheckSpec(State& s) {
     return false;
   }
   s.spec = std::move(*parsed);
+  if (!default_image_.empty() && !s.job.value("spec", Json::object()).contains("image"))
+    s.spec->image = default_image_;
   const bool was_invalid = ConditionIs(s.status, "InvalidSpec", "True");
   SetCondition(s, "InvalidSpec", false, "SpecValid", "the spec is valid");
   if (was_invalid && s.status.value("phase", "") == "Failed") {
@@ -1214,8 +1339,14 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   }
   ADAM_RETURN_IF_ERROR(HandlePods(s));
   if (s.finished) return AfterFinish(s, result);
+  ADAM_RETURN_IF_ERROR(ReplaceLostPods(s));
   ADAM_RETURN_IF_ERROR(EnsureCertificates(s));  // first: every pod mounts the TLS Secret
   ADAM_RETURN_IF_ERROR(EnsureObjects(s));
+  for (const auto& [role, when] : s.backing_off) {
+    SetCondition(s, "Restarting", true, "BackOff",
+                 "role " + role + " keeps failing; its pods are made again at " + when);
+    break;
+  }
   ReportStartFailures(s);
   if (s.requeue_after && (!result.requeue_after || *result.requeue_after > *s.requeue_after))
     result.requeue_after = s.requeue_after;  // a look again for what EnsureObjects waits on

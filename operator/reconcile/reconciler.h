@@ -77,6 +77,27 @@ class Reconciler {
   // LocalQueue as a Workload and runs no pod until Kueue admits it. Off: the label is ignored.
   void set_kueue(bool on) { kueue_ = on; }
 
+  // The image of a job whose spec names none ("" = spec::AdamJob's default). Where the chart
+  // installed the CRD, the API server has already written the chart's image into the spec.
+  void set_default_image(std::string image) { default_image_ = std::move(image); }
+
+  // Back-off between re-creations of a role's pods after they fail: the first failure is
+  // replaced at once, each further one within 2 * `max` of the last waits `initial`, doubling up
+  // to `max`. Pods the cluster took (DisruptionTarget) or that were deleted are replaced at once.
+  // A trainer or data server on a node whose kubelet stopped answering (Ready Unknown) for
+  // `timeout` is force-deleted, and so made again elsewhere; 0 = never (Kubernetes' own paths
+  // only: the node deleted, or tainted node.kubernetes.io/out-of-service).
+  void set_node_loss_timeout(std::chrono::milliseconds timeout) { node_loss_timeout_ = timeout; }
+
+  void set_restart_backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max) {
+    backoff_initial_ = initial;
+    backoff_max_ = max;
+  }
+
+  // True for the watch event of this reconciler's own status write (the job as it wrote it, and
+  // not changed since): nothing in it calls for another pass.
+  bool OwnWrite(const kube::WatchEvent& ev);
+
  private:
   struct State;
   // The phases of Reconcile. Begin reads the job and handles its deletion and finalizer; false:
@@ -120,6 +141,12 @@ class Reconciler {
   std::map<std::string, Json> ExistingObjects(State& s);
   StatusOr<bool> EnsureObject(State& s, const Json& o, const std::map<std::string, Json>& existing);
   Status HandlePods(State& s);
+  // Force-deletes the trainers and data servers of a node lost for node_loss_timeout_.
+  Status ReplaceLostPods(State& s);
+  // HandlePods' part: the roles whose pods just failed (their status keys) enter or go on in
+  // their back-off; and the time a role's pod may be made again, while it is in the future.
+  void BackOff(State& s, const std::set<std::string>& roles);
+  std::optional<std::chrono::milliseconds> BackoffLeft(State& s, const Json& pod);
   void WithTheirReplicas(State& s, const std::set<std::string>& failed_replicas,
                          std::vector<std::pair<std::string, std::string>>* replace);
   Status Cleanup(State& s, bool all);
@@ -143,12 +170,22 @@ class Reconciler {
   std::chrono::milliseconds status_period_;
   std::chrono::seconds certificate_validity_ = net::kCertificateValidity;
   bool kueue_ = false;
+  std::string default_image_;
+  std::chrono::milliseconds node_loss_timeout_{120000};
+  std::chrono::milliseconds backoff_initial_{10000};
+  std::chrono::milliseconds backoff_max_{300000};
   Mutex mu_;  // the bookkeeping below, shared by the workers
   // Pod uids whose failure counted as a restart.
   std::set<std::string> counted_failures_ ABSL_GUARDED_BY(mu_);
   // "ns/job" -> when its last CertificateNotRenewable warning went out, and the fault it named.
   std::map<std::string, std::pair<std::chrono::system_clock::time_point, std::string>>
       certificate_warned_ ABSL_GUARDED_BY(mu_);
+  // "ns/job" -> its last status write: when, and the resourceVersion it made (OwnWrite).
+  struct StatusWrite {
+    std::chrono::system_clock::time_point at;
+    std::string resource_version;
+  };
+  std::map<std::string, StatusWrite> status_writes_ ABSL_GUARDED_BY(mu_);
 };
 
 // The manifest the roles read, from an AdamJob object: apiVersion, kind, name, namespace, spec.

@@ -165,6 +165,8 @@ Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::
   Json pod = {{"containers", {container}},
               {"volumes", volumes},
               {"enableServiceLinks", false},
+              // No role calls the Kubernetes API: no token for anyone who gets into a pod.
+              {"automountServiceAccountToken", false},
               {"securityContext",
                {{"runAsNonRoot", true},
                 {"runAsUser", 10001},

@@ -95,6 +95,7 @@ struct FakeApiServer::Impl {
   // RefuseCreates: collection -> the answer every create of it gets (code, message).
   std::map<std::string, std::pair<int, std::string>> refuse_creates;
   bool touch_on_events = false;
+  bool hold_pod_deletions = false;
   int throttle = 0, retry_after = 1, throttled = 0, requests = 0;
   std::chrono::milliseconds delay{0};
   int watches = 0, lists = 0, conflicts = 0;
@@ -291,6 +292,14 @@ struct FakeApiServer::Impl {
       if (!body.is_object() || !body.contains("metadata") || !body["metadata"].is_object())
         return Fail(req, 422, "Invalid", "metadata: required");
     }
+    if (method == http::methods::DEL) {  // DeleteOptions, when given
+      try {
+        const std::vector<unsigned char> bytes = req.extract_vector().get();
+        if (!bytes.empty()) body = Json::parse(std::string(bytes.begin(), bytes.end()));
+      } catch (const std::exception& e) {
+        return Fail(req, 400, "BadRequest", std::string("body is not JSON: ") + e.what());
+      }
+    }
     std::unique_lock<std::mutex> lock(mu);
     auto& objs = store[t.collection];
     if (method == http::methods::GET && t.name.empty()) {
@@ -389,6 +398,17 @@ struct FakeApiServer::Impl {
     if (method == http::methods::DEL) {
       if (!objs.count(key))
         return Fail(req, 404, "NotFound", t.collection + " " + key + " not found");
+      Json& cur = objs[key];
+      const bool now = body.is_object() && body.value("gracePeriodSeconds", -1) == 0;
+      if (hold_pod_deletions && t.collection == "v1/pods" && !now &&
+          !cur["spec"].value("nodeName", "").empty()) {
+        if (!cur["metadata"].contains("deletionTimestamp")) {
+          cur["metadata"]["deletionTimestamp"] = Now();
+          cur = Stamp(cur);
+          Emit(t.collection, "MODIFIED", cur);
+        }
+        return Reply(req, 200, cur);
+      }
       DeleteLocked(t.collection, key);
       return Reply(req, 200, Json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}});
     }
@@ -583,6 +603,11 @@ void FakeApiServer::BreakWatches() {
 void FakeApiServer::FailUpdates(int n) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->fail_updates = n;
+}
+
+void FakeApiServer::HoldPodDeletions(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->hold_pod_deletions = on;
 }
 
 void FakeApiServer::RefuseCreates(const std::string& collection, int code,

@@ -56,6 +56,9 @@ class FakeApiServer {
   // as an admission plugin, a quota or validation would; code 0 accepts them again.
   void RefuseCreates(const std::string& collection, int code, const std::string& message);
   void TouchOnEvents(bool on);
+  // A pod on a node is deleted as a real API server deletes it: marked (deletionTimestamp) and
+  // kept until its kubelet confirms (Remove), unless the delete asks for gracePeriodSeconds 0.
+  void HoldPodDeletions(bool on);
   void Throttle(int n, int retry_after_seconds);
   void Delay(std::chrono::milliseconds d);
   void SetToken(const std::string& token);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -89,6 +90,10 @@ struct OperatorTest : ::testing::Test {
     // These tests change pods one step at a time and wait for each reconcile: at once rather
     // than a batch later (QueueOwner's test covers the batching).
     o.child_event_batch = std::chrono::milliseconds(0);
+    o.restart_backoff = restart_backoff;
+    o.restart_backoff_max = restart_backoff_max;
+    o.default_image = default_image;
+    o.node_loss_timeout = node_loss_timeout;
     auto started = Operator::Start(client.get(), o);
     ASSERT_TRUE(started.ok()) << started.status().message();
     op = std::move(*started);
@@ -96,6 +101,10 @@ struct OperatorTest : ::testing::Test {
   void TearDown() override {
     if (op) op->Stop();
   }
+  // No back-off unless a test asks for one: most tests fail one pod after another.
+  std::chrono::milliseconds restart_backoff{0}, restart_backoff_max{0};
+  std::string default_image;
+  std::chrono::milliseconds node_loss_timeout{120000};
 
   // Waits until the operator has finished two reconciles since the call, each brought about by
   // `touch` when given (a change to an object it watches), else by its own look at every job
@@ -328,6 +337,58 @@ TEST_F(OperatorTest, StatusCarriesEpochAccuracyAndThroughput) {
   EXPECT_DOUBLE_EQ(Job("fashion-mnist")["status"]["testAccuracy"].get<double>(), 0.9012);
 }
 
+// Throughput that moves with every scrape is written at most once every 6 status periods; the
+// job is never written at each period for it.
+TEST_F(OperatorTest, AMovingThroughputIsWrittenAtARateLimit) {
+  StartOperator();
+  api->Put(kJobs, Example("fashion-mnist"));
+  BringUp("fashion-mnist", false);
+  for (const char* t : {"fashion-mnist-trainer-0", "fashion-mnist-trainer-1"})
+    metrics->Set(t, {{"adam_trainer_epoch", 1}, {"adam_trainer_images_total", 1000}});
+  metrics->SetStep(1000);
+  ASSERT_TRUE(
+      Eventually([&] { return Job("fashion-mnist")["status"].value("imagesPerSecond", 0.0) > 0; }));
+  std::set<std::string> versions;
+  std::set<double> rates;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(2400);
+  for (int i = 0; std::chrono::steady_clock::now() < end; ++i) {
+    metrics->SetStep(1000 + 100 * i);  // a new rate at every scrape
+    const Json j = Job("fashion-mnist");
+    versions.insert(j["metadata"].value("resourceVersion", ""));
+    rates.insert(j["status"].value("imagesPerSecond", 0.0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // 2.4 s of 200 ms periods: 12 writes without the limit; 1.2 s apart with it.
+  EXPECT_GE(rates.size(), 2u) << "the throughput was never refreshed";
+  EXPECT_LE(versions.size(), 4u);
+}
+
+// The watch event of the reconciler's own status write calls for no other pass; a change by
+// anyone else after it does.
+TEST(Reconciler, ItsOwnStatusWriteIsNoReasonForAnotherPass) {
+  auto api = FakeApiServer::Start();
+  auto client = kube::NewHttpClient(Plain(api->url()));
+  struct None : Children {
+    std::vector<Json> Owned(const kube::Resource&, const std::string&, const std::string&,
+                            const std::string&) const override {
+      return {};
+    }
+  } none;
+  Reconciler r(client.get(), &none);
+  Json j = Example("fashion-mnist");
+  j["spec"]["training"]["epochs"] = 0;  // invalid: the pass writes a condition and stops
+  api->Put(kJobs, j);
+  ASSERT_TRUE(r.Reconcile("ml", "fashion-mnist").ok());
+  const Json written = api->Get(kJobs, "ml", "fashion-mnist");
+  ASSERT_EQ(written["status"].value("phase", ""), "Failed") << written.dump(2);
+  EXPECT_TRUE(r.OwnWrite({"MODIFIED", written}));
+  EXPECT_FALSE(r.OwnWrite({"ADDED", written}));
+  Json touched = written;
+  touched["metadata"]["labels"]["test/touched"] = "1";
+  api->Put(kJobs, touched);
+  EXPECT_FALSE(r.OwnWrite({"MODIFIED", api->Get(kJobs, "ml", "fashion-mnist")}));
+}
+
 TEST_F(OperatorTest, RecreatesADeletedPodAndRestartsAFailedOne) {
   StartOperator();
   api->Put(kJobs, Example("fashion-mnist"));
@@ -353,6 +414,127 @@ TEST_F(OperatorTest, RecreatesADeletedPodAndRestartsAFailedOne) {
              e["message"].get<std::string>().find("exit code 137") != std::string::npos;
   EXPECT_TRUE(event);
   EXPECT_EQ(Phase("fashion-mnist"), "Running");
+}
+
+int EventsOf(const FakeApiServer& api, const std::string& reason, const std::string& text);
+
+// A job that names no image runs the operator's default (the chart's image); one that names its
+// own keeps it.
+TEST_F(OperatorTest, AJobWithoutAnImageRunsTheOperatorsDefault) {
+  default_image = "registry.example/adam:2";
+  StartOperator();
+  Json plain = Example("fashion-mnist");
+  plain["spec"].erase("image");
+  api->Put(kJobs, plain);
+  Json own = Example("fashion-mnist");
+  own["metadata"]["name"] = "own";
+  own["spec"]["image"] = "elsewhere/adam:1";
+  api->Put(kJobs, own);
+  ASSERT_TRUE(Eventually(
+      [&] { return !PodsOf("ps", "fashion-mnist").empty() && !PodsOf("ps", "own").empty(); }));
+  EXPECT_EQ(PodsOf("ps", "fashion-mnist")[0]["spec"]["containers"][0]["image"],
+            "registry.example/adam:2");
+  EXPECT_EQ(PodsOf("ps", "own")[0]["spec"]["containers"][0]["image"], "elsewhere/adam:1");
+}
+
+// A node stops answering (the node lifecycle controller marks it Ready Unknown and its pods not
+// ready; a delete only marks them, as no kubelet confirms): its trainer and data server are
+// deleted at once after the node-loss timeout and made again, uncounted; its parameter server
+// stays, since its volume is on that node.
+TEST_F(OperatorTest, TrainersAndDataServersOfALostNodeAreReplacedAfterTheTimeout) {
+  node_loss_timeout = std::chrono::milliseconds(1500);
+  StartOperator();
+  api->HoldPodDeletions(true);
+  api->Put(kJobs, Example("fashion-mnist"));
+  BringUp("fashion-mnist", false);
+  std::map<std::string, std::string> uids;
+  for (const char* name :
+       {"fashion-mnist-trainer-1", "fashion-mnist-data-server-0", "fashion-mnist-ps-1"}) {
+    Json p = api->Get(kPods, "ml", name);
+    p["spec"]["nodeName"] = "lost";
+    for (Json& c : p["status"]["conditions"])
+      if (c["type"] == "Ready") c["status"] = "False";
+    uids[name] = api->Put(kPods, p)["metadata"]["uid"];
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  api->Put("v1/nodes",
+           {{"metadata", {{"name", "lost"}}},
+            {"status",
+             {{"conditions",
+               {{{"type", "Ready"},
+                 {"status", "Unknown"},
+                 {"lastTransitionTime", kube::FormatTime(std::chrono::system_clock::now())}}}}}}});
+  const auto replaced = [&](const std::string& name) {
+    const Json p = api->Get(kPods, "ml", name);
+    return !p.is_null() && p["metadata"]["uid"] != uids[name];
+  };
+  ASSERT_TRUE(Eventually([&] {
+    return replaced("fashion-mnist-trainer-1") && replaced("fashion-mnist-data-server-0");
+  })) << Job("fashion-mnist").dump(2);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(400));
+  EXPECT_EQ(EventsOf(*api, "NodeLost", "pod fashion-mnist-trainer-1: node lost"), 1);
+  EXPECT_EQ(EventsOf(*api, "NodeLost", "pod fashion-mnist-data-server-0: node lost"), 1);
+  ASSERT_TRUE(Passes());
+  EXPECT_FALSE(replaced("fashion-mnist-ps-1"));
+  EXPECT_FALSE(
+      api->Get(kPods, "ml", "fashion-mnist-ps-1")["metadata"].contains("deletionTimestamp"));
+  EXPECT_EQ(Job("fashion-mnist")["status"].value("restarts", 0), 0);
+}
+
+// A role whose pods keep failing waits before each new pod, doubling up to the bound, however its
+// failures are judged (here an Ignore rule for exit 137, which counts no restart): no hot
+// delete-and-create loop.
+TEST_F(OperatorTest, ARoleThatKeepsFailingIsMadeAgainAfterADoublingBackoff) {
+  restart_backoff = std::chrono::milliseconds(1000);
+  restart_backoff_max = std::chrono::milliseconds(2000);
+  StartOperator();
+  Json j = Example("fashion-mnist");
+  j["spec"]["roles"]["trainer"]["failureRules"] =
+      Json::parse(R"([{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [137]}}])");
+  api->Put(kJobs, j);
+  BringUp("fashion-mnist", false);
+  const auto trainer = [&] { return api->Get(kPods, "ml", "fashion-mnist-trainer-1"); };
+  const auto role = [&] { return Job("fashion-mnist")["status"]["roles"]["trainer"]; };
+  // Fails, and is back as a new pod after `wait`; returns how long that took.
+  const auto fail = [&] {
+    const std::string uid = trainer()["metadata"]["uid"];
+    const auto t0 = std::chrono::steady_clock::now();
+    api->SetPodPhase("ml", "fashion-mnist-trainer-1", "Failed", false, 137);
+    EXPECT_TRUE(Eventually([&] {
+      const Json p = trainer();
+      return !p.is_null() && p["metadata"]["uid"] != uid;
+    })) << Job("fashion-mnist").dump(2);
+    return std::chrono::steady_clock::now() - t0;
+  };
+  // The first failure: replaced at once.
+  EXPECT_LT(fail(), std::chrono::milliseconds(900));
+  EXPECT_EQ(role().value("recentFailures", 0), 1);
+  EXPECT_FALSE(role().contains("createAfter"));
+  RunAll("trainer");
+  // The second: the pod waits out the first step (1 s, to the next whole second).
+  const auto second = fail();
+  EXPECT_GE(second, std::chrono::milliseconds(1000));
+  EXPECT_LT(second, std::chrono::milliseconds(4000));
+  Json r = role();
+  EXPECT_EQ(r.value("recentFailures", 0), 2);
+  auto from = kube::ParseTime(r.value("lastFailureTime", ""));
+  auto until = kube::ParseTime(r.value("createAfter", ""));
+  ASSERT_TRUE(from && until) << r.dump();
+  EXPECT_GE(*until - *from, std::chrono::seconds(1));
+  EXPECT_EQ(EventsOf(*api, "BackOff", "role trainer failed 2 times in a row"), 1);
+  RunAll("trainer");
+  // The third: doubled, then held at the bound (2 s).
+  EXPECT_GE(fail(), std::chrono::milliseconds(2000));
+  r = role();
+  from = kube::ParseTime(r.value("lastFailureTime", ""));
+  until = kube::ParseTime(r.value("createAfter", ""));
+  ASSERT_TRUE(from && until) << r.dump();
+  EXPECT_GE(*until - *from, std::chrono::seconds(2));
+  EXPECT_LE(*until - *from, std::chrono::seconds(3));
+  EXPECT_EQ(r.value("recentFailures", 0), 3);
+  // Ignored failures count no restart; the other roles are untouched.
+  EXPECT_EQ(Job("fashion-mnist")["status"].value("restarts", 0), 0);
+  EXPECT_FALSE(Job("fashion-mnist")["status"]["roles"]["ps"].contains("recentFailures"));
 }
 
 TEST_F(OperatorTest, ExitCodeTwoFailsAtOnceAndBackoffLimitBounds) {
@@ -878,6 +1060,10 @@ class SlowCreates : public kube::Client {
   }
   Status Delete(const kube::Resource& r, const std::string& ns, const std::string& n) override {
     return inner_->Delete(r, ns, n);
+  }
+  Status ForceDelete(const kube::Resource& r, const std::string& ns,
+                     const std::string& n) override {
+    return inner_->ForceDelete(r, ns, n);
   }
   Status Watch(const kube::Resource& r, const std::string& ns, const kube::WatchOptions& o,
                const std::function<bool(const kube::WatchEvent&)>& f,

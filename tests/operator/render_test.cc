@@ -456,6 +456,21 @@ TEST(Render, NetworkPolicyAdmitsOnlyTheJobsPods) {
   EXPECT_EQ(metrics["ports"][0]["port"], kMetricsPort);
 }
 
+// No role calls the Kubernetes API, so no pod of a job carries a service-account token, the
+// controllers' StatefulSet template included.
+TEST(Render, NoPodMountsAServiceAccountToken) {
+  int pods = 0;
+  for (const Json& o : RenderExample("fashion-mnist-ha")) {
+    const Json* spec = o["kind"] == "Pod"           ? &o["spec"]
+                       : o["kind"] == "StatefulSet" ? &o["spec"]["template"]["spec"]
+                                                    : nullptr;
+    if (!spec) continue;
+    ++pods;
+    EXPECT_EQ(spec->value("automountServiceAccountToken", true), false) << o["metadata"]["name"];
+  }
+  EXPECT_GE(pods, 4);
+}
+
 TEST(Render, OwnedObjectsHaveUniqueNamesAndOwnerReferences) {
   const auto objects = RenderExample("fashion-mnist-ha", "uid-1");
   std::set<std::string> names;

@@ -421,7 +421,8 @@ Command AddOperator(CLI::App& app) {
     adam::op::OperatorOptions oo;
     std::string kubeconfig, context;
     std::string lease_duration = "15s", renew_deadline = "10s", retry_period = "2s",
-                write_timeout = "2s";
+                write_timeout = "2s", restart_backoff = "10s", restart_backoff_max = "5m",
+                node_loss_timeout = "2m";
     int certificate_days = 0;
     int child_event_batch_ms = 0;
   };
@@ -462,6 +463,16 @@ Command AddOperator(CLI::App& app) {
   oper->add_option("--certificate-days", o->certificate_days,
                    "lifetime of the job certificates it issues (renewed with a third left)")
       ->check(CLI::Range(1, 3650));
+  oper->add_option("--restart-backoff", o->restart_backoff,
+                   "wait before a role's pods are made again after its second failure in a row "
+                   "(doubling with each further one)");
+  oper->add_option("--restart-backoff-max", o->restart_backoff_max,
+                   "longest such wait; a role with no failure for twice this starts afresh");
+  oper->add_option("--node-loss-timeout", o->node_loss_timeout,
+                   "how long a trainer or data server waits on an unreachable node before it is "
+                   "deleted at once and made again elsewhere (0s: never)");
+  oper->add_option("--default-image", oo.default_image,
+                   "image of a job whose spec.image is unset (the chart passes its own)");
   oper->add_flag("--kueue", oo.kueue,
                  "jobs labelled kueue.x-k8s.io/queue-name wait for Kueue to admit their Workload");
   return {oper, [o] {
@@ -472,7 +483,16 @@ Command AddOperator(CLI::App& app) {
                 {"--leader-elect-lease-duration", &o->lease_duration},
                 {"--leader-elect-renew-deadline", &o->renew_deadline},
                 {"--leader-elect-retry-period", &o->retry_period},
-                {"--api-write-timeout", &o->write_timeout}};
+                {"--api-write-timeout", &o->write_timeout},
+                {"--restart-backoff", &o->restart_backoff},
+                {"--restart-backoff-max", &o->restart_backoff_max}};
+            if (adam::spec::ParseDurationMs(o->node_loss_timeout) < 0) {
+              std::fprintf(stderr,
+                           "adam operator: --node-loss-timeout: expected a duration like 2m or "
+                           "0s, got '%s'\n",
+                           o->node_loss_timeout.c_str());
+              return kExitInvalid;
+            }
             for (const auto& [flag, text] : durations) {
               if (adam::spec::ParseDurationMs(*text) <= 0) {
                 std::fprintf(stderr,
@@ -488,6 +508,9 @@ Command AddOperator(CLI::App& app) {
             o->oo.renew_deadline = ms(o->renew_deadline);
             o->oo.retry_period = ms(o->retry_period);
             o->oo.write_timeout = ms(o->write_timeout);
+            o->oo.restart_backoff = ms(o->restart_backoff);
+            o->oo.restart_backoff_max = ms(o->restart_backoff_max);
+            o->oo.node_loss_timeout = ms(o->node_loss_timeout);
             o->oo.child_event_batch = std::chrono::milliseconds(o->child_event_batch_ms);
             if (const char* pod = std::getenv("ADAM_POD_NAME")) o->oo.identity = pod;
             o->oo.certificate_validity = std::chrono::seconds(int64_t(o->certificate_days) * 86400);

@@ -12,6 +12,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -98,9 +99,33 @@ func TestPodFaultsAreRepairedUnderTheRunPolicy(t *testing.T) {
 		t.Errorf("no PodFailed event: %s", why)
 	}
 
+	// It crashes again at once: counted, and its pod made again only once the role's back-off
+	// (the operator's --restart-backoff, 10 s) has passed, which the status and an event say.
+	old = uid("faults-trainer-1")
+	exitPod(t, ns, "faults-trainer-1", 1, "")
+	var after string
+	eventually(t, 10*time.Second, "the trainers' back-off in the status", func() (bool, string) {
+		after, _, _ = unstructured.NestedString(getJob(t, ns, "faults").Object, "status", "roles", "trainer", "createAfter")
+		return after != "", fmt.Sprint(getJob(t, ns, "faults").Object["status"])
+	})
+	replaced("faults-trainer-1", old)
+	until, err := time.Parse(time.RFC3339, after)
+	if err != nil {
+		t.Fatalf("status.roles.trainer.createAfter %q: %v", after, err)
+	}
+	if p, err := env.cs.CoreV1().Pods(ns).Get(ctx(), "faults-trainer-1", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if p.CreationTimestamp.Time.Before(until) {
+		t.Errorf("the crashed trainer came back at %v, before its back-off ended at %v", p.CreationTimestamp.Time, until)
+	}
+	if ok, why := hasEvent(t, ns, "faults", "BackOff", "role trainer failed 2 times in a row"); !ok {
+		t.Errorf("no BackOff event: %s", why)
+	}
+	eventually(t, 10*time.Second, "two restarts", func() (bool, string) { return restarts() == 2, fmt.Sprint(restarts()) })
+
 	// An eviction through the API (kubectl drain's way): the pod goes, is replaced, not counted.
 	old = uid("faults-trainer-0")
-	err := env.cs.PolicyV1().Evictions(ns).Evict(ctx(), &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "faults-trainer-0", Namespace: ns}})
+	err = env.cs.PolicyV1().Evictions(ns).Evict(ctx(), &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "faults-trainer-0", Namespace: ns}})
 	if err != nil {
 		t.Fatalf("evict: %v", err)
 	}
@@ -147,8 +172,8 @@ func TestPodFaultsAreRepairedUnderTheRunPolicy(t *testing.T) {
 	t.Logf("a parameter server on a removed node was replaced %v after the node went", took.Round(time.Second))
 	restoreNode(t, node)
 	waitPhase(t, ns, "faults", "Running", 90*time.Second)
-	if r := restarts(); r != 1 {
-		t.Errorf("%d restarts after one crash and five faults the cluster caused, want 1", r)
+	if r := restarts(); r != 2 {
+		t.Errorf("%d restarts after two crashes and five faults the cluster caused, want 2", r)
 	}
 	kubectl(t, "delete", "adamjob", "faults", "-n", ns, "--wait=false")
 }

@@ -45,6 +45,9 @@ const (
 	release           = clusterenv.Release
 )
 
+// The operator's --node-loss-timeout here (the chart's default is 2m).
+const nodeLossTimeout = 15 * time.Second
+
 func TestMain(m *testing.M) {
 	if err := load(); err != nil {
 		fmt.Fprintln(os.Stderr, "nodes:", err)
@@ -54,9 +57,10 @@ func TestMain(m *testing.M) {
 	// The chart as a user installs it: its operator Deployment (2 replicas, one leader) runs from
 	// Adam's image on the real nodes; --wait holds until both pods are ready. Its pods keep off
 	// the static CPU manager's node, whose one allocatable CPU a pinned trainer takes whole
-	// (TestATrainerOnTheStaticCPUManagersNodeIsPinned).
+	// (TestATrainerOnTheStaticCPUManagersNodeIsPinned). A trainer on a node that stops answering
+	// is made again elsewhere 15 s after the node is marked unreachable (nodeLossTimeout).
 	if out, errs, err := run("", "helm", "install", release, "charts/adam", "-n", operatorNamespace,
-		"--create-namespace", "--wait", "--timeout", "180s", "--set-json", fmt.Sprintf(`affinity={"nodeAffinity":
+		"--create-namespace", "--wait", "--timeout", "180s", "--set", "nodeLossTimeout="+nodeLossTimeout.String(), "--set-json", fmt.Sprintf(`affinity={"nodeAffinity":
 		{"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions":
 		[{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [%q]}]}]}}}`, env.cpuManagerNode)); err != nil {
 		fmt.Fprintf(os.Stderr, "nodes: helm install: %v\n%s%s", err, out, errs)
