@@ -52,7 +52,8 @@ Resource Nodes();  // cluster-scoped
 // Kueue's (kueue.x-k8s.io/v1beta2) and the scheduler-plugins coscheduling plugin's
 // (scheduling.x-k8s.io/v1alpha1), used only for jobs that ask for them.
 Resource Workloads();
-Resource ResourceFlavors();  // cluster-scoped
+Resource ResourceFlavors();          // cluster-scoped
+Resource WorkloadPriorityClasses();  // cluster-scoped
 Resource PodGroups();
 
 // Base64 (standard alphabet, padded), as a Secret's data holds its values.

@@ -45,6 +45,9 @@ Resource NetworkPolicies() { return {"networking.k8s.io/v1", "networkpolicies"};
 Resource PodDisruptionBudgets() { return {"policy/v1", "poddisruptionbudgets"}; }
 Resource Secrets() { return {"v1", "secrets"}; }
 Resource Workloads() { return {"kueue.x-k8s.io/v1beta2", "workloads"}; }
+Resource WorkloadPriorityClasses() {
+  return {"kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", false};
+}
 Resource ResourceFlavors() { return {"kueue.x-k8s.io/v1beta2", "resourceflavors", false}; }
 Resource PodGroups() { return {"scheduling.x-k8s.io/v1alpha1", "podgroups"}; }
 

@@ -15,6 +15,7 @@ constexpr const char* kQuotaReserved = "QuotaReserved";
 constexpr const char* kEvicted = "Evicted";
 constexpr const char* kFinished = "Finished";
 constexpr const char* kRequeued = "Requeued";
+constexpr const char* kPodsReady = "PodsReady";
 
 const Json& StatusOf(const Json& workload) {
   static const Json kNone = Json::object();
@@ -157,6 +158,25 @@ Json WithFinished(const Json& workload, bool succeeded, const std::string& messa
                   const std::string& now) {
   Json w = workload;
   Set(w, kFinished, true, succeeded ? "Succeeded" : "Failed", message, now);
+  return w;
+}
+
+bool PodsReadyIs(const Json& workload, bool ready) {
+  return ConditionIs(StatusOf(workload), kPodsReady, ready ? "True" : "False");
+}
+
+Json WithPodsReady(const Json& workload, bool ready, const std::string& now) {
+  Json w = workload;
+  if (ready) {
+    Set(w, kPodsReady, true, "PodsReady", "All pods reached readiness and the workload is running",
+        now);
+    return w;
+  }
+  const Json* before = Condition(w, kPodsReady);
+  const bool started = before && (before->value("status", "") == "True" ||
+                                  before->value("reason", "") == "WaitForRecovery");
+  Set(w, kPodsReady, false, started ? "WaitForRecovery" : "WaitForStart",
+      "Not all pods are ready or succeeded", now);
   return w;
 }
 

@@ -58,6 +58,15 @@ Json WithReservationCleared(const Json& workload, const std::string& now);
 Json WithFinished(const Json& workload, bool succeeded, const std::string& message,
                   const std::string& now);
 
+// Whether the Workload's PodsReady condition says `ready`.
+bool PodsReadyIs(const Json& workload, bool ready);
+
+// The Workload with its PodsReady condition set as Kueue's job framework sets it, which Kueue's
+// waitForPodsReady waits for (without it an admitted job is evicted at its timeout, again and
+// again): True (reason PodsReady) once every pod of the job is ready or done; else False,
+// WaitForStart until it first was, WaitForRecovery after.
+Json WithPodsReady(const Json& workload, bool ready, const std::string& now);
+
 // Where a ResourceFlavor puts pods: its spec.nodeLabels and spec.tolerations.
 struct FlavorPlacement {
   Json node_labels = Json::object();

@@ -45,6 +45,7 @@ struct Reconciler::State {
   std::optional<std::chrono::milliseconds> requeue_after;         // Finalize's next look
   std::optional<std::vector<Json>> rendered;                      // Rendered's
   std::optional<WorkloadState> admission;          // Kueue's, for a queued job that may run
+  std::optional<Json> workload;                    // that job's Workload
   std::optional<StartFailure> refused;             // the first create of this pass the API refused
   std::map<std::string, std::string> backing_off;  // role -> when its lost pods are made again
 };
@@ -1189,7 +1190,27 @@ StatusOr<bool> Reconciler::Admit(State& s) {
     if (w["metadata"].value("name", "") == name) wl = std::move(w);
   if (!wl) {
     ADAM_RETURN_IF_ERROR(Cleanup(s, true));
-    auto c = client_->Create(kube::Workloads(), s.ns, desired);
+    Json made = desired;
+    if (const std::string cls = Label(s.job, kPriorityClassLabel); !cls.empty()) {
+      // Kueue orders (and preempts) by the value of the job's WorkloadPriorityClass, which a
+      // Workload that names one must carry.
+      auto pc = client_->Get(kube::WorkloadPriorityClasses(), "", cls);
+      if (!pc.ok() && pc.status().code() != StatusCode::kNotFound) return pc.status();
+      if (!pc.ok() || !pc->value("value", Json()).is_number_integer()) {
+        const std::string msg = std::string(kPriorityClassLabel) + ": WorkloadPriorityClass " +
+                                cls + (pc.ok() ? " has no integer value" : " does not exist") +
+                                "; the job is not submitted until it does";
+        if (!ConditionIs(s.status, "Admitted", "False") ||
+            FindCondition(s.status, "Admitted")->value("message", "") != msg)
+          Event(s, "Warning", "NoPriorityClass", msg);
+        s.requeue_after = std::chrono::milliseconds(30000);
+        return Queued(s, msg);
+      }
+      made["spec"]["priorityClassRef"] = {
+          {"group", "kueue.x-k8s.io"}, {"kind", "WorkloadPriorityClass"}, {"name", cls}};
+      made["spec"]["priority"] = (*pc)["value"];
+    }
+    auto c = client_->Create(kube::Workloads(), s.ns, made);
     if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
     if (c.ok())  // not again when the cache has yet to see the one made
       Event(s, "Normal", "Queued", "submitted to LocalQueue " + queue + " as Workload " + name);
@@ -1237,6 +1258,7 @@ StatusOr<bool> Reconciler::Admit(State& s) {
   }
   SetCondition(s, "Admitted", true, "Admitted", message);
   s.admission = st;
+  s.workload = std::move(*wl);
   return true;
 }
 
@@ -1321,6 +1343,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   ADAM_ASSIGN_OR_RETURN(const bool admitted, Admit(s));
   if (!admitted) {
     ADAM_RETURN_IF_ERROR(WriteStatus(s));
+    result.requeue_after = s.requeue_after;  // a look again for what it waits on, if anything
     return result;
   }
   if (!s.status.contains("startTime")) s.status["startTime"] = FormatTime(s.now);
@@ -1356,6 +1379,12 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     if (!result.requeue_after || *result.requeue_after > in) result.requeue_after = in;
   }
   const bool all_running = CountRoles(s);
+  if (s.workload && !PodsReadyIs(*s.workload, all_running)) {
+    // Kueue's waitForPodsReady counts from the admission to this.
+    auto u = client_->UpdateStatus(kube::Workloads(), s.ns,
+                                   WithPodsReady(*s.workload, all_running, FormatTime(s.now)));
+    if (!u.ok()) return u.status();
+  }
   ReadTrainerMetrics(s);
   ReportScheduling(s);
   if (metrics_ && (!result.requeue_after || *result.requeue_after > status_period_))

@@ -35,6 +35,8 @@ inline constexpr const char* kNetworkStatusAnnotation = "k8s.v1.cni.cncf.io/netw
 inline constexpr const char* kPodGroupLabel = "scheduling.x-k8s.io/pod-group";
 // Kueue's: the LocalQueue a job is submitted to (on the AdamJob), and the Workload's job uid.
 inline constexpr const char* kQueueLabel = "kueue.x-k8s.io/queue-name";
+// Kueue's label naming a job's WorkloadPriorityClass (its order in the queue, and preemption).
+inline constexpr const char* kPriorityClassLabel = "kueue.x-k8s.io/priority-class";
 inline constexpr const char* kKueueJobUidLabel = "kueue.x-k8s.io/job-uid";
 
 // Where every pod finds its files (spec/adamjob.h: a manifest's volumes keep clear of them).

@@ -1236,7 +1236,17 @@ TEST_F(OperatorTest, AQueuedJobRunsNoPodUntilKueueAdmitsItAndStopsWhenEvicted) {
     const Json tolerations = spec.value("tolerations", Json::array());
     EXPECT_TRUE(!tolerations.empty() && tolerations.back().value("key", "") == "team");
   }
+  // Kueue's waitForPodsReady is told when every pod is ready, and when one no longer is.
+  const auto pods_ready = [&] {
+    return WorkloadCondition(api->Get(kWorkloads, "ml", name), "PodsReady");
+  };
+  EXPECT_TRUE(Eventually([&] { return pods_ready() == "False WaitForStart"; })) << pods_ready();
   BringUp("fashion-mnist", false);
+  EXPECT_TRUE(Eventually([&] { return pods_ready() == "True PodsReady"; })) << pods_ready();
+  api->SetPodPhase("ml", "fashion-mnist-ps-0", "Running", false);
+  EXPECT_TRUE(Eventually([&] { return pods_ready() == "False WaitForRecovery"; })) << pods_ready();
+  api->SetPodPhase("ml", "fashion-mnist-ps-0", "Running", true);
+  EXPECT_TRUE(Eventually([&] { return pods_ready() == "True PodsReady"; })) << pods_ready();
 
   // Evicted (preempted): pods deleted, then the quota given back and the job queued again.
   wl = api->Get(kWorkloads, "ml", name);
@@ -1265,6 +1275,33 @@ TEST_F(OperatorTest, AQueuedJobRunsNoPodUntilKueueAdmitsItAndStopsWhenEvicted) {
   ASSERT_TRUE(Eventually([&] {
     return WorkloadCondition(api->Get(kWorkloads, "ml", name), "Finished") == "True Succeeded";
   }));
+}
+
+// A job labelled with a WorkloadPriorityClass is submitted with that class and its value (Kueue's
+// queue order and preemption); one naming a class that does not exist waits, saying so, until
+// the class is made.
+TEST_F(OperatorTest, AQueuedJobCarriesItsWorkloadPriority) {
+  StartOperator(net::kCertificateValidity, /*kueue=*/true);
+  Json j = Example("fashion-mnist");
+  j["metadata"]["labels"] = {{kQueueLabel, "team"}, {kPriorityClassLabel, "urgent"}};
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] {
+    return Condition("fashion-mnist", "Admitted") == "False Pending" &&
+           Job("fashion-mnist")["status"]["conditions"].dump().find(
+               "WorkloadPriorityClass urgent does not exist") != std::string::npos;
+  })) << Job("fashion-mnist").dump(2);
+  EXPECT_TRUE(api->List(kWorkloads, "ml").empty());
+  EXPECT_EQ(EventsOf(*api, "NoPriorityClass", "urgent"), 1);
+  api->Put("kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
+           Json::parse(R"({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                           "metadata": {"name": "urgent"}, "value": 1000})"));
+  ASSERT_TRUE(Passes([&] { Touch(kJobs, "fashion-mnist"); }));
+  ASSERT_EQ(api->List(kWorkloads, "ml").size(), 1u);
+  const Json wl = api->List(kWorkloads, "ml")[0];
+  EXPECT_EQ(wl["spec"]["priority"], 1000);
+  EXPECT_EQ(wl["spec"]["priorityClassRef"],
+            Json::parse(R"({"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass",
+                            "name": "urgent"})"));
 }
 
 TEST_F(OperatorTest, ScalingAQueuedJobQueuesItAgainAndSuspendingItFreesItsQuota) {

@@ -39,9 +39,15 @@ var (
 	clusterQueues   = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}
 	localQueues     = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "localqueues"}
 	resourceFlavors = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"}
+
+	workloadPriorityClasses = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloadpriorityclasses"}
 )
 
 const kueueContainer = "adam-e2e-kueue"
+
+// Kueue's waitForPodsReady: an admitted job whose Workload is not PodsReady this long after its
+// admission is evicted (the operator must say when its pods are ready).
+const podsReadyTimeout = 15 * time.Second
 
 // onHost runs a command of this machine's (docker, tar), not of the cluster's tools.
 func onHost(stdin []byte, name string, args ...string) (string, string, error) {
@@ -235,7 +241,8 @@ internalCertManagement: {enable: false}
 integrations:
   frameworks: ["batch/job"]
   externalFrameworks: ["AdamJob.v1alpha1.adam.dev"]
-`, health, metrics, webhook, certs)
+waitForPodsReady: {timeout: %s}
+`, health, metrics, webhook, certs, podsReadyTimeout)
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -322,11 +329,15 @@ func workloadOf(t testing.TB, ns, job string) *unstructured.Unstructured {
 	return nil
 }
 
-func queuedJob(t testing.TB, ns, name string) {
+func queuedJob(t testing.TB, ns, name string, labels ...string) {
 	t.Helper()
 	job := example(t, "fashion-mnist")
 	set(job, "metadata/name", name)
-	set(job, "metadata/labels", map[string]any{"kueue.x-k8s.io/queue-name": "team"})
+	l := map[string]any{"kueue.x-k8s.io/queue-name": "team"}
+	for i := 0; i+1 < len(labels); i += 2 {
+		l[labels[i]] = labels[i+1]
+	}
+	set(job, "metadata/labels", l)
 	createJob(t, ns, job)
 }
 
@@ -389,9 +400,23 @@ spec: {clusterQueue: e2e-cq}`)
 			strings.Contains(fmt.Sprint(conds), "status:True"), fmt.Sprint(conds)
 	})
 
+	apply(t, workloadPriorityClasses, "", `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: e2e-high}
+value: 100`)
+	defer func() {
+		_ = env.dyn.Resource(workloadPriorityClasses).Delete(ctx(), "e2e-high", metav1.DeleteOptions{})
+	}()
+
 	queuedJob(t, ns, "first")
+	admitted := time.Now()
 	waitPhase(t, ns, "first", "Running", 90*time.Second)
-	queuedJob(t, ns, "second")
+	eventually(t, 30*time.Second, "the first job's Workload PodsReady", func() (bool, string) {
+		st, reason := workloadCondition(workloadOf(t, ns, "first"), "PodsReady")
+		return st == "True" && reason == "PodsReady", st + " " + reason
+	})
+	queuedJob(t, ns, "second", "kueue.x-k8s.io/priority-class", "e2e-high")
 	eventually(t, 30*time.Second, "the second job queued for want of quota", func() (bool, string) {
 		u := getJob(t, ns, "second")
 		st, _, msg := condition(u, "Admitted")
@@ -415,6 +440,24 @@ spec: {clusterQueue: e2e-cq}`)
 		if n := len(jobPods(t, ns, "second", "")); n > 0 {
 			t.Fatalf("the queued job made %d pods", n)
 		}
+	}
+	// The second waits with its class's priority, as Kueue's own integrations submit it.
+	w2 := workloadOf(t, ns, "second")
+	if p, _, _ := unstructured.NestedInt64(w2.Object, "spec", "priority"); p != 100 {
+		t.Errorf("the second job's Workload has priority %d, want e2e-high's 100", p)
+	}
+	if ref, _, _ := unstructured.NestedString(w2.Object, "spec", "priorityClassRef", "name"); ref != "e2e-high" {
+		t.Errorf("the second job's Workload names priority class %q, want e2e-high", ref)
+	}
+	// Past waitForPodsReady's timeout the first still runs: Kueue saw its pods ready.
+	if wait := time.Until(admitted.Add(podsReadyTimeout + 3*time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	if st, reason := workloadCondition(workloadOf(t, ns, "first"), "Evicted"); st == "True" {
+		t.Fatalf("Kueue evicted the running first job (%s)", reason)
+	}
+	if p := phase(getJob(t, ns, "first")); p != "Running" {
+		t.Fatalf("the first job is %s past waitForPodsReady's timeout, want Running", p)
 	}
 
 	// The first finishes: its Workload is Finished, its quota free, and the second runs.
