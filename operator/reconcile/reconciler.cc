@@ -905,8 +905,22 @@ const std::vector<Json>& Reconciler::Rendered(State& s) {
 StatusOr<bool> Reconciler::EnsurePodGroup(State& s, const std::vector<Json>& desired) {
   for (const Json& o : desired) {
     if (o["kind"] != "PodGroup") continue;
-    // Made with the job's first objects; no informer watches PodGroups.
-    if (ConditionIs(s.status, "Created", "True")) return true;
+    // Made with the job's first objects; no informer watches PodGroups. Once made, its
+    // minMember follows the job's pod count (trainers scaled), so that a gang is never waited
+    // for with more, or placed with fewer, pods than the job has.
+    if (ConditionIs(s.status, "Created", "True")) {
+      auto cur = client_->Get(kube::PodGroups(), s.ns, o["metadata"]["name"]);
+      if (!cur.ok()) {
+        if (cur.status().code() == StatusCode::kNotFound) return true;  // the next look makes it
+        return cur.status();
+      }
+      if ((*cur)["spec"].value("minMember", 0) == o["spec"].value("minMember", 0)) return true;
+      Json u = *cur;
+      u["spec"]["minMember"] = o["spec"]["minMember"];
+      auto w = client_->Update(kube::PodGroups(), s.ns, u);
+      if (!w.ok()) return w.status();
+      return true;
+    }
     auto c = client_->Create(kube::PodGroups(), s.ns, Json::parse(o.dump()));
     if (c.ok() || c.status().code() == StatusCode::kAlreadyExists) return true;
     if (c.status().code() != StatusCode::kNotFound) return c.status();
@@ -1079,6 +1093,9 @@ StatusOr<bool> Reconciler::Begin(const std::string& ns, const std::string& name,
   if (run_policy.is_object() && run_policy.contains("managedBy") &&
       run_policy["managedBy"] != spec::kAdamManager)
     return false;
+  if (spec_json.is_object() && spec_json.contains("managedBy") &&
+      spec_json["managedBy"] != spec::kAdamManager)
+    return false;  // spec.managedBy, Job's and MultiKueue's spelling
   s.pods = children_->Owned(kube::Pods(), ns, name, s.uid);
   if (HasDeletion(s.job)) {
     if (auto parsed = spec::ParseAdamJob(ManifestOf(s.job)); parsed.ok())

@@ -1340,14 +1340,21 @@ TEST_F(OperatorTest, AJobManagedByAnotherControllerIsLeftAlone) {
   Json j = Example("fashion-mnist");
   j["spec"]["runPolicy"] = {{"managedBy", "kueue.x-k8s.io/multikueue"}};
   api->Put(kJobs, j);
+  // spec.managedBy, where MultiKueue looks, says the same.
+  Json top = Example("fashion-mnist");
+  top["metadata"]["name"] = "top";
+  top["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue";
+  api->Put(kJobs, top);
   Json mine = Example("fashion-mnist");
   mine["metadata"]["name"] = "mine";
   api->Put(kJobs, mine);
   ASSERT_TRUE(Eventually([&] { return PodsOf("ps", "mine").size() == 2u; }));
-  EXPECT_TRUE(PodsOf("ps", "fashion-mnist").empty());
-  const Json other = Job("fashion-mnist");
-  EXPECT_FALSE(other.contains("status") && other["status"].contains("phase")) << other.dump(2);
-  EXPECT_FALSE(other["metadata"].contains("finalizers"));
+  for (const char* name : {"fashion-mnist", "top"}) {
+    EXPECT_TRUE(PodsOf("ps", name).empty()) << name;
+    const Json other = Job(name);
+    EXPECT_FALSE(other.contains("status") && other["status"].contains("phase")) << other.dump(2);
+    EXPECT_FALSE(other["metadata"].contains("finalizers")) << name;
+  }
 }
 
 TEST_F(OperatorTest, AGangWaitsForThePodGroupApiThenMakesEveryPodAtOnce) {
@@ -1367,6 +1374,21 @@ TEST_F(OperatorTest, AGangWaitsForThePodGroupApiThenMakesEveryPodAtOnce) {
   EXPECT_EQ(group["spec"]["minMember"], 9);  // 3 controllers, 3 servers, 1 data server, 2 trainers
   for (const Json& p : api->List(kPods, "ml"))
     EXPECT_EQ(p["metadata"]["labels"].value(kPodGroupLabel, ""), "fashion-mnist-ha");
+  // Trainers scaled to 4: the group asks for the new count.
+  api->SetStatefulSetReady("ml", "fashion-mnist-ha-controller", 3);
+  RunAll("ps");
+  RunAll("data-server");
+  RunAll("trainer");
+  ASSERT_TRUE(Eventually(
+      [&] { return Condition("fashion-mnist-ha", "Created") == "True ObjectsCreated"; }));
+  Json scaled = Job("fashion-mnist-ha");
+  scaled["spec"]["roles"]["trainer"]["replicas"] = 4;
+  api->Put(kJobs, scaled);
+  EXPECT_TRUE(Eventually([&] {
+    return api->Get("scheduling.x-k8s.io/v1alpha1/podgroups", "ml",
+                    "fashion-mnist-ha")["spec"]["minMember"] == 11;
+  }));
+  EXPECT_TRUE(Eventually([&] { return PodsOf("trainer").size() == 4u; }));
 }
 
 TEST_F(OperatorTest, AnInvalidSpecIsAConditionNamingTheField) {

@@ -81,6 +81,7 @@ func TestChartRbacIsNoWiderThanTheOperatorsCalls(t *testing.T) {
 		"networking.k8s.io/networkpolicies/get", "networking.k8s.io/networkpolicies/list",
 		"networking.k8s.io/networkpolicies/watch", "networking.k8s.io/networkpolicies/create",
 		"/events/create", "/events/list", "scheduling.x-k8s.io/podgroups/create",
+		"scheduling.x-k8s.io/podgroups/get", "scheduling.x-k8s.io/podgroups/update",
 		"policy/poddisruptionbudgets/get", "policy/poddisruptionbudgets/list",
 		"policy/poddisruptionbudgets/watch", "policy/poddisruptionbudgets/create",
 		"coordination.k8s.io/leases/get", "coordination.k8s.io/leases/create", "coordination.k8s.io/leases/update",
@@ -335,7 +336,7 @@ func TestChartPodSettingsFromValues(t *testing.T) {
 		return v
 	}
 	d := deployment("imagePullSecrets[0].name=regcred", "podAnnotations.team=ml", "priorityClassName=adam-high",
-		"image.repository=registry.example/adam", "image.tag=9")
+		"image.repository=registry.example/adam", "image.tag=v9")
 	if s := fmt.Sprint(pod(d, "spec", "imagePullSecrets")); s != "[map[name:regcred]]" {
 		t.Errorf("imagePullSecrets %s", s)
 	}
@@ -347,8 +348,8 @@ func TestChartPodSettingsFromValues(t *testing.T) {
 	}
 	containers := pod(d, "spec", "containers").([]any)
 	c := containers[0].(map[string]any)
-	if c["image"] != "registry.example/adam:9" || !strings.Contains(fmt.Sprint(c["args"]), "--default-image=registry.example/adam:9") {
-		t.Errorf("image %v, args %v: want registry.example/adam:9 and it as --default-image", c["image"], c["args"])
+	if c["image"] != "registry.example/adam:v9" || !strings.Contains(fmt.Sprint(c["args"]), "--default-image=registry.example/adam:v9") {
+		t.Errorf("image %v, args %v: want registry.example/adam:v9 and it as --default-image", c["image"], c["args"])
 	}
 	anti, _, _ := unstructured.NestedSlice(pod(deployment(), "spec").(map[string]any), "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
 	if len(anti) != 1 || !strings.Contains(fmt.Sprint(anti), "topologyKey:kubernetes.io/hostname") {

@@ -100,7 +100,7 @@ func TestPodFaultsAreRepairedUnderTheRunPolicy(t *testing.T) {
 	}
 
 	// It crashes again at once: counted, and its pod made again only once the role's back-off
-	// (the operator's --restart-backoff, 10 s) has passed, which the status and an event say.
+	// (the operator's --restart-backoff) has passed, which the status and an event say.
 	old = uid("faults-trainer-1")
 	exitPod(t, ns, "faults-trainer-1", 1, "")
 	var after string
@@ -117,6 +117,8 @@ func TestPodFaultsAreRepairedUnderTheRunPolicy(t *testing.T) {
 		t.Fatal(err)
 	} else if p.CreationTimestamp.Time.Before(until) {
 		t.Errorf("the crashed trainer came back at %v, before its back-off ended at %v", p.CreationTimestamp.Time, until)
+	} else {
+		t.Logf("the trainer's second crash: back-off until %v (%v), the pod made again at %v", until.Format(time.RFC3339), restartBackoff, p.CreationTimestamp.Format(time.RFC3339))
 	}
 	if ok, why := hasEvent(t, ns, "faults", "BackOff", "role trainer failed 2 times in a row"); !ok {
 		t.Errorf("no BackOff event: %s", why)

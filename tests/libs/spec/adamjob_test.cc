@@ -229,6 +229,19 @@ TEST(AdamJob, ManagerAndGangScheduling) {
               HasSubstr("spec.runPolicy.managedBy: must be a domain-prefixed path"));
   EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  runPolicy: {schedulingPolicy: {gang: true}}\n")),
               HasSubstr("spec.runPolicy.schedulingPolicy.gang: unknown field"));
+  // spec.managedBy (Job's and MultiKueue's place) says the same; both given, they must agree.
+  job = ParseAdamJob(With("spec:\n", "spec:\n  managedBy: kueue.x-k8s.io/multikueue\n"));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->run_policy.managed_by, "kueue.x-k8s.io/multikueue");
+  job = ParseAdamJob(With("spec:\n",
+                          "spec:\n  managedBy: adam.dev/operator\n"
+                          "  runPolicy: {managedBy: adam.dev/operator}\n"));
+  EXPECT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_THAT(ErrorOf(With("spec:\n",
+                           "spec:\n  managedBy: kueue.x-k8s.io/multikueue\n"
+                           "  runPolicy: {managedBy: adam.dev/operator}\n")),
+              HasSubstr("spec.managedBy: is 'kueue.x-k8s.io/multikueue' but "
+                        "spec.runPolicy.managedBy is 'adam.dev/operator'"));
 }
 
 TEST(AdamJob, ExampleManifestsAreValid) {

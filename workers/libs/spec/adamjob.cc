@@ -784,6 +784,16 @@ void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
               "must be a DNS label (a NetworkAttachmentDefinition name), got '" +
                   job->networks.replication + "'");
   }
+  // A domain-prefixed path, as Job's managedBy: "example.com/name".
+  static const std::regex managed_re(
+      "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$");
+  const auto check_manager = [&](const std::string& field, const std::string& v) {
+    if (v.size() > 63 || !std::regex_match(v, managed_re))
+      r.Error(field,
+              "must be a domain-prefixed path of at most 63 characters like adam.dev/operator, "
+              "got '" +
+                  v + "'");
+  };
   const YAML::Node rp = spec["runPolicy"];
   const std::string p = "spec.runPolicy";
   if (r.Map(rp, p,
@@ -803,21 +813,24 @@ void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
               "must be one of Running, All, None; got '" + pol.clean_pod_policy + "'");
     r.Get(rp, "suspend", p, &pol.suspend);
     r.Int(rp, "flushTimeoutSeconds", p, 1, 86400, &pol.flush_timeout_seconds);
-    // A domain-prefixed path, as Job's managedBy: "example.com/name".
-    static const std::regex managed_re(
-        "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$");
-    if (r.Get(rp, "managedBy", p, &pol.managed_by) &&
-        (pol.managed_by.size() > 63 || !std::regex_match(pol.managed_by, managed_re)))
-      r.Error(
-          p + ".managedBy",
-          "must be a domain-prefixed path of at most 63 characters like adam.dev/operator, got '" +
-              pol.managed_by + "'");
+    if (r.Get(rp, "managedBy", p, &pol.managed_by)) check_manager(p + ".managedBy", pol.managed_by);
     const YAML::Node sp = rp["schedulingPolicy"];
     const std::string spp = p + ".schedulingPolicy";
     if (r.Map(sp, spp, {"coscheduling", "scheduleTimeoutSeconds"}) && sp) {
       r.Get(sp, "coscheduling", spp, &pol.scheduling.coscheduling);
       r.Int(sp, "scheduleTimeoutSeconds", spp, 1, 86400, &pol.scheduling.schedule_timeout_seconds);
     }
+  }
+  // spec.managedBy, where Job and JobSet keep it (and MultiKueue looks): the same as
+  // spec.runPolicy.managedBy; where both are given they must agree.
+  std::string manager;
+  if (r.Get(spec, "managedBy", "spec", &manager)) {
+    check_manager("spec.managedBy", manager);
+    if (rp && rp["managedBy"] && job->run_policy.managed_by != manager)
+      r.Error("spec.managedBy", "is '" + manager + "' but spec.runPolicy.managedBy is '" +
+                                    job->run_policy.managed_by +
+                                    "'; give one, or the same in both");
+    job->run_policy.managed_by = manager;
   }
 }
 
@@ -1080,7 +1093,7 @@ void ReadSpec(Reader& r, const YAML::Node& spec, AdamJob* job) {
     r.Error("spec", "required");
   } else if (r.Map(spec, "spec",
                    {"image", "dataset", "output", "model", "training", "roles", "placement",
-                    "networks", "runPolicy", "podTemplate"})) {
+                    "networks", "runPolicy", "podTemplate", "managedBy"})) {
     r.Get(spec, "image", "spec", &job->image);
     ReadPodTemplate(spec, &job->pod_template);
     ReadDataset(r, spec["dataset"], &job->dataset);
