@@ -413,6 +413,12 @@ void Reconciler::WithTheirReplicas(State& s, const std::set<std::string>& failed
   }
 }
 
+// Whether this reconciler has counted the failure of the pod with `uid`.
+bool Reconciler::Counted(const std::string& uid) {
+  MutexLock lock(mu_);
+  return counted_failures_.count(uid) > 0;
+}
+
 // Failed pods are replaced. What a failure means is the role's failure rules' verdict
 // (JudgeFailure): a restart counted against the run policy, a replacement without counting (a
 // disruption by the cluster, by default), or the end of the job. The count is written to the
@@ -442,10 +448,7 @@ Status Reconciler::HandlePods(State& s) {
     replace.emplace_back(pod_name, uid);
     const bool member = ReplicaMember(*s.spec, role);
     if (member) failed_replicas.insert(Label(pod, kIndexLabel));
-    {
-      MutexLock lock(mu_);
-      if (counted_failures_.count(uid)) continue;
-    }
+    if (Counted(uid)) continue;
     const int code = ExitCode(pod);
     const std::string why = pod.value("status", Json::object()).value("reason", "");
     const std::string what = "pod " + pod_name + " failed (" +

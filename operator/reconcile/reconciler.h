@@ -141,6 +141,7 @@ class Reconciler {
   std::map<std::string, Json> ExistingObjects(State& s);
   StatusOr<bool> EnsureObject(State& s, const Json& o, const std::map<std::string, Json>& existing);
   Status HandlePods(State& s);
+  bool Counted(const std::string& uid);
   // Force-deletes the trainers and data servers of a node lost for node_loss_timeout_.
   Status ReplaceLostPods(State& s);
   // HandlePods' part: the roles whose pods just failed (their status keys) enter or go on in

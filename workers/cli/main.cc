@@ -416,17 +416,71 @@ Command AddRender(CLI::App& app) {
           }};
 }
 
-Command AddOperator(CLI::App& app) {
-  struct Options {
-    adam::op::OperatorOptions oo;
-    std::string kubeconfig, context;
-    std::string lease_duration = "15s", renew_deadline = "10s", retry_period = "2s",
-                write_timeout = "2s", restart_backoff = "10s", restart_backoff_max = "5m",
-                node_loss_timeout = "2m";
-    int certificate_days = 0;
-    int child_event_batch_ms = 0;
+// `adam operator`'s flags beside its OperatorOptions: durations as text, parsed at the start.
+struct OperatorFlags {
+  adam::op::OperatorOptions oo;
+  std::string kubeconfig, context;
+  std::string lease_duration = "15s", renew_deadline = "10s", retry_period = "2s",
+              write_timeout = "2s", restart_backoff = "10s", restart_backoff_max = "5m",
+              node_loss_timeout = "2m";
+  int certificate_days = 0;
+  int child_event_batch_ms = 0;
+};
+
+// The flags that time the operator: leader election, writes, back-offs, a lost node.
+void AddOperatorTimings(CLI::App* oper, OperatorFlags* o) {
+  oper->add_option("--leader-elect-lease-duration", o->lease_duration,
+                   "how long a standby waits after the leader's last renewal (30s, 500ms, ...)");
+  oper->add_option("--leader-elect-renew-deadline", o->renew_deadline,
+                   "how long the leader keeps acting without a renewal");
+  oper->add_option("--leader-elect-retry-period", o->retry_period,
+                   "how often candidates try the Lease");
+  oper->add_option("--api-write-timeout", o->write_timeout,
+                   "bound on each write to the API; renew deadline + this < lease duration");
+  oper->add_option("--restart-backoff", o->restart_backoff,
+                   "wait before a role's pods are made again after its second failure in a row "
+                   "(doubling with each further one)");
+  oper->add_option("--restart-backoff-max", o->restart_backoff_max,
+                   "longest such wait; a role with no failure for twice this starts afresh");
+  oper->add_option("--node-loss-timeout", o->node_loss_timeout,
+                   "how long a trainer or data server waits on an unreachable node before it is "
+                   "deleted at once and made again elsewhere (0s: never)");
+}
+
+// The timing flags parsed into o->oo; false (having said which flag) for a malformed one.
+bool ParseOperatorTimings(OperatorFlags* o) {
+  const std::pair<const char*, std::string*> durations[] = {
+      {"--leader-elect-lease-duration", &o->lease_duration},
+      {"--leader-elect-renew-deadline", &o->renew_deadline},
+      {"--leader-elect-retry-period", &o->retry_period},
+      {"--api-write-timeout", &o->write_timeout},
+      {"--restart-backoff", &o->restart_backoff},
+      {"--restart-backoff-max", &o->restart_backoff_max},
+      {"--node-loss-timeout", &o->node_loss_timeout}};
+  for (const auto& [flag, text] : durations) {
+    const int64_t ms = adam::spec::ParseDurationMs(*text);
+    // Only the node-loss timeout may be 0 (never).
+    if (ms < 0 || (ms == 0 && text != &o->node_loss_timeout)) {
+      std::fprintf(stderr, "adam operator: %s: expected a duration like 15s or 500ms, got '%s'\n",
+                   flag, text->c_str());
+      return false;
+    }
+  }
+  const auto ms = [](const std::string& text) {
+    return std::chrono::milliseconds(adam::spec::ParseDurationMs(text));
   };
-  auto o = std::make_shared<Options>();
+  o->oo.lease_duration = ms(o->lease_duration);
+  o->oo.renew_deadline = ms(o->renew_deadline);
+  o->oo.retry_period = ms(o->retry_period);
+  o->oo.write_timeout = ms(o->write_timeout);
+  o->oo.restart_backoff = ms(o->restart_backoff);
+  o->oo.restart_backoff_max = ms(o->restart_backoff_max);
+  o->oo.node_loss_timeout = ms(o->node_loss_timeout);
+  return true;
+}
+
+Command AddOperator(CLI::App& app) {
+  auto o = std::make_shared<OperatorFlags>();
   o->certificate_days = int(o->oo.certificate_validity.count() / 86400);
   o->child_event_batch_ms = int(o->oo.child_event_batch.count());
   adam::op::OperatorOptions& oo = o->oo;
@@ -452,25 +506,10 @@ Command AddOperator(CLI::App& app) {
                    "a job is reconciled this many ms after the first of a burst of changes to its "
                    "pods and other objects (0: at each change)")
       ->check(CLI::Range(0, 60000));
-  oper->add_option("--leader-elect-lease-duration", o->lease_duration,
-                   "how long a standby waits after the leader's last renewal (30s, 500ms, ...)");
-  oper->add_option("--leader-elect-renew-deadline", o->renew_deadline,
-                   "how long the leader keeps acting without a renewal");
-  oper->add_option("--leader-elect-retry-period", o->retry_period,
-                   "how often candidates try the Lease");
-  oper->add_option("--api-write-timeout", o->write_timeout,
-                   "bound on each write to the API; renew deadline + this < lease duration");
+  AddOperatorTimings(oper, o.get());
   oper->add_option("--certificate-days", o->certificate_days,
                    "lifetime of the job certificates it issues (renewed with a third left)")
       ->check(CLI::Range(1, 3650));
-  oper->add_option("--restart-backoff", o->restart_backoff,
-                   "wait before a role's pods are made again after its second failure in a row "
-                   "(doubling with each further one)");
-  oper->add_option("--restart-backoff-max", o->restart_backoff_max,
-                   "longest such wait; a role with no failure for twice this starts afresh");
-  oper->add_option("--node-loss-timeout", o->node_loss_timeout,
-                   "how long a trainer or data server waits on an unreachable node before it is "
-                   "deleted at once and made again elsewhere (0s: never)");
   oper->add_option("--default-image", oo.default_image,
                    "image of a job whose spec.image is unset (the chart passes its own)");
   oper->add_flag("--kueue", oo.kueue,
@@ -479,38 +518,7 @@ Command AddOperator(CLI::App& app) {
             SetUpLogging("operator");
             // Wall-clock UTC to the microsecond: operator logs are read beside the API server's.
             spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l %v", spdlog::pattern_time_type::utc);
-            const std::pair<const char*, std::string*> durations[] = {
-                {"--leader-elect-lease-duration", &o->lease_duration},
-                {"--leader-elect-renew-deadline", &o->renew_deadline},
-                {"--leader-elect-retry-period", &o->retry_period},
-                {"--api-write-timeout", &o->write_timeout},
-                {"--restart-backoff", &o->restart_backoff},
-                {"--restart-backoff-max", &o->restart_backoff_max}};
-            if (adam::spec::ParseDurationMs(o->node_loss_timeout) < 0) {
-              std::fprintf(stderr,
-                           "adam operator: --node-loss-timeout: expected a duration like 2m or "
-                           "0s, got '%s'\n",
-                           o->node_loss_timeout.c_str());
-              return kExitInvalid;
-            }
-            for (const auto& [flag, text] : durations) {
-              if (adam::spec::ParseDurationMs(*text) <= 0) {
-                std::fprintf(stderr,
-                             "adam operator: %s: expected a duration like 15s or 500ms, got '%s'\n",
-                             flag, text->c_str());
-                return kExitInvalid;
-              }
-            }
-            const auto ms = [](const std::string& text) {
-              return std::chrono::milliseconds(adam::spec::ParseDurationMs(text));
-            };
-            o->oo.lease_duration = ms(o->lease_duration);
-            o->oo.renew_deadline = ms(o->renew_deadline);
-            o->oo.retry_period = ms(o->retry_period);
-            o->oo.write_timeout = ms(o->write_timeout);
-            o->oo.restart_backoff = ms(o->restart_backoff);
-            o->oo.restart_backoff_max = ms(o->restart_backoff_max);
-            o->oo.node_loss_timeout = ms(o->node_loss_timeout);
+            if (!ParseOperatorTimings(o.get())) return kExitInvalid;
             o->oo.child_event_batch = std::chrono::milliseconds(o->child_event_batch_ms);
             if (const char* pod = std::getenv("ADAM_POD_NAME")) o->oo.identity = pod;
             o->oo.certificate_validity = std::chrono::seconds(int64_t(o->certificate_days) * 86400);
