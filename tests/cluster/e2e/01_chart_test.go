@@ -360,4 +360,21 @@ func TestChartPodSettingsFromValues(t *testing.T) {
 	if s := fmt.Sprint(own); strings.Contains(s, "podAntiAffinity") || !strings.Contains(s, "nodeAffinity") {
 		t.Errorf("affinity from values: %s", s)
 	}
+	// The operator's /metrics (no authentication) is open to any pod unless metricsFrom narrows it.
+	from := func(set ...string) string {
+		for _, o := range renderChart(t, set...) {
+			if o["kind"] == "NetworkPolicy" {
+				ingress, _, _ := unstructured.NestedSlice(o, "spec", "ingress")
+				return fmt.Sprint(ingress[0].(map[string]any)["from"])
+			}
+		}
+		t.Fatal("no NetworkPolicy rendered")
+		return ""
+	}
+	if f := from(); f != "<nil>" {
+		t.Errorf("default metrics ingress from %s, want any", f)
+	}
+	if f := from("networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring"); f != "[map[namespaceSelector:map[matchLabels:map[team:monitoring]]]]" {
+		t.Errorf("metrics ingress from %s, want the monitoring namespace only", f)
+	}
 }
