@@ -167,46 +167,44 @@ func (j *job) waitMetric(p *pod, name string, ok func(float64) bool,
 	}
 }
 
-// Server and controller faults, one after another in one HA job, each given time to heal: the
-// controller leader killed (back 5 s later), a primary paused 3 s, a primary cut off from every
-// controller member but not from the trainers, the controller leader cut off from its peers (not
-// from the servers), and a server's second network cut. A primary's kill and a leader's pod
-// deleted are faults of the real nodes too (make k8s-nodes), which the first fault here was.
-func TestServerAndControllerFaultsAcrossHosts(t *testing.T) {
+// Parameter-server faults, one after another in one HA job, each given time to heal: the
+// primary killed (and its pod back 5 s later), a primary paused 3 s, a primary cut off from
+// every controller member but not from the trainers, and a server's second network cut.
+func TestParameterServerFaultsAcrossHosts(t *testing.T) {
 	j := newJob(t, "fashion-mnist-ha", edit{"epochs", strconv.Itoa(faultEpochs)})
 	var figures []string
 	j.run(10*time.Minute, func() {
 		j.settle(8 * time.Second)
 
-		// 1. docker kill of the controller leader.
-		l := j.leader()
-		if l == nil {
-			j.t.Errorf("no controller leader")
+		// 1. docker kill of the primary.
+		p := j.primaryServer()
+		if p == nil {
+			j.t.Errorf("no parameter server reports primary shards")
 			return
 		}
-		j.kill(l)
-		next, took := j.waitLeader(l, 15*time.Second)
-		if next == nil {
-			j.t.Errorf("no new controller leader within 15 s of killing %s", l.name)
-			return
+		before := j.failovers(psIndex(p))
+		j.kill(p)
+		took, ok := j.waitFailover(p, before, 20*time.Second)
+		if !ok {
+			j.t.Errorf("no failover of %s within 20 s of its kill", p.name)
 		}
-		figures = append(figures, fmt.Sprintf("kill of controller leader %s: %s led %.2f s after", l.name, next.name, took.Seconds()))
-		j.restart(l, 5*time.Second)
+		figures = append(figures, fmt.Sprintf("kill of primary %s: failover committed %.2f s after", p.name, took.Seconds()))
+		j.restart(p, 5*time.Second)
 		j.settle(6 * time.Second)
 
 		// 2. docker pause of a primary for 3 s: replaced meanwhile, it must not take a write as
 		// primary once it runs again, before it has learnt the new shard map.
-		p := j.primaryServer()
+		p = j.primaryServer()
 		if p == nil {
 			j.t.Errorf("no primary after the restart")
 			return
 		}
-		before := j.failovers(psIndex(p))
+		before = j.failovers(psIndex(p))
 		j.logf("docker pause %s for 3 s", p.name)
 		if !j.try("pause", p.container) {
 			return
 		}
-		took, ok := j.waitFailover(p, before, 3*time.Second)
+		took, ok = j.waitFailover(p, before, 3*time.Second)
 		time.Sleep(3*time.Second - took)
 		j.try("unpause", p.container)
 		j.logf("docker unpause %s", p.name)
@@ -246,41 +244,11 @@ func TestServerAndControllerFaultsAcrossHosts(t *testing.T) {
 		j.heal(p)
 		j.settle(6 * time.Second)
 
-		// 4. The controller leader cut off from its peers, not from the servers, for 6 s.
-		l = j.leader()
-		if l == nil {
-			j.t.Errorf("no controller leader after the partition")
-			return
-		}
-		var peers []*pod
-		for _, q := range j.role("controller") {
-			if q != l {
-				peers = append(peers, q)
-			}
-		}
-		if !j.cut(l, peers) {
-			return
-		}
-		next, took = j.waitLeader(l, 15*time.Second)
-		if next == nil {
-			j.t.Errorf("no new controller leader within 15 s of cutting %s off from its peers", l.name)
-		} else {
-			figures = append(figures, fmt.Sprintf("controller leader %s cut off from its peers: %s led %.2f s after", l.name, next.name, took.Seconds()))
-		}
-		// The old leader must not still call itself leader once a majority elected another.
-		time.Sleep(2 * time.Second)
-		if m := j.sample(l); m != nil && m["adam_controller_is_leader"] == 1 {
-			j.t.Errorf("%s still says it leads, 2 s after %v was elected without it", l.name, next)
-		}
-		time.Sleep(4 * time.Second)
-		j.heal(l)
-		j.settle(6 * time.Second)
-
-		// 5. A server's second network cut for 5 s (every packet on that interface dropped; its
+		// 4. A server's second network cut for 5 s (every packet on that interface dropped; its
 		// address stays): its copies fall behind, then catch up.
 		p = j.primaryServer()
 		if p == nil {
-			j.t.Errorf("no primary after the partitions")
+			j.t.Errorf("no primary after the partition")
 			return
 		}
 		ip := j.address(p, j.replication)
@@ -366,6 +334,63 @@ func (j *job) checkNoStaleWrites(p *pod) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	j.t.Errorf("%s did not reach the leader's shard map %v within 5 s of its pause", p.name, want)
+}
+
+// Controller faults in one HA job: the leader killed (back 5 s later), then the leader cut off
+// from its peers (not from the servers) for 6 s.
+func TestControllerFaultsAcrossHosts(t *testing.T) {
+	j := newJob(t, "fashion-mnist-ha", edit{"epochs", strconv.Itoa(faultEpochs)})
+	var figures []string
+	j.run(10*time.Minute, func() {
+		j.settle(8 * time.Second)
+		l := j.leader()
+		if l == nil {
+			j.t.Errorf("no controller leader")
+			return
+		}
+		j.kill(l)
+		next, took := j.waitLeader(l, 15*time.Second)
+		if next == nil {
+			j.t.Errorf("no new controller leader within 15 s of killing %s", l.name)
+			return
+		}
+		figures = append(figures, fmt.Sprintf("kill of controller leader %s: %s led %.2f s after", l.name, next.name, took.Seconds()))
+		j.restart(l, 5*time.Second)
+		j.settle(6 * time.Second)
+
+		l = j.leader()
+		if l == nil {
+			j.t.Errorf("no controller leader after the restart")
+			return
+		}
+		var peers []*pod
+		for _, p := range j.role("controller") {
+			if p != l {
+				peers = append(peers, p)
+			}
+		}
+		if !j.cut(l, peers) {
+			return
+		}
+		next, took = j.waitLeader(l, 15*time.Second)
+		if next == nil {
+			j.t.Errorf("no new controller leader within 15 s of cutting %s off from its peers", l.name)
+		} else {
+			figures = append(figures, fmt.Sprintf("controller leader %s cut off from its peers: %s led %.2f s after", l.name, next.name, took.Seconds()))
+		}
+		// The old leader must not still call itself leader once a majority elected another.
+		time.Sleep(2 * time.Second)
+		if m := j.sample(l); m != nil && m["adam_controller_is_leader"] == 1 {
+			j.t.Errorf("%s still says it leads, 2 s after %v was elected without it", l.name, next)
+		}
+		time.Sleep(4 * time.Second)
+		j.heal(l)
+	})
+	checkAccuracy(t, j, faultEpochs)
+	checkEpochs(t, j, faultEpochs)
+	for _, f := range figures {
+		t.Log(f)
+	}
 }
 
 // Worker faults in the demo (no copies) with two data-server replicas: data-server-0 killed for
