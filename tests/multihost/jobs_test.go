@@ -10,25 +10,32 @@ import (
 	"time"
 )
 
-// Epochs of the jobs without faults, and of those with (long enough for their fault schedule).
+// Epochs of the jobs without faults, and of those with (long enough for their fault schedule:
+// at 5 a fast 2-core machine trained the server faults' job in 40 s, before its schedule's 49 s
+// had ended).
 const (
 	jobEpochs   = 2
-	faultEpochs = 5
+	faultEpochs = 7
 )
 
 // The bottom of adam run's spread for the example after that many epochs: the lowest test
 // accuracy of the `adam run`s of the same manifest that docs/reliability.md gives (13 runs at 2
 // epochs, 13 at 5, on these machines), less a point. Every job must reach it, faults or not, but
-// the worker faults' (checkResult).
+// the worker faults' (checkResult). A 7-epoch job is held to the 5-epoch floor: its learning rate
+// decays by the epoch whatever the total (the examples' learningRateDecay), so its first five
+// epochs are those of a 5-epoch job and two more only add training.
 func floor(example string, epochs int) float64 {
-	lowest := map[string]float64{
+	lowest, ok := map[string]float64{
 		"fashion-mnist/2": 0.8633, "fashion-mnist/5": 0.8842,
 		"fashion-mnist-ha/2": 0.8681, "fashion-mnist-ha/5": 0.8830,
-	}[fmt.Sprintf("%s/%d", example, epochs)]
+	}[fmt.Sprintf("%s/%d", example, min(epochs, 5))]
+	if !ok {
+		panic(fmt.Sprintf("no spread of adam run for %s at %d epochs", example, epochs))
+	}
 	return lowest - 0.01
 }
 
-// The bottom of adam run's spread after each epoch of the fault tests' jobs (faultEpochs): trainer
+// The bottom of adam run's spread after each epoch of 5-epoch jobs (the fault tests' first five): trainer
 // 0's test accuracy after every epoch in the `adam run`s of the same manifest that
 // docs/reliability.md gives (bench/spread.py, 8 runs each; the last epoch's is the floor above).
 var lowestByEpoch = map[string][]float64{
@@ -54,7 +61,7 @@ const (
 // with adam run's spread at that epoch.
 func checkEpochs(t *testing.T, j *job, epochs int) {
 	t.Helper()
-	lowest, ok := lowestByEpoch[fmt.Sprintf("%s/%d", j.example, epochs)]
+	lowest, ok := lowestByEpoch[fmt.Sprintf("%s/%d", j.example, min(epochs, 5))] // floor's reason
 	if !ok {
 		t.Fatalf("no per-epoch spread of adam run for %s at %d epochs", j.example, epochs)
 	}
