@@ -399,7 +399,7 @@ func TestControllerFaultsAcrossHosts(t *testing.T) {
 // trainer 0, each killed and back 3 s later, as the operator replaces pods (trainer 0 starts
 // again while its own replica is gone).
 func TestWorkerFaultsAcrossHosts(t *testing.T) {
-	j := newJob(t, "fashion-mnist", edit{"epochs", strconv.Itoa(faultEpochs)},
+	j := newJob(t, "fashion-mnist", edit{"epochs", strconv.Itoa(workerFaultEpochs)},
 		edit{"dataServer", "{replicas: 2}"})
 	j.run(10*time.Minute, func() {
 		j.settle(8 * time.Second)
@@ -443,6 +443,6 @@ func TestWorkerFaultsAcrossHosts(t *testing.T) {
 			j.restart(p, 3*time.Second)
 		}
 	})
-	checkResult(t, j, faultEpochs, false)
-	checkEpochs(t, j, faultEpochs)
+	checkResult(t, j, workerFaultEpochs, false)
+	checkEpochs(t, j, workerFaultEpochs)
 }
