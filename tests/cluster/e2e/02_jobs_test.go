@@ -77,7 +77,8 @@ func (l *podLog) readyAll(role string, n int) int {
 	return -1
 }
 
-// Both examples, as a user applies them: the real scheduler places every pod (copies of a shard
+// Both examples, as a user applies them, in namespaces that enforce the restricted Pod Security
+// standard: the API server admits every pod, the real scheduler places every pod (copies of a shard
 // and controller members on different nodes, spread over the zones, Guaranteed QoS), kwok runs
 // them, the operator starts the stages in order, `kubectl get aj` shows the phase and `kubectl
 // wait` works on the documented conditions; trainers that exit 0 finish the job.
@@ -90,6 +91,9 @@ func testExamplesRunStageByStageOnTheRealScheduler(t *testing.T) {
 	}{{"fashion-mnist", 0, 2}, {"fashion-mnist-ha", 3, 3}} {
 		t.Run(c.example, func(t *testing.T) {
 			ns := namespace(t, "e2e-"+c.example)
+			// Every pod of the examples meets the restricted Pod Security standard: the API
+			// server refuses a pod that does not (a hostPath data set, say: k8s-nodes).
+			kubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
 			log := watchPods(t, ns)
 			defer log.stop()
 			kubectl(t, "apply", "-n", ns, "-f", "examples/"+c.example+".yaml")
