@@ -553,6 +553,33 @@ Status Reconciler::ReplaceLostPods(State& s) {
   return OkStatus();
 }
 
+// spec.runPolicy.startupDeadlineSeconds: a job whose pods have not all run that long after its
+// start (the phase not yet Running) fails, quoting why they do not start, and gives back what it
+// holds (its Kueue quota: the Workload is Finished). True when it failed; else a look is due then.
+bool Reconciler::StartupTooLong(State& s, ReconcileResult& result) {
+  const auto deadline = s.spec->run_policy.startup_deadline_seconds;
+  if (!deadline || s.status.value("phase", "") == "Running") return false;
+  const auto start = ParseTime(s.status.value("startTime", ""));
+  const auto end = (start ? *start : s.now) + std::chrono::seconds(*deadline);
+  if (end > s.now) {
+    const auto in = std::chrono::duration_cast<std::chrono::milliseconds>(end - s.now) +
+                    std::chrono::milliseconds(10);
+    if (!result.requeue_after || *result.requeue_after > in) result.requeue_after = in;
+    return false;
+  }
+  std::string why;
+  if (const Json* c = FindCondition(s.status, "StartFailure");
+      c && c->value("status", "") == "True")
+    why = "; " + c->value("message", "");
+  else if (const Json* u = FindCondition(s.status, "Unschedulable");
+           u && u->value("status", "") == "True")
+    why = "; " + u->value("message", "");
+  Finish(s, false, "StartupDeadlineExceeded",
+         "the job's pods were not all running within spec.runPolicy.startupDeadlineSeconds (" +
+             std::to_string(*deadline) + " s)" + why);
+  return true;
+}
+
 // Kept in status.roles.<role> (recentFailures, lastFailureTime, createAfter), so that an
 // operator leader change keeps the back-off: a rule that ignores a crash (exit 137, say) would
 // otherwise be a hot delete-and-create loop.
@@ -1380,6 +1407,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     result.requeue_after = std::chrono::duration_cast<std::chrono::milliseconds>(end - s.now) +
                            std::chrono::milliseconds(10);
   }
+  if (StartupTooLong(s, result)) return AfterFinish(s, result);
   ADAM_RETURN_IF_ERROR(HandlePods(s));
   if (s.finished) return AfterFinish(s, result);
   ADAM_RETURN_IF_ERROR(ReplaceLostPods(s));

@@ -141,6 +141,8 @@ class Reconciler {
   std::map<std::string, Json> ExistingObjects(State& s);
   StatusOr<bool> EnsureObject(State& s, const Json& o, const std::map<std::string, Json>& existing);
   Status HandlePods(State& s);
+  // Fails a job still starting past spec.runPolicy.startupDeadlineSeconds; true when it did.
+  bool StartupTooLong(State& s, ReconcileResult& result);
   bool Counted(const std::string& uid);
   // Force-deletes the trainers and data servers of a node lost for node_loss_timeout_.
   Status ReplaceLostPods(State& s);

@@ -1468,6 +1468,32 @@ TEST_F(OperatorTest, ActiveDeadlineFailsTheJob) {
   EXPECT_EQ(Condition("fashion-mnist", "Failed"), "True DeadlineExceeded");
 }
 
+// A job whose pods cannot start fails at its startup deadline, quoting why; one that ran whole
+// before its deadline is never failed by it.
+TEST_F(OperatorTest, AJobThatCannotStartFailsAtItsStartupDeadline) {
+  StartOperator();
+  api->RefuseCreates(kPods, 403, "pods is forbidden: violates PodSecurity");
+  Json j = Example("fashion-mnist");
+  j["spec"]["runPolicy"] = {{"startupDeadlineSeconds", 1}};
+  api->Put(kJobs, j);
+  ASSERT_TRUE(
+      Eventually([&] { return Phase("fashion-mnist") == "Failed"; }, std::chrono::seconds(6)));
+  EXPECT_EQ(Condition("fashion-mnist", "Failed"), "True StartupDeadlineExceeded");
+  EXPECT_EQ(EventsOf(*api, "StartupDeadlineExceeded", "violates PodSecurity"), 1);
+  api->RefuseCreates(kPods, 0, "");
+
+  Json k = Example("fashion-mnist");
+  k["metadata"]["name"] = "quick";
+  k["spec"]["runPolicy"] = {{"startupDeadlineSeconds", 4}};
+  const auto put = std::chrono::steady_clock::now();
+  api->Put(kJobs, k);
+  BringUp("quick", false);
+  ASSERT_LT(std::chrono::steady_clock::now() - put, std::chrono::seconds(4)) << "too slow to test";
+  std::this_thread::sleep_until(put + std::chrono::milliseconds(4500));
+  ASSERT_TRUE(Passes());
+  EXPECT_EQ(Phase("quick"), "Running");
+}
+
 TEST_F(OperatorTest, RecoversALostWatchAndRetriesConflicts) {
   StartOperator();
   api->Put(kJobs, Example("fashion-mnist"));

@@ -797,13 +797,15 @@ void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
   const YAML::Node rp = spec["runPolicy"];
   const std::string p = "spec.runPolicy";
   if (r.Map(rp, p,
-            {"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "cleanPodPolicy",
-             "suspend", "flushTimeoutSeconds", "managedBy", "schedulingPolicy"}) &&
+            {"backoffLimit", "activeDeadlineSeconds", "startupDeadlineSeconds",
+             "ttlSecondsAfterFinished", "cleanPodPolicy", "suspend", "flushTimeoutSeconds",
+             "managedBy", "schedulingPolicy"}) &&
       rp) {
     auto& pol = job->run_policy;
     r.Int(rp, "backoffLimit", p, 0, 1000, &pol.backoff_limit);
     int64_t v = 0;
     if (r.Int(rp, "activeDeadlineSeconds", p, 1, INT64_MAX, &v)) pol.active_deadline_seconds = v;
+    if (r.Int(rp, "startupDeadlineSeconds", p, 1, INT64_MAX, &v)) pol.startup_deadline_seconds = v;
     if (r.Int(rp, "ttlSecondsAfterFinished", p, 0, INT64_MAX, &v))
       pol.ttl_seconds_after_finished = v;
     if (r.Get(rp, "cleanPodPolicy", p, &pol.clean_pod_policy) &&

@@ -270,6 +270,8 @@ struct SchedulingPolicy {
 struct RunPolicy {
   int backoff_limit = 3;
   std::optional<int64_t> active_deadline_seconds;
+  // The job fails when its pods have not all run this long after its start (Kubernetes only).
+  std::optional<int64_t> startup_deadline_seconds;
   std::optional<int64_t> ttl_seconds_after_finished;
   std::string clean_pod_policy = "Running";
   bool suspend = false;
