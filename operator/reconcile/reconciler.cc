@@ -1413,10 +1413,10 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   ADAM_RETURN_IF_ERROR(ReplaceLostPods(s));
   ADAM_RETURN_IF_ERROR(EnsureCertificates(s));  // first: every pod mounts the TLS Secret
   ADAM_RETURN_IF_ERROR(EnsureObjects(s));
-  for (const auto& [role, when] : s.backing_off) {
+  if (!s.backing_off.empty()) {  // the first role waiting, by name
+    const auto& [role, when] = *s.backing_off.begin();
     SetCondition(s, "Restarting", true, "BackOff",
                  "role " + role + " keeps failing; its pods are made again at " + when);
-    break;
   }
   ReportStartFailures(s);
   if (s.requeue_after && (!result.requeue_after || *result.requeue_after > *s.requeue_after))
