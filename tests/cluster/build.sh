@@ -3,7 +3,8 @@
 # and helm from this Go module (go.mod's `tool` lines), Kueue from its own module in kueue/ (its
 # Kubernetes libraries are a release behind and must not move the control plane's), CoreDNS from
 # its own module in coredns/ (a release ahead), Prometheus from its own module in prometheus/
-# (with its Kubernetes service discovery alone: Debian's build has none), and the pod sandbox's pause binary from
+# (with its Kubernetes service discovery alone: Debian's build has none), the nodes' CNI plugins
+# netattach and whereabouts from the module in netattach/, and the pod sandbox's pause binary from
 # Kubernetes' own build/pause/linux/pause.c (in the same module), into a cache keyed by the go.mod and go.sum files
 # and this module's sources, and prints the folder that holds the binaries. Kueue's CRDs and
 # webhook manifests, from its module at the same version, go beside them in ../kueue. A second call with the same key prints it at once; Go's own
@@ -21,7 +22,7 @@ export PATH="/usr/local/go/bin:$PATH"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 key=$(cat go.mod go.sum kueue/go.mod kueue/go.sum coredns/go.mod coredns/go.sum coredns/main.go \
-  prometheus/go.mod prometheus/go.sum build.sh \
+  prometheus/go.mod prometheus/go.sum netattach/go.mod netattach/go.sum netattach/main.go build.sh \
   $(find cmd -name '*.go' | sort) |
   sha256sum | cut -c1-16)
 cache="${ADAM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/adam/cluster}"
@@ -81,11 +82,25 @@ echo "cluster build: kueue $kueue (cold: about 3 min on 2 cores)" >&2
 (cd kueue && CGO_ENABLED=0 go build -trimpath -o "$out/bin/" \
   -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue -X sigs.k8s.io/kueue/pkg/version.BuildDate=$date" \
   sigs.k8s.io/kueue/cmd/kueue)
+# The nodes' second network: netattach (Multus's part: netattach/main.go) and the whereabouts IPAM
+# plugin, both CNI plugins, with the CRDs of NetworkAttachmentDefinition and whereabouts' pools from
+# their modules.
+whereabouts=$(cd netattach && version github.com/k8snetworkplumbingwg/whereabouts)
+echo "cluster build: netattach, whereabouts $whereabouts (cold: about 1 min on 2 cores beside the rest)" >&2
+(cd netattach && CGO_ENABLED=0 go build -trimpath -o "$out/bin/netattach" -ldflags "-s -w" . &&
+  CGO_ENABLED=0 go build -trimpath -o "$out/bin/whereabouts" -ldflags "-s -w \
+    -X github.com/k8snetworkplumbingwg/whereabouts/pkg/version.Version=$whereabouts" \
+    github.com/k8snetworkplumbingwg/whereabouts/cmd)
+mkdir -p "$out/netattach"
+nad_src=$(cd netattach && go list -m -f '{{.Dir}}' github.com/k8snetworkplumbingwg/network-attachment-definition-client)
+whereabouts_src=$(cd netattach && go list -m -f '{{.Dir}}' github.com/k8snetworkplumbingwg/whereabouts)
+cp "$nad_src/artifacts/networks-crd.yaml" "$whereabouts_src"/doc/crds/whereabouts.cni.cncf.io_*.yaml "$out/netattach/"
+chmod u+w "$out"/netattach/*
 kueue_src=$(cd kueue && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
 mkdir -p "$out/kueue"
 cp "$kueue_src"/config/components/crd/bases/*.yaml "$kueue_src/config/components/webhook/manifests.yaml" "$out/kueue/"
 chmod u+w "$out"/kueue/*
-echo "kubernetes=$kube etcd=$etcd kwok=$kwok helm=$helm kueue=$kueue coredns=$coredns prometheus=$prometheus pause=$pause_tag built in $((SECONDS - start)) s" > "$out/ok"
+echo "kubernetes=$kube etcd=$etcd kwok=$kwok helm=$helm kueue=$kueue coredns=$coredns prometheus=$prometheus whereabouts=$whereabouts pause=$pause_tag built in $((SECONDS - start)) s" > "$out/ok"
 cat "$out/ok" >&2
 # Keep the three newest builds (each is about 450 MB).
 ls -1dt "$cache"/*/ 2>/dev/null | tail -n +4 | xargs -r rm -rf

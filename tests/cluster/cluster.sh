@@ -3,7 +3,8 @@
 # kube-controller-manager and kube-scheduler as processes of this machine, and two kinds of node:
 # - real nodes (ADAM_CLUSTER_REAL_NODES, 4 by default): each a Docker container (every capability
 #   but CAP_SYS_RESOURCE, which this machine lacks; no seccomp; every device) of
-#   node/Dockerfile running containerd, runc, the CNI bridge plugin, the kubelet and kube-proxy,
+#   node/Dockerfile running containerd, runc, the CNI plugins (bridge for the pod network; a
+#   second network through netattach, in Multus's place: nodes.sh), the kubelet and kube-proxy,
 #   as kind makes them, holding the Adam image (`make image`) and the pause image loaded into its
 #   containerd (no registry is reachable). Pods run there for real: probes, volumes (local
 #   PersistentVolumes on each node), cluster DNS (CoreDNS, a process here, serving
@@ -293,6 +294,13 @@ up() {
   # The default ServiceAccount appears once the controller manager runs; pods need it.
   wait_for "the controller manager" 60 "${kubectl[@]}" get serviceaccount default -n default
   nodes_and_volumes | "${kubectl[@]}" apply -f - >/dev/null
+  if ((real_nodes > 0)); then
+    # The second network's objects, and its attachment for the default namespace's pods.
+    netattach_objects | "${kubectl[@]}" apply -f - >/dev/null
+    "${kubectl[@]}" wait --for condition=established --timeout 30s \
+      crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
+    second_network_attachment default | "${kubectl[@]}" apply -f - >/dev/null
+  fi
   coredns_up
   real_nodes_up
   ((real_nodes == 0)) || local_volumes | "${kubectl[@]}" apply -f - >/dev/null

@@ -6,6 +6,12 @@
 # Addresses: pods of node N get 10.245.N.0/24 (the cluster CIDR 10.245.0.0/16; kwok's fake pods
 # take 10.244.0.0/16); each node routes the other nodes' pod ranges through them, and this machine
 # routes every node's range through it, so tests and Prometheus here reach pods by their IPs.
+#
+# A second network: every node is also on a second Docker network (its eth1). Each node's CNI
+# configuration is netattach (tests/cluster/netattach, in Multus's place), which gives a pod the
+# pod network on eth0 and then the NetworkAttachmentDefinitions its k8s.v1.cni.cncf.io/networks
+# annotation names; adam-replication (macvlan on eth1, whereabouts addresses in 10.246.0.0/24) is
+# made in the default namespace.
 
 real_nodes=${ADAM_CLUSTER_REAL_NODES:-4}
 real_zones=${ADAM_CLUSTER_REAL_ZONES:-2}
@@ -21,13 +27,19 @@ node_name() { echo "adam-node-$1"; }                          # node_name INDEX
 # The node whose kubelet runs the static CPU manager (CPU 0 reserved): the last, unless named.
 cpu_manager_node() { echo "${ADAM_CLUSTER_CPU_MANAGER_NODE:-$(node_name $((real_nodes - 1)))}"; }
 
-# nodes_network_up: the Docker network of the nodes; sets api_host to its gateway, the address of
-# this machine that the nodes reach (the API server and CoreDNS bind it).
+# The nodes' second network (eth1 on every node): pods attach to it through a
+# NetworkAttachmentDefinition (macvlan on eth1, addresses from whereabouts in 10.246.0.0/24).
+second_network() { echo "adam-cluster-$(cluster_id)-second"; }
+
+# nodes_network_up: the Docker networks of the nodes; sets api_host to the first one's gateway, the
+# address of this machine that the nodes reach (the API server and CoreDNS bind it).
 nodes_network_up() {
   local net
+  for net in "$(node_network)" "$(second_network)"; do
+    docker network inspect "$net" >/dev/null 2>&1 ||
+      docker network create --label "dev.adam.cluster=$(cluster_id)" "$net" >/dev/null
+  done
   net=$(node_network)
-  docker network inspect "$net" >/dev/null 2>&1 ||
-    docker network create --label "dev.adam.cluster=$(cluster_id)" "$net" >/dev/null
   api_host=$(docker network inspect -f '{{range .IPAM.Config}}{{.Gateway}}{{end}}' "$net")
   [[ -n "$api_host" ]] || die "the Docker network $net has no gateway address"
 }
@@ -35,7 +47,8 @@ nodes_network_up() {
 # node_images: the node image (keyed by what goes into it) and the pause image, built once.
 node_images() {
   local key ctx
-  key=$(cat "$here/node/Dockerfile" "$here/node/node.sh" "$bin/kubelet" "$bin/kube-proxy" |
+  key=$(cat "$here/node/Dockerfile" "$here/node/node.sh" "$bin/kubelet" "$bin/kube-proxy" \
+    "$bin/netattach" "$bin/whereabouts" |
     sha256sum | cut -c1-12)
   node_image="adam-node:$key"
   pause_image="registry.k8s.io/pause:$(cat "$bin/pause.tag")"
@@ -43,7 +56,8 @@ node_images() {
   if ! docker image inspect "$node_image" >/dev/null 2>&1; then
     local base
     base=$("$root/docker/base.sh")
-    cp "$here/node/Dockerfile" "$here/node/node.sh" "$bin/kubelet" "$bin/kube-proxy" "$ctx/"
+    cp "$here/node/Dockerfile" "$here/node/node.sh" "$bin/kubelet" "$bin/kube-proxy" "$bin/netattach" \
+      "$bin/whereabouts" "$ctx/"
     log "building the node image $node_image (containerd, runc, CNI plugins from Debian; about 1 min)"
     docker build -q --build-arg "BASE=$base" -t "$node_image" "$ctx" >"$dir/logs/node-image.log" 2>&1 ||
       { tail -20 "$dir/logs/node-image.log" >&2; rm -rf "$ctx"; die "the node image failed to build"; }
@@ -124,6 +138,8 @@ clusterCIDR: $cluster_cidr
 # A container cannot raise the machine's conntrack table size; leave it as it is.
 conntrack: {maxPerCore: 0}
 EOF
+  # The pod network (eth0), which netattach runs first for every pod, as Multus runs its cluster
+  # network; then the networks a pod's k8s.v1.cni.cncf.io/networks annotation names.
   cat >"$nd/cni.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "adam-pods", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
@@ -131,6 +147,15 @@ EOF
             "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 EOF
+  cat >"$nd/netattach.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "netattach", "plugins": [
+  {"type": "netattach", "kubeconfig": "/etc/adam-node/netattach.kubeconfig",
+   "clusterNetwork": "/etc/cni/adam/10-adam.conflist", "confDir": "/etc/cni/adam",
+   "binDir": "/usr/lib/cni", "capabilities": {"portMappings": true}}]}
+EOF
+  echo '{"kubernetes": {"kubeconfig": "/etc/adam-node/netattach.kubeconfig"}}' >"$nd/whereabouts.conf"
+  cp "$dir/pki/netattach".{crt,key} "$nd/"
+  node_kubeconfig "$nd/netattach.kubeconfig" /etc/adam-node/netattach
   echo "$cluster_cidr" >"$nd/cluster-cidr"
 }
 
@@ -157,6 +182,7 @@ real_nodes_up() {
   ((real_nodes > 0)) || return 0
   node_images
   cert kube-proxy "/CN=system:kube-proxy"
+  cert netattach "/CN=adam:netattach"
   local net i j name c image ips=()
   net=$(node_network)
   for ((i = 0; i < real_nodes; i++)); do
@@ -178,6 +204,7 @@ real_nodes_up() {
       -v /var/lib/containerd -v /var/lib/kubelet -v /var/local-pv \
       -v "$dir/nodes/$name:/etc/adam-node:ro" -e "ADAM_PAUSE_IMAGE=$pause_image" \
       "$node_image" >/dev/null
+    docker network connect "$(second_network)" "$c"  # the node's eth1
     ips+=("$(docker inspect -f "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "$c")")
   done
   # The images, saved once and imported into every node's containerd.
@@ -211,6 +238,53 @@ real_nodes_up() {
     ip route replace "10.245.$i.0/24" via "${ips[$i]}"
     echo "10.245.$i.0/24" >>"$dir/host-routes"
   done
+}
+
+# netattach_objects: what the nodes' netattach and whereabouts read and write (the CRDs of
+# NetworkAttachmentDefinition and whereabouts' pools, from their modules; the role that the nodes'
+# identity adam:netattach holds, as Multus's and whereabouts' daemon sets hold theirs).
+netattach_objects() {
+  local f
+  for f in "$bin"/../netattach/*.yaml; do
+    echo "---"
+    cat "$f"
+  done
+  cat <<'EOF'
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: adam-netattach}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [get, list, watch]}
+- {apiGroups: [""], resources: [pods/status], verbs: [update, patch]}
+- {apiGroups: [k8s.cni.cncf.io], resources: [network-attachment-definitions], verbs: [get, list, watch]}
+- apiGroups: [whereabouts.cni.cncf.io]
+  resources: [ippools, overlappingrangeipreservations, nodeslicepools]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: adam-netattach}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: adam-netattach}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "adam:netattach"}]
+EOF
+}
+
+# second_network_attachment NAMESPACE: the NetworkAttachmentDefinition adam-replication there:
+# macvlan on each node's eth1 (the second Docker network), addresses from whereabouts.
+second_network_attachment() {
+  cat <<EOF
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: adam-replication, namespace: $1}
+spec:
+  config: '{"cniVersion": "0.4.0", "type": "macvlan", "master": "eth1", "mode": "bridge",
+    "ipam": {"type": "whereabouts", "range": "10.246.0.0/24"}}'
+EOF
 }
 
 # local_volumes: ADAM_CLUSTER_VOLUMES_PER_NODE (12) local PersistentVolumes on each real node (a
@@ -281,7 +355,7 @@ real_nodes_down() {
   local containers
   containers=$(docker ps -aq --filter "label=dev.adam.cluster=$id" 2>/dev/null || true)
   [[ -z "$containers" ]] || docker rm -f -v $containers >/dev/null 2>&1 || true
-  docker network rm "$(node_network)" >/dev/null 2>&1 || true
+  docker network rm "$(node_network)" "$(second_network)" >/dev/null 2>&1 || true
   if [[ -f "$dir/host-routes" ]]; then
     while read -r cidr; do ip route del "$cidr" 2>/dev/null || true; done <"$dir/host-routes"
   fi

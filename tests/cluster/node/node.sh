@@ -3,7 +3,8 @@
 #   adam-node init           the container's first process: makes / a shared mount (the kubelet's
 #                            volumes reach the containers), starts containerd, then waits
 #   adam-node start          once /etc/adam-node holds the node's files (certificates,
-#                            kubeconfigs, kubelet.yaml, kube-proxy.yaml, cni.conflist, routes):
+#                            kubeconfigs, kubelet.yaml, kube-proxy.yaml, cni.conflist,
+#                            netattach.conflist, whereabouts.conf, routes):
 #                            sets up the pod network and starts the kubelet and kube-proxy
 #   adam-node stop NAME      stops the kubelet or kube-proxy and keeps it stopped (a node fault)
 #   adam-node resume NAME    lets it run again
@@ -65,8 +66,12 @@ TOML
     exec sleep infinity
     ;;
   start)
-    mkdir -p /etc/cni/net.d
-    cp "$conf/cni.conflist" /etc/cni/net.d/10-adam.conflist
+    # containerd runs netattach (the only configuration in net.d), which runs the pod network
+    # (/etc/cni/adam) and then the networks a pod names; whereabouts reads its flat file there.
+    mkdir -p /etc/cni/net.d/whereabouts.d /etc/cni/adam
+    cp "$conf/cni.conflist" /etc/cni/adam/10-adam.conflist
+    cp "$conf/whereabouts.conf" /etc/cni/net.d/whereabouts.d/whereabouts.conf
+    cp "$conf/netattach.conflist" /etc/cni/net.d/00-netattach.conflist
     # Pods of other nodes are reached through those nodes (one route each, on the nodes'
     # network); traffic of pods to anything else leaves with the node's address.
     while read -r cidr via; do

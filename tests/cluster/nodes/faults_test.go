@@ -128,7 +128,10 @@ func ready(t *testing.T, ns, pod string) bool {
 // parameter server fault is committed as a failover by the controllers within 2 s (measured:
 // about a second on these 2 shared cores); a new leader is announced; the job succeeds within adam run's
 // spread. Before the faults, a Prometheus server that finds the pods through the API answers
-// every panel query of the chart's Grafana dashboard with data.
+// every panel query of the chart's Grafana dashboard with data, and the parameter servers
+// replicate on the second network only (examples/local-cluster.yaml names it in
+// spec.networks.replication: checkSecondNetwork), again once the deleted one is back on a new
+// sandbox.
 func TestTheHAExampleSurvivesFaultsOnRealNodes(t *testing.T) {
 	const ns, name = "default", "ha"
 	prom := startPrometheus(t)
@@ -156,6 +159,7 @@ func TestTheHAExampleSurvivesFaultsOnRealNodes(t *testing.T) {
 	eventually(t, 2*time.Minute, "a Raft leader announced", func() bool { l, _ := raftLeader(t, ns, name); return l != "" })
 	// Training under way, watched: every panel of the dashboard has data.
 	checkDashboard(t, prom, name, 60*time.Second)
+	checkSecondNetwork(t, ns, name, true)
 	// Unpinned (the patch gives fractional CPUs and turns pinning off): the job says so, naming
 	// its trainers.
 	var pinned string
@@ -185,6 +189,7 @@ func TestTheHAExampleSurvivesFaultsOnRealNodes(t *testing.T) {
 	// Counted from the API call: the kubelet's watch, its SIGTERM and the server's last flush come
 	// before the server is gone, and then the same detection as a kill.
 	checkFailover(t, ns, name, 1, t1, "pod deleted")
+	checkSecondNetwork(t, ns, name, false)
 
 	// 3. The Raft leader's pod deleted: another member is announced leader, with a higher term.
 	leader, term := raftLeader(t, ns, name)
