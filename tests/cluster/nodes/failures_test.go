@@ -9,11 +9,18 @@ import (
 
 // Pods that cannot start say so on their AdamJob within 30 s, in the words of whoever refused
 // them, as a StartFailure condition and a Warning event: an image no node has and none can pull
-// (the kubelet's ErrImagePull), a volume that does not mount (the kubelet's FailedMount event),
-// and a pod that Pod Security admission refuses (the API server's 403). The three at once.
+// (the kubelet's ErrImagePull), a volume that does not mount (the kubelet's FailedMount event), a
+// variable from a Secret that does not exist (the kubelet's CreateContainerConfigError), a pod
+// that Pod Security admission refuses (the API server's 403), pods beyond the namespace's
+// ResourceQuota (403 too) and a pod whose template the API server finds invalid (its 422). The
+// six at once.
 func TestStartFailuresShowOnTheJobWithin30Seconds(t *testing.T) {
 	kubectl(t, `{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "restricted",
   "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}`, "apply", "-f", "-")
+	kubectl(t, `{"apiVersion": "v1", "kind": "List", "items": [
+  {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "quota"}},
+  {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "two-pods", "namespace": "quota"},
+   "spec": {"hard": {"pods": "2"}}}]}`, "apply", "-f", "-")
 	cases := []struct {
 		name, ns, reason, says string
 		edit                   func(j map[string]any)
@@ -26,8 +33,18 @@ func TestStartFailuresShowOnTheJobWithin30Seconds(t *testing.T) {
 		{"no-volume", "default", "FailedMount", "/no/such/folder", func(j map[string]any) {
 			dataOn(j, hostPath("/no/such/folder"))
 		}},
+		{"no-secret", "default", "CreateContainerConfigError", `secret "adam-no-such-secret" not found`, func(j map[string]any) {
+			set(j, []any{map[string]any{"name": "TOKEN", "valueFrom": map[string]any{
+				"secretKeyRef": map[string]any{"name": "adam-no-such-secret", "key": "token"}}}},
+				"spec", "podTemplate", "env")
+		}},
 		{"refused", "restricted", "FailedCreate", "violates PodSecurity", func(j map[string]any) {
 			dataOn(j, hostPath("/var/adam-data"))
+		}},
+		{"over-quota", "quota", "FailedCreate", "exceeded quota: two-pods", func(j map[string]any) {}},
+		{"invalid", "default", "FailedCreate", `Unsupported value: "Sometimes"`, func(j map[string]any) {
+			set(j, []any{map[string]any{"key": "adam.dev/any", "operator": "Sometimes"}},
+				"spec", "podTemplate", "tolerations")
 		}},
 	}
 	for _, c := range cases {
