@@ -178,6 +178,7 @@ struct Operator::Impl : public Children {
     reconciler->set_certificate_validity(o.certificate_validity);
     reconciler->set_kueue(o.kueue);
     reconciler->set_default_image(o.default_image);
+    reconciler->set_reporting_instance(o.identity);
     reconciler->set_restart_backoff(o.restart_backoff, o.restart_backoff_max);
     reconciler->set_node_loss_timeout(o.node_loss_timeout);
     kube::WorkQueue* q = queue.get();

@@ -43,7 +43,8 @@ Resource Services();
 Resource ConfigMaps();
 Resource PersistentVolumeClaims();
 Resource StatefulSets();
-Resource Events();
+Resource Events();    // core/v1: read, for the kubelet's and controllers' events about pods
+Resource EventsV1();  // events.k8s.io/v1: the operator's own, on its jobs
 Resource Leases();
 Resource NetworkPolicies();
 Resource PodDisruptionBudgets();
@@ -170,6 +171,8 @@ std::unique_ptr<Client> NewHttpClient(const Config& config);
 // RFC 3339 UTC time ("2026-11-23T05:55:15Z") of a system_clock time point, and back (nullopt
 // when malformed).
 std::string FormatTime(std::chrono::system_clock::time_point t);
+// The same with microseconds ("2026-11-23T05:55:15.123456Z"), as an Event's eventTime is written.
+std::string FormatMicroTime(std::chrono::system_clock::time_point t);
 std::optional<std::chrono::system_clock::time_point> ParseTime(const std::string& text);
 
 }  // namespace adam::kube

@@ -40,6 +40,7 @@ Resource ConfigMaps() { return {"v1", "configmaps"}; }
 Resource PersistentVolumeClaims() { return {"v1", "persistentvolumeclaims"}; }
 Resource StatefulSets() { return {"apps/v1", "statefulsets"}; }
 Resource Events() { return {"v1", "events"}; }
+Resource EventsV1() { return {"events.k8s.io/v1", "events"}; }
 Resource Leases() { return {"coordination.k8s.io/v1", "leases"}; }
 Resource NetworkPolicies() { return {"networking.k8s.io/v1", "networkpolicies"}; }
 Resource PodDisruptionBudgets() { return {"policy/v1", "poddisruptionbudgets"}; }
@@ -84,6 +85,15 @@ std::string FormatTime(std::chrono::system_clock::time_point t) {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+std::string FormatMicroTime(std::chrono::system_clock::time_point t) {
+  const auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count() % 1000000;
+  std::string s = FormatTime(t);
+  char frac[16];
+  std::snprintf(frac, sizeof frac, ".%06lld", static_cast<long long>(micros < 0 ? 0 : micros));
+  return s.insert(s.size() - 1, frac);
 }
 
 std::optional<std::chrono::system_clock::time_point> ParseTime(const std::string& text) {

@@ -187,28 +187,67 @@ void Reconciler::SetCondition(State& s, const std::string& type, bool value,
                report_false);
 }
 
+namespace {
+
+// The message cut to the API's limit, at a character boundary, marked as cut.
+std::string EventNote(const std::string& message) {
+  if (message.size() <= kEventNoteMax) return message;
+  size_t end = kEventNoteMax - 3;
+  while (end > 0 && (static_cast<unsigned char>(message[end]) & 0xC0) == 0x80) --end;
+  return message.substr(0, end) + "...";
+}
+
+}  // namespace
+
 void Reconciler::Event(State& s, const std::string& type, const std::string& reason,
                        const std::string& message) {
-  const std::string t = FormatTime(s.now);
-  Json ev = {{"apiVersion", "v1"},
-             {"kind", "Event"},
-             {"metadata", {{"generateName", s.name + "."}, {"namespace", s.ns}}},
-             {"involvedObject",
-              {{"apiVersion", "adam.dev/v1alpha1"},
-               {"kind", "AdamJob"},
-               {"name", s.name},
-               {"namespace", s.ns},
-               {"uid", s.uid}}},
-             {"type", type},
-             {"reason", reason},
-             {"message", message},
-             {"firstTimestamp", t},
-             {"lastTimestamp", t},
-             {"count", 1},
-             {"source", {{"component", "adam-operator"}}}};
-  auto r = client_->Create(kube::Events(), s.ns, ev);
-  if (!r.ok()) spdlog::warn("event {} for {}/{}: {}", reason, s.ns, s.name, r.status().message());
   spdlog::info("{}/{}: {} {}: {}", s.ns, s.name, type, reason, message);
+  const std::string note = EventNote(message);
+  const std::string key = s.ns + "/" + s.uid + "/" + type + "/" + reason + "/" + note;
+  std::optional<Json> earlier;
+  {
+    MutexLock lock(mu_);
+    auto it = recent_events_.find(key);
+    if (it != recent_events_.end() && s.now - it->second.last < kEventSeriesWindow)
+      earlier = it->second.event;
+  }
+  StatusOr<Json> written = UnavailableError("not written");
+  if (earlier) {
+    Json ev = *earlier;
+    const int count = ev.contains("series") ? ev["series"].value("count", 1) + 1 : 2;
+    ev["series"] = {{"count", count}, {"lastObservedTime", kube::FormatMicroTime(s.now)}};
+    written = client_->Update(kube::EventsV1(), s.ns, ev);
+    // Gone or changed meanwhile: the event is written anew.
+  }
+  if (!written.ok()) {
+    Json ev = {{"apiVersion", "events.k8s.io/v1"},
+               {"kind", "Event"},
+               {"metadata", {{"generateName", s.name + "."}, {"namespace", s.ns}}},
+               {"eventTime", kube::FormatMicroTime(s.now)},
+               {"reportingController", "adam.dev/operator"},
+               {"reportingInstance", reporting_instance_.substr(0, 128)},
+               {"action", "Reconcile"},
+               {"regarding",
+                {{"apiVersion", "adam.dev/v1alpha1"},
+                 {"kind", "AdamJob"},
+                 {"name", s.name},
+                 {"namespace", s.ns},
+                 {"uid", s.uid}}},
+               {"type", type},
+               {"reason", reason},
+               {"note", note}};
+    written = client_->Create(kube::EventsV1(), s.ns, ev);
+  }
+  if (!written.ok()) {
+    spdlog::warn("event {} for {}/{}: {}", reason, s.ns, s.name, written.status().message());
+    return;
+  }
+  MutexLock lock(mu_);
+  recent_events_[key] = {std::move(written).value(), s.now};
+  if (recent_events_.size() > 512) {
+    for (auto it = recent_events_.begin(); it != recent_events_.end();)
+      it = s.now - it->second.last >= kEventSeriesWindow ? recent_events_.erase(it) : std::next(it);
+  }
 }
 
 void Reconciler::Finish(State& s, bool succeeded, const std::string& reason,

@@ -80,6 +80,8 @@ class Reconciler {
   // The image of a job whose spec names none ("" = spec::AdamJob's default). Where the chart
   // installed the CRD, the API server has already written the chart's image into the spec.
   void set_default_image(std::string image) { default_image_ = std::move(image); }
+  // Who writes the Events (their reportingInstance): the operator's identity.
+  void set_reporting_instance(std::string id) { reporting_instance_ = std::move(id); }
 
   // Back-off between re-creations of a role's pods after they fail: the first failure is
   // replaced at once, each further one within 2 * `max` of the last waits `initial`, doubling up
@@ -155,6 +157,9 @@ class Reconciler {
   Status Cleanup(State& s, bool all);
   Status DeletePods(State& s, const std::string& role);
   Status WriteStatus(State& s);
+  // An events.k8s.io/v1 Event on the job. The same event again (type, reason and note) within
+  // kEventSeriesWindow of its last is not a new object: the one made is updated into a series
+  // (series.count, series.lastObservedTime), as Kubernetes' own event recorder does.
   void Event(State& s, const std::string& type, const std::string& reason,
              const std::string& message);
   // Sets (or adds) a condition; a false one that was never set is added only with report_false.
@@ -174,6 +179,7 @@ class Reconciler {
   std::chrono::seconds certificate_validity_ = net::kCertificateValidity;
   bool kueue_ = false;
   std::string default_image_;
+  std::string reporting_instance_ = "adam-operator";
   std::chrono::milliseconds node_loss_timeout_{120000};
   std::chrono::milliseconds backoff_initial_{10000};
   std::chrono::milliseconds backoff_max_{300000};
@@ -189,7 +195,18 @@ class Reconciler {
     std::string resource_version;
   };
   std::map<std::string, StatusWrite> status_writes_ ABSL_GUARDED_BY(mu_);
+  // "ns/uid/type/reason/note" -> the Event last written for it and when it last happened.
+  struct RecentEvent {
+    Json event;
+    std::chrono::system_clock::time_point last;
+  };
+  std::map<std::string, RecentEvent> recent_events_ ABSL_GUARDED_BY(mu_);
 };
+
+// How long after an event its repeat joins it as a series (Kubernetes' recorder: 6 minutes),
+// and the longest note an Event takes (the API refuses more than 1 KiB).
+inline constexpr std::chrono::minutes kEventSeriesWindow{6};
+inline constexpr size_t kEventNoteMax = 1024;
 
 // The manifest the roles read, from an AdamJob object: apiVersion, kind, name, namespace, spec.
 std::string ManifestOf(const Json& job);

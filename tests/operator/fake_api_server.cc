@@ -36,7 +36,8 @@ std::string Now() {
 }
 
 bool HasStatusSubresource(const std::string& collection) {
-  return collection != "v1/configmaps" && collection != "v1/events" && collection != "v1/secrets" &&
+  return collection != "v1/configmaps" && collection != "v1/events" &&
+         collection != "events.k8s.io/v1/events" && collection != "v1/secrets" &&
          collection != "coordination.k8s.io/v1/leases";
 }
 
@@ -349,6 +350,8 @@ struct FakeApiServer::Impl {
       Emit(t.collection, "ADDED", o);
       if (touch_on_events && t.collection == "v1/events")
         Touch(o["involvedObject"].value("uid", ""));
+      if (touch_on_events && t.collection == "events.k8s.io/v1/events")
+        Touch(o["regarding"].value("uid", ""));
       return Reply(req, 201, o);
     }
     if (method == http::methods::PUT) {

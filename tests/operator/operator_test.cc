@@ -28,6 +28,7 @@ using testing::FakeApiServer;
 constexpr const char* kJobs = "adam.dev/v1alpha1/adamjobs";
 constexpr const char* kPods = "v1/pods";
 constexpr const char* kSets = "apps/v1/statefulsets";
+constexpr const char* kEvents = "events.k8s.io/v1/events";  // the operator's own
 
 using testing::Eventually;
 
@@ -255,7 +256,7 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
       EXPECT_NE(v.value("secret", Json::object()).value("secretName", ""), job + "-ca");
   EXPECT_EQ(Job(job)["metadata"]["finalizers"][0], kFinalizer);
   bool event = false;
-  for (const Json& e : api->List("v1/events", "ml")) event |= e["reason"] == "Running";
+  for (const Json& e : api->List(kEvents, "ml")) event |= e["reason"] == "Running";
   EXPECT_TRUE(event);
 }
 
@@ -287,7 +288,7 @@ TEST_F(OperatorTest, RenewsTheCertificateFromTheJobsCaBeforeItExpires) {
   EXPECT_EQ(api->Get("v1/secrets", "ml", job + "-ca")["data"], ca["data"]);
   EXPECT_TRUE(net::CheckIssuedBy(CertOf(renewed, "tls.crt"), CertOf(ca, "ca.crt")).ok());
   auto has_event = [&](const char* reason) {
-    for (const Json& e : api->List("v1/events", "ml"))
+    for (const Json& e : api->List(kEvents, "ml"))
       if (e["reason"] == reason) return true;
     return false;
   };
@@ -295,9 +296,9 @@ TEST_F(OperatorTest, RenewsTheCertificateFromTheJobsCaBeforeItExpires) {
   // A CA Secret whose key is garbage, then none at all: nothing to renew from. A warning names
   // the fault, and the rest of the job is still looked after (a deleted pod comes back).
   auto warned = [&](const std::string& text) {
-    for (const Json& e : api->List("v1/events", "ml"))
+    for (const Json& e : api->List(kEvents, "ml"))
       if (e["reason"] == "CertificateNotRenewable" &&
-          e["message"].get<std::string>().find(text) != std::string::npos)
+          e["note"].get<std::string>().find(text) != std::string::npos)
         return true;
     return false;
   };
@@ -409,9 +410,9 @@ TEST_F(OperatorTest, RecreatesADeletedPodAndRestartsAFailedOne) {
   }));
   EXPECT_EQ(Job("fashion-mnist")["status"]["roles"]["trainer"]["restarts"], 1);
   bool event = false;
-  for (const Json& e : api->List("v1/events", "ml"))
+  for (const Json& e : api->List(kEvents, "ml"))
     event |= e["reason"] == "PodFailed" &&
-             e["message"].get<std::string>().find("exit code 137") != std::string::npos;
+             e["note"].get<std::string>().find("exit code 137") != std::string::npos;
   EXPECT_TRUE(event);
   EXPECT_EQ(Phase("fashion-mnist"), "Running");
 }
@@ -535,6 +536,16 @@ TEST_F(OperatorTest, ARoleThatKeepsFailingIsMadeAgainAfterADoublingBackoff) {
   // Ignored failures count no restart; the other roles are untouched.
   EXPECT_EQ(Job("fashion-mnist")["status"].value("restarts", 0), 0);
   EXPECT_FALSE(Job("fashion-mnist")["status"]["roles"]["ps"].contains("recentFailures"));
+  // The three failures, said alike, are one Event in a series of 3, not three Events.
+  std::vector<Json> ignored;
+  for (const Json& e : api->List(kEvents, "ml"))
+    if (e["reason"] == "PodFailureIgnored") ignored.push_back(e);
+  ASSERT_EQ(ignored.size(), 1u);
+  EXPECT_EQ(ignored[0]["series"].value("count", 0), 3) << ignored[0].dump(2);
+  EXPECT_TRUE(kube::ParseTime(ignored[0]["series"].value("lastObservedTime", "")).has_value());
+  EXPECT_EQ(ignored[0]["reportingController"], "adam.dev/operator");
+  EXPECT_EQ(ignored[0]["regarding"]["name"], "fashion-mnist");
+  EXPECT_EQ(ignored[0]["type"], "Normal");
 }
 
 TEST_F(OperatorTest, ExitCodeTwoFailsAtOnceAndBackoffLimitBounds) {
@@ -618,9 +629,9 @@ TEST_F(OperatorTest, ASplitReplicaIsReplacedWholeAndCountsOneRestart) {
   EXPECT_EQ(Job(job)["status"].value("restarts", 0), 1);
   EXPECT_EQ(Job(job)["status"]["roles"]["trainer"].value("restarts", 0), 1);
   bool event = false;
-  for (const Json& e : api->List("v1/events", "ml"))
+  for (const Json& e : api->List(kEvents, "ml"))
     event |= e["reason"] == "ReplicaRestarting" &&
-             e["message"].get<std::string>().find(job + "-trainer-0 ") != std::string::npos;
+             e["note"].get<std::string>().find(job + "-trainer-0 ") != std::string::npos;
   EXPECT_TRUE(event);
   EXPECT_EQ(uid("trainer-1"), lead1);
   EXPECT_EQ(uid("trainer-1-w1"), worker1);
@@ -699,7 +710,7 @@ TEST_F(OperatorTest, APodTheClusterTookAwayIsReplacedWithoutCounting) {
   EXPECT_EQ(Job("fashion-mnist")["status"].value("restarts", 0), 0);
   EXPECT_NE(Phase("fashion-mnist"), "Failed");
   bool event = false;
-  for (const Json& e : api->List("v1/events", "ml")) event |= e["reason"] == "PodDisrupted";
+  for (const Json& e : api->List(kEvents, "ml")) event |= e["reason"] == "PodDisrupted";
   EXPECT_TRUE(event);
 }
 
@@ -739,9 +750,9 @@ TEST_F(OperatorTest, AnUnschedulablePodIsReportedInTheSchedulersWords) {
   ASSERT_TRUE(Eventually(
       [&] { return Condition("fashion-mnist", "Unschedulable") == "True Unschedulable"; }));
   bool event = false;
-  for (const Json& e : api->List("v1/events", "ml"))
+  for (const Json& e : api->List(kEvents, "ml"))
     event |= e["reason"] == "Unschedulable" &&
-             e["message"].get<std::string>().find(
+             e["note"].get<std::string>().find(
                  "pod fashion-mnist-ps-1 cannot be scheduled: 0/6 nodes "
                  "are available: 6 Insufficient cpu.") != std::string::npos;
   EXPECT_TRUE(event);
@@ -823,20 +834,33 @@ TEST(StartFailures, APodScheduledLongAgoWithNothingStartedIsExplainedByItsNewest
 // Events about the job with `reason` whose message holds `text`.
 int EventsOf(const FakeApiServer& api, const std::string& reason, const std::string& text) {
   int n = 0;
-  for (const Json& e : api.List("v1/events", "ml"))
-    n += e["reason"] == reason && e["message"].get<std::string>().find(text) != std::string::npos;
+  for (const Json& e : api.List(kEvents, "ml"))
+    n += e["reason"] == reason && e["note"].get<std::string>().find(text) != std::string::npos;
   return n;
 }
 
 TEST_F(OperatorTest, ARefusedPodCreateIsReportedAndTriedAgain) {
+  // A long refusal (over the 1 KiB an Event's note may hold), in two-byte characters.
+  std::string details;
+  for (int i = 0; i < 800; ++i) details += "\u00e9";
   api->RefuseCreates(kPods, 403,
                      "pods \"fashion-mnist-ps-0\" is forbidden: violates PodSecurity "
-                     "\"restricted:latest\": hostPath volumes");
+                     "\"restricted:latest\": hostPath volumes; " +
+                         details);
   StartOperator();
   api->Put(kJobs, Example("fashion-mnist"));
   ASSERT_TRUE(Eventually(
       [&] { return Condition("fashion-mnist", "StartFailure") == "True FailedCreate"; }));
   EXPECT_GE(EventsOf(*api, "FailedCreate", "violates PodSecurity"), 1);
+  // Its Event holds what fits, cut at a character boundary and marked as cut.
+  for (const Json& e : api->List(kEvents, "ml")) {
+    if (e["reason"] != "FailedCreate") continue;
+    const std::string note = e["note"];
+    EXPECT_LE(note.size(), 1024u);
+    ASSERT_GE(note.size(), 4u);
+    EXPECT_EQ(note.substr(note.size() - 3), "...");
+    EXPECT_EQ(static_cast<unsigned char>(note[note.size() - 4]), 0xA9);  // the end of an é
+  }
   EXPECT_EQ(Phase("fashion-mnist"), "Pending");
   // Admission relents: the next try (within 10 s) makes the pods, and the condition clears.
   api->RefuseCreates(kPods, 0, "");
@@ -987,9 +1011,9 @@ TEST_F(OperatorTest, AStuckParameterServerHoldsTheDeletionOnlyUntilTheFlushTimeo
       Eventually([&] { return Job("fashion-mnist").is_null(); }, std::chrono::milliseconds(5000)));
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(900));
   bool event = false;
-  for (const Json& e : api->List("v1/events", "ml"))
+  for (const Json& e : api->List(kEvents, "ml"))
     event |= e["reason"] == "FlushTimedOut" &&
-             e["message"].get<std::string>().find("fashion-mnist-ps-0") != std::string::npos;
+             e["note"].get<std::string>().find("fashion-mnist-ps-0") != std::string::npos;
   EXPECT_TRUE(event);
 }
 
