@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <iterator>
 #include <map>
 
@@ -220,9 +221,22 @@ void Reconciler::Event(State& s, const std::string& type, const std::string& rea
     // Gone or changed meanwhile: the event is written anew.
   }
   if (!written.ok()) {
+    // Named as Kubernetes' recorder names them, JOB.HEX-NANOSECONDS (events.k8s.io refuses a
+    // generateName ending in '.'), each name later than the last.
+    int64_t nanos;
+    {
+      MutexLock lock(mu_);
+      nanos = std::max(last_event_nanos_ + 1,
+                       static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count()));
+      last_event_nanos_ = nanos;
+    }
+    char suffix[24];
+    std::snprintf(suffix, sizeof suffix, ".%llx", static_cast<unsigned long long>(nanos));
     Json ev = {{"apiVersion", "events.k8s.io/v1"},
                {"kind", "Event"},
-               {"metadata", {{"generateName", s.name + "."}, {"namespace", s.ns}}},
+               {"metadata", {{"name", s.name + suffix}, {"namespace", s.ns}}},
                {"eventTime", kube::FormatMicroTime(s.now)},
                {"reportingController", "adam.dev/operator"},
                {"reportingInstance", reporting_instance_.substr(0, 128)},

@@ -201,6 +201,7 @@ class Reconciler {
     std::chrono::system_clock::time_point last;
   };
   std::map<std::string, RecentEvent> recent_events_ ABSL_GUARDED_BY(mu_);
+  int64_t last_event_nanos_ ABSL_GUARDED_BY(mu_) = 0;  // the last Event name's time
 };
 
 // How long after an event its repeat joins it as a series (Kubernetes' recorder: 6 minutes),
