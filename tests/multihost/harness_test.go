@@ -630,59 +630,6 @@ func (j *job) scrape(p *pod) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-// interfaces reads, inside a pod's container, each interface's MAC and byte counters; keyed by
-// the Docker network the MAC belongs to.
-func (j *job) interfaces(p *pod) map[string][2]int64 {
-	j.t.Helper()
-	out := j.docker("exec", p.container, "sh", "-c",
-		`for i in /sys/class/net/*; do echo "$(cat $i/address) $(cat $i/statistics/rx_bytes) $(cat $i/statistics/tx_bytes)"; done`)
-	macs := map[string]string{}
-	for _, network := range []string{j.primary, j.replication} {
-		mac, _ := docker("inspect", "-f", "{{with index .NetworkSettings.Networks \""+network+"\"}}{{.MacAddress}}{{end}}", p.container)
-		if mac != "" {
-			macs[strings.ToLower(mac)] = network
-		}
-	}
-	res := map[string][2]int64{}
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 {
-			continue
-		}
-		if network, ok := macs[strings.ToLower(f[0])]; ok {
-			rx, _ := strconv.ParseInt(f[1], 10, 64)
-			tx, _ := strconv.ParseInt(f[2], 10, 64)
-			res[network] = [2]int64{rx, tx}
-		}
-	}
-	return res
-}
-
-// connections lists a pod's established TCP connections as (local ip, remote ip) pairs.
-func (j *job) connections(p *pod) [][2]string {
-	j.t.Helper()
-	out := j.docker("exec", p.container, "cat", "/proc/net/tcp")
-	var conns [][2]string
-	for _, line := range strings.Split(out, "\n")[1:] {
-		f := strings.Fields(line)
-		if len(f) < 4 || f[3] != "01" { // 01: ESTABLISHED
-			continue
-		}
-		conns = append(conns, [2]string{hexIP(f[1]), hexIP(f[2])})
-	}
-	return conns
-}
-
-// hexIP turns /proc/net/tcp's "0100007F:1F90" into "127.0.0.1".
-func hexIP(s string) string {
-	h := strings.Split(s, ":")[0]
-	v, err := strconv.ParseUint(h, 16, 32)
-	if err != nil {
-		return s
-	}
-	return fmt.Sprintf("%d.%d.%d.%d", v&0xff, v>>8&0xff, v>>16&0xff, v>>24&0xff)
-}
-
 // Faults.
 
 func (j *job) kill(p *pod) {
