@@ -223,14 +223,12 @@ void Reconciler::Event(State& s, const std::string& type, const std::string& rea
   if (!written.ok()) {
     // Named as Kubernetes' recorder names them, JOB.HEX-NANOSECONDS (events.k8s.io refuses a
     // generateName ending in '.'), each name later than the last.
+    const int64_t at =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(s.now.time_since_epoch()).count();
     int64_t nanos;
     {
       MutexLock lock(mu_);
-      nanos = std::max(last_event_nanos_ + 1,
-                       static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::system_clock::now().time_since_epoch())
-                                                .count()));
-      last_event_nanos_ = nanos;
+      nanos = last_event_nanos_ = std::max(last_event_nanos_ + 1, at);
     }
     char suffix[24];
     std::snprintf(suffix, sizeof suffix, ".%llx", static_cast<unsigned long long>(nanos));
