@@ -198,6 +198,11 @@ std::string EventNote(const std::string& message) {
   return message.substr(0, end) + "...";
 }
 
+// A reconcile's next look is due within `in` at the latest: `at` keeps the earliest asked for.
+void LookAgainWithin(std::optional<std::chrono::milliseconds>& at, std::chrono::milliseconds in) {
+  if (!at || *at > in) at = in;
+}
+
 }  // namespace
 
 void Reconciler::Event(State& s, const std::string& type, const std::string& reason,
@@ -591,7 +596,7 @@ Status Reconciler::ReplaceLostPods(State& s) {
     const std::string name = pod["metadata"]["name"];
     if (due > s.now) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(due - s.now);
-      if (!s.requeue_after || *s.requeue_after > left) s.requeue_after = left;
+      LookAgainWithin(s.requeue_after, left);
       continue;
     }
     Status d = client_->ForceDelete(kube::Pods(), s.ns, name);
@@ -615,16 +620,17 @@ bool Reconciler::StartupTooLong(State& s, ReconcileResult& result) {
   if (end > s.now) {
     const auto in = std::chrono::duration_cast<std::chrono::milliseconds>(end - s.now) +
                     std::chrono::milliseconds(10);
-    if (!result.requeue_after || *result.requeue_after > in) result.requeue_after = in;
+    LookAgainWithin(result.requeue_after, in);
     return false;
   }
-  std::string why;
-  if (const Json* c = FindCondition(s.status, "StartFailure");
-      c && c->value("status", "") == "True")
-    why = "; " + c->value("message", "");
-  else if (const Json* u = FindCondition(s.status, "Unschedulable");
-           u && u->value("status", "") == "True")
-    why = "; " + u->value("message", "");
+  std::string why;  // the first of these conditions that holds
+  for (const char* type : {"StartFailure", "Unschedulable"}) {
+    const Json* c = FindCondition(s.status, type);
+    if (c && c->value("status", "") == "True") {
+      why = "; " + c->value("message", "");
+      break;
+    }
+  }
   Finish(s, false, "StartupDeadlineExceeded",
          "the job's pods were not all running within spec.runPolicy.startupDeadlineSeconds (" +
              std::to_string(*deadline) + " s)" + why);
@@ -729,7 +735,7 @@ void Reconciler::ReportStartFailures(State& s) {
         StuckObjects(s.pods, children_->Owned(kube::StatefulSets(), s.ns, s.name, s.uid), s.now);
     if (!stuck.empty()) {
       const std::chrono::milliseconds again(kStartGrace);
-      if (!s.requeue_after || *s.requeue_after > again) s.requeue_after = again;
+      LookAgainWithin(s.requeue_after, again);
       auto events = client_->List(kube::Events(), s.ns, {});
       if (events.ok())
         f = FromEvents(*events, stuck);
@@ -932,7 +938,7 @@ StatusOr<bool> Reconciler::EnsureObject(State& s, const Json& o,
   if (it == existing.end()) {
     if (kind == "Pod") {
       if (const auto left = BackoffLeft(s, o)) {  // a crash-looping role waits its turn
-        if (!s.requeue_after || *s.requeue_after > *left) s.requeue_after = *left;
+        LookAgainWithin(s.requeue_after, *left);
         return false;
       }
     }
@@ -944,7 +950,7 @@ StatusOr<bool> Reconciler::EnsureObject(State& s, const Json& o,
       if (!refused) return c.status();
       if (!s.refused) s.refused = std::move(refused);
       const std::chrono::milliseconds again(10000);
-      if (!s.requeue_after || *s.requeue_after > again) s.requeue_after = again;
+      LookAgainWithin(s.requeue_after, again);
       return false;
     }
     return kind != "Pod" && kind != "StatefulSet";
@@ -1470,12 +1476,12 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
                  "role " + role + " keeps failing; its pods are made again at " + when);
   }
   ReportStartFailures(s);
-  if (s.requeue_after && (!result.requeue_after || *result.requeue_after > *s.requeue_after))
-    result.requeue_after = s.requeue_after;  // a look again for what EnsureObjects waits on
+  // A look again for what EnsureObjects waits on.
+  if (s.requeue_after) LookAgainWithin(result.requeue_after, *s.requeue_after);
   if (s.renew_at) {
     const auto in = std::chrono::duration_cast<std::chrono::milliseconds>(*s.renew_at - s.now) +
                     std::chrono::milliseconds(10);
-    if (!result.requeue_after || *result.requeue_after > in) result.requeue_after = in;
+    LookAgainWithin(result.requeue_after, in);
   }
   const bool all_running = CountRoles(s);
   if (s.workload && !PodsReadyIs(*s.workload, all_running)) {
@@ -1486,8 +1492,8 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   }
   ReadTrainerMetrics(s);
   ReportScheduling(s);
-  if (metrics_ && (!result.requeue_after || *result.requeue_after > status_period_))
-    result.requeue_after = status_period_;  // refresh epoch, accuracy and throughput
+  // Refresh epoch, accuracy and throughput.
+  if (metrics_) LookAgainWithin(result.requeue_after, status_period_);
   if (all_running) {
     if (s.status["phase"] != "Running") Event(s, "Normal", "Running", "every pod of the job runs");
     s.status["phase"] = "Running";
