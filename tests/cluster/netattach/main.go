@@ -95,6 +95,27 @@ func load(args *skel.CmdArgs) (*netConf, *podArgs, error) {
 	return conf, pa, nil
 }
 
+// call is what every command reads first: the configuration, the pod's arguments, the plugins
+// and the cluster network's configuration list.
+type call struct {
+	conf    *netConf
+	pod     *podArgs
+	cni     *libcni.CNIConfig
+	cluster *libcni.NetworkConfigList
+}
+
+func begin(args *skel.CmdArgs) (*call, error) {
+	conf, pa, err := load(args)
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := libcni.ConfListFromFile(conf.ClusterNetwork)
+	if err != nil {
+		return nil, fmt.Errorf("netattach: the cluster network %s: %w", conf.ClusterNetwork, err)
+	}
+	return &call{conf, pa, libcni.NewCNIConfig([]string{conf.BinDir}, nil), cluster}, nil
+}
+
 func (c *netConf) runtime(args *skel.CmdArgs, pa *podArgs, ifName string) *libcni.RuntimeConf {
 	rt := &libcni.RuntimeConf{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: ifName,
 		Args: [][2]string{{"IgnoreUnknown", "true"}}, CapabilityArgs: c.RuntimeConfig}
@@ -154,17 +175,13 @@ func networkAttachment(ctx context.Context, cs kubernetes.Interface, ns, name st
 }
 
 func cmdAdd(args *skel.CmdArgs) error {
-	conf, pa, err := load(args)
+	c, err := begin(args)
 	if err != nil {
 		return err
 	}
+	conf, pa, cni, cluster := c.conf, c.pod, c.cni, c.cluster
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cni := libcni.NewCNIConfig([]string{conf.BinDir}, nil)
-	cluster, err := libcni.ConfListFromFile(conf.ClusterNetwork)
-	if err != nil {
-		return fmt.Errorf("netattach: the cluster network %s: %w", conf.ClusterNetwork, err)
-	}
 	result, err := cni.AddNetworkList(ctx, cluster, conf.runtime(args, pa, args.IfName))
 	if err != nil {
 		return fmt.Errorf("netattach: the cluster network %s: %w", cluster.Name, err)
@@ -272,13 +289,13 @@ func save(conf *netConf, containerID string, added []attachment) error {
 // attachment's failure is reported after the rest are undone; DEL of what is already gone
 // succeeds, as CNI asks.
 func cmdDel(args *skel.CmdArgs) error {
-	conf, pa, err := load(args)
+	c, err := begin(args)
 	if err != nil {
 		return err
 	}
+	conf, pa, cni := c.conf, c.pod, c.cni
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cni := libcni.NewCNIConfig([]string{conf.BinDir}, nil)
 	var errs []string
 	if b, err := os.ReadFile(conf.statePath(args.ContainerID)); err == nil {
 		var st state
@@ -296,11 +313,7 @@ func cmdDel(args *skel.CmdArgs) error {
 			}
 		}
 	}
-	cluster, err := libcni.ConfListFromFile(conf.ClusterNetwork)
-	if err == nil {
-		err = cni.DelNetworkList(ctx, cluster, conf.runtime(args, pa, args.IfName))
-	}
-	if err != nil {
+	if err := cni.DelNetworkList(ctx, c.cluster, conf.runtime(args, pa, args.IfName)); err != nil {
 		errs = append(errs, fmt.Sprintf("the cluster network: %v", err))
 	}
 	if len(errs) > 0 {
@@ -311,16 +324,11 @@ func cmdDel(args *skel.CmdArgs) error {
 }
 
 func cmdCheck(args *skel.CmdArgs) error {
-	conf, pa, err := load(args)
+	c, err := begin(args)
 	if err != nil {
 		return err
 	}
-	cluster, err := libcni.ConfListFromFile(conf.ClusterNetwork)
-	if err != nil {
-		return err
-	}
-	cni := libcni.NewCNIConfig([]string{conf.BinDir}, nil)
-	return cni.CheckNetworkList(context.Background(), cluster, conf.runtime(args, pa, args.IfName))
+	return c.cni.CheckNetworkList(context.Background(), c.cluster, c.conf.runtime(args, c.pod, args.IfName))
 }
 
 func main() {
