@@ -21,6 +21,7 @@ if [[ "${ADAM_INSTALL_BUILD_ONLY:-0}" != 1 ]]; then
     python3 openssl curl prometheus chromium mmdebstrap
     ccache  # CMakeLists.txt compiles through it: a second build of the same sources takes seconds
     python3-onnx python3-opencv  # the exported model checked by ONNX's checker and OpenCV's runtime
+    python3-pil  # an independent decoder the image tests compare against (tests/libs/data)
   )
 fi
 # Extra groups: ADAM_INSTALL_BENCH=1 adds the peers the benchmarks compare against.

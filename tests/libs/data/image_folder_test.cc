@@ -6,14 +6,17 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/file.h"
 #include "testing/images.h"
 #include "testing/tmp_dir.h"
+#include "testing/wait.h"
 
 namespace adam::data {
 namespace {
@@ -119,6 +122,115 @@ TEST(DecodeImage, BadBytesAreNamedNotDecoded) {
   std::memcpy(big.data() + 29, be, 4);
   EXPECT_THAT(DecodeImage(big, Target(1, 4, 4)).status().message(),
               HasSubstr("larger than Adam reads"));
+}
+
+// The largest and the mean absolute difference of two images' bytes.
+std::pair<int, double> Difference(const std::vector<uint8_t>& a, const std::string& b) {
+  int most = 0;
+  double sum = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const int d = std::abs(int(a[i]) - int(uint8_t(b[i])));
+    most = std::max(most, d);
+    sum += d;
+  }
+  return {most, a.empty() ? 0 : sum / double(a.size())};
+}
+
+// Every kind of file tests/libs/data/image_kinds.py makes with Pillow (PNG of 1-16 bits, grey,
+// colour, palette, transparency; JPEG baseline, progressive, grey, CMYK with and without Adobe's
+// marker, the eight EXIF orientations, one in a PNG's eXIf chunk), and a YCCK JPEG made here with
+// TurboJPEG, decodes as Pillow shows it (image_kinds.py reference): the same size, each byte within
+// 2 of Pillow's, as RGB and as grey.
+TEST(DecodeImage, EveryKindOfFileDecodesAsAnIndependentDecoderShowsIt) {
+  testing::TmpDir dir;
+  const std::string script = "/usr/bin/python3 " ADAM_SOURCE_DIR "/tests/libs/data/image_kinds.py ";
+  ASSERT_EQ(std::system((script + "make " + dir.File("kinds")).c_str()), 0);
+  // YCCK: TurboJPEG compresses CMYK pixels (here cyan, magenta, yellow gradients, black bars) so.
+  std::vector<uint8_t> cmyk;
+  for (int y = 0; y < 20; ++y)
+    for (int x = 0; x < 30; ++x)
+      cmyk.insert(cmyk.end(), {uint8_t(x * 8), uint8_t(y * 12), uint8_t((x + y) * 5),
+                               uint8_t(x % 10 < 3 ? 180 : 0)});
+  {
+    tjhandle tj = tjInitCompress();
+    unsigned char* out = nullptr;
+    unsigned long size = 0;
+    ASSERT_EQ(tjCompress2(tj, cmyk.data(), 30, 0, 20, TJPF_CMYK, &out, &size, TJSAMP_444, 95, 0),
+              0);
+    const std::string jpeg(reinterpret_cast<const char*>(out), size);
+    tjFree(out);
+    tjDestroy(tj);
+    tj = tjInitDecompress();
+    int w, h, sub, cs = -1;
+    ASSERT_EQ(tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(jpeg.data()), size, &w,
+                                  &h, &sub, &cs),
+              0);
+    tjDestroy(tj);
+    EXPECT_EQ(cs, TJCS_YCCK);
+    std::ofstream(dir.File("kinds/ycck.jpg"), std::ios::binary) << jpeg;
+  }
+  ASSERT_EQ(
+      std::system((script + "reference " + dir.File("kinds") + " " + dir.File("ref")).c_str()), 0);
+  const auto index = nlohmann::json::parse(testing::ReadText(dir.File("ref/index.json")));
+  EXPECT_EQ(index.size(), 27u) << index.dump();
+  std::map<std::string, std::vector<uint8_t>> rgb;
+  for (const auto& [name, size] : index.items()) {
+    const std::string bytes = Bytes(dir.File("kinds/" + name));
+    for (int channels : {3, 1}) {
+      auto px = DecodeImagePixels(bytes, channels);
+      ASSERT_TRUE(px.ok()) << name << ": " << px.status().ToString();
+      EXPECT_EQ(px->width, size[0].get<int>()) << name;
+      EXPECT_EQ(px->height, size[1].get<int>()) << name;
+      EXPECT_EQ(px->channels, channels);
+      const std::string ref = Bytes(dir.File("ref/" + name + (channels == 3 ? ".rgb" : ".grey")));
+      ASSERT_EQ(px->hwc.size(), ref.size()) << name;
+      const auto [most, mean] = Difference(px->hwc, ref);
+      EXPECT_LE(most, 2) << name << " as " << channels << " channels (mean " << mean << ")";
+      if (channels == 3) rgb[name] = px->hwc;
+    }
+  }
+  // The same picture however it is stored: EXIF-turned files show what orientation 1 shows (up
+  // to JPEG's losses), and the CMYK files (Pillow's naive conversion of picture.png) that
+  // picture again, the Adobe one as it is and the plain one inverted.
+  for (const std::string name : {"exif-2.jpg", "exif-3.jpg", "exif-4.jpg", "exif-5.jpg",
+                                 "exif-6.jpg", "exif-7.jpg", "exif-8.jpg", "exif-8.png"}) {
+    const std::string one(rgb["exif-1.jpg"].begin(), rgb["exif-1.jpg"].end());
+    EXPECT_LT(Difference(rgb[name], one).second, 3) << name;
+  }
+  const std::string picture(rgb["picture.png"].begin(), rgb["picture.png"].end());
+  EXPECT_LT(Difference(rgb["cmyk-adobe.jpg"], picture).second, 2);
+  EXPECT_GT(Difference(rgb["cmyk-plain.jpg"], picture).second, 40);
+}
+
+// A test image is fitted larger by the margin and its centre kept, the same whether it comes one
+// file at a time (adam predict) or as a folder (the data server, adam evaluate --folder); the
+// folder's files are found in sub-folders and under upper-case extensions.
+TEST(DecodeTestImage, OneFileIsFittedAsTheFolderFitsIt) {
+  testing::TmpDir dir;
+  std::vector<uint8_t> px(30 * 20);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = uint8_t(i * 7 % 251);
+  std::filesystem::create_directories(dir.File("set/a/deeper"));
+  testing::WritePng(dir.File("set/a/deeper/x.PNG"), 30, 20, 1, px);
+  std::ofstream(dir.File("set/a/notes.txt")) << "not an image";
+  int other = 0;
+  auto files = ListImageFiles(dir.File("set"), &other);
+  ASSERT_TRUE(files.ok());
+  EXPECT_EQ(*files, std::vector<std::string>{dir.File("set/a/deeper/x.PNG")});
+  EXPECT_EQ(other, 1);
+  for (Fit fit : {Fit::kCrop, Fit::kStretch}) {
+    const InputFit f{1, 8, 10, fit, 2};
+    auto one = DecodeTestImage(Bytes(dir.File("set/a/deeper/x.PNG")), f);
+    ASSERT_TRUE(one.ok()) << one.status().ToString();
+    EXPECT_EQ(one->size(), 80u);
+    auto set = LoadTestFolder(dir.File("set"), f, FolderOptions{});
+    ASSERT_TRUE(set.ok()) << set.status().ToString();
+    EXPECT_EQ(set->data.height, 8);
+    EXPECT_EQ(set->data.width, 10);
+    EXPECT_EQ(set->data.pixels, *one);
+    // The centre of the image fitted to 12 x 14: not the image fitted to 8 x 10.
+    FolderOptions whole = Target(1, 8, 10, fit);
+    EXPECT_NE(*DecodeImage(Bytes(dir.File("set/a/deeper/x.PNG")), whole), *one);
+  }
 }
 
 TEST(LoadImageFolder, ClassesInNameOrderCorruptFilesSkippedAndNamedUpToTheLimit) {
