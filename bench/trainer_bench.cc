@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
       });
       (*r)->ReadWeights(weights.data());
       acc = (*r)->Evaluate(weights.data(), data.test.pixels.data(), data.test.labels.data(),
-                           data.test.count);
+                           data.test.count, nullptr);
       std::fprintf(stderr, "tta: epoch %d  test accuracy %.4f  %.1f s\n", epoch + 1, acc,
                    std::chrono::duration<double>(Clock::now() - t0).count());
     }

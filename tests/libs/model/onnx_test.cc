@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -225,6 +226,60 @@ TEST(Onnx, RefusesWhatItDoesNotWriteNamingTheNodeOrTensor) {
                 w->set_raw_data(w->raw_data().substr(0, size_t(7 * (in - 1) * 4)));
               }).message(),
               HasSubstr("inputs where the layer has"));
+}
+
+// The metadata a consumer needs: class names in output order, the input's layout, channels,
+// range and normalisation, how images were fitted; read back by ImportOnnx, with defaults for a
+// model that has none (an older Adam's) and errors naming the key for one that is wrong.
+TEST(Onnx, MetadataNamesTheClassesAndTheFit) {
+  const Trained t = Make(EveryLayer(), 3);
+  OnnxInfo info{"m", "test", "", {"cat", "dog", "fish", "bird"}, {"crop", 4}};
+  auto bytes = ExportOnnx(t.layout, t.params.data(), info);
+  ASSERT_TRUE(bytes.ok());
+  onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromString(*bytes));
+  std::map<std::string, std::string> props;
+  for (const auto& p : proto.metadata_props()) props[p.key()] = p.value();
+  EXPECT_EQ(props["classes"], R"(["cat","dog","fish","bird"])");
+  EXPECT_EQ(props["input_layout"], "NCHW");
+  EXPECT_EQ(props["input_channels"], "rgb");
+  EXPECT_EQ(props["input_range"], "0..255");
+  EXPECT_EQ(props["normalization"], "x*2/255-1");
+  EXPECT_EQ(props["fit"], "crop");
+  EXPECT_EQ(props["crop_margin"], "4");
+  EXPECT_EQ(props["background"], "white");
+  auto m = ImportOnnx(*bytes);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->classes, info.classes);
+  EXPECT_EQ(m->fit.fit, "crop");
+  EXPECT_EQ(m->fit.crop_margin, 4);
+  // Without names: numbered; without metadata at all: numbered, and no fit.
+  info.classes.pop_back();
+  EXPECT_THAT(ExportOnnx(t.layout, t.params.data(), info).status().message(),
+              HasSubstr("3 class names for the softmax's 4 classes"));
+  auto plain = ImportOnnx(Export(t));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->classes, (std::vector<std::string>{"0", "1", "2", "3"}));
+  proto.clear_metadata_props();
+  auto old = ImportOnnx(proto.SerializeAsString());
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->classes, plain->classes);
+  EXPECT_EQ(old->fit.fit, "none");
+  EXPECT_EQ(old->fit.crop_margin, 0);
+  auto with = [](const char* key, const char* value) {
+    return [key, value](onnx::ModelProto* m) {
+      for (auto& p : *m->mutable_metadata_props())
+        if (p.key() == key) p.set_value(value);
+    };
+  };
+  EXPECT_THAT(ImportChanged(with("classes", R"(["a","b"])")).message(),
+              HasSubstr("metadata_props[\"classes\"]: not a JSON array of 4 class names"));
+  EXPECT_THAT(ImportChanged(with("classes", R"(["a","b","c",6])")).message(),
+              HasSubstr("entry 3 is not a string"));
+  EXPECT_THAT(ImportChanged(with("fit", "squeeze")).message(),
+              HasSubstr("metadata_props[\"fit\"]: \"squeeze\" is not crop, stretch or none"));
+  EXPECT_THAT(ImportChanged(with("crop_margin", "33")).message(),
+              HasSubstr("metadata_props[\"crop_margin\"]: \"33\" is not a margin of 0 to 32"));
 }
 
 TEST(Onnx, FilesNameTheirPath) {

@@ -360,6 +360,30 @@ spec:
   EXPECT_EQ(plain->output.every_epochs, 0);
 }
 
+// spec.dataset.classNames: an IDX set's class names, one per softmax class, each once.
+TEST(AdamJob, ClassNames) {
+  const std::string idx =
+      "    train: {images: a.idx, labels: b.idx}\n    test: {images: c.idx, labels: d.idx}\n";
+  std::string ten = "    classNames: [";
+  for (int c = 0; c < 10; ++c) ten += (c ? ", " : "") + std::string("kind ") + std::to_string(c);
+  ten += "]\n";
+  auto job = ParseAdamJob(With(idx, idx + ten));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  ASSERT_EQ(job->dataset.class_names.size(), 10u);
+  EXPECT_EQ(job->dataset.class_names[9], "kind 9");
+  EXPECT_TRUE(ParseAdamJob(kValid)->dataset.class_names.empty());
+  EXPECT_THAT(ErrorOf(With(idx, idx + "    classNames: [a, b]\n")),
+              HasSubstr("spec.dataset.classNames: names 2 classes but the model's softmax has 10"));
+  EXPECT_THAT(ErrorOf(With(idx, idx + "    classNames: [a, b, a, '', c, d, e, f, g, h]\n")),
+              AllOf(HasSubstr("spec.dataset.classNames[2]: 'a' is named twice"),
+                    HasSubstr("spec.dataset.classNames[3]: must be a name of 1 to 128")));
+  EXPECT_THAT(ErrorOf(With(idx, idx + "    classNames: shirts\n")),
+              HasSubstr("spec.dataset.classNames: must be a list of names"));
+  EXPECT_THAT(
+      ErrorOf(With(idx, "    format: folder\n    train: {folder: tr}\n    heldOut: 0.2\n" + ten)),
+      HasSubstr("spec.dataset.classNames: only with format: idx"));
+}
+
 // spec.dataset.format: folder: a training folder and a test folder or a held-out fraction; how
 // images meet model.input; how many broken files may be skipped.
 TEST(AdamJob, ImageFolders) {

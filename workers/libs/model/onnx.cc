@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/file.h"
 #include "model/network.h"  // kPixelScale, kPixelShift
@@ -17,7 +18,68 @@
 namespace adam::model {
 namespace {
 
-constexpr int64_t kIrVersion = 8;  // ONNX 1.10+, opset 13 and up
+constexpr int64_t kIrVersion = 8;   // ONNX 1.10+, opset 13 and up
+constexpr int kMaxCropMargin = 32;  // spec.dataset.augment.crop's bound
+
+void AddMetadata(onnx::ModelProto* m, const std::string& key, const std::string& value) {
+  auto* p = m->add_metadata_props();
+  p->set_key(key);
+  p->set_value(value);
+}
+
+std::vector<std::string> NumberedClasses(int n) {
+  std::vector<std::string> names;
+  names.reserve(size_t(n));
+  for (int c = 0; c < n; ++c) names.push_back(std::to_string(c));
+  return names;
+}
+
+void WriteMetadata(onnx::ModelProto* m, const ModelLayout& layout, const OnnxInfo& info) {
+  AddMetadata(
+      m, "classes",
+      nlohmann::json(info.classes.empty() ? NumberedClasses(layout.classes()) : info.classes)
+          .dump());
+  AddMetadata(m, "input_layout", "NCHW");
+  AddMetadata(m, "input_channels", layout.spec().input.channels == 1 ? "grey" : "rgb");
+  AddMetadata(m, "input_range", "0..255");
+  AddMetadata(m, "normalization", "x*2/255-1");
+  AddMetadata(m, "fit", info.fit.fit);
+  AddMetadata(m, "crop_margin", std::to_string(info.fit.crop_margin));
+  AddMetadata(m, "background", "white");
+}
+
+// The metadata WriteMetadata writes, checked; a key that is absent keeps its default, one that
+// is present must be right.
+Status ReadMetadata(const onnx::ModelProto& m, ImportedModel* out) {
+  const int classes = spec::NumClasses(out->model);
+  out->classes = NumberedClasses(classes);
+  for (const auto& p : m.metadata_props()) {
+    const std::string at = "onnx: metadata_props[\"" + p.key() + "\"]: ";
+    if (p.key() == "classes") {
+      auto j = nlohmann::json::parse(p.value(), nullptr, /*allow_exceptions=*/false);
+      if (!j.is_array() || int(j.size()) != classes)
+        return InvalidArgumentError(at + "not a JSON array of " + std::to_string(classes) +
+                                    " class names");
+      for (size_t c = 0; c < j.size(); ++c) {
+        if (!j[c].is_string())
+          return InvalidArgumentError(at + "entry " + std::to_string(c) + " is not a string");
+        out->classes[c] = j[c].get<std::string>();
+      }
+    } else if (p.key() == "fit") {
+      if (p.value() != "crop" && p.value() != "stretch" && p.value() != "none")
+        return InvalidArgumentError(at + "\"" + p.value() + "\" is not crop, stretch or none");
+      out->fit.fit = p.value();
+    } else if (p.key() == "crop_margin") {
+      char* end = nullptr;
+      const long v = std::strtol(p.value().c_str(), &end, 10);
+      if (p.value().empty() || *end != '\0' || v < 0 || v > kMaxCropMargin)
+        return InvalidArgumentError(at + "\"" + p.value() + "\" is not a margin of 0 to " +
+                                    std::to_string(kMaxCropMargin) + " pixels");
+      out->fit.crop_margin = int(v);
+    }
+  }
+  return OkStatus();
+}
 
 using spec::Activation;
 using spec::LayerType;
@@ -184,11 +246,16 @@ StatusOr<std::string> ExportOnnx(const ModelLayout& layout, const float* params,
   const auto& spec = layout.spec();
   if (spec.layers.empty() || spec.layers.back().type != LayerType::kSoftmax)
     return InvalidArgumentError("onnx: the model does not end in a softmax layer");
+  if (!info.classes.empty() && int(info.classes.size()) != layout.classes())
+    return InvalidArgumentError("onnx: " + std::to_string(info.classes.size()) +
+                                " class names for the softmax's " +
+                                std::to_string(layout.classes()) + " classes");
   onnx::ModelProto model;
   model.set_ir_version(kIrVersion);
   model.set_producer_name("adam");
   model.set_producer_version(info.producer_version);
   model.set_doc_string(info.doc);
+  WriteMetadata(&model, layout, info);
   auto* opset = model.add_opset_import();
   opset->set_domain("");
   opset->set_version(kOnnxOpset);
@@ -555,8 +622,9 @@ StatusOr<ImportedModel> ImportOnnx(const std::string& bytes) {
     if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version() >= 13;
   if (!opset)
     return InvalidArgumentError("onnx: opset_import: needs the default domain at 13 or later");
-  auto out = Importer(model.graph()).Run();
-  if (out.ok()) out->doc = model.doc_string();
+  ADAM_ASSIGN_OR_RETURN(ImportedModel out, Importer(model.graph()).Run());
+  out.doc = model.doc_string();
+  ADAM_RETURN_IF_ERROR(ReadMetadata(model, &out));
   return out;
 }
 

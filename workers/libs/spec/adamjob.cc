@@ -253,6 +253,34 @@ void ReadVolume(Reader& r, const YAML::Node& n, const std::string& path, VolumeS
     r.Error(field, "'" + m + "' would hide the image's " + m + "; mount the volume elsewhere");
 }
 
+// spec.dataset.classNames: distinct, non-empty names of at most 128 bytes (counted against the
+// softmax's classes once the model is read).
+void ReadClassNames(Reader& r, const YAML::Node& n, const std::string& path, bool folder,
+                    std::vector<std::string>* names) {
+  const YAML::Node list = n["classNames"];
+  const std::string p = path + ".classNames";
+  if (!list || list.IsNull()) return;
+  if (folder) {
+    r.Error(p, "only with format: idx (an image folder's class folders name its classes)");
+    return;
+  }
+  if (!list.IsSequence()) {
+    r.Error(p, "must be a list of names");
+    return;
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = p + "[" + std::to_string(i) + "]";
+    if (!list[i].IsScalar() || list[i].Scalar().empty() || list[i].Scalar().size() > 128) {
+      r.Error(at, "must be a name of 1 to 128 characters");
+      continue;
+    }
+    const std::string& name = list[i].Scalar();
+    if (std::find(names->begin(), names->end(), name) != names->end())
+      r.Error(at, "'" + name + "' is named twice");
+    names->push_back(name);
+  }
+}
+
 void ReadDataset(Reader& r, const YAML::Node& n, DatasetSpec* d) {
   const std::string path = "spec.dataset";
   if (!n) {
@@ -261,7 +289,7 @@ void ReadDataset(Reader& r, const YAML::Node& n, DatasetSpec* d) {
   }
   if (!r.Map(n, path,
              {"format", "train", "test", "heldOut", "fit", "maxCorrupt", "augment", "volume",
-              "mountPath"}))
+              "mountPath", "classNames"}))
     return;
   if (r.Get(n, "format", path, &d->format) && d->format != "idx" && d->format != "folder")
     r.Error(path + ".format", "must be 'idx' or 'folder', got '" + d->format + "'");
@@ -282,6 +310,7 @@ void ReadDataset(Reader& r, const YAML::Node& n, DatasetSpec* d) {
   if (r.Get(n, "fit", path, &d->fit) && d->fit != "crop" && d->fit != "stretch")
     r.Error(path + ".fit", "must be 'crop' or 'stretch', got '" + d->fit + "'");
   r.Int(n, "maxCorrupt", path, 0, kMaxInt, &d->max_corrupt);
+  ReadClassNames(r, n, path, folder, &d->class_names);
   const YAML::Node a = n["augment"];
   const std::string ap = path + ".augment";
   if (r.Map(a, ap, {"shift", "hflip", "variants", "crop"}) && a) {
@@ -1107,6 +1136,11 @@ void ReadSpec(Reader& r, const YAML::Node& spec, AdamJob* job) {
     ReadRoles(r, spec["roles"], &job->roles);
     ReadRest(r, spec, job);
     if (model_read) CheckShapes(r, job->model);
+    if (model_read && !job->dataset.class_names.empty() &&
+        int(job->dataset.class_names.size()) != NumClasses(job->model))
+      r.Error("spec.dataset.classNames",
+              "names " + std::to_string(job->dataset.class_names.size()) +
+                  " classes but the model's softmax has " + std::to_string(NumClasses(job->model)));
     if (job->dataset.format == "folder" && job->model.input.channels != 1 &&
         job->model.input.channels != 3)
       r.Error("spec.model.input.channels",

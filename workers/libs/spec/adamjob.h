@@ -96,6 +96,9 @@ struct DatasetSpec {
   double held_out = 0;
   std::string fit = "crop";
   int max_corrupt = 100;
+  // Format idx: the classes' names in label order (an image folder's class folders name its
+  // own); they go into the model file and the summaries. Empty: "0", "1", ...
+  std::vector<std::string> class_names;
   // spec.dataset.volume and mountPath (default /data): mounted read-only into the data server's
   // pod only; the train and test paths lie under mountPath.
   VolumeSpec volume{"", "/data"};

@@ -25,6 +25,7 @@ grpc::ServerUnaryReactor* DataService::GetInfo(grpc::CallbackServerContext* ctx,
   resp->set_trainers(uint32_t(source_->trainers()));
   resp->set_batch_images(uint32_t(source_->options().batch_images));
   resp->set_variants(uint32_t(source_->variants()));
+  for (const auto& name : source_->options().class_names) resp->add_class_names(name);
   auto* r = ctx->DefaultReactor();
   r->Finish(grpc::Status::OK);
   return r;

@@ -18,8 +18,8 @@ DataSource::DataSource(std::unique_ptr<data::AugmentedCache> train,
     : train_(std::move(train)),
       train_labels_(std::move(train_labels)),
       test_(std::move(test)),
-      options_(options),
-      trainers_(std::max(1, options.trainers)) {
+      options_(std::move(options)),
+      trainers_(std::max(1, options_.trainers)) {
   prefetcher_ = NamedThread("prefetch", [this] { PrefetchLoop(); });
 }
 

@@ -37,6 +37,7 @@ struct DataSourceOptions {
   int batch_images = 256;  // images per batch
   uint64_t seed = 1;
   int max_cached_epochs = 8;  // shuffles kept in memory (recomputed on demand beyond that)
+  std::vector<std::string> class_names;  // in label order; empty when the data set names none
 };
 
 struct BatchView {

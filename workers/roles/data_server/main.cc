@@ -33,16 +33,15 @@ int RefusedInputExit(const Status& s) {
 
 // spec.dataset.format folder: the training folder, then the test folder or the held-out part.
 // The class folders must be the model's classes, and the test folder's the training folder's.
-Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train,
-                   data::Dataset* test) {
+Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train, data::Dataset* test,
+                   std::vector<std::string>* class_names) {
   const auto& d = job.dataset;
-  data::FolderOptions fo;
-  // With augment.crop the images are fitted larger: the cache crops windows of the input's size.
+  // With augment.crop the images are fitted larger: the cache crops windows of the input's size,
+  // the test set is the centre windows (data::LoadTestFolder, as `adam predict` fits images).
   const int margin = d.augment.crop;
-  fo.channels = job.model.input.channels;
-  fo.height = job.model.input.height + 2 * margin;
-  fo.width = job.model.input.width + 2 * margin;
-  fo.fit = d.fit == "stretch" ? data::Fit::kStretch : data::Fit::kCrop;
+  const auto& in = job.model.input;
+  const data::InputFit fit{in.channels, in.height, in.width, data::FitNamed(d.fit), margin};
+  data::FolderOptions fo = fit.Enlarged();
   fo.max_corrupt = d.max_corrupt;
   auto load = [&](const std::string& dir, const char* what) -> StatusOr<data::FolderSet> {
     spdlog::info("decoding the {} folder {}", what, dir);
@@ -54,7 +53,9 @@ Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train,
         spdlog::info("decoding: {}% of {} images", pct, total);
       }
     };
-    ADAM_ASSIGN_OR_RETURN(data::FolderSet set, data::LoadImageFolder(dir, fo));
+    ADAM_ASSIGN_OR_RETURN(data::FolderSet set, std::string_view(what) == "test"
+                                                   ? data::LoadTestFolder(dir, fit, fo)
+                                                   : data::LoadImageFolder(dir, fo));
     for (const auto& s : set.skipped) spdlog::warn("skipped {}", s);
     if (!set.skipped.empty())
       spdlog::warn("{}: skipped {} files that could not be decoded (spec.dataset.maxCorrupt {})",
@@ -72,6 +73,7 @@ Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train,
                                 std::to_string(classes) + " classes");
   }
   spdlog::info("classes: {}", fmt::join(tr.classes, ", "));
+  *class_names = tr.classes;
   *train = std::move(tr.data);
   if (d.held_out > 0) {
     *test = data::CentreCrop(data::SplitHeldOut(train, d.held_out, job.training.seed), margin);
@@ -84,7 +86,7 @@ Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train,
     return InvalidArgumentError(
         d.test.folder + "'s class folders (" + fmt::format("{}", fmt::join(te.classes, ", ")) +
         ") are not the training folder's (" + fmt::format("{}", fmt::join(tr.classes, ", ")) + ")");
-  *test = data::CentreCrop(te.data, margin);
+  *test = std::move(te.data);
   return OkStatus();
 }
 
@@ -95,9 +97,12 @@ StatusOr<std::unique_ptr<DataSource>> LoadDataSource(const spec::AdamJob& job, i
   const int classes = spec::NumClasses(job.model);
   const auto& in = job.model.input;
   data::Dataset train, test;
+  std::vector<std::string> class_names;
   if (job.dataset.format == "folder") {
-    ADAM_RETURN_IF_ERROR(LoadFolders(job, classes, &train, &test).Annotate("data set"));
+    ADAM_RETURN_IF_ERROR(
+        LoadFolders(job, classes, &train, &test, &class_names).Annotate("data set"));
   } else {
+    class_names = job.dataset.class_names;
     spdlog::info("loading {}", job.dataset.train.images);
     auto tr = data::LoadIdxDataset(job.dataset.train.images, job.dataset.train.labels, classes,
                                    in.channels, in.height, in.width);
@@ -128,6 +133,7 @@ StatusOr<std::unique_ptr<DataSource>> LoadDataSource(const spec::AdamJob& job, i
   so.quorum = job.training.epoch_quorum;
   so.batch_images = batch_images;
   so.seed = job.training.seed;
+  so.class_names = std::move(class_names);
   return std::make_unique<DataSource>(std::move(cache), std::move(train.labels), std::move(test),
                                       so);
 }

@@ -567,7 +567,7 @@ void Replica::TakeDenseLog(int t, DenseLog* out) {
 }
 
 double Replica::Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,
-                         int count) {
+                         int count, int* predicted) {
   Impl& m = *impl_;
   ADAM_CHECK(m.options.evaluate);
   std::memcpy(m.eval_params.data(), params, m.eval_params.size() * sizeof(float));
@@ -583,8 +583,10 @@ double Replica::Evaluate(const float* params, const uint8_t* pixels, const uint8
         model::Network* net = end - i >= wk.eval->batch() ? wk.eval.get() : wk.eval_one.get();
         net->SetInputFromBytes(pixels + i * isz);
         net->Forward(nullptr, pred.data());
-        for (int k = 0; k < net->batch(); ++k)
+        for (int k = 0; k < net->batch(); ++k) {
           correct[size_t(ti)] += pred[size_t(k)] == labels[i + k];
+          if (predicted != nullptr) predicted[i + k] = pred[size_t(k)];
+        }
         i += net->batch();
       }
     }

@@ -88,8 +88,10 @@ class ModelReplica {
   }
   virtual int64_t ring_waits() const { return 0; }
   virtual void TakeDenseLog(int t, DenseLog* out) { out->images = 0; }
+  // The fraction of `count` images that `params` classifies right; `predicted` (count entries,
+  // or null) gets each image's class.
   virtual double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,
-                          int count) = 0;
+                          int count, int* predicted) = 0;
 };
 
 class Replica final : public ModelReplica {
@@ -134,8 +136,8 @@ class Replica final : public ModelReplica {
   // after the take holds every step taken); the other logs stay empty.
   void TakeDenseLog(int t, DenseLog* out) override;
   // Fraction of `count` images that `params` classifies correctly, using every worker.
-  double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,
-                  int count) override;
+  double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels, int count,
+                  int* predicted) override;
 
  private:
   struct Impl;

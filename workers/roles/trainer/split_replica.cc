@@ -253,8 +253,8 @@ class SplitReplica final : public ModelReplica {
   StatusOr<SliceCounts> PushSlices() override;
   StatusOr<SliceCounts> PullSlices(uint64_t clock) override;
   Status StartSync() { return w_->StartSync(); }
-  double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,
-                  int count) override;
+  double Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels, int count,
+                  int* predicted) override;
 
  private:
   // Train's images at most kMaxLaneImages at a time: sent to every worker, trained here.
@@ -359,7 +359,7 @@ StatusOr<SliceCounts> SplitReplica::Round(int command, uint64_t clock) {
 }
 
 double SplitReplica::Evaluate(const float* params, const uint8_t* pixels, const uint8_t* labels,
-                              int count) {
+                              int count, int* predicted) {
   // The whole model, on the lead: the same function of the weights as the split one.
   const int64_t isz = w_->layout->input_size();
   const int batch = std::max(1, std::min(w_->opt.eval_batch, count));
@@ -371,13 +371,16 @@ double SplitReplica::Evaluate(const float* params, const uint8_t* pixels, const 
     spdlog::error("evaluation: {}", (big.ok() ? one.status() : big.status()).message());
     return 0;
   }
-  std::vector<int> predicted(static_cast<size_t>(batch));
+  std::vector<int> classes(static_cast<size_t>(batch));
   int64_t right = 0;
   for (int i = 0; i < count;) {
     model::Network* n = count - i >= batch ? big->get() : one->get();
     n->SetInputFromBytes(pixels + i * isz);
-    n->Forward(nullptr, predicted.data());
-    for (int k = 0; k < n->batch(); ++k) right += predicted[size_t(k)] == labels[i + k];
+    n->Forward(nullptr, classes.data());
+    for (int k = 0; k < n->batch(); ++k) {
+      right += classes[size_t(k)] == labels[i + k];
+      if (predicted != nullptr) predicted[i + k] = classes[size_t(k)];
+    }
     i += n->batch();
   }
   return count > 0 ? double(right) / count : 0;

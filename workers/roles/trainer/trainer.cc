@@ -74,6 +74,7 @@ struct Trainer::Impl {
   std::optional<update::UpdatePlan> plan;
   std::string test_pixels, test_labels;
   int test_count = 0;
+  std::vector<std::string> class_names;  // the data server's, in label order (may be empty)
 
   float lr = 0;  // this epoch's learning rate; set before the epoch's workers start
   std::atomic<int64_t> images_total{0};       // relaxed: statistics
@@ -138,9 +139,15 @@ struct Trainer::Impl {
   // Writes the weights of the last evaluation to opt.model_out (when given) as ONNX; `epochs`
   // trained, or < 0 when not known (the evaluator).
   Status WriteModel(int epochs);
-  // The main thread's (Evaluate's): the weights of the last evaluation, kept for opt.model_out.
+  // Per class of the last evaluation: {"name", "images", "correct"} in label order.
+  nlohmann::json PerClass() const;
+  // The "done" event: the run's figures (and the last evaluation's per class when `evaluates`).
+  void EmitDone(const TrainerResult& result, Clock::time_point start, bool evaluates) const;
+  // The main thread's (Evaluate's): the weights of the last evaluation, kept for opt.model_out,
+  // and per class the test images and those classified right.
   std::vector<float> evaluated;
   double evaluated_accuracy = -1;
+  std::vector<int64_t> class_images, class_correct;
 };
 
 Trainer::Trainer(spec::AdamJob job, TrainerOptions options, TrainerMetrics metrics,
@@ -154,6 +161,7 @@ Status Trainer::Impl::CheckDataServer() {
   adam::v1::DatasetInfo info;
   ADAM_RETURN_IF_ERROR(data->GetInfo(&info));
   const auto& in = job.model.input;
+  class_names.assign(info.class_names().begin(), info.class_names().end());
   if (int(info.channels()) != in.channels || int(info.height()) != in.height ||
       int(info.width()) != in.width)
     return InvalidArgumentError("data server images are " + std::to_string(info.channels()) + "x" +
@@ -395,14 +403,49 @@ double Trainer::Impl::Evaluate() {
     MutexLock lock(sync_mu);
     global = slices->w0();
   }
+  const auto* labels = reinterpret_cast<const uint8_t*>(test_labels.data());
+  std::vector<int> predicted(size_t(test_count), -1);
   const double acc =
-      replica->Evaluate(global.data(), reinterpret_cast<const uint8_t*>(test_pixels.data()),
-                        reinterpret_cast<const uint8_t*>(test_labels.data()), test_count);
+      replica->Evaluate(global.data(), reinterpret_cast<const uint8_t*>(test_pixels.data()), labels,
+                        test_count, predicted.data());
+  const size_t classes = size_t(layout->classes());
+  class_images.assign(classes, 0);
+  class_correct.assign(classes, 0);
+  for (int i = 0; i < test_count; ++i)
+    if (labels[i] < classes) {
+      ++class_images[labels[i]];
+      class_correct[labels[i]] += predicted[size_t(i)] == labels[i];
+    }
   if (!opt.model_out.empty()) {
     evaluated = std::move(global);
     evaluated_accuracy = acc;
   }
   return acc;
+}
+
+void Trainer::Impl::EmitDone(const TrainerResult& result, Clock::time_point start,
+                             bool evaluates) const {
+  nlohmann::json done = {
+      {"event", "done"},
+      {"trainer", opt.index},
+      {"epochs", result.epochs},
+      {"images_total", result.images},
+      {"seconds", result.seconds},
+      {"total_seconds", std::chrono::duration<double>(Clock::now() - start).count()},
+      {"test_accuracy", result.test_accuracy},
+      {"push_bytes", result.push_bytes},
+      {"pull_bytes", result.pull_bytes}};
+  if (evaluates) done["classes"] = PerClass();
+  EmitEvent(done);
+}
+
+nlohmann::json Trainer::Impl::PerClass() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t c = 0; c < class_images.size(); ++c)
+    out.push_back({{"name", c < class_names.size() ? class_names[c] : std::to_string(c)},
+                   {"images", class_images[c]},
+                   {"correct", class_correct[c]}});
+  return out;
 }
 
 Status Trainer::Impl::WriteModel(int epochs) {
@@ -414,8 +457,9 @@ Status Trainer::Impl::WriteModel(int epochs) {
   else
     std::snprintf(doc, sizeof doc, "trained by Adam: the final model, test accuracy %.4f",
                   evaluated_accuracy);
-  ADAM_RETURN_IF_ERROR(model::WriteOnnxFile(opt.model_out, *layout, evaluated.data(),
-                                            {job.name, kAdamVersion, doc}));
+  model::OnnxInfo info{job.name, kAdamVersion, doc, class_names, {}};
+  if (job.dataset.format == "folder") info.fit = {job.dataset.fit, job.dataset.augment.crop};
+  ADAM_RETURN_IF_ERROR(model::WriteOnnxFile(opt.model_out, *layout, evaluated.data(), info));
   spdlog::info("the model (test accuracy {:.2f}%) is in {}", 100 * evaluated_accuracy,
                opt.model_out);
   EmitEvent({{"event", "model_written"},
@@ -649,7 +693,8 @@ StatusOr<TrainerResult> Trainer::Run() {
     EmitEvent({{"event", "evaluated"},
                {"trainer", s.opt.index},
                {"test_accuracy", result.test_accuracy},
-               {"seconds", result.seconds}});
+               {"seconds", result.seconds},
+               {"classes", s.PerClass()}});
     ADAM_RETURN_IF_ERROR(s.WriteModel(-1));
     return result;
   }
@@ -665,7 +710,8 @@ StatusOr<TrainerResult> Trainer::Run() {
     result.test_accuracy = s.Evaluate();
     EmitEvent({{"event", "evaluated"},
                {"trainer", s.opt.index},
-               {"test_accuracy", result.test_accuracy}});
+               {"test_accuracy", result.test_accuracy},
+               {"classes", s.PerClass()}});
   }
   for (int e = first; e < epochs && !s.abort; ++e) {
     const auto epoch_start = Clock::now();
@@ -697,15 +743,7 @@ StatusOr<TrainerResult> Trainer::Run() {
     result.push_bytes = s.ps->pushed_bytes() + s.ps->dense_bytes() + s.slice_push_bytes;
     result.pull_bytes = s.ps->pulled_bytes() + s.slice_pull_bytes;
   }
-  EmitEvent({{"event", "done"},
-             {"trainer", s.opt.index},
-             {"epochs", result.epochs},
-             {"images_total", result.images},
-             {"seconds", result.seconds},
-             {"total_seconds", std::chrono::duration<double>(Clock::now() - start).count()},
-             {"test_accuracy", result.test_accuracy},
-             {"push_bytes", result.push_bytes},
-             {"pull_bytes", result.pull_bytes}});
+  s.EmitDone(result, start, evaluates);
   return result;
 }
 
