@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
@@ -487,13 +488,96 @@ constexpr const char* kCopiesRoles =
     "controller: {replicas: 3}, parameterServer: {replicas: 3, shardBytes: 1024, copies: 3}, "
     "trainer: {replicas: 2, threads: 1}";
 
-// The synthetic set as an image folder (PNG and JPEG files under class-0 .. class-3), with two
-// broken files and a text file: the data server skips and names the broken ones, holds out a
-// fifth of each class as the test set, trains on random crops, and the job trains far above
-// chance; over maxCorrupt it refuses the folder naming the count.
+// The model a folder job wrote, used as a user would: its metadata (read by ONNX's own library,
+// after OpenCV's runtime loaded it) names the classes and the fit; `adam predict` names the class
+// of images of other sizes and kinds, fitted as the test set was; `adam evaluate --folder` scores
+// the folder by class.
+void ExpectTheFolderModelSpeaksItsClasses(const testing::TmpDir& dir, const std::string& root,
+                                          const std::string& model) {
+  const std::string meta = dir.File("meta.json");
+  const std::string cmd = "/usr/bin/python3 " ADAM_SOURCE_DIR
+                          "/tests/libs/model/onnx_runtime.py metadata " +
+                          model + " > " + meta;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto m = nlohmann::json::parse(testing::ReadText(meta));
+  EXPECT_EQ(m.value("classes", ""), R"(["class-0","class-1","class-2","class-3"])") << m;
+  EXPECT_EQ(m.value("fit", ""), "crop");
+  EXPECT_EQ(m.value("crop_margin", ""), "1");
+  EXPECT_EQ(m.value("input_channels", ""), "grey");
+  // The first 10 images of each class as colour PNG files scaled up 3 times (36x36) and as JPEG
+  // files of 30x24 (stretched), in a folder of their own: most are named right.
+  auto images = data::ReadIdx(dir.File("train-images.gz"));
+  auto labels = data::ReadIdx(dir.File("train-labels"));
+  ASSERT_TRUE(images.ok() && labels.ok());
+  const std::string other = dir.File("other-sizes");
+  std::filesystem::create_directories(other);
+  std::map<int, int> taken;
+  for (size_t i = 0; i < labels->data.size(); ++i) {
+    const int c = labels->data[i];
+    if (taken[c]++ >= 10) continue;
+    std::vector<uint8_t> big, wide;
+    for (int y = 0; y < 36; ++y)
+      for (int x = 0; x < 36; ++x)
+        big.insert(big.end(), 3, images->data[i * 144 + (y / 3) * 12 + x / 3]);
+    for (int y = 0; y < 24; ++y)
+      for (int x = 0; x < 30; ++x) wide.push_back(images->data[i * 144 + (y / 2) * 12 + x * 2 / 5]);
+    const std::string name = other + "/" + std::to_string(i) + "-class-" + std::to_string(c);
+    testing::WritePng(name + ".png", 36, 36, 3, big);
+    testing::WriteJpeg(name + ".JPG", 30, 24, 1, wide);
+  }
+  Result p = Adam(dir, "predict " + model + " " + other + " --top 3 -o json");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const auto rows = nlohmann::json::parse(p.out);
+  ASSERT_EQ(rows.size(), 80u);
+  int right = 0;
+  for (const auto& r : rows) {
+    const std::string file = r["file"];
+    right += file.find("-" + r["class"].get<std::string>() + ".") != std::string::npos;
+    EXPECT_EQ(r["top"].size(), 3u);
+    EXPECT_GE(r["top"][0]["probability"].get<double>(), r["top"][1]["probability"].get<double>());
+  }
+  EXPECT_GE(right, 68) << p.out;  // 85%
+  const std::string one = other + "/" + rows[0]["file"].get<std::string>().substr(other.size() + 1);
+  Result text = Adam(dir, "predict " + model + " " + one);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, ::testing::StartsWith(one + ": class-"));
+  EXPECT_THAT(text.out, ::testing::ContainsRegex("\\), then class-[0-3] \\(0\\.[0-9]+\\)\n$"));
+  // The whole folder, by class: as well as training scored its held-out part.
+  Result e = Adam(dir, "evaluate " + model + " --folder " + root + " -o json");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const auto ej = nlohmann::json::parse(e.out);
+  EXPECT_EQ(ej["images"].get<int>(), 1200);
+  EXPECT_GT(ej["accuracy"].get<double>(), 0.9);
+  ASSERT_EQ(ej["classes"].size(), 4u);
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(ej["classes"][c]["class"], "class-" + std::to_string(c));
+    EXPECT_GT(ej["classes"][c]["recall"].get<double>(), 0.8) << e.out;
+    EXPECT_GT(ej["classes"][c]["precision"].get<double>(), 0.8) << e.out;
+  }
+  Result et = Adam(dir, "evaluate " + model + " --folder " + root);
+  ASSERT_EQ(et.exit_code, 0) << et.err;
+  EXPECT_THAT(et.out, HasSubstr("precision   recall\nclass-0 "));
+  EXPECT_THAT(et.err, HasSubstr("skipped " + root + "/class-1/broken.png"));
+  // A class the model does not know is named.
+  std::filesystem::create_directories(dir.File("zoo/zebra"));
+  std::filesystem::copy_file(rows[0]["file"].get<std::string>(), dir.File("zoo/zebra/a.jpg"));
+  Result zoo = Adam(dir, "evaluate " + model + " --folder " + dir.File("zoo"));
+  EXPECT_EQ(zoo.exit_code, 2);
+  EXPECT_THAT(zoo.err, HasSubstr("class folder \"zebra\" is not one of the model's 4 classes"));
+}
+
+// The synthetic set as an image folder (under class-0 .. class-3) in the kinds a user's folder
+// holds (PNG of 8 and 16 bits and with a palette, JPEG baseline, progressive, CMYK and turned by
+// EXIF, upper-case extensions, nested folders: image_kinds.py vary), with two broken files and
+// a text file: the data server skips and names the broken ones only, holds out a fifth of each
+// class as the test set, trains on random crops, and the job trains far above chance, naming its
+// classes; over maxCorrupt it refuses the folder naming the count.
 TEST_F(AdamRun, AnImageFolderTrainsAndItsBrokenFilesAreSkipped) {
   const std::string root = dir_.File("folder");
   testing::WriteFolderFromIdx(dir_.File("train"), root);
+  const std::string vary =
+      "/usr/bin/python3 " ADAM_SOURCE_DIR "/tests/libs/data/image_kinds.py vary " + root;
+  ASSERT_EQ(std::system(vary.c_str()), 0) << vary;
   std::ofstream(root + "/class-1/broken.png") << "\x89PNG not really";
   std::ofstream(root + "/class-2/cut.jpg") << "\xff\xd8\xff\xe0 cut short";
   std::ofstream(root + "/README.txt") << "not a class folder: a file";
@@ -512,11 +596,19 @@ TEST_F(AdamRun, AnImageFolderTrainsAndItsBrokenFilesAreSkipped) {
     std::ofstream(path) << text;
     return path;
   };
-  Result r = Adam(dir_, "run " + manifest("") + " --output json", 240);
+  const std::string model = dir_.File("folder.onnx");
+  Result r = Adam(dir_, "run " + manifest("") + " --output json --model-out " + model, 240);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["epochs"].get<int>(), 30) << r.out;
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
+  ASSERT_EQ(j["classes"].size(), 4u) << r.out;
+  int held = 0;
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(j["classes"][c]["name"], "class-" + std::to_string(c));
+    held += j["classes"][c]["images"].get<int>();
+  }
+  EXPECT_EQ(held, 240);
   EXPECT_THAT(r.err,
               HasSubstr("skipped " + root + "/class-1/broken.png: not a PNG libpng can read"));
   EXPECT_THAT(r.err, HasSubstr("skipped " + root + "/class-2/cut.jpg: JPEG"));
@@ -526,6 +618,7 @@ TEST_F(AdamRun, AnImageFolderTrainsAndItsBrokenFilesAreSkipped) {
   EXPECT_THAT(r.err, HasSubstr("classes: class-0, class-1, class-2, class-3"));
   EXPECT_THAT(r.err, HasSubstr("held out 240 of 1200 images as the test set"));
   EXPECT_THAT(r.err, HasSubstr("decoding: 100% of 1202 images"));
+  ExpectTheFolderModelSpeaksItsClasses(dir_, root, model);
 
   Result strict = Adam(dir_, "run " + manifest("    maxCorrupt: 1\n") + " -q", 60);
   EXPECT_EQ(strict.exit_code, 2) << "refused input, as a bad manifest field\n" << strict.err;
@@ -748,7 +841,7 @@ void ExpectTheModelScores(const testing::TmpDir& dir, const nlohmann::json& summ
   EXPECT_EQ(oj["correct"].get<int>(), expected);
   Result p = Adam(dir, "predict " + model + " " + dir.File("test-images.gz") + " --first 3");
   ASSERT_EQ(p.exit_code, 0) << p.err;
-  EXPECT_THAT(p.out, HasSubstr("image 2: class "));
+  EXPECT_THAT(p.out, HasSubstr(dir.File("test-images.gz") + "[2]: "));  // classes named 0-3
   // The first two test images as PNG files (one grey, one colour with equal channels, which
   // libpng turns back into the same grey) get the IDX images' probabilities.
   auto images = data::ReadIdx(dir.File("test-images.gz"));
@@ -772,18 +865,29 @@ void ExpectTheModelScores(const testing::TmpDir& dir, const nlohmann::json& summ
   Result pngs = Adam(
       dir, "predict " + model + " " + dir.File("0.png") + " " + dir.File("1.png") + " -o json");
   ASSERT_EQ(pngs.exit_code, 0) << pngs.err;
-  EXPECT_EQ(nlohmann::json::parse(pngs.out), nlohmann::json::parse(idx.out));
-  // A PNG of another size is refused naming it.
-  png_image big{};
-  big.version = PNG_IMAGE_VERSION;
-  big.width = big.height = uint32_t(side + 1);
-  big.format = PNG_FORMAT_GRAY;
-  std::vector<uint8_t> zeros((side + 1) * (side + 1));
-  ASSERT_TRUE(
-      png_image_write_to_file(&big, dir.File("big.png").c_str(), 0, zeros.data(), 0, nullptr));
-  Result wrong = Adam(dir, "predict " + model + " " + dir.File("big.png"));
-  EXPECT_EQ(wrong.exit_code, 2);
-  EXPECT_THAT(wrong.err, HasSubstr(dir.File("big.png") + ": 13x13 pixels, the model takes 12x12"));
+  auto from_png = nlohmann::json::parse(pngs.out), from_idx = nlohmann::json::parse(idx.out);
+  ASSERT_EQ(from_png.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(from_png[i]["file"], dir.File(std::to_string(i) + ".png"));
+    EXPECT_EQ(from_idx[i]["file"], dir.File("test-images.gz") + "[" + std::to_string(i) + "]");
+    from_png[i].erase("file");
+    from_idx[i].erase("file");
+  }
+  EXPECT_EQ(from_png, from_idx);
+  // A PNG of another size (the first image scaled up twice) is fitted, and classified alike; a
+  // file that is no image is named, and the others are classified still.
+  std::vector<uint8_t> twice;
+  for (size_t y = 0; y < 2 * side; ++y)
+    for (size_t x = 0; x < 2 * side; ++x) twice.push_back(grey[(y / 2) * side + x / 2]);
+  testing::WritePng(dir.File("twice.png"), int(2 * side), int(2 * side), 1, twice);
+  std::ofstream(dir.File("notes.txt")) << "not an image";
+  Result other = Adam(dir, "predict " + model + " " + dir.File("twice.png") + " " +
+                               dir.File("notes.txt") + " -o json");
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_THAT(other.err, HasSubstr(dir.File("notes.txt") + ": "));
+  const auto fitted = nlohmann::json::parse(other.out);
+  ASSERT_EQ(fitted.size(), 1u) << other.out;
+  EXPECT_EQ(fitted[0]["class"], from_idx[0]["class"]);
 }
 
 // With spec.output.everyEpochs: 2 the model is also written after epochs 2 and 4 (over the same

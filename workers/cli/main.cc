@@ -349,18 +349,31 @@ std::vector<Command> AddModelCommands(CLI::App& app) {
   auto output = std::make_shared<std::string>("text");
   auto* evaluate = app.add_subcommand(
       "evaluate",
-      "Evaluate an ONNX model Adam wrote on a labelled IDX set: accuracy, confusion matrix");
+      "Evaluate an ONNX model Adam wrote on a labelled set (a folder of class folders, or IDX "
+      "files): accuracy, per-class precision and recall, confusion matrix");
   evaluate->add_option("model", mo->model, "the ONNX file (adam run --model-out)")->required();
-  evaluate->add_option("--images", mo->images, "IDX images (raw or gzip)")->required();
-  evaluate->add_option("--labels", mo->labels, "IDX labels (raw or gzip)")->required();
+  auto* folder = evaluate->add_option(
+      "--folder", mo->folder,
+      "a folder of class folders (DIR/CLASS/*.png|jpg), matched to the model's classes by name");
+  evaluate->add_option("--images", mo->images, "IDX images (raw or gzip)")->excludes(folder);
+  evaluate->add_option("--labels", mo->labels, "IDX labels (raw or gzip)")->excludes(folder);
+  evaluate
+      ->add_option("--max-corrupt", mo->max_corrupt,
+                   "--folder: files that may fail to decode (skipped, named) before it fails")
+      ->check(CLI::NonNegativeNumber);
   auto* predict = app.add_subcommand(
       "predict",
       "Classify images with an ONNX model Adam wrote: each image's class and probability");
   predict->add_option("model", mo->model, "the ONNX file (adam run --model-out)")->required();
-  predict->add_option("images", mo->inputs, "an IDX file of images (raw or gzip), or PNG files")
+  predict
+      ->add_option("images", mo->inputs,
+                   "PNG or JPEG files of any size (fitted as the job fitted its test set), "
+                   "folders of them (walked), or IDX files (raw or gzip)")
       ->required();
   predict->add_option("--first", mo->first, "an IDX file: classify its first N images (0: all)")
       ->check(CLI::NonNegativeNumber);
+  predict->add_option("--top", mo->top, "the most probable classes shown per image (default 2)")
+      ->check(CLI::PositiveNumber);
   for (auto* sub : {evaluate, predict})
     sub->add_option("-o,--output", *output, "text or json")->check(CLI::IsMember({"text", "json"}));
   return {{evaluate,

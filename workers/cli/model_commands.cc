@@ -1,17 +1,18 @@
 // `adam evaluate` and `adam predict` (see model_commands.h).
 #include "cli/model_commands.h"
 
-#include <png.h>
-
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "core/exit_codes.h"
+#include "core/file.h"
 #include "data/idx.h"
+#include "data/image_folder.h"
 #include "model/network.h"
 #include "model/onnx.h"
 
@@ -23,6 +24,12 @@ constexpr int kBatch = 100;
 struct Loaded {
   model::ImportedModel model;
   std::unique_ptr<model::ModelLayout> layout;
+  // How an image meets the input: as the job fitted its test set.
+  data::InputFit Fit() const {
+    const auto& in = model.model.input;
+    return {in.channels, in.height, in.width, data::FitNamed(model.fit.fit), model.fit.crop_margin};
+  }
+  const std::string& Name(int c) const { return model.classes[size_t(c)]; }
 };
 
 bool Load(const std::string& path, Loaded* out) {
@@ -76,43 +83,258 @@ bool ShapeMatches(const Loaded& l, const data::Dataset& d, const std::string& pa
   return false;
 }
 
-bool IsPng(const std::string& path) {
-  std::string ext = path.size() >= 4 ? path.substr(path.size() - 4) : "";
-  for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return ext == ".png";
+bool IsImage(const std::string& bytes) {
+  return bytes.rfind("\x89PNG", 0) == 0 || bytes.rfind("\xff\xd8\xff", 0) == 0;
 }
 
-// Appends one PNG's pixels (libpng's simplified API converts grey or colour, with or without
-// alpha, to the model's 1 or 3 channels) as C x H x W bytes to `out`.
-bool ReadPng(const std::string& path, const spec::Shape& in, std::vector<uint8_t>* out) {
-  if (in.channels != 1 && in.channels != 3) {
-    std::fprintf(stderr, "adam predict: %s: the model takes %d channels; PNG input needs 1 or 3\n",
-                 path.c_str(), in.channels);
+// What predict classifies: every image's pixels (the model's input) and its name.
+struct Batch {
+  std::vector<uint8_t> pixels;
+  std::vector<std::string> names;
+  bool failed = false;  // an input could not be read (said on stderr)
+};
+
+void Refuse(Batch* b, const std::string& what) {
+  std::fprintf(stderr, "adam predict: %s\n", what.c_str());
+  b->failed = true;
+}
+
+// An IDX file's first `first` images (all when 0), named FILE[i].
+void AddIdx(const Loaded& l, const std::string& path, int first, Batch* b) {
+  auto arr = data::ReadIdx(path);
+  if (!arr.ok()) return Refuse(b, arr.status().message());
+  data::Dataset d;
+  if (arr->dims.size() != 3 && arr->dims.size() != 4)
+    return Refuse(b, path + ": " + std::to_string(arr->dims.size()) +
+                         " dims; images have 3 (N, H, W) or 4 (N, C, H, W)");
+  d.count = int(arr->dims[0]);
+  d.channels = arr->dims.size() == 4 ? int(arr->dims[1]) : 1;
+  d.height = int(arr->dims[arr->dims.size() - 2]);
+  d.width = int(arr->dims.back());
+  if (!ShapeMatches(l, d, path)) {
+    b->failed = true;
+    return;
+  }
+  const int count = first > 0 ? std::min(first, d.count) : d.count;
+  b->pixels.insert(b->pixels.end(), arr->data.begin(),
+                   arr->data.begin() + ptrdiff_t(count) * ptrdiff_t(d.image_bytes()));
+  for (int i = 0; i < count; ++i) b->names.push_back(path + "[" + std::to_string(i) + "]");
+}
+
+void AddImage(const Loaded& l, const std::string& path, const std::string& bytes, Batch* b) {
+  auto px = data::DecodeTestImage(bytes, l.Fit());
+  if (!px.ok()) return Refuse(b, path + ": " + px.status().message());
+  b->pixels.insert(b->pixels.end(), px->begin(), px->end());
+  b->names.push_back(path);
+}
+
+// Every input: a folder's images (walked as the data server walks a class folder), an image
+// file, or an IDX file.
+Batch Gather(const Loaded& l, const ModelCommandOptions& o) {
+  Batch b;
+  for (const auto& path : o.inputs) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      int other = 0;
+      auto files = data::ListImageFiles(path, &other);
+      if (!files.ok()) {
+        Refuse(&b, files.status().message());
+        continue;
+      }
+      if (files->empty()) Refuse(&b, path + ": holds no .png, .jpg or .jpeg file");
+      for (const auto& f : *files) {
+        auto bytes = ReadWholeFile(f);
+        if (!bytes) Refuse(&b, f + ": cannot read it");
+        if (bytes) AddImage(l, f, *bytes, &b);
+      }
+      continue;
+    }
+    auto bytes = ReadWholeFile(path);
+    if (!bytes) {
+      Refuse(&b, path + ": cannot read it");
+    } else if (IsImage(*bytes)) {
+      AddImage(l, path, *bytes, &b);
+    } else {
+      AddIdx(l, path, o.first, &b);
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+int Predict(const ModelCommandOptions& o) {
+  Loaded l;
+  if (!Load(o.model, &l)) return kExitInvalid;
+  if (o.inputs.empty()) {
+    std::fprintf(stderr, "adam predict: give images: PNG or JPEG files, folders, IDX files\n");
+    return kExitInvalid;
+  }
+  const Batch b = Gather(l, o);
+  const int count = int(b.names.size());
+  const int classes = l.layout->classes();
+  const int top = std::clamp(o.top, 1, classes);
+  nlohmann::json rows = nlohmann::json::array();
+  if (!Classify(l, b.pixels.data(), count, [&](int i, const float* p) {
+        std::vector<int> order(static_cast<size_t>(classes));
+        for (int c = 0; c < classes; ++c) order[size_t(c)] = c;
+        std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                          [p](int a, int c) { return p[a] > p[c] || (p[a] == p[c] && a < c); });
+        if (o.json) {
+          nlohmann::json best = nlohmann::json::array();
+          for (int k = 0; k < top; ++k)
+            best.push_back({{"class", l.Name(order[size_t(k)])},
+                            {"label", order[size_t(k)]},
+                            {"probability", p[order[size_t(k)]]}});
+          rows.push_back({{"image", i},
+                          {"file", b.names[size_t(i)]},
+                          {"class", l.Name(order[0])},
+                          {"label", order[0]},
+                          {"probability", p[order[0]]},
+                          {"top", std::move(best)},
+                          {"probabilities", std::vector<float>(p, p + classes)}});
+          return;
+        }
+        std::string line = b.names[size_t(i)] + ": ";
+        for (int k = 0; k < top; ++k) {
+          char prob[32];
+          std::snprintf(prob, sizeof prob, " (%.4f)", p[order[size_t(k)]]);
+          line += (k == 0 ? "" : k == 1 ? ", then " : ", ") + l.Name(order[size_t(k)]) + prob;
+        }
+        std::printf("%s\n", line.c_str());
+      }))
+    return 1;
+  if (o.json) std::printf("%s\n", rows.dump().c_str());
+  return b.failed ? kExitInvalid : 0;
+}
+
+namespace {
+
+// A labelled test set (labels the model's) and where it came from.
+struct TestSet {
+  data::Dataset data;
+  std::string source;
+};
+
+// The folder's class folders matched to the model's classes by name (a model that names none,
+// "0", "1", ..., takes them in order when they are as many).
+bool LoadFolderSet(const Loaded& l, const ModelCommandOptions& o, TestSet* out) {
+  data::FolderOptions fo;
+  fo.max_corrupt = o.max_corrupt;
+  auto set = data::LoadTestFolder(o.folder, l.Fit(), fo);
+  if (!set.ok()) {
+    std::fprintf(stderr, "adam evaluate: %s\n", set.status().message().c_str());
     return false;
   }
-  png_image image{};
-  image.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_file(&image, path.c_str())) {
-    std::fprintf(stderr, "adam predict: %s: not a PNG libpng can read: %s\n", path.c_str(),
-                 image.message);
-    return false;
+  for (const auto& s : set->skipped) std::fprintf(stderr, "adam evaluate: skipped %s\n", s.c_str());
+  const int classes = l.layout->classes();
+  std::map<std::string, int> label;
+  for (int c = 0; c < classes; ++c) label[l.Name(c)] = c;
+  std::vector<uint8_t> to(set->classes.size());
+  const bool numbered = l.Name(0) == "0" && label.count(std::to_string(classes - 1)) > 0;
+  for (size_t k = 0; k < set->classes.size(); ++k) {
+    auto it = label.find(set->classes[k]);
+    if (it != label.end()) {
+      to[k] = uint8_t(it->second);
+    } else if (numbered && int(set->classes.size()) == classes) {
+      to[k] = uint8_t(k);
+    } else {
+      std::fprintf(stderr,
+                   "adam evaluate: %s: class folder \"%s\" is not one of the model's %d "
+                   "classes\n",
+                   o.folder.c_str(), set->classes[k].c_str(), classes);
+      return false;
+    }
   }
-  if (int(image.width) != in.width || int(image.height) != in.height) {
-    std::fprintf(stderr, "adam predict: %s: %ux%u pixels, the model takes %dx%d (width x height)\n",
-                 path.c_str(), image.width, image.height, in.width, in.height);
-    png_image_free(&image);
-    return false;
-  }
-  image.format = in.channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  std::vector<uint8_t> hwc(PNG_IMAGE_SIZE(image));
-  if (!png_image_finish_read(&image, nullptr, hwc.data(), 0, nullptr)) {
-    std::fprintf(stderr, "adam predict: %s: %s\n", path.c_str(), image.message);
-    return false;
-  }
-  const size_t plane = size_t(in.height) * size_t(in.width);
-  for (int c = 0; c < in.channels; ++c)
-    for (size_t p = 0; p < plane; ++p) out->push_back(hwc[p * size_t(in.channels) + size_t(c)]);
+  for (auto& y : set->data.labels) y = to[y];
+  out->data = std::move(set->data);
+  out->source = o.folder;
   return true;
+}
+
+bool LoadIdxSet(const Loaded& l, const ModelCommandOptions& o, TestSet* out) {
+  if (o.images.empty() || o.labels.empty()) {
+    std::fprintf(stderr, "adam evaluate: give --folder DIR, or --images and --labels\n");
+    return false;
+  }
+  auto d = data::LoadIdxDataset(o.images, o.labels, l.layout->classes());
+  if (!d.ok()) {
+    std::fprintf(stderr, "adam evaluate: %s\n", d.status().message().c_str());
+    return false;
+  }
+  if (!ShapeMatches(l, *d, o.images)) return false;
+  out->data = std::move(*d);
+  out->source = o.images;
+  return true;
+}
+
+using Confusion = std::vector<std::vector<int64_t>>;  // [true][predicted]
+
+struct ClassFigures {
+  int64_t images = 0;     // of the class
+  int64_t predicted = 0;  // classified as the class
+  int64_t right = 0;
+  double Precision() const { return predicted > 0 ? double(right) / double(predicted) : 0.0; }
+  double Recall() const { return images > 0 ? double(right) / double(images) : 0.0; }
+};
+
+std::vector<ClassFigures> PerClass(const Confusion& confusion) {
+  std::vector<ClassFigures> out(confusion.size());
+  for (size_t c = 0; c < confusion.size(); ++c) {
+    for (size_t k = 0; k < confusion.size(); ++k) {
+      out[c].images += confusion[c][k];
+      out[c].predicted += confusion[k][c];
+    }
+    out[c].right = confusion[c][c];
+  }
+  return out;
+}
+
+void PrintText(const Loaded& l, const std::string& model, const TestSet& t, int64_t correct,
+               const Confusion& confusion) {
+  const int classes = l.layout->classes();
+  const int n = t.data.count;
+  std::printf("%s: %lld of %d images right: accuracy %.2f%%\n", model.c_str(),
+              static_cast<long long>(correct), n, n > 0 ? 100.0 * double(correct) / n : 0.0);
+  int width = 5;
+  for (int c = 0; c < classes; ++c) width = std::max(width, int(l.Name(c).size()));
+  std::printf("%-*s %8s %10s %8s\n", width, "class", "images", "precision", "recall");
+  const auto figures = PerClass(confusion);
+  auto pct = [](double v, int64_t of) {
+    char s[16];
+    std::snprintf(s, sizeof s, "%.2f%%", 100.0 * v);
+    return of > 0 ? std::string(s) : std::string("-");
+  };
+  for (int c = 0; c < classes; ++c) {
+    const ClassFigures& f = figures[size_t(c)];
+    std::printf("%-*s %8lld %10s %8s\n", width, l.Name(c).c_str(), static_cast<long long>(f.images),
+                pct(f.Precision(), f.predicted).c_str(), pct(f.Recall(), f.images).c_str());
+  }
+  std::printf("confusion matrix (rows: true class, columns: predicted, in the order above)\n");
+  for (int r = 0; r < classes; ++r) {
+    std::printf("%-*s", width, l.Name(r).c_str());
+    for (int c = 0; c < classes; ++c)
+      std::printf(" %6lld", static_cast<long long>(confusion[size_t(r)][size_t(c)]));
+    std::printf("\n");
+  }
+}
+
+nlohmann::json Json(const Loaded& l, const std::string& model, const TestSet& t, int64_t correct,
+                    const Confusion& confusion) {
+  const auto figures = PerClass(confusion);
+  nlohmann::json per = nlohmann::json::array();
+  for (size_t c = 0; c < figures.size(); ++c)
+    per.push_back({{"class", l.Name(int(c))},
+                   {"images", figures[c].images},
+                   {"correct", figures[c].right},
+                   {"precision", figures[c].Precision()},
+                   {"recall", figures[c].Recall()}});
+  return {{"model", model},
+          {"images", t.data.count},
+          {"correct", correct},
+          {"accuracy", t.data.count > 0 ? double(correct) / t.data.count : 0.0},
+          {"classes", std::move(per)},
+          {"confusion", confusion}};
 }
 
 }  // namespace
@@ -120,105 +342,22 @@ bool ReadPng(const std::string& path, const spec::Shape& in, std::vector<uint8_t
 int Evaluate(const ModelCommandOptions& o) {
   Loaded l;
   if (!Load(o.model, &l)) return kExitInvalid;
+  TestSet t;
+  if (!(o.folder.empty() ? LoadIdxSet(l, o, &t) : LoadFolderSet(l, o, &t))) return kExitInvalid;
   const int classes = l.layout->classes();
-  auto d = data::LoadIdxDataset(o.images, o.labels, classes);
-  if (!d.ok()) {
-    std::fprintf(stderr, "adam evaluate: %s\n", d.status().message().c_str());
-    return kExitInvalid;
-  }
-  if (!ShapeMatches(l, *d, o.images)) return kExitInvalid;
-  // confusion[true][predicted]
-  std::vector<std::vector<int64_t>> confusion(static_cast<size_t>(classes),
-                                              std::vector<int64_t>(static_cast<size_t>(classes)));
+  Confusion confusion(size_t(classes), std::vector<int64_t>(static_cast<size_t>(classes)));
   int64_t correct = 0;
-  if (!Classify(l, d->pixels.data(), d->count, [&](int i, const float* p) {
+  if (!Classify(l, t.data.pixels.data(), t.data.count, [&](int i, const float* p) {
         const int pred = int(std::max_element(p, p + classes) - p);
-        ++confusion[d->labels[size_t(i)]][size_t(pred)];
-        correct += pred == d->labels[size_t(i)];
+        const uint8_t y = t.data.labels[size_t(i)];
+        ++confusion[y][size_t(pred)];
+        correct += pred == y;
       }))
     return 1;
-  const double acc = d->count > 0 ? double(correct) / d->count : 0;
-  if (o.json) {
-    nlohmann::json j = {{"model", o.model},
-                        {"images", d->count},
-                        {"correct", correct},
-                        {"accuracy", acc},
-                        {"confusion", confusion}};
-    std::printf("%s\n", j.dump().c_str());
-    return 0;
-  }
-  std::printf("%s: %lld of %d images right: accuracy %.2f%%\n", o.model.c_str(),
-              static_cast<long long>(correct), d->count, 100 * acc);
-  std::printf("confusion matrix (rows: true class, columns: predicted)\n      ");
-  for (int c = 0; c < classes; ++c) std::printf(" %6d", c);
-  std::printf("\n");
-  for (int t = 0; t < classes; ++t) {
-    std::printf("%6d", t);
-    for (int c = 0; c < classes; ++c)
-      std::printf(" %6lld", static_cast<long long>(confusion[size_t(t)][size_t(c)]));
-    std::printf("\n");
-  }
-  return 0;
-}
-
-int Predict(const ModelCommandOptions& o) {
-  Loaded l;
-  if (!Load(o.model, &l)) return kExitInvalid;
-  if (o.inputs.empty()) {
-    std::fprintf(stderr, "adam predict: give an IDX file or PNG files\n");
-    return kExitInvalid;
-  }
-  data::IdxArray arr_png;
-  const bool png = IsPng(o.inputs[0]);
-  if (png) {
-    const auto& in = l.model.model.input;
-    for (const auto& path : o.inputs)
-      if (!ReadPng(path, in, &arr_png.data)) return kExitInvalid;
-    arr_png.dims = {uint32_t(o.inputs.size()), uint32_t(in.channels), uint32_t(in.height),
-                    uint32_t(in.width)};
-  } else if (o.inputs.size() > 1) {
-    std::fprintf(stderr, "adam predict: %s: more than one file is PNG files only\n",
-                 o.inputs[1].c_str());
-    return kExitInvalid;
-  }
-  auto arr = png ? StatusOr<data::IdxArray>(std::move(arr_png)) : data::ReadIdx(o.inputs[0]);
-  if (!arr.ok()) {
-    std::fprintf(stderr, "adam predict: %s\n", arr.status().message().c_str());
-    return kExitInvalid;
-  }
-  data::Dataset d;
-  if (arr->dims.size() == 3 || arr->dims.size() == 4) {
-    d.count = int(arr->dims[0]);
-    d.channels = arr->dims.size() == 4 ? int(arr->dims[1]) : 1;
-    d.height = int(arr->dims[arr->dims.size() - 2]);
-    d.width = int(arr->dims.back());
-  } else {
-    std::fprintf(stderr, "adam predict: %s: %zu dims; images have 3 (N, H, W) or 4 (N, C, H, W)\n",
-                 o.inputs[0].c_str(), arr->dims.size());
-    return kExitInvalid;
-  }
-  if (!ShapeMatches(l, d, o.inputs[0])) return kExitInvalid;
-  // Every PNG named; the first N images of an IDX file.
-  const int count = !png && o.first > 0 ? std::min(o.first, d.count) : d.count;
-  const int classes = l.layout->classes();
-  nlohmann::json rows = nlohmann::json::array();
-  if (!Classify(l, arr->data.data(), count, [&](int i, const float* p) {
-        std::vector<int> order(static_cast<size_t>(classes));
-        for (int c = 0; c < classes; ++c) order[size_t(c)] = c;
-        std::partial_sort(order.begin(), order.begin() + std::min(2, classes), order.end(),
-                          [p](int a, int b) { return p[a] > p[b]; });
-        const int top = order[0], next = classes > 1 ? order[1] : order[0];
-        if (o.json)
-          rows.push_back({{"image", i},
-                          {"class", top},
-                          {"probability", p[top]},
-                          {"probabilities", std::vector<float>(p, p + classes)}});
-        else
-          std::printf("image %d: class %d (%.4f), then class %d (%.4f)\n", i, top, p[top], next,
-                      p[next]);
-      }))
-    return 1;
-  if (o.json) std::printf("%s\n", rows.dump().c_str());
+  if (o.json)
+    std::printf("%s\n", Json(l, o.model, t, correct, confusion).dump().c_str());
+  else
+    PrintText(l, o.model, t, correct, confusion);
   return 0;
 }
 

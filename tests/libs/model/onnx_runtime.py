@@ -6,6 +6,8 @@ python3-onnx and python3-opencv), for tests/libs/model/onnx_test.cc and tests/e2
       INPUT: N*C*H*W float32 pixel values (0..255); writes the N x classes probabilities to OUTPUT.
   onnx_runtime.py accuracy MODEL IMAGES LABELS
       IDX files (raw or gzip); prints {"images": N, "correct": K} as JSON.
+  onnx_runtime.py metadata MODEL
+      Prints the model's metadata_props as a JSON object, once OpenCV has loaded the model.
 Exits 1 (with the checker's message) when the model is not valid ONNX.
 """
 import gzip
@@ -47,6 +49,8 @@ def main():
         n, c, h, w = (int(v) for v in sys.argv[5:9])
         x = np.fromfile(sys.argv[3], np.float32).reshape(n, c, h, w)
         forward(net, x).astype(np.float32).tofile(sys.argv[4])
+    elif mode == "metadata":
+        print(json.dumps({p.key: p.value for p in onnx.load(path).metadata_props}))
     elif mode == "accuracy":
         images, labels = idx(sys.argv[3]), idx(sys.argv[4])
         x = images.astype(np.float32)
