@@ -153,6 +153,49 @@ TEST(RunLog, TheSummaryHoldsWhatTheEventsSaid) {
   EXPECT_FALSE(log.NeedsFinalEvaluation());
 }
 
+// Trainer 0's last evaluation per class (its "done" event) is in both summaries, by name; a
+// later trainer's "done" does not replace it, an evaluator's "evaluated" does.
+TEST(RunLog, TheSummariesNameTheClasses) {
+  const spec::AdamJob job = Job();
+  const nlohmann::json classes = {{{"name", "circle"}, {"images", 40}, {"correct", 39}},
+                                  {{"name", "square"}, {"images", 20}, {"correct", 15}},
+                                  "not an object"};
+  for (bool json : {true, false}) {
+    RunOptions o;
+    o.json = json;
+    RunLog log(job, o);
+    log.OnEvent("trainer-0", {{"event", "done"}, {"trainer", 0}, {"classes", classes}});
+    log.OnEvent("trainer-1",
+                {{"event", "done"}, {"trainer", 1}, {"classes", nlohmann::json::array()}});
+    ::testing::internal::CaptureStdout();
+    log.PrintSummary();
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    if (json) {
+      const auto j = nlohmann::json::parse(out)["classes"];
+      ASSERT_EQ(j.size(), 2u) << out;
+      EXPECT_EQ(j[0]["name"], "circle");
+      EXPECT_EQ(j[1]["accuracy"].get<double>(), 0.75);
+    } else {
+      EXPECT_NE(out.find("per class of the test set:\n  class    images accuracy\n"
+                         "  circle       40   97.50%\n  square       20   75.00%\n"),
+                std::string::npos)
+          << out;
+    }
+  }
+  RunOptions o;
+  o.json = true;
+  RunLog log(job, o);
+  log.OnEvent("trainer-0", {{"event", "done"}, {"trainer", 0}, {"classes", classes}});
+  log.OnEvent("evaluator", {{"event", "evaluated"},
+                            {"test_accuracy", 0.5},
+                            {"classes", {{{"name", "circle"}, {"images", 2}, {"correct", 1}}}}});
+  ::testing::internal::CaptureStdout();
+  log.PrintSummary();
+  const auto j = nlohmann::json::parse(::testing::internal::GetCapturedStdout());
+  ASSERT_EQ(j["classes"].size(), 1u);
+  EXPECT_EQ(j["classes"][0]["images"], 2);
+}
+
 TEST(RunLog, WithoutTrainer0TheEvaluatorsAccuracyIsTheJobs) {
   RunOptions o;
   const spec::AdamJob job = Job();

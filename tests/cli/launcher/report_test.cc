@@ -24,6 +24,7 @@ RunRecord Sample() {
   r.marks.push_back({30.0, "kill -9 ps-0"});
   r.marks.push_back({30.6, "failover: ps-0 lost, 3 shard(s) moved"});
   r.summary = {{"result", "completed"}, {"test accuracy", "88.00%"}};
+  r.classes = {{"T-shirt/top", 100, 91}, {"<odd> & name", 50, 0}};
   return r;
 }
 
@@ -48,6 +49,11 @@ TEST(Report, ChartsEveryEpochAndMarksEveryFault) {
   // One dot per epoch on the accuracy and loss charts (the 60-point rate line has none).
   EXPECT_EQ(Count(html, "<circle"), 12u);
   EXPECT_NE(html.find("<td>6</td><td>60.0</td><td>0.1500</td><td>88.00%</td>"), std::string::npos);
+  // The final model per class, by name.
+  EXPECT_NE(html.find("<tr><td>T-shirt/top</td><td>100</td><td>91</td><td>91.00%</td></tr>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<tr><td>&lt;odd&gt; &amp; name</td><td>50</td><td>0</td><td>0.00%</td>"),
+            std::string::npos);
   // Escaped, self-contained: no script, nothing fetched.
   EXPECT_NE(html.find("tiny &lt;job&gt; &amp; co"), std::string::npos);
   EXPECT_EQ(html.find("<job>"), std::string::npos);
@@ -216,7 +222,7 @@ TEST(Report, ChaosFaultsAreNumberedReadablyInTheBrowser) {
   EXPECT_LT(badges, n);
   // A row per fault, failovers included, numbered in time order.
   EXPECT_EQ(Count(html, "</td><td>failover: ps-"), size_t(failovers));
-  EXPECT_EQ(Count(html, "<tr><td>"), r.epochs.size() + n);
+  EXPECT_EQ(Count(html, "<tr><td>"), r.epochs.size() + r.classes.size() + n);
   EXPECT_NE(html.find("<tr><td>1</td><td>1.0</td><td>kill -9 ps-1</td></tr>"), std::string::npos);
   EXPECT_NE(html.find("<tr><td>" + std::to_string(n) + "</td><td>58.0</td>"), std::string::npos);
 }

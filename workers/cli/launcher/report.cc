@@ -302,6 +302,17 @@ std::string RenderReportHtml(const RunRecord& r) {
             Num(e.loss, 4) + "</td><td>" +
             (e.accuracy >= 0 ? Num(100 * e.accuracy, 2) + "%" : "-") + "</td></tr>\n";
   html += "</table>\n";
+  if (!r.classes.empty()) {
+    html +=
+        "<h2>Classes</h2>\n<table class=\"classes\"><tr><th>class</th><th>test images</th>"
+        "<th>right</th><th>accuracy</th></tr>\n";
+    for (const auto& c : r.classes)
+      html += "<tr><td>" + HtmlEscape(c.name) + "</td><td>" + std::to_string(c.images) +
+              "</td><td>" + std::to_string(c.correct) + "</td><td>" +
+              (c.images > 0 ? Num(100.0 * double(c.correct) / double(c.images), 2) + "%" : "-") +
+              "</td></tr>\n";
+    html += "</table>\n";
+  }
   if (!marks.empty()) {
     html +=
         "<h2>Faults</h2>\n<table class=\"marks\"><tr><th>#</th><th>time "

@@ -5,6 +5,7 @@
 // network, readable offline and in a CI artifact. Pure and thread-compatible.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ struct RunRecord {
   std::vector<EpochPoint> epochs;
   std::vector<RatePoint> rates;
   std::vector<Mark> marks;
+  // The final model per class of the test set (the data set's class names), in label order.
+  struct ClassRow {
+    std::string name;
+    int64_t images = 0;
+    int64_t correct = 0;
+  };
+  std::vector<ClassRow> classes;
   // Summary rows shown under the title: label -> value, in order.
   std::vector<std::pair<std::string, std::string>> summary;
 };

@@ -77,6 +77,7 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
     images_total_[t] = std::max<int64_t>(images_total_[t], EventInt(ev, "images_total", 0));
     if (type == "epoch") Epoch(ev);
     if (type == "done") done_[t] = ev;
+    if (type == "done" && t == 0) TakeClasses(ev);
   } else if (type == "promoted_first_update" && kill_unix_ms_ > 0) {
     const int64_t ms = EventInt(ev, "unix_ms", 0) - kill_unix_ms_;
     if (promoted_ == 0)
@@ -96,6 +97,7 @@ void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
     // The evaluator's, or trainer 0's in a job resumed after its last epoch.
     final_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
     last_accuracy_ = final_accuracy_;
+    TakeClasses(ev);
   } else if (type == "resumed") {
     Resumed(ev);
   } else if (type == "shard_fell_back") {
@@ -258,6 +260,16 @@ void RunLog::SampleRate() {
   if (dt >= 1.0) record_.rates.push_back({TrainSeconds(), double(total - n0) / dt});
 }
 
+void RunLog::TakeClasses(const nlohmann::json& ev) {
+  auto it = ev.find("classes");
+  if (it == ev.end() || !it->is_array()) return;
+  record_.classes.clear();
+  for (const auto& c : *it)
+    if (c.is_object())
+      record_.classes.push_back(
+          {EventString(c, "name"), EventInt(c, "images", 0), EventInt(c, "correct", 0)});
+}
+
 // Writes DIR/index.html; false (after saying why) when it cannot.
 bool RunLog::WriteReport(int code) {
   int64_t images = 0;
@@ -336,6 +348,15 @@ nlohmann::json RunLog::SummaryJson(int64_t images, double ips, double train, dou
   }
   if (!rebalances_.empty()) j["rebalances"] = rebalances_;
   if (!model_written_.empty()) j["model"] = model_written_;
+  if (!record_.classes.empty()) {
+    nlohmann::json classes = nlohmann::json::array();
+    for (const auto& c : record_.classes)
+      classes.push_back({{"name", c.name},
+                         {"images", c.images},
+                         {"correct", c.correct},
+                         {"accuracy", c.images > 0 ? double(c.correct) / double(c.images) : 0.0}});
+    j["classes"] = std::move(classes);
+  }
   if (resumed_epochs_ > 0) j["resumed_after_epoch"] = resumed_epochs_;
   // Trainer 0's evaluation after each epoch, as the progress lines show it.
   nlohmann::json history = nlohmann::json::array();
@@ -388,6 +409,16 @@ void RunLog::PrintSummary() {
           "pulls that read a shard at a lower version than before: %d (the largest %lld "
           "updates under it)\n",
           fell_back_, static_cast<long long>(fell_back_largest_));
+    if (!record_.classes.empty()) {
+      size_t width = 5;
+      for (const auto& c : record_.classes) width = std::max(width, c.name.size());
+      std::printf("per class of the test set:\n  %-*s %8s %8s\n", int(width), "class", "images",
+                  "accuracy");
+      for (const auto& c : record_.classes)
+        std::printf("  %-*s %8lld %8s\n", int(width), c.name.c_str(),
+                    static_cast<long long>(c.images),
+                    c.images > 0 ? Percent(double(c.correct) / double(c.images)).c_str() : "-");
+    }
     if (!model_written_.empty()) std::printf("model: %s (ONNX)\n", model_written_.c_str());
   }
   std::fflush(stdout);

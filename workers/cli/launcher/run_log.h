@@ -64,6 +64,8 @@ class RunLog {
   void FellBack(const std::string& from, const nlohmann::json& ev);
   void Resumed(const nlohmann::json& ev);
   nlohmann::json SummaryJson(int64_t images, double ips, double train, double wall) const;
+  // The final model's figures per class (a trainer's "classes" list; malformed rows dropped).
+  void TakeClasses(const nlohmann::json& ev);
 
   const spec::AdamJob& job_;
   const RunOptions& o_;
@@ -102,7 +104,7 @@ class RunLog {
   double final_accuracy_ = -1;  // the evaluator's, when trainer 0 did not finish
   int evaluated_epoch_ = 0;     // the epoch of trainer 0's last evaluation
   int resumed_epochs_ = -1;     // trainer 0's start: the epochs the checkpoints held (-1: none)
-  RunRecord record_;            // for --report
+  RunRecord record_;            // for --report; its `classes` for the summaries too
   std::optional<Clock::time_point> rate_at_;
   std::deque<std::pair<Clock::time_point, int64_t>> rate_window_;  // (time, images) samples
 };
