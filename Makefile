@@ -94,7 +94,7 @@ asan-build: deps
 	./scripts/asan.sh --build-only
 
 # The operator at scale on the local control plane (1,000 kwok nodes, 100 AdamJobs of 28 pods):
-# docs/performance.md has the table. Not part of CI.
+# docs/reference/performance.md has the table. Not part of CI.
 bench-operator: build cluster-tools
 	./bench/operator.sh
 
@@ -104,6 +104,7 @@ bench-operator: build cluster-tools
 bench: build
 	ADAM_INSTALL_BENCH=1 ./scripts/install-deps.sh
 	mkdir -p $(BUILD)/bench
+	/usr/bin/python3 bench/machine.py --json $(BUILD)/bench/machine.json
 	$(BUILD)/bench/ps_bench --json $(BUILD)/bench/ps.json
 	$(BUILD)/bench/raft_bench --failovers 10 --json $(BUILD)/bench/raft.json
 	/usr/bin/python3 bench/failover.py --build $(BUILD)
@@ -114,3 +115,4 @@ bench: build
 	/usr/bin/python3 bench/elastic.py --build $(BUILD)
 	/usr/bin/python3 bench/split.py --build $(BUILD)
 	/usr/bin/python3 bench/thread_cpu.py --build $(BUILD) examples/fashion-mnist-ha.yaml
+	/usr/bin/python3 bench/demo.py --build $(BUILD) --out $(BUILD)/bench/demo.json

@@ -8,6 +8,8 @@ baseline's) and writes build/bench/communication.json.
 """
 import argparse, json, os, re, subprocess, sys, tempfile
 
+import machine  # bench/ is the script's folder, first on sys.path
+
 # (name, training fields added, the baseline it is compared with)
 SETTINGS = [
     ("plain", "", None),
@@ -68,6 +70,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=0, help="override the manifest's epochs")
     ap.add_argument("--only", default="", help="comma-separated setting names")
     args = ap.parse_args()
+    print("machine:", machine.line(), flush=True)
     adam = os.path.join(args.build, "adam")
     base = open(args.job).read()
     settings = [s for s in SETTINGS if not args.only or s[0] in args.only.split(",")]
@@ -106,7 +109,7 @@ def main():
                r["images_per_second"], ratio_ips, 100 * r["test_accuracy"], delta))
     os.makedirs(os.path.join(args.build, "bench"), exist_ok=True)
     with open(os.path.join(args.build, "bench", "communication.json"), "w") as f:
-        json.dump({"job": args.job, "results": results}, f, indent=2)
+        json.dump({"machine": machine.describe(), "job": args.job, "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":

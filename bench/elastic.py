@@ -11,6 +11,8 @@ two runs. Writes build/bench/elastic.json.
 """
 import argparse, json, os, re, subprocess, sys, tempfile, threading
 
+import machine  # bench/ is the script's folder, first on sys.path
+
 
 def manifest(base, epochs, shard_bytes):
     text = re.sub(r"(\n    epochs:) \d+", r"\1 %d" % epochs, base, count=1)
@@ -57,6 +59,7 @@ def main():
     ap.add_argument("--shard-bytes", type=int, default=16384)
     ap.add_argument("--steps", default="4,5,3", help="server counts, one per epoch from the 1st")
     args = ap.parse_args()
+    print("machine:", machine.line(), flush=True)
     adam = os.path.join(args.build, "adam")
     steps = [int(x) for x in args.steps.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,7 +91,7 @@ def main():
            100 * resized["test_accuracy"], 100 * alone["test_accuracy"]))
     os.makedirs(os.path.join(args.build, "bench"), exist_ok=True)
     with open(os.path.join(args.build, "bench", "elastic.json"), "w") as f:
-        json.dump({"job": args.job, "shard_bytes": args.shard_bytes, "steps": steps,
+        json.dump({"machine": machine.describe(), "job": args.job, "shard_bytes": args.shard_bytes, "steps": steps,
                    "rebalances": rows, "resized": resized, "alone": alone,
                    "images_per_second_ratio": ratio}, f, indent=2)
     if len(rows) != len(steps):

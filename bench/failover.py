@@ -10,6 +10,8 @@ acknowledgement costs in images/s. Prints a table and writes build/bench/failove
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 
+import machine  # bench/ is the script's folder, first on sys.path
+
 
 def run(adam, job, extra):
     cmd = [adam, "run", job, "-q", "-o", "json"] + extra
@@ -37,6 +39,7 @@ def main():
     ap.add_argument("--ack-only", action="store_true",
                     help="only the acknowledge runs (e.g. with a shorter --job)")
     args = ap.parse_args()
+    print("machine:", machine.line(), flush=True)
     adam = os.path.join(args.build, "adam")
     if not args.ack_only:
         clean = run(adam, args.job, [])
@@ -95,7 +98,7 @@ def main():
                                                   100 * qa, r))
     os.makedirs(os.path.join(args.build, "bench"), exist_ok=True)
     with open(os.path.join(args.build, "bench", "failover.json"), "w") as f:
-        json.dump(result, f, indent=2)
+        json.dump(dict(result, machine=machine.describe()), f, indent=2)
         f.write("\n")
 
 

@@ -9,6 +9,8 @@ Prints a table and writes build/bench/image_folder.json.
 """
 import argparse, gzip, json, os, re, subprocess, sys, tempfile, time
 
+import machine  # bench/ is the script's folder, first on sys.path
+
 import cv2
 import numpy as np
 
@@ -83,6 +85,7 @@ def main():
     ap.add_argument("--pairs", type=int, default=1)
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "fashion-mnist-png"))
     args = ap.parse_args()
+    print("machine:", machine.line(), flush=True)
     adam = os.path.join(args.build, "adam")
     write_folders(args.dir)
     work = tempfile.mkdtemp(prefix="adam-bench-folder-")
@@ -103,7 +106,7 @@ def main():
             ", ".join("%.2f%%" % (100 * r["test_accuracy"]) for r in rs)))
     os.makedirs(os.path.join(args.build, "bench"), exist_ok=True)
     with open(os.path.join(args.build, "bench", "image_folder.json"), "w") as f:
-        json.dump({"epochs": args.epochs, "runs": runs}, f, indent=1)
+        json.dump({"machine": machine.describe(), "epochs": args.epochs, "runs": runs}, f, indent=1)
 
 
 if __name__ == "__main__":

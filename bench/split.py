@@ -19,6 +19,8 @@ Writes build/bench/split.json.
 """
 import argparse, json, os, resource, socket, subprocess, sys
 
+import machine  # bench/ is the script's folder, first on sys.path
+
 
 def free_ports(n):
     socks = [socket.socket() for _ in range(n)]
@@ -94,6 +96,7 @@ def main():
     ap.add_argument("--skip-largest", action="store_true")
     ap.add_argument("--skip-accuracy", action="store_true")
     args = ap.parse_args()
+    print("machine:", machine.line(), flush=True)
     worker_bin = os.path.join(args.build, "bench", "split_worker")
     ks = [int(x) for x in args.workers.split(",")]
     result = {"limit_mib": args.limit_mib, "largest": {}, "throughput": [], "accuracy": []}
@@ -132,7 +135,7 @@ def main():
 
     os.makedirs(os.path.join(args.build, "bench"), exist_ok=True)
     with open(os.path.join(args.build, "bench", "split.json"), "w") as f:
-        json.dump(result, f, indent=1)
+        json.dump(dict(result, machine=machine.describe()), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ instants of its training every role process's threads sampled from /proc (the ro
 threads: worker-N, sync, prefetch, apply-N, raft...; gRPC names its own). Per process: CPU in
 % of one core, by thread name (threads of one name summed). For trainers also the share of the
 process that is not its workers' (sync, prefetch, gRPC...): what a pod limited to `threads` CPUs
-takes from its workers (docs/kubernetes.md, Placement).
+takes from its workers (docs/reference/kubernetes.md, "Placement").
 
   bench/thread_cpu.py [--build build] [--epochs 2] [--from 10] [--to 30] MANIFEST
 
@@ -12,6 +12,7 @@ takes from its workers (docs/kubernetes.md, Placement).
 """
 import argparse, collections, json, os, subprocess, sys, tempfile, time
 
+import machine
 from spread import with_epochs  # bench/ is the script's folder, first on sys.path
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -68,6 +69,7 @@ def main():
     ap.add_argument("--to", dest="t1", type=float, default=30)
     ap.add_argument("manifest")
     a = ap.parse_args()
+    print("machine:", machine.line(), flush=True)
     if not 0 <= a.t0 < a.t1:
         sys.exit("--from must be at least 0 and under --to")
     adam = os.path.realpath(os.path.join(a.build, "adam"))
@@ -131,7 +133,7 @@ def main():
         print(line)
     os.makedirs(os.path.join(a.build, "bench"), exist_ok=True)
     with open(os.path.join(a.build, "bench", "thread_cpu.json"), "w") as f:
-        json.dump(report, f, indent=1)
+        json.dump(dict(report, machine=machine.describe()), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -143,7 +143,7 @@ def augmented_variants(x, shift, hflip, variants, generator):
 class ManifestModel(nn.Module):
     """spec.model of an AdamJob: conv (maps, kernel, stride, padding, activation), maxpool and
     avgpool (size), dense (units, activation), dropout (rate), softmax (classes; the softmax itself
-    is in the loss), with the defaults of docs/adamjob.md."""
+    is in the loss), with the defaults of docs/reference/adamjob.md."""
 
     ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "sigmoid": nn.Sigmoid,
                    "leakyRelu": lambda: nn.LeakyReLU(0.01), "none": nn.Identity}

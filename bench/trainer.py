@@ -6,6 +6,8 @@ writes build/bench/trainer.json (and, with --plot, a PNG of images/s against thr
 """
 import argparse, json, os, re, subprocess, sys
 
+import machine  # bench/ is the script's folder, first on sys.path
+
 
 def last_json(text):
     for line in reversed(text.strip().splitlines()):
@@ -44,6 +46,7 @@ def main():
     ap.add_argument("--private", type=int, default=1,
                     help="also measure batch 1 with a private weight copy per thread (threadWeights)")
     a = ap.parse_args()
+    print("machine:", machine.line(), flush=True)
     if a.replot:
         with open(a.replot) as f:
             plot(json.load(f)["rows"], a.plot)
@@ -154,7 +157,7 @@ def main():
                   f'(target {r["target"]}, reached {r["reached"]})')
     os.makedirs(os.path.join(a.build, "bench"), exist_ok=True)
     with open(os.path.join(a.build, "bench", "trainer.json"), "w") as f:
-        json.dump(result, f, indent=1)
+        json.dump(dict(result, machine=machine.describe()), f, indent=1)
     if a.plot:
         plot(rows, a.plot)
 

@@ -8,7 +8,7 @@
 // Up to `workers` different jobs are reconciled at once; trainers' /metrics are scraped in the
 // background (kube::MetricsCache), so a slow pod never holds a reconcile. Metrics use the
 // conventional names (controller_runtime_reconcile_total, workqueue_depth,
-// rest_client_requests_total, ...; see docs/metrics.md). Thread-safe.
+// rest_client_requests_total, ...; see docs/reference/metrics.md). Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -52,7 +52,7 @@ struct OperatorOptions {
   // How long a job waits for a reconcile after a change to one of its objects (a pod's status,
   // say), so that the changes of a burst are reconciled once, as Kubernetes' Job controller
   // batches pod updates; changes to the AdamJob itself are never delayed. 0 = at once. With
-  // the rate above, measured at scale in docs/performance.md.
+  // the rate above, measured at scale in docs/reference/performance.md.
   std::chrono::milliseconds child_event_batch{2000};
   // Reads trainers' /metrics for the job status (epoch, accuracy, images/s); null = none.
   std::shared_ptr<kube::MetricsSource> metrics;

@@ -11,7 +11,7 @@ import (
 // evaluates: the HA example for 2 epochs, the primary of most shards cut off from the controllers
 // (not from the trainers) for 8 s, paused 3 s, or killed and back 5 s later. Trainer 0's
 // evaluation after epoch 1 is logged and held to the lost-model line (checkEpochs), the final one
-// to the floor. A probe of the one dip docs/reliability.md leaves open,
+// to the floor. A probe of the one dip docs/notes/faults-across-hosts.md leaves open,
 // not part of `make multihost`:
 //
 //	MULTIHOST_EPOCH_END=cut MULTIHOST_RUN=TestAFaultAtTheEndOfEpochOne tests/multihost/run.sh

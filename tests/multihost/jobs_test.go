@@ -17,7 +17,7 @@ const (
 )
 
 // The bottom of adam run's spread for the example after that many epochs: the lowest test
-// accuracy of the `adam run`s of the same manifest that docs/reliability.md gives (13 runs at 2
+// accuracy of the `adam run`s of the same manifest that docs/notes/faults-across-hosts.md gives (13 runs at 2
 // epochs, 13 at 5, on these machines), less a point. Every job must reach it, faults or not, but
 // the worker faults' (checkResult). A 7-epoch job is held to the 5-epoch floor: its learning rate
 // decays by the epoch whatever the total (the examples' learningRateDecay), so its first five
@@ -35,7 +35,7 @@ func floor(example string, epochs int) float64 {
 
 // The bottom of adam run's spread after each epoch of 5-epoch jobs (the fault tests' first five): trainer
 // 0's test accuracy after every epoch in the `adam run`s of the same manifest that
-// docs/reliability.md gives (bench/spread.py, 8 runs each; the last epoch's is the floor above).
+// docs/notes/faults-across-hosts.md gives (bench/spread.py, 8 runs each; the last epoch's is the floor above).
 var lowestByEpoch = map[string][]float64{
 	"fashion-mnist/5":    {0.7955, 0.8418, 0.8436, 0.8717},
 	"fashion-mnist-ha/5": {0.8242, 0.8525, 0.8639, 0.8757},
@@ -49,7 +49,7 @@ var lowestByEpoch = map[string][]float64{
 // whatever the trainers have pushed by then). Each is compared with adam run's lowest at its
 // epoch less epochMargin and the comparison logged; one under it by more than epochLost is a
 // lost model (a shard re-initialised or an old checkpoint promoted at a failover: such dips took
-// 8-17 points) and fails the test. Between the two is what docs/reliability.md reports as open.
+// 8-17 points) and fails the test. Between the two is what docs/notes/faults-across-hosts.md reports as open.
 const (
 	epochMargin = 0.02
 	epochLost   = 0.10
@@ -83,7 +83,7 @@ func checkEpochs(t *testing.T, j *job, epochs int) {
 	t.Logf("trainer 0 after each epoch, against adam run's lowest at it less %.0f points: %s",
 		100*epochMargin, strings.Join(seen, ", "))
 	if len(under) > 0 {
-		t.Logf("UNDER THE SPREAD (not a failure; docs/reliability.md): %s", strings.Join(under, ", "))
+		t.Logf("UNDER THE SPREAD (not a failure; docs/notes/faults-across-hosts.md): %s", strings.Join(under, ", "))
 	}
 	if len(seen) == 0 {
 		t.Errorf("trainer 0 reported no evaluation between epochs")
@@ -99,7 +99,7 @@ func checkAccuracy(t *testing.T, j *job, epochs int) { checkResult(t, j, epochs,
 
 // checkResult: with `spreadHeld` false the comparison with adam run's spread is logged, not
 // asserted, and only a lost model fails (the worker faults kill both trainers mid-epoch: the part
-// of an epoch a trainer had not pushed is not trained again, docs/reliability.md).
+// of an epoch a trainer had not pushed is not trained again, docs/notes/faults-across-hosts.md).
 func checkResult(t *testing.T, j *job, epochs int, spreadHeld bool) {
 	t.Helper()
 	r := j.result()
@@ -118,7 +118,7 @@ func checkResult(t *testing.T, j *job, epochs int, spreadHeld bool) {
 		t.Errorf("test accuracy %.2f%% is under adam run's spread (its lowest less a point, %.2f%%)",
 			100*r.accuracy, 100*spread)
 	} else if r.accuracy < spread {
-		t.Logf("UNDER THE SPREAD (not a failure here; docs/reliability.md): %.2f%%", 100*r.accuracy)
+		t.Logf("UNDER THE SPREAD (not a failure here; docs/notes/faults-across-hosts.md): %.2f%%", 100*r.accuracy)
 	}
 }
 

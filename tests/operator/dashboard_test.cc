@@ -1,7 +1,7 @@
 // The Grafana dashboard (charts/adam/dashboards/adam.json, also docs/grafana-dashboard.json):
 // panels for throughput, accuracy and loss, parameter-server health and failovers, each query
-// naming only metrics that exist (docs/metrics.md lists every one). The chart's ConfigMap that
-// carries it is checked by `make k8s-e2e` with the real helm.
+// naming only metrics that exist (docs/reference/metrics.md lists every one). The chart's ConfigMap
+// that carries it is checked by `make k8s-e2e` with the real helm.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -20,7 +20,7 @@ TEST(Dashboard, PanelsQueryMetricsThatExist) {
   const std::string root = ADAM_SOURCE_DIR;
   const Json dash = Json::parse(ReadText(root + "/charts/adam/dashboards/adam.json"));
   EXPECT_EQ(Json::parse(ReadText(root + "/docs/grafana-dashboard.json")), dash);
-  const std::string metrics_doc = ReadText(root + "/docs/metrics.md");
+  const std::string metrics_doc = ReadText(root + "/docs/reference/metrics.md");
   const std::regex name("([a-z_:]+)(\\{|\\[| |\\)|$)");
   const std::set<std::string> keywords = {"sum", "by",       "rate", "max",
                                           "avg", "increase", "time", "up"};

@@ -13,7 +13,7 @@ import (
 
 // The HA job's epochs (enough to outlast its four faults) and the floor it is held to: the
 // bottom of adam run's spread at 5 epochs, as tests/multihost holds its fault jobs (the lowest
-// of 13 `adam run`s that docs/reliability.md gives, less a point); more epochs only raise it.
+// of 13 `adam run`s that docs/notes/faults-across-hosts.md gives, less a point); more epochs only raise it.
 const (
 	haEpochs = 11
 	haFloor  = 0.8830 - 0.01
@@ -72,7 +72,7 @@ func failoverAfter(t *testing.T, ns, job string, index int, since time.Time) tim
 
 // checkFailover waits for the controllers' failover of parameter server `index` (pod
 // JOB-ps-INDEX), faulted (`what`) at `since`; the failover must come within 2 s (within a second
-// on an idle machine, docs/reliability.md; here every node, Prometheus and the job share its 2
+// on an idle machine, docs/reference/failure-handling.md; here every node, Prometheus and the job share its 2
 // cores), and the pod must be made again and ready.
 func checkFailover(t *testing.T, ns, job string, index int, since time.Time, what string) {
 	t.Helper()

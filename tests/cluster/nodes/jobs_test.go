@@ -92,7 +92,7 @@ func apply(t *testing.T, obj map[string]any) {
 	kubectl(t, string(text), "apply", "-f", "-")
 }
 
-// The lowest test accuracy of the `adam run`s of the demo after 2 epochs that docs/reliability.md
+// The lowest test accuracy of the `adam run`s of the demo after 2 epochs that docs/notes/faults-across-hosts.md
 // gives (13 runs), less a point: as tests/multihost holds its jobs to adam run's spread.
 const demoFloor2 = 0.8633 - 0.01
 

@@ -5,7 +5,7 @@
 // its height x width (stb_image_resize): stretched, or scaled until it covers the target and
 // centre-cropped. Decoding runs on every core.
 //
-// What decoding makes of the kinds real folders hold (docs/adamjob.md, "Image folders"):
+// What decoding makes of the kinds real folders hold (docs/reference/adamjob.md, "Image folders"):
 // - PNG of 1, 2, 4, 8 or 16 bits, grey, colour or palette: 8 bits per channel; 16-bit samples
 //   without gamma information are taken as sRGB (the high byte, rounded);
 // - transparency (an alpha channel, or a palette's or grey image's transparent colour):

@@ -7,8 +7,8 @@
 // AveragePool, dense -> Flatten + Gemm (weights OI, transB), softmax -> Gemm + Softmax, each
 // activation its own node; dropout is left out, as evaluation leaves it out.
 //
-// The model also carries, as metadata_props (string keys and values; docs/adamjob.md, "The
-// model file"), what a consumer needs to feed it and read it:
+// The model also carries, as metadata_props (string keys and values; docs/reference/adamjob.md,
+// "The model file"), what a consumer needs to feed it and read it:
 //   classes        a JSON array of the class names in output order (an image folder's class
 //                  folders; "0", "1", ... when the data set names none)
 //   input_layout   "NCHW"
