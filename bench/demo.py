@@ -42,9 +42,10 @@ def main():
         "wall_seconds": round(wall, 1),
         "images_per_second": round(summary["images_per_second"]),
     }
-    record["readme"] = ("On one %s (%d cores, %s), commit %s, %s: **%.2f%%** test accuracy after "
-                        "%d epochs in **%s** (%s images/s, data loading included)." % (
-                            m["cpu"], m["cores"], m["isa"], m["commit"], m["date"],
+    record["readme"] = ("On one %s (%d cores, %s%s), commit %s, %s: **%.2f%%** test accuracy "
+                        "after %d epochs in **%s** (%s images/s, data loading included)." % (
+                            m["cpu"], m["cores"], m["isa"],
+                            ", a virtual machine" if m["virtual"] else "", m["commit"], m["date"],
                             100 * record["test_accuracy"], record["epochs"], minutes(wall),
                             format(record["images_per_second"], ",")))
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
