@@ -208,6 +208,12 @@ func TestTheHAExampleSurvivesFaultsOnRealNodes(t *testing.T) {
 	// 4. Drains that respect the job's budgets: the controller member of one node drained (the
 	// budget allows one member away), then that of another node refused while the first is away
 	// (a Raft quorum of 2 stays); both nodes uncordoned, the first member comes back to its volume.
+	// The deleted leader's pod must be back and ready first: until then the budget, rightly,
+	// allows no member away, and the first drain would be refused.
+	eventually(t, 90*time.Second, "the controller budget to allow one member away", func() bool {
+		pdb, err := env.cs.PolicyV1().PodDisruptionBudgets(ns).Get(ctx(), name+"-controller", metav1.GetOptions{})
+		return err == nil && pdb.Status.DisruptionsAllowed >= 1
+	})
 	var members []string
 	for _, p := range podsOf(t, ns, "adam.dev/job="+name+",adam.dev/role=controller") {
 		members = append(members, p.Spec.NodeName)
