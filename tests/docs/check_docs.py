@@ -126,10 +126,6 @@ def check_adam_line(cli, md, n, text):
                          r"([a-z][a-z-]*)((?: +[^\s`#|;)]+)*)", text):
         command, rest = m.group(1), m.group(2)
         if command not in cli.commands:
-            if command in ("is", "the", "and", "or", "a", "to", "in", "on", "with", "of", "does",
-                           "as", "for", "keeps", "was", "has", "run's", "runs", "itself", "job",
-                           "reads", "writes", "makes", "will", "can", "at", "exits", "then"):
-                continue  # prose: "Adam is ..." written in lower case
             problem(md, n, "`adam %s`: no such command (adam --help)" % command)
             continue
         known = cli.flags(command)
