@@ -533,9 +533,11 @@ Status Reconciler::HandlePods(State& s) {
                  " restarts exceed spec.runPolicy.backoffLimit " + std::to_string(backoff_limit));
       return OkStatus();
     }
-    SetCondition(s, "Restarting", true, "PodFailed", what + v.why + "; restarting it");
+    // With its last line: a crashed role's is its fatal signal (core/crash.h).
+    SetCondition(s, "Restarting", true, "PodFailed",
+                 what + v.why + LastWords(pod) + "; restarting it");
     Event(s, "Warning", "PodFailed",
-          what + v.why + "; restarting it (" + std::to_string(restarts) + " of " +
+          what + v.why + LastWords(pod) + "; restarting it (" + std::to_string(restarts) + " of " +
               std::to_string(backoff_limit) + " restarts)");
   }
   WithTheirReplicas(s, failed_replicas, &replace);

@@ -571,15 +571,18 @@ bool FakeApiServer::Remove(const std::string& collection, const std::string& ns,
 }
 
 void FakeApiServer::SetPodPhase(const std::string& ns, const std::string& name,
-                                const std::string& phase, bool ready, int exit_code) {
+                                const std::string& phase, bool ready, int exit_code,
+                                const std::string& message) {
   Json pod = Get("v1/pods", ns, name);
   if (pod.is_null()) return;
   Json st = {{"phase", phase},
              {"podIP", name},  // tests' metrics sources key on it
              {"conditions", {{{"type", "Ready"}, {"status", ready ? "True" : "False"}}}}};
-  if (phase == "Failed" || phase == "Succeeded")
-    st["containerStatuses"] = {
-        {{"name", "main"}, {"state", {{"terminated", {{"exitCode", exit_code}}}}}}};
+  if (phase == "Failed" || phase == "Succeeded") {
+    Json terminated = {{"exitCode", exit_code}};
+    if (!message.empty()) terminated["message"] = message;
+    st["containerStatuses"] = {{{"name", "main"}, {"state", {{"terminated", terminated}}}}};
+  }
   pod["status"] = st;
   Put("v1/pods", pod);
 }

@@ -42,10 +42,10 @@ class FakeApiServer {
   Json Put(const std::string& collection, const Json& object);
   bool Remove(const std::string& collection, const std::string& ns, const std::string& name);
 
-  // The kubelet's part: a pod's phase, its Ready condition, and (Failed/Succeeded) exit code;
-  // status.podIP is set to the pod's name.
+  // The kubelet's part: a pod's phase, its Ready condition, and (Failed/Succeeded) exit code and
+  // termination message; status.podIP is set to the pod's name.
   void SetPodPhase(const std::string& ns, const std::string& name, const std::string& phase,
-                   bool ready, int exit_code = 0);
+                   bool ready, int exit_code = 0, const std::string& message = "");
   // The StatefulSet controller's part: status.replicas and readyReplicas.
   void SetStatefulSetReady(const std::string& ns, const std::string& name, int ready);
 

@@ -401,8 +401,11 @@ TEST_F(OperatorTest, RecreatesADeletedPodAndRestartsAFailedOne) {
     return !p.is_null() && p["metadata"]["uid"] != uid;
   }));
   RunAll("ps");  // later stages go on once the recreated server is ready again
-  // A crash (SIGKILL: 137) is restarted and counted.
-  api->SetPodPhase("ml", "fashion-mnist-trainer-1", "Failed", false, 137);
+  // A crash (SIGSEGV: 139) is restarted and counted, quoting the container's last line.
+  const std::string last =
+      "*** fatal signal 11 (SIGSEGV) in thread 7 at address 0x0 (its stack above)";
+  api->SetPodPhase("ml", "fashion-mnist-trainer-1", "Failed", false, 139,
+                   "./adam(+0x1234)[0x5678]\n" + last + "\n");
   ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist")["status"].value("restarts", 0) == 1; }));
   ASSERT_TRUE(Eventually([&] {
     Json p = api->Get(kPods, "ml", "fashion-mnist-trainer-1");
@@ -412,7 +415,8 @@ TEST_F(OperatorTest, RecreatesADeletedPodAndRestartsAFailedOne) {
   bool event = false;
   for (const Json& e : api->List(kEvents, "ml"))
     event |= e["reason"] == "PodFailed" &&
-             e["note"].get<std::string>().find("exit code 137") != std::string::npos;
+             e["note"].get<std::string>().find("exit code 139): " + last + "; restarting it") !=
+                 std::string::npos;
   EXPECT_TRUE(event);
   EXPECT_EQ(Phase("fashion-mnist"), "Running");
 }
@@ -1466,16 +1470,8 @@ TEST_F(OperatorTest, TheFinalAccuracyComesFromTrainerZerosTerminationMessage) {
   StartOperator();
   api->Put(kJobs, Example("fashion-mnist"));
   BringUp("fashion-mnist", false);
-  Json t0 = api->Get(kPods, "ml", "fashion-mnist-trainer-0");
-  t0["status"] = {
-      {"phase", "Succeeded"},
-      {"containerStatuses",
-       {{{"name", "trainer"},
-         {"state",
-          {{"terminated",
-            {{"exitCode", 0},
-             {"message", "{\"epochs\":12,\"images\":720000,\"testAccuracy\":0.912345}\n"}}}}}}}}};
-  api->Put(kPods, t0);
+  api->SetPodPhase("ml", "fashion-mnist-trainer-0", "Succeeded", false, 0,
+                   "{\"epochs\":12,\"images\":720000,\"testAccuracy\":0.912345}\n");
   api->SetPodPhase("ml", "fashion-mnist-trainer-1", "Succeeded", false, 0);
   ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Succeeded"; }));
   EXPECT_EQ(Job("fashion-mnist")["status"].value("testAccuracy", 0.0), 0.9123);

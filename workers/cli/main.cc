@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "cli/model_commands.h"
+#include "core/crash.h"
 #include "core/exit_codes.h"
 #include "core/file.h"
 #include "core/version.h"
@@ -564,6 +565,7 @@ int RunAdam(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  adam::ReportCrashes();  // a crash says where in the log, and so in a pod's termination message
   // Errors are Statuses and exit codes; an exception that still gets here is a bug, said as one
   // rather than an abort.
   try {
