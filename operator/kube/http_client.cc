@@ -420,10 +420,14 @@ class HttpClient : public Client {
       } else {
         auto body = resp.body();
         WatchDecoder decoder;
+        bool ended = false;  // by the server: else this side leaves a stream that goes on
         while (true) {
           concurrency::streams::container_buffer<std::vector<uint8_t>> line;
           const size_t n = body.read_line(line).get();
-          if (n == 0 && body.is_eof()) break;
+          if (n == 0 && body.is_eof()) {
+            ended = true;
+            break;
+          }
           if (line.collection().empty()) continue;
           auto ev = decoder.Decode(std::string(line.collection().begin(), line.collection().end()));
           if (!ev.ok()) {
@@ -436,6 +440,10 @@ class HttpClient : public Client {
           }
           if (!on_event(*ev)) break;
         }
+        // A stream left open (stopped, an ERROR event, a line that does not decode): its
+        // connection closed now, while the request it belongs to is still this call's, rather
+        // than read on by cpprest's threads after it returns.
+        if (!ended) cancel.cancel();
       }
     } catch (const pplx::task_canceled&) {
       result = Status(StatusCode::kCancelled, "watch of " + path + " stopped");
