@@ -135,6 +135,22 @@ WorkloadState ReadWorkload(const Json& workload) {
       }
     }
   }
+  for (const Json& check : status.value("admissionChecks", Json::array())) {
+    if (!check.is_object()) continue;
+    for (const Json& u : check.value("podSetUpdates", Json::array())) {
+      if (!u.is_object()) continue;
+      PodSetUpdate update;
+      update.check = check.value("name", "");
+      auto take = [&u](const char* field, Json* into) {
+        if (u.contains(field) && u[field].type() == into->type()) *into = u[field];
+      };
+      take("labels", &update.labels);
+      take("annotations", &update.annotations);
+      take("nodeSelector", &update.node_selector);
+      take("tolerations", &update.tolerations);
+      w.updates[u.value("name", "")].push_back(std::move(update));
+    }
+  }
   return w;
 }
 
@@ -180,35 +196,76 @@ Json WithPodsReady(const Json& workload, bool ready, const std::string& now) {
   return w;
 }
 
+namespace {
+
+// Adds `from`'s string values to the object `into` (made one if absent); a key `into` holds with
+// another value is refused, the message naming `who`, `what` and both values.
+Status MergeStrings(const Json& from, Json& into, const std::string& who, const std::string& what) {
+  if (!into.is_object()) into = Json::object();
+  for (const auto& [key, value] : from.items()) {
+    if (!value.is_string()) continue;
+    if (into.contains(key) && into[key] != value)
+      return FailedPreconditionError(
+          who + " " + what + " " + key + "=" + value.get<std::string>() + ", but they have " + key +
+          "=" + (into[key].is_string() ? into[key].get<std::string>() : into[key].dump()));
+    into[key] = value;
+  }
+  return OkStatus();
+}
+
+void AddTolerations(const Json& from, Json& into) {
+  if (!into.is_array()) into = Json::array();
+  for (const Json& t : from)
+    if (std::find(into.begin(), into.end(), t) == into.end()) into.push_back(t);
+}
+
+// The pod an object of `objects` makes (a Pod itself, a StatefulSet's template), with its role;
+// nullptr for any other kind.
+Json* PodOf(Json& o, std::string* role) {
+  const std::string kind = o.value("kind", "");
+  if (kind != "Pod" && kind != "StatefulSet") return nullptr;
+  *role = o["metadata"].value("labels", Json::object()).value(kRoleLabel, "");
+  return kind == "Pod" ? &o : &o["spec"]["template"];
+}
+
+}  // namespace
+
+Status ApplyPodSetUpdates(const WorkloadState& admission, std::vector<Json>* objects) {
+  for (Json& o : *objects) {
+    std::string role;
+    Json* made = PodOf(o, &role);
+    auto updates = admission.updates.find(role);
+    if (!made || updates == admission.updates.end()) continue;
+    Json& pod = *made;
+    for (const PodSetUpdate& u : updates->second) {
+      const std::string who = "admission check " + u.check + " gives " + role + " pods";
+      ADAM_RETURN_IF_ERROR(MergeStrings(u.labels, pod["metadata"]["labels"], who, "label"));
+      ADAM_RETURN_IF_ERROR(
+          MergeStrings(u.annotations, pod["metadata"]["annotations"], who, "annotation"));
+      ADAM_RETURN_IF_ERROR(
+          MergeStrings(u.node_selector, pod["spec"]["nodeSelector"], who, "nodeSelector"));
+      AddTolerations(u.tolerations, pod["spec"]["tolerations"]);
+    }
+  }
+  return OkStatus();
+}
+
 Status ApplyFlavors(const WorkloadState& admission,
                     const std::map<std::string, FlavorPlacement>& flavors,
                     std::vector<Json>* objects) {
   for (Json& o : *objects) {
-    const std::string kind = o.value("kind", "");
-    if (kind != "Pod" && kind != "StatefulSet") continue;
-    const std::string role = o["metadata"].value("labels", Json::object()).value(kRoleLabel, "");
+    std::string role;
+    Json* pod = PodOf(o, &role);
     auto assigned = admission.flavors.find(role);
-    if (assigned == admission.flavors.end()) continue;
-    Json& spec = kind == "Pod" ? o["spec"] : o["spec"]["template"]["spec"];
+    if (!pod || assigned == admission.flavors.end()) continue;
+    Json& spec = (*pod)["spec"];
     for (const std::string& name : assigned->second) {
       auto f = flavors.find(name);
       if (f == flavors.end()) continue;
-      for (const auto& [key, value] : f->second.node_labels.items()) {
-        Json& selector = spec["nodeSelector"];
-        if (!selector.is_object()) selector = Json::object();
-        if (selector.contains(key) && selector[key] != value)
-          return FailedPreconditionError("ResourceFlavor " + name + " puts " + role + " pods on " +
-                                         key + "=" + value.get<std::string>() +
-                                         ", but their nodeSelector asks for " + key + "=" +
-                                         selector[key].get<std::string>());
-        selector[key] = value;
-      }
-      for (const Json& t : f->second.tolerations) {
-        Json& tolerations = spec["tolerations"];
-        if (!tolerations.is_array()) tolerations = Json::array();
-        if (std::find(tolerations.begin(), tolerations.end(), t) == tolerations.end())
-          tolerations.push_back(t);
-      }
+      ADAM_RETURN_IF_ERROR(MergeStrings(f->second.node_labels, spec["nodeSelector"],
+                                        "ResourceFlavor " + name + " gives " + role + " pods",
+                                        "nodeSelector"));
+      AddTolerations(f->second.tolerations, spec["tolerations"]);
     }
   }
   return OkStatus();

@@ -33,6 +33,18 @@ Json WorkloadFor(const spec::AdamJob& job, const std::vector<Json>& rendered,
 // Workload no longer does, and is made again.
 bool SamePodSets(const Json& workload, const Json& desired);
 
+// What a Ready admission check asks of one pod set's pods (an entry of the Workload's
+// status.admissionChecks[].podSetUpdates): labels and annotations added to the pods, node labels
+// added to their nodeSelector, tolerations added to theirs. A ProvisioningRequest check, say,
+// binds the pods to the capacity it provisioned this way.
+struct PodSetUpdate {
+  std::string check;  // the admission check's name
+  Json labels = Json::object();
+  Json annotations = Json::object();
+  Json node_selector = Json::object();
+  Json tolerations = Json::array();
+};
+
 // What a Workload's status says.
 struct WorkloadState {
   bool admitted = false;        // condition Admitted True
@@ -45,6 +57,8 @@ struct WorkloadState {
   std::string pending_message;  // QuotaReserved's message while not admitted ("" = none yet)
   // Pod set name -> the ResourceFlavors assigned to its resources (each once).
   std::map<std::string, std::vector<std::string>> flavors;
+  // Pod set name -> the podSetUpdates of the admission checks, in the Workload's order.
+  std::map<std::string, std::vector<PodSetUpdate>> updates;
 };
 WorkloadState ReadWorkload(const Json& workload);
 
@@ -79,5 +93,11 @@ struct FlavorPlacement {
 Status ApplyFlavors(const WorkloadState& admission,
                     const std::map<std::string, FlavorPlacement>& flavors,
                     std::vector<Json>* objects);
+
+// Applies the admission checks' podSetUpdates of each pod set to the pods and StatefulSet
+// templates of that role in `objects`, as Kueue's own integrations do when they start a job.
+// A value that contradicts one the pods already have (their own labels, a flavor's node label,
+// another check's) is refused: the error names the check, the field and both values.
+Status ApplyPodSetUpdates(const WorkloadState& admission, std::vector<Json>* objects);
 
 }  // namespace adam::op

@@ -1027,6 +1027,31 @@ StatusOr<bool> Reconciler::EnsurePodGroup(State& s, const std::vector<Json>& des
   return true;
 }
 
+StatusOr<bool> Reconciler::PlaceAdmitted(State& s, std::vector<Json>* desired) {
+  // Pods go where the admitted ResourceFlavors put them (their node labels and tolerations).
+  std::map<std::string, FlavorPlacement> flavors;
+  for (const auto& [pod_set, names] : s.admission->flavors)
+    for (const std::string& f : names) {
+      if (flavors.count(f)) continue;
+      ADAM_ASSIGN_OR_RETURN(const Json rf, client_->Get(kube::ResourceFlavors(), "", f));
+      const Json spec = rf.value("spec", Json::object());
+      flavors[f] = {spec.value("nodeLabels", Json::object()),
+                    spec.value("tolerations", Json::array())};
+    }
+  // And with what the admission checks give them (podSetUpdates).
+  Status placed = ApplyFlavors(*s.admission, flavors, desired);
+  if (placed.ok()) placed = ApplyPodSetUpdates(*s.admission, desired);
+  if (placed.ok()) return true;
+  // No pod is made: a retry cures it only once Kueue or the job changes.
+  const std::string& msg = placed.message();
+  const Json* created = FindCondition(s.status, "Created");
+  if (!created || created->value("message", "") != msg)
+    Event(s, "Warning", "PlacementConflict", msg);
+  SetCondition(s, "Created", false, "PlacementConflict", msg, true);
+  s.requeue_after = std::chrono::milliseconds(30000);
+  return false;
+}
+
 Status Reconciler::EnsureObjects(State& s) {
   std::vector<Json> desired = Rendered(s);
   const std::map<std::string, Json> existing = ExistingObjects(s);
@@ -1036,17 +1061,8 @@ Status Reconciler::EnsureObjects(State& s) {
            !existing.count(kind + "/" + o["metadata"]["name"].get<std::string>());
   });
   if (s.admission && creating) {
-    // Pods go where the admitted ResourceFlavors put them (their node labels and tolerations).
-    std::map<std::string, FlavorPlacement> flavors;
-    for (const auto& [pod_set, names] : s.admission->flavors)
-      for (const std::string& f : names) {
-        if (flavors.count(f)) continue;
-        ADAM_ASSIGN_OR_RETURN(const Json rf, client_->Get(kube::ResourceFlavors(), "", f));
-        const Json spec = rf.value("spec", Json::object());
-        flavors[f] = {spec.value("nodeLabels", Json::object()),
-                      spec.value("tolerations", Json::array())};
-      }
-    ADAM_RETURN_IF_ERROR(ApplyFlavors(*s.admission, flavors, &desired));
+    ADAM_ASSIGN_OR_RETURN(const bool placed, PlaceAdmitted(s, &desired));
+    if (!placed) return OkStatus();
   }
 
   std::set<std::string> desired_names;

@@ -138,6 +138,9 @@ class Reconciler {
   // The coscheduling PodGroup of a gang-scheduled job, made before any pod; false (with a
   // condition and an event) while the API server has no PodGroups.
   StatusOr<bool> EnsurePodGroup(State& s, const std::vector<Json>& desired);
+  // A queued job's pods placed where Kueue admitted them (kueue.h: ApplyFlavors,
+  // ApplyPodSetUpdates); false (with a condition and an event) when that contradicts the pods.
+  StatusOr<bool> PlaceAdmitted(State& s, std::vector<Json>* desired);
   // EnsureObjects' parts: the job's objects that exist ("Kind/name"), and one desired object
   // made or updated, false while it is not ready (a pod or StatefulSet not yet up, or going).
   std::map<std::string, Json> ExistingObjects(State& s);

@@ -128,6 +128,60 @@ TEST(Kueue, FlavorsPlaceEachRolesPodsAndAContradictionIsNamed) {
   }
 }
 
+// The podSetUpdates of each admission check are read per pod set, and applied to that role's
+// pods and StatefulSet template: labels, annotations, nodeSelector, tolerations. A value that
+// contradicts the pods' own is refused, naming the check, the field and both values.
+TEST(Kueue, AdmissionChecksPodSetUpdatesAreAppliedAndAContradictionIsNamed) {
+  Json wl = Admitted();
+  wl["status"]["admissionChecks"] = Json::parse(R"([
+    {"name": "provision", "state": "Ready", "podSetUpdates": [
+      {"name": "trainer", "labels": {"pool": "spot"}, "annotations": {"req": "pr-1"},
+       "nodeSelector": {"pool": "spot"}, "tolerations": [{"key": "spot", "operator": "Exists"}]},
+      {"name": "controller", "annotations": {"req": "pr-2"}}]},
+    {"name": "second", "state": "Ready", "podSetUpdates": [
+      {"name": "trainer", "tolerations": [{"key": "spot", "operator": "Exists"}]}]}])");
+  const WorkloadState st = ReadWorkload(wl);
+  ASSERT_EQ(st.updates.at("trainer").size(), 2u);
+  EXPECT_EQ(st.updates.at("trainer")[0].check, "provision");
+  EXPECT_EQ(st.updates.at("trainer")[1].check, "second");
+  EXPECT_EQ(st.updates.at("controller")[0].annotations["req"], "pr-2");
+
+  const spec::AdamJob job = Parse("fashion-mnist-ha");
+  std::vector<Json> objects = RenderOf(job);
+  ASSERT_TRUE(ApplyPodSetUpdates(st, &objects).ok());
+  int trainers = 0, sets = 0;
+  for (const Json& o : objects) {
+    const std::string role = o["metadata"]["labels"].value(kRoleLabel, "");
+    if (o["kind"] == "Pod" && role == "trainer") {
+      ++trainers;
+      EXPECT_EQ(o["metadata"]["labels"]["pool"], "spot");
+      EXPECT_EQ(o["metadata"]["annotations"]["req"], "pr-1");
+      EXPECT_EQ(o["spec"]["nodeSelector"]["pool"], "spot");
+      EXPECT_EQ(o["spec"]["tolerations"].dump().find("spot"),
+                o["spec"]["tolerations"].dump().rfind("spot"))
+          << "the same toleration twice: " << o["spec"]["tolerations"].dump();
+    } else if (o["kind"] == "Pod") {
+      EXPECT_FALSE(o["metadata"]["labels"].contains("pool")) << role;
+      EXPECT_FALSE(o["spec"].value("nodeSelector", Json::object()).contains("pool")) << role;
+    } else if (o["kind"] == "StatefulSet" && role == "controller") {
+      ++sets;
+      EXPECT_EQ(o["spec"]["template"]["metadata"]["annotations"]["req"], "pr-2");
+    }
+  }
+  EXPECT_EQ(trainers, 2);
+  EXPECT_EQ(sets, 1);
+
+  // A label the pods carry with another value (their role): refused, naming both.
+  wl["status"]["admissionChecks"][1]["podSetUpdates"][0]["labels"] = {{kRoleLabel, "ps"}};
+  objects = RenderOf(job);
+  const Status s = ApplyPodSetUpdates(ReadWorkload(wl), &objects);
+  ASSERT_FALSE(s.ok());
+  for (const std::string& part :
+       {std::string("admission check second"), std::string(kRoleLabel) + "=ps",
+        std::string(kRoleLabel) + "=trainer"})
+    EXPECT_NE(s.message().find(part), std::string::npos) << part << " not in " << s.message();
+}
+
 TEST(Coscheduling, OneGangOfEveryPodMadeAtOnce) {
   const spec::AdamJob job = Parse("fashion-mnist-ha",
                                   "{schedulingPolicy: {coscheduling: true, "

@@ -170,6 +170,16 @@ struct OperatorTest : ::testing::Test {
     RunAll("trainer", name);
     ASSERT_TRUE(Eventually([&] { return Phase(name) == "Running"; })) << Job(name).dump(2);
   }
+  // The fashion-mnist example submitted to LocalQueue "team": the name of its Workload, once the
+  // job is Queued ("" if it never is).
+  std::string QueueExample() {
+    Json j = Example("fashion-mnist");
+    j["metadata"]["labels"] = {{kQueueLabel, "team"}};
+    api->Put(kJobs, j);
+    if (!Eventually([&] { return Phase("fashion-mnist") == "Queued"; })) return "";
+    const std::string uid = Job("fashion-mnist")["metadata"]["uid"];
+    return "adamjob-fashion-mnist-" + uid.substr(0, 5);
+  }
 };
 
 // A burst of changes to a job's pods queues the job once, a batch after the first change; an
@@ -1204,8 +1214,10 @@ TEST_F(OperatorTest, SuspendsAndResumes) {
 
 constexpr const char* kWorkloads = "kueue.x-k8s.io/v1beta2/workloads";
 
-// Kueue's part, played: a quota reservation and admission of a job's Workload on one flavor.
-void Admit(FakeApiServer& api, const std::string& name, const std::string& flavor) {
+// Kueue's part, played: a quota reservation and admission of a job's Workload on one flavor,
+// with the states its admission checks' controllers wrote (`checks`).
+void Admit(FakeApiServer& api, const std::string& name, const std::string& flavor,
+           const Json& checks = Json::array()) {
   Json wl = api.Get(kWorkloads, "ml", name);
   Json assignments = Json::array();
   for (const Json& ps : wl["spec"]["podSets"])
@@ -1216,6 +1228,7 @@ void Admit(FakeApiServer& api, const std::string& name, const std::string& flavo
   wl["status"]["conditions"] = {
       {{"type", "QuotaReserved"}, {"status", "True"}, {"reason", "QuotaReserved"}},
       {{"type", "Admitted"}, {"status", "True"}, {"reason", "Admitted"}}};
+  if (!checks.empty()) wl["status"]["admissionChecks"] = checks;
   api.Put(kWorkloads, wl);
 }
 
@@ -1233,12 +1246,9 @@ TEST_F(OperatorTest, AQueuedJobRunsNoPodUntilKueueAdmitsItAndStopsWhenEvicted) {
     "metadata": {"name": "zone-b"},
     "spec": {"nodeLabels": {"topology.kubernetes.io/zone": "zone-b"},
              "tolerations": [{"key": "team", "operator": "Exists"}]}})"));
-  Json j = Example("fashion-mnist");
-  j["metadata"]["labels"] = {{kQueueLabel, "team"}};
-  api->Put(kJobs, j);
-  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Queued"; }));
+  const std::string name = QueueExample();
+  ASSERT_FALSE(name.empty());
   const std::string uid = Job("fashion-mnist")["metadata"]["uid"];
-  const std::string name = "adamjob-fashion-mnist-" + uid.substr(0, 5);
   Json wl = api->Get(kWorkloads, "ml", name);
   ASSERT_FALSE(wl.is_null());
   EXPECT_EQ(wl["spec"]["queueName"], "team");
@@ -1303,6 +1313,56 @@ TEST_F(OperatorTest, AQueuedJobRunsNoPodUntilKueueAdmitsItAndStopsWhenEvicted) {
   ASSERT_TRUE(Eventually([&] {
     return WorkloadCondition(api->Get(kWorkloads, "ml", name), "Finished") == "True Succeeded";
   }));
+}
+
+// What a Ready admission check gives a pod set (a ProvisioningRequest check, say: the provisioned
+// nodes' selector and taint, the request's annotation) reaches that role's pods and no other's;
+// one that contradicts where the flavor puts the pods makes no pod, and the job says why.
+TEST_F(OperatorTest, AnAdmissionChecksPodSetUpdatesReachThePodsAndAConflictIsNamed) {
+  StartOperator(net::kCertificateValidity, /*kueue=*/true);
+  api->Put("kueue.x-k8s.io/v1beta2/resourceflavors", Json::parse(R"({
+    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+    "metadata": {"name": "zone-b"}, "spec": {"nodeLabels": {"topology.kubernetes.io/zone": "zone-b"}}})"));
+  const std::string name = QueueExample();
+  ASSERT_FALSE(name.empty());
+  ASSERT_TRUE(Eventually([&] { return !api->Get(kWorkloads, "ml", name).is_null(); }));
+  Json checks = Json::parse(R"([{"name": "provision", "state": "Ready", "podSetUpdates": [
+    {"name": "trainer", "labels": {"example.com/provisioned": "yes"},
+     "annotations": {"example.com/request": "pr-1"},
+     "nodeSelector": {"example.com/pool": "provisioned"},
+     "tolerations": [{"key": "example.com/provisioned", "operator": "Exists"}]},
+    {"name": "ps", "nodeSelector": {"topology.kubernetes.io/zone": "zone-a"}}]}])");
+  Admit(*api, name, "zone-b", checks);
+  ASSERT_TRUE(Eventually([&] {
+    return Condition("fashion-mnist", "Created") == "False PlacementConflict";
+  })) << Job("fashion-mnist").dump(2);
+  const std::string said = Job("fashion-mnist")["status"]["conditions"].dump();
+  for (const char* part : {"admission check provision", "topology.kubernetes.io/zone=zone-a",
+                           "topology.kubernetes.io/zone=zone-b"})
+    EXPECT_NE(said.find(part), std::string::npos) << part << " not in " << said;
+  EXPECT_EQ(EventsOf(*api, "PlacementConflict", "admission check provision"), 1);
+  EXPECT_TRUE(api->List(kPods, "ml").empty());
+
+  // The check's controller corrects itself: the job starts, each role where it was told.
+  checks[0]["podSetUpdates"].erase(1);
+  Admit(*api, name, "zone-b", checks);
+  ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 2u; }));
+  RunAll("ps");
+  ASSERT_TRUE(Eventually([&] { return PodsOf("trainer").size() == 2u; }));
+  for (const Json& p : api->List(kPods, "ml")) {
+    const bool trainer = p["metadata"]["labels"].value(kRoleLabel, "") == "trainer";
+    const Json sel = p["spec"].value("nodeSelector", Json::object());
+    EXPECT_EQ(sel.value("topology.kubernetes.io/zone", ""), "zone-b") << p.dump(2);
+    EXPECT_EQ(sel.value("example.com/pool", ""), trainer ? "provisioned" : "") << p.dump(2);
+    EXPECT_EQ(p["metadata"]["labels"].value("example.com/provisioned", ""), trainer ? "yes" : "");
+    EXPECT_EQ(p["metadata"].value("annotations", Json::object()).value("example.com/request", ""),
+              trainer ? "pr-1" : "");
+    const std::string tolerations = p["spec"].value("tolerations", Json::array()).dump();
+    EXPECT_EQ(tolerations.find("example.com/provisioned") != std::string::npos, trainer)
+        << tolerations;
+  }
+  EXPECT_TRUE(
+      Eventually([&] { return Condition("fashion-mnist", "Created") == "True ObjectsCreated"; }));
 }
 
 // A job labelled with a WorkloadPriorityClass is submitted with that class and its value (Kueue's

@@ -41,6 +41,7 @@ var (
 	resourceFlavors = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"}
 
 	workloadPriorityClasses = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloadpriorityclasses"}
+	admissionChecks         = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "admissionchecks"}
 )
 
 const kueueContainer = "adam-e2e-kueue"
@@ -296,6 +297,30 @@ waitForPodsReady: {timeout: %s}
 	}
 }
 
+func localQueue(name, clusterQueue string) string {
+	return fmt.Sprintf("apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: %s}\nspec: {clusterQueue: %s}\n", name, clusterQueue)
+}
+
+// zoneOneQueue makes ClusterQueue `name`: room for one job (8 CPUs, 32 GiB) on flavor zone-1,
+// with `extra` in its spec.
+func zoneOneQueue(t testing.TB, name, extra string) {
+	t.Helper()
+	apply(t, clusterQueues, "", fmt.Sprintf(`
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: %s}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: zone-1
+      resources:
+      - {name: cpu, nominalQuota: 8}
+      - {name: memory, nominalQuota: 32Gi}
+  %s`, name, extra))
+}
+
 func apply(t testing.TB, gvr schema.GroupVersionResource, ns string, text string) {
 	t.Helper()
 	var obj map[string]any
@@ -344,7 +369,8 @@ func queuedJob(t testing.TB, ns, name string, labels ...string) {
 // A ClusterQueue with room for one job of five CPUs, not two: the second job makes no pod while
 // the first runs (no half-placed job), and runs once the first has finished; a Workload Kueue
 // deactivates is stopped and given back, and runs again when reactivated. Pods land on the
-// nodes of the flavor Kueue assigned.
+// nodes of the flavor Kueue assigned. A third job, on a ClusterQueue with an admission check,
+// waits for the check and carries what it gives (provisionedByACheck).
 func TestKueueAdmitsAJobWholeOrNotAtAll(t *testing.T) {
 	stopShared(t)
 	helm(t, "upgrade", release, "charts/adam", "-n", operatorNamespace, "--reuse-values",
@@ -363,24 +389,8 @@ apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
 metadata: {name: zone-1}
 spec: {nodeLabels: {topology.kubernetes.io/zone: zone-1}}`)
-	apply(t, clusterQueues, "", `
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: e2e-cq}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, memory]
-    flavors:
-    - name: zone-1
-      resources:
-      - {name: cpu, nominalQuota: 8}
-      - {name: memory, nominalQuota: 32Gi}`)
-	apply(t, localQueues, ns, `
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: team}
-spec: {clusterQueue: e2e-cq}`)
+	zoneOneQueue(t, "e2e-cq", "")
+	apply(t, localQueues, ns, localQueue("team", "e2e-cq"))
 	defer func() {
 		_ = env.dyn.Resource(localQueues).Namespace(ns).Delete(ctx(), "team", metav1.DeleteOptions{})
 		_ = env.dyn.Resource(clusterQueues).Delete(ctx(), "e2e-cq", metav1.DeleteOptions{})
@@ -495,6 +505,8 @@ value: 100`)
 	}
 	waitPhase(t, ns, "second", "Running", 90*time.Second)
 
+	provisionedByACheck(t, ns)
+
 	// One controller runs a job from start to end.
 	u := getJob(t, ns, "second")
 	set(u.Object, "spec/runPolicy/managedBy", "kueue.x-k8s.io/multikueue")
@@ -513,6 +525,85 @@ value: 100`)
 		}
 		return len(list.Items) == 0, fmt.Sprintf("%d Workloads", len(list.Items))
 	})
+}
+
+// An admission check on a second ClusterQueue, its controller played here as a
+// ProvisioningRequest controller acts: Kueue admits the job only once the check is Ready, and
+// what the check gives the trainers' pod set (a label, an annotation, a nodeSelector, a
+// toleration) is on the trainers' pods and on no other's.
+func provisionedByACheck(t *testing.T, ns string) {
+	t.Helper()
+	now := time.Now().UTC().Format(time.RFC3339)
+	apply(t, admissionChecks, "", `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: AdmissionCheck
+metadata: {name: e2e-provision}
+spec: {controllerName: adam.dev/e2e-provision}`)
+	active := fmt.Sprintf(`{"status":{"conditions":[{"type":"Active","status":"True","reason":"Active",`+
+		`"message":"the e2e test answers","lastTransitionTime":%q}]}}`, now)
+	if _, err := env.dyn.Resource(admissionChecks).Patch(ctx(), "e2e-provision", types.MergePatchType, []byte(active), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	zoneOneQueue(t, "e2e-checked", "admissionChecksStrategy: {admissionChecks: [{name: e2e-provision}]}")
+	apply(t, localQueues, ns, localQueue("checked", "e2e-checked"))
+	defer func() {
+		_ = env.dyn.Resource(adamJobs).Namespace(ns).Delete(ctx(), "third", metav1.DeleteOptions{})
+		eventually(t, 60*time.Second, "the third job's Workload gone", func() (bool, string) {
+			return workloadOf(t, ns, "third") == nil, "still there"
+		})
+		_ = env.dyn.Resource(localQueues).Namespace(ns).Delete(ctx(), "checked", metav1.DeleteOptions{})
+		_ = env.dyn.Resource(clusterQueues).Delete(ctx(), "e2e-checked", metav1.DeleteOptions{})
+		_ = env.dyn.Resource(admissionChecks).Delete(ctx(), "e2e-provision", metav1.DeleteOptions{})
+	}()
+	queuedJob(t, ns, "third", "kueue.x-k8s.io/queue-name", "checked")
+	var name string
+	eventually(t, 60*time.Second, "the third job's quota reserved, its check pending", func() (bool, string) {
+		w := workloadOf(t, ns, "third")
+		if w == nil {
+			return false, "no Workload"
+		}
+		name = w.GetName()
+		_, reserved, _ := unstructured.NestedMap(w.Object, "status", "admission")
+		checks, _, _ := unstructured.NestedSlice(w.Object, "status", "admissionChecks")
+		return reserved && strings.Contains(fmt.Sprint(checks), "state:Pending"), fmt.Sprintf("admission %v, checks %v", reserved, checks)
+	})
+	if n := len(jobPods(t, ns, "third", "")); n > 0 || phase(getJob(t, ns, "third")) != "Queued" {
+		t.Fatalf("the third job is %s with %d pods while its check is pending", phase(getJob(t, ns, "third")), n)
+	}
+	ready := fmt.Sprintf(`{"status":{"admissionChecks":[{"name":"e2e-provision","state":"Ready",`+
+		`"message":"provisioned","lastTransitionTime":%q,"podSetUpdates":[{"name":"trainer",`+
+		`"labels":{"example.com/provisioned":"yes"},"annotations":{"example.com/request":"third"},`+
+		`"nodeSelector":{"type":"kwok"},`+
+		`"tolerations":[{"key":"example.com/provisioned","operator":"Exists","effect":"NoSchedule"}]}]}]}}`,
+		time.Now().UTC().Format(time.RFC3339))
+	if _, err := env.dyn.Resource(workloads).Namespace(ns).Patch(ctx(), name, types.MergePatchType, []byte(ready), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ns, "third", "Running", 90*time.Second)
+	pods := jobPods(t, ns, "third", "")
+	trainers := 0
+	for _, p := range pods {
+		trainer := p.Labels["adam.dev/role"] == "trainer"
+		if trainer {
+			trainers++
+		}
+		tolerated := false
+		for _, tol := range p.Spec.Tolerations {
+			tolerated = tolerated || tol.Key == "example.com/provisioned"
+		}
+		got := fmt.Sprintf("label %q, annotation %q, nodeSelector %q, toleration %v",
+			p.Labels["example.com/provisioned"], p.Annotations["example.com/request"], p.Spec.NodeSelector["type"], tolerated)
+		want := `label "", annotation "", nodeSelector "", toleration false`
+		if trainer {
+			want = `label "yes", annotation "third", nodeSelector "kwok", toleration true`
+		}
+		if got != want || p.Spec.NodeSelector["topology.kubernetes.io/zone"] != "zone-1" {
+			t.Errorf("pod %s: %s, zone %q; want %s, zone-1", p.Name, got, p.Spec.NodeSelector["topology.kubernetes.io/zone"], want)
+		}
+	}
+	if trainers != 2 {
+		t.Errorf("%d trainer pods of %d, want 2", trainers, len(pods))
+	}
 }
 
 // A job that asks for gang scheduling on a cluster without the coscheduling plugin's PodGroup
