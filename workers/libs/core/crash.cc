@@ -11,20 +11,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/sanitizer.h"
+
 namespace adam {
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
 
 void Say(const char* s) {
   for (size_t left = std::strlen(s); left > 0;) {
@@ -80,7 +70,7 @@ void OnFatalSignal(int sig, siginfo_t* info, void* /*context*/) {
 }  // namespace
 
 void ReportCrashes() {
-  if (kSanitized) return;
+  if (kSanitizerBuild) return;
   static std::atomic<bool> installed{false};
   if (installed.exchange(true)) return;
   void* warm[1];
