@@ -54,6 +54,7 @@ struct Operator::Impl : public Children {
   prometheus::Gauge* depth = nullptr;
   prometheus::Counter* adds = nullptr;
   prometheus::Counter* retries = nullptr;
+  prometheus::Family<prometheus::Counter>* repairs = nullptr;  // by kind
   prometheus::Gauge* leader_gauge = nullptr;
   prometheus::Gauge* active_workers = nullptr;
 
@@ -139,6 +140,10 @@ struct Operator::Impl : public Children {
                    .Help("Total number of retries handled by workqueue")
                    .Register(*registry)
                    .Add({{"name", "adamjob"}});
+    repairs = &prometheus::BuildCounter()
+                   .Name("adam_operator_repairs_total")
+                   .Help("Objects of a job put back after another client changed them, by kind")
+                   .Register(*registry);
     leader_gauge = &prometheus::BuildGauge()
                         .Name("leader_election_master_status")
                         .Help("1 while this candidate holds the leader Lease, else 0")
@@ -181,6 +186,9 @@ struct Operator::Impl : public Children {
     reconciler->set_reporting_instance(o.identity);
     reconciler->set_restart_backoff(o.restart_backoff, o.restart_backoff_max);
     reconciler->set_node_loss_timeout(o.node_loss_timeout);
+    reconciler->set_on_repair([f = repairs](const std::string& kind) {
+      f->Add({{"kind", kind}}).Increment();
+    });
     kube::WorkQueue* q = queue.get();
     // The echo of the reconciler's own status write queues nothing: each write would otherwise
     // reconcile the job once more.
@@ -193,10 +201,15 @@ struct Operator::Impl : public Children {
     informers.push_back(std::make_unique<kube::Informer>(reads, kube::AdamJobs(), o.watch_namespace,
                                                          "", job_handler));
     by_plural.clear();
-    std::vector<kube::Resource> children = {
-        kube::Pods(),     kube::StatefulSets(),           kube::ConfigMaps(),
-        kube::Services(), kube::PersistentVolumeClaims(), kube::NetworkPolicies(),
-        kube::Secrets(),  kube::PodDisruptionBudgets()};
+    // Not Secrets: the reconciler reads its jobs' two by name, so the operator needs no right to
+    // list or watch every Secret of the cluster.
+    std::vector<kube::Resource> children = {kube::Pods(),
+                                            kube::StatefulSets(),
+                                            kube::ConfigMaps(),
+                                            kube::Services(),
+                                            kube::PersistentVolumeClaims(),
+                                            kube::NetworkPolicies(),
+                                            kube::PodDisruptionBudgets()};
     if (o.kueue) children.push_back(kube::Workloads());
     for (const kube::Resource& r : children) {
       informers.push_back(std::make_unique<kube::Informer>(reads, r, o.watch_namespace,

@@ -95,6 +95,12 @@ class Client {
   // PUT to the status subresource: only .status changes.
   virtual StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns,
                                       const Json& object) = 0;
+  // Server-side apply (PATCH, application/apply-patch+yaml) as field manager `manager`, with
+  // force: the fields `object` names become the manager's and take its values, whoever set them
+  // last; fields it leaves out that others own are kept. The object must name apiVersion, kind
+  // and metadata.name.
+  virtual StatusOr<Json> Apply(const Resource& r, const std::string& ns, const Json& object,
+                               const std::string& manager) = 0;
   // DELETE with propagationPolicy Background; NOT_FOUND when already gone.
   virtual Status Delete(const Resource& r, const std::string& ns, const std::string& name) = 0;
   // DELETE with gracePeriodSeconds 0: the object goes at once, without waiting for a kubelet to
@@ -120,7 +126,7 @@ struct ExecPlugin {
 
 // One answer of the API server, or a failure to get one, as the client saw it (metrics).
 struct RequestRecord {
-  std::string method;  // GET, POST, PUT, DELETE, WATCH
+  std::string method;  // GET, POST, PUT, PATCH, DELETE, WATCH
   int code = 0;        // HTTP status; 0 = no answer
   double seconds = 0;  // until the answer's headers (a watch: until the stream opened)
 };

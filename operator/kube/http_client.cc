@@ -360,6 +360,14 @@ class HttpClient : public Client {
     return Call(http::methods::PUT, r.Path(ns) + "/" + Name(object) + "/status", &object);
   }
 
+  StatusOr<Json> Apply(const Resource& r, const std::string& ns, const Json& object,
+                       const std::string& manager) override {
+    return Call(http::methods::PATCH,
+                r.Path(ns) + "/" + Name(object) +
+                    "?fieldManager=" + web::uri::encode_data_string(manager) + "&force=true",
+                &object, "application/apply-patch+yaml");  // JSON is YAML
+  }
+
   Status Delete(const Resource& r, const std::string& ns, const std::string& name) override {
     const Json options = {
         {"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", "Background"}};
@@ -484,6 +492,8 @@ class HttpClient : public Client {
   static void Authorize(http::http_request& req, const Credentials& creds) {
     if (!creds.token.empty()) req.headers().add("Authorization", "Bearer " + creds.token);
     req.headers().add("Accept", "application/json");
+    // The API server names a request's field manager after it (managedFields, audit logs).
+    req.headers().add("User-Agent", "adam-operator");
   }
 
   void Observe(const std::string& method, int code,
@@ -558,7 +568,8 @@ class HttpClient : public Client {
     return pooled_;
   }
 
-  StatusOr<Json> Call(const http::method& method, const std::string& path, const Json* body) {
+  StatusOr<Json> Call(const http::method& method, const std::string& path, const Json* body,
+                      const char* content_type = "application/json") {
     bool refused_once = false;
     for (int attempt = 0;; ++attempt) {
       int code = 0;
@@ -575,7 +586,7 @@ class HttpClient : public Client {
         Authorize(req, creds);
         if (body) {
           req.set_body(Bytes(body->dump()));
-          req.headers().set_content_type("application/json");
+          req.headers().set_content_type(content_type);
         }
         const auto t0 = std::chrono::steady_clock::now();
         http::http_response resp = client->request(req).get();

@@ -220,6 +220,12 @@ StatusOr<Json> FencedClient::UpdateStatus(const Resource& r, const std::string& 
   return inner_->UpdateStatus(r, ns, object);
 }
 
+StatusOr<Json> FencedClient::Apply(const Resource& r, const std::string& ns, const Json& object,
+                                   const std::string& manager) {
+  ADAM_RETURN_IF_ERROR(Check("apply", r));
+  return inner_->Apply(r, ns, object, manager);
+}
+
 Status FencedClient::Delete(const Resource& r, const std::string& ns, const std::string& name) {
   ADAM_RETURN_IF_ERROR(Check("delete", r));
   return inner_->Delete(r, ns, name);

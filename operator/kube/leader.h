@@ -81,7 +81,7 @@ class LeaderElector {
   std::chrono::steady_clock::time_point observed_at_{};
 };
 
-// A Client whose writes (create, update, delete) fail UNAVAILABLE unless `allowed()` is true
+// A Client whose writes (create, update, apply, delete) fail UNAVAILABLE unless `allowed()` is true
 // when they start: the reconciler's writes stop the moment leadership may be lost. Reads and
 // watches pass through. Thread-safe if `inner` is.
 class FencedClient : public Client {
@@ -99,6 +99,8 @@ class FencedClient : public Client {
   StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) override;
   StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns,
                               const Json& object) override;
+  StatusOr<Json> Apply(const Resource& r, const std::string& ns, const Json& object,
+                       const std::string& manager) override;
   Status Delete(const Resource& r, const std::string& ns, const std::string& name) override;
   Status ForceDelete(const Resource& r, const std::string& ns, const std::string& name) override;
   Status Watch(const Resource& r, const std::string& ns, const WatchOptions& o,

@@ -12,6 +12,7 @@
 #include "core/exit_codes.h"
 #include "net/tls.h"
 #include "reconcile/conditions.h"
+#include "reconcile/drift.h"
 #include "reconcile/kueue.h"
 #include "reconcile/render.h"
 #include "reconcile/start_failures.h"
@@ -57,6 +58,10 @@ bool HasDeletion(const Json& o) { return o["metadata"].contains("deletionTimesta
 
 std::string Label(const Json& o, const char* key) {
   return o["metadata"].value("labels", Json::object()).value(key, "");
+}
+
+std::string Annotation(const Json& o, const char* key) {
+  return o["metadata"].value("annotations", Json::object()).value(key, "");
 }
 
 bool PodReady(const Json& pod) {
@@ -801,17 +806,56 @@ std::string SecretData(const Json& secret, const char* key) {
 // (ca.crt, ca.key), which no pod mounts. Made once; the CA is never regenerated while its Secret
 // exists. Once less than a third of the certificate's validity is left, a new certificate from the
 // same CA replaces it in JOB-tls; roles read their files again every minute (net/tls.h).
+//
+// The operator never lists or watches Secrets (its RBAC has no list or watch on them): it reads
+// its jobs' two by name, and only when it needs to. A certificate found valid is not read again
+// until it is due for renewal, or for kSecretRecheck, whichever is sooner (a deleted JOB-tls is
+// made again within that).
 Status Reconciler::EnsureCertificates(State& s) {
-  const std::string tls_name = TlsSecretName(*s.spec), ca_name = CaSecretName(*s.spec);
-  std::optional<Json> tls, ca;
-  for (const Json& sec : children_->Owned(kube::Secrets(), s.ns, s.name, s.uid)) {
-    const std::string n = sec["metadata"].value("name", "");
-    if (n == tls_name) tls = sec;
-    if (n == ca_name) ca = sec;
+  const std::string key = s.ns + "/" + s.name;
+  {
+    MutexLock lock(mu_);
+    auto known = certificates_.find(key);
+    if (known != certificates_.end() && known->second.uid == s.uid &&
+        s.now < known->second.check_at) {
+      s.renew_at = known->second.renew_at;
+      return OkStatus();
+    }
   }
-  const std::vector<std::string> hosts = {"*." + s.name, "*." + s.name + "." + s.ns + ".svc",
-                                          "*." + s.name + "." + s.ns + ".svc.cluster.local"};
-  return tls ? RenewCertificate(s, *tls, ca, hosts) : IssueCertificate(s, ca, hosts);
+  const std::string tls_name = TlsSecretName(*s.spec), ca_name = CaSecretName(*s.spec);
+  ADAM_ASSIGN_OR_RETURN(const std::optional<Json> tls, OwnSecret(s, tls_name));
+  bool valid = false;
+  if (tls) {
+    auto not_after = net::CertificateNotAfter(SecretData(*tls, "tls.crt"));
+    valid = not_after.ok() && *not_after - certificate_validity_ / 3 > s.now;
+    if (valid) s.renew_at = *not_after - certificate_validity_ / 3;
+  }
+  if (!valid) {  // the CA is read only to issue or renew
+    ADAM_ASSIGN_OR_RETURN(const std::optional<Json> ca, OwnSecret(s, ca_name));
+    const std::vector<std::string> hosts = {"*." + s.name, "*." + s.name + "." + s.ns + ".svc",
+                                            "*." + s.name + "." + s.ns + ".svc.cluster.local"};
+    ADAM_RETURN_IF_ERROR(tls ? RenewCertificate(s, *tls, ca, hosts, &valid)
+                             : IssueCertificate(s, ca, hosts, &valid));
+  }
+  if (valid && s.renew_at) {
+    MutexLock lock(mu_);
+    certificates_[key] = {s.uid, *s.renew_at, std::min(*s.renew_at, s.now + kSecretRecheck)};
+  }
+  return OkStatus();
+}
+
+StatusOr<std::optional<Json>> Reconciler::OwnSecret(State& s, const std::string& name) {
+  auto got = client_->Get(kube::Secrets(), s.ns, name);
+  if (!got.ok()) {
+    if (got.status().code() == StatusCode::kNotFound) return std::optional<Json>();
+    return got.status();
+  }
+  // A predecessor's of the same name, still being deleted, is not the job's.
+  if (HasDeletion(*got)) return std::optional<Json>();
+  for (const Json& ref : (*got)["metadata"].value("ownerReferences", Json::array()))
+    if (ref.value("controller", false) && ref.value("uid", "") == s.uid)
+      return std::optional<Json>(std::move(*got));
+  return std::optional<Json>();
 }
 
 namespace {
@@ -826,7 +870,7 @@ net::TlsMaterial IssuerOf(const Json& ca_secret) {
 }  // namespace
 
 Status Reconciler::IssueCertificate(State& s, const std::optional<Json>& ca,
-                                    const std::vector<std::string>& hosts) {
+                                    const std::vector<std::string>& hosts, bool* valid) {
   const std::string tls_name = TlsSecretName(*s.spec), ca_name = CaSecretName(*s.spec);
   StatusOr<net::TlsMaterial> made =
       ca ? net::RenewCertificate(IssuerOf(*ca), s.name, hosts, certificate_validity_)
@@ -850,18 +894,15 @@ Status Reconciler::IssueCertificate(State& s, const std::optional<Json>& ca,
           {{"ca.crt", made->ca_pem}, {"tls.crt", made->cert_pem}, {"tls.key", made->key_pem}}));
   if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
   s.renew_at = s.now + certificate_validity_ - certificate_validity_ / 3;
+  *valid = c.ok();  // one of the same name that is not the job's is looked at again next pass
   return OkStatus();
 }
 
 Status Reconciler::RenewCertificate(State& s, const Json& tls, const std::optional<Json>& ca,
-                                    const std::vector<std::string>& hosts) {
+                                    const std::vector<std::string>& hosts, bool* valid) {
   const std::string ca_name = CaSecretName(*s.spec);
   const auto renew_before = certificate_validity_ / 3;
   auto not_after = net::CertificateNotAfter(SecretData(tls, "tls.crt"));
-  if (not_after.ok() && *not_after - renew_before > s.now) {
-    s.renew_at = *not_after - renew_before;
-    return OkStatus();
-  }
   const std::string expiry =
       not_after.ok() ? "expires at " + FormatTime(*not_after) : "holds no readable tls.crt";
   if (!ca) return NotRenewable(s, expiry, "Secret " + ca_name + " with its CA's key is missing");
@@ -886,6 +927,7 @@ Status Reconciler::RenewCertificate(State& s, const Json& tls, const std::option
             FormatTime(new_end) +
             " (each role reads it within a minute of its Secret volume's update)");
   s.renew_at = new_end - renew_before;
+  *valid = true;
   return OkStatus();
 }
 
@@ -959,25 +1001,43 @@ StatusOr<bool> Reconciler::EnsureObject(State& s, const Json& o,
   }
   const Json& cur = it->second;
   if (HasDeletion(cur)) return false;
-  if (kind == "ConfigMap" && cur.value("data", Json::object()) != Json::parse(o["data"].dump())) {
-    Json u = cur;
-    u["data"] = Json::parse(o["data"].dump());
-    auto r2 = client_->Update(r, s.ns, u);
-    if (!r2.ok()) return r2.status();
-  }
+  Repair(s, r, o, cur);
   bool ready = true;
   if (kind == "StatefulSet") {
     const int want = o["spec"]["replicas"];
-    if (cur["spec"].value("replicas", 0) != want) {
-      Json u = cur;
-      u["spec"]["replicas"] = want;
-      auto r2 = client_->Update(r, s.ns, u);
-      if (!r2.ok()) return r2.status();
-    }
     if (cur.value("status", Json::object()).value("readyReplicas", 0) < want) ready = false;
   }
   if (kind == "Pod" && Label(cur, kRoleLabel) != "trainer" && !PodReady(cur)) ready = false;
   return ready;
+}
+
+void Reconciler::Repair(State& s, const kube::Resource& r, const Json& o, const Json& cur) {
+  const Json want = ApplyConfiguration(o);
+  const std::string diff = FirstDifference(want, cur);
+  if (diff.empty()) return;
+  const std::string kind = o["kind"];
+  const std::string what = kind + " " + o["metadata"]["name"].get<std::string>();
+  // Made or last applied at this generation of the spec, yet different: another client changed
+  // it. Otherwise the spec changed since, and this brings the object to it.
+  const bool drift = Annotation(cur, kGenerationAnnotation) == std::to_string(s.generation);
+  auto applied = client_->Apply(r, s.ns, want, kFieldManager);
+  if (!applied.ok() && applied.status().code() == StatusCode::kInvalidArgument && kind != "Pod" &&
+      kind != "PersistentVolumeClaim")  // their labels are maps: never refused
+    applied = client_->Update(r, s.ns, WrittenOver(cur, want));  // drift.h: a re-keyed item
+  if (!applied.ok()) {
+    // Not the pass's failure: the job's other objects are still made and its pods still
+    // replaced; the next pass tries again.
+    spdlog::warn("{}/{}: {} could not be applied: {}", s.ns, s.name, what,
+                 applied.status().message());
+    Event(s, "Warning", "RepairFailed",
+          what + ": " + diff +
+              " differs from the job's and could not be put back: " + applied.status().message());
+    return;
+  }
+  if (!drift) return;
+  spdlog::info("{}/{}: {}: {} was changed by another client; put back", s.ns, s.name, what, diff);
+  Event(s, "Normal", "Repaired", what + ": " + diff + " was changed by another client; put back");
+  if (on_repair_) on_repair_(kind);
 }
 
 const std::vector<Json>& Reconciler::Rendered(State& s) {
@@ -1004,9 +1064,7 @@ StatusOr<bool> Reconciler::EnsurePodGroup(State& s, const std::vector<Json>& des
         return cur.status();
       }
       if ((*cur)["spec"].value("minMember", 0) == o["spec"].value("minMember", 0)) return true;
-      Json u = *cur;
-      u["spec"]["minMember"] = o["spec"]["minMember"];
-      auto w = client_->Update(kube::PodGroups(), s.ns, u);
+      auto w = client_->Apply(kube::PodGroups(), s.ns, ApplyConfiguration(o), kFieldManager);
       if (!w.ok()) return w.status();
       return true;
     }
@@ -1055,12 +1113,9 @@ StatusOr<bool> Reconciler::PlaceAdmitted(State& s, std::vector<Json>* desired) {
 Status Reconciler::EnsureObjects(State& s) {
   std::vector<Json> desired = Rendered(s);
   const std::map<std::string, Json> existing = ExistingObjects(s);
-  const bool creating = std::any_of(desired.begin(), desired.end(), [&](const Json& o) {
-    const std::string kind = o["kind"];
-    return (kind == "Pod" || kind == "StatefulSet") &&
-           !existing.count(kind + "/" + o["metadata"]["name"].get<std::string>());
-  });
-  if (s.admission && creating) {
+  // Placed on every pass, not only when pods are made: what exists is compared with it (drift),
+  // and the controllers' template holds the flavor's tolerations.
+  if (s.admission) {
     ADAM_ASSIGN_OR_RETURN(const bool placed, PlaceAdmitted(s, &desired));
     if (!placed) return OkStatus();
   }
@@ -1177,6 +1232,7 @@ StatusOr<bool> Reconciler::Begin(const std::string& ns, const std::string& name,
     if (got.status().code() == StatusCode::kNotFound) {  // gone: owned objects too
       MutexLock lock(mu_);
       certificate_warned_.erase(ns + "/" + name);
+      certificates_.erase(ns + "/" + name);
       status_writes_.erase(ns + "/" + name);
       return false;
     }

@@ -49,6 +49,9 @@ class Children {
                                   const std::string& job, const std::string& uid) const = 0;
 };
 
+// How long a job's certificate, once read and found valid, is taken as it was.
+inline constexpr std::chrono::minutes kSecretRecheck{10};
+
 // The phases and condition types of status.
 inline constexpr const char* kFinalizer = "adam.dev/flush";
 
@@ -96,6 +99,9 @@ class Reconciler {
     backoff_max_ = max;
   }
 
+  // Called with the kind of each object put back after another client changed it (metrics).
+  void set_on_repair(std::function<void(const std::string& kind)> f) { on_repair_ = std::move(f); }
+
   // True for the watch event of this reconciler's own status write (the job as it wrote it, and
   // not changed since): nothing in it calls for another pass.
   bool OwnWrite(const kube::WatchEvent& ev);
@@ -126,11 +132,14 @@ class Reconciler {
   Status Finalize(State& s);
   Status EnsureCertificates(State& s);
   // EnsureCertificates' parts: the job's first certificate (with its CA, unless `ca` holds
-  // one), and a renewal of the certificate in `tls` from the CA in `ca`.
+  // one), and a renewal of the certificate in `tls`, due, from the CA in `ca`; `valid` is set
+  // when the job then holds a certificate not yet due for renewal.
   Status IssueCertificate(State& s, const std::optional<Json>& ca,
-                          const std::vector<std::string>& hosts);
+                          const std::vector<std::string>& hosts, bool* valid);
   Status RenewCertificate(State& s, const Json& tls, const std::optional<Json>& ca,
-                          const std::vector<std::string>& hosts);
+                          const std::vector<std::string>& hosts, bool* valid);
+  // The job's Secret `name`, read by name; none when missing or not the job's (a predecessor's).
+  StatusOr<std::optional<Json>> OwnSecret(State& s, const std::string& name);
   // A renewal that cannot be made: a warning (at most hourly per job and fault), not a failed
   // reconcile; the next try in an hour.
   Status NotRenewable(State& s, const std::string& expiry, const std::string& why);
@@ -145,6 +154,10 @@ class Reconciler {
   // made or updated, false while it is not ready (a pod or StatefulSet not yet up, or going).
   std::map<std::string, Json> ExistingObjects(State& s);
   StatusOr<bool> EnsureObject(State& s, const Json& o, const std::map<std::string, Json>& existing);
+  // An existing object `cur` brought back to what the operator owns of `o` (drift.h) by
+  // server-side apply: after another client changed it (a Repaired event), or after the spec
+  // changed. A refused apply is a RepairFailed warning, not the pass's failure.
+  void Repair(State& s, const kube::Resource& r, const Json& o, const Json& cur);
   Status HandlePods(State& s);
   // Fails a job still starting past spec.runPolicy.startupDeadlineSeconds; true when it did.
   bool StartupTooLong(State& s, ReconcileResult& result);
@@ -186,6 +199,7 @@ class Reconciler {
   std::chrono::milliseconds node_loss_timeout_{120000};
   std::chrono::milliseconds backoff_initial_{10000};
   std::chrono::milliseconds backoff_max_{300000};
+  std::function<void(const std::string&)> on_repair_;
   Mutex mu_;  // the bookkeeping below, shared by the workers
   // Pod uids whose failure counted as a restart.
   std::set<std::string> counted_failures_ ABSL_GUARDED_BY(mu_);
@@ -198,6 +212,12 @@ class Reconciler {
     std::string resource_version;
   };
   std::map<std::string, StatusWrite> status_writes_ ABSL_GUARDED_BY(mu_);
+  // "ns/job" -> its certificate as last read: valid until renew_at, read again at check_at.
+  struct KnownCertificate {
+    std::string uid;
+    std::chrono::system_clock::time_point renew_at, check_at;
+  };
+  std::map<std::string, KnownCertificate> certificates_ ABSL_GUARDED_BY(mu_);
   // "ns/uid/type/reason/note" -> the Event last written for it and when it last happened.
   struct RecentEvent {
     Json event;

@@ -371,6 +371,10 @@ Json ControllerSet(const spec::AdamJob& job, const RoleInstance& first,
            {{"serviceName", job.name},
             {"replicas", job.roles.controller.replicas},
             {"podManagementPolicy", "Parallel"},
+            // A changed template (the spec's, or another client's change put back) reaches a
+            // controller when its pod is made again, as every other role's pods: the operator
+            // never rolls the Raft group.
+            {"updateStrategy", {{"type", "OnDelete"}}},
             // The Raft volumes go with the job (a new job of the same name starts empty).
             {"persistentVolumeClaimRetentionPolicy",
              {{"whenDeleted", "Delete"}, {"whenScaled", "Retain"}}},

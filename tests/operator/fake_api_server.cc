@@ -99,7 +99,7 @@ struct FakeApiServer::Impl {
   bool hold_pod_deletions = false;
   int throttle = 0, retry_after = 1, throttled = 0, requests = 0;
   std::chrono::milliseconds delay{0};
-  int watches = 0, lists = 0, conflicts = 0;
+  int watches = 0, lists = 0, conflicts = 0, applies = 0;
   std::mt19937 rng{7};
   std::unique_ptr<http::experimental::listener::http_listener> listener;
   std::string url;
@@ -129,6 +129,48 @@ struct FakeApiServer::Impl {
       if (w->open && w->collection == collection && (w->ns.empty() || w->ns == ns) &&
           Matches(w->selector, Labels(object)))
         Write(w, type, object);
+  }
+
+  // Server-side apply, simplified: the patch's maps are merged into the object key by key and
+  // its lists replace the object's whole (the real server merges keyed lists item by item); the
+  // manager is recorded in metadata.managedFields. An apply that changes nothing writes nothing.
+  void ApplyLocked(http::http_request& req, const std::string& collection, const std::string& key,
+                   const Json& patch, const std::string& manager) {
+    ++applies;
+    auto& objs = store[collection];
+    auto it = objs.find(key);
+    if (it == objs.end()) return Fail(req, 404, "NotFound", collection + " " + key + " not found");
+    const Json& cur = it->second;
+    Json o = cur;
+    MergeInto(patch, &o);
+    for (const char* f : {"uid", "creationTimestamp", "generation", "deletionTimestamp",
+                          "namespace", "resourceVersion", "managedFields"})
+      if (cur["metadata"].contains(f))
+        o["metadata"][f] = cur["metadata"][f];
+      else
+        o["metadata"].erase(f);
+    if (o == cur) return Reply(req, 200, cur);
+    if (StripForGeneration(o) != StripForGeneration(cur))
+      o["metadata"]["generation"] = cur["metadata"].value("generation", 1) + 1;
+    Json& managers = o["metadata"]["managedFields"];
+    if (!managers.is_array()) managers = Json::array();
+    bool listed = false;
+    for (const Json& m : managers)
+      listed = listed || (m.value("manager", "") == manager && m.value("operation", "") == "Apply");
+    if (!listed) managers.push_back({{"manager", manager}, {"operation", "Apply"}});
+    o = Stamp(o);
+    it->second = o;
+    Emit(collection, "MODIFIED", o);
+    return Reply(req, 200, o);
+  }
+
+  static void MergeInto(const Json& patch, Json* o) {
+    for (const auto& [k, v] : patch.items()) {
+      if (v.is_object() && o->contains(k) && (*o)[k].is_object())
+        MergeInto(v, &(*o)[k]);
+      else
+        (*o)[k] = v;
+    }
   }
 
   // Another client's write to an object's metadata alone (an annotation): a new resourceVersion,
@@ -283,7 +325,15 @@ struct FakeApiServer::Impl {
     for (auto& [k, v] : query) v = http::uri::decode(v);
     const std::string method = req.method();
     Json body;
-    if (method == http::methods::POST || method == http::methods::PUT) {
+    const bool apply = method == http::methods::PATCH;
+    if (apply) {
+      auto ct = req.headers().find("Content-Type");
+      if (ct == req.headers().end() || ct->second.rfind("application/apply-patch+yaml", 0) != 0)
+        return Fail(req, 415, "UnsupportedMediaType", "only server-side apply is served");
+      if (query["fieldManager"].empty())
+        return Fail(req, 400, "BadRequest", "fieldManager is required for apply patch");
+    }
+    if (method == http::methods::POST || method == http::methods::PUT || apply) {
       try {
         const std::vector<unsigned char> bytes = req.extract_vector().get();
         body = Json::parse(std::string(bytes.begin(), bytes.end()));
@@ -398,6 +448,7 @@ struct FakeApiServer::Impl {
         RemoveLocked(t.collection, key);
       return Reply(req, 200, o);
     }
+    if (apply) return ApplyLocked(req, t.collection, key, body, query["fieldManager"]);
     if (method == http::methods::DEL) {
       if (!objs.count(key))
         return Fail(req, 404, "NotFound", t.collection + " " + key + " not found");
@@ -663,6 +714,10 @@ int FakeApiServer::watches_opened() const {
 int FakeApiServer::lists_served() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->lists;
+}
+int FakeApiServer::applies_served() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->applies;
 }
 int FakeApiServer::conflicts_served() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

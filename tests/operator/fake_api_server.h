@@ -3,7 +3,8 @@
 // streams of JSON lines), bookmarks, 410 Gone for a compacted version, 409 on a stale update and
 // on a duplicate create, generateName, metadata.generation bumped by spec changes, the status
 // subresource (a main-resource PUT keeps status, a /status PUT changes only status), finalizers
-// with deletionTimestamp, and background garbage collection through ownerReferences.
+// with deletionTimestamp, background garbage collection through ownerReferences, and
+// server-side apply (PATCH, simplified: maps merged key by key, lists replaced whole).
 //
 // There is no scheduler or kubelet: tests play them by writing pod status (SetPodPhase). Faults:
 // Compact() forgets history, BreakWatches() cuts every open stream, FailUpdates(n) answers the
@@ -68,6 +69,7 @@ class FakeApiServer {
   int watches_opened() const;
   int lists_served() const;
   int conflicts_served() const;
+  int applies_served() const;  // server-side apply PATCHes, whether they changed anything or not
   int64_t version() const;
 
  private:

@@ -236,6 +236,7 @@ func TestJobsWithTheSharedOperator(t *testing.T) {
 		{"KubectlScaleChangesTheTrainers", testKubectlScaleChangesTheTrainers},
 		{"EditingTheServerCountAddsAndRetiresServers", testEditingTheServerCountAddsAndRetiresServers},
 		{"ASplitReplicaIsPlacedWithItsTrainer", testASplitReplicaIsPlacedWithItsTrainer},
+		{"AnotherClientsChangeIsPutBack", testAnotherClientsChangeIsPutBack},
 	} {
 		c := c
 		t.Run(c.name, func(t *testing.T) {
