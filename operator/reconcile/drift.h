@@ -1,7 +1,8 @@
 // Drift: what of an object the operator owns, and whether another client changed it.
 //
-// The operator writes its objects with server-side apply as field manager kFieldManager. What it
-// applies to an object that exists (ApplyConfiguration) is, by kind:
+// The operator creates its objects (POST) and from then on writes them with server-side apply as
+// field manager kFieldManager. What it applies to an object that exists (ApplyConfiguration) is,
+// by kind:
 // - Pod: its labels and annotations (a pod's spec cannot change after it is made; a pod keeps the
 //   adam.dev/generation it was made at, which is therefore left out);
 // - PersistentVolumeClaim: its labels and annotations likewise (its spec is the storage's, and a
@@ -29,12 +30,12 @@ inline constexpr const char* kFieldManager = "adam-operator";
 // The part of the rendered object `o` the operator applies to the object once it exists.
 kube::Json ApplyConfiguration(const kube::Json& o);
 
-// The first field other than apiVersion and kind (the API server leaves those out of a list's
-// items) (a path such as "spec.ports[0].port" or
-// "spec.template.spec.containers[name=adam].image") that `want` names and `live` lacks or holds
-// with another value; "" when `live` holds all of `want`. A zero value in `want` (false, 0, "", an
-// empty object or list) matches a missing field, as the API server leaves those out; lists must
-// have the same length; quantities ("1", 1, "1000m", "1Gi") compare by value.
+// The first field that `want` names and `live` lacks or holds with another value, as a path such
+// as "spec.ports[0].port" or "spec.template.spec.containers[name=adam].image"; "" when `live`
+// holds all of `want`. apiVersion and kind are not compared (a list's items come without them).
+// A zero value in `want` (false, 0, "", an empty object or list) matches a missing field, as the
+// API server leaves those out; lists must have the same length; quantities ("1", 1, "1000m",
+// "1Gi") compare by value.
 std::string FirstDifference(const kube::Json& want, const kube::Json& live);
 
 // `live` with what `want` names written over it: maps merged key by key, lists and values

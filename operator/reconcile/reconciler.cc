@@ -1026,16 +1026,13 @@ void Reconciler::Repair(State& s, const kube::Resource& r, const Json& o, const 
     applied = client_->Update(r, s.ns, WrittenOver(cur, want));  // drift.h: a re-keyed item
   if (!applied.ok()) {
     // Not the pass's failure: the job's other objects are still made and its pods still
-    // replaced; the next pass tries again.
-    spdlog::warn("{}/{}: {} could not be applied: {}", s.ns, s.name, what,
-                 applied.status().message());
+    // replaced; the next pass tries again. (Event logs it too.)
     Event(s, "Warning", "RepairFailed",
           what + ": " + diff +
               " differs from the job's and could not be put back: " + applied.status().message());
     return;
   }
   if (!drift) return;
-  spdlog::info("{}/{}: {}: {} was changed by another client; put back", s.ns, s.name, what, diff);
   Event(s, "Normal", "Repaired", what + ": " + diff + " was changed by another client; put back");
   if (on_repair_) on_repair_(kind);
 }

@@ -155,8 +155,9 @@ class Reconciler {
   std::map<std::string, Json> ExistingObjects(State& s);
   StatusOr<bool> EnsureObject(State& s, const Json& o, const std::map<std::string, Json>& existing);
   // An existing object `cur` brought back to what the operator owns of `o` (drift.h) by
-  // server-side apply: after another client changed it (a Repaired event), or after the spec
-  // changed. A refused apply is a RepairFailed warning, not the pass's failure.
+  // server-side apply, or written whole where the API server refuses that apply: after another
+  // client changed it (a Repaired event), or after the spec changed. A write still refused is a
+  // RepairFailed warning, not the pass's failure.
   void Repair(State& s, const kube::Resource& r, const Json& o, const Json& cur);
   Status HandlePods(State& s);
   // Fails a job still starting past spec.runPolicy.startupDeadlineSeconds; true when it did.
