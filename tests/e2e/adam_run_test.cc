@@ -198,12 +198,16 @@ TEST_F(AdamRun, FilteredHalfPrecisionCompressedUpdatesTrainAsPlainOnesDo) {
       packed["push_bytes_per_image"].get<double>(), packed["pull_bytes_per_image"].get<double>());
   EXPECT_GT(packed["test_accuracy"].get<double>(), 0.9) << packed;
   EXPECT_GT(plain["test_accuracy"].get<double>(), 0.9) << plain;
-  // Half precision alone halves both; the filter and zstd take pushes further.
+  // Half precision alone halves both; the filter and zstd take pushes further. A pull carries
+  // the whole model, half as many bytes in float16, but how many pulls an image costs moves with
+  // how well the syncs keep up with training (a sync starts once pushEvery images are in, and a
+  // slower one lets more in first), so the pulls' ratio has a margin: 0.48-0.54 in eight runs on
+  // an idle 2-core machine, 0.62 in one beside a compile; float32 with zstd alone 1.03-1.08.
   EXPECT_LT(packed["push_bytes_per_image"].get<double>(),
             0.4 * plain["push_bytes_per_image"].get<double>())
       << plain << packed;
   EXPECT_LT(packed["pull_bytes_per_image"].get<double>(),
-            0.6 * plain["pull_bytes_per_image"].get<double>())
+            0.7 * plain["pull_bytes_per_image"].get<double>())
       << plain << packed;
 }
 
