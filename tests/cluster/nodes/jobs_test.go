@@ -180,6 +180,12 @@ func TestTheDemoTrainsOnRealNodes(t *testing.T) {
 	if acc < demoFloor2 {
 		t.Errorf("testAccuracy %.4f, below adam run's spread at 2 epochs (floor %.4f)", acc, demoFloor2)
 	}
+	// Nobody changed the job's objects: what real kubelets and controllers write is no drift.
+	for _, reason := range []string{"Repaired", "RepairFailed"} {
+		if ev := jobEvents(t, ns, name, reason); len(ev) > 0 {
+			t.Errorf("%s events on a job nobody changed: %v", reason, ev)
+		}
+	}
 	// Every pod ran on a real node; the model lies on the claim's volume, on its node.
 	for _, p := range podsOf(t, ns, "adam.dev/job="+name) {
 		if !strings.HasPrefix(p.Spec.NodeName, "adam-node-") {
