@@ -19,10 +19,10 @@ func appliedBy(fields []metav1.ManagedFieldsEntry, manager string) bool {
 }
 
 // What the operator owns, changed by another client (kubectl, as its own field manager), is put
-// back by server-side apply within seconds, each object with a Repaired event naming the field
-// and the operator as the field's manager; left alone, the objects as the real API server
-// returns them (its defaults filled in) are never taken for changed: nothing is applied before
-// the edits, and nothing again after the repair.
+// back within seconds, by server-side apply as field manager adam-operator (or written whole where
+// the API server refuses that apply), each object with a Repaired event naming the field; left
+// alone, the objects as the real API server returns them (its defaults filled in) are never taken
+// for changed: nothing is applied before the edits, and nothing again after the repair.
 func testAnotherClientsChangeIsPutBack(t *testing.T) {
 	op := sharedOperator(t)
 	const name = "fashion-mnist-ha"
