@@ -56,6 +56,8 @@ std::string Differs(const Json& want, const Json& live, const std::string& at) {
   if (want.is_object()) {
     if (!live.is_object()) return IsZero(want) && live.is_null() ? "" : at;
     for (const auto& [k, v] : want.items()) {
+      // A list's items come without apiVersion and kind: the object's identity, not its content.
+      if (at.empty() && (k == "apiVersion" || k == "kind")) continue;
       std::string here = at.empty() ? k : at + "." + k;
       if (!live.contains(k)) {
         if (IsZero(v)) continue;
@@ -95,12 +97,7 @@ Json ApplyConfiguration(const Json& o) {
   return part;
 }
 
-std::string FirstDifference(const Json& want, const Json& live) {
-  Json content = want;
-  content.erase("apiVersion");
-  content.erase("kind");
-  return Differs(content, live, "");
-}
+std::string FirstDifference(const Json& want, const Json& live) { return Differs(want, live, ""); }
 
 Json WrittenOver(const Json& live, const Json& want) {
   Json out = live;

@@ -1110,9 +1110,19 @@ StatusOr<bool> Reconciler::PlaceAdmitted(State& s, std::vector<Json>* desired) {
 Status Reconciler::EnsureObjects(State& s) {
   std::vector<Json> desired = Rendered(s);
   const std::map<std::string, Json> existing = ExistingObjects(s);
-  // Placed on every pass, not only when pods are made: what exists is compared with it (drift),
-  // and the controllers' template holds the flavor's tolerations.
-  if (s.admission) {
+  // Placed where Kueue admitted it when pods are made, and on every pass while the controllers'
+  // StatefulSet exists: its template, compared for drift, holds the flavor's tolerations (a list
+  // an apply would replace). A pod is compared by its labels and annotations only, where the
+  // placement's extra keys are no difference, so other passes read no ResourceFlavor.
+  const bool creating = std::any_of(desired.begin(), desired.end(), [&](const Json& o) {
+    const std::string kind = o["kind"];
+    return (kind == "Pod" || kind == "StatefulSet") &&
+           !existing.count(kind + "/" + o["metadata"]["name"].get<std::string>());
+  });
+  const bool has_set = std::any_of(existing.begin(), existing.end(), [](const auto& e) {
+    return e.first.rfind("StatefulSet/", 0) == 0;
+  });
+  if (s.admission && (creating || has_set)) {
     ADAM_ASSIGN_OR_RETURN(const bool placed, PlaceAdmitted(s, &desired));
     if (!placed) return OkStatus();
   }

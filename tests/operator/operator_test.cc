@@ -1328,6 +1328,34 @@ void Admit(FakeApiServer& api, const std::string& name, const std::string& flavo
   api.Put(kWorkloads, wl);
 }
 
+// An admitted HA job's controllers' template carries its flavor's tolerations (a list an apply
+// would replace whole): the passes after its start, which compare that template for drift, find
+// nothing to put back and apply nothing.
+TEST_F(OperatorTest, AnAdmittedJobsFlavorIsNoDriftInTheControllersTemplate) {
+  StartOperator(net::kCertificateValidity, /*kueue=*/true);
+  api->Put("kueue.x-k8s.io/v1beta2/resourceflavors", Json::parse(R"({
+    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+    "metadata": {"name": "zone-b"},
+    "spec": {"nodeLabels": {"topology.kubernetes.io/zone": "zone-b"},
+             "tolerations": [{"key": "team", "operator": "Exists"}]}})"));
+  Json j = Example("fashion-mnist-ha");
+  j["metadata"]["labels"] = {{kQueueLabel, "team"}};
+  // The job's own toleration: the flavor's comes on top of it, in the same list.
+  j["spec"]["podTemplate"]["tolerations"] = {{{"key", "own"}, {"operator", "Exists"}}};
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist-ha") == "Queued"; }));
+  const std::string uid = Job("fashion-mnist-ha")["metadata"]["uid"];
+  Admit(*api, "adamjob-fashion-mnist-ha-" + uid.substr(0, 5), "zone-b");
+  BringUp("fashion-mnist-ha", true);
+  ASSERT_TRUE(Passes());
+  ASSERT_TRUE(Passes());
+  const Json tolerations =
+      api->Get(kSets, "ml", "fashion-mnist-ha-controller")["spec"]["template"]["spec"].value(
+          "tolerations", Json::array());
+  EXPECT_NE(tolerations.dump().find("\"team\""), std::string::npos) << tolerations;
+  EXPECT_EQ(api->applies_served(), 0);
+}
+
 std::string WorkloadCondition(const Json& wl, const std::string& type) {
   for (const Json& c : wl.value("status", Json::object()).value("conditions", Json::array()))
     if (c["type"] == type)

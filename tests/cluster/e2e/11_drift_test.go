@@ -58,11 +58,19 @@ func testAnotherClientsChangeIsPutBack(t *testing.T) {
 	kubectl(t, "label", "pod", trainer, "-n", ns, "app.kubernetes.io/component-", "added-by-someone=kept")
 
 	took := eventually(t, 30*time.Second, "every change put back", func() (bool, string) {
-		s, _ := cs.CoreV1().Services(ns).Get(ctx(), name, metav1.GetOptions{})
-		cm, _ := cs.CoreV1().ConfigMaps(ns).Get(ctx(), name+"-job", metav1.GetOptions{})
-		ss, _ := cs.AppsV1().StatefulSets(ns).Get(ctx(), name+"-controller", metav1.GetOptions{})
-		np, _ := cs.NetworkingV1().NetworkPolicies(ns).Get(ctx(), name, metav1.GetOptions{})
-		p, _ := cs.CoreV1().Pods(ns).Get(ctx(), trainer, metav1.GetOptions{})
+		s, err1 := cs.CoreV1().Services(ns).Get(ctx(), name, metav1.GetOptions{})
+		cm, err2 := cs.CoreV1().ConfigMaps(ns).Get(ctx(), name+"-job", metav1.GetOptions{})
+		ss, err3 := cs.AppsV1().StatefulSets(ns).Get(ctx(), name+"-controller", metav1.GetOptions{})
+		np, err4 := cs.NetworkingV1().NetworkPolicies(ns).Get(ctx(), name, metav1.GetOptions{})
+		p, err5 := cs.CoreV1().Pods(ns).Get(ctx(), trainer, metav1.GetOptions{})
+		for _, err := range []error{err1, err2, err3, err4, err5} {
+			if err != nil {
+				return false, err.Error()
+			}
+		}
+		if len(s.Spec.Ports) == 0 || len(ss.Spec.Template.Spec.Containers) == 0 {
+			return false, "a Service without ports or a StatefulSet without containers"
+		}
 		state := fmt.Sprintf("port %d, job.yaml %d bytes, image %s, %d ingress rules, component %q",
 			s.Spec.Ports[0].Port, len(cm.Data["job.yaml"]), ss.Spec.Template.Spec.Containers[0].Image,
 			len(np.Spec.Ingress), p.Labels["app.kubernetes.io/component"])
