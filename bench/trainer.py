@@ -1,8 +1,14 @@
 #!/usr/bin/python3
 """Runs the trainer benchmark and its PyTorch peer in one go; prints the comparison table and
-writes build/bench/trainer.json (and, with --plot, a PNG of images/s against threads).
+writes build/bench/trainer.json (trainer-avx2.json with --isa avx2; and, with --plot, a PNG of
+images/s against threads).
 
   bench/trainer.py [--threads 1,2] [--seconds 3] [--tta 0.91] [--plot docs/trainer-scaling.png]
+                   [--isa avx2]
+
+--isa avx2 measures an AVX2 CPU on an AVX-512 one: both sides are capped at AVX2 (oneDNN by
+ONEDNN_MAX_CPU_ISA, which also picks our own loops' copy; PyTorch's kernels by
+ATEN_CPU_CAPABILITY and its oneDNN by the same variable), and the peak is an AVX2 core's.
 """
 import argparse, json, os, re, subprocess, sys
 
@@ -16,8 +22,14 @@ def last_json(text):
     raise SystemExit("no JSON in output:\n" + text[-2000:])
 
 
-def peak_gflops(cores):
-    """Single-precision peak estimate: cores x GHz x FLOPs/cycle (2 FMA units)."""
+# What --isa sets for both peers' processes.
+ISA_ENV = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",
+                    "ATEN_CPU_CAPABILITY": "avx2"}}
+
+
+def peak_gflops(cores, isa=""):
+    """Single-precision peak estimate: cores x GHz x FLOPs/cycle (2 FMA units); `isa` "avx2"
+    counts an AVX2 core's FLOPs whatever the CPU has."""
     flags, mhz = "", 0.0
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -27,6 +39,8 @@ def peak_gflops(cores):
             if m:
                 mhz = max(mhz, float(m.group(1)))
     per_cycle = 64 if " avx512f" in flags else 32 if " fma" in flags else 16
+    if isa == "avx2":
+        per_cycle = min(per_cycle, 32)
     return cores * mhz / 1000 * per_cycle, per_cycle, mhz
 
 
@@ -41,12 +55,18 @@ def main():
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--job", default="examples/fashion-mnist.yaml", help="manifest for trainer_bench")
     ap.add_argument("--replot", default="", help="only draw --plot from a saved trainer.json")
+    ap.add_argument("--isa", default="", choices=["", "avx2"],
+                    help="cap both peers at this instruction set (see the module's docstring)")
     ap.add_argument("--apply-every", type=int, default=8,
                     help="also measure batch 1 with workers writing the shared weights every N steps")
     ap.add_argument("--private", type=int, default=1,
                     help="also measure batch 1 with a private weight copy per thread (threadWeights)")
     a = ap.parse_args()
     print("machine:", machine.line(), flush=True)
+    env = dict(os.environ, **ISA_ENV.get(a.isa, {}))
+    if a.isa:
+        print(f"both peers capped at {a.isa}: " +
+              " ".join(f"{k}={v}" for k, v in ISA_ENV[a.isa].items()), flush=True)
     if a.replot:
         with open(a.replot) as f:
             plot(json.load(f)["rows"], a.plot)
@@ -61,21 +81,22 @@ def main():
         cmd += ["--tta", str(a.tta)]
     print("running:", " ".join(cmd), file=sys.stderr, flush=True)
     # stdout carries the JSON; stderr (progress) streams through so a cut-off run still shows it.
-    ours = last_json(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+    ours = last_json(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout)
     held = None
     if a.apply_every > 1:
         hcmd = cmd[:cmd.index("--batches")] + ["--batches", "1", "--seconds", str(a.seconds), "--job", a.job,
                                                "--apply-every", str(a.apply_every)]
         print("running:", " ".join(hcmd), file=sys.stderr, flush=True)
-        held = last_json(subprocess.run(hcmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+        held = last_json(subprocess.run(hcmd, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout)
     private = None
     if a.private:
         pcmd = cmd[:cmd.index("--batches")] + ["--batches", "1", "--seconds", str(a.seconds), "--job", a.job,
                                                "--private-weights", "true"]
         print("running:", " ".join(pcmd), file=sys.stderr, flush=True)
-        private = last_json(subprocess.run(pcmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+        private = last_json(subprocess.run(pcmd, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout)
     os.makedirs(os.path.join(a.build, "bench"), exist_ok=True)
-    with open(os.path.join(a.build, "bench", "trainer_ours.json"), "w") as f:
+    suffix = f"-{a.isa}" if a.isa else ""  # a capped run keeps the uncapped run's files
+    with open(os.path.join(a.build, "bench", f"trainer_ours{suffix}.json"), "w") as f:
         json.dump({"ours": ours, "held": held, "private": private}, f)
     tcmd = [sys.executable, os.path.join(here, "torch_trainer.py"), "--threads", threads,
             "--seconds", str(a.seconds), "--data-dir", a.data_dir]
@@ -84,7 +105,7 @@ def main():
         tcmd += ["--tta", str(a.tta), "--tta-seconds", str(a.tta_seconds),
                  "--tta-augment", ",".join(str(v) for v in ours["augment"])]
     print("running:", " ".join(tcmd), file=sys.stderr, flush=True)
-    torch = last_json(subprocess.run(tcmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+    torch = last_json(subprocess.run(tcmd, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout)
 
     def o(t, b):
         return next(r["images_per_second"] for r in ours["runs"] if r["threads"] == t and r["batch"] == b)
@@ -110,7 +131,7 @@ def main():
 
     ts = [int(t) for t in threads.split(",")]
     flops = ours["train_flops_per_image"]
-    peak, per_cycle, mhz = peak_gflops(max(ts))
+    peak, per_cycle, mhz = peak_gflops(max(ts), a.isa)
     rows = []
     print("ours b1: per-image SGD, the faster of shared and private weights (both listed below)")
     print(f'{"threads":>7} | {"ours b1":>9} {"torch hogwild b1":>16} {"ratio":>6} | '
@@ -142,13 +163,14 @@ def main():
         "ours_best_gflops": ours_best * flops / 1e9, "peak_gflops_estimate": peak,
         "peak_basis": f"{top} cores x {mhz:.0f} MHz x {per_cycle} FLOP/cycle",
         "train_flops_per_image": flops, "rows": rows, "torch_version": torch.get("torch_version"),
+        "isa_cap": a.isa or None, "kernel_isa": ours.get("kernel_isa"),
         "ours_tta": ours.get("tta"), "torch_tta": torch.get("tta"),
     }
     print(f'\nall {top} threads: ours b1 ({result["ours_b1_weights"]} weights) {result["ours_b1"]:.0f} vs torch hogwild b1 '
           f'{result["torch_b1"]:.0f} = {result["ours_b1"] / result["torch_b1"]:.1f}x; ours best '
           f'{ours_best:.0f} vs torch best {result["torch_best"]:.0f} ({result["torch_best_config"]}) = '
           f'{ours_best / result["torch_best"]:.1f}x')
-    print(f'ours best {result["ours_best_gflops"]:.1f} GFLOP/s of an estimated peak {peak:.0f} '
+    print(f'ours best {result["ours_best_gflops"]:.1f} GFLOP/s ({ours.get("kernel_isa")} kernels) of an estimated peak {peak:.0f} '
           f'({result["peak_basis"]}): {100 * result["ours_best_gflops"] / peak:.1f}%')
     for name in ("ours_tta", "torch_tta"):
         if result[name]:
@@ -156,7 +178,7 @@ def main():
             print(f'{name}: {r["accuracy"]:.4f} after {r["epochs"]} epochs in {r["seconds"]:.1f} s '
                   f'(target {r["target"]}, reached {r["reached"]})')
     os.makedirs(os.path.join(a.build, "bench"), exist_ok=True)
-    with open(os.path.join(a.build, "bench", "trainer.json"), "w") as f:
+    with open(os.path.join(a.build, "bench", f"trainer{suffix}.json"), "w") as f:
         json.dump(dict(result, machine=machine.describe()), f, indent=1)
     if a.plot:
         plot(rows, a.plot)

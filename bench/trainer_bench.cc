@@ -16,6 +16,7 @@
 #include "data/augment.h"
 #include "data/idx.h"
 #include "model/layout.h"
+#include "model/pool.h"
 #include "spec/adamjob.h"
 #include "trainer/replica.h"
 
@@ -159,9 +160,12 @@ int main(int argc, char** argv) {
                         {"train_flops_per_image", flops},
                         {"cores", cores},
                         {"real_data", real},
+                        {"kernel_isa", adam::model::PoolKernelIsa()},
                         {"runs", nlohmann::json::array()},
                         {"augment", {aug.shift, int(aug.hflip), aug.variants}}};
   // Human-readable lines go to stderr; stdout carries only the final JSON.
+  std::fprintf(stderr, "kernels: %s (oneDNN's instruction set, which ONEDNN_MAX_CPU_ISA caps)\n",
+               adam::model::PoolKernelIsa());
   std::fprintf(stderr, "%-8s %-6s %12s %10s  %s\n", "threads", "batch", "images/s", "GFLOP/s",
                "placement");
   for (int b : ParseList(batches_s))

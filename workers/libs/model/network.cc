@@ -1,17 +1,20 @@
-// Network on oneDNN 2.x primitives: conv, max and average pooling, inner product, eltwise and
-// softmax, forward and backward, with plain layouts (NCHW activations, OIHW/OI weights) so the
-// parameter vector is the wire format as it is.
+// Network on oneDNN 2.x primitives: conv, inner product, eltwise and softmax, forward and
+// backward, and pooling of our own (model/pool.h); the parameter vector keeps plain layouts
+// (OIHW/OI weights), so it is the wire format as it is.
 #include "model/network.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/hogwild.h"
+#include "model/pool.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace adam::model {
@@ -30,7 +33,27 @@ struct Step {
   Args args;
   int decayed = -1;      // a dense layer's fused update whose sum scale follows the rate: its index
   bool weights = false;  // on the way to a weight gradient or step, not to an input gradient
+  std::function<void()> run = {};  // a step of our own instead of a primitive (pooling)
 };
+
+// A step of our own; `buffers` are the memories it reads and writes through raw pointers, held
+// in its arguments (as a primitive's are) so that they live as long as the Network.
+Step OwnStep(std::function<void()> run, Args buffers) {
+  Step st;
+  st.args = std::move(buffers);
+  st.run = std::move(run);
+  return st;
+}
+
+// oneDNN's CPU stream (its OpenMP runtime) has run a primitive when execute returns, so a step of
+// our own between two primitives reads the first's output and the second reads its own.
+void Execute(Step& s, dnnl::stream& strm) {
+  if (s.run) {
+    s.run();
+  } else {
+    s.prim.execute(strm, s.args);
+  }
+}
 
 // Marks the steps `bwd` gained since it held `from` as the weights' (Network::BackwardWeights).
 void MarkWeights(std::vector<Step>& bwd, size_t from) {
@@ -65,6 +88,35 @@ algorithm EltwiseAlg(spec::Activation a) {
 // The slope below 0 for relu (oneDNN's alpha); unused by the others.
 float EltwiseAlpha(spec::Activation a) {
   return a == spec::Activation::kLeakyRelu ? spec::kLeakySlope : 0.f;
+}
+
+// The weight gradient's descriptor of the convolution `fpd`. Where oneDNN's first choice reads an
+// input of few channels (an image's 1 or 3) in channel blocks (8 on AVX2), it reads mostly
+// padding: on AVX2 the first layer's of examples/fashion-mnist.yaml took 31% of a step that way
+// (10x its AVX-512 time). There it asks again for the input in plain NCHW (oneDNN then picks its
+// im2col-and-GEMM implementation) and takes that unless it is the reference one. (Walking oneDNN
+// 2.6's list of implementations instead crashed inside it for a 1x1 convolution.)
+dnnl::convolution_backward_weights::primitive_desc WeightGradientDesc(
+    const dnnl::convolution_forward::primitive_desc& fpd, const memory::desc& w_any,
+    const memory::desc& b_md, const memory::dims& strides, const memory::dims& pad,
+    const dnnl::primitive_attr& attr, const dnnl::engine& eng) {
+  const memory::dims in = fpd.src_desc().dims();
+  const memory::desc dst_any(fpd.dst_desc().dims(), dt::f32, tag::any);
+  auto make = [&](tag src_tag) {
+    const memory::desc src(in, dt::f32, src_tag);
+    return dnnl::convolution_backward_weights::primitive_desc(
+        {algorithm::convolution_direct, src, w_any, b_md, dst_any, strides, pad, pad}, attr, eng,
+        fpd);
+  };
+  auto pd = make(tag::any);
+  if (pd.src_desc().data.padded_dims[1] < 4 * in[1]) return pd;
+  try {
+    auto plain = make(tag::nchw);
+    if (std::string(plain.impl_info_str()).rfind("ref", 0) != 0) return plain;
+  } catch (const dnnl::error&) {
+    // no implementation for a plain input: keep the first choice
+  }
+  return pd;
 }
 
 memory::dims Dims4(int n, const spec::Shape& s) { return {n, s.channels, s.height, s.width}; }
@@ -138,10 +190,10 @@ struct Network::Impl {
     int64_t in, units, weights, bias;  // offsets in params
     std::vector<float> a, e;           // apply_every*batch rows each
   };
-  std::vector<Held> held;         // dense layers
-  std::vector<int> held_index;    // per layer: index into held, or -1
-  std::vector<float> held_steps;  // sum of lr * grad over the looped ranges
-  std::vector<memory> pool_diff_src;
+  std::vector<Held> held;                              // dense layers
+  std::vector<int> held_index;                         // per layer: index into held, or -1
+  std::vector<float> held_steps;                       // sum of lr * grad over the looped ranges
+  std::vector<std::unique_ptr<int32_t[]>> pool_where;  // each max pool's argmax positions
   // Dropout while training (inverted: a kept input is scaled by 1 / keep, so evaluation, which
   // leaves the layer out, needs no scaling): each layer's mask, drawn before every Forward in
   // kSgd mode and the same on every Forward in kGradients mode (one fixed function to check).
@@ -154,7 +206,7 @@ struct Network::Impl {
   // One scratchpad for every primitive of this Network: oneDNN's library-managed scratchpad is
   // thread-local and sized at creation, so a Network made on one thread and run on another
   // needs its own.
-  memory scratchpad;  // max-pool backward only scatters: zeroed before Backward
+  memory scratchpad;
   std::vector<uint8_t> labels;
   // A segment (CreateSegment): no loss head; its output and the gradients at its two ends, in
   // plain layouts.
@@ -322,9 +374,7 @@ void Network::Builder::Conv(size_t i, const spec::LayerSpec& l, const spec::Laye
     memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
     const size_t weights_from = bwd.size();
     // Each backward pass picks its own layouts too; reorder where they differ.
-    dnnl::convolution_backward_weights::primitive_desc wpd(
-        {algorithm::convolution_direct, src_any, w_any, b_md, dst_any, strides, pad, pad}, attr,
-        eng, fpd);
+    const auto wpd = WeightGradientDesc(fpd, w_any, b_md, strides, pad, attr, eng);
     memory w_src = Reformat(conv_src, wpd.src_desc(), eng, &bwd);
     memory w_diff_dst = Reformat(diff_dst, wpd.diff_dst_desc(), eng, &bwd);
     memory dw_pass = dw;
@@ -378,54 +428,73 @@ void Network::Builder::Dropout(size_t i, const spec::LayerSpec& l, const spec::L
   }
 }
 
+namespace {
+
+// An activation in one of the layouts model/pool.h runs on: its pooling shape and the layout's
+// tag (the output's too).
+struct PoolIn {
+  PoolShape shape;
+  memory::format_tag layout;
+};
+
+std::optional<PoolIn> PoolLayout(const memory::desc& md, int size) {
+  const memory::dims d = md.dims();
+  if (md.data.ndims != 4 || md.data_type() != dt::f32) return std::nullopt;
+  const int64_t n = d[0], c = d[1], h = d[2], w = d[3];
+  if (md == memory::desc(d, dt::f32, tag::nchw)) return PoolIn{{n * c, h, w, 1, size}, tag::nchw};
+  if (md == memory::desc(d, dt::f32, tag::nhwc)) return PoolIn{{n, h, w, c, size}, tag::nhwc};
+  for (const auto& [blocked, block] : {std::pair{tag::nChw8c, 8}, std::pair{tag::nChw16c, 16}})
+    if (md == memory::desc(d, dt::f32, blocked))
+      return PoolIn{{n * (md.data.padded_dims[1] / block), h, w, block, size}, blocked};
+  return std::nullopt;
+}
+
+}  // namespace
+
 Status Network::Builder::Pool(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
                               const LayerParams& p, std::vector<Step>& bwd, bool need_diff_src) {
-  // Pools in the layout its input arrives in. Windows never overlap padding (stride =
-  // size, no padding), so the average is over the whole window.
+  // Pools in the layout its input arrives in (model/pool.h), after a reorder to NHWC when that
+  // is none it knows. Windows tile the input: stride = size, no padding.
   const bool is_max = l.type == spec::LayerType::kMaxPool;
-  const algorithm alg = is_max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
-  memory::desc src_md = src.get_desc();
-  memory::desc dst_md(Dims4(batch, s.out), dt::f32, tag::any);
-  memory::dims k = {l.size, l.size}, zero = {0, 0};
-  dnnl::pooling_forward::primitive_desc fpd(
-      {train ? prop_kind::forward_training : prop_kind::forward_inference, alg, src_md, dst_md, k,
-       k, zero, zero},
-      attr, eng);
-  dnnl::pooling_backward::primitive_desc bpd;
-  if (train && !is_max) {
-    bpd = dnnl::pooling_backward::primitive_desc({alg, src_md, fpd.dst_desc(), k, k, zero, zero},
-                                                 attr, eng, fpd);
-  } else if (train) {
-    // oneDNN 2.6 may pair a simple_nchw forward with a jit backward whose workspace
-    // layouts disagree (wrong gradients, caught by the gradient check): walk the forward
-    // implementations until one has a backward of the same name.
-    const dnnl::pooling_backward::desc bd(algorithm::pooling_max, src_md, fpd.dst_desc(), k, k,
-                                          zero, zero);
-    bool matched = false;
-    do {
-      bpd = dnnl::pooling_backward::primitive_desc(bd, attr, eng, fpd);
-      do {
-        matched = bpd.impl_info_str() == fpd.impl_info_str();
-      } while (!matched && bpd.next_impl());
-    } while (!matched && fpd.next_impl());
-    if (!matched) return InternalError("oneDNN has no matching max-pool forward/backward");
+  memory pool_src = src, pool_diff_src = diff_src;
+  std::optional<PoolIn> found = PoolLayout(src.get_desc(), l.size);
+  if (!found) {
+    pool_src = Reformat(src, memory::desc(Dims4(batch, s.in), dt::f32, tag::nhwc), eng, &m.forward);
+    found = PoolLayout(pool_src.get_desc(), l.size);
+    if (train && need_diff_src) pool_diff_src = memory(pool_src.get_desc(), eng);
   }
-  memory dst(fpd.dst_desc(), eng);
-  Args fargs = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
-  memory ws;
+  if (!found || found->shape.out_h() != s.out.height || found->shape.out_w() != s.out.width)
+    return InternalError("network: pooling layer " + std::to_string(i) +
+                         " has no layout to run in");
+  const PoolShape ps = found->shape;
+  memory dst({Dims4(batch, s.out), dt::f32, found->layout}, eng);
+  ADAM_CHECK(dst.get_desc().get_size() == size_t(ps.out_count()) * sizeof(float));
+  const auto* in = static_cast<const float*>(pool_src.get_data_handle());
+  auto* out = static_cast<float*>(dst.get_data_handle());
+  int32_t* where = nullptr;
   if (train && is_max) {
-    ws = memory(fpd.workspace_desc(), eng);
-    fargs[DNNL_ARG_WORKSPACE] = ws;
+    m.pool_where.emplace_back(new int32_t[size_t(ps.out_count())]);
+    where = m.pool_where.back().get();
   }
-  m.forward.push_back({dnnl::pooling_forward(fpd), fargs});
+  const Args fwd_buffers = {{DNNL_ARG_SRC, pool_src}, {DNNL_ARG_DST, dst}};
+  if (is_max) {
+    m.forward.push_back(OwnStep([=] { MaxPoolForward(ps, in, out, where); }, fwd_buffers));
+  } else {
+    m.forward.push_back(OwnStep([=] { AvgPoolForward(ps, in, out); }, fwd_buffers));
+  }
   memory diff_dst;
   if (train) {
-    diff_dst = memory(fpd.dst_desc(), eng);
+    diff_dst = memory(dst.get_desc(), eng);
     if (need_diff_src) {
-      m.pool_diff_src.push_back(diff_src);
-      Args bargs = {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_src}};
-      if (is_max) bargs[DNNL_ARG_WORKSPACE] = ws;
-      bwd.push_back({dnnl::pooling_backward(bpd), bargs});
+      const auto* g = static_cast<const float*>(diff_dst.get_data_handle());
+      auto* gin = static_cast<float*>(pool_diff_src.get_data_handle());
+      const Args bwd_buffers = {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, pool_diff_src}};
+      if (is_max) {
+        bwd.push_back(OwnStep([=] { MaxPoolBackward(ps, g, where, gin); }, bwd_buffers));
+      } else {
+        bwd.push_back(OwnStep([=] { AvgPoolBackward(ps, g, gin); }, bwd_buffers));
+      }
+      if (pool_diff_src != diff_src) bwd.push_back(ReorderStep(pool_diff_src, diff_src));
     }
   }
   src = dst;
@@ -568,6 +637,7 @@ memory ShareScratchpad(const dnnl::engine& eng, std::vector<Step>* forward,
                        std::vector<Step>* backward) {
   size_t scratch = 0;
   auto scratch_md = [](const Step& st) {
+    if (st.run) return memory::desc();
     return memory::desc(
         *dnnl_primitive_desc_query_md(st.prim.get_primitive_desc(), dnnl_query_scratchpad_md, 0));
   };
@@ -758,7 +828,7 @@ float Network::Forward(const uint8_t* labels, int* predicted) {
       }
     }
   }
-  for (auto& s : m.forward) s.prim.execute(m.strm, s.args);
+  for (auto& s : m.forward) Execute(s, m.strm);
   m.strm.wait();
   if (m.segment) return 0.f;
   const float* p = probabilities();
@@ -795,7 +865,7 @@ void Network::RunBackward(float lr, Pass pass) {
   if (pass != Pass::kWeights) PrepareBackwardData();
   if (pass == Pass::kData) {
     for (auto& s : m.backward)
-      if (!s.weights) s.prim.execute(m.strm, s.args);
+      if (!s.weights) Execute(s, m.strm);
     m.strm.wait();
     return;
   }
@@ -815,7 +885,7 @@ void Network::RunBackward(float lr, Pass pass) {
     m.decay_scale = decay_scale;
   }
   for (auto& s : m.backward)
-    if (pass == Pass::kAll || s.weights) s.prim.execute(m.strm, s.args);
+    if (pass == Pass::kAll || s.weights) Execute(s, m.strm);
   m.strm.wait();
   if (m.mode != NetworkMode::kSgd) return;
   if (m.hold) {  // hold this step's update back (private buffers only)
@@ -862,8 +932,7 @@ void Network::RunBackward(float lr, Pass pass) {
   }
 }
 
-// What the first backward step reads: the loss's gradient at the logits (a whole model) and the
-// pools' input gradients cleared (their backward steps add into them).
+// What the first backward step reads: the loss's gradient at the logits (a whole model).
 void Network::PrepareBackwardData() {
   Impl& m = *impl_;
   if (!m.segment) {
@@ -877,8 +946,6 @@ void Network::PrepareBackwardData() {
         d[k] = (p[k] - (c == m.labels[n] ? 1.f : 0.f)) * inv;
       }
   }
-  for (auto& mem : m.pool_diff_src)
-    std::memset(mem.get_data_handle(), 0, mem.get_desc().get_size());
 }
 
 void Network::StepWithVelocity(float lr) {
