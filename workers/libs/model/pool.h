@@ -1,8 +1,9 @@
 // Max and average pooling whose windows tile the input (kernel = stride, no padding), the only
 // pooling an AdamJob describes, written out instead of oneDNN's: oneDNN 2.6's pooling kernels
-// are the slowest step of a small model's training step, and on AVX2 CPUs by far (profiled:
-// docs/reference/performance.md, "Pooling"). Each function is compiled for AVX-512, AVX2 and
-// plain x86-64 and runs the copy for the instruction set oneDNN uses (PoolKernelIsa).
+// were the slowest step of the demo model's training step, on AVX2 CPUs by far (profiled in
+// docs/reference/performance.md, "Why batch 32 fell 3-4x on AVX2"). Each function is compiled
+// for AVX-512, AVX2 and plain x86-64 and runs the copy for the instruction set oneDNN uses
+// (PoolKernelIsa).
 //
 // The layouts are the ones oneDNN gives a convolution's output: a tensor is `outer` planes of
 // height x width pixels, each pixel `inner` consecutive floats, which covers NCHW (outer = N x C,
