@@ -13,17 +13,17 @@ namespace adam::model {
 namespace {
 
 // A tensor of `outer` planes, each in_h x in_w pixels of `inner` floats: element (o, h, w, c).
-int64_t At(const PoolShape& s, int64_t o, int64_t h, int64_t w, int64_t c, int64_t height,
-           int64_t width) {
+int64_t Element(const PoolShape& s, int64_t o, int64_t h, int64_t w, int64_t c, int64_t height,
+                int64_t width) {
   return ((o * height + h) * width + w) * s.inner + c;
 }
 
-struct Case {
+struct PoolCase {
   PoolShape shape;
   std::string name;
 };
 
-std::vector<Case> Cases() {
+std::vector<PoolCase> PoolCases() {
   return {
       {{6, 7, 7, 1, 2}, "nchw, 7x7 by 2"},
       {{2, 9, 8, 10, 3}, "nhwc with 10 channels, 9x8 by 3"},
@@ -33,7 +33,7 @@ std::vector<Case> Cases() {
   };
 }
 
-std::vector<float> Random(int64_t n, std::mt19937& rng, bool ties) {
+std::vector<float> RandomValues(int64_t n, std::mt19937& rng, bool ties) {
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> v(static_cast<size_t>(n));
   // With ties, values come from a set of four, so windows often hold equal largest values.
@@ -43,11 +43,12 @@ std::vector<float> Random(int64_t n, std::mt19937& rng, bool ties) {
 
 TEST(Pool, MaxForwardAndBackwardFollowTheirDefinition) {
   std::mt19937 rng(7);
-  for (const auto& [s, name] : Cases())
+  for (const PoolCase& c : PoolCases())
     for (bool ties : {false, true}) {
-      SCOPED_TRACE(name + (ties ? ", with ties" : ""));
-      const auto src = Random(s.in_count(), rng, ties);
-      const auto diff_dst = Random(s.out_count(), rng, false);
+      const PoolShape& s = c.shape;
+      SCOPED_TRACE(c.name + (ties ? ", with ties" : ""));
+      const auto src = RandomValues(s.in_count(), rng, ties);
+      const auto diff_dst = RandomValues(s.out_count(), rng, false);
       std::vector<float> dst(size_t(s.out_count())), diff_src(size_t(s.in_count()), 99.f);
       std::vector<int32_t> where(size_t(s.out_count()));
       MaxPoolForward(s, src.data(), dst.data(), where.data());
@@ -62,14 +63,14 @@ TEST(Pool, MaxForwardAndBackwardFollowTheirDefinition) {
               float top = 0;
               for (int64_t kh = 0; kh < s.size; ++kh)
                 for (int64_t kw = 0; kw < s.size; ++kw) {
-                  const float v =
-                      src[size_t(At(s, o, oh * s.size + kh, ow * s.size + kw, c, s.in_h, s.in_w))];
+                  const float v = src[size_t(
+                      Element(s, o, oh * s.size + kh, ow * s.size + kw, c, s.in_h, s.in_w))];
                   if (best < 0 || v > top) {
                     top = v;
-                    best = At(s, o, oh * s.size + kh, ow * s.size + kw, c, s.in_h, s.in_w);
+                    best = Element(s, o, oh * s.size + kh, ow * s.size + kw, c, s.in_h, s.in_w);
                   }
                 }
-              const auto out = size_t(At(s, o, oh, ow, c, s.out_h(), s.out_w()));
+              const auto out = size_t(Element(s, o, oh, ow, c, s.out_h(), s.out_w()));
               ASSERT_EQ(dst[out], top) << "output " << out;
               want_diff[size_t(best)] = diff_dst[out];
             }
@@ -80,9 +81,10 @@ TEST(Pool, MaxForwardAndBackwardFollowTheirDefinition) {
 
 TEST(Pool, MaxForwardWithoutPositionsGivesTheSameMaxima) {
   std::mt19937 rng(8);
-  for (const auto& [s, name] : Cases()) {
-    SCOPED_TRACE(name);
-    const auto src = Random(s.in_count(), rng, false);
+  for (const PoolCase& c : PoolCases()) {
+    const PoolShape& s = c.shape;
+    SCOPED_TRACE(c.name);
+    const auto src = RandomValues(s.in_count(), rng, false);
     std::vector<float> a(size_t(s.out_count())), b(size_t(s.out_count()));
     std::vector<int32_t> where(size_t(s.out_count()));
     MaxPoolForward(s, src.data(), a.data(), where.data());
@@ -93,10 +95,11 @@ TEST(Pool, MaxForwardWithoutPositionsGivesTheSameMaxima) {
 
 TEST(Pool, AverageForwardAndBackwardFollowTheirDefinition) {
   std::mt19937 rng(9);
-  for (const auto& [s, name] : Cases()) {
-    SCOPED_TRACE(name);
-    const auto src = Random(s.in_count(), rng, false);
-    const auto diff_dst = Random(s.out_count(), rng, false);
+  for (const PoolCase& c : PoolCases()) {
+    const PoolShape& s = c.shape;
+    SCOPED_TRACE(c.name);
+    const auto src = RandomValues(s.in_count(), rng, false);
+    const auto diff_dst = RandomValues(s.out_count(), rng, false);
     std::vector<float> dst(size_t(s.out_count())), diff_src(size_t(s.in_count()), 99.f);
     AvgPoolForward(s, src.data(), dst.data());
     AvgPoolBackward(s, diff_dst.data(), diff_src.data());
@@ -107,11 +110,11 @@ TEST(Pool, AverageForwardAndBackwardFollowTheirDefinition) {
         for (int64_t ow = 0; ow < s.out_w(); ++ow)
           for (int64_t c = 0; c < s.inner; ++c) {
             double sum = 0;
-            const auto out = size_t(At(s, o, oh, ow, c, s.out_h(), s.out_w()));
+            const auto out = size_t(Element(s, o, oh, ow, c, s.out_h(), s.out_w()));
             for (int64_t kh = 0; kh < s.size; ++kh)
               for (int64_t kw = 0; kw < s.size; ++kw) {
                 const auto in =
-                    size_t(At(s, o, oh * s.size + kh, ow * s.size + kw, c, s.in_h, s.in_w));
+                    size_t(Element(s, o, oh * s.size + kh, ow * s.size + kw, c, s.in_h, s.in_w));
                 sum += src[in];
                 want_diff[in] = diff_dst[out] / n;
               }
