@@ -5,7 +5,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build demo test fuzz tsan asan tidy format format-check asan-build tsan-build bench bench-operator clean cluster-tools cluster cluster-down k8s-e2e k8s-nodes image multihost
+.PHONY: deps build demo test fuzz tsan asan tidy format format-check asan-build tsan-build bench bench-operator bench-tta clean cluster-tools cluster cluster-down k8s-e2e k8s-nodes image multihost
 
 deps:
 	./scripts/install-deps.sh
@@ -97,6 +97,15 @@ asan-build: deps
 # docs/reference/performance.md has the table. Not part of CI.
 bench-operator: build cluster-tools
 	./bench/operator.sh
+
+# Time to accuracy against PyTorch (bench/tta.py): each example with `adam run`, then PyTorch with
+# the same model, recipe and trainer threads for up to 3 times our time; prints the seconds to
+# 91-94% for each and writes build/bench/tta.json. Not part of CI (the best example alone trains
+# for about 12 minutes on 2 cores).
+bench-tta: build
+	ADAM_INSTALL_BENCH=1 ./scripts/install-deps.sh
+	mkdir -p $(BUILD)/bench
+	/usr/bin/python3 bench/tta.py --build $(BUILD)
 
 # Benchmarks: the parameter server against a memory-bandwidth triad, the controller's Raft against
 # a 3-member etcd, the trainer against PyTorch (installs python3-torch and etcd-server), on an

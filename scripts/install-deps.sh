@@ -27,6 +27,7 @@ fi
 # Extra groups: ADAM_INSTALL_BENCH=1 adds the peers the benchmarks compare against.
 if [[ "${ADAM_INSTALL_BENCH:-0}" == 1 ]]; then
   packages+=(python3-torch python3-numpy python3-matplotlib etcd-server etcd-client)
+  packages+=(python3-yaml)  # bench/tta.py and torch_trainer.py --manifest read AdamJobs
 fi
 
 missing=()
