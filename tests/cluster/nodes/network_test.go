@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // The second network every real node has (tests/cluster/nodes.sh): the NetworkAttachmentDefinition
@@ -169,9 +170,31 @@ func procAddress(s string) (string, bool, error) {
 // network, while some connection between two of them runs on the second network. With everyForwards,
 // every server must have forwarded (all are primaries of some shards when the job starts; one made
 // again after a fault may hold copies only).
+// jobNamed is job(), for a function whose parameter of that name hides it.
+var jobNamed = job
+
 func checkSecondNetwork(t *testing.T, ns, job string, everyForwards bool) {
 	t.Helper()
-	pods := podsOf(t, ns, "adam.dev/job="+job+",adam.dev/role=ps")
+	// A server whose container was just killed, or whose pod was just made again, is back first
+	// (ready, its sandbox's network-status written): what is checked is where the servers
+	// replicate, not how soon they restart (reading one mid-restart found no container to exec in).
+	var pods []corev1.Pod
+	want := len(podsOf(t, ns, "adam.dev/job="+job+",adam.dev/role=ps"))
+	if n, found, _ := unstructured.NestedInt64(jobNamed(t, ns, job).Object, "spec", "roles", "parameterServer", "replicas"); found {
+		want = int(n)
+	}
+	eventually(t, 120*time.Second, job+"'s parameter servers ready on their networks", func() bool {
+		pods = podsOf(t, ns, "adam.dev/job="+job+",adam.dev/role=ps")
+		if len(pods) < want {
+			return false
+		}
+		for i := range pods {
+			if !ready(t, ns, pods[i].Name) || pods[i].Annotations["k8s.v1.cni.cncf.io/network-status"] == "" {
+				return false
+			}
+		}
+		return true
+	})
 	onPods, onSecond := map[string]string{}, map[string]string{}
 	for i := range pods {
 		p := &pods[i]
