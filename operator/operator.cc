@@ -434,6 +434,7 @@ int OperatorMain(const OperatorOptions& options, const std::string& kubeconfig,
   };
   config->qps = o.qps;
   config->burst = o.burst;
+  config->limiter = kube::NewRateLimiter(o.qps, o.burst);  // the reads' and the writes' together
   kube::Config read_config = *config;
   read_config.request_timeout = std::chrono::seconds(30);
   kube::Config write_config = *config;

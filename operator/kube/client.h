@@ -131,6 +131,9 @@ struct RequestRecord {
   double seconds = 0;  // until the answer's headers (a watch: until the stream opened)
 };
 
+// A token bucket of requests (http_client.cc); NewRateLimiter makes one.
+class RateLimiter;
+
 // Where the API server is, how to authenticate, and the client's own limits.
 struct Config {
   std::string server;  // https://host:port (or http:// for tests)
@@ -149,6 +152,9 @@ struct Config {
   // up to `max_retries` times.
   double qps = 20;
   int burst = 30;
+  // Set (NewRateLimiter(qps, burst)): every client made from a copy of this Config draws on
+  // this one bucket, so that qps and burst bound them together. Null: each client has its own.
+  std::shared_ptr<RateLimiter> limiter;
   int max_retries = 10;
   // A request whose answer makes no progress for this long fails UNAVAILABLE (a watch: its own
   // timeout plus 30 s).
@@ -173,6 +179,7 @@ std::string DefaultKubeconfigPath(const std::string& list);
 
 // Over HTTPS (HTTP for tests), reusing its connections; thread-safe.
 std::unique_ptr<Client> NewHttpClient(const Config& config);
+std::shared_ptr<RateLimiter> NewRateLimiter(double qps, int burst);
 
 // RFC 3339 UTC time ("2026-11-23T05:55:15Z") of a system_clock time point, and back (nullopt
 // when malformed).

@@ -108,6 +108,42 @@ std::optional<std::chrono::system_clock::time_point> ParseTime(const std::string
   return std::chrono::system_clock::from_time_t(timegm(&tm));
 }
 
+// A token bucket: `qps` tokens a second, at most `burst` saved up. Acquire blocks until one is
+// free. Thread-safe.
+class RateLimiter {
+ public:
+  RateLimiter(double qps, int burst) : qps_(qps), burst_(std::max(1, burst)), tokens_(burst_) {}
+
+  // Returns how long the caller waited.
+  std::chrono::duration<double> Acquire() {
+    if (qps_ <= 0) return {};
+    MutexLock lock(mu_);
+    const auto start = std::chrono::steady_clock::now();
+    while (true) {
+      const auto now = std::chrono::steady_clock::now();
+      tokens_ = std::min<double>(
+          burst_, tokens_ + qps_ * std::chrono::duration<double>(now - last_).count());
+      last_ = now;
+      if (tokens_ >= 1) {
+        tokens_ -= 1;
+        return now - start;
+      }
+      const auto wait = std::chrono::duration<double>((1 - tokens_) / qps_);
+      lock.Unlock();
+      std::this_thread::sleep_for(wait);
+      lock.Lock();
+    }
+  }
+
+ private:
+  const double qps_;
+  const int burst_;
+  Mutex mu_;
+  double tokens_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point last_ ABSL_GUARDED_BY(mu_) =
+      std::chrono::steady_clock::now();
+};
+
 namespace {
 
 namespace http = web::http;
@@ -275,42 +311,6 @@ StatusOr<ExecAnswer> RunExecPlugin(const ExecPlugin& p) {
   return ParseExecCredential(text, p, where);
 }
 
-// A token bucket: `qps` tokens a second, at most `burst` saved up. Acquire blocks until one is
-// free. Thread-safe.
-class RateLimiter {
- public:
-  RateLimiter(double qps, int burst) : qps_(qps), burst_(std::max(1, burst)), tokens_(burst_) {}
-
-  // Returns how long the caller waited.
-  std::chrono::duration<double> Acquire() {
-    if (qps_ <= 0) return {};
-    MutexLock lock(mu_);
-    const auto start = std::chrono::steady_clock::now();
-    while (true) {
-      const auto now = std::chrono::steady_clock::now();
-      tokens_ = std::min<double>(
-          burst_, tokens_ + qps_ * std::chrono::duration<double>(now - last_).count());
-      last_ = now;
-      if (tokens_ >= 1) {
-        tokens_ -= 1;
-        return now - start;
-      }
-      const auto wait = std::chrono::duration<double>((1 - tokens_) / qps_);
-      lock.Unlock();
-      std::this_thread::sleep_for(wait);
-      lock.Lock();
-    }
-  }
-
- private:
-  const double qps_;
-  const int burst_;
-  Mutex mu_;
-  double tokens_ ABSL_GUARDED_BY(mu_);
-  std::chrono::steady_clock::time_point last_ ABSL_GUARDED_BY(mu_) =
-      std::chrono::steady_clock::now();
-};
-
 // What a request authenticates with: a bearer token and/or a client certificate.
 struct Credentials {
   std::string token;
@@ -334,7 +334,8 @@ std::optional<std::chrono::seconds> RetryAfter(const http::http_response& resp) 
 
 class HttpClient : public Client {
  public:
-  explicit HttpClient(const Config& c) : config_(c), limiter_(c.qps, c.burst) {}
+  explicit HttpClient(const Config& c)
+      : config_(c), limiter_(c.limiter ? c.limiter : NewRateLimiter(c.qps, c.burst)) {}
 
   StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
     return Call(http::methods::GET, r.Path(ns) + "/" + name, nullptr);
@@ -577,7 +578,7 @@ class HttpClient : public Client {
       std::optional<std::chrono::seconds> retry_after;
       std::string token;
       try {
-        limiter_.Acquire();
+        limiter_->Acquire();
         ADAM_ASSIGN_OR_RETURN(const Credentials creds, CurrentCredentials());
         token = creds.token;
         auto client = Pooled(creds);
@@ -619,7 +620,7 @@ class HttpClient : public Client {
   }
 
   const Config config_;
-  RateLimiter limiter_;
+  const std::shared_ptr<RateLimiter> limiter_;
   Mutex pool_mu_;
   std::shared_ptr<http::client::http_client> pooled_ ABSL_GUARDED_BY(pool_mu_);
   std::string pooled_cert_ ABSL_GUARDED_BY(pool_mu_);
@@ -691,6 +692,10 @@ StatusOr<ExecPlugin> ParseExec(const YAML::Node& n, const std::string& where,
 }
 
 }  // namespace
+
+std::shared_ptr<RateLimiter> NewRateLimiter(double qps, int burst) {
+  return std::make_shared<RateLimiter>(qps, burst);
+}
 
 std::unique_ptr<Client> NewHttpClient(const Config& config) {
   return std::make_unique<HttpClient>(config);

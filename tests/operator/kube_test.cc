@@ -413,6 +413,22 @@ TEST_F(ClientTest, RequestsAreRateLimited) {
   EXPECT_LT(took, std::chrono::milliseconds(3000));
 }
 
+// Clients made from one Config with a limiter (the operator's reads and writes) share its
+// bucket: together they stay at qps, where each alone would have had the whole rate.
+TEST_F(ClientTest, ClientsOfOneLimiterShareItsRate) {
+  ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
+  Config c = Plain(api->url());
+  c.qps = 20;
+  c.burst = 5;
+  c.limiter = NewRateLimiter(c.qps, c.burst);
+  auto reads = NewHttpClient(c), writes = NewHttpClient(c);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 25; ++i)
+    ASSERT_TRUE((i % 2 ? writes : reads)->Get(ConfigMaps(), "ns", "one").ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0,
+            std::chrono::milliseconds(950));  // 20 beyond the one burst at 20/s
+}
+
 // Sockets to or from `port` in TIME_WAIT: each one a connection that was closed.
 int ClosedConnections(int port) {
   int n = 0;

@@ -318,7 +318,9 @@ func TestTheOperatorKeepsItsRateLimitAndItsConnections(t *testing.T) {
 }
 
 // A pod whose /metrics never answers (a black-holed address) holds no reconcile: scrapes run
-// on their own threads, and every reconcile stays short while the pod's scrapes time out.
+// on their own threads, and every reconcile stays short while the pod's scrapes time out. A
+// reconcile that scraped itself would wait out the scrape's 1 s timeout: every reconcile must
+// take under 1 s (0.5 s was exceeded once by a reconcile of a machine busy with other tests).
 func TestASlowTrainerScrapeStallsNoReconcile(t *testing.T) {
 	stopShared(t)
 	ns := namespace(t, "e2e-slow")
@@ -364,7 +366,7 @@ func TestASlowTrainerScrapeStallsNoReconcile(t *testing.T) {
 		return len(held) >= 2, fmt.Sprint(len(held), " connections")
 	})
 	count0 := o.metric(t, "controller_runtime_reconcile_time_seconds_count")
-	fast0 := o.metric(t, "controller_runtime_reconcile_time_seconds_bucket", `le="0.5"`)
+	fast0 := o.metric(t, "controller_runtime_reconcile_time_seconds_bucket", `le="1"`)
 	runJob(t, ns, "other") // reconciles of both jobs while the scrapes hang
 	// The silent pods' job reconciled too: an annotation is a change the operator looks at (its
 	// own status writes are not, so they add no reconcile).
@@ -373,10 +375,10 @@ func TestASlowTrainerScrapeStallsNoReconcile(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	count := o.metric(t, "controller_runtime_reconcile_time_seconds_count") - count0
-	fast := o.metric(t, "controller_runtime_reconcile_time_seconds_bucket", `le="0.5"`) - fast0
-	t.Logf("%v reconciles while the trainers' scrapes hung, %v of them under 0.5 s", count, fast)
+	fast := o.metric(t, "controller_runtime_reconcile_time_seconds_bucket", `le="1"`) - fast0
+	t.Logf("%v reconciles while the trainers' scrapes hung, %v of them within 1 s", count, fast)
 	if count < 5 || fast < count {
-		t.Errorf("%v of %v reconciles took 0.5 s or more: a scrape holds them", count-fast, count)
+		t.Errorf("%v of %v reconciles took over 1 s: a scrape holds them", count-fast, count)
 	}
 	o.noForbidden(t)
 }
