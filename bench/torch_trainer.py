@@ -206,6 +206,7 @@ def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epoc
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     lr_at = lambda e: lr * decay ** e
+    smoothing = 0.0
     if manifest:
         spec = manifest["spec"]
         training = spec.get("training", {})
@@ -216,6 +217,7 @@ def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epoc
         max_epochs = training.get("epochs", 10)
         momentum = training.get("momentum", 0.0)
         weight_decay = training.get("weightDecay", 0.0)
+        smoothing = training.get("labelSmoothing", 0.0)
         a = spec["dataset"].get("augment", {})
         augment = (a.get("shift", 0), int(a.get("hflip", False)), a.get("variants", 2))
         # Ours does not decay biases.
@@ -244,7 +246,7 @@ def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epoc
         for i in range(0, x.shape[0], batch):
             idx = perm[i:i + batch]
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(xe[idx]), y[idx]).backward()
+            F.cross_entropy(model(xe[idx]), y[idx], label_smoothing=smoothing).backward()
             opt.step()
         model.eval()
         acc = accuracy(model, *test)
@@ -257,8 +259,8 @@ def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epoc
     return {"target": target, "reached": acc >= target, "accuracy": acc, "epochs": epoch,
             "best_accuracy": best["accuracy"], "curve": curve,
             "seconds": time.monotonic() - t0, "threads": threads, "batch": batch, "lr": lr,
-            "momentum": momentum, "weight_decay": weight_decay, "decay": decay,
-            "augment_variants": variants, "manifest": bool(manifest)}
+            "momentum": momentum, "weight_decay": weight_decay, "label_smoothing": smoothing,
+            "decay": decay, "augment_variants": variants, "manifest": bool(manifest)}
 
 
 def main():

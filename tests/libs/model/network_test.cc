@@ -23,8 +23,9 @@ using testing::Pool;
 using testing::Softmax;
 
 // Compares Backward's gradient with central finite differences of the mean loss, computed in
-// double from float forward passes, on every parameter.
-void CheckGradients(const spec::ModelSpec& spec, int batch, uint64_t seed) {
+// double from float forward passes, on every parameter; the loss's targets smoothed by
+// `smoothing`.
+void CheckGradients(const spec::ModelSpec& spec, int batch, uint64_t seed, float smoothing = 0) {
   auto layout = ModelLayout::Make(spec);
   ASSERT_TRUE(layout.ok()) << layout.status().ToString();
   std::vector<float> params(layout->num_params()), grads(layout->num_params());
@@ -32,7 +33,8 @@ void CheckGradients(const spec::ModelSpec& spec, int batch, uint64_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-0.5f, 0.5f);
   for (auto& p : params) p += 0.1f * u(rng);  // non-zero biases too
-  auto net = Network::Create(*layout, batch, params.data(), grads.data(), NetworkMode::kGradients);
+  auto net = Network::Create(*layout, batch, params.data(), grads.data(), NetworkMode::kGradients,
+                             1, false, StepRule{.label_smoothing = smoothing});
   ASSERT_TRUE(net.ok()) << net.status().ToString();
   Network& n = **net;
   std::vector<float> input(layout->input_size() * batch);
@@ -98,6 +100,56 @@ TEST(Network, GradientMatchesFiniteDifferences_DenseOnly) {
       MakeSpec({Dense(7, spec::Activation::kTanh), Dense(5, spec::Activation::kNone), Softmax(3)},
                {1, 3, 4}),
       1, 3);
+}
+
+TEST(Network, GradientMatchesFiniteDifferences_LabelSmoothing) {
+  for (float s : {0.1f, 0.5f}) {
+    SCOPED_TRACE(s);
+    CheckGradients(MakeSpec({Conv(3, 3, spec::Activation::kRelu, 1), Pool(2),
+                             Dense(5, spec::Activation::kTanh), Softmax(4)},
+                            {1, 6, 6}),
+                   3, 6, s);
+  }
+}
+
+// The smoothed loss is (1 - s) x the cross-entropy plus s / classes x the sum of -log p over
+// every class, from the same probabilities; its gradient differs from the one-hot one's, and
+// s = 1 (no trace of the label left) is refused.
+TEST(Network, LabelSmoothingMixesTheUniformTargetIn) {
+  auto layout =
+      ModelLayout::Make(MakeSpec({Dense(6, spec::Activation::kTanh), Softmax(5)}, {1, 3, 3}));
+  ASSERT_TRUE(layout.ok());
+  const int batch = 4;
+  std::vector<float> params(size_t(layout->num_params()));
+  layout->InitParams(3, params.data());
+  std::vector<float> g_plain(params.size()), g_smooth(params.size());
+  auto plain =
+      Network::Create(*layout, batch, params.data(), g_plain.data(), NetworkMode::kGradients);
+  auto smooth =
+      Network::Create(*layout, batch, params.data(), g_smooth.data(), NetworkMode::kGradients, 1,
+                      false, StepRule{.label_smoothing = 0.3f});
+  ASSERT_TRUE(plain.ok() && smooth.ok());
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> input(size_t(layout->input_size() * batch));
+  for (auto& x : input) x = u(rng);
+  const std::vector<uint8_t> labels{0, 4, 2, 2};
+  std::copy(input.begin(), input.end(), (*plain)->input());
+  std::copy(input.begin(), input.end(), (*smooth)->input());
+  const float ce = (*plain)->Forward(labels.data(), nullptr);
+  const float smoothed = (*smooth)->Forward(labels.data(), nullptr);
+  double all = 0;  // sum over images and classes of -log p
+  const float* p = (*smooth)->probabilities();
+  for (int k = 0; k < batch * 5; ++k) all -= std::log(double(p[k]));
+  EXPECT_NEAR(smoothed, 0.7 * ce + 0.3 / 5 * all, 1e-4);
+  (*plain)->Backward();
+  (*smooth)->Backward();
+  double differ = 0;
+  for (size_t i = 0; i < params.size(); ++i) differ += std::fabs(g_plain[i] - g_smooth[i]);
+  EXPECT_GT(differ, 1e-3);
+  EXPECT_FALSE(Network::Create(*layout, batch, params.data(), g_plain.data(),
+                               NetworkMode::kGradients, 1, false, StepRule{.label_smoothing = 1.f})
+                   .ok());
 }
 
 // Average pooling over a 7x7 input with windows of 2 (the last row and column are in no window:
@@ -288,7 +340,7 @@ void CheckStepRule(float mu, float wd) {
   }
   std::vector<float> stepped = ref, velocity(static_cast<size_t>(n), 0.f);
   std::vector<double> v(static_cast<size_t>(n), 0.0);
-  StepRule rule{mu, wd, velocity.data()};
+  StepRule rule{.momentum = mu, .weight_decay = wd, .velocity = velocity.data()};
   auto g = Network::Create(*layout, batch, ref.data(), grads.data(), NetworkMode::kGradients);
   auto s =
       Network::Create(*layout, batch, stepped.data(), nullptr, NetworkMode::kSgd, 1, false, rule);

@@ -78,13 +78,16 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
     ASSERT_NEAR(got[i], want[i], 1e-5f + 1e-4f * scale) << what << " " << i;
 }
 
-// The whole model's probabilities and gradient against the split model's, for K workers.
-void CheckSplit(const spec::ModelSpec& spec, int workers, int batch, uint64_t seed) {
+// The whole model's probabilities and gradient against the split model's, for K workers, with
+// label smoothing `smoothing`.
+void CheckSplit(const spec::ModelSpec& spec, int workers, int batch, uint64_t seed,
+                float smoothing = 0) {
   SCOPED_TRACE("workers " + std::to_string(workers) + ", seed " + std::to_string(seed));
   Case c = MakeCase(spec, batch, seed);
   std::vector<float> grads(c.params.size());
-  auto whole =
-      Network::Create(c.layout, batch, c.params.data(), grads.data(), NetworkMode::kGradients);
+  const StepRule rule{.label_smoothing = smoothing};
+  auto whole = Network::Create(c.layout, batch, c.params.data(), grads.data(),
+                               NetworkMode::kGradients, 1, false, rule);
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();
   std::copy(c.input.begin(), c.input.end(), (*whole)->input());
   const float loss = (*whole)->Forward(c.labels.data(), nullptr);
@@ -104,7 +107,7 @@ void CheckSplit(const spec::ModelSpec& spec, int workers, int batch, uint64_t se
     std::vector<float> own(size_t(part->num_params(k))), own_grads(own.size());
     part->Extract(k, c.params.data(), own.data());
     auto w = SplitWorker::Create(*part, k, batch, own.data(), own_grads.data(),
-                                 NetworkMode::kGradients, group.exchange(k));
+                                 NetworkMode::kGradients, group.exchange(k), rule);
     if (!w.ok()) {
       failed[size_t(k)] = w.status();
       return;
@@ -135,6 +138,14 @@ TEST(Partition, SplitForwardAndGradientsEqualTheWholeModelsForOneToFourWorkers) 
     const spec::ModelSpec spec = RandomModel(rng);
     for (int k = 1; k <= 4; ++k) CheckSplit(spec, k, 3, seed);
   }
+}
+
+// Label smoothing: each worker's share of the logits' gradient against the smoothed targets of
+// its own classes, the loss against all of them.
+TEST(Partition, SmoothedLabelsGiveTheWholeModelsLossAndGradients) {
+  std::mt19937 rng(9);
+  const spec::ModelSpec spec = RandomModel(rng);
+  for (int k = 1; k <= 3; ++k) CheckSplit(spec, k, 3, 4, 0.2f);
 }
 
 TEST(Partition, UnevenSharesAndAFirstLayerWithoutParameters) {

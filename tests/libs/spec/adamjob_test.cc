@@ -159,6 +159,13 @@ TEST(AdamJob, MomentumAndWeightDecay) {
       With("spec:\n", "spec:\n  training: {weightDecay: 0.001, denseUpdates: weights}\n"));
   ASSERT_TRUE(job.ok()) << job.status().message();
 
+  EXPECT_EQ(job->training.label_smoothing, 0);  // one-hot targets by default
+  job = ParseAdamJob(With("spec:\n", "spec:\n  training: {labelSmoothing: 0.1}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_DOUBLE_EQ(job->training.label_smoothing, 0.1);
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {labelSmoothing: -0.1}\n")),
+              HasSubstr("spec.training.labelSmoothing: must be in [0, 1), got -0.1"));
+
   EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {momentum: 1}\n")),
               HasSubstr("spec.training.momentum: must be in [0, 1), got 1"));
   EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  training: {weightDecay: -0.1}\n")),

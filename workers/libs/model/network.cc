@@ -161,6 +161,7 @@ struct Network::Impl {
   // A StepRule other than plain SGD: the dense layers' fused matmuls write momentum * v + g into
   // the velocity instead of the weights, and Backward takes the step over every range.
   StepRule rule;
+  float label_smoothing = 0;                           // the rule's, in every mode with labels
   std::vector<float> own_velocity;                     // when the StepRule brings none
   float* velocity = nullptr;                           // num_params floats, or null for plain SGD
   std::vector<ParamRange> weight_ranges, bias_ranges;  // every layer's
@@ -623,6 +624,8 @@ Status CheckNetworkOptions(int batch, const float* grads, NetworkMode mode, int 
   if (apply_every < 1) return InvalidArgumentError("network: apply_every must be >= 1");
   if (!(rule.momentum >= 0 && rule.momentum < 1) || !(rule.weight_decay >= 0))
     return InvalidArgumentError("network: momentum must be in [0, 1) and weight decay >= 0");
+  if (!(rule.label_smoothing >= 0 && rule.label_smoothing < 1))
+    return InvalidArgumentError("network: label smoothing must be in [0, 1)");
   if (mode == NetworkMode::kSgd && !rule.plain() && (apply_every > 1 || hold))
     return InvalidArgumentError(
         "network: momentum and weight decay need every step applied at once (apply_every 1)");
@@ -704,6 +707,7 @@ StatusOr<std::unique_ptr<Network>> Network::Build(const ModelLayout& layout, con
   m.segment = o.segment;
   m.held_index.assign(layout.shapes().size(), -1);
   if (sgd) m.rule = rule;
+  m.label_smoothing = rule.label_smoothing;
   if (sgd && rule.momentum > 0) {
     if (rule.velocity == nullptr) m.own_velocity.assign(size_t(layout.num_params()), 0.f);
     m.velocity = rule.velocity ? rule.velocity : m.own_velocity.data();
@@ -803,6 +807,14 @@ const float* Network::probabilities() const {
   return static_cast<const float*>(impl_->probs.get_data_handle());
 }
 
+float SmoothedCrossEntropy(const float* p, int classes, int label, float s) {
+  float loss = -std::log(std::max(p[label], 1e-30f));
+  if (s == 0.f) return loss;
+  float all = 0.f;  // -sum_c log p[c]
+  for (int c = 0; c < classes; ++c) all -= std::log(std::max(p[c], 1e-30f));
+  return (1.f - s) * loss + s / float(classes) * all;
+}
+
 namespace {
 uint64_t SplitMix64(uint64_t* state) {
   uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
@@ -838,7 +850,7 @@ float Network::Forward(const uint8_t* labels, int* predicted) {
     if (predicted) predicted[n] = int(std::max_element(row, row + m.classes) - row);
     if (labels) {
       m.labels[n] = labels[n];
-      loss -= std::log(std::max(row[labels[n]], 1e-30f));
+      loss += SmoothedCrossEntropy(row, m.classes, labels[n], m.label_smoothing);
     }
   }
   return loss;
@@ -936,14 +948,14 @@ void Network::RunBackward(float lr, Pass pass) {
 void Network::PrepareBackwardData() {
   Impl& m = *impl_;
   if (!m.segment) {
-    // d(mean cross-entropy)/d(logits) = (softmax - onehot) / batch.
+    // d(mean cross-entropy)/d(logits) = (softmax - target) / batch (the targets sum to 1).
     const float* p = probabilities();
     float* d = static_cast<float*>(m.diff_logits.get_data_handle());
     const float inv = 1.f / float(m.batch);
     for (int n = 0; n < m.batch; ++n)
       for (int c = 0; c < m.classes; ++c) {
         const int64_t k = int64_t{n} * m.classes + c;
-        d[k] = (p[k] - (c == m.labels[n] ? 1.f : 0.f)) * inv;
+        d[k] = (p[k] - SmoothedTarget(c, m.labels[n], m.classes, m.label_smoothing)) * inv;
       }
   }
 }

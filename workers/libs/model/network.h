@@ -40,8 +40,21 @@ struct StepRule {
   // num_params zeroed floats holding the velocity, for Networks of one thread that take turns
   // (a batch's and a remainder's); null = the Network's own.
   float* velocity = nullptr;
+  // Label smoothing s: the loss's target is 1 - s + s / classes for the image's class and
+  // s / classes for every other (SmoothedTarget); 0 = one-hot. Applies in kGradients mode too.
+  float label_smoothing = 0;
   bool plain() const { return momentum == 0 && weight_decay == 0; }
 };
+
+// The cross-entropy's target for class `c` of an image of class `label`, with label smoothing
+// `s` over `classes` classes.
+inline float SmoothedTarget(int c, int label, int classes, float s) {
+  return (c == label ? 1.f - s : 0.f) + s / float(classes);
+}
+
+// -sum_c SmoothedTarget(c) * log p[c] for one image's `classes` probabilities (log clamped at
+// 1e-30): with s = 0, -log p[label].
+float SmoothedCrossEntropy(const float* p, int classes, int label, float s);
 
 class Network {
  public:
@@ -87,7 +100,8 @@ class Network {
   // Runs the forward pass. Dropout layers draw new masks each time in kSgd mode, keep the same
   // masks in kGradients mode, and are left out in kInference mode. `labels` (batch entries,
   // < classes) may be null for inference. Returns
-  // the summed cross-entropy loss over the batch (0 without labels) and writes each image's
+  // the summed cross-entropy loss over the batch (against the StepRule's smoothed targets; 0
+  // without labels) and writes each image's
   // argmax class to `predicted` when it is not null.
   float Forward(const uint8_t* labels, int* predicted);
 

@@ -248,6 +248,7 @@ struct SplitWorker::Impl {
   int self = 0;
   int batch = 0;
   int classes = 0;
+  float label_smoothing = 0;  // StepRule's
   Exchange* exchange = nullptr;
   std::vector<std::unique_ptr<Network>> segments;  // per stage
   std::vector<std::vector<float>> recv;            // per peer, sized for the largest boundary
@@ -326,7 +327,7 @@ void SplitWorker::Impl::Softmax(int* predicted, float* loss) {
     for (int c = 0; c < classes; ++c) sum += p[c] = std::exp(z[c] - top);
     for (int c = 0; c < classes; ++c) p[c] /= sum;
     if (predicted) predicted[n] = int(std::max_element(p, p + classes) - p);
-    if (loss) *loss -= std::log(std::max(p[labels[size_t(n)]], 1e-30f));
+    if (loss) *loss += SmoothedCrossEntropy(p, classes, labels[size_t(n)], label_smoothing);
   }
 }
 
@@ -348,6 +349,7 @@ StatusOr<std::unique_ptr<SplitWorker>> SplitWorker::Create(const Partition& part
   m.batch = batch;
   m.classes = partition.whole().classes();
   m.exchange = exchange;
+  m.label_smoothing = rule.label_smoothing;
   const bool train = mode != NetworkMode::kInference;
   int64_t largest = 0;
   for (int s = 0; s < int(partition.stages().size()); ++s) {
@@ -395,13 +397,14 @@ Status SplitWorker::Backward(float lr) {
   const int last = int(m.segments.size()) - 1;
   const auto& bounds = m.part->stages()[size_t(last)].bounds;
   const int lo = bounds[size_t(m.self)], hi = bounds[size_t(m.self) + 1];
-  // d(mean cross-entropy)/d(logits) = (softmax - onehot) / batch, for this worker's classes.
+  // d(mean cross-entropy)/d(logits) = (softmax - target) / batch, for this worker's classes.
   float* d = m.segments[size_t(last)]->output_gradient();
   const float inv = 1.f / float(m.batch);
   for (int n = 0; n < m.batch; ++n)
     for (int c = lo; c < hi; ++c)
       d[int64_t{n} * (hi - lo) + (c - lo)] =
-          (m.probs[size_t(int64_t{n} * m.classes + c)] - (c == m.labels[size_t(n)] ? 1.f : 0.f)) *
+          (m.probs[size_t(int64_t{n} * m.classes + c)] -
+           SmoothedTarget(c, m.labels[size_t(n)], m.classes, m.label_smoothing)) *
           inv;
   // Each stage's input gradient goes to the peers before its weights' half runs, so the
   // reduce-scatter's messages travel while this worker computes its weight gradients and step.

@@ -564,9 +564,9 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   const std::string p = "spec.training";
   if (!r.Map(n, p,
              {"epochs", "learningRate", "learningRateDecay", "learningRateSchedule", "warmupEpochs",
-              "momentum", "weightDecay", "pushEvery", "batchSize", "applyEvery", "threadWeights",
-              "consistency", "maxStaleness", "denseUpdates", "communication", "epochQuorum",
-              "targetAccuracy", "seed"}) ||
+              "momentum", "weightDecay", "labelSmoothing", "pushEvery", "batchSize", "applyEvery",
+              "threadWeights", "consistency", "maxStaleness", "denseUpdates", "communication",
+              "epochQuorum", "targetAccuracy", "seed"}) ||
       !n)
     return;
   r.Int(n, "epochs", p, 1, 100000, &t->epochs);
@@ -581,6 +581,9 @@ void ReadTraining(Reader& r, const YAML::Node& n, TrainingSpec* t) {
   if (r.Int(n, "warmupEpochs", p, 0, 100000, &t->warmup_epochs) && t->warmup_epochs >= t->epochs)
     r.Error(p + ".warmupEpochs", "must be less than epochs (" + std::to_string(t->epochs) + ")");
   ReadStepping(r, n, p, t);
+  if (r.Get(n, "labelSmoothing", p, &t->label_smoothing) &&
+      !(t->label_smoothing >= 0 && t->label_smoothing < 1))
+    r.Error(p + ".labelSmoothing", "must be in [0, 1), got " + std::to_string(t->label_smoothing));
   ReadUpdates(r, n, p, t);
   ReadCommunication(r, n["communication"], p + ".communication", &t->communication);
   if (r.Get(n, "epochQuorum", p, &t->epoch_quorum) &&

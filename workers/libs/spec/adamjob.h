@@ -157,6 +157,8 @@ struct TrainingSpec {
   // pushed delta carries the step; dense layers then travel as weights (see ParseAdamJob).
   double momentum = 0;
   double weight_decay = 0;
+  // The loss's targets: 1 - s + s / classes for an image's class, s / classes for the others.
+  double label_smoothing = 0;
   int push_every = 100;  // k: images between update pushes
   int batch_size = 1;    // images per thread per SGD step (1 = Adam's per-image SGD)
   int apply_every = 1;   // steps a worker holds its updates before writing the shared weights

@@ -162,7 +162,9 @@ void Replica::Impl::AllocatePrivate(Worker& wk, const float* initial) {
 }
 
 Status Replica::Impl::MakeNetworks(Worker& wk, float* params) {
-  model::StepRule rule{options.momentum, options.weight_decay, nullptr};
+  model::StepRule rule{.momentum = options.momentum,
+                       .weight_decay = options.weight_decay,
+                       .label_smoothing = options.label_smoothing};
   if (!rule.plain()) {  // the worker's batch and remainder Networks share one velocity
     wk.velocity.assign(size_t(layout.num_params()), 0.f);
     rule.velocity = wk.velocity.data();

@@ -41,6 +41,7 @@ struct ReplicaOptions {
   // apply_every 1 and shared weights.
   float momentum = 0;
   float weight_decay = 0;
+  float label_smoothing = 0;  // spec.training.labelSmoothing (model::StepRule)
   int ring_steps = 32;  // private: steps a worker may publish before its slowest peer applies them
   // Dense layers whose activation and error vectors are recorded after every step, for Adam's
   // dense-layer protocol (update::UpdatePlan); empty = none.

@@ -142,6 +142,7 @@ int RunWorker(const spec::AdamJob& job, const MainOptions& options,
   so.batch = job.training.batch_size;
   so.momentum = float(job.training.momentum);
   so.weight_decay = float(job.training.weight_decay);
+  so.label_smoothing = float(job.training.label_smoothing);
   so.workers = options.model_workers;
   so.transport = options.transport;
   so.images = &reg.Counter("adam_model_worker_images_total",

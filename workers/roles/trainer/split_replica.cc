@@ -152,7 +152,8 @@ Status Worker::Start(const model::ModelLayout& l, const SplitOptions& o, int wor
   for (int t = 0; t <= o.threads; ++t)
     exchanges.push_back(std::make_unique<GrpcExchange>(o.transport, o.workers, worker, t,
                                                        service->mailbox(t), o.timeout));
-  model::StepRule rule{o.momentum, o.weight_decay, nullptr};
+  model::StepRule rule{
+      .momentum = o.momentum, .weight_decay = o.weight_decay, .label_smoothing = o.label_smoothing};
   for (int t = 0; t < o.threads; ++t) {
     Lane lane;
     ADAM_ASSIGN_OR_RETURN(

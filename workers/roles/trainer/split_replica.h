@@ -42,6 +42,7 @@ struct SplitOptions {
   int eval_batch = 100;
   float momentum = 0;
   float weight_decay = 0;
+  float label_smoothing = 0;  // spec.training.labelSmoothing (model::StepRule)
   // Every worker's exchange address, the lead's (where it listens) first.
   std::vector<std::string> workers;
   std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();

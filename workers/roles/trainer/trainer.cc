@@ -483,6 +483,7 @@ Status Trainer::Impl::Setup(bool evaluates) {
     ro.private_weights = job.training.thread_weights == spec::ThreadWeights::kPrivate;
     ro.momentum = float(job.training.momentum);
     ro.weight_decay = float(job.training.weight_decay);
+    ro.label_smoothing = float(job.training.label_smoothing);
     ro.eval_batch = opt.eval_batch;
     ro.bind = opt.bind;
     ro.evaluate = evaluates;
@@ -495,6 +496,7 @@ Status Trainer::Impl::Setup(bool evaluates) {
       so.eval_batch = ro.eval_batch;
       so.momentum = ro.momentum;
       so.weight_decay = ro.weight_decay;
+      so.label_smoothing = ro.label_smoothing;
       so.workers = opt.model_workers;
       so.transport = opt.transport;
       so.communication = job.training.communication;
