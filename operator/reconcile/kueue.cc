@@ -2,6 +2,7 @@
 #include "reconcile/kueue.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "reconcile/conditions.h"
@@ -68,6 +69,35 @@ std::map<std::string, RolePods> PodsByRole(const std::vector<Json>& rendered) {
   return by_role;
 }
 
+// The topologyRequest a pod set's template asks for with Kueue's TAS annotations (null: none),
+// read as Kueue's job framework reads them: required, else preferred, else unconstrained; the
+// slice layer (a level and a size) beside any of them. spec::ParseAdamJob refused malformed
+// values, so a value Kueue would refuse is left out here rather than guessed at.
+Json TopologyRequest(const Json& metadata) {
+  const Json annotations = metadata.value("annotations", Json::object());
+  auto get = [&annotations](const char* key) -> std::optional<std::string> {
+    auto it = annotations.find(key);
+    if (it == annotations.end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+  };
+  Json request = Json::object();
+  if (auto v = get(kTasRequiredAnnotation)) {
+    request["required"] = *v;
+  } else if (auto p = get(kTasPreferredAnnotation)) {
+    request["preferred"] = *p;
+  } else if (auto u = get(kTasUnconstrainedAnnotation); u == "true" || u == "false") {
+    request["unconstrained"] = *u == "true";
+  }
+  const auto level = get(kTasSliceTopologyAnnotation), size = get(kTasSliceSizeAnnotation);
+  if (level && size && !size->empty() &&
+      std::all_of(size->begin(), size->end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+      size->size() < 10) {
+    request["podSetSliceRequiredTopology"] = *level;
+    request["podSetSliceSize"] = std::stoi(*size);
+  }
+  return request.empty() ? Json() : request;
+}
+
 }  // namespace
 
 std::string WorkloadName(const std::string& job_name, const std::string& job_uid) {
@@ -82,10 +112,12 @@ Json WorkloadFor(const spec::AdamJob& job, const std::vector<Json>& rendered,
   for (const char* role : {"controller", "ps", "data-server", "trainer", "model-worker"}) {
     auto it = by_role.find(role);
     if (it == by_role.end() || it->second.count == 0) continue;
-    pod_sets.push_back(
-        {{"name", role},
-         {"count", it->second.count},
-         {"template", {{"metadata", it->second.metadata}, {"spec", it->second.spec}}}});
+    Json pod_set = {{"name", role},
+                    {"count", it->second.count},
+                    {"template", {{"metadata", it->second.metadata}, {"spec", it->second.spec}}}};
+    if (Json topology = TopologyRequest(it->second.metadata); !topology.is_null())
+      pod_set["topologyRequest"] = std::move(topology);
+    pod_sets.push_back(std::move(pod_set));
   }
   RenderOptions owned;
   owned.owner_uid = job_uid;
@@ -109,8 +141,69 @@ bool SamePodSets(const Json& workload, const Json& desired) {
   return shape(workload) == shape(desired);
 }
 
+std::map<std::string, int> PodSetCounts(const Json& workload) {
+  std::map<std::string, int> counts;
+  const Json spec = workload.value("spec", Json::object());
+  for (const Json& ps : spec.value("podSets", Json::array()))
+    if (ps.is_object()) counts[ps.value("name", "")] = ps.value("count", 0);
+  return counts;
+}
+
+Resize CompareCounts(const Json& workload, const Json& desired) {
+  const std::map<std::string, int> have = PodSetCounts(workload), want = PodSetCounts(desired);
+  if (have.size() != want.size()) return Resize::kReshaped;
+  bool lower = false;
+  for (const auto& [name, count] : want) {
+    auto it = have.find(name);
+    if (it == have.end()) return Resize::kReshaped;
+    if (count > it->second) return Resize::kUp;
+    lower = lower || count < it->second;
+  }
+  return lower ? Resize::kDown : Resize::kSame;
+}
+
+Json WithCounts(const Json& workload, const Json& desired) {
+  Json w = workload;
+  const std::map<std::string, int> want = PodSetCounts(desired);
+  for (Json& ps : w["spec"]["podSets"]) {
+    auto it = want.find(ps.value("name", ""));
+    if (it != want.end()) ps["count"] = it->second;
+  }
+  return w;
+}
+
+int64_t WorkloadGeneration(const Json& workload) {
+  const std::string g = workload.value("metadata", Json::object())
+                            .value("annotations", Json::object())
+                            .value(kGenerationAnnotation, "");
+  if (g.empty() || g.size() > 18 ||
+      !std::all_of(g.begin(), g.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return 0;
+  return std::stoll(g);
+}
+
+Json SliceReplacing(const Json& old, const Json& desired, int64_t generation) {
+  const Json& md = old["metadata"];
+  const std::string old_name = md.value("name", "");
+  const std::string chain =
+      md.value("annotations", Json::object()).value(kSliceNameAnnotation, old_name);
+  const std::string base = desired["metadata"].value("name", "");
+  Json slice = desired;
+  slice["metadata"]["name"] = base + "-g" + std::to_string(generation);
+  Json& annotations = slice["metadata"]["annotations"];
+  annotations[kSliceReplacementAnnotation] = md.value("namespace", "") + "/" + old_name;
+  annotations[kSliceNameAnnotation] = chain;
+  annotations[kElasticJobAnnotation] = "true";
+  return slice;
+}
+
 WorkloadState ReadWorkload(const Json& workload) {
   WorkloadState w;
+  const Json md = workload.value("metadata", Json::object());
+  w.name = md.value("name", "");
+  const Json annotations = md.value("annotations", Json::object());
+  w.slice_name = annotations.value(kSliceNameAnnotation, w.name);
+  w.elastic = annotations.value(kElasticJobAnnotation, "") == "true";
   w.admitted = IsTrue(workload, kAdmitted);
   w.evicted = IsTrue(workload, kEvicted);
   w.finished = IsTrue(workload, kFinished);
@@ -126,6 +219,8 @@ WorkloadState ReadWorkload(const Json& workload) {
     const Json& adm = status["admission"];
     w.cluster_queue = adm.value("clusterQueue", "");
     for (const Json& a : adm.value("podSetAssignments", Json::array())) {
+      if (a.contains("topologyAssignment") && a["topologyAssignment"].is_object())
+        w.topology.insert(a.value("name", ""));
       std::vector<std::string>& names = w.flavors[a.value("name", "")];
       const Json assigned = a.value("flavors", Json::object());
       for (const auto& [resource, flavor] : assigned.items()) {
@@ -172,8 +267,13 @@ Json WithReservationCleared(const Json& workload, const std::string& now) {
 
 Json WithFinished(const Json& workload, bool succeeded, const std::string& message,
                   const std::string& now) {
+  return WithFinishedBecause(workload, succeeded ? "Succeeded" : "Failed", message, now);
+}
+
+Json WithFinishedBecause(const Json& workload, const std::string& reason,
+                         const std::string& message, const std::string& now) {
   Json w = workload;
-  Set(w, kFinished, true, succeeded ? "Succeeded" : "Failed", message, now);
+  Set(w, kFinished, true, reason, message, now);
   return w;
 }
 
@@ -248,6 +348,31 @@ Status ApplyPodSetUpdates(const WorkloadState& admission, std::vector<Json>* obj
     }
   }
   return OkStatus();
+}
+
+void ApplyTopology(const WorkloadState& admission, std::vector<Json>* objects) {
+  for (Json& o : *objects) {
+    std::string role;
+    Json* made = PodOf(o, &role);
+    if (!made || !admission.topology.count(role)) continue;
+    Json& pod = *made;
+    Json& labels = pod["metadata"]["labels"];
+    Json& annotations = pod["metadata"]["annotations"];
+    if (!labels.is_object()) labels = Json::object();
+    if (!annotations.is_object()) annotations = Json::object();
+    labels[kPodSetLabel] = role;
+    annotations[kWorkloadAnnotation] = admission.name;
+    // Kueue's ungater finds the pods of an elastic Workload by its slice chain's name.
+    if (admission.elastic) annotations[kSliceNameAnnotation] = admission.slice_name;
+    const Json asked = TopologyRequest(pod["metadata"]);
+    if (asked.is_null() || (!asked.contains("required") && !asked.contains("preferred") &&
+                            !asked.contains("unconstrained")))
+      annotations[kTasUnconstrainedAnnotation] = "true";
+    Json& gates = pod["spec"]["schedulingGates"];
+    if (!gates.is_array()) gates = Json::array();
+    const Json gate = {{"name", kTopologyGate}};
+    if (std::find(gates.begin(), gates.end(), gate) == gates.end()) gates.push_back(gate);
+  }
 }
 
 Status ApplyFlavors(const WorkloadState& admission,

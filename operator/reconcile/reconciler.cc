@@ -16,6 +16,7 @@
 #include "reconcile/kueue.h"
 #include "reconcile/render.h"
 #include "reconcile/start_failures.h"
+#include "reconcile/state.h"
 #include "spec/adamjob.h"
 
 namespace adam::op {
@@ -33,36 +34,7 @@ std::string ManifestOf(const Json& job) {
   return m.dump(2) + "\n";  // JSON is YAML: every role parses it as its manifest
 }
 
-struct Reconciler::State {
-  std::string ns, name, uid;
-  int64_t generation = 0;
-  Json job;
-  Json status;
-  Json old_status;
-  std::optional<spec::AdamJob> spec;
-  std::vector<Json> pods;
-  std::chrono::system_clock::time_point now;
-  bool finished = false;
-  std::optional<std::chrono::system_clock::time_point> renew_at;  // the certificate's renewal
-  std::optional<std::chrono::milliseconds> requeue_after;         // Finalize's next look
-  std::optional<std::vector<Json>> rendered;                      // Rendered's
-  std::optional<WorkloadState> admission;          // Kueue's, for a queued job that may run
-  std::optional<Json> workload;                    // that job's Workload
-  std::optional<StartFailure> refused;             // the first create of this pass the API refused
-  std::map<std::string, std::string> backing_off;  // role -> when its lost pods are made again
-};
-
 namespace {
-
-bool HasDeletion(const Json& o) { return o["metadata"].contains("deletionTimestamp"); }
-
-std::string Label(const Json& o, const char* key) {
-  return o["metadata"].value("labels", Json::object()).value(key, "");
-}
-
-std::string Annotation(const Json& o, const char* key) {
-  return o["metadata"].value("annotations", Json::object()).value(key, "");
-}
 
 bool PodReady(const Json& pod) {
   for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array()))
@@ -1040,7 +1012,7 @@ void Reconciler::Repair(State& s, const kube::Resource& r, const Json& o, const 
 const std::vector<Json>& Reconciler::Rendered(State& s) {
   if (!s.rendered) {
     RenderOptions ro;
-    ro.manifest = ManifestOf(s.job);
+    ro.manifest = ManifestOf(s.held_job ? *s.held_job : s.job);
     ro.owner_uid = s.uid;
     ro.generation = s.generation;
     s.rendered = Render(*s.spec, ro);
@@ -1080,31 +1052,6 @@ StatusOr<bool> Reconciler::EnsurePodGroup(State& s, const std::vector<Json>& des
     return false;
   }
   return true;
-}
-
-StatusOr<bool> Reconciler::PlaceAdmitted(State& s, std::vector<Json>* desired) {
-  // Pods go where the admitted ResourceFlavors put them (their node labels and tolerations).
-  std::map<std::string, FlavorPlacement> flavors;
-  for (const auto& [pod_set, names] : s.admission->flavors)
-    for (const std::string& f : names) {
-      if (flavors.count(f)) continue;
-      ADAM_ASSIGN_OR_RETURN(const Json rf, client_->Get(kube::ResourceFlavors(), "", f));
-      const Json spec = rf.value("spec", Json::object());
-      flavors[f] = {spec.value("nodeLabels", Json::object()),
-                    spec.value("tolerations", Json::array())};
-    }
-  // And with what the admission checks give them (podSetUpdates).
-  Status placed = ApplyFlavors(*s.admission, flavors, desired);
-  if (placed.ok()) placed = ApplyPodSetUpdates(*s.admission, desired);
-  if (placed.ok()) return true;
-  // No pod is made: a retry cures it only once Kueue or the job changes.
-  const std::string& msg = placed.message();
-  const Json* created = FindCondition(s.status, "Created");
-  if (!created || created->value("message", "") != msg)
-    Event(s, "Warning", "PlacementConflict", msg);
-  SetCondition(s, "Created", false, "PlacementConflict", msg, true);
-  s.requeue_after = std::chrono::milliseconds(30000);
-  return false;
 }
 
 Status Reconciler::EnsureObjects(State& s) {
@@ -1355,111 +1302,6 @@ StatusOr<bool> Reconciler::Suspend(State& s) {
     s.status["phase"] = "Pending";
   }
   return false;
-}
-
-bool Reconciler::Queued(State& s, const std::string& message) {
-  s.status["phase"] = "Queued";
-  s.status.erase("startTime");  // the deadline counts from the admission, as a Job's from a resume
-  SetCondition(s, "Admitted", false, "Pending", message, true);
-  SetCondition(s, "Running", false, "Queued", message);
-  return false;
-}
-
-StatusOr<bool> Reconciler::Admit(State& s) {
-  const std::string queue = Label(s.job, kQueueLabel);
-  if (!kueue_ || queue.empty()) return true;
-  const Json desired = WorkloadFor(*s.spec, Rendered(s), queue, s.uid, s.generation);
-  const std::string name = desired["metadata"]["name"];
-  std::optional<Json> wl;
-  for (Json& w : children_->Owned(kube::Workloads(), s.ns, s.name, s.uid))
-    if (w["metadata"].value("name", "") == name) wl = std::move(w);
-  if (!wl) {
-    ADAM_RETURN_IF_ERROR(Cleanup(s, true));
-    Json made = desired;
-    if (const std::string cls = Label(s.job, kPriorityClassLabel); !cls.empty()) {
-      // Kueue orders (and preempts) by the value of the job's WorkloadPriorityClass, which a
-      // Workload that names one must carry.
-      auto pc = client_->Get(kube::WorkloadPriorityClasses(), "", cls);
-      if (!pc.ok() && pc.status().code() != StatusCode::kNotFound) return pc.status();
-      if (!pc.ok() || !pc->value("value", Json()).is_number_integer()) {
-        const std::string msg = std::string(kPriorityClassLabel) + ": WorkloadPriorityClass " +
-                                cls + (pc.ok() ? " has no integer value" : " does not exist") +
-                                "; the job is not submitted until it does";
-        if (!ConditionIs(s.status, "Admitted", "False") ||
-            FindCondition(s.status, "Admitted")->value("message", "") != msg)
-          Event(s, "Warning", "NoPriorityClass", msg);
-        s.requeue_after = std::chrono::milliseconds(30000);
-        return Queued(s, msg);
-      }
-      made["spec"]["priorityClassRef"] = {
-          {"group", "kueue.x-k8s.io"}, {"kind", "WorkloadPriorityClass"}, {"name", cls}};
-      made["spec"]["priority"] = (*pc)["value"];
-    }
-    auto c = client_->Create(kube::Workloads(), s.ns, made);
-    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
-    if (c.ok())  // not again when the cache has yet to see the one made
-      Event(s, "Normal", "Queued", "submitted to LocalQueue " + queue + " as Workload " + name);
-    return Queued(s, "waiting for Kueue to admit Workload " + name);
-  }
-  if (HasDeletion(*wl)) return Queued(s, "Workload " + name + " is being deleted");
-  const WorkloadState st = ReadWorkload(*wl);
-  if (st.evicted && (st.quota_reserved || !s.pods.empty())) {
-    // Kueue's job framework: stop the job, then give the quota back (it queues the job again).
-    if (s.status.value("phase", "") != "Queued")
-      Event(s, "Warning", "Evicted",
-            "Kueue evicted Workload " + name + " (" + st.evicted_reason +
-                "): " + st.evicted_message + "; pods deleted, the job waits to be admitted again");
-    ADAM_RETURN_IF_ERROR(Cleanup(s, true));
-    const bool stopped = std::all_of(s.pods.begin(), s.pods.end(), HasDeletion) &&
-                         children_->Owned(kube::StatefulSets(), s.ns, s.name, s.uid).empty();
-    if (stopped && st.quota_reserved) {
-      auto u = client_->UpdateStatus(kube::Workloads(), s.ns,
-                                     WithReservationCleared(*wl, FormatTime(s.now)));
-      if (!u.ok()) return u.status();
-    }
-    return Queued(s, "evicted by Kueue (" + st.evicted_reason + "): " + st.evicted_message);
-  }
-  if (!SamePodSets(*wl, desired)) {
-    // A scaled job asks for other quota: its Workload is made again and admitted again.
-    if (st.admitted)
-      Event(s, "Normal", "Requeued",
-            "the trainer count changed; the job waits for Kueue to admit it with the new count");
-    ADAM_RETURN_IF_ERROR(Cleanup(s, true));
-    Status d = client_->Delete(kube::Workloads(), s.ns, name);
-    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
-    return Queued(s, "the trainer count changed; Workload " + name + " is made again");
-  }
-  if (!st.admitted) {
-    ADAM_RETURN_IF_ERROR(Cleanup(s, true));  // none, unless an admission was taken back
-    return Queued(s, st.pending_message.empty() ? "waiting for Kueue to admit Workload " + name
-                                                : st.pending_message);
-  }
-  const bool was_admitted = ConditionIs(s.status, "Admitted", "True");
-  const std::string message =
-      "Kueue admitted Workload " + name + " in ClusterQueue " + st.cluster_queue;
-  if (!was_admitted) {
-    Event(s, "Normal", "Admitted", message);
-    s.status["phase"] = "Pending";
-  }
-  SetCondition(s, "Admitted", true, "Admitted", message);
-  s.admission = st;
-  s.workload = std::move(*wl);
-  return true;
-}
-
-Status Reconciler::FinishWorkload(State& s) {
-  if (!kueue_ || Label(s.job, kQueueLabel).empty()) return OkStatus();
-  const std::string name = WorkloadName(s.name, s.uid);
-  for (const Json& w : children_->Owned(kube::Workloads(), s.ns, s.name, s.uid)) {
-    if (w["metadata"].value("name", "") != name || HasDeletion(w) || ReadWorkload(w).finished)
-      continue;
-    const bool succeeded = s.status.value("phase", "") == "Succeeded";
-    std::string message = "the job " + std::string(succeeded ? "succeeded" : "failed");
-    auto u = client_->UpdateStatus(kube::Workloads(), s.ns,
-                                   WithFinished(w, succeeded, message, FormatTime(s.now)));
-    if (!u.ok() && u.status().code() != StatusCode::kNotFound) return u.status();
-  }
-  return OkStatus();
 }
 
 bool Reconciler::CountRoles(State& s) {

@@ -37,6 +37,8 @@ namespace adam::op {
 
 using Json = kube::Json;
 
+struct WorkloadState;  // reconcile/kueue.h
+
 // What a job owns, as the caches see it.
 class Children {
  public:
@@ -119,6 +121,31 @@ class Reconciler {
   // A queued job's admission by Kueue: its Workload made, kept in step and given back after an
   // eviction; true when the pods may run (s.admission then says on which flavors).
   StatusOr<bool> Admit(State& s);
+  // Admit's parts (admission.cc). An elastic job's Workloads (kueue.h: Workload slices): its
+  // counts changed in place where Kueue allows, a larger slice asked for (Grow) and, once Kueue
+  // admitted it, the replaced ones finished (Resized).
+  StatusOr<bool> AdmitElastic(State& s, const Json& desired, const std::string& queue);
+  StatusOr<bool> Grow(State& s, const Json& admitted, const Json& desired, const WorkloadState& st);
+  StatusOr<bool> Resized(State& s, const std::vector<Json>& active, const WorkloadState& st);
+  // The job run at the pod counts of its admitted Workload `workload` where they are not its
+  // spec's (s.spec and s.held_job changed, s.rendered dropped).
+  void HoldAt(State& s, const Json& workload);
+  // The job's first Workload submitted (after any pods left from an admission taken back).
+  StatusOr<bool> Submit(State& s, const Json& desired, const std::string& queue);
+  // Creates the Workload `made` with the job's WorkloadPriorityClass, with the event `reason`
+  // and `note` once made; "" when made (or there already), else why not (the class is missing:
+  // nothing is submitted until it exists).
+  StatusOr<std::string> SubmitWorkload(State& s, Json made, const std::string& reason,
+                                       const std::string& note);
+  // Kueue evicted `wl`: the pods deleted, then its quota given back; the job queued.
+  StatusOr<bool> StopEvicted(State& s, const Json& wl, const WorkloadState& st);
+  // The pods and `workloads` deleted, `why` said: the job queued again whole.
+  StatusOr<bool> Requeue(State& s, const std::vector<Json>& workloads, bool admitted,
+                         const std::string& why);
+  // Not admitted (yet, or any more): no pods; the job queued with Kueue's message.
+  StatusOr<bool> Waiting(State& s, const WorkloadState& st);
+  // Admitted: the job may run on `wl`'s admission; `note` added to the Admitted condition.
+  bool RunAdmitted(State& s, Json wl, const WorkloadState& st, const std::string& note = "");
   // Waiting for admission: no pods, phase Queued, condition Admitted False with `message`.
   bool Queued(State& s, const std::string& message);
   // The finished job's Workload marked Finished, which frees its quota.

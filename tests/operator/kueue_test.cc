@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "spec/adamjob.h"
 #include "testing/wait.h"
 
@@ -180,6 +182,127 @@ TEST(Kueue, AdmissionChecksPodSetUpdatesAreAppliedAndAContradictionIsNamed) {
        {std::string("admission check second"), std::string(kRoleLabel) + "=ps",
         std::string(kRoleLabel) + "=trainer"})
     EXPECT_NE(s.message().find(part), std::string::npos) << part << " not in " << s.message();
+}
+
+// Kueue's topology-aware scheduling: a role asks with Kueue's own pod-template annotations and
+// its pod set carries the topologyRequest Kueue's job framework would read from them; a pod set
+// Kueue admitted by topology has its pods gated, labelled and annotated for Kueue's topology
+// ungater (and no other role's); a pod set that asked for nothing but was placed by topology (a
+// ClusterQueue of TAS flavors only) is marked unconstrained, as Kueue does.
+TEST(Kueue, TopologyRequestsGoIntoThePodSetsAndAdmittedPodsAreGated) {
+  spec::AdamJob job = Parse("fashion-mnist-ha");
+  job.roles.trainer.pod_template =
+      R"({"annotations": {"kueue.x-k8s.io/podset-required-topology": "example.com/rack",
+                          "kueue.x-k8s.io/podset-slice-required-topology": "kubernetes.io/hostname",
+                          "kueue.x-k8s.io/podset-slice-size": "1"}})";
+  job.roles.parameter_server.pod_template =
+      R"({"annotations": {"kueue.x-k8s.io/podset-preferred-topology": "example.com/block"}})";
+  job.roles.data_server.pod_template =
+      R"({"annotations": {"kueue.x-k8s.io/podset-unconstrained-topology": "true"}})";
+  const Json wl = WorkloadFor(job, RenderOf(job), "team", "0123456789", 4);
+  std::map<std::string, Json> requests;
+  for (const Json& ps : wl["spec"]["podSets"])
+    requests[ps["name"]] = ps.value("topologyRequest", Json());
+  EXPECT_EQ(requests["trainer"], Json::parse(R"({"required": "example.com/rack",
+                            "podSetSliceRequiredTopology": "kubernetes.io/hostname",
+                            "podSetSliceSize": 1})"));
+  EXPECT_EQ(requests["ps"], Json::parse(R"({"preferred": "example.com/block"})"));
+  EXPECT_EQ(requests["data-server"], Json::parse(R"({"unconstrained": true})"));
+  EXPECT_TRUE(requests["controller"].is_null()) << requests["controller"];
+
+  // Admitted with topology assignments for the trainers and the controllers (which asked for
+  // none) but not the parameter servers.
+  Json admitted = Json::parse(R"({
+    "metadata": {"name": "adamjob-fashion-mnist-ha-01234"},
+    "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+      {"name": "controller", "flavors": {"cpu": "tas"},
+       "topologyAssignment": {"levels": ["example.com/rack"], "slices": []}},
+      {"name": "ps", "flavors": {"cpu": "tas"}},
+      {"name": "trainer", "flavors": {"cpu": "tas"},
+       "topologyAssignment": {"levels": ["example.com/rack"], "slices": []}}]}}})");
+  const WorkloadState st = ReadWorkload(admitted);
+  EXPECT_EQ(st.name, "adamjob-fashion-mnist-ha-01234");
+  EXPECT_EQ(st.topology, (std::set<std::string>{"controller", "trainer"}));
+  std::vector<Json> objects = RenderOf(job);
+  ApplyTopology(st, &objects);
+  ApplyTopology(st, &objects);  // twice: still one gate
+  int gated = 0;
+  for (const Json& o : objects) {
+    const std::string kind = o["kind"];
+    if (kind != "Pod" && kind != "StatefulSet") continue;
+    const Json& pod = kind == "Pod" ? o : o["spec"]["template"];
+    const std::string role = o["metadata"]["labels"].value(kRoleLabel, "");
+    const Json gates = pod["spec"].value("schedulingGates", Json::array());
+    const Json annotations = pod["metadata"].value("annotations", Json::object());
+    const Json labels = pod["metadata"].value("labels", Json::object());
+    if (role != "controller" && role != "trainer") {
+      EXPECT_TRUE(gates.empty()) << role << ": " << gates;
+      EXPECT_FALSE(labels.contains(kPodSetLabel)) << role;
+      EXPECT_FALSE(annotations.contains(kWorkloadAnnotation)) << role;
+      continue;
+    }
+    ++gated;
+    EXPECT_EQ(gates, Json::parse(R"([{"name": "kueue.x-k8s.io/topology"}])")) << role;
+    EXPECT_EQ(labels.value(kPodSetLabel, ""), role);
+    EXPECT_EQ(annotations.value(kWorkloadAnnotation, ""), "adamjob-fashion-mnist-ha-01234");
+    // The controllers asked for nothing: unconstrained, as Kueue marks them; the trainers keep
+    // their own request and are not marked.
+    EXPECT_EQ(annotations.contains(kTasUnconstrainedAnnotation), role == "controller") << role;
+  }
+  EXPECT_EQ(gated, 3);  // the controllers' StatefulSet template and two trainers
+}
+
+// An elastic job's Workloads: how its counts compare with a Workload's, a Workload with the
+// counts changed in place, and the slice that replaces an admitted Workload (named after the
+// job's first Workload and the generation, naming the replaced one and the chain).
+TEST(Kueue, ElasticSlicesCompareResizeAndReplace) {
+  const spec::AdamJob job = Parse("fashion-mnist-ha");
+  Json admitted = WorkloadFor(job, RenderOf(job), "team", "0123456789", 4);
+  admitted["metadata"]["namespace"] = "ml";
+  spec::AdamJob more = job, fewer = job, split = job;
+  more.roles.trainer.replicas = 3;
+  fewer.roles.trainer.replicas = 1;
+  split.roles.trainer.model_workers = 2;  // a role appears: model workers
+  const Json up = WorkloadFor(more, RenderOf(more), "team", "0123456789", 5);
+  const Json down = WorkloadFor(fewer, RenderOf(fewer), "team", "0123456789", 5);
+  EXPECT_EQ(CompareCounts(admitted, admitted), Resize::kSame);
+  EXPECT_EQ(CompareCounts(admitted, up), Resize::kUp);
+  EXPECT_EQ(CompareCounts(admitted, down), Resize::kDown);
+  EXPECT_EQ(CompareCounts(admitted, WorkloadFor(split, RenderOf(split), "team", "0123456789", 5)),
+            Resize::kReshaped);
+  spec::AdamJob mixed = fewer;  // one count down, another up: the quota may grow
+  mixed.roles.parameter_server.replicas = 4;
+  EXPECT_EQ(CompareCounts(admitted, WorkloadFor(mixed, RenderOf(mixed), "team", "0123456789", 5)),
+            Resize::kUp);
+
+  const Json lowered = WithCounts(admitted, down);
+  EXPECT_EQ(PodSetCounts(lowered)["trainer"], 1);
+  EXPECT_EQ(PodSetCounts(lowered)["ps"], 3);
+  EXPECT_EQ(lowered["metadata"], admitted["metadata"]);  // the same Workload, counts only
+  EXPECT_EQ(lowered["spec"]["podSets"][3]["template"], admitted["spec"]["podSets"][3]["template"]);
+
+  EXPECT_EQ(WorkloadGeneration(admitted), 4);
+  const Json slice = SliceReplacing(admitted, up, 5);
+  EXPECT_EQ(slice["metadata"]["name"], "adamjob-fashion-mnist-ha-01234-g5");
+  EXPECT_EQ(WorkloadGeneration(slice), 5);
+  EXPECT_EQ(PodSetCounts(slice)["trainer"], 3);
+  const Json& a = slice["metadata"]["annotations"];
+  EXPECT_EQ(a[kSliceReplacementAnnotation], "ml/adamjob-fashion-mnist-ha-01234");
+  EXPECT_EQ(a[kSliceNameAnnotation], "adamjob-fashion-mnist-ha-01234");
+  EXPECT_EQ(a[kElasticJobAnnotation], "true");
+  // A slice of a slice keeps the chain's name; the state read back says so.
+  Json second = slice;
+  second["metadata"]["namespace"] = "ml";
+  const Json third = SliceReplacing(second, down, 9);
+  EXPECT_EQ(third["metadata"]["annotations"][kSliceReplacementAnnotation],
+            "ml/adamjob-fashion-mnist-ha-01234-g5");
+  EXPECT_EQ(third["metadata"]["annotations"][kSliceNameAnnotation],
+            "adamjob-fashion-mnist-ha-01234");
+  const WorkloadState st = ReadWorkload(third);
+  EXPECT_TRUE(st.elastic);
+  EXPECT_EQ(st.slice_name, "adamjob-fashion-mnist-ha-01234");
+  EXPECT_FALSE(ReadWorkload(admitted).elastic);
+  EXPECT_EQ(ReadWorkload(admitted).slice_name, "adamjob-fashion-mnist-ha-01234");
 }
 
 TEST(Coscheduling, OneGangOfEveryPodMadeAtOnce) {

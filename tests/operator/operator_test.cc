@@ -16,6 +16,7 @@
 #include "kube/workqueue.h"
 #include "operator/fake_api_server.h"
 #include "reconcile/drift.h"
+#include "reconcile/kueue.h"
 #include "reconcile/reconciler.h"
 #include "reconcile/render.h"
 #include "reconcile/start_failures.h"
@@ -1361,6 +1362,76 @@ std::string WorkloadCondition(const Json& wl, const std::string& type) {
     if (c["type"] == type)
       return c["status"].get<std::string>() + " " + c["reason"].get<std::string>();
   return "";
+}
+
+// An elastic queued job (Kueue's elastic-job annotation), Kueue's part played: scaled up, it
+// asks for a Workload slice replacing its admitted Workload and runs at its admitted counts until
+// that slice is admitted; then the replaced Workload is finished (here by the operator: the
+// played Kueue does not) and the new trainer made. Scaled down, the admitted slice's counts are
+// lowered in place. No pod but the trainers added or removed is replaced.
+TEST_F(OperatorTest, AnElasticJobResizesItsWorkloadWithoutStopping) {
+  StartOperator(net::kCertificateValidity, /*kueue=*/true);
+  api->Put("kueue.x-k8s.io/v1beta2/resourceflavors", Json::parse(R"({
+    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+    "metadata": {"name": "zone-b"}, "spec": {}})"));
+  Json j = Example("fashion-mnist");
+  j["metadata"]["labels"] = {{kQueueLabel, "team"}};
+  j["metadata"]["annotations"] = {{kElasticJobAnnotation, "true"}};
+  api->Put(kJobs, j);
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Queued"; }));
+  const std::string uid = Job("fashion-mnist")["metadata"]["uid"];
+  const std::string first = "adamjob-fashion-mnist-" + uid.substr(0, 5);
+  ASSERT_FALSE(api->Get(kWorkloads, "ml", first).is_null());
+  EXPECT_EQ(api->Get(kWorkloads, "ml", first)["metadata"]["annotations"][kElasticJobAnnotation],
+            "true");
+  Admit(*api, first, "zone-b");
+  BringUp("fashion-mnist", false);
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Running"; }));
+  std::map<std::string, std::string> before;
+  for (const Json& p : api->List(kPods, "ml")) before[p["metadata"]["name"]] = p["metadata"]["uid"];
+  const auto replaced = [&] {
+    std::vector<std::string> out;
+    for (const Json& p : api->List(kPods, "ml")) {
+      auto it = before.find(p["metadata"]["name"]);
+      if (it != before.end() && it->second != p["metadata"]["uid"]) out.push_back(it->first);
+    }
+    return out;
+  };
+
+  j = Job("fashion-mnist");
+  j["spec"]["roles"]["trainer"]["replicas"] = 3;
+  api->Put(kJobs, j);
+  const std::string slice =
+      first + "-g" + std::to_string(Job("fashion-mnist")["metadata"]["generation"].get<int64_t>());
+  ASSERT_TRUE(Eventually([&] { return !api->Get(kWorkloads, "ml", slice).is_null(); }));
+  const Json asked = api->Get(kWorkloads, "ml", slice);
+  EXPECT_EQ(asked["metadata"]["annotations"][kSliceReplacementAnnotation], "ml/" + first);
+  EXPECT_EQ(PodSetCounts(asked)["trainer"], 3);
+  ASSERT_TRUE(Passes());
+  EXPECT_EQ(PodsOf("trainer").size(), 2u) << "a trainer made before Kueue admitted the slice";
+  EXPECT_EQ(Phase("fashion-mnist"), "Running");
+  EXPECT_EQ(EventsOf(*api, "Resizing", slice), 1);
+  EXPECT_EQ(WorkloadCondition(api->Get(kWorkloads, "ml", first), "Finished"), "");
+
+  Admit(*api, slice, "zone-b");
+  ASSERT_TRUE(Eventually([&] { return PodsOf("trainer").size() == 3u; }));
+  RunAll("trainer");
+  ASSERT_TRUE(Eventually([&] {
+    return WorkloadCondition(api->Get(kWorkloads, "ml", first), "Finished") == "True OutOfSync";
+  }));
+  EXPECT_TRUE(Eventually([&] { return EventsOf(*api, "Resized", "with the new counts") == 1; }));
+  EXPECT_TRUE(replaced().empty()) << replaced().front();
+
+  j = Job("fashion-mnist");
+  j["spec"]["roles"]["trainer"]["replicas"] = 1;
+  api->Put(kJobs, j);
+  ASSERT_TRUE(
+      Eventually([&] { return PodSetCounts(api->Get(kWorkloads, "ml", slice))["trainer"] == 1; }));
+  ASSERT_TRUE(Eventually([&] { return PodsOf("trainer").size() == 1u; }));
+  EXPECT_TRUE(Eventually([&] { return EventsOf(*api, "Resized", "lowered the counts") == 1; }));
+  EXPECT_EQ(api->List(kWorkloads, "ml").size(), 2u);  // no third Workload
+  EXPECT_TRUE(replaced().empty()) << replaced().front();
+  EXPECT_EQ(Phase("fashion-mnist"), "Running");
 }
 
 TEST_F(OperatorTest, AQueuedJobRunsNoPodUntilKueueAdmitsItAndStopsWhenEvicted) {

@@ -16,11 +16,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -42,6 +44,7 @@ var (
 
 	workloadPriorityClasses = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloadpriorityclasses"}
 	admissionChecks         = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "admissionchecks"}
+	topologies              = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "topologies"}
 )
 
 const kueueContainer = "adam-e2e-kueue"
@@ -269,8 +272,9 @@ waitForPodsReady: {timeout: %s}
 		"-v", env.clusterDir+":"+env.clusterDir+":ro", "-v", dir+":"+dir+":ro",
 		"-v", certs+":/etc/kueue/metrics/certs:ro",
 		kueueContainer+":local", "/kueue", "--config", filepath.Join(dir, "config.yaml"),
-		// The visibility API server would want certificates of its own (an APIService).
-		"--feature-gates", "VisibilityOnDemand=false")
+		// The visibility API server would want certificates of its own (an APIService); elastic
+		// jobs' Workload slices are alpha.
+		"--feature-gates", "VisibilityOnDemand=false,ElasticJobsViaWorkloadSlices=true")
 	stop := func() {
 		out, errs, _ := onHost(nil, "docker", "logs", kueueContainer)
 		_ = os.WriteFile(filepath.Join(env.logs, "kueue.log"), []byte(out+errs), 0o644)
@@ -506,6 +510,8 @@ value: 100`)
 	waitPhase(t, ns, "second", "Running", 90*time.Second)
 
 	provisionedByACheck(t, ns)
+	placedByTopology(t, ns)
+	resizedInPlace(t, ns)
 
 	// One controller runs a job from start to end.
 	u := getJob(t, ns, "second")
@@ -603,6 +609,224 @@ spec: {controllerName: adam.dev/e2e-provision}`)
 	}
 	if trainers != 2 {
 		t.Errorf("%d trainer pods of %d, want 2", trainers, len(pods))
+	}
+}
+
+// Kueue's topology-aware scheduling, with Kueue's own annotation on the trainers' pod template: a
+// ClusterQueue of one TAS flavor over the fake nodes' zones admits the job with a topology
+// assignment per pod set, the trainers' pod set asks for one zone (required), and Kueue's
+// topology ungater, not the operator, puts each trainer in that zone: the operator made the pods
+// gated, labelled with their pod set and annotated with their Workload; the ungater lifted the
+// gate and wrote the zone into their nodeSelector; the scheduler placed them there.
+func placedByTopology(t *testing.T, ns string) {
+	t.Helper()
+	const zone = "topology.kubernetes.io/zone"
+	apply(t, topologies, "", `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Topology
+metadata: {name: e2e-zones}
+spec: {levels: [{nodeLabel: topology.kubernetes.io/zone}]}`)
+	apply(t, resourceFlavors, "", `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: e2e-tas}
+spec: {nodeLabels: {type: kwok}, topologyName: e2e-zones}`)
+	apply(t, clusterQueues, "", `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: e2e-tas}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: e2e-tas
+      resources:
+      - {name: cpu, nominalQuota: 8}
+      - {name: memory, nominalQuota: 32Gi}`)
+	apply(t, localQueues, ns, localQueue("topology", "e2e-tas"))
+	defer func() {
+		_ = env.dyn.Resource(adamJobs).Namespace(ns).Delete(ctx(), "fourth", metav1.DeleteOptions{})
+		eventually(t, 60*time.Second, "the fourth job's Workload gone", func() (bool, string) {
+			return workloadOf(t, ns, "fourth") == nil, "still there"
+		})
+		_ = env.dyn.Resource(localQueues).Namespace(ns).Delete(ctx(), "topology", metav1.DeleteOptions{})
+		_ = env.dyn.Resource(clusterQueues).Delete(ctx(), "e2e-tas", metav1.DeleteOptions{})
+		_ = env.dyn.Resource(resourceFlavors).Delete(ctx(), "e2e-tas", metav1.DeleteOptions{})
+		_ = env.dyn.Resource(topologies).Delete(ctx(), "e2e-zones", metav1.DeleteOptions{})
+	}()
+	job := example(t, "fashion-mnist")
+	set(job, "metadata/name", "fourth")
+	set(job, "metadata/labels", map[string]any{"kueue.x-k8s.io/queue-name": "topology"})
+	set(job, "spec/roles/trainer/podTemplate", map[string]any{
+		"annotations": map[string]any{"kueue.x-k8s.io/podset-required-topology": zone}})
+	createJob(t, ns, job)
+	waitPhase(t, ns, "fourth", "Running", 90*time.Second)
+
+	wl := workloadOf(t, ns, "fourth")
+	sets, _, _ := unstructured.NestedSlice(wl.Object, "spec", "podSets")
+	assigned, _, _ := unstructured.NestedSlice(wl.Object, "status", "admission", "podSetAssignments")
+	for _, ps := range sets {
+		if name, _, _ := unstructured.NestedString(ps.(map[string]any), "name"); name == "trainer" {
+			if req, _, _ := unstructured.NestedString(ps.(map[string]any), "topologyRequest", "required"); req != zone {
+				t.Errorf("the trainers' pod set asks for topology %q, want required %s", req, zone)
+			}
+		}
+	}
+	for _, a := range assigned {
+		if name, _, _ := unstructured.NestedString(a.(map[string]any), "name"); name == "trainer" {
+			if levels, _, _ := unstructured.NestedStringSlice(a.(map[string]any), "topologyAssignment", "levels"); fmt.Sprint(levels) != "["+zone+"]" {
+				t.Errorf("the trainers were admitted with topology levels %v, want [%s]", levels, zone)
+			}
+		}
+	}
+	zones := map[string]bool{}
+	trainers := jobPods(t, ns, "fourth", "trainer")
+	for _, p := range trainers {
+		node, err := env.cs.CoreV1().Nodes().Get(ctx(), p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("trainer %s on node %q: %v", p.Name, p.Spec.NodeName, err)
+		}
+		zones[node.Labels[zone]] = true
+		got := fmt.Sprintf("gates %v, pod set %q, Workload %q, nodeSelector zone %q, node's zone %q",
+			p.Spec.SchedulingGates, p.Labels["kueue.x-k8s.io/podset"], p.Annotations["kueue.x-k8s.io/workload"],
+			p.Spec.NodeSelector[zone], node.Labels[zone])
+		want := fmt.Sprintf("gates [], pod set \"trainer\", Workload %q, nodeSelector zone %q, node's zone %q",
+			wl.GetName(), node.Labels[zone], node.Labels[zone])
+		if got != want {
+			t.Errorf("trainer %s: %s; want %s", p.Name, got, want)
+		}
+	}
+	if len(trainers) != 2 || len(zones) != 1 {
+		t.Errorf("%d trainers in zones %v; want 2 in one zone", len(trainers), zones)
+	}
+	fmt.Printf("e2e: Kueue placed the trainers of a topology-aware job in zone %v\n", zones)
+}
+
+// An elastic job (kueue.x-k8s.io/elastic-job) on a ClusterQueue of 8 CPUs, room for one job
+// of 5 and not for a second beside it: scaled from 2 trainers to 3, the operator asks for a
+// larger Workload slice that Kueue admits counting the admitted Workload's quota as its own
+// (5 + 6 CPUs would not fit), and marks the replaced one Finished; scaled to 1, the admitted
+// slice's counts are lowered in place. No pod but the trainers added or removed is replaced, and
+// the quota Kueue holds is, each time, what the job's pods request.
+func resizedInPlace(t *testing.T, ns string) {
+	t.Helper()
+	zoneOneQueue(t, "e2e-elastic", "")
+	apply(t, localQueues, ns, localQueue("elastic", "e2e-elastic"))
+	defer func() {
+		_ = env.dyn.Resource(adamJobs).Namespace(ns).Delete(ctx(), "fifth", metav1.DeleteOptions{})
+		eventually(t, 60*time.Second, "the fifth job's Workloads gone", func() (bool, string) {
+			return workloadOf(t, ns, "fifth") == nil, "still there"
+		})
+		_ = env.dyn.Resource(localQueues).Namespace(ns).Delete(ctx(), "elastic", metav1.DeleteOptions{})
+		_ = env.dyn.Resource(clusterQueues).Delete(ctx(), "e2e-elastic", metav1.DeleteOptions{})
+	}()
+	job := example(t, "fashion-mnist")
+	set(job, "metadata/name", "fifth")
+	set(job, "metadata/labels", map[string]any{"kueue.x-k8s.io/queue-name": "elastic"})
+	set(job, "metadata/annotations", map[string]any{"kueue.x-k8s.io/elastic-job": "true"})
+	createJob(t, ns, job)
+	waitPhase(t, ns, "fifth", "Running", 90*time.Second)
+	first := workloadOf(t, ns, "fifth").GetName()
+	uids := func(role string) map[string]string {
+		out := map[string]string{}
+		for _, p := range jobPods(t, ns, "fifth", role) {
+			out[p.Name] = string(p.UID)
+		}
+		return out
+	}
+	before := uids("")
+	// The CPUs the job's pods request, and those Kueue holds for it on its ClusterQueue.
+	quota := func() (string, string) {
+		var requested int64
+		for _, p := range jobPods(t, ns, "fifth", "") {
+			for _, c := range p.Spec.Containers {
+				requested += c.Resources.Requests.Cpu().MilliValue()
+			}
+		}
+		cq, err := env.dyn.Resource(clusterQueues).Get(ctx(), "e2e-elastic", metav1.GetOptions{})
+		if err != nil {
+			return "", err.Error()
+		}
+		held := ""
+		flavors, _, _ := unstructured.NestedSlice(cq.Object, "status", "flavorsReservation")
+		for _, f := range flavors {
+			res, _, _ := unstructured.NestedSlice(f.(map[string]any), "resources")
+			for _, r := range res {
+				if name, _, _ := unstructured.NestedString(r.(map[string]any), "name"); name == "cpu" {
+					total, _, _ := unstructured.NestedString(r.(map[string]any), "total")
+					q, err := resource.ParseQuantity(total)
+					if err == nil {
+						held = fmt.Sprint(q.MilliValue())
+					}
+				}
+			}
+		}
+		return fmt.Sprint(requested), held
+	}
+	for _, step := range []struct {
+		trainers      int
+		event, saying string
+	}{{3, "Resized", "with the new counts"}, {1, "Resized", "lowered the counts"}} {
+		kubectl(t, "scale", "-n", ns, "adamjob/fifth", fmt.Sprintf("--replicas=%d", step.trainers))
+		scaled := time.Now()
+		eventually(t, 90*time.Second, fmt.Sprintf("%d trainers running", step.trainers), func() (bool, string) {
+			n := 0
+			for _, p := range jobPods(t, ns, "fifth", "trainer") {
+				if podReady(&p) {
+					n++
+				}
+			}
+			return n == step.trainers && len(jobPods(t, ns, "fifth", "trainer")) == step.trainers, fmt.Sprint(n, " ready")
+		})
+		took := time.Since(scaled)
+		var requested, held string
+		eventually(t, 30*time.Second, "Kueue holding what the pods request", func() (bool, string) {
+			requested, held = quota()
+			return requested == held, "requested " + requested + "m, held " + held + "m"
+		})
+		fmt.Printf("e2e: the elastic job ran %d trainers %v after the scale; Kueue holds %s mCPU\n",
+			step.trainers, took.Round(time.Millisecond), held)
+		if ok, why := hasEvent(t, ns, "fifth", step.event, step.saying); !ok {
+			t.Errorf("no %s event %q after scaling to %d: %s", step.event, step.saying, step.trainers, why)
+		}
+		if ok, why := hasEvent(t, ns, "fifth", "Resizing", "to replace "+first); step.trainers == 3 && !ok {
+			t.Errorf("no Resizing event: %s", why)
+		}
+		for name, uid := range uids("") {
+			if was, ok := before[name]; ok && was != uid {
+				t.Errorf("pod %s was replaced while scaling to %d trainers", name, step.trainers)
+			}
+		}
+		if p := phase(getJob(t, ns, "fifth")); p != "Running" {
+			t.Errorf("the job is %s after scaling to %d trainers, want Running", p, step.trainers)
+		}
+	}
+	// One slice now, admitted with 1 trainer, replacing the first; the first Finished by Kueue.
+	list, err := env.dyn.Resource(workloads).Namespace(ns).List(ctx(), metav1.ListOptions{LabelSelector: "adam.dev/job=fifth"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range list.Items {
+		st, reason := workloadCondition(&w, "Finished")
+		sets, _, _ := unstructured.NestedSlice(w.Object, "spec", "podSets")
+		counts := ""
+		for _, ps := range sets {
+			name, _, _ := unstructured.NestedString(ps.(map[string]any), "name")
+			count, _, _ := unstructured.NestedInt64(ps.(map[string]any), "count")
+			counts += fmt.Sprintf(" %s=%d", name, count)
+		}
+		got = append(got, fmt.Sprintf("%s (finished %s %s, replaces %q,%s)", w.GetName(), st, reason,
+			w.GetAnnotations()["kueue.x-k8s.io/workload-slice-replacement-for"], counts))
+	}
+	sort.Strings(got)
+	want := []string{
+		fmt.Sprintf("%s (finished True WorkloadSliceReplaced, replaces \"\", ps=2 data-server=1 trainer=2)", first),
+		fmt.Sprintf("%s-g2 (finished  , replaces %q, ps=2 data-server=1 trainer=1)", first, ns+"/"+first),
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the job's Workloads:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -137,6 +137,44 @@ hostNetwork: true
               HasSubstr("spec.podTemplate.labels.-bad: is not a label key"));
 }
 
+// Kueue's topology-aware scheduling annotations are read as Kueue reads them; what Kueue would
+// refuse (or the operator writes itself) is refused here, naming the annotation.
+TEST(PodTemplate, KueueTopologyAnnotationsAreChecked) {
+  EXPECT_TRUE(ExampleWith("/spec/roles/trainer/podTemplate", R"(
+annotations:
+  kueue.x-k8s.io/podset-required-topology: example.com/rack
+  kueue.x-k8s.io/podset-slice-required-topology: kubernetes.io/hostname
+  kueue.x-k8s.io/podset-slice-size: "2"
+)")
+                  .ok());
+  EXPECT_TRUE(ExampleWith("/spec/podTemplate",
+                          "{annotations: {kueue.x-k8s.io/podset-unconstrained-topology: 'false'}}")
+                  .ok());
+  const std::string at = "spec.podTemplate.annotations.kueue.x-k8s.io/";
+  const std::string all = ErrorOf("/spec/podTemplate", R"(
+annotations:
+  kueue.x-k8s.io/podset-required-topology: "not a level"
+  kueue.x-k8s.io/podset-preferred-topology: "-rack"
+  kueue.x-k8s.io/podset-unconstrained-topology: "yes"
+  kueue.x-k8s.io/podset-slice-size: "0"
+  kueue.x-k8s.io/workload: mine
+labels: {kueue.x-k8s.io/podset: trainer}
+)");
+  EXPECT_THAT(all, HasSubstr(at + "podset-required-topology: is not a topology level"));
+  EXPECT_THAT(all, HasSubstr(at + "podset-preferred-topology: is not a topology level"));
+  EXPECT_THAT(all, HasSubstr(at + "podset-unconstrained-topology: must be \"true\" or \"false\""));
+  EXPECT_THAT(all, HasSubstr(at + "podset-slice-size: must be a whole number of pods"));
+  EXPECT_THAT(all, HasSubstr(at + "workload: is written by the operator"));
+  EXPECT_THAT(all, HasSubstr("spec.podTemplate.labels.kueue.x-k8s.io/podset: is written by"));
+  EXPECT_THAT(
+      ErrorOf("/spec/podTemplate", "{annotations: {kueue.x-k8s.io/podset-slice-size: '3'}}"),
+      HasSubstr(at + "podset-slice-size: needs kueue.x-k8s.io/podset-slice-required"));
+  EXPECT_THAT(
+      ErrorOf("/spec/podTemplate",
+              "{annotations: {kueue.x-k8s.io/podset-slice-required-topology: example.com/rack}}"),
+      HasSubstr(at + "podset-slice-required-topology: needs kueue.x-k8s.io/podset-slice-size"));
+}
+
 TEST(PodTemplate, TheRolesTemplateMergesOverTheJobWideOne) {
   const Json job_wide = YamlToJson(R"(
 labels: {team: vision, tier: batch}

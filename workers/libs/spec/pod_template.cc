@@ -112,6 +112,8 @@ class Checker {
               "is Adam's own label (adam.dev/* and app.kubernetes.io/name, instance, "
               "component, managed-by name the job, role and index it selects its pods by); "
               "choose another key");
+      else if (k == "kueue.x-k8s.io/podset")
+        Error(at, "is written by the operator (the role of a pod Kueue places by topology)");
       else if (!IsLabelValue(v.get<std::string>()))
         Error(at, "is not a label value (at most 63 letters, digits, '-', '_' or '.')");
     }
@@ -135,6 +137,43 @@ class Checker {
                       "'), which Adam writes to this annotation of every parameter server; "
                       "name the network there only");
     }
+    TopologyAnnotations(t["annotations"]);
+  }
+
+  // Kueue's topology-aware scheduling annotations, checked as Kueue reads them: a level is a node
+  // label key, "unconstrained" a boolean, a slice needs its level and a size of at least 1.
+  void TopologyAnnotations(const json& a) {
+    const std::string at = ".annotations.kueue.x-k8s.io/";
+    auto value = [&a](const std::string& name) -> const json* {
+      auto it = a.find("kueue.x-k8s.io/" + name);
+      return it == a.end() || !it->is_string() ? nullptr : &*it;
+    };
+    for (const char* level : {"podset-required-topology", "podset-preferred-topology",
+                              "podset-slice-required-topology"})
+      if (const json* v = value(level); v && !IsQualifiedName(v->get<std::string>()))
+        Error(at + level,
+              "is not a topology level (a node label key, such as "
+              "topology.kubernetes.io/zone)");
+    if (const json* u = value("podset-unconstrained-topology"); u && *u != "true" && *u != "false")
+      Error(at + "podset-unconstrained-topology", "must be \"true\" or \"false\"");
+    const json* slice = value("podset-slice-required-topology");
+    const json* size = value("podset-slice-size");
+    if (slice && !size)
+      Error(at + "podset-slice-required-topology",
+            "needs kueue.x-k8s.io/podset-slice-size (the pods of each slice)");
+    if (size) {
+      const std::string n = size->get<std::string>();
+      const bool number =
+          !n.empty() && n.size() < 10 &&
+          std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!number || std::stol(n) < 1)
+        Error(at + "podset-slice-size", "must be a whole number of pods, at least 1");
+      else if (!slice)
+        Error(at + "podset-slice-size", "needs kueue.x-k8s.io/podset-slice-required-topology");
+    }
+    if (a.contains("kueue.x-k8s.io/workload"))
+      Error(at + "workload",
+            "is written by the operator (the Workload a pod placed by topology belongs to)");
   }
 
   bool ListOfObjects(const json& t, const char* field) {
