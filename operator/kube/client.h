@@ -56,6 +56,8 @@ Resource Workloads();
 Resource ResourceFlavors();          // cluster-scoped
 Resource WorkloadPriorityClasses();  // cluster-scoped
 Resource PodGroups();
+// Kubernetes' own gang scheduling (scheduling.k8s.io/v1alpha2, 1.36 with GenericWorkload).
+Resource GangPodGroups();
 
 // Base64 (standard alphabet, padded), as a Secret's data holds its values.
 std::string Base64Encode(const std::string& bytes);

@@ -51,6 +51,7 @@ Resource WorkloadPriorityClasses() {
 }
 Resource ResourceFlavors() { return {"kueue.x-k8s.io/v1beta2", "resourceflavors", false}; }
 Resource PodGroups() { return {"scheduling.x-k8s.io/v1alpha1", "podgroups"}; }
+Resource GangPodGroups() { return {"scheduling.k8s.io/v1alpha2", "podgroups"}; }
 
 std::string Base64Encode(const std::string& bytes) {
   return utility::conversions::to_base64(std::vector<unsigned char>(bytes.begin(), bytes.end()));
@@ -66,9 +67,10 @@ StatusOr<std::string> Base64Decode(const std::string& text) {
 }
 
 StatusOr<Resource> ResourceForKind(const std::string& api_version, const std::string& kind) {
-  for (const Resource& r : {AdamJobs(), Pods(), Services(), ConfigMaps(), PersistentVolumeClaims(),
-                            StatefulSets(), Events(), Leases(), NetworkPolicies(), Secrets(),
-                            Workloads(), ResourceFlavors(), PodGroups(), PodDisruptionBudgets()}) {
+  for (const Resource& r :
+       {AdamJobs(), Pods(), Services(), ConfigMaps(), PersistentVolumeClaims(), StatefulSets(),
+        Events(), Leases(), NetworkPolicies(), Secrets(), Workloads(), ResourceFlavors(),
+        PodGroups(), GangPodGroups(), PodDisruptionBudgets()}) {
     std::string singular = r.plural.substr(0, r.plural.size() - 1);
     if (r.plural == "networkpolicies") singular = "networkpolicy";
     std::string k = kind;

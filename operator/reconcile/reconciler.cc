@@ -1020,9 +1020,10 @@ const std::vector<Json>& Reconciler::Rendered(State& s) {
   return *s.rendered;
 }
 
-StatusOr<bool> Reconciler::EnsurePodGroup(State& s, const std::vector<Json>& desired) {
-  for (const Json& o : desired) {
+StatusOr<bool> Reconciler::EnsurePodGroup(State& s, std::vector<Json>* desired) {
+  for (const Json& o : *desired) {
     if (o["kind"] != "PodGroup") continue;
+    if (o["apiVersion"] == kGangApiVersion) return EnsureGang(s, Json(o), desired);
     // Made with the job's first objects; no informer watches PodGroups. Once made, its
     // minMember follows the job's pod count (trainers scaled), so that a gang is never waited
     // for with more, or placed with fewer, pods than the job has.
@@ -1051,6 +1052,40 @@ StatusOr<bool> Reconciler::EnsurePodGroup(State& s, const std::vector<Json>& des
     s.requeue_after = std::chrono::milliseconds(30000);
     return false;
   }
+  return true;
+}
+
+StatusOr<bool> Reconciler::EnsureGang(State& s, const Json& group, std::vector<Json>* desired) {
+  const std::string name = group["metadata"]["name"];
+  auto cur = client_->Get(kube::GangPodGroups(), s.ns, name);
+  if (!cur.ok() && cur.status().code() != StatusCode::kNotFound) return cur.status();
+  if (!cur.ok()) {
+    auto c = client_->Create(kube::GangPodGroups(), s.ns, group);
+    if (c.ok() || c.status().code() == StatusCode::kAlreadyExists) return true;
+    if (c.status().code() != StatusCode::kNotFound) return c.status();
+    const std::string msg =
+        "spec.runPolicy.schedulingPolicy.gang: the API server serves no " +
+        std::string(kGangApiVersion) +
+        " PodGroups (Kubernetes 1.36 with the GenericWorkload and GangScheduling feature gates and "
+        "that API version enabled); no pod is made until it does";
+    const Json* created = FindCondition(s.status, "Created");
+    if (!created || created->value("reason", "") != "NoPodGroupAPI")
+      Event(s, "Warning", "NoPodGroupAPI", msg);
+    SetCondition(s, "Created", false, "NoPodGroupAPI", msg, true);
+    s.requeue_after = std::chrono::milliseconds(30000);
+    return false;
+  }
+  // A PodGroup is immutable (and kept while a pod names it): its minCount stays the job's pod
+  // count when it was made. A job scaled below that makes its new pods outside the gang, which
+  // would otherwise wait for pods that never come; the job holds the rest already.
+  const Json policy =
+      (*cur).value("spec", Json::object()).value("schedulingPolicy", Json::object());
+  const Json min = policy.value("gang", Json::object()).value("minCount", Json(0));
+  if (min.is_number_integer() && min.get<int64_t>() > PodCount(*s.spec))
+    for (Json& o : *desired) {
+      if (o["kind"] == "Pod") o["spec"].erase("schedulingGroup");
+      if (o["kind"] == "StatefulSet") o["spec"]["template"]["spec"].erase("schedulingGroup");
+    }
   return true;
 }
 
@@ -1083,7 +1118,7 @@ Status Reconciler::EnsureObjects(State& s) {
     desired_names.insert(o["kind"].get<std::string>() + "/" +
                          o["metadata"]["name"].get<std::string>());
   }
-  ADAM_ASSIGN_OR_RETURN(const bool grouped, EnsurePodGroup(s, desired));
+  ADAM_ASSIGN_OR_RETURN(const bool grouped, EnsurePodGroup(s, &desired));
   if (!grouped) return OkStatus();  // a gang without its group would be placed pod by pod
   // At the start a later stage waits until the one before it is ready. Once the job ran whole
   // (Created) and still has pods of its last stage, a lost pod is made again at once whatever

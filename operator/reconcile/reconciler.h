@@ -173,7 +173,11 @@ class Reconciler {
   Status EnsureObjects(State& s);
   // The coscheduling PodGroup of a gang-scheduled job, made before any pod; false (with a
   // condition and an event) while the API server has no PodGroups.
-  StatusOr<bool> EnsurePodGroup(State& s, const std::vector<Json>& desired);
+  StatusOr<bool> EnsurePodGroup(State& s, std::vector<Json>* desired);
+  // Kubernetes' own gang (scheduling.k8s.io PodGroup `group`), made with the job's first pods;
+  // false (condition and event) while the API server does not serve it. Pods made once the job
+  // has fewer pods than its minCount are made outside the gang (`desired` changed).
+  StatusOr<bool> EnsureGang(State& s, const Json& group, std::vector<Json>* desired);
   // A queued job's pods placed where Kueue admitted them (kueue.h: ApplyFlavors,
   // ApplyPodSetUpdates); false (with a condition and an event) when that contradicts the pods.
   StatusOr<bool> PlaceAdmitted(State& s, std::vector<Json>* desired);

@@ -17,9 +17,10 @@ using spec::Role;
 using spec::RoleInstance;
 
 // Start stage on a cluster: controllers, then parameter servers, then data servers and trainers.
-// A gang starts at once: the coscheduling plugin places none of its pods until all exist.
+// A gang starts at once: neither the coscheduling plugin nor Kubernetes' gang scheduling places
+// any of its pods until all exist.
 int KubeStage(const spec::AdamJob& job, Role role, bool has_controllers) {
-  if (job.run_policy.scheduling.coscheduling) return 0;
+  if (job.run_policy.scheduling.coscheduling || job.run_policy.scheduling.gang) return 0;
   const int base = has_controllers ? 1 : 0;
   switch (role) {
     case Role::kController:
@@ -364,6 +365,7 @@ Json ControllerSet(const spec::AdamJob& job, const RoleInstance& first,
   Json tmd = {{"labels", Labels(job, "controller")}, {"annotations", {{kStageAnnotation, "0"}}}};
   ApplyTemplate(TemplateOf(job, Role::kController), &tmd, &pod);
   if (job.run_policy.scheduling.coscheduling) tmd["labels"][kPodGroupLabel] = job.name;
+  if (job.run_policy.scheduling.gang) pod["schedulingGroup"] = {{"podGroupName", job.name}};
   return {{"apiVersion", "apps/v1"},
           {"kind", "StatefulSet"},
           {"metadata", md},
@@ -395,6 +397,15 @@ Json PodGroup(const spec::AdamJob& job, const RenderOptions& o) {
           {"spec",
            {{"minMember", PodCount(job)},
             {"scheduleTimeoutSeconds", job.run_policy.scheduling.schedule_timeout_seconds}}}};
+}
+
+// Kubernetes' own gang (scheduling.k8s.io/v1alpha2): every pod of the job names it in its
+// spec.schedulingGroup, and the scheduler binds none until minCount of them can all be placed.
+Json GangPodGroup(const spec::AdamJob& job, const RenderOptions& o) {
+  return {{"apiVersion", kGangApiVersion},
+          {"kind", "PodGroup"},
+          {"metadata", Metadata(job, job.name, "job", 0, o)},
+          {"spec", {{"schedulingPolicy", {{"gang", {{"minCount", PodCount(job)}}}}}}}};
 }
 
 // A parameter server's checkpoint volume. It outlives the pod (a recreated server restores from
@@ -468,6 +479,7 @@ Json RolePod(const spec::AdamJob& job, const RoleInstance& in, const spec::Endpo
     AddVolume(&pod, "output", job.output.volume, false);
   ApplyTemplate(TemplateOf(job, in.role), &md, &pod);
   if (job.run_policy.scheduling.coscheduling) md["labels"][kPodGroupLabel] = job.name;
+  if (job.run_policy.scheduling.gang) pod["schedulingGroup"] = {{"podGroupName", job.name}};
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", md}, {"spec", pod}};
 }
 
@@ -487,6 +499,7 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
   AddJobObjects(job, o, &out);
   AddDisruptionBudgets(job, o, &out);
   if (job.run_policy.scheduling.coscheduling) out.push_back(PodGroup(job, o));
+  if (job.run_policy.scheduling.gang) out.push_back(GangPodGroup(job, o));
   if (has_controllers) {
     const auto first =
         std::find_if(plan.instances.begin(), plan.instances.end(),

@@ -33,6 +33,8 @@ inline constexpr const char* kMultusAnnotation = "k8s.v1.cni.cncf.io/networks";
 inline constexpr const char* kNetworkStatusAnnotation = "k8s.v1.cni.cncf.io/network-status";
 // The scheduler-plugins coscheduling plugin's gang label (spec.runPolicy.schedulingPolicy).
 inline constexpr const char* kPodGroupLabel = "scheduling.x-k8s.io/pod-group";
+// The API of Kubernetes' own gang scheduling (spec.runPolicy.schedulingPolicy.gang).
+inline constexpr const char* kGangApiVersion = "scheduling.k8s.io/v1alpha2";
 // Kueue's: the LocalQueue a job is submitted to (on the AdamJob), and the Workload's job uid.
 inline constexpr const char* kQueueLabel = "kueue.x-k8s.io/queue-name";
 // Kueue's label naming a job's WorkloadPriorityClass (its order in the queue, and preemption).

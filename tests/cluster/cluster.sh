@@ -28,6 +28,8 @@
 # PersistentVolumeClaims (StorageClass "standard", the default, bound when the pod is scheduled;
 # any node can mount them, so a pod replaced on another node keeps its claim;
 # ADAM_CLUSTER_VOLUME_BINDING=Immediate binds a claim when it is made instead).
+# ADAM_CLUSTER_GANG=1 turns on Kubernetes' own gang scheduling (alpha in 1.36: the
+# scheduling.k8s.io/v1alpha2 API, the GenericWorkload and GangScheduling gates).
 # ADAM_CLUSTER_CLIENT_QPS raises the request rate the controller manager and the scheduler allow
 # themselves (burst twice that; unset: Kubernetes' defaults, 20 and 50 requests/s), as large
 # clusters do: at 20/s the volume binder binds about 5 claims a second.
@@ -258,7 +260,13 @@ up() {
   local kubelet_client=()
   ((real_nodes == 0)) || kubelet_client=(--kubelet-client-certificate "$dir/pki/admin.crt"
     --kubelet-client-key "$dir/pki/admin.key" --kubelet-preferred-address-types InternalIP)
-  start kube-apiserver --etcd-servers "http://127.0.0.1:$etcd_port" "${kubelet_client[@]}" \
+  # ADAM_CLUSTER_GANG=1: Kubernetes' own gang scheduling (alpha in 1.36): its API and feature gates
+  # on the API server, the controller manager (PodGroup protection) and the scheduler.
+  local gang=()
+  [[ "${ADAM_CLUSTER_GANG:-0}" == 1 ]] && gang=(--feature-gates GenericWorkload=true,GangScheduling=true)
+  local gang_api=()
+  ((${#gang[@]} == 0)) || gang_api=(--runtime-config scheduling.k8s.io/v1alpha2=true)
+  start kube-apiserver --etcd-servers "http://127.0.0.1:$etcd_port" "${kubelet_client[@]}" "${gang[@]}" "${gang_api[@]}" \
     --bind-address "$api_host" --advertise-address "$api_host" --secure-port "$apiserver_port" \
     --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
     --client-ca-file "$dir/pki/ca.crt" --authorization-mode Node,RBAC \
@@ -280,11 +288,11 @@ up() {
     --service-account-private-key-file "$dir/pki/sa.key" --root-ca-file "$dir/pki/ca.crt" \
     --use-service-account-credentials=true --leader-elect=false --secure-port 0 \
     --controllers '*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route' "${rate[@]}" \
-    "${node_monitor[@]}"
+    "${node_monitor[@]}" "${gang[@]}"
   start kube-scheduler --kubeconfig "$dir/kube-scheduler.kubeconfig" \
     --authentication-kubeconfig "$dir/kube-scheduler.kubeconfig" \
     --authorization-kubeconfig "$dir/kube-scheduler.kubeconfig" --leader-elect=false --secure-port 0 \
-    "${rate[@]}"
+    "${rate[@]}" "${gang[@]}"
   kwok_stages >"$dir/kwok.yaml"
   ((fake_nodes == 0)) || start kwok --config "$dir/kwok.yaml" --kubeconfig "$dir/kwok.kubeconfig" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \

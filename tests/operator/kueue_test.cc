@@ -334,5 +334,40 @@ TEST(Coscheduling, OneGangOfEveryPodMadeAtOnce) {
   }
 }
 
+// Kubernetes' own gang scheduling: one scheduling.k8s.io PodGroup of every pod of the job, named
+// in each pod's (and the controllers' template's) spec.schedulingGroup, every pod made at once.
+TEST(Coscheduling, KubernetesOwnGangNamesItsPodGroupInEveryPod) {
+  const spec::AdamJob job = Parse("fashion-mnist-ha", "{schedulingPolicy: {gang: true}}");
+  const Json* group = nullptr;
+  int pods = 0;
+  const std::vector<Json> objects = RenderOf(job);
+  for (const Json& o : objects) {
+    EXPECT_EQ(StageOf(o), 0) << o["kind"] << " " << o["metadata"]["name"];
+    if (o["kind"] == "PodGroup") group = &o;
+    const Json* spec = o["kind"] == "Pod"           ? &o["spec"]
+                       : o["kind"] == "StatefulSet" ? &o["spec"]["template"]["spec"]
+                                                    : nullptr;
+    if (!spec) continue;
+    pods += o["kind"] == "Pod";
+    EXPECT_EQ(spec->value("schedulingGroup", Json()),
+              Json::parse(R"({"podGroupName": "fashion-mnist-ha"})"))
+        << o["metadata"]["name"];
+    EXPECT_FALSE(o["metadata"]["labels"].contains(kPodGroupLabel));  // not the plugin's
+  }
+  ASSERT_NE(group, nullptr);
+  EXPECT_EQ((*group)["apiVersion"], kGangApiVersion);
+  // The 3 controllers too; nothing else in its spec.
+  EXPECT_EQ((*group)["spec"], Json({{"schedulingPolicy", {{"gang", {{"minCount", pods + 3}}}}}}));
+  EXPECT_EQ((*group)["metadata"]["ownerReferences"][0]["uid"], "0123456789");
+  // Both gang schedulers at once: refused, naming them.
+  auto both = spec::ParseAdamJob(
+      testing::ReadText(std::string(ADAM_SOURCE_DIR) + "/examples/fashion-mnist.yaml") +
+      "  runPolicy: {schedulingPolicy: {gang: true, coscheduling: true}}\n");
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("spec.runPolicy.schedulingPolicy.gang: and coscheduling"),
+            std::string::npos)
+      << both.status().message();
+}
+
 }  // namespace
 }  // namespace adam::op

@@ -84,6 +84,7 @@ func TestChartRbacIsNoWiderThanTheOperatorsCalls(t *testing.T) {
 		"/events/list", "events.k8s.io/events/create", "events.k8s.io/events/update",
 		"scheduling.x-k8s.io/podgroups/create",
 		"scheduling.x-k8s.io/podgroups/get", "scheduling.x-k8s.io/podgroups/patch",
+		"scheduling.k8s.io/podgroups/get", "scheduling.k8s.io/podgroups/create",
 		"policy/poddisruptionbudgets/get", "policy/poddisruptionbudgets/list",
 		"policy/poddisruptionbudgets/watch", "policy/poddisruptionbudgets/create",
 		"policy/poddisruptionbudgets/patch", "policy/poddisruptionbudgets/update",

@@ -852,6 +852,91 @@ func TestAGangWithoutThePodGroupApiSaysWhy(t *testing.T) {
 	_ = env.dyn.Resource(adamJobs).Namespace(ns).Delete(ctx(), "gang", metav1.DeleteOptions{})
 }
 
+// Kubernetes' own gang scheduling (the cluster runs with its alpha gates on, e2e.sh): a job whose
+// five pods fit on one labelled node only in part (2 trainers of 8 CPUs beside 3 pods of 1, on 16)
+// has none bound, though three or four would fit; once a second node is labelled, all are bound.
+// Every pod names the job's PodGroup, whose minCount is the job's pod count.
+func TestKubernetesOwnGangPlacesAllOrNone(t *testing.T) {
+	sharedOperator(t)
+	ns := namespace(t, "e2e-kgang")
+	const label = "adam.dev/e2e-gang"
+	defer kubectl(t, "label", "node", "node-0", "node-1", label+"-")
+	kubectl(t, "label", "node", "node-0", label+"=yes", "--overwrite")
+	job := example(t, "fashion-mnist")
+	set(job, "metadata/name", "kgang")
+	set(job, "spec/runPolicy/schedulingPolicy", map[string]any{"gang": true})
+	set(job, "spec/podTemplate", map[string]any{"nodeSelector": map[string]any{label: "yes"}})
+	set(job, "spec/roles/trainer/resources", map[string]any{"cpu": "8"})
+	createJob(t, ns, job)
+	defer func() { _ = env.dyn.Resource(adamJobs).Namespace(ns).Delete(ctx(), "kgang", metav1.DeleteOptions{}) }()
+	eventually(t, 30*time.Second, "the job's five pods made", func() (bool, string) {
+		n := len(jobPods(t, ns, "kgang", ""))
+		return n == 5, fmt.Sprint(n, " pods")
+	})
+	for _, p := range jobPods(t, ns, "kgang", "") {
+		if g := p.Spec.SchedulingGroup; g == nil || g.PodGroupName == nil || *g.PodGroupName != "kgang" {
+			t.Errorf("pod %s names scheduling group %v, want PodGroup kgang", p.Name, g)
+		}
+	}
+	groups := schema.GroupVersionResource{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups"}
+	pg, err := env.dyn.Resource(groups).Namespace(ns).Get(ctx(), "kgang", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal("the job's PodGroup:", err)
+	}
+	if min, _, _ := unstructured.NestedInt64(pg.Object, "spec", "schedulingPolicy", "gang", "minCount"); min != 5 {
+		t.Errorf("the PodGroup's minCount is %d, want 5", min)
+	}
+	bound := func() []string {
+		var on []string
+		for _, p := range jobPods(t, ns, "kgang", "") {
+			if p.Spec.NodeName != "" {
+				on = append(on, p.Name+"@"+p.Spec.NodeName)
+			}
+		}
+		return on
+	}
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		if on := bound(); len(on) > 0 {
+			t.Fatalf("part of a gang bound while the whole cannot fit: %v", on)
+		}
+	}
+	labelled := time.Now()
+	kubectl(t, "label", "node", "node-1", label+"=yes", "--overwrite")
+	eventually(t, 90*time.Second, "every pod of the gang bound", func() (bool, string) {
+		on := bound()
+		return len(on) == 5, fmt.Sprint(on)
+	})
+	fmt.Printf("e2e: Kubernetes' gang bound all 5 pods %v after a second node could take them\n",
+		time.Since(labelled).Round(time.Millisecond))
+	waitPhase(t, ns, "kgang", "Running", 60*time.Second)
+
+	// Scaled below the PodGroup's minCount (immutable), a pod made again is made outside the
+	// gang, and bound: in it, it would wait for five pods of which four exist.
+	kubectl(t, "scale", "-n", ns, "adamjob/kgang", "--replicas=1")
+	eventually(t, 30*time.Second, "one trainer", func() (bool, string) {
+		n := len(jobPods(t, ns, "kgang", "trainer"))
+		return n == 1, fmt.Sprint(n, " trainers")
+	})
+	old := ""
+	for _, p := range jobPods(t, ns, "kgang", "ps") {
+		if p.Name == "kgang-ps-0" {
+			old = string(p.UID)
+		}
+	}
+	kubectl(t, "delete", "pod", "kgang-ps-0", "-n", ns, "--wait=false")
+	eventually(t, 60*time.Second, "kgang-ps-0 made again and bound", func() (bool, string) {
+		for _, p := range jobPods(t, ns, "kgang", "ps") {
+			if p.Name == "kgang-ps-0" && string(p.UID) != old {
+				if p.Spec.SchedulingGroup != nil {
+					t.Fatalf("kgang-ps-0 made again in the gang (%v) though the job has 4 pods of its minCount 5", *p.Spec.SchedulingGroup.PodGroupName)
+				}
+				return p.Spec.NodeName != "", "not bound"
+			}
+		}
+		return false, "not made again"
+	})
+}
+
 func workloadCondition(w *unstructured.Unstructured, kind string) (string, string) {
 	if w == nil {
 		return "no Workload", ""

@@ -850,9 +850,14 @@ void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
     if (r.Get(rp, "managedBy", p, &pol.managed_by)) check_manager(p + ".managedBy", pol.managed_by);
     const YAML::Node sp = rp["schedulingPolicy"];
     const std::string spp = p + ".schedulingPolicy";
-    if (r.Map(sp, spp, {"coscheduling", "scheduleTimeoutSeconds"}) && sp) {
+    if (r.Map(sp, spp, {"coscheduling", "gang", "scheduleTimeoutSeconds"}) && sp) {
       r.Get(sp, "coscheduling", spp, &pol.scheduling.coscheduling);
+      r.Get(sp, "gang", spp, &pol.scheduling.gang);
       r.Int(sp, "scheduleTimeoutSeconds", spp, 1, 86400, &pol.scheduling.schedule_timeout_seconds);
+      if (pol.scheduling.coscheduling && pol.scheduling.gang)
+        r.Error(spp + ".gang",
+                "and coscheduling are two gang schedulers; give one of them (gang: Kubernetes' "
+                "own, coscheduling: the scheduler-plugins plugin)");
     }
   }
   // spec.managedBy, where Job and JobSet keep it (and MultiKueue looks): the same as

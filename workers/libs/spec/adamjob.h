@@ -264,11 +264,16 @@ struct Networks {
 // as Job's spec.managedBy.
 inline constexpr const char* kAdamManager = "adam.dev/operator";
 
-// Gang scheduling by the scheduler-plugins coscheduling plugin (spec.runPolicy.schedulingPolicy).
+// Gang scheduling (spec.runPolicy.schedulingPolicy): by the scheduler-plugins coscheduling plugin,
+// or by Kubernetes' own (scheduling.k8s.io/v1alpha2 PodGroups, Kubernetes 1.36 with its
+// GenericWorkload and GangScheduling feature gates); at most one of them.
 struct SchedulingPolicy {
   // Every pod labelled scheduling.x-k8s.io/pod-group=<job>, a PodGroup whose minMember is the
   // job's pod count, and every pod made at once (stages would keep a gang from ever forming).
   bool coscheduling = false;
+  // Every pod's spec.schedulingGroup names a scheduling.k8s.io PodGroup <job> whose gang policy's
+  // minCount is the job's pod count; every pod made at once.
+  bool gang = false;
   int64_t schedule_timeout_seconds = 60;  // the PodGroup's scheduleTimeoutSeconds
 };
 
