@@ -1,5 +1,6 @@
-// What one reconcile pass knows of its job, shared by the files that implement the Reconciler's
-// phases (reconciler.cc, admission.cc). Internal to the reconciler: nothing else includes it.
+// What one reconcile pass knows of its job, and what the files that implement the Reconciler's
+// phases (reconciler.cc; admission.cc, certificates.cc, objects.cc, pods.cc) read of pods.
+// Internal to the reconciler: nothing else includes it.
 #pragma once
 
 #include <chrono>
@@ -46,6 +47,69 @@ inline std::string Label(const Json& o, const char* key) {
 
 inline std::string Annotation(const Json& o, const char* key) {
   return o["metadata"].value("annotations", Json::object()).value(key, "");
+}
+
+inline bool PodReady(const Json& pod) {
+  for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array()))
+    if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
+  return false;
+}
+
+inline std::string PodPhase(const Json& pod) {
+  return pod.value("status", Json::object()).value("phase", "Pending");
+}
+
+// The status of Adam's container in a pod (named after the role, as the role label is): other
+// containers (a service mesh's sidecar, the user's) do not decide whether a role finished. The
+// first container's when none has that name; null when the kubelet reported none.
+inline Json AdamContainer(const Json& pod) {
+  const Json statuses =
+      pod.value("status", Json::object()).value("containerStatuses", Json::array());
+  const std::string role = Label(pod, kRoleLabel);
+  for (const Json& cs : statuses)
+    if (cs.value("name", "") == role) return cs;
+  return statuses.empty() ? Json() : statuses[0];
+}
+
+// The exit code of Adam's container once it terminated; -1 while it runs or when unknown
+// (evicted, lost node).
+inline int ExitCode(const Json& pod) {
+  const Json cs = AdamContainer(pod);
+  if (!cs.is_object()) return -1;
+  const Json term = cs.value("state", Json::object()).value("terminated", Json::object());
+  if (term.contains("exitCode") && term["exitCode"].is_number_integer())
+    return term["exitCode"].get<int>();
+  return -1;
+}
+
+// A pod's phase as Adam's container sees it: Succeeded or Failed once that container ended,
+// though a sidecar keeps the pod Running (restartPolicy Never: it does not start again).
+inline std::string RolePhase(const Json& pod) {
+  std::string phase = PodPhase(pod);
+  if (phase != "Running") return phase;
+  const int code = ExitCode(pod);
+  return code < 0 ? phase : code == 0 ? "Succeeded" : "Failed";
+}
+
+inline constexpr const char* kRoles[] = {"controller", "ps", "data-server", "trainer"};
+
+// ": " and the last line the container wrote before it ended (its termination message: the
+// kubelet keeps the end of the log of a failed container, FallbackToLogsOnError); "" if none.
+inline std::string LastWords(const Json& pod) {
+  const Json cs = AdamContainer(pod);
+  if (!cs.is_object()) return "";
+  std::string msg =
+      cs.value("state", Json::object()).value("terminated", Json::object()).value("message", "");
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  if (msg.empty()) return "";
+  const size_t nl = msg.rfind('\n');
+  return ": " + (nl == std::string::npos ? msg : msg.substr(nl + 1)).substr(0, 1024);
+}
+
+// A reconcile's next look is due within `in` at the latest: `at` keeps the earliest asked for.
+inline void LookAgainWithin(std::optional<std::chrono::milliseconds>& at,
+                            std::chrono::milliseconds in) {
+  if (!at || *at > in) at = in;
 }
 
 }  // namespace adam::op

@@ -1,0 +1,264 @@
+// The job's objects made and kept as rendered (reconciler.h: EnsureObjects): stage by stage at
+// the start, a gang's PodGroup first, drift put back.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iterator>
+#include <map>
+#include <set>
+
+#include "core/exit_codes.h"
+#include "net/tls.h"
+#include "reconcile/conditions.h"
+#include "reconcile/drift.h"
+#include "reconcile/kueue.h"
+#include "reconcile/reconciler.h"
+#include "reconcile/render.h"
+#include "reconcile/start_failures.h"
+#include "reconcile/state.h"
+#include "spec/adamjob.h"
+
+namespace adam::op {
+
+using kube::FormatTime;
+using kube::ParseTime;
+
+std::map<std::string, Json> Reconciler::ExistingObjects(State& s) {
+  std::map<std::string, Json> existing;
+  const kube::Resource kinds[] = {kube::ConfigMaps(),
+                                  kube::Services(),
+                                  kube::StatefulSets(),
+                                  kube::PersistentVolumeClaims(),
+                                  kube::Pods(),
+                                  kube::NetworkPolicies(),
+                                  kube::PodDisruptionBudgets()};
+  const char* kind_names[] = {
+      "ConfigMap", "Service",       "StatefulSet",        "PersistentVolumeClaim",
+      "Pod",       "NetworkPolicy", "PodDisruptionBudget"};
+  for (size_t i = 0; i < std::size(kinds); ++i)
+    for (Json& o : children_->Owned(kinds[i], s.ns, s.name, s.uid))
+      existing[std::string(kind_names[i]) + "/" + o["metadata"].value("name", "")] = o;
+  return existing;
+}
+
+StatusOr<bool> Reconciler::EnsureObject(State& s, const Json& o,
+                                        const std::map<std::string, Json>& existing) {
+  const std::string kind = o["kind"];
+  const std::string key = kind + "/" + o["metadata"]["name"].get<std::string>();
+  ADAM_ASSIGN_OR_RETURN(const kube::Resource r, kube::ResourceForKind(o["apiVersion"], kind));
+  auto it = existing.find(key);
+  if (it == existing.end()) {
+    if (kind == "Pod") {
+      if (const auto left = BackoffLeft(s, o)) {  // a crash-looping role waits its turn
+        LookAgainWithin(s.requeue_after, *left);
+        return false;
+      }
+    }
+    auto c = client_->Create(r, s.ns, Json::parse(o.dump()));
+    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) {
+      // Refused for good (admission, quota, an invalid field): said on the job, tried again
+      // later; any other error fails the pass, which the work queue retries with its back-off.
+      auto refused = RefusedCreate(kind, o["metadata"]["name"], c.status());
+      if (!refused) return c.status();
+      if (!s.refused) s.refused = std::move(refused);
+      const std::chrono::milliseconds again(10000);
+      LookAgainWithin(s.requeue_after, again);
+      return false;
+    }
+    return kind != "Pod" && kind != "StatefulSet";
+  }
+  const Json& cur = it->second;
+  if (HasDeletion(cur)) return false;
+  Repair(s, r, o, cur);
+  bool ready = true;
+  if (kind == "StatefulSet") {
+    const int want = o["spec"]["replicas"];
+    if (cur.value("status", Json::object()).value("readyReplicas", 0) < want) ready = false;
+  }
+  if (kind == "Pod" && Label(cur, kRoleLabel) != "trainer" && !PodReady(cur)) ready = false;
+  return ready;
+}
+
+void Reconciler::Repair(State& s, const kube::Resource& r, const Json& o, const Json& cur) {
+  const Json want = ApplyConfiguration(o);
+  const std::string diff = FirstDifference(want, cur);
+  if (diff.empty()) return;
+  const std::string kind = o["kind"];
+  const std::string what = kind + " " + o["metadata"]["name"].get<std::string>();
+  // Made or last applied at this generation of the spec, yet different: another client changed
+  // it. Otherwise the spec changed since, and this brings the object to it.
+  const bool drift = Annotation(cur, kGenerationAnnotation) == std::to_string(s.generation);
+  auto applied = client_->Apply(r, s.ns, want, kFieldManager);
+  if (!applied.ok() && applied.status().code() == StatusCode::kInvalidArgument && kind != "Pod" &&
+      kind != "PersistentVolumeClaim")  // their labels are maps: never refused
+    applied = client_->Update(r, s.ns, WrittenOver(cur, want));  // drift.h: a re-keyed item
+  if (!applied.ok()) {
+    // Not the pass's failure: the job's other objects are still made and its pods still
+    // replaced; the next pass tries again. (Event logs it too.)
+    Event(s, "Warning", "RepairFailed",
+          what + ": " + diff +
+              " differs from the job's and could not be put back: " + applied.status().message());
+    return;
+  }
+  if (!drift) return;
+  Event(s, "Normal", "Repaired", what + ": " + diff + " was changed by another client; put back");
+  if (on_repair_) on_repair_(kind);
+}
+
+const std::vector<Json>& Reconciler::Rendered(State& s) {
+  if (!s.rendered) {
+    RenderOptions ro;
+    ro.manifest = ManifestOf(s.held_job ? *s.held_job : s.job);
+    ro.owner_uid = s.uid;
+    ro.generation = s.generation;
+    s.rendered = Render(*s.spec, ro);
+  }
+  return *s.rendered;
+}
+
+StatusOr<bool> Reconciler::EnsurePodGroup(State& s, std::vector<Json>* desired) {
+  for (const Json& o : *desired) {
+    if (o["kind"] != "PodGroup") continue;
+    if (o["apiVersion"] == kGangApiVersion) return EnsureGang(s, Json(o), desired);
+    // Made with the job's first objects; no informer watches PodGroups. Once made, its
+    // minMember follows the job's pod count (trainers scaled), so that a gang is never waited
+    // for with more, or placed with fewer, pods than the job has.
+    if (ConditionIs(s.status, "Created", "True")) {
+      auto cur = client_->Get(kube::PodGroups(), s.ns, o["metadata"]["name"]);
+      if (!cur.ok()) {
+        if (cur.status().code() == StatusCode::kNotFound) return true;  // the next look makes it
+        return cur.status();
+      }
+      if ((*cur)["spec"].value("minMember", 0) == o["spec"].value("minMember", 0)) return true;
+      auto w = client_->Apply(kube::PodGroups(), s.ns, ApplyConfiguration(o), kFieldManager);
+      if (!w.ok()) return w.status();
+      return true;
+    }
+    auto c = client_->Create(kube::PodGroups(), s.ns, Json::parse(o.dump()));
+    if (c.ok() || c.status().code() == StatusCode::kAlreadyExists) return true;
+    if (c.status().code() != StatusCode::kNotFound) return c.status();
+    const std::string msg =
+        "spec.runPolicy.schedulingPolicy.coscheduling: the API server has no "
+        "scheduling.x-k8s.io/v1alpha1 PodGroups (install the scheduler-plugins coscheduling "
+        "plugin); no pod is made until it has";
+    const Json* created = FindCondition(s.status, "Created");
+    if (!created || created->value("reason", "") != "NoPodGroupAPI")
+      Event(s, "Warning", "NoPodGroupAPI", msg);
+    SetCondition(s, "Created", false, "NoPodGroupAPI", msg, true);
+    s.requeue_after = std::chrono::milliseconds(30000);
+    return false;
+  }
+  return true;
+}
+
+StatusOr<bool> Reconciler::EnsureGang(State& s, const Json& group, std::vector<Json>* desired) {
+  const std::string name = group["metadata"]["name"];
+  auto cur = client_->Get(kube::GangPodGroups(), s.ns, name);
+  if (!cur.ok() && cur.status().code() != StatusCode::kNotFound) return cur.status();
+  if (!cur.ok()) {
+    auto c = client_->Create(kube::GangPodGroups(), s.ns, group);
+    if (c.ok() || c.status().code() == StatusCode::kAlreadyExists) return true;
+    if (c.status().code() != StatusCode::kNotFound) return c.status();
+    const std::string msg =
+        "spec.runPolicy.schedulingPolicy.gang: the API server serves no " +
+        std::string(kGangApiVersion) +
+        " PodGroups (Kubernetes 1.36 with the GenericWorkload and GangScheduling feature gates and "
+        "that API version enabled); no pod is made until it does";
+    const Json* created = FindCondition(s.status, "Created");
+    if (!created || created->value("reason", "") != "NoPodGroupAPI")
+      Event(s, "Warning", "NoPodGroupAPI", msg);
+    SetCondition(s, "Created", false, "NoPodGroupAPI", msg, true);
+    s.requeue_after = std::chrono::milliseconds(30000);
+    return false;
+  }
+  // A PodGroup is immutable (and kept while a pod names it): its minCount stays the job's pod
+  // count when it was made. A job scaled below that makes its new pods outside the gang, which
+  // would otherwise wait for pods that never come; the job holds the rest already.
+  const Json policy =
+      (*cur).value("spec", Json::object()).value("schedulingPolicy", Json::object());
+  const Json min = policy.value("gang", Json::object()).value("minCount", Json(0));
+  if (min.is_number_integer() && min.get<int64_t>() > PodCount(*s.spec))
+    for (Json& o : *desired) {
+      if (o["kind"] == "Pod") o["spec"].erase("schedulingGroup");
+      if (o["kind"] == "StatefulSet") o["spec"]["template"]["spec"].erase("schedulingGroup");
+    }
+  return true;
+}
+
+Status Reconciler::EnsureObjects(State& s) {
+  std::vector<Json> desired = Rendered(s);
+  const std::map<std::string, Json> existing = ExistingObjects(s);
+  // Placed where Kueue admitted it when pods are made, and on every pass while the controllers'
+  // StatefulSet exists: its template, compared for drift, holds the flavor's tolerations (a list
+  // an apply would replace). A pod is compared by its labels and annotations only, where the
+  // placement's extra keys are no difference, so other passes read no ResourceFlavor.
+  const bool creating = std::any_of(desired.begin(), desired.end(), [&](const Json& o) {
+    const std::string kind = o["kind"];
+    return (kind == "Pod" || kind == "StatefulSet") &&
+           !existing.count(kind + "/" + o["metadata"]["name"].get<std::string>());
+  });
+  const bool has_set = std::any_of(existing.begin(), existing.end(), [](const auto& e) {
+    return e.first.rfind("StatefulSet/", 0) == 0;
+  });
+  if (s.admission && (creating || has_set)) {
+    ADAM_ASSIGN_OR_RETURN(const bool placed, PlaceAdmitted(s, &desired));
+    if (!placed) return OkStatus();
+  }
+
+  std::set<std::string> desired_names;
+  bool created_all = true;
+  int stage_ready_through = -1;
+  int max_stage = 0;
+  for (const Json& o : desired) {
+    max_stage = std::max(max_stage, StageOf(o));
+    desired_names.insert(o["kind"].get<std::string>() + "/" +
+                         o["metadata"]["name"].get<std::string>());
+  }
+  ADAM_ASSIGN_OR_RETURN(const bool grouped, EnsurePodGroup(s, &desired));
+  if (!grouped) return OkStatus();  // a gang without its group would be placed pod by pod
+  // At the start a later stage waits until the one before it is ready. Once the job ran whole
+  // (Created) and still has pods of its last stage, a lost pod is made again at once whatever
+  // the other stages' state: a trainer whose node was lost goes on elsewhere with the copies left
+  // while a parameter server tied to that node's volume cannot come back. A job whose pods all
+  // went (suspended, evicted by Kueue) starts stage by stage again.
+  bool started = false;
+  if (ConditionIs(s.status, "Created", "True"))
+    for (const auto& [key, o] : existing)
+      started =
+          started || (key.rfind("Pod/", 0) == 0 && !HasDeletion(o) && StageOf(o) == max_stage);
+  bool ready_so_far = true;
+  for (int stage = 0; stage <= max_stage; ++stage) {
+    bool ready = true;
+    for (const Json& o : desired) {
+      if (StageOf(o) != stage || o["kind"] == "PodGroup") continue;
+      ADAM_ASSIGN_OR_RETURN(const bool up, EnsureObject(s, o, existing));
+      ready = ready && up;
+    }
+    if (!ready && !started) {
+      // Later stages wait; a pod or StatefulSet change requeues the job through the informers.
+      created_all = stage == max_stage;
+      break;
+    }
+    ready_so_far = ready_so_far && ready;
+    if (ready_so_far) stage_ready_through = stage;
+  }
+  // Trainers the plan no longer has (a scale-down) go. A parameter server it no longer has
+  // (spec.roles.parameterServer.replicas lowered, copies > 1) goes only once it retired: it
+  // exits 0 by itself when the controller has moved its copies to the others, and until then it
+  // still serves. Nothing else is deleted for a changed spec: controllers hold the shard map,
+  // whose shape the CRD keeps immutable; if a change slipped past it, they keep running.
+  for (const auto& [key, o] : existing) {
+    if (desired_names.count(key) || HasDeletion(o) || key.rfind("Pod/", 0) != 0) continue;
+    const std::string role = Label(o, kRoleLabel);
+    if (role != "trainer" && !(role == "ps" && RolePhase(o) == "Succeeded")) continue;
+    Status d = client_->Delete(kube::Pods(), s.ns, o["metadata"]["name"].get<std::string>());
+    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+  }
+  if (created_all || stage_ready_through == max_stage)
+    SetCondition(s, "Created", true, "ObjectsCreated", "every object of the plan exists");
+  return OkStatus();
+}
+
+}  // namespace adam::op
