@@ -115,7 +115,7 @@ StatusOr<bool> Reconciler::AdmitElastic(State& s, const Json& desired, const std
     if (!u.ok() && u.status().code() == StatusCode::kAborted) return u.status();  // stale: again
     if (!u.ok())
       return Requeue(s, active, st.admitted,
-                     "the pod counts changed and Kueue refused lowering those of Workload " +
+                     "the pod counts changed and Kueue refused changing those of Workload " +
                          st.name + " in place (" + u.status().message() + ")");
     active.back() = *u;
     if (st.quota_reserved)
@@ -132,7 +132,34 @@ StatusOr<bool> Reconciler::AdmitElastic(State& s, const Json& desired, const std
     HoldAt(s, *older);
     return RunAdmitted(s, *older, o, ResizingNote(st));
   }
+  if (std::optional<Json> replaced = JustReplaced(s, active.back())) {
+    // Kueue admitted the slice in the replaced one's place and has yet to write so: the job
+    // runs on at the replaced one's counts (nothing is written to a finished Workload).
+    HoldAt(s, *replaced);
+    RunAdmitted(s, *replaced, ReadWorkload(*replaced),
+                "Kueue replaced it with Workload " + st.name + "; its admission is on its way");
+    s.workload.reset();
+    return true;
+  }
   return Waiting(s, st);
+}
+
+std::optional<Json> Reconciler::JustReplaced(State& s, const Json& slice) {
+  const std::string key = Annotation(slice, kSliceReplacementAnnotation);
+  if (key.empty()) return std::nullopt;
+  const std::string name = key.substr(key.find('/') + 1);
+  for (const Json& w : children_->Owned(kube::Workloads(), s.ns, s.name, s.uid)) {
+    const WorkloadState old = ReadWorkload(w);
+    if (old.name != name || !old.finished || old.finished_reason != kSliceReplacedReason) continue;
+    const auto at = kube::ParseTime(old.finished_at);
+    const auto until = (at ? *at : s.now) + kSliceHandover;
+    if (until <= s.now) return std::nullopt;  // the slice was never admitted: the job stops
+    LookAgainWithin(s.requeue_after,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(until - s.now) +
+                        std::chrono::milliseconds(10));
+    return w;
+  }
+  return std::nullopt;
 }
 
 StatusOr<bool> Reconciler::Grow(State& s, const Json& admitted, const Json& desired,

@@ -207,6 +207,10 @@ WorkloadState ReadWorkload(const Json& workload) {
   w.admitted = IsTrue(workload, kAdmitted);
   w.evicted = IsTrue(workload, kEvicted);
   w.finished = IsTrue(workload, kFinished);
+  if (const Json* c = Condition(workload, kFinished); c && w.finished) {
+    w.finished_reason = c->value("reason", "");
+    w.finished_at = c->value("lastTransitionTime", "");
+  }
   if (const Json* c = Condition(workload, kEvicted); c && w.evicted) {
     w.evicted_reason = c->value("reason", "");
     w.evicted_message = c->value("message", "");

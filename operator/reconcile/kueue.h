@@ -50,6 +50,9 @@ inline constexpr const char* kElasticJobAnnotation = "kueue.x-k8s.io/elastic-job
 inline constexpr const char* kSliceReplacementAnnotation =
     "kueue.x-k8s.io/workload-slice-replacement-for";
 inline constexpr const char* kSliceNameAnnotation = "kueue.x-k8s.io/workload-slice-name";
+// Kueue's reason for a slice it finished as it admitted the one replacing it. It finishes the old
+// slice first and writes the new one's admission after: for a moment neither holds the job.
+inline constexpr const char* kSliceReplacedReason = "WorkloadSliceReplaced";
 
 // The Workload of a job submitted to LocalQueue `queue`, from its rendered objects: one pod set
 // per role that has pods (controller, ps, data-server, trainer), each with its count and the
@@ -110,8 +113,10 @@ struct WorkloadState {
   bool quota_reserved = false;  // status.admission is set
   bool evicted = false;         // condition Evicted True
   bool finished = false;        // condition Finished True
-  std::string cluster_queue;    // status.admission.clusterQueue
-  std::string evicted_reason;   // the Evicted condition's reason and message
+  std::string finished_reason;  // and its reason and lastTransitionTime
+  std::string finished_at;
+  std::string cluster_queue;   // status.admission.clusterQueue
+  std::string evicted_reason;  // the Evicted condition's reason and message
   std::string evicted_message;
   std::string pending_message;  // QuotaReserved's message while not admitted ("" = none yet)
   // Pod set name -> the ResourceFlavors assigned to its resources (each once).

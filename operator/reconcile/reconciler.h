@@ -53,6 +53,10 @@ class Children {
 
 // How long a job's certificate, once read and found valid, is taken as it was.
 inline constexpr std::chrono::minutes kSecretRecheck{10};
+// How long an elastic job runs on a Workload slice Kueue finished in favour of a new one before
+// it counts the new one as not admitted (and stops): Kueue writes the new one's admission just
+// after it finished the old one.
+inline constexpr std::chrono::seconds kSliceHandover{30};
 
 // The phases and condition types of status.
 inline constexpr const char* kFinalizer = "adam.dev/flush";
@@ -127,6 +131,9 @@ class Reconciler {
   StatusOr<bool> AdmitElastic(State& s, const Json& desired, const std::string& queue);
   StatusOr<bool> Grow(State& s, const Json& admitted, const Json& desired, const WorkloadState& st);
   StatusOr<bool> Resized(State& s, const std::vector<Json>& active, const WorkloadState& st);
+  // The Workload the not yet admitted `slice` replaces, where Kueue finished it for that within
+  // kSliceHandover (it admits the slice just after); none otherwise.
+  std::optional<Json> JustReplaced(State& s, const Json& slice);
   // The job run at the pod counts of its admitted Workload `workload` where they are not its
   // spec's (s.spec and s.held_job changed, s.rendered dropped).
   void HoldAt(State& s, const Json& workload);

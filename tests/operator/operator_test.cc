@@ -1400,6 +1400,7 @@ TEST_F(OperatorTest, AnElasticJobResizesItsWorkloadWithoutStopping) {
 
   j = Job("fashion-mnist");
   j["spec"]["roles"]["trainer"]["replicas"] = 3;
+  j["metadata"]["generation"] = j["metadata"]["generation"].get<int64_t>() + 1;  // a spec change
   api->Put(kJobs, j);
   const std::string slice =
       first + "-g" + std::to_string(Job("fashion-mnist")["metadata"]["generation"].get<int64_t>());
@@ -1413,17 +1414,29 @@ TEST_F(OperatorTest, AnElasticJobResizesItsWorkloadWithoutStopping) {
   EXPECT_EQ(EventsOf(*api, "Resizing", slice), 1);
   EXPECT_EQ(WorkloadCondition(api->Get(kWorkloads, "ml", first), "Finished"), "");
 
+  // Kueue finishes the replaced Workload first and writes the slice's admission just after: in
+  // between, the job runs on as it was.
+  Json old = api->Get(kWorkloads, "ml", first);
+  old["status"]["conditions"].push_back(
+      {{"type", "Finished"},
+       {"status", "True"},
+       {"reason", "WorkloadSliceReplaced"},
+       {"message", "replaced"},
+       {"lastTransitionTime", kube::FormatTime(std::chrono::system_clock::now())}});
+  api->Put(kWorkloads, old);
+  ASSERT_TRUE(Passes());
+  EXPECT_EQ(PodsOf("trainer").size(), 2u);
+  EXPECT_TRUE(replaced().empty()) << replaced().front();
+  EXPECT_EQ(Condition("fashion-mnist", "Admitted"), "True Admitted");
   Admit(*api, slice, "zone-b");
   ASSERT_TRUE(Eventually([&] { return PodsOf("trainer").size() == 3u; }));
   RunAll("trainer");
-  ASSERT_TRUE(Eventually([&] {
-    return WorkloadCondition(api->Get(kWorkloads, "ml", first), "Finished") == "True OutOfSync";
-  }));
   EXPECT_TRUE(Eventually([&] { return EventsOf(*api, "Resized", "with the new counts") == 1; }));
   EXPECT_TRUE(replaced().empty()) << replaced().front();
 
   j = Job("fashion-mnist");
   j["spec"]["roles"]["trainer"]["replicas"] = 1;
+  j["metadata"]["generation"] = j["metadata"]["generation"].get<int64_t>() + 1;  // a spec change
   api->Put(kJobs, j);
   ASSERT_TRUE(
       Eventually([&] { return PodSetCounts(api->Get(kWorkloads, "ml", slice))["trainer"] == 1; }));
@@ -1432,6 +1445,25 @@ TEST_F(OperatorTest, AnElasticJobResizesItsWorkloadWithoutStopping) {
   EXPECT_EQ(api->List(kWorkloads, "ml").size(), 2u);  // no third Workload
   EXPECT_TRUE(replaced().empty()) << replaced().front();
   EXPECT_EQ(Phase("fashion-mnist"), "Running");
+
+  // Up again, on a Kueue that does not finish what a slice replaces (its ElasticJobsViaWorkload
+  // Slices off: the slice needed its whole quota): once the slice is admitted, the operator
+  // finishes the one it replaces.
+  before.clear();
+  for (const Json& p : api->List(kPods, "ml")) before[p["metadata"]["name"]] = p["metadata"]["uid"];
+  j = Job("fashion-mnist");
+  j["spec"]["roles"]["trainer"]["replicas"] = 2;
+  j["metadata"]["generation"] = j["metadata"]["generation"].get<int64_t>() + 1;  // a spec change
+  api->Put(kJobs, j);
+  const std::string third =
+      first + "-g" + std::to_string(Job("fashion-mnist")["metadata"]["generation"].get<int64_t>());
+  ASSERT_TRUE(Eventually([&] { return !api->Get(kWorkloads, "ml", third).is_null(); }));
+  Admit(*api, third, "zone-b");
+  ASSERT_TRUE(Eventually([&] {
+    return WorkloadCondition(api->Get(kWorkloads, "ml", slice), "Finished") == "True OutOfSync";
+  }));
+  ASSERT_TRUE(Eventually([&] { return PodsOf("trainer").size() == 2u; }));
+  EXPECT_TRUE(replaced().empty()) << replaced().front();
 }
 
 TEST_F(OperatorTest, AQueuedJobRunsNoPodUntilKueueAdmitsItAndStopsWhenEvicted) {

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -852,23 +853,52 @@ func TestAGangWithoutThePodGroupApiSaysWhy(t *testing.T) {
 	_ = env.dyn.Resource(adamJobs).Namespace(ns).Delete(ctx(), "gang", metav1.DeleteOptions{})
 }
 
-// Kubernetes' own gang scheduling (the cluster runs with its alpha gates on, e2e.sh): a job whose
-// five pods fit on one labelled node only in part (2 trainers of 8 CPUs beside 3 pods of 1, on 16)
-// has none bound, though three or four would fit; once a second node is labelled, all are bound.
-// Every pod names the job's PodGroup, whose minCount is the job's pod count.
+// Kubernetes' own gang scheduling (the cluster runs with its alpha gates on, e2e.sh), on two fake
+// nodes of the test's own (16 CPUs each, labelled so that only the job's pods go there): a job
+// whose five pods fit on the first only in part (2 trainers of 8 CPUs beside 3 pods of 1) has none
+// bound, though three or four would fit; once the second node exists, all are bound. Every pod
+// names the job's PodGroup, whose minCount is the job's pod count.
 func TestKubernetesOwnGangPlacesAllOrNone(t *testing.T) {
 	sharedOperator(t)
 	ns := namespace(t, "e2e-kgang")
 	const label = "adam.dev/e2e-gang"
-	defer kubectl(t, "label", "node", "node-0", "node-1", label+"-")
-	kubectl(t, "label", "node", "node-0", label+"=yes", "--overwrite")
+	node := func(name string) {
+		t.Helper()
+		n := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        name,
+				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+				Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+					"kubernetes.io/arch": "amd64", "topology.kubernetes.io/zone": "zone-gang", "type": "kwok", label: "yes"},
+			},
+			Status: corev1.NodeStatus{
+				Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"),
+					corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")},
+				Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"),
+					corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")},
+			},
+		}
+		if _, err := env.cs.CoreV1().Nodes().Create(ctx(), n, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("node %s: %v", name, err)
+		}
+	}
+	defer func() {
+		_ = env.dyn.Resource(adamJobs).Namespace(ns).Delete(ctx(), "kgang", metav1.DeleteOptions{})
+		eventually(t, 60*time.Second, "the gang's pods gone", func() (bool, string) {
+			n := len(jobPods(t, ns, "kgang", ""))
+			return n == 0, fmt.Sprint(n, " pods")
+		})
+		for _, n := range []string{"gang-a", "gang-b"} {
+			_ = env.cs.CoreV1().Nodes().Delete(ctx(), n, metav1.DeleteOptions{})
+		}
+	}()
+	node("gang-a")
 	job := example(t, "fashion-mnist")
 	set(job, "metadata/name", "kgang")
 	set(job, "spec/runPolicy/schedulingPolicy", map[string]any{"gang": true})
 	set(job, "spec/podTemplate", map[string]any{"nodeSelector": map[string]any{label: "yes"}})
 	set(job, "spec/roles/trainer/resources", map[string]any{"cpu": "8"})
 	createJob(t, ns, job)
-	defer func() { _ = env.dyn.Resource(adamJobs).Namespace(ns).Delete(ctx(), "kgang", metav1.DeleteOptions{}) }()
 	eventually(t, 30*time.Second, "the job's five pods made", func() (bool, string) {
 		n := len(jobPods(t, ns, "kgang", ""))
 		return n == 5, fmt.Sprint(n, " pods")
@@ -900,14 +930,14 @@ func TestKubernetesOwnGangPlacesAllOrNone(t *testing.T) {
 			t.Fatalf("part of a gang bound while the whole cannot fit: %v", on)
 		}
 	}
-	labelled := time.Now()
-	kubectl(t, "label", "node", "node-1", label+"=yes", "--overwrite")
+	added := time.Now()
+	node("gang-b")
 	eventually(t, 90*time.Second, "every pod of the gang bound", func() (bool, string) {
 		on := bound()
 		return len(on) == 5, fmt.Sprint(on)
 	})
 	fmt.Printf("e2e: Kubernetes' gang bound all 5 pods %v after a second node could take them\n",
-		time.Since(labelled).Round(time.Millisecond))
+		time.Since(added).Round(time.Millisecond))
 	waitPhase(t, ns, "kgang", "Running", 60*time.Second)
 
 	// Scaled below the PodGroup's minCount (immutable), a pod made again is made outside the
