@@ -139,18 +139,21 @@ StatusOr<bool> Reconciler::EnsurePodGroup(State& s, std::vector<Json>* desired) 
     auto c = client_->Create(kube::PodGroups(), s.ns, Json::parse(o.dump()));
     if (c.ok() || c.status().code() == StatusCode::kAlreadyExists) return true;
     if (c.status().code() != StatusCode::kNotFound) return c.status();
-    const std::string msg =
-        "spec.runPolicy.schedulingPolicy.coscheduling: the API server has no "
-        "scheduling.x-k8s.io/v1alpha1 PodGroups (install the scheduler-plugins coscheduling "
-        "plugin); no pod is made until it has";
-    const Json* created = FindCondition(s.status, "Created");
-    if (!created || created->value("reason", "") != "NoPodGroupAPI")
-      Event(s, "Warning", "NoPodGroupAPI", msg);
-    SetCondition(s, "Created", false, "NoPodGroupAPI", msg, true);
-    s.requeue_after = std::chrono::milliseconds(30000);
-    return false;
+    return NoPodGroupApi(s,
+                         "spec.runPolicy.schedulingPolicy.coscheduling: the API server has no "
+                         "scheduling.x-k8s.io/v1alpha1 PodGroups (install the scheduler-plugins "
+                         "coscheduling plugin); no pod is made until it has");
   }
   return true;
+}
+
+bool Reconciler::NoPodGroupApi(State& s, const std::string& msg) {
+  const Json* created = FindCondition(s.status, "Created");
+  if (!created || created->value("reason", "") != "NoPodGroupAPI")
+    Event(s, "Warning", "NoPodGroupAPI", msg);
+  SetCondition(s, "Created", false, "NoPodGroupAPI", msg, true);
+  s.requeue_after = std::chrono::milliseconds(30000);
+  return false;
 }
 
 StatusOr<bool> Reconciler::EnsureGang(State& s, const Json& group, std::vector<Json>* desired) {
@@ -161,17 +164,11 @@ StatusOr<bool> Reconciler::EnsureGang(State& s, const Json& group, std::vector<J
     auto c = client_->Create(kube::GangPodGroups(), s.ns, group);
     if (c.ok() || c.status().code() == StatusCode::kAlreadyExists) return true;
     if (c.status().code() != StatusCode::kNotFound) return c.status();
-    const std::string msg =
-        "spec.runPolicy.schedulingPolicy.gang: the API server serves no " +
-        std::string(kGangApiVersion) +
-        " PodGroups (Kubernetes 1.36 with the GenericWorkload and GangScheduling feature gates and "
-        "that API version enabled); no pod is made until it does";
-    const Json* created = FindCondition(s.status, "Created");
-    if (!created || created->value("reason", "") != "NoPodGroupAPI")
-      Event(s, "Warning", "NoPodGroupAPI", msg);
-    SetCondition(s, "Created", false, "NoPodGroupAPI", msg, true);
-    s.requeue_after = std::chrono::milliseconds(30000);
-    return false;
+    return NoPodGroupApi(
+        s, "spec.runPolicy.schedulingPolicy.gang: the API server serves no " +
+               std::string(kGangApiVersion) +
+               " PodGroups (Kubernetes 1.36 with the GenericWorkload and GangScheduling feature "
+               "gates and that API version enabled); no pod is made until it does");
   }
   // A PodGroup is immutable (and kept while a pod names it): its minCount stays the job's pod
   // count when it was made. A job scaled below that makes its new pods outside the gang, which

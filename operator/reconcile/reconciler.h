@@ -185,6 +185,9 @@ class Reconciler {
   // false (condition and event) while the API server does not serve it. Pods made once the job
   // has fewer pods than its minCount are made outside the gang (`desired` changed).
   StatusOr<bool> EnsureGang(State& s, const Json& group, std::vector<Json>* desired);
+  // A gang whose PodGroup API the server lacks: condition Created False and an event, reason
+  // NoPodGroupAPI, with `msg`; a look again in 30 s. False.
+  bool NoPodGroupApi(State& s, const std::string& msg);
   // A queued job's pods placed where Kueue admitted them (kueue.h: ApplyFlavors,
   // ApplyPodSetUpdates); false (with a condition and an event) when that contradicts the pods.
   StatusOr<bool> PlaceAdmitted(State& s, std::vector<Json>* desired);

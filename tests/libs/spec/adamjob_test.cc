@@ -234,8 +234,17 @@ TEST(AdamJob, ManagerAndGangScheduling) {
   EXPECT_EQ(job->run_policy.scheduling.schedule_timeout_seconds, 30);
   EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  runPolicy: {managedBy: /x}\n")),
               HasSubstr("spec.runPolicy.managedBy: must be a domain-prefixed path"));
-  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  runPolicy: {schedulingPolicy: {gang: true}}\n")),
-              HasSubstr("spec.runPolicy.schedulingPolicy.gang: unknown field"));
+  // Kubernetes' own gang scheduling, or the plugin's: not both.
+  job = ParseAdamJob(With("spec:\n", "spec:\n  runPolicy: {schedulingPolicy: {gang: true}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_TRUE(job->run_policy.scheduling.gang);
+  EXPECT_FALSE(job->run_policy.scheduling.coscheduling);
+  EXPECT_THAT(ErrorOf(With("spec:\n",
+                           "spec:\n  runPolicy: {schedulingPolicy: {gang: true, "
+                           "coscheduling: true}}\n")),
+              HasSubstr("spec.runPolicy.schedulingPolicy.gang: and coscheduling are two"));
+  EXPECT_THAT(ErrorOf(With("spec:\n", "spec:\n  runPolicy: {schedulingPolicy: {gangs: true}}\n")),
+              HasSubstr("spec.runPolicy.schedulingPolicy.gangs: unknown field"));
   // spec.managedBy (Job's and MultiKueue's place) says the same; both given, they must agree.
   job = ParseAdamJob(With("spec:\n", "spec:\n  managedBy: kueue.x-k8s.io/multikueue\n"));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
