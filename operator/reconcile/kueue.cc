@@ -131,14 +131,7 @@ Json WorkloadFor(const spec::AdamJob& job, const std::vector<Json>& rendered,
 }
 
 bool SamePodSets(const Json& workload, const Json& desired) {
-  auto shape = [](const Json& w) {
-    std::vector<std::pair<std::string, int>> out;
-    const Json spec = w.value("spec", Json::object());
-    for (const Json& ps : spec.value("podSets", Json::array()))
-      out.emplace_back(ps.value("name", ""), ps.value("count", 0));
-    return out;
-  };
-  return shape(workload) == shape(desired);
+  return CompareCounts(workload, desired) == Resize::kSame;
 }
 
 std::map<std::string, int> PodSetCounts(const Json& workload) {

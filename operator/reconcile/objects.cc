@@ -118,10 +118,10 @@ const std::vector<Json>& Reconciler::Rendered(State& s) {
   return *s.rendered;
 }
 
-StatusOr<bool> Reconciler::EnsurePodGroup(State& s, std::vector<Json>* desired) {
+StatusOr<bool> Reconciler::EnsurePodGroup(State& s, std::vector<Json>* desired, bool creating) {
   for (const Json& o : *desired) {
     if (o["kind"] != "PodGroup") continue;
-    if (o["apiVersion"] == kGangApiVersion) return EnsureGang(s, Json(o), desired);
+    if (o["apiVersion"] == kGangApiVersion) return EnsureGang(s, Json(o), desired, creating);
     // Made with the job's first objects; no informer watches PodGroups. Once made, its
     // minMember follows the job's pod count (trainers scaled), so that a gang is never waited
     // for with more, or placed with fewer, pods than the job has.
@@ -156,27 +156,42 @@ bool Reconciler::NoPodGroupApi(State& s, const std::string& msg) {
   return false;
 }
 
-StatusOr<bool> Reconciler::EnsureGang(State& s, const Json& group, std::vector<Json>* desired) {
-  const std::string name = group["metadata"]["name"];
-  auto cur = client_->Get(kube::GangPodGroups(), s.ns, name);
-  if (!cur.ok() && cur.status().code() != StatusCode::kNotFound) return cur.status();
-  if (!cur.ok()) {
-    auto c = client_->Create(kube::GangPodGroups(), s.ns, group);
-    if (c.ok() || c.status().code() == StatusCode::kAlreadyExists) return true;
-    if (c.status().code() != StatusCode::kNotFound) return c.status();
-    return NoPodGroupApi(
-        s, "spec.runPolicy.schedulingPolicy.gang: the API server serves no " +
-               std::string(kGangApiVersion) +
-               " PodGroups (Kubernetes 1.36 with the GenericWorkload and GangScheduling feature "
-               "gates and that API version enabled); no pod is made until it does");
-  }
+StatusOr<bool> Reconciler::EnsureGang(State& s, const Json& group, std::vector<Json>* desired,
+                                      bool creating) {
   // A PodGroup is immutable (and kept while a pod names it): its minCount stays the job's pod
-  // count when it was made. A job scaled below that makes its new pods outside the gang, which
-  // would otherwise wait for pods that never come; the job holds the rest already.
-  const Json policy =
-      (*cur).value("spec", Json::object()).value("schedulingPolicy", Json::object());
-  const Json min = policy.value("gang", Json::object()).value("minCount", Json(0));
-  if (min.is_number_integer() && min.get<int64_t>() > PodCount(*s.spec))
+  // count when it was made, and is read once per job; it is looked for again on a pass that makes
+  // pods (made again if another client deleted it).
+  const std::string key = s.ns + "/" + s.name;
+  std::optional<int64_t> min;
+  if (!creating) {
+    MutexLock lock(mu_);
+    auto known = gang_min_counts_.find(key);
+    if (known != gang_min_counts_.end() && known->second.first == s.uid) min = known->second.second;
+  }
+  if (!min) {
+    const std::string name = group["metadata"]["name"];
+    auto cur = client_->Get(kube::GangPodGroups(), s.ns, name);
+    if (!cur.ok() && cur.status().code() != StatusCode::kNotFound) return cur.status();
+    if (!cur.ok()) {
+      auto c = client_->Create(kube::GangPodGroups(), s.ns, group);
+      if (c.ok() || c.status().code() == StatusCode::kAlreadyExists) return true;
+      if (c.status().code() != StatusCode::kNotFound) return c.status();
+      return NoPodGroupApi(
+          s, "spec.runPolicy.schedulingPolicy.gang: the API server serves no " +
+                 std::string(kGangApiVersion) +
+                 " PodGroups (Kubernetes 1.36 with the GenericWorkload and GangScheduling feature "
+                 "gates and that API version enabled); no pod is made until it does");
+    }
+    const Json policy =
+        (*cur).value("spec", Json::object()).value("schedulingPolicy", Json::object());
+    const Json read = policy.value("gang", Json::object()).value("minCount", Json(0));
+    min = read.is_number_integer() ? read.get<int64_t>() : 0;
+    MutexLock lock(mu_);
+    gang_min_counts_[key] = {s.uid, *min};
+  }
+  // A job scaled below minCount makes its pods outside the gang (on every pass, so that the
+  // controllers' template compares the same): in it they would wait for pods that never come.
+  if (*min > PodCount(*s.spec))
     for (Json& o : *desired) {
       if (o["kind"] == "Pod") o["spec"].erase("schedulingGroup");
       if (o["kind"] == "StatefulSet") o["spec"]["template"]["spec"].erase("schedulingGroup");
@@ -213,7 +228,7 @@ Status Reconciler::EnsureObjects(State& s) {
     desired_names.insert(o["kind"].get<std::string>() + "/" +
                          o["metadata"]["name"].get<std::string>());
   }
-  ADAM_ASSIGN_OR_RETURN(const bool grouped, EnsurePodGroup(s, &desired));
+  ADAM_ASSIGN_OR_RETURN(const bool grouped, EnsurePodGroup(s, &desired, creating));
   if (!grouped) return OkStatus();  // a gang without its group would be placed pod by pod
   // At the start a later stage waits until the one before it is ready. Once the job ran whole
   // (Created) and still has pods of its last stage, a lost pod is made again at once whatever

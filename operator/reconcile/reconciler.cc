@@ -320,6 +320,7 @@ StatusOr<bool> Reconciler::Begin(const std::string& ns, const std::string& name,
       MutexLock lock(mu_);
       certificate_warned_.erase(ns + "/" + name);
       certificates_.erase(ns + "/" + name);
+      gang_min_counts_.erase(ns + "/" + name);
       status_writes_.erase(ns + "/" + name);
       return false;
     }

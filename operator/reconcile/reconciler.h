@@ -180,11 +180,12 @@ class Reconciler {
   Status EnsureObjects(State& s);
   // The coscheduling PodGroup of a gang-scheduled job, made before any pod; false (with a
   // condition and an event) while the API server has no PodGroups.
-  StatusOr<bool> EnsurePodGroup(State& s, std::vector<Json>* desired);
+  StatusOr<bool> EnsurePodGroup(State& s, std::vector<Json>* desired, bool creating);
   // Kubernetes' own gang (scheduling.k8s.io PodGroup `group`), made with the job's first pods;
   // false (condition and event) while the API server does not serve it. Pods made once the job
-  // has fewer pods than its minCount are made outside the gang (`desired` changed).
-  StatusOr<bool> EnsureGang(State& s, const Json& group, std::vector<Json>* desired);
+  // has fewer pods than its minCount are made outside the gang (`desired` changed). `creating`:
+  // this pass makes a pod or StatefulSet (the group is then read, not taken from the cache).
+  StatusOr<bool> EnsureGang(State& s, const Json& group, std::vector<Json>* desired, bool creating);
   // A gang whose PodGroup API the server lacks: condition Created False and an event, reason
   // NoPodGroupAPI, with `msg`; a look again in 30 s. False.
   bool NoPodGroupApi(State& s, const std::string& msg);
@@ -260,6 +261,8 @@ class Reconciler {
     std::chrono::system_clock::time_point renew_at, check_at;
   };
   std::map<std::string, KnownCertificate> certificates_ ABSL_GUARDED_BY(mu_);
+  // "ns/job" -> (uid, its gang PodGroup's minCount), PodGroups being immutable.
+  std::map<std::string, std::pair<std::string, int64_t>> gang_min_counts_ ABSL_GUARDED_BY(mu_);
   // "ns/uid/type/reason/note" -> the Event last written for it and when it last happened.
   struct RecentEvent {
     Json event;
