@@ -1,5 +1,5 @@
-// The job's certificates (reconciler.h: EnsureCertificates): its CA and certificate in two
-// Secrets, issued once and renewed before they expire.
+// The job's certificates (reconciler.h: EnsureCertificates): its CA, and a certificate per role,
+// in two Secrets, issued once and renewed before they expire.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/exit_codes.h"
+#include "net/access.h"
 #include "net/tls.h"
 #include "reconcile/conditions.h"
 #include "reconcile/drift.h"
@@ -56,17 +57,44 @@ Json SecretObject(const std::string& name, const std::string& ns, const std::str
 }
 
 // A Secret's data[key], decoded; "" when absent or not base64.
-std::string SecretData(const Json& secret, const char* key) {
+std::string SecretData(const Json& secret, const std::string& key) {
   auto v = kube::Base64Decode(secret.value("data", Json::object()).value(key, ""));
   return v.ok() ? *v : "";
 }
 
+// The certificates Secret's data: the CA's certificate and each role's certificate and key.
+std::map<std::string, std::string> CertificatesData(
+    const std::map<std::string, net::TlsMaterial>& roles) {
+  std::map<std::string, std::string> data;
+  for (const auto& [role, m] : roles) {
+    data["ca.crt"] = m.ca_pem;
+    data[role + ".crt"] = m.cert_pem;
+    data[role + ".key"] = m.key_pem;
+  }
+  return data;
+}
+
+// The earliest end of validity among the roles' certificates in the certificates Secret; an
+// error naming the first role whose certificate is missing or unreadable.
+StatusOr<std::chrono::system_clock::time_point> EarliestNotAfter(const Json& secret) {
+  std::optional<std::chrono::system_clock::time_point> earliest;
+  for (std::string_view role : net::kRoleNames) {
+    const std::string key = std::string(role) + ".crt";
+    auto end = net::CertificateNotAfter(SecretData(secret, key));
+    if (!end.ok()) return InvalidArgumentError("holds no readable " + key);
+    if (!earliest || *end < *earliest) earliest = *end;
+  }
+  return *earliest;
+}
+
 }  // namespace
 
-// Two Secrets per job: JOB-tls (ca.crt, tls.crt, tls.key), which every pod mounts, and JOB-ca
-// (ca.crt, ca.key), which no pod mounts. Made once; the CA is never regenerated while its Secret
-// exists. Once less than a third of the certificate's validity is left, a new certificate from the
-// same CA replaces it in JOB-tls; roles read their files again every minute (net/tls.h).
+// Two Secrets per job: JOB-certs (ca.crt, and ROLE.crt and ROLE.key for each role of
+// net::kRoleNames), of which each pod mounts its own role's three files only, and JOB-ca (ca.crt,
+// ca.key), which no pod mounts. Made once; the CA is never regenerated while its Secret exists.
+// Once less than a third of the earliest certificate's validity is left, new certificates from the
+// same CA replace all of them in JOB-certs; roles read their files again every minute
+// (net/tls.h).
 //
 // The operator never lists or watches Secrets (its RBAC has no list or watch on them): it reads
 // its jobs' two by name, and only when it needs to. A certificate found valid is not read again
@@ -87,7 +115,7 @@ Status Reconciler::EnsureCertificates(State& s) {
   ADAM_ASSIGN_OR_RETURN(const std::optional<Json> tls, OwnSecret(s, tls_name));
   bool valid = false;
   if (tls) {
-    auto not_after = net::CertificateNotAfter(SecretData(*tls, "tls.crt"));
+    auto not_after = EarliestNotAfter(*tls);
     valid = not_after.ok() && *not_after - certificate_validity_ / 3 > s.now;
     if (valid) s.renew_at = *not_after - certificate_validity_ / 3;
   }
@@ -133,26 +161,25 @@ net::TlsMaterial IssuerOf(const Json& ca_secret) {
 Status Reconciler::IssueCertificate(State& s, const std::optional<Json>& ca,
                                     const std::vector<std::string>& hosts, bool* valid) {
   const std::string tls_name = TlsSecretName(*s.spec), ca_name = CaSecretName(*s.spec);
-  StatusOr<net::TlsMaterial> made =
-      ca ? net::RenewCertificate(IssuerOf(*ca), s.name, hosts, certificate_validity_)
-         : net::MakeJobCertificates(s.name, hosts, certificate_validity_);
-  if (!ca && made.ok()) {
+  StatusOr<net::TlsMaterial> issuer =
+      ca ? IssuerOf(*ca) : net::MakeJobCertificates(s.name, hosts, certificate_validity_);
+  if (!ca && issuer.ok()) {
     auto c =
         client_->Create(kube::Secrets(), s.ns,
                         SecretObject(ca_name, s.ns, s.name, s.uid, "Opaque",
-                                     {{"ca.crt", made->ca_pem}, {"ca.key", made->ca_key_pem}}));
+                                     {{"ca.crt", issuer->ca_pem}, {"ca.key", issuer->ca_key_pem}}));
     if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
     if (!c.ok()) {  // made by an earlier pass the cache has not shown yet: issue from that CA
       ADAM_ASSIGN_OR_RETURN(const Json existing, client_->Get(kube::Secrets(), s.ns, ca_name));
-      made = net::RenewCertificate(IssuerOf(existing), s.name, hosts, certificate_validity_);
+      issuer = IssuerOf(existing);
     }
   }
+  auto made = issuer.ok() ? net::IssueRoleCertificates(*issuer, hosts, certificate_validity_)
+                          : issuer.status();
   if (!made.ok()) return Status(made.status().code(), ca_name + ": " + made.status().message());
   auto c = client_->Create(
       kube::Secrets(), s.ns,
-      SecretObject(
-          tls_name, s.ns, s.name, s.uid, "kubernetes.io/tls",
-          {{"ca.crt", made->ca_pem}, {"tls.crt", made->cert_pem}, {"tls.key", made->key_pem}}));
+      SecretObject(tls_name, s.ns, s.name, s.uid, "Opaque", CertificatesData(*made)));
   if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) return c.status();
   s.renew_at = s.now + certificate_validity_ - certificate_validity_ / 3;
   *valid = c.ok();  // one of the same name that is not the job's is looked at again next pass
@@ -163,19 +190,20 @@ Status Reconciler::RenewCertificate(State& s, const Json& tls, const std::option
                                     const std::vector<std::string>& hosts, bool* valid) {
   const std::string ca_name = CaSecretName(*s.spec);
   const auto renew_before = certificate_validity_ / 3;
-  auto not_after = net::CertificateNotAfter(SecretData(tls, "tls.crt"));
+  auto not_after = EarliestNotAfter(tls);
   const std::string expiry =
-      not_after.ok() ? "expires at " + FormatTime(*not_after) : "holds no readable tls.crt";
+      not_after.ok() ? "the earliest expires at " + FormatTime(*not_after)
+                     : "Secret " + TlsSecretName(*s.spec) + " " + not_after.status().message();
   if (!ca) return NotRenewable(s, expiry, "Secret " + ca_name + " with its CA's key is missing");
-  auto renewed = net::RenewCertificate(IssuerOf(*ca), s.name, hosts, certificate_validity_);
+  auto renewed = net::IssueRoleCertificates(IssuerOf(*ca), hosts, certificate_validity_);
   if (!renewed.ok()) {
     return NotRenewable(s, expiry,
                         "Secret " + ca_name + " is unusable: " + renewed.status().message());
   }
   Json updated = tls;
-  updated["data"]["tls.crt"] = kube::Base64Encode(renewed->cert_pem);
-  updated["data"]["tls.key"] = kube::Base64Encode(renewed->key_pem);
-  updated["data"]["ca.crt"] = kube::Base64Encode(renewed->ca_pem);
+  updated["data"] = Json::object();
+  for (const auto& [key, pem] : CertificatesData(*renewed))
+    updated["data"][key] = kube::Base64Encode(pem);
   auto u = client_->Update(kube::Secrets(), s.ns, updated);  // ABORTED if the cache was stale
   if (!u.ok()) return u.status();
   {
@@ -184,7 +212,7 @@ Status Reconciler::RenewCertificate(State& s, const Json& tls, const std::option
   }
   const auto new_end = s.now + certificate_validity_;
   Event(s, "Normal", "CertificateRenewed",
-        "the job's certificate " + expiry + "; renewed from the job's CA until " +
+        "the job's certificates: " + expiry + "; renewed from the job's CA until " +
             FormatTime(new_end) +
             " (each role reads it within a minute of its Secret volume's update)");
   s.renew_at = new_end - renew_before;
@@ -208,7 +236,7 @@ Status Reconciler::NotRenewable(State& s, const std::string& expiry, const std::
   if (warn) {
     const std::string tls_name = TlsSecretName(*s.spec);
     Event(s, "Warning", "CertificateNotRenewable",
-          "the job's certificate in Secret " + tls_name + " " + expiry + " and " + why +
+          "the job's certificates in Secret " + tls_name + ": " + expiry + ", and " + why +
               "; mend it, or delete " + tls_name +
               " and the job's pods to start over with a new CA");
   }

@@ -115,6 +115,20 @@ Json Spread(const spec::AdamJob& job, const std::string& role) {
 }
 
 // The pod spec every role shares: the image, the manifest, the downward-API files, non-root.
+// The job's certificates Secret as a pod of `role` mounts it: the CA and that role's own
+// certificate and key, as ca.crt, tls.crt and tls.key (net/tls.h); no other role's key.
+Json TlsVolume(const spec::AdamJob& job, Role role) {
+  const std::string r = spec::RoleSubcommand(role);
+  return {{"name", "tls"},
+          {"secret",
+           {{"secretName", TlsSecretName(job)},
+            {"defaultMode", 0440},
+            {"items",
+             {{{"key", "ca.crt"}, {"path", "ca.crt"}},
+              {{"key", r + ".crt"}, {"path", "tls.crt"}},
+              {{"key", r + ".key"}, {"path", "tls.key"}}}}}}};
+}
+
 Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::string> args,
              bool state_volume) {
   const std::string role = spec::RoleSubcommand(in.role);
@@ -156,7 +170,7 @@ Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::
         {"tcpSocket", {{"port", "grpc"}}}, {"periodSeconds", 2}, {"failureThreshold", 3}};
   Json volumes = Json::array(
       {{{"name", "job"}, {"configMap", {{"name", job.name + "-job"}}}},
-       {{"name", "tls"}, {"secret", {{"secretName", TlsSecretName(job)}, {"defaultMode", 0440}}}},
+       TlsVolume(job, in.role),
        {{"name", "podinfo"},
         {"downwardAPI",
          {{"items",
@@ -523,7 +537,7 @@ std::string ModelPath(const spec::AdamJob& job) {
   return job.output.volume.mount_path + "/" + job.name + ".onnx";
 }
 
-std::string TlsSecretName(const spec::AdamJob& job) { return job.name + "-tls"; }
+std::string TlsSecretName(const spec::AdamJob& job) { return job.name + "-certs"; }
 std::string CaSecretName(const spec::AdamJob& job) { return job.name + "-ca"; }
 
 int PodCount(const spec::AdamJob& job) {

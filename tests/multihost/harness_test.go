@@ -313,9 +313,21 @@ func cpuMillis(q string) (int64, error) {
 	return int64(f*1000 + 0.5), nil
 }
 
-// writeTLS makes the job's Secret: a CA and one certificate for every role, as the operator does.
+// certRoles are the names the job's certificates carry, one per role (workers/libs/net/access.h).
+var certRoles = []string{"controller", "ps", "trainer", "data-server"}
+
+// certRole is the certificate a pod of the role label `role` mounts: a model worker is a trainer.
+func certRole(role string) string {
+	if role == "model-worker" {
+		return "trainer"
+	}
+	return role
+}
+
+// writeTLS makes the job's certificates as the operator does: a CA and, in DIR/ROLE, each role's
+// own certificate (its name in the subject CN) with the CA, the three files a pod of that role
+// mounts.
 func writeTLS(t *testing.T, dir string) {
-	must(t, os.MkdirAll(dir, 0o755))
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "multihost CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
@@ -323,8 +335,15 @@ func writeTLS(t *testing.T, dir string) {
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	must(t, err)
 	ca, _ := x509.ParseCertificate(caDER)
+	for i, role := range certRoles {
+		writeRoleTLS(t, filepath.Join(dir, role), role, int64(i+2), ca, caKey, caDER)
+	}
+}
+
+func writeRoleTLS(t *testing.T, dir, role string, serial int64, ca *x509.Certificate, caKey *ecdsa.PrivateKey, caDER []byte) {
+	must(t, os.MkdirAll(dir, 0o755))
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "role"},
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: role},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		DNSNames:    []string{tlsServerName},
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyAgreement,
@@ -417,7 +436,7 @@ func (j *job) create(p *pod) {
 		"--user", "10001:10001", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
 		"--tmpfs", "/tmp",
 		"-v", filepath.Join(j.dir, "job") + ":" + jobMountPath + ":ro",
-		"-v", filepath.Join(j.dir, "tls") + ":" + tlsPath + ":ro",
+		"-v", filepath.Join(j.dir, "tls", certRole(p.role)) + ":" + tlsPath + ":ro",
 		"-v", p.podinfo + ":" + podInfoPath + ":ro",
 		"-v", p.state + ":" + statePath,
 		"--label", "dev.adam.multihost=" + j.prefix,

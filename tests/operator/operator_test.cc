@@ -14,6 +14,8 @@
 #include "core/clock.h"
 #include "kube/client.h"
 #include "kube/workqueue.h"
+#include "net/access.h"
+#include "net/tls.h"
 #include "operator/fake_api_server.h"
 #include "reconcile/drift.h"
 #include "reconcile/kueue.h"
@@ -216,6 +218,11 @@ TEST(QueueOwner, ABurstOfChangesToAJobsPodsQueuesItOnceABatchLater) {
   q.Done("ml/c");
 }
 
+std::string CertOf(const Json& secret, const std::string& key) {
+  auto pem = kube::Base64Decode(secret["data"].value(key, ""));
+  return pem.ok() ? *pem : "";
+}
+
 TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   StartOperator();
   api->Put(kJobs, Example("fashion-mnist-ha"));
@@ -224,12 +231,21 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   EXPECT_FALSE(api->Get("v1/configmaps", "ml", job + "-job").is_null());
   EXPECT_FALSE(api->Get("v1/services", "ml", job).is_null());
   EXPECT_FALSE(api->Get("networking.k8s.io/v1/networkpolicies", "ml", job).is_null());
-  // The job's TLS Secret: its CA and one certificate for every pod, made once.
-  const Json secret = api->Get("v1/secrets", "ml", job + "-tls");
+  // The job's certificates Secret: its CA and a certificate per role, named by the role and
+  // issued by the CA, made once.
+  const Json secret = api->Get("v1/secrets", "ml", job + "-certs");
   ASSERT_FALSE(secret.is_null());
-  EXPECT_EQ(secret["type"], "kubernetes.io/tls");
-  for (const char* k : {"ca.crt", "tls.crt", "tls.key"})
-    EXPECT_TRUE(secret["data"].contains(k)) << k;
+  EXPECT_EQ(secret["type"], "Opaque");
+  EXPECT_EQ(secret["data"].size(), 1 + 2 * net::kRoleNames.size()) << secret["data"].dump();
+  for (std::string_view role : net::kRoleNames) {
+    const std::string r(role);
+    ASSERT_TRUE(secret["data"].contains(r + ".key")) << r;
+    const std::string cert = CertOf(secret, r + ".crt");
+    EXPECT_TRUE(net::CheckIssuedBy(cert, CertOf(secret, "ca.crt")).ok()) << r;
+    auto names = net::CertificateNames(cert);
+    ASSERT_TRUE(names.ok()) << r;
+    EXPECT_EQ(*names, std::vector<std::string>{r});
+  }
   EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], Job(job)["metadata"]["uid"]);
   // Its CA's key in a second Secret, from which certificates are renewed.
   const Json ca = api->Get("v1/secrets", "ml", job + "-ca");
@@ -250,8 +266,8 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   RunAll("data-server");
   RunAll("trainer");
   ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; }));
-  // Reconciled many times since, the Secret was never replaced (pods hold its certificate).
-  EXPECT_EQ(api->Get("v1/secrets", "ml", job + "-tls")["metadata"]["uid"],
+  // Reconciled many times since, the Secret was never replaced (pods hold its certificates).
+  EXPECT_EQ(api->Get("v1/secrets", "ml", job + "-certs")["metadata"]["uid"],
             secret["metadata"]["uid"]);
   const Json st = Job(job)["status"];
   EXPECT_EQ(st["roles"]["ps"]["ready"], 3);
@@ -262,19 +278,30 @@ TEST_F(OperatorTest, CreatesStageByStageAndReportsRunning) {
   // Owned, finalized, and the status is valid under the CRD's schema.
   const Json pod = PodsOf("ps")[0];
   EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], Job(job)["metadata"]["uid"]);
-  // No pod mounts the CA's key.
-  for (const Json& p : api->List(kPods, "ml"))
-    for (const Json& v : p["spec"].value("volumes", Json::array()))
-      EXPECT_NE(v.value("secret", Json::object()).value("secretName", ""), job + "-ca");
+  // No pod mounts the CA's key, and each pod mounts its own role's certificate and key only.
+  for (const Json& p : api->List(kPods, "ml")) {
+    std::string role = p["metadata"]["labels"].value(kRoleLabel, "");
+    if (role == "model-worker") role = "trainer";
+    int mounted = 0;
+    for (const Json& v : p["spec"].value("volumes", Json::array())) {
+      const Json secret_source = v.value("secret", Json::object());
+      EXPECT_NE(secret_source.value("secretName", ""), job + "-ca");
+      if (secret_source.value("secretName", "") != job + "-certs") continue;
+      ++mounted;
+      std::map<std::string, std::string> items;
+      for (const Json& i : secret_source.value("items", Json::array()))
+        items[i.value("key", "")] = i.value("path", "");
+      EXPECT_EQ(items,
+                (std::map<std::string, std::string>{
+                    {"ca.crt", "ca.crt"}, {role + ".crt", "tls.crt"}, {role + ".key", "tls.key"}}))
+          << p["metadata"]["name"];
+    }
+    EXPECT_EQ(mounted, 1) << p["metadata"]["name"];
+  }
   EXPECT_EQ(Job(job)["metadata"]["finalizers"][0], kFinalizer);
   bool event = false;
   for (const Json& e : api->List(kEvents, "ml")) event |= e["reason"] == "Running";
   EXPECT_TRUE(event);
-}
-
-std::string CertOf(const Json& secret, const char* key) {
-  auto pem = kube::Base64Decode(secret["data"].value(key, ""));
-  return pem.ok() ? *pem : "";
 }
 
 TEST_F(OperatorTest, RenewsTheCertificateFromTheJobsCaBeforeItExpires) {
@@ -282,23 +309,27 @@ TEST_F(OperatorTest, RenewsTheCertificateFromTheJobsCaBeforeItExpires) {
   StartOperator(std::chrono::seconds(3));
   api->Put(kJobs, Example("fashion-mnist"));
   const std::string job = "fashion-mnist";
-  ASSERT_TRUE(Eventually([&] { return !api->Get("v1/secrets", "ml", job + "-tls").is_null(); }));
-  const Json first = api->Get("v1/secrets", "ml", job + "-tls");
+  ASSERT_TRUE(Eventually([&] { return !api->Get("v1/secrets", "ml", job + "-certs").is_null(); }));
+  const Json first = api->Get("v1/secrets", "ml", job + "-certs");
   const Json ca = api->Get("v1/secrets", "ml", job + "-ca");
-  auto first_end = net::CertificateNotAfter(CertOf(first, "tls.crt"));
+  auto first_end = net::CertificateNotAfter(CertOf(first, "trainer.crt"));
   ASSERT_TRUE(first_end.ok());
   ASSERT_TRUE(Eventually([&] {
-    return CertOf(api->Get("v1/secrets", "ml", job + "-tls"), "tls.crt") !=
-           CertOf(first, "tls.crt");
+    return CertOf(api->Get("v1/secrets", "ml", job + "-certs"), "trainer.crt") !=
+           CertOf(first, "trainer.crt");
   }));
-  const Json renewed = api->Get("v1/secrets", "ml", job + "-tls");
-  // The same Secret and CA, a new key and a later end.
+  const Json renewed = api->Get("v1/secrets", "ml", job + "-certs");
+  // The same Secret and CA; every role a new key, a later end, its own name.
   EXPECT_EQ(renewed["metadata"]["uid"], first["metadata"]["uid"]);
   EXPECT_EQ(renewed["data"]["ca.crt"], first["data"]["ca.crt"]);
-  EXPECT_NE(renewed["data"]["tls.key"], first["data"]["tls.key"]);
-  EXPECT_GT(*net::CertificateNotAfter(CertOf(renewed, "tls.crt")), *first_end);
+  for (std::string_view role : net::kRoleNames) {
+    const std::string r(role);
+    EXPECT_NE(renewed["data"][r + ".key"], first["data"][r + ".key"]) << r;
+    EXPECT_GT(*net::CertificateNotAfter(CertOf(renewed, r + ".crt")), *first_end) << r;
+    EXPECT_TRUE(net::CheckIssuedBy(CertOf(renewed, r + ".crt"), CertOf(ca, "ca.crt")).ok()) << r;
+    EXPECT_EQ(*net::CertificateNames(CertOf(renewed, r + ".crt")), std::vector<std::string>{r});
+  }
   EXPECT_EQ(api->Get("v1/secrets", "ml", job + "-ca")["data"], ca["data"]);
-  EXPECT_TRUE(net::CheckIssuedBy(CertOf(renewed, "tls.crt"), CertOf(ca, "ca.crt")).ok());
   auto has_event = [&](const char* reason) {
     for (const Json& e : api->List(kEvents, "ml"))
       if (e["reason"] == reason) return true;

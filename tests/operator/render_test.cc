@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "net/access.h"
 #include "spec/adamjob.h"
 #include "spec/role_options.h"
 #include "spec/yaml_json.h"
@@ -119,7 +121,7 @@ TEST(Render, CopiesNeverShareAHostAndControllersComeFirst) {
               std::string::npos);
     bool secret = false;
     for (const Json& v : o["spec"]["volumes"])
-      secret |= v.contains("secret") && v["secret"]["secretName"] == "fashion-mnist-ha-tls";
+      secret |= v.contains("secret") && v["secret"]["secretName"] == "fashion-mnist-ha-certs";
     EXPECT_TRUE(secret);
   }
   // Trainers route through the controller.
@@ -144,6 +146,20 @@ TEST(Render, EveryContainersArgumentsParseBackToItsRole) {
       ASSERT_TRUE(options.ok()) << options.status().message();
       EXPECT_EQ(spec::RoleSubcommand(spec::RoleOf(*options)), args[0]);
       EXPECT_EQ(spec::Common(*options).tls_dir, "/etc/adam-tls");
+      // ... where it finds its own role's certificate and key (named as servers check callers)
+      // and the CA, and no other role's key.
+      const std::string role = spec::RoleSubcommand(spec::RoleOf(*options));
+      EXPECT_NE(std::find(net::kRoleNames.begin(), net::kRoleNames.end(), role),
+                net::kRoleNames.end())
+          << role;
+      for (const Json& v : (*pod)["volumes"]) {
+        if (v["name"] != "tls") continue;
+        EXPECT_EQ(v["secret"]["items"].dump(),
+                  Json::array({{{"key", "ca.crt"}, {"path", "ca.crt"}},
+                               {{"key", role + ".crt"}, {"path", "tls.crt"}},
+                               {{"key", role + ".key"}, {"path", "tls.key"}}})
+                      .dump());
+      }
       EXPECT_EQ(spec::Common(*options).job, std::string(spec::kJobMountPath) + "/job.yaml");
       if (const auto* c = std::get_if<spec::ControllerOptions>(&*options)) {
         EXPECT_EQ(c->id, "hostname");

@@ -91,7 +91,7 @@ func TestOperatorKilledMidJobLeavesNoDuplicateOrOrphan(t *testing.T) {
 		}
 	}
 	ca, _ := env.cs.CoreV1().Secrets(ns).Get(ctx(), "kill9-ca", metav1.GetOptions{})
-	tls, _ := env.cs.CoreV1().Secrets(ns).Get(ctx(), "kill9-tls", metav1.GetOptions{})
+	tls, _ := env.cs.CoreV1().Secrets(ns).Get(ctx(), "kill9-certs", metav1.GetOptions{})
 	if ca == nil || tls == nil || !bytes.Equal(ca.Data["ca.crt"], tls.Data["ca.crt"]) {
 		t.Error("the certificate is not issued by the job's one CA")
 	}

@@ -156,6 +156,7 @@ func TestTheHAExampleSurvivesFaultsOnRealNodes(t *testing.T) {
 			nodes[p.Spec.NodeName] = p.Name
 		}
 	}
+	checkOwnKeys(t, ns, name)
 	eventually(t, 2*time.Minute, "a Raft leader announced", func() bool { l, _ := raftLeader(t, ns, name); return l != "" })
 	// Training under way, watched: every panel of the dashboard has data.
 	checkDashboard(t, prom, name, 60*time.Second)
@@ -304,4 +305,37 @@ func TestTheHAExampleSurvivesFaultsOnRealNodes(t *testing.T) {
 	if floor := haFloor; acc < floor {
 		t.Errorf("testAccuracy %.4f, below adam run's spread at %d epochs (floor %.4f)", acc, haEpochs, floor)
 	}
+}
+
+// checkOwnKeys checks what each running pod's kubelet projected from the job's certificates
+// Secret: the CA and that pod's own role's certificate and key, and no other file (a trainer's pod
+// holds no parameter server's or controller's key; workers/libs/net/access.h).
+func checkOwnKeys(t *testing.T, ns, name string) {
+	t.Helper()
+	secret, err := env.cs.CoreV1().Secrets(ns).Get(ctx(), name+"-certs", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the job's certificates Secret: %v", err)
+	}
+	checked := 0
+	for _, p := range podsOf(t, ns, "adam.dev/job="+name) {
+		if p.Status.Phase != "Running" {
+			continue
+		}
+		role := p.Labels["adam.dev/role"]
+		if role == "model-worker" {
+			role = "trainer"
+		}
+		dir := "/var/lib/kubelet/pods/" + string(p.UID) + "/volumes/kubernetes.io~secret/tls"
+		if files := strings.Fields(onNode(t, p.Spec.NodeName, "ls", dir)); strings.Join(files, " ") != "ca.crt tls.crt tls.key" {
+			t.Errorf("pod %s (%s) holds %v of the job's certificates, want ca.crt tls.crt tls.key", p.Name, role, files)
+		}
+		if got := onNode(t, p.Spec.NodeName, "cat", dir+"/tls.crt"); got != string(secret.Data[role+".crt"]) {
+			t.Errorf("pod %s's tls.crt is not the %s certificate of Secret %s-certs", p.Name, role, name)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Error("no running pod to check the certificates of")
+	}
+	t.Logf("%d pods each hold their own role's certificate and key only", checked)
 }

@@ -37,16 +37,20 @@ TEST(DataServerRole, StartsServesAndStopsInProcess) {
   server.Stop();
 }
 
-// Its transport is the one it was given: a role with the job's TLS refuses a plain peer.
+// Its transport is the one it was given: a role with the job's TLS refuses a plain peer, and a
+// peer of the job whose role does not read data (net/access.h).
 TEST(DataServerRole, ServesThroughTheTransportItWasGiven) {
-  auto job = net::MakeJobCertificates("test-job", {"*.test-job"});
-  ASSERT_TRUE(job.ok());
+  auto ca = net::MakeJobCertificates("test-job", {"*.test-job"});
+  ASSERT_TRUE(ca.ok());
+  auto roles = net::IssueRoleCertificates(*ca, {"*.test-job"});
+  ASSERT_TRUE(roles.ok());
   MainOptions o;
   o.listen = "127.0.0.1:0";
-  o.transport = net::Transport::MutualTls(*job);
+  o.transport = net::Transport::MutualTls(roles->at("data-server"));
   DataServer server(MakeSource(6, 1, 1.0, 4), 3, o);
   ASSERT_TRUE(server.Start().ok());
-  EXPECT_EQ(Served(*o.transport, server.port()), 6);
+  EXPECT_EQ(Served(*net::Transport::MutualTls(roles->at("trainer")), server.port()), 6);
+  EXPECT_EQ(Served(*net::Transport::MutualTls(roles->at("ps")), server.port()), -1);
   EXPECT_EQ(Served(*net::Transport::Plaintext(), server.port()), -1);
 }
 

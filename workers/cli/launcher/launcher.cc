@@ -54,6 +54,16 @@ void OnSignal(int sig) {
   [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &c, 1);
 }
 
+// DIR/ROLE/{ca.crt,tls.crt,tls.key} for each role, from a new CA whose key is not kept.
+Status WriteRunCertificates(const std::string& dir) {
+  const std::vector<std::string> hosts = {"127.0.0.1", "127.0.0.2", "localhost"};
+  ADAM_ASSIGN_OR_RETURN(const net::TlsMaterial ca, net::MakeJobCertificates("adam-run", hosts));
+  ADAM_ASSIGN_OR_RETURN(const auto roles, net::IssueRoleCertificates(ca, hosts));
+  for (const auto& [role, material] : roles)
+    ADAM_RETURN_IF_ERROR(net::WriteTls(material, dir + "/" + role));
+  return OkStatus();
+}
+
 class Supervisor {
  public:
   Supervisor(const spec::AdamJob& job, const RunOptions& o) : job_(job), o_(o), log_(job, o) {}
@@ -100,10 +110,9 @@ class Supervisor {
       temporary = true;
     }
     if (!o_.plaintext) {
-      // A throw-away CA and certificate for this run: every role presents it and demands it.
-      auto tls = net::MakeJobCertificates(job_.name, {"127.0.0.1", "127.0.0.2", "localhost"});
-      Status w = tls.ok() ? net::WriteTls(*tls, state_root_ + "/tls") : tls.status();
-      if (!w.ok()) {
+      // A throw-away CA and a certificate per role for this run (net/access.h): each role's
+      // processes get their own role's key only.
+      if (Status w = WriteRunCertificates(state_root_ + "/tls"); !w.ok()) {
         std::fprintf(stderr, "adam run: TLS material: %s\n", w.message().c_str());
         return 1;
       }
@@ -421,7 +430,7 @@ class Supervisor {
     if (tls_dir_.empty()) {
       common.plaintext = true;
     } else {
-      common.tls_dir = tls_dir_;
+      common.tls_dir = tls_dir_ + "/" + spec::RoleSubcommand(in.role);
     }
     const bool no_bind = no_bind_.count(in.name) > 0;
     const std::string state_dir = state_root_ + "/" + in.name;

@@ -1,14 +1,18 @@
 // gRPC server and channel helpers.
 #include "net/grpc.h"
 
+#include <grpcpp/security/auth_metadata_processor.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <netdb.h>
 #include <spdlog/spdlog.h>
 
+#include <set>
 #include <thread>
 
+#include "core/mutex.h"
+#include "net/access.h"
 #include "net/tls_internal.h"
 
 namespace adam::net {
@@ -40,6 +44,39 @@ void WaitForName(const std::string& address) {
   }
 }
 
+// Checks every call's caller against the job's call table (access.h) before the call reaches
+// its service. Runs on the transport's thread (IsBlocking false): it only reads the call's
+// metadata and the peer's verified certificate.
+class CallerCheck final : public grpc::AuthMetadataProcessor {
+ public:
+  bool IsBlocking() const override { return false; }
+
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context,
+                       OutputMetadata* /*consumed*/, OutputMetadata* /*response*/) override {
+    const auto path = metadata.find(":path");
+    std::vector<std::string> names;
+    for (const grpc::string_ref& cn : context->FindPropertyValues("x509_common_name"))
+      names.emplace_back(cn.data(), cn.size());
+    const Status s = CheckCaller(path == metadata.end()
+                                     ? std::string_view()
+                                     : std::string_view(path->second.data(), path->second.size()),
+                                 names);
+    if (s.ok()) return grpc::Status::OK;
+    Warn(s.message());
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, s.message());
+  }
+
+ private:
+  // Each refusal once per server: a misconfigured or hostile peer retries, and must not flood.
+  void Warn(const std::string& what) {
+    MutexLock lock(mu_);
+    if (warned_.size() < 64 && warned_.insert(what).second)
+      spdlog::warn("refused a call: {}", what);
+  }
+  Mutex mu_;
+  std::set<std::string> warned_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 std::shared_ptr<const Transport> Transport::Plaintext() {
@@ -63,7 +100,9 @@ std::shared_ptr<grpc::ServerCredentials> Transport::ServerCredentials() const {
   o.watch_root_certs();
   o.watch_identity_key_cert_pairs();
   o.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  return grpc::experimental::TlsServerCredentials(o);
+  auto credentials = grpc::experimental::TlsServerCredentials(o);
+  credentials->SetAuthMetadataProcessor(std::make_shared<CallerCheck>());
+  return credentials;
 }
 
 std::shared_ptr<grpc::ChannelCredentials> Transport::ChannelCredentials() const {

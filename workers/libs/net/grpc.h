@@ -23,7 +23,8 @@ namespace adam::net {
 // How a role's servers listen and its channels connect: plain text, or mutual TLS with the job's
 // certificate (tls.h). A role makes one from its command line (--tls-dir or --plaintext) and
 // hands it to everything that serves or dials; nothing about TLS is process-wide, so one process
-// may hold both kinds (tests do). Immutable, shared by whoever uses it.
+// may hold both kinds (tests do). A mutual-TLS server lets a call through only from a role that
+// may make it (access.h). Immutable, shared by whoever uses it.
 class Transport {
  public:
   static std::shared_ptr<const Transport> Plaintext();

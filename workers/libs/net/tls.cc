@@ -23,6 +23,7 @@
 
 #include "core/file.h"
 #include "core/mutex.h"
+#include "net/access.h"
 #include "net/tls_internal.h"
 
 namespace adam::net {
@@ -155,6 +156,16 @@ StatusOr<TlsMaterial> RenewCertificate(const TlsMaterial& issuer, const std::str
   return m;
 }
 
+StatusOr<std::map<std::string, TlsMaterial>> IssueRoleCertificates(
+    const TlsMaterial& ca, const std::vector<std::string>& hosts, std::chrono::seconds validity) {
+  std::map<std::string, TlsMaterial> out;
+  for (std::string_view role : kRoleNames) {
+    ADAM_ASSIGN_OR_RETURN(out[std::string(role)],
+                          RenewCertificate(ca, std::string(role), hosts, validity));
+  }
+  return out;
+}
+
 Status CheckIssuedBy(const std::string& cert_pem, const std::string& ca_pem) {
   Cert cert = ReadCert(cert_pem), ca = ReadCert(ca_pem);
   if (!cert) return InvalidArgumentError("no PEM certificate");
@@ -162,6 +173,20 @@ Status CheckIssuedBy(const std::string& cert_pem, const std::string& ca_pem) {
   if (!SignedBy(cert.get(), ca.get()))
     return InvalidArgumentError("the certificate is not signed by the CA");
   return OkStatus();
+}
+
+StatusOr<std::vector<std::string>> CertificateNames(const std::string& pem) {
+  Cert c = ReadCert(pem);
+  if (!c) return InvalidArgumentError("no PEM certificate");
+  X509_NAME* subject = X509_get_subject_name(c.get());
+  std::vector<std::string> names;
+  for (int i = X509_NAME_get_index_by_NID(subject, NID_commonName, -1); i >= 0;
+       i = X509_NAME_get_index_by_NID(subject, NID_commonName, i)) {
+    const ASN1_STRING* v = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, i));
+    names.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(v)),
+                       size_t(ASN1_STRING_length(v)));
+  }
+  return names;
 }
 
 StatusOr<std::chrono::system_clock::time_point> CertificateNotAfter(const std::string& pem) {

@@ -1,24 +1,27 @@
 // Mutual TLS between a job's roles.
 //
-// Each job has its own certificate authority and one certificate, for both server and client
-// use, naming every address its roles listen on (IPs such as 127.0.0.1, DNS names such as
-// "*.JOB" for the pods under the job's headless Service). With a mutual-TLS transport, every
-// server net::StartServer starts demands and verifies a client certificate from that CA, and every
-// channel net::MakeChannel makes presents the certificate and verifies the server's: a peer
-// without a certificate of the job is refused. Without it (tests, `--plaintext`), traffic is
-// plain. The files of a directory: ca.crt, tls.crt, tls.key (PEM), as in a Kubernetes TLS
-// Secret plus its CA. Which of the two a server or channel uses is its net::Transport's
+// Each job has its own certificate authority and one certificate per role (IssueRoleCertificates),
+// for both server and client use, whose subject CN is the role's name (access.h) and which names
+// every address the job's roles listen on (IPs such as 127.0.0.1, DNS names such as "*.JOB" for
+// the pods under the job's headless Service). With a mutual-TLS transport, every server
+// net::StartServer starts demands and verifies a client certificate from that CA and lets a call
+// through only when the caller's role may make it (access.h), and every channel net::MakeChannel
+// makes presents the role's certificate and verifies the server's: a peer without a certificate of
+// the job is refused, and a pod holds only its own role's key. Without it (tests, `--plaintext`),
+// traffic is plain. The files of a directory: ca.crt, tls.crt, tls.key (PEM), as in a Kubernetes
+// TLS Secret plus its CA. Which of the two a server or channel uses is its net::Transport's
 // (grpc.h): a process holds no TLS state of its own. Thread-safe.
 //
 // Rotation: the CA lives ten years, a certificate one (kCertificateValidity). Whoever keeps the
-// CA's key (the operator, in a Secret no pod mounts) issues a new certificate from the same CA
-// before the old one expires (RenewCertificate) and rewrites the files; a transport made by
+// CA's key (the operator, in a Secret no pod mounts) issues new certificates from the same CA
+// before the old ones expire (RenewCertificate) and rewrites the files; a transport made by
 // Transport::MutualTlsFromDir reads them again every `refresh`, so later handshakes use the new
 // certificate without a restart. Connections already open stay up: TLS checks expiry only in
 // the handshake, and old and new certificates share the CA, so every mix of them verifies.
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,8 +57,15 @@ StatusOr<TlsMaterial> MakeJobCertificates(const std::string& name,
 StatusOr<TlsMaterial> RenewCertificate(const TlsMaterial& ca, const std::string& name,
                                        const std::vector<std::string>& hosts,
                                        std::chrono::seconds validity = kCertificateValidity);
+// A certificate for each role of kRoleNames (access.h), named by it, from the CA of `ca`, for
+// `hosts`, valid for `validity`; each result keeps the CA.
+StatusOr<std::map<std::string, TlsMaterial>> IssueRoleCertificates(
+    const TlsMaterial& ca, const std::vector<std::string>& hosts,
+    std::chrono::seconds validity = kCertificateValidity);
 // OK when the certificate `cert_pem` carries a valid signature of the CA `ca_pem`.
 Status CheckIssuedBy(const std::string& cert_pem, const std::string& ca_pem);
+// The subject CNs of a PEM certificate's first certificate (a role's certificate: its role).
+StatusOr<std::vector<std::string>> CertificateNames(const std::string& pem);
 // The end of a PEM certificate's validity (its first certificate's notAfter).
 StatusOr<std::chrono::system_clock::time_point> CertificateNotAfter(const std::string& pem);
 
