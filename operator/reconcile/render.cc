@@ -114,7 +114,6 @@ Json Spread(const spec::AdamJob& job, const std::string& role) {
                        {"labelSelector", Selector(job, role)}}});
 }
 
-// The pod spec every role shares: the image, the manifest, the downward-API files, non-root.
 // The job's certificates Secret as a pod of `role` mounts it: the CA and that role's own
 // certificate and key, as ca.crt, tls.crt and tls.key (net/tls.h); no other role's key.
 Json TlsVolume(const spec::AdamJob& job, Role role) {
@@ -129,6 +128,7 @@ Json TlsVolume(const spec::AdamJob& job, Role role) {
               {{"key", r + ".key"}, {"path", "tls.key"}}}}}}};
 }
 
+// The pod spec every role shares: the image, the manifest, the downward-API files, non-root.
 Json PodSpec(const spec::AdamJob& job, const RoleInstance& in, std::vector<std::string> args,
              bool state_volume) {
   const std::string role = spec::RoleSubcommand(in.role);

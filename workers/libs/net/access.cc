@@ -55,8 +55,8 @@ Status CheckCaller(std::string_view path, const std::vector<std::string>& caller
   for (std::string_view n : names)
     if (std::find(row->callers.begin(), row->callers.end(), n) != row->callers.end())
       return OkStatus();
-  return FailedPreconditionError(std::string(service) + " may be called by " +
-                                 Join(row->callers) + " only; refused to " + caller);
+  return FailedPreconditionError(std::string(service) + " may be called by " + Join(row->callers) +
+                                 " only; refused to " + caller);
 }
 
 }  // namespace adam::net

@@ -2,8 +2,8 @@
 //
 // Every role of a job has a certificate of its own, issued by the job's CA, whose subject CN is
 // the role's name (kRoleNames: the `adam` subcommand that runs it). Over mutual TLS, every server
-// a net::Transport starts checks each call's caller against kServiceCallers before the call
-// reaches its service: a trainer's key cannot join the controllers' Raft group, write a shard
+// a net::Transport starts checks each call's caller against ServiceCallersTable() before the
+// call reaches its service: a trainer's key cannot join the controllers' Raft group, write a shard
 // copy as a parameter server, or heartbeat as one, whatever it knows of the job. A call refused
 // ends PERMISSION_DENIED naming the service and the caller. Services not in the table are
 // refused to everyone. Plain-text transports (tests, `--plaintext`) check nothing.
@@ -23,7 +23,7 @@ inline constexpr std::array<std::string_view, 4> kRoleNames = {"controller", "ps
                                                                "data-server"};
 
 struct ServiceCallers {
-  std::string_view service;                // full gRPC name, "adam.v1.DataService"
+  std::string_view service;               // full gRPC name, "adam.v1.DataService"
   std::vector<std::string_view> callers;  // the role names allowed to call it
 };
 
