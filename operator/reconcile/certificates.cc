@@ -67,7 +67,7 @@ std::map<std::string, std::string> CertificatesData(
     const std::map<std::string, net::TlsMaterial>& roles) {
   std::map<std::string, std::string> data;
   for (const auto& [role, m] : roles) {
-    data["ca.crt"] = m.ca_pem;
+    data["ca.crt"] = m.ca_pem;  // the same CA's in every role's material
     data[role + ".crt"] = m.cert_pem;
     data[role + ".key"] = m.key_pem;
   }
@@ -111,7 +111,7 @@ Status Reconciler::EnsureCertificates(State& s) {
       return OkStatus();
     }
   }
-  const std::string tls_name = TlsSecretName(*s.spec), ca_name = CaSecretName(*s.spec);
+  const std::string tls_name = CertificatesSecretName(*s.spec), ca_name = CaSecretName(*s.spec);
   ADAM_ASSIGN_OR_RETURN(const std::optional<Json> tls, OwnSecret(s, tls_name));
   bool valid = false;
   if (tls) {
@@ -160,9 +160,8 @@ net::TlsMaterial IssuerOf(const Json& ca_secret) {
 
 Status Reconciler::IssueCertificate(State& s, const std::optional<Json>& ca,
                                     const std::vector<std::string>& hosts, bool* valid) {
-  const std::string tls_name = TlsSecretName(*s.spec), ca_name = CaSecretName(*s.spec);
-  StatusOr<net::TlsMaterial> issuer =
-      ca ? IssuerOf(*ca) : net::MakeJobCertificates(s.name, hosts, certificate_validity_);
+  const std::string tls_name = CertificatesSecretName(*s.spec), ca_name = CaSecretName(*s.spec);
+  StatusOr<net::TlsMaterial> issuer = ca ? IssuerOf(*ca) : net::MakeCertificateAuthority(s.name);
   if (!ca && issuer.ok()) {
     auto c =
         client_->Create(kube::Secrets(), s.ns,
@@ -191,9 +190,9 @@ Status Reconciler::RenewCertificate(State& s, const Json& tls, const std::option
   const std::string ca_name = CaSecretName(*s.spec);
   const auto renew_before = certificate_validity_ / 3;
   auto not_after = EarliestNotAfter(tls);
-  const std::string expiry =
-      not_after.ok() ? "the earliest expires at " + FormatTime(*not_after)
-                     : "Secret " + TlsSecretName(*s.spec) + " " + not_after.status().message();
+  const std::string expiry = not_after.ok() ? "the earliest expires at " + FormatTime(*not_after)
+                                            : "Secret " + CertificatesSecretName(*s.spec) + " " +
+                                                  not_after.status().message();
   if (!ca) return NotRenewable(s, expiry, "Secret " + ca_name + " with its CA's key is missing");
   auto renewed = net::IssueRoleCertificates(IssuerOf(*ca), hosts, certificate_validity_);
   if (!renewed.ok()) {
@@ -234,7 +233,7 @@ Status Reconciler::NotRenewable(State& s, const std::string& expiry, const std::
     }
   }
   if (warn) {
-    const std::string tls_name = TlsSecretName(*s.spec);
+    const std::string tls_name = CertificatesSecretName(*s.spec);
     Event(s, "Warning", "CertificateNotRenewable",
           "the job's certificates in Secret " + tls_name + ": " + expiry + ", and " + why +
               "; mend it, or delete " + tls_name +

@@ -120,7 +120,7 @@ Json TlsVolume(const spec::AdamJob& job, Role role) {
   const std::string r = spec::RoleSubcommand(role);
   return {{"name", "tls"},
           {"secret",
-           {{"secretName", TlsSecretName(job)},
+           {{"secretName", CertificatesSecretName(job)},
             {"defaultMode", 0440},
             {"items",
              {{{"key", "ca.crt"}, {"path", "ca.crt"}},
@@ -537,7 +537,7 @@ std::string ModelPath(const spec::AdamJob& job) {
   return job.output.volume.mount_path + "/" + job.name + ".onnx";
 }
 
-std::string TlsSecretName(const spec::AdamJob& job) { return job.name + "-certs"; }
+std::string CertificatesSecretName(const spec::AdamJob& job) { return job.name + "-certs"; }
 std::string CaSecretName(const spec::AdamJob& job) { return job.name + "-ca"; }
 
 int PodCount(const spec::AdamJob& job) {

@@ -53,7 +53,7 @@ std::string ModelPath(const spec::AdamJob& job);
 
 // The job's certificates Secret: the CA's certificate and each role's certificate and key
 // (ca.crt, ROLE.crt, ROLE.key); created by the reconciler, not rendered (it holds generated keys).
-std::string TlsSecretName(const spec::AdamJob& job);
+std::string CertificatesSecretName(const spec::AdamJob& job);
 // The Secret with the job's CA key, from which the operator renews certificates; no pod mounts it.
 std::string CaSecretName(const spec::AdamJob& job);
 

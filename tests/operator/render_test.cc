@@ -130,6 +130,17 @@ TEST(Render, CopiesNeverShareAHostAndControllersComeFirst) {
   EXPECT_EQ(targs.find("--ps\""), std::string::npos);
 }
 
+// The certificates the operator issues are exactly one per role the plan knows: each role's name
+// (its subcommand) is a certificate name servers check callers by, and no certificate is for a
+// role that does not exist.
+TEST(Render, TheCertificateNamesAreTheRoles) {
+  std::set<std::string_view> roles;
+  for (spec::Role r : {spec::Role::kController, spec::Role::kParamServer, spec::Role::kTrainer,
+                       spec::Role::kDataServer})
+    roles.insert(spec::RoleSubcommand(r));
+  EXPECT_EQ(roles, std::set<std::string_view>(net::kRoleNames.begin(), net::kRoleNames.end()));
+}
+
 // What the operator writes into a container's arguments is what `adam` reads: every pod's and
 // the controllers' template's arguments parse back to their role, with the pod's TLS and state.
 TEST(Render, EveryContainersArgumentsParseBackToItsRole) {

@@ -57,7 +57,7 @@ void OnSignal(int sig) {
 // DIR/ROLE/{ca.crt,tls.crt,tls.key} for each role, from a new CA whose key is not kept.
 Status WriteRunCertificates(const std::string& dir) {
   const std::vector<std::string> hosts = {"127.0.0.1", "127.0.0.2", "localhost"};
-  ADAM_ASSIGN_OR_RETURN(const net::TlsMaterial ca, net::MakeJobCertificates("adam-run", hosts));
+  ADAM_ASSIGN_OR_RETURN(const net::TlsMaterial ca, net::MakeCertificateAuthority("adam-run"));
   ADAM_ASSIGN_OR_RETURN(const auto roles, net::IssueRoleCertificates(ca, hosts));
   for (const auto& [role, material] : roles)
     ADAM_RETURN_IF_ERROR(net::WriteTls(material, dir + "/" + role));

@@ -101,10 +101,7 @@ bool SignedBy(X509* cert, X509* ca) {
 
 }  // namespace
 
-StatusOr<TlsMaterial> MakeJobCertificates(const std::string& name,
-                                          const std::vector<std::string>& hosts,
-                                          std::chrono::seconds validity) {
-  if (hosts.empty()) return InvalidArgumentError("a job certificate needs at least one host");
+StatusOr<TlsMaterial> MakeCertificateAuthority(const std::string& name) {
   Key ca_key(EVP_EC_gen("P-256"));
   if (!ca_key) return InternalError("cannot generate an EC key");
   Cert ca = NewCert(name + " CA", ca_key.get(), kCaValidity);
@@ -119,7 +116,15 @@ StatusOr<TlsMaterial> MakeJobCertificates(const std::string& name,
   TlsMaterial m;
   m.ca_pem = PemOf(ca.get());
   m.ca_key_pem = PemOf(ca_key.get());
-  return RenewCertificate(m, name, hosts, validity);
+  return m;
+}
+
+StatusOr<TlsMaterial> MakeJobCertificates(const std::string& name,
+                                          const std::vector<std::string>& hosts,
+                                          std::chrono::seconds validity) {
+  if (hosts.empty()) return InvalidArgumentError("a job certificate needs at least one host");
+  ADAM_ASSIGN_OR_RETURN(const TlsMaterial ca, MakeCertificateAuthority(name));
+  return RenewCertificate(ca, name, hosts, validity);
 }
 
 StatusOr<TlsMaterial> RenewCertificate(const TlsMaterial& issuer, const std::string& name,

@@ -45,6 +45,9 @@ struct TlsMaterial {
       ca_key_pem;  // the CA's private key: only where certificates are issued, never in pods
 };
 
+// A fresh CA (valid kCaValidity) named `name` + " CA": its certificate and key only (ca_pem,
+// ca_key_pem), to issue role certificates from (IssueRoleCertificates).
+StatusOr<TlsMaterial> MakeCertificateAuthority(const std::string& name);
 // A fresh CA (valid kCaValidity) and a certificate for `hosts` (each an IPv4 address or a DNS
 // name, "*.x" allowed) valid for `validity` (P-256 keys, SHA-256 signatures). `name` goes into
 // the subjects' CN. A validity at or below zero makes a certificate that has already expired
