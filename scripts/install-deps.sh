@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libcpprest-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libhwloc-dev prometheus-cpp-dev libyaml-cpp-dev
+  libcpprest-dev libcurl4-openssl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libhwloc-dev prometheus-cpp-dev libyaml-cpp-dev
   libzstd-dev zlib1g-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libonnx-dev libpng-dev
   libturbojpeg0-dev libstb-dev
 )

@@ -92,6 +92,11 @@ struct FakeApiServer::Impl {
   int64_t rv = 1;
   int64_t compacted = 0;  // events at or below this version are forgotten
   std::vector<std::shared_ptr<Watcher>> watchers;
+  // Every watch response not yet sent to its end: the destructor waits for them before closing
+  // the listener. cpprest's listener closes its connections' sockets from the closing thread,
+  // which races a write its own threads are still starting on one (a segfault in
+  // epoll_reactor::start_op, seen under ASan in CI).
+  std::vector<pplx::task<void>> streams;
   int fail_updates = 0;
   // RefuseCreates: collection -> the answer every create of it gets (code, message).
   std::map<std::string, std::pair<int, std::string>> refuse_creates;
@@ -483,6 +488,9 @@ struct FakeApiServer::Impl {
     w->next_bookmark = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
     http::http_response resp(http::status_codes::OK);
     resp.headers().set_content_type("application/json");
+    // Ended with its connection, so that nothing more is started on that socket once the
+    // stream's reply task is done (see `streams`).
+    resp.headers().add("Connection", "close");
     resp.set_body(w->buf.create_istream());
     const std::string from = query.count("resourceVersion") ? query["resourceVersion"] : "";
     if (!from.empty() && std::stoll(from) < compacted) {
@@ -495,7 +503,7 @@ struct FakeApiServer::Impl {
                  {"message",
                   "too old resource version: " + from + " (" + std::to_string(compacted) + ")"}});
       Close(w);
-      req.reply(resp);
+      streams.push_back(req.reply(resp));
       return;
     }
     auto match = [&](const std::string& ns, const Json& o) {
@@ -511,7 +519,7 @@ struct FakeApiServer::Impl {
           Write(w, e.type, e.object);
     }
     watchers.push_back(w);
-    req.reply(resp);
+    streams.push_back(req.reply(resp));
   }
 
   void Reap() {
@@ -531,6 +539,7 @@ struct FakeApiServer::Impl {
         }
       }
       std::erase_if(watchers, [](const auto& w) { return !w->open; });
+      std::erase_if(streams, [](const pplx::task<void>& t) { return t.is_done(); });
     }
   }
 };
@@ -572,6 +581,16 @@ FakeApiServer::~FakeApiServer() {
   impl_->stop = true;
   impl_->reaper.join();
   BreakWatches();
+  // Every stream's last chunk written (or its write failed) before the listener closes.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      std::erase_if(impl_->streams, [](const pplx::task<void>& t) { return t.is_done(); });
+      if (impl_->streams.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   impl_->listener->close().wait();
 }
 

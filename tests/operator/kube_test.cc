@@ -671,17 +671,38 @@ TEST(Tls, VerifiesTheServerAndSendsTheToken) {
   auto created = good->Create(ConfigMaps(), "ns", Cm("tls", "1"));
   ASSERT_TRUE(created.ok()) << created.status().message();
   EXPECT_TRUE(good->Get(ConfigMaps(), "ns", "tls").ok());
+  // A watch (its own transport) over the same TLS, with the same token.
+  std::atomic<bool> stop{false};
+  auto watch = [&](Client& client) {
+    std::vector<std::string> seen;
+    Status s = client.Watch(
+        ConfigMaps(), "ns", WatchOptions{},
+        [&](const WatchEvent& ev) {
+          seen.push_back(ev.type + " " + ev.object["metadata"].value("name", ""));
+          return false;
+        },
+        &stop);
+    return std::make_pair(s, seen);
+  };
+  auto [watched, seen] = watch(*good);
+  EXPECT_TRUE(watched.ok()) << watched.message();
+  EXPECT_EQ(seen, std::vector<std::string>{"ADDED tls"});
 
   Config wrong_token = c;
   wrong_token.token = "guess";
   auto denied = NewHttpClient(wrong_token)->Get(ConfigMaps(), "ns", "tls");
   EXPECT_EQ(denied.status().code(), StatusCode::kFailedPrecondition) << denied.status().message();
   EXPECT_NE(denied.status().message().find("401"), std::string::npos);
+  const Status denied_watch = watch(*NewHttpClient(wrong_token)).first;
+  EXPECT_EQ(denied_watch.code(), StatusCode::kFailedPrecondition) << denied_watch.message();
+  EXPECT_NE(denied_watch.message().find("401"), std::string::npos) << denied_watch.message();
 
   Config wrong_ca = c;
   wrong_ca.ca_pem = read(d + "/other.crt");
   auto untrusted = NewHttpClient(wrong_ca)->Get(ConfigMaps(), "ns", "tls");
   EXPECT_EQ(untrusted.status().code(), StatusCode::kUnavailable) << untrusted.status().message();
+  const Status untrusted_watch = watch(*NewHttpClient(wrong_ca)).first;
+  EXPECT_EQ(untrusted_watch.code(), StatusCode::kUnavailable) << untrusted_watch.message();
 }
 
 TEST(InCluster, ReadsTheServiceAccount) {
