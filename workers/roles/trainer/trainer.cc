@@ -1,4 +1,5 @@
-// Trainer: Hogwild workers, the push/pull sync thread, the prefetch thread, epochs, evaluation.
+// Trainer: Hogwild workers, the push/pull sync thread, the prefetch thread, epochs (evaluation
+// and the model written in trainer_eval.cc; the Impl they share in trainer_impl.h).
 #include "trainer/trainer.h"
 
 #include <spdlog/spdlog.h>
@@ -24,131 +25,10 @@
 #include "trainer/server_wait.h"
 #include "trainer/slice_sync.h"
 #include "trainer/split_replica.h"
+#include "trainer/trainer_impl.h"
 #include "update/update_plan.h"
 
 namespace adam::trainer {
-
-using Clock = std::chrono::steady_clock;
-
-struct Trainer::Impl {
-  Impl(spec::AdamJob j, TrainerOptions o, TrainerMetrics mm, std::unique_ptr<DataClient> d,
-       std::unique_ptr<ParamServerClient> p)
-      : job(std::move(j)),
-        opt(std::move(o)),
-        m(mm),
-        data(std::move(d)),
-        ps(std::move(p)),
-        queue(size_t(std::max(1, opt.prefetch_batches))) {}
-
-  spec::AdamJob job;
-  TrainerOptions opt;
-  TrainerMetrics m;
-  std::unique_ptr<DataClient> data;
-  std::unique_ptr<ParamServerClient> ps;
-  std::optional<model::ModelLayout> layout;
-  BatchQueue queue;
-
-  // The replica: weights written by every worker without locks (Hogwild: the intended race).
-  std::unique_ptr<ModelReplica> replica;
-  std::vector<double> loss;     // per worker, this epoch; each written by its worker only
-  std::vector<int64_t> images;  // per worker, this epoch
-  // The sync thread's state (the main thread's too, before the sync thread starts and after it
-  // ends).
-  Mutex sync_mu;
-  // The whole replica's weights against the servers (not for a split replica, whose workers
-  // each keep their own slice's); the filter runs over the parameters that travel as weight
-  // deltas (the plan's DeltaSpans).
-  std::optional<SliceSync> slices ABSL_GUARDED_BY(sync_mu);
-  // Bytes a split replica's slices pushed and pulled (its workers' own clients).
-  uint64_t slice_push_bytes ABSL_GUARDED_BY(sync_mu) = 0;
-  uint64_t slice_pull_bytes ABSL_GUARDED_BY(sync_mu) = 0;
-  // Per worker, swapped out of the replica at each push.
-  std::vector<DenseLog> logs ABSL_GUARDED_BY(sync_mu);
-  int64_t ring_waits_seen ABSL_GUARDED_BY(sync_mu) = 0;  // replica->ring_waits() at the last push
-  // Pushes so far: (epoch << 32) | pushes within the epoch, so an epoch's end is a step every
-  // trainer reaches (see param_server/clock_gate.h).
-  uint64_t clock ABSL_GUARDED_BY(sync_mu) = 0;
-  // The epoch this trainer starts at (the job's epochs finished when it started): 0 for a new
-  // job, the checkpoints' for a resumed one. Set before the prefetch thread starts.
-  uint32_t first_epoch = 0;
-  std::optional<update::UpdatePlan> plan;
-  std::string test_pixels, test_labels;
-  int test_count = 0;
-  std::vector<std::string> class_names;  // the data server's, in label order (may be empty)
-
-  float lr = 0;  // this epoch's learning rate; set before the epoch's workers start
-  std::atomic<int64_t> images_total{0};       // relaxed: statistics
-  std::atomic<int64_t> images_since_sync{0};  // relaxed: a hint for the sync thread
-  std::atomic<int64_t> drift_waits{0};        // relaxed: a count (see kMaxUnsyncedPushes)
-  // Set once on the first error, which Fail records under err_mu first; a worker that reads it
-  // late trains one more slice, harmless: relaxed reads suffice.
-  std::atomic<bool> abort{false};
-  Mutex err_mu;
-  Status first_error ABSL_GUARDED_BY(err_mu);
-
-  Mutex sync_wait_mu;
-  std::condition_variable sync_cv;
-  bool stop_sync ABSL_GUARDED_BY(sync_wait_mu) = false;
-  // consistency: sync: workers wait at each push boundary until the push and pull are done.
-  Mutex gate_mu;
-  std::condition_variable gate_cv;
-
-  void Fail(const Status& s) {
-    {
-      MutexLock lock(err_mu);
-      if (first_error.ok()) first_error = s;
-      abort = true;
-      queue.Close();
-    }
-    MutexLock lock(gate_mu);
-    gate_cv.notify_all();
-  }
-  Status Error() {
-    MutexLock lock(err_mu);
-    return first_error;
-  }
-
-  Status CheckDataServer();
-  Status FetchTestSet();
-  Status Sync(bool epoch_end);
-  // Sync of a split replica: every worker pushes its slice, the trainer's own push moves its
-  // clock, every worker pulls its slice.
-  Status SyncSlices(bool epoch_end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu);
-  // After a push and pull: the metrics, and the workers let go.
-  void Synced(int64_t seen, Clock::time_point t0, Clock::time_point t1, uint64_t pushed,
-              uint64_t pulled, int64_t held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu);
-  void TrainItem(int t, const BatchItem& item);
-  void PrefetchLoop();
-  void SyncLoop();
-  double Evaluate();
-  // The phases of Trainer::Run. Setup pulls the model and builds the replica.
-  Status Setup(bool evaluates);
-  // Where the job is, as the parameter servers know it: the first epoch to train.
-  int FirstEpoch();
-  // After epoch `e`'s images: the epoch closed with the data server, a sync, the epoch event and
-  // metrics, the divergence check, the periodic model. False: training ends here.
-  bool EndEpoch(int e, int first, bool evaluates, const BatchItem& marker,
-                Clock::time_point epoch_start, double* previous_loss, TrainerResult* result);
-  // Trainer 0 at the job's last epoch, after its own last sync: waits until the data server
-  // closes it, asking every 50 ms, at most opt.last_epoch_wait (default: twice the epoch's time,
-  // at least 30 s). True when the epoch was open at first and then closed: the other trainers'
-  // last updates are in since this trainer's sync, so it pulls once more.
-  bool WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req, Clock::duration epoch_time);
-  // Stops the loops and tells the servers this trainer leaves.
-  void Leave(std::thread& prefetcher, std::thread& syncer);
-  // Writes the weights of the last evaluation to opt.model_out (when given) as ONNX; `epochs`
-  // trained, or < 0 when not known (the evaluator).
-  Status WriteModel(int epochs);
-  // Per class of the last evaluation: {"name", "images", "correct"} in label order.
-  nlohmann::json PerClass() const;
-  // The "done" event: the run's figures (and the last evaluation's per class when `evaluates`).
-  void EmitDone(const TrainerResult& result, Clock::time_point start, bool evaluates) const;
-  // The main thread's (Evaluate's): the weights of the last evaluation, kept for opt.model_out,
-  // and per class the test images and those classified right.
-  std::vector<float> evaluated;
-  double evaluated_accuracy = -1;
-  std::vector<int64_t> class_images, class_correct;
-};
 
 Trainer::Trainer(spec::AdamJob job, TrainerOptions options, TrainerMetrics metrics,
                  std::unique_ptr<DataClient> data, std::unique_ptr<ParamServerClient> ps)
@@ -182,25 +62,6 @@ Status Trainer::Impl::CheckDataServer() {
                                   ")");
     ADAM_RETURN_IF_ERROR(data->GetInfo(&info));
   }
-  return OkStatus();
-}
-
-Status Trainer::Impl::FetchTestSet() {
-  for (uint32_t offset = 0;;) {
-    adam::v1::GetTestBatchRequest req;
-    req.set_offset(offset);
-    req.set_max_count(4096);
-    adam::v1::Batch b;
-    ADAM_RETURN_IF_ERROR(data->GetTestBatch(req, &b));
-    if (b.pixels().size() != size_t(b.count()) * size_t(layout->input_size()) ||
-        b.labels().size() != b.count())
-      return DataLossError("data server sent a test batch whose sizes do not match its count");
-    test_pixels += b.pixels();
-    test_labels += b.labels();
-    offset += b.count();
-    if (b.end_of_share() || b.count() == 0) break;
-  }
-  test_count = int(test_labels.size());
   return OkStatus();
 }
 
@@ -388,85 +249,6 @@ void Trainer::Impl::SyncLoop() {
                  {"images_total", images_total.load(std::memory_order_relaxed)}});
     }
   }
-}
-
-double Trainer::Impl::Evaluate() {
-  std::vector<float> global;
-  if (replica->SyncsSlices()) {
-    // The slices are the workers': the global model, whole, from the servers.
-    global.resize(size_t(layout->num_params()));
-    if (Status st = ps->Pull(global.data(), 0); !st.ok()) {
-      Fail(st);
-      return 0;
-    }
-  } else {
-    MutexLock lock(sync_mu);
-    global = slices->w0();
-  }
-  const auto* labels = reinterpret_cast<const uint8_t*>(test_labels.data());
-  std::vector<int> predicted(size_t(test_count), -1);
-  const double acc =
-      replica->Evaluate(global.data(), reinterpret_cast<const uint8_t*>(test_pixels.data()), labels,
-                        test_count, predicted.data());
-  const size_t classes = size_t(layout->classes());
-  class_images.assign(classes, 0);
-  class_correct.assign(classes, 0);
-  for (int i = 0; i < test_count; ++i)
-    if (labels[i] < classes) {
-      ++class_images[labels[i]];
-      class_correct[labels[i]] += predicted[size_t(i)] == labels[i];
-    }
-  if (!opt.model_out.empty()) {
-    evaluated = std::move(global);
-    evaluated_accuracy = acc;
-  }
-  return acc;
-}
-
-void Trainer::Impl::EmitDone(const TrainerResult& result, Clock::time_point start,
-                             bool evaluates) const {
-  nlohmann::json done = {
-      {"event", "done"},
-      {"trainer", opt.index},
-      {"epochs", result.epochs},
-      {"images_total", result.images},
-      {"seconds", result.seconds},
-      {"total_seconds", std::chrono::duration<double>(Clock::now() - start).count()},
-      {"test_accuracy", result.test_accuracy},
-      {"push_bytes", result.push_bytes},
-      {"pull_bytes", result.pull_bytes}};
-  if (evaluates) done["classes"] = PerClass();
-  EmitEvent(done);
-}
-
-nlohmann::json Trainer::Impl::PerClass() const {
-  nlohmann::json out = nlohmann::json::array();
-  for (size_t c = 0; c < class_images.size(); ++c)
-    out.push_back({{"name", c < class_names.size() ? class_names[c] : std::to_string(c)},
-                   {"images", class_images[c]},
-                   {"correct", class_correct[c]}});
-  return out;
-}
-
-Status Trainer::Impl::WriteModel(int epochs) {
-  if (opt.model_out.empty() || evaluated.empty()) return OkStatus();
-  char doc[160];
-  if (epochs >= 0)
-    std::snprintf(doc, sizeof doc, "trained by Adam: %d epochs, test accuracy %.4f", epochs,
-                  evaluated_accuracy);
-  else
-    std::snprintf(doc, sizeof doc, "trained by Adam: the final model, test accuracy %.4f",
-                  evaluated_accuracy);
-  model::OnnxInfo info{job.name, kAdamVersion, doc, class_names, {}};
-  if (job.dataset.format == "folder") info.fit = {job.dataset.fit, job.dataset.augment.crop};
-  ADAM_RETURN_IF_ERROR(model::WriteOnnxFile(opt.model_out, *layout, evaluated.data(), info));
-  spdlog::info("the model (test accuracy {:.2f}%) is in {}", 100 * evaluated_accuracy,
-               opt.model_out);
-  EmitEvent({{"event", "model_written"},
-             {"trainer", opt.index},
-             {"path", opt.model_out},
-             {"test_accuracy", evaluated_accuracy}});
-  return OkStatus();
 }
 
 Status Trainer::Impl::Setup(bool evaluates) {
