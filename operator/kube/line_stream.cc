@@ -73,9 +73,48 @@ struct ListDeleter {
   void operator()(curl_slist* l) const { curl_slist_free_all(l); }
 };
 
-}  // namespace
+// The server's CA, or no check at all, and a client certificate: each PEM copied by libcurl
+// (CURL_BLOB_COPY), so `r` need not outlive the options.
+void SetTls(CURL* e, const LineStreamRequest& r) {
+  if (r.insecure_skip_tls_verify) {
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+  auto blob = [](const std::string& pem) {
+    return curl_blob{const_cast<char*>(pem.data()), pem.size(), CURL_BLOB_COPY};
+  };
+  if (!r.ca_pem.empty()) {
+    curl_blob b = blob(r.ca_pem);
+    curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &b);
+  }
+  if (!r.cert_pem.empty()) {
+    curl_blob c = blob(r.cert_pem), k = blob(r.key_pem);
+    curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
+    curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, &c);
+    curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM");
+    curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, &k);
+  }
+}
 
-namespace {
+// Everything but TLS: the address, the headers (kept by the caller until the transfer ends), the
+// time-out, where errors are written and where the answer goes.
+void SetRequest(CURL* e, const LineStreamRequest& r, curl_slist* headers, char* error,
+                Transfer* t) {
+  curl_easy_setopt(e, CURLOPT_URL, r.url.c_str());
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+  // The API server names a request's field manager after it (as every other request's).
+  curl_easy_setopt(e, CURLOPT_USERAGENT, "adam-operator");
+  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+  curl_easy_setopt(e, CURLOPT_PROXY, "");  // as the other requests: straight to the server
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, error);
+  if (r.timeout.count() > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, long(r.timeout.count()));
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &OnHeader);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &OnBody);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+}
 
 std::string_view WithoutCr(std::string_view line) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -130,39 +169,8 @@ StatusOr<LineStreamAnswer> StreamLines(const LineStreamRequest& r,
   if (!r.token.empty()) add_header("Authorization: Bearer " + r.token);
   char error[CURL_ERROR_SIZE] = {0};
   CURL* e = easy.get();
-  curl_easy_setopt(e, CURLOPT_URL, r.url.c_str());
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers.get());
-  // The API server names a request's field manager after it (as every other request's).
-  curl_easy_setopt(e, CURLOPT_USERAGENT, "adam-operator");
-  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-  curl_easy_setopt(e, CURLOPT_PROXY, "");  // as the other requests: straight to the server
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, error);
-  if (r.timeout.count() > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, long(r.timeout.count()));
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &OnHeader);
-  curl_easy_setopt(e, CURLOPT_HEADERDATA, &t);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &OnBody);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, &t);
-  if (r.insecure_skip_tls_verify) {
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
-  }
-  // Blobs copied by libcurl (CURL_BLOB_COPY): `r` need not outlive the options.
-  auto blob = [](const std::string& pem) {
-    return curl_blob{const_cast<char*>(pem.data()), pem.size(), CURL_BLOB_COPY};
-  };
-  if (!r.ca_pem.empty()) {
-    curl_blob b = blob(r.ca_pem);
-    curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &b);
-  }
-  if (!r.cert_pem.empty()) {
-    curl_blob c = blob(r.cert_pem), k = blob(r.key_pem);
-    curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
-    curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, &c);
-    curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM");
-    curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, &k);
-  }
+  SetRequest(e, r, headers.get(), error, &t);
+  SetTls(e, r);
 
   curl_multi_add_handle(multi.get(), e);
   bool stopped = false;
