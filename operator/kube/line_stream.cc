@@ -3,8 +3,11 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
+#include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace adam::kube {
 namespace {
@@ -25,6 +28,9 @@ struct Transfer {
   LineCutter cutter{kMaxLine};
   bool reader_stopped = false;
   bool line_too_long = false;
+  // What `on_status` or `on_line` threw: kept while the transfer is ended (an exception must not
+  // cross libcurl's C frames), thrown again once the connection is closed.
+  std::exception_ptr thrown;
 };
 
 // The end of the header block (an empty line) gives the status, once a final one (not 1xx).
@@ -36,7 +42,12 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
     if (code >= 200) {
       t->answer.code = static_cast<int>(code);
-      if (*t->on_status) (*t->on_status)(t->answer.code);
+      try {
+        if (*t->on_status) (*t->on_status)(t->answer.code);
+      } catch (...) {
+        t->thrown = std::current_exception();
+        return 0;  // anything but the length given ends the transfer
+      }
     }
   }
   return size * n;
@@ -50,7 +61,14 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
     t->answer.body.append(data, std::min(room, len));
     return len;
   }
-  switch (t->cutter.Append(std::string_view(data, len), *t->on_line)) {
+  LineCutter::Cut cut = LineCutter::Cut::kMore;
+  try {
+    cut = t->cutter.Append(std::string_view(data, len), *t->on_line);
+  } catch (...) {
+    t->thrown = std::current_exception();
+    return 0;
+  }
+  switch (cut) {
     case LineCutter::Cut::kMore:
       return len;
     case LineCutter::Cut::kStopped:
@@ -194,6 +212,7 @@ StatusOr<LineStreamAnswer> StreamLines(const LineStreamRequest& r,
   // Removing the handle closes its connection (a stream never goes back to a pool).
   curl_multi_remove_handle(multi.get(), e);
 
+  if (t.thrown) std::rethrow_exception(t.thrown);
   if (stopped) return Status(StatusCode::kCancelled, "GET " + r.url + ": stopped");
   if (t.line_too_long)
     return DataLossError("GET " + r.url + ": a line longer than " + std::to_string(kMaxLine >> 20) +

@@ -56,7 +56,8 @@ struct LineStreamAnswer {
 // until the server ends the stream, `on_line` returns false, or `*stop` is set (checked at least
 // every 20 ms). `on_status` (when set) is called once, with the status, before any line.
 // CANCELLED when stopped; UNAVAILABLE for a connection, TLS or time-out failure; DATA_LOSS for a
-// line longer than 64 MiB; otherwise the answer.
+// line longer than 64 MiB; otherwise the answer. What `on_status` or `on_line` throws ends the
+// transfer and is thrown again from here, after the connection is closed.
 StatusOr<LineStreamAnswer> StreamLines(const LineStreamRequest& r,
                                        const std::function<void(int)>& on_status,
                                        const std::function<bool(std::string_view)>& on_line,

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "core/clock.h"
@@ -146,6 +147,14 @@ TEST_F(ClientTest, WatchStreamsEventsAndReportsGoneAfterCompaction) {
       ConfigMaps(), "ns", live, [](const WatchEvent&) { return true; }, &stop);
   stopper.join();
   EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.message();
+
+  // A handler that throws ends its watch as a lost connection would, naming what it threw.
+  stop = false;
+  s = client->Watch(
+      ConfigMaps(), "ns", WatchOptions{},
+      [](const WatchEvent&) -> bool { throw std::runtime_error("the handler broke"); }, &stop);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.message();
+  EXPECT_NE(s.message().find("the handler broke"), std::string::npos) << s.message();
 }
 
 TEST(WatchDecoder, NamesTheLineAndByteOfBadInput) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -215,6 +216,35 @@ TEST(LineStream, AStreamTheServerKeepsWritingEndsAtOnceWhenTheReaderOrAStopSays)
   while (closed_seen.load() < 40 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(closed_seen.load(), 40);
+}
+
+// What the reader throws does not cross libcurl: the transfer ends, the connection is closed, and
+// the exception reaches the caller; the next stream works.
+TEST(LineStream, WhatTheReaderThrowsReachesTheCallerAfterTheConnectionCloses) {
+  ScriptedPeer peer([](int fd, const std::string&) {
+    Send(fd, kChunkedHead);
+    for (int i = 0; i < 3; ++i) Send(fd, Chunk("line\n"));
+    Send(fd, "0\r\n\r\n");
+  });
+  LineStreamRequest r;
+  r.url = peer.url();
+  r.timeout = std::chrono::seconds(10);
+  int lines = 0;
+  auto throwing = [&](std::string_view) -> bool {
+    if (++lines == 2) throw std::runtime_error("the reader broke");
+    return true;
+  };
+  try {
+    (void)StreamLines(r, nullptr, throwing, nullptr);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "the reader broke");
+  }
+  EXPECT_EQ(lines, 2);
+  Seen seen;
+  auto a = StreamLines(r, seen.on_status, seen.on_line, nullptr);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(seen.lines, (std::vector<std::string>{"line", "line", "line"}));
 }
 
 TEST(LineStream, NoServerIsUnavailableNamingTheAddress) {
