@@ -282,27 +282,27 @@ class HttpClient : public Client {
     const auto t0 = std::chrono::steady_clock::now();
     WatchDecoder decoder;
     Status result = OkStatus();
-    StatusOr<LineStreamAnswer> answer = UnavailableError("WATCH " + path + ": not sent");
-    try {
-      answer = StreamLines(
-          req, [&](int code) { Observe("WATCH", code, t0); },
-          [&](std::string_view line) {
-            if (line.empty()) return true;
-            auto ev = decoder.Decode(std::string(line));
-            if (!ev.ok()) {
-              result = ev.status();
-              return false;
-            }
-            if (ev->type == "ERROR") {
-              result = WatchErrorStatus(ev->object);
-              return false;
-            }
-            return on_event(*ev);
-          },
-          stop);
-    } catch (const std::exception& e) {  // from on_event: the watch ends, as a lost one would
-      answer = UnavailableError("WATCH " + path + ": " + e.what());
-    }
+    auto read = [&](std::string_view line) {
+      if (line.empty()) return true;
+      auto ev = decoder.Decode(std::string(line));
+      if (!ev.ok()) {
+        result = ev.status();
+        return false;
+      }
+      if (ev->type == "ERROR") {
+        result = WatchErrorStatus(ev->object);
+        return false;
+      }
+      return on_event(*ev);
+    };
+    const StatusOr<LineStreamAnswer> answer = [&]() -> StatusOr<LineStreamAnswer> {
+      try {
+        return StreamLines(
+            req, [&](int code) { Observe("WATCH", code, t0); }, read, stop);
+      } catch (const std::exception& e) {  // from on_event: the watch ends, as a lost one would
+        return UnavailableError("WATCH " + path + ": " + e.what());
+      }
+    }();
     if (stop && stop->load() && !(answer.ok() && result.ok()))
       return Status(StatusCode::kCancelled, "watch of " + path + " stopped");
     if (!answer.ok()) return answer.status();

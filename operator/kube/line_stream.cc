@@ -221,11 +221,8 @@ StatusOr<LineStreamAnswer> StreamLines(const LineStreamRequest& r,
   if (result != CURLE_OK)
     return UnavailableError("GET " + r.url + ": " +
                             (error[0] ? std::string(error) : curl_easy_strerror(result)));
-  t.answer.ended = true;
-  if (t.answer.code == 200 && !t.cutter.rest().empty()) {
-    // A last line the server did not end with '\n'.
-    if (!on_line(t.cutter.rest())) t.answer.ended = false;
-  }
+  // A last line the server did not end with '\n'.
+  if (t.answer.code == 200 && !t.cutter.rest().empty()) on_line(t.cutter.rest());
   return t.answer;
 }
 

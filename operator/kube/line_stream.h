@@ -47,9 +47,8 @@ struct LineStreamRequest {
 };
 
 struct LineStreamAnswer {
-  int code = 0;        // the HTTP status
-  std::string body;    // the answer's body when the status is not 200 (the first 64 KiB)
-  bool ended = false;  // a 200 stream the server ended (rather than the reader or a stop)
+  int code = 0;      // the HTTP status
+  std::string body;  // the answer's body when the status is not 200 (the first 64 KiB)
 };
 
 // GETs `r`; with a 200 answer, hands each line (its newline taken off) to `on_line`, in order,
