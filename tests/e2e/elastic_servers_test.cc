@@ -77,7 +77,7 @@ class ElasticServers : public ::testing::Test {
                                  "--replication-listen", "127.0.0.1:0", "--controller", members_,
                                  "--threads", "1", "--no-bind"},
         Log("ps-" + std::to_string(i)));
-    ASSERT_TRUE(servers_[i]->WaitEvent("ready"))
+    ASSERT_TRUE(servers_[i]->WaitFor<events::Ready>())
         << testing::ReadText(Log("ps-" + std::to_string(i)));
   }
 
@@ -123,14 +123,14 @@ class ElasticServers : public ::testing::Test {
     auto check = Checker(round);
     std::this_thread::sleep_for(1s);  // a fault's timing, not a wait for a condition
     change();
-    auto got = check->WaitEvent("push_check", 90s);
+    auto got = check->WaitFor<events::PushCheck>(90s);
     ASSERT_TRUE(got) << testing::ReadText(Log("check-" + std::to_string(round)));
-    EXPECT_EQ((*got)["pushes"], 100);
-    EXPECT_GT((*got)["acked"].get<int>(), 0);
-    EXPECT_EQ((*got)["lost"], 0) << got->dump();
-    EXPECT_EQ((*got)["twice"], 0) << got->dump();
-    EXPECT_EQ((*got)["disagree"], 0) << got->dump();
-    EXPECT_EQ((*got)["unread"], 0) << got->dump();
+    EXPECT_EQ(got->pushes, 100);
+    EXPECT_GT(got->acked, 0);
+    EXPECT_EQ(got->lost, 0) << events::ToJson(*got).dump();
+    EXPECT_EQ(got->twice, 0) << events::ToJson(*got).dump();
+    EXPECT_EQ(got->disagree, 0) << events::ToJson(*got).dump();
+    EXPECT_EQ(got->unread, 0) << events::ToJson(*got).dump();
     const int status = check->Wait();
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
         << testing::ReadText(Log("check-" + std::to_string(round)));
@@ -167,7 +167,7 @@ TEST_F(ElasticServers, AServerJoinsAndLeavesARunningJobWithoutLosingAnAcknowledg
   }
   // It leaves again: its copies go back, and it exits by itself (code 0) once it holds none.
   CheckThrough(1, [&] { WriteJob(job_, 3); });
-  auto retired = servers_[3]->WaitEvent("retired", 60s);
+  auto retired = servers_[3]->WaitFor<events::Retired>(60s);
   ASSERT_TRUE(retired) << testing::ReadText(Log("ps-3"));
   const int status = servers_[3]->Wait();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadText(Log("ps-3"));
@@ -203,7 +203,7 @@ TEST_F(FrozenPrimary, APushInFlightToItGoesToTheNewPrimaryOnceTheMapNamesIt) {
   servers_[frozen]->Signal(SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
   // Well inside the pushes' 30 s deadline: the round ends by the new map, not by a timeout.
-  auto got = check->WaitEvent("push_check", 25s);
+  auto got = check->WaitFor<events::PushCheck>(25s);
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
   servers_[frozen]->Signal(SIGCONT);
@@ -211,10 +211,10 @@ TEST_F(FrozenPrimary, APushInFlightToItGoesToTheNewPrimaryOnceTheMapNamesIt) {
                    << testing::ReadText(Log("check-0"));
   std::printf("ps-%d frozen: the check round ended %.1f s later, the server still frozen\n", frozen,
               took);
-  EXPECT_EQ((*got)["pushes"], 100);
-  EXPECT_EQ((*got)["lost"], 0) << got->dump();
-  EXPECT_EQ((*got)["twice"], 0) << got->dump();
-  EXPECT_EQ((*got)["disagree"], 0) << got->dump();
+  EXPECT_EQ(got->pushes, 100);
+  EXPECT_EQ(got->lost, 0) << events::ToJson(*got).dump();
+  EXPECT_EQ(got->twice, 0) << events::ToJson(*got).dump();
+  EXPECT_EQ(got->disagree, 0) << events::ToJson(*got).dump();
   EXPECT_GT(Map().version(), before.version());
   const int status = check->Wait();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::ReadText(Log("check-0"));

@@ -64,10 +64,10 @@ class PsPersistence : public ::testing::Test {
         "--threads", "1",           "--no-bind"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto c = std::make_unique<Child>(args, dir_.File("ps.log"));
-    auto ready = c->WaitEvent("ready");
+    auto ready = c->WaitFor<events::Ready>();
     EXPECT_TRUE(ready.has_value()) << "parameter server did not start";
-    *port = ready ? (*ready)["port"].get<int>() : 0;
-    if (replication_port) *replication_port = ready ? ready->value("replication_port", 0) : 0;
+    *port = ready ? ready->port : 0;
+    if (replication_port) *replication_port = ready ? ready->ports["replication_port"] : 0;
     return c;
   }
 
@@ -110,19 +110,19 @@ TEST_F(PsPersistence, KillDuringAFlushLosesNothingOlderThanTheLastCompleteFlush)
     initial = Pull(client.get());
     // The first flush writes every shard as it started; a push made before it (a slow sanitizer
     // build) would let that checkpoint of the initial values pass for the push's. So: wait for it.
-    auto first = ps->WaitEvent("checkpoint");
+    auto first = ps->WaitFor<events::Checkpoint>();
     ASSERT_TRUE(first.has_value()) << "no first checkpoint";
     PushAll(client.get(), 1.f);  // acknowledged, then flushed completely
-    std::optional<nlohmann::json> done;
+    std::optional<events::Checkpoint> done;
     for (size_t shards = 0; shards < map_->shards().size();) {  // every shard the push moved
-      done = ps->WaitEvent("checkpoint");
+      done = ps->WaitFor<events::Checkpoint>();
       ASSERT_TRUE(done.has_value()) << "no complete checkpoint";
-      shards += (*done)["shards"].get<size_t>();
+      shards += size_t(done->shards);
     }
     PushAll(client.get(), 2.f);  // acknowledged, but its flush is interrupted
-    auto writing = ps->WaitEvent("checkpoint_writing");
+    auto writing = ps->WaitFor<events::CheckpointWriting>();
     ASSERT_TRUE(writing.has_value());
-    ASSERT_GT((*writing)["generation"].get<uint64_t>(), (*done)["generation"].get<uint64_t>());
+    ASSERT_GT(writing->generation, done->generation);
     ps->Signal(SIGKILL);
     ps->Wait();
     bool tmp_left = false;
@@ -162,7 +162,7 @@ TEST_F(PsPersistence, ReplicationAddressServesTheCheckpointToAPeerAndNothingElse
   auto client = Connect(port);
   ASSERT_TRUE(client);
   PushAll(client.get(), 0.25f);
-  ASSERT_TRUE(a->WaitEvent("checkpoint").has_value());
+  ASSERT_TRUE(a->WaitFor<events::Checkpoint>().has_value());
   const std::vector<float> want = Pull(client.get());
 
   // Each address serves only its own service.
@@ -210,10 +210,10 @@ TEST_F(PsPersistence, AServerThatLostItsVolumeRestoresFromItsCheckpointPeer) {
         "--no-bind",   "--replication-listen", "127.0.0.2:0"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto c = std::make_unique<Child>(args, dir_.File("ps.log"));
-    auto ready = c->WaitEvent("ready");
+    auto ready = c->WaitFor<events::Ready>();
     EXPECT_TRUE(ready.has_value());
-    *port = ready ? (*ready)["port"].get<int>() : 0;
-    *repl = ready ? ready->value("replication_port", 0) : 0;
+    *port = ready ? ready->port : 0;
+    *repl = ready ? ready->ports["replication_port"] : 0;
     return c;
   };
   int p1 = 0, r1 = 0, p0 = 0, r0 = 0;
@@ -229,15 +229,15 @@ TEST_F(PsPersistence, AServerThatLostItsVolumeRestoresFromItsCheckpointPeer) {
   ASSERT_TRUE(client);
   std::vector<float> d(static_cast<size_t>(layout->num_params()), 0.75f);
   ASSERT_TRUE(client->Push({d.data(), {}, 1, false}).ok());
-  auto copied = ps0->WaitEvent("checkpoint_copied");
+  auto copied = ps0->WaitFor<events::CheckpointCopied>();
   ASSERT_TRUE(copied.has_value()) << "no copy reached the peer";
-  EXPECT_GT((*copied)["files"].get<int>(), 0);
+  EXPECT_GT(copied->files, 0);
   // That copy may be of a flush that began before the push was applied (the shards' first values,
   // or some of the push's shards: under ASan it once held none of it). A flush writes only dirty
   // shards, so once a copy is followed by 15 quiet intervals (3 s) the peer holds everything; with
   // nothing pushed since, the copies must stop.
   int later = 0;
-  while (later < 20 && ps0->WaitEvent("checkpoint_copied", std::chrono::seconds(3))) ++later;
+  while (later < 20 && ps0->WaitFor<events::CheckpointCopied>(std::chrono::seconds(3))) ++later;
   ASSERT_LT(later, 20) << "the server kept copying checkpoints with nothing pushed";
   std::vector<float> want(d.size());
   ASSERT_TRUE(client->Pull(want.data(), 0).ok());

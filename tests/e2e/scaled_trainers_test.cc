@@ -39,14 +39,14 @@ TEST(ScaledTrainers, AddedTrainersJoinWhereTheJobIsAndRemovedOnesLeave) {
     return a;
   };
   Child data(args({"data-server", "--listen", "127.0.0.1:0"}), dir.File("data.log"));
-  auto data_ready = data.WaitEvent("ready");
+  auto data_ready = data.WaitFor<events::Ready>();
   ASSERT_TRUE(data_ready) << testing::ReadText(dir.File("data.log"));
   Child ps(args({"ps", "--index", "0", "--listen", "127.0.0.1:0", "--threads", "1", "--no-bind"}),
            dir.File("ps.log"));
-  auto ps_ready = ps.WaitEvent("ready");
+  auto ps_ready = ps.WaitFor<events::Ready>();
   ASSERT_TRUE(ps_ready) << testing::ReadText(dir.File("ps.log"));
-  const std::string data_addr = "127.0.0.1:" + std::to_string((*data_ready)["port"].get<int>());
-  const std::string ps_addr = "127.0.0.1:" + std::to_string((*ps_ready)["port"].get<int>());
+  const std::string data_addr = "127.0.0.1:" + std::to_string(data_ready->port);
+  const std::string ps_addr = "127.0.0.1:" + std::to_string(ps_ready->port);
   auto trainer = [&](int i) {
     return std::make_unique<Child>(args({"trainer", "--index", std::to_string(i), "--data-server",
                                          data_addr, "--ps", ps_addr, "--no-bind"}),
@@ -54,28 +54,27 @@ TEST(ScaledTrainers, AddedTrainersJoinWhereTheJobIsAndRemovedOnesLeave) {
   };
   auto t0 = trainer(0);
   auto t1 = trainer(1);
-  ASSERT_TRUE(t0->WaitEvent("epoch", std::chrono::seconds(60)))
+  ASSERT_TRUE(t0->WaitFor<events::Epoch>(std::chrono::seconds(60)))
       << testing::ReadText(dir.File("trainer-0.log"));
   // Their events are read on (a trainer blocks on a full pipe) until each is done.
-  auto done0 = std::async(std::launch::async, [&] { return t0->WaitEvent("done", kDone); });
-  auto done1 = std::async(std::launch::async, [&] { return t1->WaitEvent("done", kDone); });
+  auto done0 = std::async(std::launch::async, [&] { return t0->WaitFor<events::Done>(kDone); });
+  auto done1 = std::async(std::launch::async, [&] { return t1->WaitFor<events::Done>(kDone); });
 
   // Scaled to 3: the manifest says so, trainer 2 starts; it waits until the data server has
   // read the new count, then trains from the job's epoch, not from epoch 0.
   testing::Manifest(dir, training, "trainer: {replicas: 3}");
   auto t2 = trainer(2);
-  auto joined = t2->WaitEvent("epoch", std::chrono::seconds(60));
+  auto joined = t2->WaitFor<events::Epoch>(std::chrono::seconds(60));
   ASSERT_TRUE(joined) << testing::ReadText(dir.File("trainer-2.log"));
-  EXPECT_GT((*joined)["epoch"].get<int>(), 1) << joined->dump();
+  EXPECT_GT(joined->epoch, 1) << events::ToJson(*joined).dump();
   // Epochs that started before it joined have no share for it; one that started after has.
-  std::optional<nlohmann::json> shared;
-  while ((shared = t2->WaitEvent("epoch", std::chrono::seconds(60))) &&
-         (*shared)["images"].get<int>() == 0) {
+  std::optional<events::Epoch> shared;
+  while ((shared = t2->WaitFor<events::Epoch>(std::chrono::seconds(60))) && shared->images == 0) {
   }
   ASSERT_TRUE(shared) << "trainer 2 never had a share: "
                       << testing::ReadText(dir.File("trainer-2.log"));
-  EXPECT_GT((*shared)["images"].get<int>(), 300) << shared->dump();
-  auto drain2 = std::async(std::launch::async, [&] { t2->WaitEvent("none", kDone); });
+  EXPECT_GT(shared->images, 300) << events::ToJson(*shared).dump();
+  auto drain2 = std::async(std::launch::async, [&] { t2->Drain(kDone); });
   EXPECT_TRUE(
       testing::WaitForText(dir.File("data.log"), "the job now has 3 trainers (was 2)", kNoted));
   EXPECT_TRUE(
@@ -91,8 +90,8 @@ TEST(ScaledTrainers, AddedTrainersJoinWhereTheJobIsAndRemovedOnesLeave) {
   auto done = done0.get();
   ASSERT_TRUE(done) << testing::ReadText(dir.File("trainer-0.log"));
   ASSERT_TRUE(done1.get()) << testing::ReadText(dir.File("trainer-1.log"));
-  EXPECT_EQ((*done)["epochs"].get<int>(), kEpochs);
-  EXPECT_GT((*done)["test_accuracy"].get<double>(), 0.5);
+  EXPECT_EQ(done->epochs, kEpochs);
+  EXPECT_GT(done->test_accuracy, 0.5);
   const int status = t1->Wait();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << testing::ReadText(dir.File("trainer-1.log"));

@@ -12,10 +12,12 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
+
+#include "core/role_events.h"
 
 namespace adam::testing {
 
@@ -57,28 +59,21 @@ class Child {
     }
     close(fd_);
   }
-  // The next event named `name` (others are skipped), or nullopt after `timeout`.
-  std::optional<nlohmann::json> WaitEvent(
-      const std::string& name, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  // The next event of kind E (events::Ready, events::Epoch, ...; others are skipped), or
+  // nullopt after `timeout` or once the child's stdout ends.
+  template <class E>
+  std::optional<E> WaitFor(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      size_t nl;
-      while ((nl = buf_.find('\n')) != std::string::npos) {
-        std::string line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        if (line.rfind("@adam ", 0) != 0) continue;
-        auto j = nlohmann::json::parse(line.substr(6), nullptr, false);
-        if (!j.is_discarded() && j.value("event", "") == name) return j;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, int(left.count())) <= 0) return std::nullopt;
-      char chunk[4096];
-      const ssize_t n = read(fd_, chunk, sizeof chunk);
-      if (n <= 0) return std::nullopt;
-      buf_.append(chunk, size_t(n));
+    while (auto line = NextLine(deadline)) {
+      const auto ev = events::ParseLine(*line);
+      if (ev && std::holds_alternative<E>(*ev)) return std::get<E>(*ev);
+    }
+    return std::nullopt;
+  }
+  // Reads (and drops) its output until its stdout ends or `timeout` passes.
+  void Drain(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (NextLine(deadline)) {
     }
   }
   void Signal(int sig) { kill(pid_, sig); }
@@ -91,6 +86,25 @@ class Child {
   }
 
  private:
+  // The next line of its stdout; nullopt once `deadline` passed or stdout ended.
+  std::optional<std::string> NextLine(std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+      if (const size_t nl = buf_.find('\n'); nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, int(left.count())) <= 0) return std::nullopt;
+      char chunk[4096];
+      const ssize_t n = read(fd_, chunk, sizeof chunk);
+      if (n <= 0) return std::nullopt;
+      buf_.append(chunk, size_t(n));
+    }
+  }
   pid_t pid_ = -1;
   int fd_ = -1;
   std::string buf_;

@@ -26,11 +26,10 @@ TEST(DataServerRole, StartsServesAndStopsInProcess) {
   o.listen = "127.0.0.1:0";
   DataServer server(MakeSource(10, 1, 1.0, 4), 3, o);
   ASSERT_TRUE(server.Start().ok());
-  const nlohmann::json ready = server.ReadyEvent();
-  EXPECT_EQ(ready.value("event", ""), "ready");
-  EXPECT_GT(ready.value("port", 0), 0);
-  EXPECT_GT(ready.value("metrics_port", 0), 0);
-  EXPECT_EQ(ready.value("port", 0), server.port());
+  const events::Ready ready = server.ReadyEvent();
+  EXPECT_GT(ready.port, 0);
+  EXPECT_GT(ready.metrics_port, 0);
+  EXPECT_EQ(ready.port, server.port());
   EXPECT_EQ(Served(*net::Transport::Plaintext(), server.port()), 10);
   server.Stop();
   EXPECT_EQ(Served(*net::Transport::Plaintext(), server.port()), -1);

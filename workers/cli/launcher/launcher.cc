@@ -29,6 +29,7 @@
 #include "core/exit_codes.h"
 #include "core/file.h"
 #include "core/ports.h"
+#include "core/role_events.h"
 #include "launcher/child.h"
 #include "launcher/children.h"
 #include "launcher/faults.h"
@@ -562,13 +563,8 @@ class Supervisor {
   }
 
   void Line(Child& c, const std::string& line) {
-    if (auto ev = ParseEvent(line)) {
-      try {
-        Event(c, *ev);
-      } catch (const std::exception& e) {  // an event of an unexpected shape is shown, not acted on
-        std::fprintf(stderr, "[%s] unreadable event (%s): %s\n", c.inst.name.c_str(), e.what(),
-                     line.c_str());
-      }
+    if (auto ev = ParseEvent(line)) {  // an event; one of a kind unknown here is not acted on
+      if (auto typed = events::FromJson(*ev)) Event(c, *typed);
       return;
     }
     c.tail.push_back(line);
@@ -576,15 +572,15 @@ class Supervisor {
     if (!o_.quiet) std::fprintf(stderr, "[%s] %s\n", c.inst.name.c_str(), line.c_str());
   }
 
-  void Event(Child& c, const nlohmann::json& ev) {
-    if (EventString(ev, "event") == "ready") {
+  void Event(Child& c, const events::RoleEvent& ev) {
+    if (const auto* ready = std::get_if<events::Ready>(&ev)) {
       c.ready = true;
-      c.port = int(EventInt(ev, "port", 0));
-      c.metrics_port = int(EventInt(ev, "metrics_port", 0));
+      c.port = ready->port;
+      c.metrics_port = ready->metrics_port;
       WriteScrapeTargets();
       return;
     }
-    if (EventString(ev, "event") == "retired") {
+    if (std::holds_alternative<events::Retired>(ev)) {
       c.expected_exit = true;  // the job no longer wants it; it exits 0 once stopped
       retired_.insert(c.inst.name);
     }

@@ -52,8 +52,7 @@ void RunLog::Killed(const std::string& name) {
 
 bool RunLog::NeedsFinalEvaluation() {
   if (done_.count(0) || done_.empty()) return false;
-  for (const auto& [_, ev] : done_)
-    last_epoch_ = std::max(last_epoch_, int(EventInt(ev, "epochs", 0)));
+  for (const auto& [_, ev] : done_) last_epoch_ = std::max(last_epoch_, ev.epochs);
   std::fprintf(stderr,
                "adam run: trainer-0 did not finish (its last evaluation was after epoch %d); "
                "evaluating the final model (epoch %d) with an evaluator\n",
@@ -70,85 +69,96 @@ bool RunLog::TakeFinalEvaluation() {
   return true;
 }
 
-void RunLog::OnEvent(const std::string& from, const nlohmann::json& ev) {
-  const std::string type = EventString(ev, "event");
-  if (type == "progress" || type == "epoch" || type == "done") {
-    const int t = int(EventInt(ev, "trainer", 0));
-    images_total_[t] = std::max<int64_t>(images_total_[t], EventInt(ev, "images_total", 0));
-    if (type == "epoch") Epoch(ev);
-    if (type == "done") done_[t] = ev;
-    if (type == "done" && t == 0) TakeClasses(ev);
-  } else if (type == "promoted_first_update" && kill_unix_ms_ > 0) {
-    const int64_t ms = EventInt(ev, "unix_ms", 0) - kill_unix_ms_;
-    if (promoted_ == 0)
-      std::fprintf(stderr,
-                   "adam run: failover: %s accepted its first update as the new primary "
-                   "of shard %d %lld ms after the kill\n",
-                   from.c_str(), int(EventInt(ev, "shard", 0)), static_cast<long long>(ms));
-    if (promoted_ == 0) Mark(from + ": first update as a new primary");
-    // Shards, not promotions: a shard promoted again (its new primary lost too) moved once.
-    promoted_shards_.insert(int(EventInt(ev, "shard", -1)));
-    promoted_ = int(promoted_shards_.size());
-    failover_ms_ = std::max(failover_ms_, ms);
-    if (first_failover_ms_ < 0) first_failover_ms_ = ms;
-  } else if (type == "model_written") {
-    model_written_ = EventString(ev, "path");
-  } else if (type == "evaluated") {
-    // The evaluator's, or trainer 0's in a job resumed after its last epoch.
-    final_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
-    last_accuracy_ = final_accuracy_;
-    TakeClasses(ev);
-  } else if (type == "resumed") {
-    Resumed(ev);
-  } else if (type == "shard_fell_back") {
-    FellBack(from, ev);
-  } else if (type == "diverged") {
-    if (diverged_.empty())
-      diverged_ = from + ": " + EventString(ev, "message", "training diverged");
-  } else if (type == "failover") {
-    // The controller leader moved a lost server's shards: one row per failover in the report.
-    std::string dead;
-    if (auto it = ev.find("dead"); it != ev.end() && it->is_array())
-      for (const auto& d : *it)
-        if (d.is_number_integer())
-          dead += (dead.empty() ? "ps-" : ", ps-") + std::to_string(d.get<int64_t>());
-    if (dead.empty()) dead = "a parameter server";
-    const int shards = int(EventInt(ev, "shards", 0));
-    ++failovers_;
-    std::fprintf(stderr, "adam run: failover: %s lost; %d shard(s) moved (shard map v%lld)\n",
-                 dead.c_str(), shards, static_cast<long long>(EventInt(ev, "map_version", 0)));
-    Mark("failover: " + dead + " lost, " + std::to_string(shards) + " shard(s) moved");
-  } else if (type == "servers_resized" || type == "rebalanced" || type == "retired") {
-    Elastic(type, from, ev);
-  } else if (type == "shard_map_committed") {
-    if (EventInt(ev, "version", 0) >= map_version_) {
-      map_version_ = EventInt(ev, "version", 0);
-      const int under = int(EventInt(ev, "under_replicated", 0));
-      if (under > 0 && under_replicated_ == 0)
-        Mark("under-replicated: " + std::to_string(under) + " shard(s)");
-      else if (under == 0 && under_replicated_ > 0)
-        Mark("every shard has all its copies again");
-      under_replicated_ = under;
-    }
-  } else if (type == "controller_leader") {
-    if (!controller_leader_.empty() && controller_leader_ != from)
-      Mark("new controller leader " + from);
-    controller_leader_ = from;
-    controller_term_ = EventInt(ev, "term", 0);
-    if (kill_unix_ms_ > 0 && controller_failover_ms_ < 0 && from != killed_)
-      controller_failover_ms_ = UnixMs() - kill_unix_ms_;
-  }
+void RunLog::OnEvent(const std::string& from, const events::RoleEvent& ev) {
+  std::visit([&](const auto& e) { On(from, e); }, ev);
 }
 
-// A trainer's start ("resumed" event): which epoch it goes on at.
-void RunLog::Resumed(const nlohmann::json& ev) {
+void RunLog::CountImages(int trainer, int64_t images_total) {
+  images_total_[trainer] = std::max<int64_t>(images_total_[trainer], images_total);
+}
+
+void RunLog::On(const std::string& /*from*/, const events::Progress& ev) {
+  CountImages(ev.trainer, ev.images_total);
+}
+
+void RunLog::On(const std::string& /*from*/, const events::Done& ev) {
+  CountImages(ev.trainer, ev.images_total);
+  done_[ev.trainer] = ev;
+  if (ev.trainer == 0) TakeClasses(ev.classes);
+}
+
+void RunLog::On(const std::string& from, const events::PromotedFirstUpdate& ev) {
+  if (kill_unix_ms_ <= 0) return;
+  const int64_t ms = ev.unix_ms - kill_unix_ms_;
+  if (promoted_ == 0) {
+    std::fprintf(stderr,
+                 "adam run: failover: %s accepted its first update as the new primary "
+                 "of shard %u %lld ms after the kill\n",
+                 from.c_str(), ev.shard, static_cast<long long>(ms));
+    Mark(from + ": first update as a new primary");
+  }
+  // Shards, not promotions: a shard promoted again (its new primary lost too) moved once.
+  promoted_shards_.insert(int(ev.shard));
+  promoted_ = int(promoted_shards_.size());
+  failover_ms_ = std::max(failover_ms_, ms);
+  if (first_failover_ms_ < 0) first_failover_ms_ = ms;
+}
+
+void RunLog::On(const std::string& /*from*/, const events::ModelWritten& ev) {
+  model_written_ = ev.path;
+}
+
+// The evaluator's, or trainer 0's in a job resumed after its last epoch.
+void RunLog::On(const std::string& /*from*/, const events::Evaluated& ev) {
+  final_accuracy_ = ev.test_accuracy;
+  last_accuracy_ = final_accuracy_;
+  TakeClasses(ev.classes);
+}
+
+void RunLog::On(const std::string& from, const events::Diverged& ev) {
+  if (diverged_.empty())
+    diverged_ = from + ": " + (ev.message.empty() ? "training diverged" : ev.message);
+}
+
+// The controller leader moved a lost server's shards: one row per failover in the report.
+void RunLog::On(const std::string& /*from*/, const events::Failover& ev) {
+  std::string dead;
+  for (uint32_t d : ev.dead) dead += (dead.empty() ? "ps-" : ", ps-") + std::to_string(d);
+  if (dead.empty()) dead = "a parameter server";
+  ++failovers_;
+  std::fprintf(stderr, "adam run: failover: %s lost; %d shard(s) moved (shard map v%llu)\n",
+               dead.c_str(), ev.shards, static_cast<unsigned long long>(ev.map_version));
+  Mark("failover: " + dead + " lost, " + std::to_string(ev.shards) + " shard(s) moved");
+}
+
+void RunLog::On(const std::string& /*from*/, const events::ShardMapCommitted& ev) {
+  if (int64_t(ev.version) < map_version_) return;
+  map_version_ = int64_t(ev.version);
+  if (ev.under_replicated > 0 && under_replicated_ == 0)
+    Mark("under-replicated: " + std::to_string(ev.under_replicated) + " shard(s)");
+  else if (ev.under_replicated == 0 && under_replicated_ > 0)
+    Mark("every shard has all its copies again");
+  under_replicated_ = ev.under_replicated;
+}
+
+void RunLog::On(const std::string& from, const events::ControllerLeader& ev) {
+  if (!controller_leader_.empty() && controller_leader_ != from)
+    Mark("new controller leader " + from);
+  controller_leader_ = from;
+  controller_term_ = int64_t(ev.term);
+  if (kill_unix_ms_ > 0 && controller_failover_ms_ < 0 && from != killed_)
+    controller_failover_ms_ = UnixMs() - kill_unix_ms_;
+}
+
+// A trainer's start: which epoch it goes on at.
+void RunLog::On(const std::string& /*from*/, const events::Resumed& ev) {
   // The first trainer to start where the checkpoints are; not a trainer restarted mid-run
   // (it too starts where the job is, after this run's own epochs). Another trainer may have
   // finished this run's first epoch before a start is read: epochs it ended are not held. Any
   // trainer's start counts, not only trainer 0's: one that starts after another ended the
   // run's first epoch joins at the next (the servers' epoch count is the job's), one past what
   // the checkpoints held, so the first start read is the one that names them.
-  const int held = int(EventInt(ev, "epochs", 0));
+  const int held = ev.epochs;
   if (resumed_epochs_ < 0 && (epoch_loss_.empty() || held < epoch_loss_.begin()->first)) {
     resumed_epochs_ = held;
     last_epoch_ = std::max(last_epoch_, held);
@@ -161,59 +171,55 @@ void RunLog::Resumed(const nlohmann::json& ev) {
 }
 
 // A trainer read a shard at a lower version than it had read before: updates the servers lost.
-void RunLog::FellBack(const std::string& from, const nlohmann::json& ev) {
-  const int64_t updates = EventInt(ev, "updates", 0);
+void RunLog::On(const std::string& from, const events::ShardFellBack& ev) {
+  const auto updates = int64_t(ev.updates);
   if (fell_back_ == 0)
     std::fprintf(stderr,
-                 "adam run: %s read shard %lld from ps-%lld at version %lld, %lld updates under "
+                 "adam run: %s read shard %u from ps-%lld at version %llu, %lld updates under "
                  "what it read before: the servers no longer hold them\n",
-                 from.c_str(), static_cast<long long>(EventInt(ev, "shard", 0)),
-                 static_cast<long long>(EventInt(ev, "server", 0)),
-                 static_cast<long long>(EventInt(ev, "version", 0)),
-                 static_cast<long long>(updates));
+                 from.c_str(), ev.shard, static_cast<long long>(ev.server),
+                 static_cast<unsigned long long>(ev.version), static_cast<long long>(updates));
   ++fell_back_;
   fell_back_largest_ = std::max(fell_back_largest_, updates);
   fell_back_updates_[from] += updates;
 }
 
 // Elastic servers: a resize, the rebalance it ended with, a server that left.
-void RunLog::Elastic(const std::string& type, const std::string& from, const nlohmann::json& ev) {
-  if (type == "servers_resized") {
-    std::fprintf(stderr, "adam run: parameter servers %lld -> %lld: the controller moves copies\n",
-                 static_cast<long long>(EventInt(ev, "from", 0)),
-                 static_cast<long long>(EventInt(ev, "to", 0)));
-    Mark("parameter servers " + std::to_string(EventInt(ev, "from", 0)) + " -> " +
-         std::to_string(EventInt(ev, "to", 0)));
-    resized_at_ = TrainSeconds();
-  } else if (type == "rebalanced") {
-    std::fprintf(stderr,
-                 "adam run: rebalanced over %lld parameter servers in %.2f s: %lld of %lld "
-                 "copies moved, %lld primaries handed off\n",
-                 static_cast<long long>(EventInt(ev, "servers", 0)),
-                 EventNumber(ev, "seconds", 0.0),
-                 static_cast<long long>(EventInt(ev, "copies_moved", 0)),
-                 static_cast<long long>(EventInt(ev, "copies", 0)),
-                 static_cast<long long>(EventInt(ev, "handoffs", 0)));
-    Mark("rebalanced over " + std::to_string(EventInt(ev, "servers", 0)) + " servers");
-    rebalances_.push_back({{"from", EventInt(ev, "from", 0)},
-                           {"servers", EventInt(ev, "servers", 0)},
-                           {"copies_moved", EventInt(ev, "copies_moved", 0)},
-                           {"copies", EventInt(ev, "copies", 0)},
-                           {"handoffs", EventInt(ev, "handoffs", 0)},
-                           {"seconds", EventNumber(ev, "seconds", 0.0)},
-                           {"at_train_seconds", resized_at_}});
-  } else if (type == "retired") {
-    std::fprintf(stderr, "adam run: %s retired: its copies moved to the other servers\n",
-                 from.c_str());
-    Mark(from + " retired");
-  }
+void RunLog::On(const std::string& /*from*/, const events::ServersResized& ev) {
+  std::fprintf(stderr, "adam run: parameter servers %d -> %d: the controller moves copies\n",
+               ev.from, ev.to);
+  Mark("parameter servers " + std::to_string(ev.from) + " -> " + std::to_string(ev.to));
+  resized_at_ = TrainSeconds();
 }
 
-void RunLog::Epoch(const nlohmann::json& ev) {
-  const int t = int(EventInt(ev, "trainer", 0));
-  const int epoch = int(EventInt(ev, "epoch", 0));
-  epoch_loss_[epoch].push_back(EventNumber(ev, "loss", 0.0));
-  if (t != 0) return;
+void RunLog::On(const std::string& /*from*/, const events::Rebalanced& ev) {
+  std::fprintf(stderr,
+               "adam run: rebalanced over %d parameter servers in %.2f s: %llu of %llu "
+               "copies moved, %llu primaries handed off\n",
+               ev.servers, ev.seconds, static_cast<unsigned long long>(ev.copies_moved),
+               static_cast<unsigned long long>(ev.copies),
+               static_cast<unsigned long long>(ev.handoffs));
+  Mark("rebalanced over " + std::to_string(ev.servers) + " servers");
+  rebalances_.push_back({{"from", ev.from},
+                         {"servers", ev.servers},
+                         {"copies_moved", ev.copies_moved},
+                         {"copies", ev.copies},
+                         {"handoffs", ev.handoffs},
+                         {"seconds", ev.seconds},
+                         {"at_train_seconds", resized_at_}});
+}
+
+void RunLog::On(const std::string& from, const events::Retired& /*ev*/) {
+  std::fprintf(stderr, "adam run: %s retired: its copies moved to the other servers\n",
+               from.c_str());
+  Mark(from + " retired");
+}
+
+void RunLog::On(const std::string& /*from*/, const events::Epoch& ev) {
+  CountImages(ev.trainer, ev.images_total);
+  const int epoch = ev.epoch;
+  epoch_loss_[epoch].push_back(ev.loss);
+  if (ev.trainer != 0) return;
   const auto now = Clock::now();
   int64_t total = 0;
   for (const auto& [_, v] : images_total_) total += v;
@@ -225,7 +231,7 @@ void RunLog::Epoch(const nlohmann::json& ev) {
   double loss = 0;
   for (double l : epoch_loss_[epoch]) loss += l;
   loss /= double(epoch_loss_[epoch].size());
-  last_accuracy_ = EventNumber(ev, "test_accuracy", -1.0);
+  last_accuracy_ = ev.test_accuracy.value_or(-1.0);
   last_epoch_ = epoch;
   evaluated_epoch_ = epoch;
   last_loss_ = loss;
@@ -260,14 +266,10 @@ void RunLog::SampleRate() {
   if (dt >= 1.0) record_.rates.push_back({TrainSeconds(), double(total - n0) / dt});
 }
 
-void RunLog::TakeClasses(const nlohmann::json& ev) {
-  auto it = ev.find("classes");
-  if (it == ev.end() || !it->is_array()) return;
+void RunLog::TakeClasses(const std::vector<events::ClassCount>& classes) {
+  if (classes.empty()) return;
   record_.classes.clear();
-  for (const auto& c : *it)
-    if (c.is_object())
-      record_.classes.push_back(
-          {EventString(c, "name"), EventInt(c, "images", 0), EventInt(c, "correct", 0)});
+  for (const auto& c : classes) record_.classes.push_back({c.name, c.images, c.correct});
 }
 
 // Writes DIR/index.html; false (after saying why) when it cannot.
@@ -369,9 +371,9 @@ nlohmann::json RunLog::SummaryJson(int64_t images, double ips, double train, dou
   // What the finished trainers sent and received per image they trained on.
   int64_t done_images = 0, push = 0, pull = 0;
   for (const auto& [_, ev] : done_) {
-    done_images += EventInt(ev, "images_total", 0);
-    push += EventInt(ev, "push_bytes", 0);
-    pull += EventInt(ev, "pull_bytes", 0);
+    done_images += ev.images_total;
+    push += int64_t(ev.push_bytes);
+    pull += int64_t(ev.pull_bytes);
   }
   if (done_images > 0) {
     j["push_bytes_per_image"] = double(push) / double(done_images);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/role_events.h"
 #include "launcher/launcher.h"
 #include "launcher/report.h"
 #include "spec/adamjob.h"
@@ -34,8 +35,8 @@ class RunLog {
   void TrainingEnded() { train_end_ = Clock::now(); }
   double TrainSeconds() const;
 
-  // An event line of role instance `from` (not its "ready", which the launcher keeps).
-  void OnEvent(const std::string& from, const nlohmann::json& ev);
+  // An event of role instance `from` (not its "ready", which the launcher keeps).
+  void OnEvent(const std::string& from, const events::RoleEvent& ev);
   // A fault or a turn of the run, on the report's timeline.
   void Mark(const std::string& what);
   // `name` killed by --kill: failover times are measured from now.
@@ -59,20 +60,35 @@ class RunLog {
   void PrintSummary();
 
  private:
-  void Epoch(const nlohmann::json& ev);
-  void Elastic(const std::string& type, const std::string& from, const nlohmann::json& ev);
-  void FellBack(const std::string& from, const nlohmann::json& ev);
-  void Resumed(const nlohmann::json& ev);
+  // One handler per kind the run's figures follow; the others are not acted on.
+  void On(const std::string& from, const events::Progress& ev);
+  void On(const std::string& from, const events::Epoch& ev);
+  void On(const std::string& from, const events::Done& ev);
+  void On(const std::string& from, const events::PromotedFirstUpdate& ev);
+  void On(const std::string& from, const events::ModelWritten& ev);
+  void On(const std::string& from, const events::Evaluated& ev);
+  void On(const std::string& from, const events::Resumed& ev);
+  void On(const std::string& from, const events::ShardFellBack& ev);
+  void On(const std::string& from, const events::Diverged& ev);
+  void On(const std::string& from, const events::Failover& ev);
+  void On(const std::string& from, const events::ServersResized& ev);
+  void On(const std::string& from, const events::Rebalanced& ev);
+  void On(const std::string& from, const events::Retired& ev);
+  void On(const std::string& from, const events::ShardMapCommitted& ev);
+  void On(const std::string& from, const events::ControllerLeader& ev);
+  template <class E>
+  void On(const std::string& /*from*/, const E& /*ev*/) {}
+  void CountImages(int trainer, int64_t images_total);
   nlohmann::json SummaryJson(int64_t images, double ips, double train, double wall) const;
-  // The final model's figures per class (a trainer's "classes" list; malformed rows dropped).
-  void TakeClasses(const nlohmann::json& ev);
+  // The final model's figures per class (a trainer's "classes" list).
+  void TakeClasses(const std::vector<events::ClassCount>& classes);
 
   const spec::AdamJob& job_;
   const RunOptions& o_;
   std::string state_root_;
   Clock::time_point start_, train_start_, train_end_;
   std::map<int, int64_t> images_total_;
-  std::map<int, nlohmann::json> done_;
+  std::map<int, events::Done> done_;
   std::map<int, std::vector<double>> epoch_loss_;
   std::optional<Clock::time_point> last_line_;
   int64_t last_total_ = 0;

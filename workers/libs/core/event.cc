@@ -49,10 +49,10 @@ std::optional<nlohmann::json> ParseEvent(const std::string& line) {
   return j;
 }
 
-double EventNumber(const nlohmann::json& event, const char* key, double fallback) {
-  if (!event.is_object()) return fallback;
+std::optional<double> EventNumberIf(const nlohmann::json& event, const char* key) {
+  if (!event.is_object()) return std::nullopt;
   auto it = event.find(key);
-  if (it == event.end()) return fallback;
+  if (it == event.end()) return std::nullopt;
   if (it->is_number()) return it->get<double>();
   if (it->is_null()) return std::numeric_limits<double>::quiet_NaN();
   if (it->is_string()) {
@@ -61,7 +61,11 @@ double EventNumber(const nlohmann::json& event, const char* key, double fallback
     if (s == "Infinity") return std::numeric_limits<double>::infinity();
     if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
   }
-  return fallback;
+  return std::nullopt;
+}
+
+double EventNumber(const nlohmann::json& event, const char* key, double fallback) {
+  return EventNumberIf(event, key).value_or(fallback);
 }
 
 int64_t EventInt(const nlohmann::json& event, const char* key, int64_t fallback) {

@@ -25,6 +25,8 @@ std::optional<nlohmann::json> ParseEvent(const std::string& line);
 // A number field of an event: a number as it is; "NaN", "Infinity", "-Infinity" (and null, an
 // older writer's NaN) as those values; `fallback` when absent or of another type. Never throws.
 double EventNumber(const nlohmann::json& event, const char* key, double fallback);
+// The same, nullopt where EventNumber gives its fallback.
+std::optional<double> EventNumberIf(const nlohmann::json& event, const char* key);
 // An integer field: `fallback` when absent, not a number, or not finite. Never throws.
 int64_t EventInt(const nlohmann::json& event, const char* key, int64_t fallback);
 // A string field: `fallback` when absent or not a string. Never throws.

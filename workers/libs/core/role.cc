@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/event.h"
+#include "core/role_events.h"
 #include "core/signals.h"
 
 namespace adam {
@@ -13,10 +13,9 @@ int ServeUntilSignalled(Role& role) {
     role.Stop();  // whatever it had started
     return 1;
   }
-  const nlohmann::json ready = role.ReadyEvent();
-  spdlog::info("serving on port {} (metrics on {})", ready.value("port", 0),
-               ready.value("metrics_port", 0));
-  EmitEvent(ready);
+  const events::Ready ready = role.ReadyEvent();
+  spdlog::info("serving on port {} (metrics on {})", ready.port, ready.metrics_port);
+  events::Emit(ready);
   WaitForTerminationSignal();
   role.Stop();
   return 0;

@@ -3,8 +3,7 @@
 // parses, wires and runs one (ServeUntilSignalled); tests run roles in-process the same way.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
+#include "core/role_events.h"
 #include "core/status.h"
 
 namespace adam {
@@ -16,8 +15,8 @@ class Role {
   virtual Status Start() = 0;
   // Ends what Start began, answering or cancelling calls in flight. Idempotent.
   virtual void Stop() = 0;
-  // What it reports once started: the "ready" event (core/event.h) with the ports it bound.
-  virtual nlohmann::json ReadyEvent() const = 0;
+  // What it reports once started: the "ready" event (core/role_events.h) with the ports it bound.
+  virtual events::Ready ReadyEvent() const = 0;
 };
 
 // A serving role's process: Start, emit the ready event, serve until SIGINT or SIGTERM (blocked

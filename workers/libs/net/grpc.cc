@@ -162,9 +162,11 @@ std::vector<int> Listeners::extra_ports() const {
   return ports;
 }
 
-nlohmann::json Listeners::ReadyEvent(int metrics_port) const {
-  nlohmann::json ready = {{"event", "ready"}, {"port", main_.port}, {"metrics_port", metrics_port}};
-  for (const auto& [name, s] : extra_) ready[name] = s.port;
+events::Ready Listeners::ReadyEvent(int metrics_port) const {
+  events::Ready ready;
+  ready.port = main_.port;
+  ready.metrics_port = metrics_port;
+  for (const auto& [name, s] : extra_) ready.ports[name] = s.port;
   return ready;
 }
 

@@ -7,10 +7,10 @@
 
 #include <chrono>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/role_events.h"
 #include "core/status.h"
 #include "net/tls.h"
 
@@ -83,8 +83,8 @@ class Listeners {
   int port() const { return main_.port; }
   // Each extra listener's bound port, in the order given.
   std::vector<int> extra_ports() const;
-  // The role's "ready" event: {"event": "ready", "port": P, "metrics_port": M, NAME: PORT...}.
-  nlohmann::json ReadyEvent(int metrics_port) const;
+  // The role's "ready" event: its main port, `metrics_port`, and each extra listener by name.
+  events::Ready ReadyEvent(int metrics_port) const;
   // Stops accepting calls and ends those in flight after `grace`. Idempotent.
   void Shutdown(std::chrono::milliseconds grace = std::chrono::seconds(2));
 

@@ -10,8 +10,8 @@
 
 #include "controller/shard_state.h"
 #include "controller/supervisor.h"
-#include "core/event.h"
 #include "core/mutex.h"
+#include "core/role_events.h"
 #include "core/thread_name.h"
 #include "net/grpc.h"
 
@@ -77,10 +77,9 @@ struct Controller::Impl final
       rebalancing = Rebalancing{options.clock->Now(), wanted_before, 0, 0};
       spdlog::info("controller: parameter servers {} -> {}: rebalancing", wanted_before,
                    c.resize().servers());
-      EmitEvent({{"event", "servers_resized"},
-                 {"from", wanted_before},
-                 {"to", c.resize().servers()},
-                 {"map_version", machine.state().version()}});
+      events::Emit(events::ServersResized{.from = int(wanted_before),
+                                          .to = int(c.resize().servers()),
+                                          .map_version = machine.state().version()});
     }
     // A server that left the job stops heartbeating once it retired: marked dead holding
     // nothing, which is no failover.
@@ -92,17 +91,16 @@ struct Controller::Impl final
     }
     if (c.has_reassign() && !c.reassign().dead().empty() && is_leader && !left) {
       ++counters.failovers;
-      nlohmann::json dead = nlohmann::json::array();
+      std::vector<uint32_t> dead;
       for (uint32_t d : c.reassign().dead()) {
         dead.push_back(d);
         if (auto silent = supervisor_state.SilentFor(d, options.clock->Now());
             silent && failover_seconds.size() < 1024)
           failover_seconds.push_back(*silent);
       }
-      EmitEvent({{"event", "failover"},
-                 {"dead", dead},
-                 {"map_version", machine.state().version()},
-                 {"shards", c.reassign().shards_size()}});
+      events::Emit(events::Failover{.dead = std::move(dead),
+                                    .map_version = machine.state().version(),
+                                    .shards = c.reassign().shards_size()});
     }
     if (c.has_copy_done()) ++counters.copies_done;
     if (rebalancing && is_leader && c.has_reassign() && c.reassign().rebalanced()) EndRebalance();
@@ -113,10 +111,9 @@ struct Controller::Impl final
         for (const auto& r : machine.state().shards())
           under += r.replicas_size() < int(machine.state().copies());
         for (const auto& sv : machine.state().servers()) alive += sv.alive();
-        EmitEvent({{"event", "shard_map_committed"},
-                   {"version", machine.state().version()},
-                   {"under_replicated", under},
-                   {"servers_alive", alive}});
+        events::Emit(events::ShardMapCommitted{.version = machine.state().version(),
+                                               .under_replicated = under,
+                                               .servers_alive = alive});
       }
     }
   }
@@ -150,14 +147,13 @@ struct Controller::Impl final
         "primaries handed off",
         ServersWanted(st), seconds, rebalancing->moved, uint64_t(st.shards_size()) * st.copies(),
         rebalancing->handoffs);
-    EmitEvent({{"event", "rebalanced"},
-               {"from", rebalancing->from},
-               {"servers", ServersWanted(st)},
-               {"copies_moved", rebalancing->moved},
-               {"copies", uint64_t(st.shards_size()) * st.copies()},
-               {"handoffs", rebalancing->handoffs},
-               {"seconds", seconds},
-               {"map_version", st.version()}});
+    events::Emit(events::Rebalanced{.from = int(rebalancing->from),
+                                    .servers = int(ServersWanted(st)),
+                                    .copies_moved = rebalancing->moved,
+                                    .copies = uint64_t(st.shards_size()) * st.copies(),
+                                    .handoffs = rebalancing->handoffs,
+                                    .seconds = seconds,
+                                    .map_version = st.version()});
     rebalancing.reset();
   }
 
@@ -207,7 +203,7 @@ struct Controller::Impl final
         ++counters.restarts;
         spdlog::warn("controller: server {} restarted (new incarnation): failing over its copies",
                      in.id());
-        EmitEvent({{"event", "server_restarted"}, {"server", in.id()}});
+        events::Emit(events::ServerRestarted{.server = in.id()});
       }
       if (!beat.accepted) {
         // No lease meanwhile: it keeps beating here and is answered once it is marked dead.
@@ -216,9 +212,8 @@ struct Controller::Impl final
         return grpc::Status::OK;
       }
       if (beat.probation)
-        EmitEvent({{"event", "server_on_probation"},
-                   {"server", in.id()},
-                   {"ms", options.server_probation.count()}});
+        events::Emit(events::ServerOnProbation{.server = in.id(),
+                                               .ms = int64_t(options.server_probation.count())});
       need_register = beat.register_server;
       done = beat.copies_done;
     }
@@ -417,7 +412,7 @@ struct Controller::Impl final
     }
     if (term == 0) return;
     if (driver->ReadBarrier(std::chrono::milliseconds(1000)).ok() && driver->info().term == term)
-      EmitEvent({{"event", "controller_leader"}, {"id", options.raft.id}, {"term", term}});
+      events::Emit(events::ControllerLeader{.id = options.raft.id, .term = term});
   }
 };
 

@@ -115,7 +115,7 @@ void Member::Stop() {
   if (sampler_) sampler_->Stop();
 }
 
-nlohmann::json Member::ReadyEvent() const {
+events::Ready Member::ReadyEvent() const {
   return listeners_->ReadyEvent(metrics_ ? metrics_->port() : 0);
 }
 

@@ -26,7 +26,7 @@ class Member final : public Role {
 
   Status Start() override;
   void Stop() override;
-  nlohmann::json ReadyEvent() const override;
+  events::Ready ReadyEvent() const override;
   Controller& controller() { return *controller_; }
 
  private:

@@ -53,7 +53,7 @@ void DataServer::Stop() {
   if (sampler_) sampler_->Stop();
 }
 
-nlohmann::json DataServer::ReadyEvent() const {
+events::Ready DataServer::ReadyEvent() const {
   return listeners_->ReadyEvent(metrics_ ? metrics_->port() : 0);
 }
 

@@ -25,7 +25,7 @@ class DataServer final : public Role {
 
   Status Start() override;
   void Stop() override;
-  nlohmann::json ReadyEvent() const override;
+  events::Ready ReadyEvent() const override;
   int port() const { return listeners_ ? listeners_->port() : 0; }
 
  private:

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <set>
 
-#include "core/event.h"
+#include "core/role_events.h"
 #include "core/thread_name.h"
 #include "update/codec.h"
 
@@ -322,7 +322,7 @@ StatusOr<Restored> RestoreCheckpoint(const CheckpointOptions& opt,
     }
     const std::string msg = "checkpoint " + name + ": " + why;
     spdlog::warn("{}; trying the previous checkpoint", msg);
-    EmitEvent({{"event", "checkpoint_rejected"}, {"file", name}, {"reason", why}});
+    events::Emit(events::CheckpointRejected{.file = name, .reason = why});
     problems.push_back(msg);
   }
   std::string all;
@@ -457,7 +457,7 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
             WriteCompressed(w, c->second.values.as<float>(), n, pool_, opt_.zstd_level));
       }
       if (++written == ids.size() / 2 && opt_.debug_pause_mid_flush.count() > 0) {
-        EmitEvent({{"event", "checkpoint_writing"}, {"generation", gen}});
+        events::Emit(events::CheckpointWriting{.generation = gen});
         std::this_thread::sleep_for(opt_.debug_pause_mid_flush);
       }
     }
@@ -521,12 +521,11 @@ void Checkpointer::Record(uint64_t generation, size_t shards, uint32_t epochs, u
                                     .count()) /
                          1000.0);
   if (m_.generation) m_.generation->Set(double(generation));
-  EmitEvent({{"event", "checkpoint"},
-             {"generation", generation},
-             {"shards", shards},
-             {"epochs", epochs},
-             {"bytes", bytes},
-             {"seconds", seconds}});
+  events::Emit(events::Checkpoint{.generation = generation,
+                                  .shards = int64_t(shards),
+                                  .epochs = int(epochs),
+                                  .bytes = bytes,
+                                  .seconds = seconds});
 }
 
 void Checkpointer::Prune(uint64_t previous) {

@@ -9,8 +9,8 @@
 #include <map>
 #include <optional>
 
-#include "core/event.h"
 #include "core/role.h"
+#include "core/role_events.h"
 #include "core/signals.h"
 #include "metrics/metrics.h"
 #include "model/layout.h"
@@ -64,11 +64,10 @@ StatusOr<Restored> RestoreState(const MainOptions& options, const CheckpointOpti
         "restored {} shards from checkpoint {} ({} epochs finished) in {:.2f} s",
         restored.shards.size(), restored.file, restored.epochs,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - restore_start).count());
-    EmitEvent({{"event", "restored"},
-               {"generation", restored.generation},
-               {"file", restored.file},
-               {"shards", restored.shards.size()},
-               {"epochs", restored.epochs}});
+    events::Emit(events::Restored{.generation = restored.generation,
+                                  .file = restored.file,
+                                  .shards = int64_t(restored.shards.size()),
+                                  .epochs = int(restored.epochs)});
   }
   return restored;
 }

@@ -9,7 +9,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "core/event.h"
+#include "core/role_events.h"
 #include "net/grpc.h"
 #include "update/codec.h"
 
@@ -205,10 +205,10 @@ grpc::Status AdmitWrites(Routing& routing, const std::vector<Op>& ops) {
   }
   for (uint32_t shard : promoted) {
     const auto now = std::chrono::system_clock::now().time_since_epoch();
-    EmitEvent({{"event", "promoted_first_update"},
-               {"shard", shard},
-               {"map_version", routing.version()},
-               {"unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(now).count()}});
+    events::Emit(events::PromotedFirstUpdate{
+        .shard = shard,
+        .map_version = routing.version(),
+        .unix_ms = int64_t(std::chrono::duration_cast<std::chrono::milliseconds>(now).count())});
   }
   return grpc::Status::OK;
 }

@@ -7,7 +7,7 @@
 #include <random>
 #include <set>
 
-#include "core/event.h"
+#include "core/role_events.h"
 #include "core/thread_name.h"
 #include "net/grpc.h"
 #include "param_server/replica_service.h"
@@ -278,7 +278,7 @@ void ControllerLink::Beat() {
   }
   heartbeats_.fetch_add(1);
   if (TakeHeartbeatAnswer(routing_, resp, sent))
-    EmitEvent({{"event", "shard_map"}, {"version", resp.map().version()}});
+    events::Emit(events::ShardMap{.version = resp.map().version()});
   if (int(self_) >= wanted_.load() && routing_->Retired()) {
     std::function<void()> retired;
     {
@@ -448,10 +448,8 @@ void Forwarder::CatchUp(const std::vector<Routing::CatchUp>& catch_ups) {
     if (*taken)
       spdlog::info("shard {}: took its copy's newer state (version {})", c.shard,
                    store_->Version(c.shard));
-    EmitEvent({{"event", "caught_up"},
-               {"shard", c.shard},
-               {"term", c.term},
-               {"version", store_->Version(c.shard)}});
+    events::Emit(
+        events::CaughtUp{.shard = c.shard, .term = c.term, .version = store_->Version(c.shard)});
   }
 }
 

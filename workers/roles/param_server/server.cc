@@ -6,7 +6,7 @@
 #include <csignal>
 #include <cstdlib>
 
-#include "core/event.h"
+#include "core/role_events.h"
 
 namespace adam::ps {
 
@@ -121,10 +121,8 @@ void StartCheckpointer(const MainOptions& options, metrics::MetricsServer& reg, 
         return;
       }
       copied.Increment(double(*n));
-      EmitEvent({{"event", "checkpoint_copied"},
-                 {"peer", peer},
-                 {"generation", (*checkpointer)->generation()},
-                 {"files", *n}});
+      events::Emit(events::CheckpointCopied{
+          .peer = peer, .generation = (*checkpointer)->generation(), .files = int64_t(*n)});
     };
   }
   checkpointer->emplace(store, pool, *copt, restored, CheckpointMetricsIn(reg));
@@ -202,7 +200,7 @@ void ParamServer::StartCopies() {
   link_->SetServersWanted(job_.roles.parameter_server.replicas);
   link_->OnRetired([index = options_.index] {
     spdlog::info("the job no longer wants ps-{} and its copies have moved: retiring", index);
-    EmitEvent({{"event", "retired"}, {"server", index}});
+    events::Emit(events::Retired{.server = index});
     ::kill(::getpid(), SIGTERM);  // to the process: the main thread waits for it
   });
   ps_follower_ =
@@ -225,7 +223,7 @@ void ParamServer::Stop() {
   if (sampler_) sampler_->Stop();
 }
 
-nlohmann::json ParamServer::ReadyEvent() const {
+events::Ready ParamServer::ReadyEvent() const {
   return listeners_->ReadyEvent(metrics_ ? metrics_->port() : 0);
 }
 

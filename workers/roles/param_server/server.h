@@ -41,7 +41,7 @@ class ParamServer final : public Role {
   Status Start() override;
   // Pushes waiting for a quorum are answered (UNAVAILABLE), then the services stop.
   void Stop() override;
-  nlohmann::json ReadyEvent() const override;
+  events::Ready ReadyEvent() const override;
   // The last checkpoint, once stopped: no background flush (or peer copy) from here on, then
   // the last updates. OK without a state directory.
   Status LastCheckpoint();

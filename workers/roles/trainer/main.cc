@@ -3,7 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/event.h"
+#include "core/role_events.h"
 #include "trainer/role.h"
 #include "update/update_plan.h"
 
@@ -20,7 +20,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     spdlog::error("{}", st.message());
     return 1;
   }
-  EmitEvent(role.ReadyEvent());
+  events::Emit(role.ReadyEvent());
   return role.Run();
 }
 

@@ -15,7 +15,6 @@
 
 #include "adam/v1/controller.grpc.pb.h"
 #include "adam/v1/ps.grpc.pb.h"
-#include "core/event.h"
 #include "core/mutex.h"
 #include "core/thread_name.h"
 #include "net/grpc.h"

@@ -4,7 +4,7 @@
 #include <prometheus/counter.h>
 #include <spdlog/spdlog.h>
 
-#include "core/event.h"
+#include "core/role_events.h"
 #include "update/codec.h"
 
 namespace adam::trainer {
@@ -97,13 +97,12 @@ void ReadVersions::Read(uint32_t shard, uint64_t version, int server) {
       "shard {} read from ps-{} at version {}: {} updates fewer than this trainer read before "
       "(version {}); the servers no longer hold them",
       shard, server, version, missing, before);
-  EmitEvent({{"event", "shard_fell_back"},
-             {"trainer", options_.trainer_index},
-             {"shard", shard},
-             {"server", server},
-             {"version", version},
-             {"before", before},
-             {"updates", missing}});
+  events::Emit(events::ShardFellBack{.trainer = options_.trainer_index,
+                                     .shard = shard,
+                                     .server = server,
+                                     .version = version,
+                                     .before = before,
+                                     .updates = missing});
 }
 
 }  // namespace adam::trainer

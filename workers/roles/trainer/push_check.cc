@@ -11,7 +11,7 @@
 
 #include "adam/v1/controller.grpc.pb.h"
 #include "adam/v1/ps.grpc.pb.h"
-#include "core/event.h"
+#include "core/role_events.h"
 #include "net/grpc.h"
 
 namespace adam::trainer {
@@ -176,18 +176,17 @@ void Compare(const std::vector<CopyRead>& reads, const std::vector<bool>& acked,
 }
 
 void Report(const PushCheckOptions& o, const PushCheckResult& r) {
-  EmitEvent({{"event", "push_check"},
-             {"trainer", o.index},
-             {"round", o.round},
-             {"pushes", r.pushes},
-             {"acked", r.acked},
-             {"lost", r.lost},
-             {"twice", r.twice},
-             {"unacked_applied", r.unacked_applied},
-             {"disagree", r.disagree},
-             {"unread", r.unread},
-             {"copies", r.copies},
-             {"map_version", r.map_version}});
+  events::Emit(events::PushCheck{.trainer = o.index,
+                                 .round = o.round,
+                                 .pushes = r.pushes,
+                                 .acked = r.acked,
+                                 .lost = r.lost,
+                                 .twice = r.twice,
+                                 .unacked_applied = r.unacked_applied,
+                                 .disagree = r.disagree,
+                                 .unread = r.unread,
+                                 .copies = r.copies,
+                                 .map_version = r.map_version});
   spdlog::info(
       "check: {} pushes, {} acknowledged; shard updates lost {}, applied twice {}; "
       "copies unlike their primary {} of {}, unreadable {}; {} shard updates of "

@@ -214,8 +214,10 @@ Status TrainerRole::Start() {
   return OkStatus();
 }
 
-nlohmann::json TrainerRole::ReadyEvent() const {
-  return {{"event", "ready"}, {"metrics_port", metrics_ ? metrics_->port() : 0}};
+events::Ready TrainerRole::ReadyEvent() const {
+  events::Ready ready;  // a trainer listens for nothing else
+  ready.metrics_port = metrics_ ? metrics_->port() : 0;
+  return ready;
 }
 
 int TrainerRole::Run() {

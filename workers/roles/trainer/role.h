@@ -23,7 +23,7 @@ class TrainerRole final : public Role {
   // Nothing runs outside Run, which returns when training ends.
   void Stop() override {}
   // {"event": "ready", "metrics_port": P}: a trainer listens for nothing else.
-  nlohmann::json ReadyEvent() const override;
+  events::Ready ReadyEvent() const override;
   // Trains (or checks pushes) to the end; returns the process exit code.
   int Run();
 

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/event.h"
 #include "core/mutex.h"
+#include "core/role_events.h"
 #include "core/thread_name.h"
 #include "core/version.h"
 #include "model/layout.h"
@@ -244,9 +244,8 @@ void Trainer::Impl::SyncLoop() {
     }
     if (Clock::now() - last_progress >= opt.progress_interval) {
       last_progress = Clock::now();
-      EmitEvent({{"event", "progress"},
-                 {"trainer", opt.index},
-                 {"images_total", images_total.load(std::memory_order_relaxed)}});
+      events::Emit(events::Progress{.trainer = opt.index,
+                                    .images_total = images_total.load(std::memory_order_relaxed)});
     }
   }
 }
@@ -316,7 +315,7 @@ int Trainer::Impl::FirstEpoch() {
         first, first + 1, epochs, spec::LearningRateAt(job.training, first));
   else
     spdlog::info("the parameter servers hold all {} epochs: nothing left to train", epochs);
-  EmitEvent({{"event", "resumed"}, {"trainer", opt.index}, {"epochs", first}});
+  events::Emit(events::Resumed{.trainer = opt.index, .epochs = first});
   return first;
 }
 
@@ -349,18 +348,16 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
   const double acc = evaluates ? Evaluate() : -1;
   result->epochs = e + 1;
   result->test_accuracy = acc;
-  nlohmann::json ev = {
-      {"event", "epoch"},
-      {"trainer", opt.index},
-      {"epoch", e + 1},
-      {"learning_rate", lr},
-      {"images", epoch_images},
-      {"images_total", images_total.load()},
-      {"loss", epoch_images > 0 ? epoch_loss / epoch_images : 0.0},
-      {"seconds", std::chrono::duration<double>(Clock::now() - epoch_start).count()},
-      {"epoch_closed_early", marker.epoch_closed}};
-  if (evaluates) ev["test_accuracy"] = acc;
-  EmitEvent(ev);
+  events::Emit(
+      events::Epoch{.trainer = opt.index,
+                    .epoch = e + 1,
+                    .learning_rate = lr,
+                    .images = epoch_images,
+                    .images_total = images_total.load(),
+                    .loss = epoch_images > 0 ? epoch_loss / double(epoch_images) : 0.0,
+                    .seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count(),
+                    .epoch_closed_early = marker.epoch_closed,
+                    .test_accuracy = evaluates ? std::optional<double>(acc) : std::nullopt});
   if (m.epoch) m.epoch->Set(e + 1);
   if (m.loss && epoch_images > 0) m.loss->Set(epoch_loss / epoch_images);
   if (m.accuracy && evaluates) m.accuracy->Set(acc);
@@ -369,11 +366,8 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
     result->diverged =
         DivergenceMessage(e + 1, mean, spec::NumClasses(job.model), lr, job.training.batch_size);
     if (!result->diverged.empty()) {
-      EmitEvent({{"event", "diverged"},
-                 {"trainer", opt.index},
-                 {"epoch", e + 1},
-                 {"loss", mean},
-                 {"message", result->diverged}});
+      events::Emit(events::Diverged{
+          .trainer = opt.index, .epoch = e + 1, .loss = mean, .message = result->diverged});
       return false;
     }
     if (e > first && LossRose(*previous_loss, mean))
@@ -474,11 +468,10 @@ StatusOr<TrainerResult> Trainer::Run() {
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     spdlog::info("the model the parameter servers hold: test accuracy {:.2f}%",
                  100 * result.test_accuracy);
-    EmitEvent({{"event", "evaluated"},
-               {"trainer", s.opt.index},
-               {"test_accuracy", result.test_accuracy},
-               {"seconds", result.seconds},
-               {"classes", s.PerClass()}});
+    events::Emit(events::Evaluated{.trainer = s.opt.index,
+                                   .test_accuracy = result.test_accuracy,
+                                   .seconds = result.seconds,
+                                   .classes = s.PerClass()});
     ADAM_RETURN_IF_ERROR(s.WriteModel(-1));
     return result;
   }
@@ -492,10 +485,10 @@ StatusOr<TrainerResult> Trainer::Run() {
   if (evaluates && first == epochs) {
     // A job resumed after its last epoch: its result is the model the servers hold.
     result.test_accuracy = s.Evaluate();
-    EmitEvent({{"event", "evaluated"},
-               {"trainer", s.opt.index},
-               {"test_accuracy", result.test_accuracy},
-               {"classes", s.PerClass()}});
+    events::Emit(events::Evaluated{.trainer = s.opt.index,
+                                   .test_accuracy = result.test_accuracy,
+                                   .seconds = std::nullopt,
+                                   .classes = s.PerClass()});
   }
   for (int e = first; e < epochs && !s.abort; ++e) {
     const auto epoch_start = Clock::now();

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "core/event.h"
+#include "core/role_events.h"
 #include "core/version.h"
 #include "model/onnx.h"
 #include "trainer/trainer_impl.h"
@@ -66,26 +66,24 @@ double Trainer::Impl::Evaluate() {
 
 void Trainer::Impl::EmitDone(const TrainerResult& result, Clock::time_point start,
                              bool evaluates) const {
-  nlohmann::json done = {
-      {"event", "done"},
-      {"trainer", opt.index},
-      {"epochs", result.epochs},
-      {"images_total", result.images},
-      {"seconds", result.seconds},
-      {"total_seconds", std::chrono::duration<double>(Clock::now() - start).count()},
-      {"test_accuracy", result.test_accuracy},
-      {"push_bytes", result.push_bytes},
-      {"pull_bytes", result.pull_bytes}};
-  if (evaluates) done["classes"] = PerClass();
-  EmitEvent(done);
+  events::Emit(
+      events::Done{.trainer = opt.index,
+                   .epochs = result.epochs,
+                   .images_total = result.images,
+                   .seconds = result.seconds,
+                   .total_seconds = std::chrono::duration<double>(Clock::now() - start).count(),
+                   .test_accuracy = result.test_accuracy,
+                   .push_bytes = result.push_bytes,
+                   .pull_bytes = result.pull_bytes,
+                   .classes = evaluates ? PerClass() : std::vector<events::ClassCount>{}});
 }
 
-nlohmann::json Trainer::Impl::PerClass() const {
-  nlohmann::json out = nlohmann::json::array();
+std::vector<events::ClassCount> Trainer::Impl::PerClass() const {
+  std::vector<events::ClassCount> out;
   for (size_t c = 0; c < class_images.size(); ++c)
-    out.push_back({{"name", c < class_names.size() ? class_names[c] : std::to_string(c)},
-                   {"images", class_images[c]},
-                   {"correct", class_correct[c]}});
+    out.push_back({.name = c < class_names.size() ? class_names[c] : std::to_string(c),
+                   .images = class_images[c],
+                   .correct = class_correct[c]});
   return out;
 }
 
@@ -103,10 +101,8 @@ Status Trainer::Impl::WriteModel(int epochs) {
   ADAM_RETURN_IF_ERROR(model::WriteOnnxFile(opt.model_out, *layout, evaluated.data(), info));
   spdlog::info("the model (test accuracy {:.2f}%) is in {}", 100 * evaluated_accuracy,
                opt.model_out);
-  EmitEvent({{"event", "model_written"},
-             {"trainer", opt.index},
-             {"path", opt.model_out},
-             {"test_accuracy", evaluated_accuracy}});
+  events::Emit(events::ModelWritten{
+      .trainer = opt.index, .path = opt.model_out, .test_accuracy = evaluated_accuracy});
   return OkStatus();
 }
 

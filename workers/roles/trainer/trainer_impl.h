@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/event.h"
 #include "core/mutex.h"
+#include "core/role_events.h"
 #include "core/thread_name.h"
 #include "model/layout.h"
 #include "trainer/batch_queue.h"
@@ -136,7 +136,7 @@ struct Trainer::Impl {
   // trained, or < 0 when not known (the evaluator).
   Status WriteModel(int epochs);
   // Per class of the last evaluation: {"name", "images", "correct"} in label order.
-  nlohmann::json PerClass() const;
+  std::vector<events::ClassCount> PerClass() const;
   // The "done" event: the run's figures (and the last evaluation's per class when `evaluates`).
   void EmitDone(const TrainerResult& result, Clock::time_point start, bool evaluates) const;
   // The main thread's (Evaluate's): the weights of the last evaluation, kept for opt.model_out,
