@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/status.h"
 
 namespace adam::kube {
@@ -133,7 +134,7 @@ struct RequestRecord {
   double seconds = 0;  // until the answer's headers (a watch: until the stream opened)
 };
 
-// A token bucket of requests (http_client.cc); NewRateLimiter makes one.
+// A token bucket of requests (kube/rate_limiter.h); NewRateLimiter makes one.
 class RateLimiter;
 
 // Where the API server is, how to authenticate, and the client's own limits.
@@ -162,6 +163,9 @@ struct Config {
   // timeout plus 30 s).
   std::chrono::milliseconds request_timeout{30000};
   std::function<void(const RequestRecord&)> observer;  // every answer, on the calling thread
+  // Where the waits of Retry-After and of the rate limit (a limiter a client makes for itself)
+  // read and wait out time. Must outlive the clients.
+  Clock* clock = Clock::Real();
 };
 // The service account's token file and CA, and KUBERNETES_SERVICE_HOST/PORT; NOT_FOUND outside a
 // pod. The token is read again whenever the kubelet rotates it. `root` replaces "/" for tests.
@@ -181,7 +185,7 @@ std::string DefaultKubeconfigPath(const std::string& list);
 
 // Over HTTPS (HTTP for tests), reusing its connections; thread-safe.
 std::unique_ptr<Client> NewHttpClient(const Config& config);
-std::shared_ptr<RateLimiter> NewRateLimiter(double qps, int burst);
+std::shared_ptr<RateLimiter> NewRateLimiter(double qps, int burst, Clock* clock = Clock::Real());
 
 // RFC 3339 UTC time ("2026-11-23T05:55:15Z") of a system_clock time point, and back (nullopt
 // when malformed).

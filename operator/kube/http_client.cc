@@ -13,6 +13,7 @@
 #include "kube/client.h"
 #include "kube/credentials.h"
 #include "kube/line_stream.h"
+#include "kube/rate_limiter.h"
 #include "kube/watch.h"
 
 namespace adam::kube {
@@ -102,42 +103,6 @@ std::optional<std::chrono::system_clock::time_point> ParseTime(const std::string
   return std::chrono::system_clock::from_time_t(timegm(&tm));
 }
 
-// A token bucket: `qps` tokens a second, at most `burst` saved up. Acquire blocks until one is
-// free. Thread-safe.
-class RateLimiter {
- public:
-  RateLimiter(double qps, int burst) : qps_(qps), burst_(std::max(1, burst)), tokens_(burst_) {}
-
-  // Returns how long the caller waited.
-  std::chrono::duration<double> Acquire() {
-    if (qps_ <= 0) return {};
-    MutexLock lock(mu_);
-    const auto start = std::chrono::steady_clock::now();
-    while (true) {
-      const auto now = std::chrono::steady_clock::now();
-      tokens_ = std::min<double>(
-          burst_, tokens_ + qps_ * std::chrono::duration<double>(now - last_).count());
-      last_ = now;
-      if (tokens_ >= 1) {
-        tokens_ -= 1;
-        return now - start;
-      }
-      const auto wait = std::chrono::duration<double>((1 - tokens_) / qps_);
-      lock.Unlock();
-      std::this_thread::sleep_for(wait);
-      lock.Lock();
-    }
-  }
-
- private:
-  const double qps_;
-  const int burst_;
-  Mutex mu_;
-  double tokens_ ABSL_GUARDED_BY(mu_);
-  std::chrono::steady_clock::time_point last_ ABSL_GUARDED_BY(mu_) =
-      std::chrono::steady_clock::now();
-};
-
 namespace {
 
 namespace http = web::http;
@@ -208,7 +173,7 @@ std::optional<std::chrono::seconds> RetryAfter(const http::http_response& resp) 
 class HttpClient : public Client {
  public:
   explicit HttpClient(const Config& c)
-      : config_(c), limiter_(c.limiter ? c.limiter : NewRateLimiter(c.qps, c.burst)) {}
+      : config_(c), limiter_(c.limiter ? c.limiter : NewRateLimiter(c.qps, c.burst, c.clock)) {}
 
   StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
     return Call(http::methods::GET, r.Path(ns) + "/" + name, nullptr);
@@ -450,7 +415,7 @@ class HttpClient : public Client {
         continue;
       }
       if (retry_after && attempt < config_.max_retries) {
-        std::this_thread::sleep_for(*retry_after);
+        config_.clock->SleepFor(*retry_after);
         continue;
       }
       if (code < 200 || code >= 300) return FromHttp(code, method, path, text);
@@ -478,8 +443,8 @@ class HttpClient : public Client {
 
 }  // namespace
 
-std::shared_ptr<RateLimiter> NewRateLimiter(double qps, int burst) {
-  return std::make_shared<RateLimiter>(qps, burst);
+std::shared_ptr<RateLimiter> NewRateLimiter(double qps, int burst, Clock* clock) {
+  return std::make_shared<RateLimiter>(qps, burst, clock);
 }
 
 std::unique_ptr<Client> NewHttpClient(const Config& config) {

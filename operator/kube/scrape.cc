@@ -93,8 +93,9 @@ std::unique_ptr<MetricsSource> NewHttpMetricsSource() {
   return std::make_unique<HttpMetricsSource>();
 }
 
-MetricsCache::MetricsCache(MetricsSource* source, std::chrono::milliseconds period, int threads)
-    : source_(source), period_(period) {
+MetricsCache::MetricsCache(MetricsSource* source, std::chrono::milliseconds period, int threads,
+                           Clock* clock)
+    : source_(source), clock_(clock), period_(period) {
   for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Run(); });
 }
 
@@ -110,7 +111,7 @@ MetricsCache::~MetricsCache() {
 std::vector<MetricsCache::Sample> MetricsCache::Latest(const std::string& key,
                                                        const std::string& host, int port) {
   MutexLock lock(mu_);
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_->Now();
   Target& t = targets_[key];
   if (t.host != host || t.port != port) {
     t.host = host;
@@ -131,7 +132,7 @@ uint64_t MetricsCache::scrapes() const {
 void MetricsCache::Run() {
   MutexLock lock(mu_);
   while (!stop_) {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock_->Now();
     auto next = now + period_;
     std::string key;
     for (auto it = targets_.begin(); it != targets_.end();) {
@@ -146,7 +147,7 @@ void MetricsCache::Run() {
       ++it;
     }
     if (key.empty()) {
-      lock.WaitUntil(cv_, next);
+      clock_->WaitUntil(lock, cv_, next);
       continue;
     }
     Target& t = targets_[key];
@@ -160,9 +161,9 @@ void MetricsCache::Run() {
     auto it = targets_.find(key);
     if (it == targets_.end()) continue;
     it->second.in_flight = false;
-    it->second.due = std::chrono::steady_clock::now() + period_;
+    it->second.due = clock_->Now() + period_;
     if (got.ok() && it->second.host == host && it->second.port == port) {
-      it->second.samples.push_front({std::move(*got), std::chrono::steady_clock::now()});
+      it->second.samples.push_front({std::move(*got), clock_->Now()});
       if (it->second.samples.size() > 2) it->second.samples.pop_back();
     }
   }

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/mutex.h"
 #include "core/status.h"
 
@@ -39,11 +40,13 @@ class MetricsCache {
  public:
   struct Sample {
     std::map<std::string, double> values;
-    std::chrono::steady_clock::time_point at;  // when the answer came
+    Clock::TimePoint at;  // when the answer came
   };
 
-  // `source` must outlive the cache; `threads` scrapes run at once.
-  MetricsCache(MetricsSource* source, std::chrono::milliseconds period, int threads = 4);
+  // `source` and `clock` must outlive the cache; `threads` scrapes run at once. Periods, ages
+  // and the samples' times are read on `clock`.
+  MetricsCache(MetricsSource* source, std::chrono::milliseconds period, int threads = 4,
+               Clock* clock = Clock::Real());
   ~MetricsCache();
 
   // The newest two samples of the pod `key` (a uid) at host:port, newest first; empty until the
@@ -55,13 +58,14 @@ class MetricsCache {
   struct Target {
     std::string host;
     int port = 0;
-    std::chrono::steady_clock::time_point asked, due;
+    Clock::TimePoint asked, due;
     bool in_flight = false;
     std::deque<Sample> samples;  // newest first, at most two
   };
   void Run();
 
   MetricsSource* source_;
+  Clock* clock_;
   const std::chrono::milliseconds period_;
   mutable Mutex mu_;
   std::condition_variable cv_;

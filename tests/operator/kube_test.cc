@@ -15,6 +15,7 @@
 #include "kube/client.h"
 #include "kube/informer.h"
 #include "kube/leader.h"
+#include "kube/rate_limiter.h"
 #include "kube/scrape.h"
 #include "kube/watch.h"
 #include "kube/workqueue.h"
@@ -389,53 +390,140 @@ TEST_F(LeaderTest, AnUnrenewedLeaseIsTakenOnlyAfterItsDuration) {
   EXPECT_FALSE(a.TryAcquireOrRenew());  // the old holder sees the new one and does not take it back
 }
 
-// A 429 with Retry-After is waited out and retried, as client-go does; the caller sees success.
+// Runs `f` on a thread of its own; on every way out of the test's scope it moves `clock` on until
+// `f` has returned, so a failed check never leaves `f` waiting on the fake clock (a hung test).
+template <class F>
+class OnFakeTime {
+ public:
+  OnFakeTime(FakeClock& clock, F f)
+      : clock_(clock), result_(std::async(std::launch::async, std::move(f))) {}
+  OnFakeTime(const OnFakeTime&) = delete;
+  OnFakeTime& operator=(const OnFakeTime&) = delete;
+  ~OnFakeTime() {
+    while (result_.valid() &&
+           result_.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready)
+      clock_.Advance(std::chrono::seconds(1));
+  }
+  bool done() const {
+    return result_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+  auto get() { return result_.get(); }
+
+ private:
+  FakeClock& clock_;
+  std::future<std::invoke_result_t<F>> result_;
+};
+
+// A 429 with Retry-After is waited out (on the client's clock) and retried, as client-go does;
+// the caller sees success.
 TEST_F(ClientTest, TooManyRequestsIsRetriedAfterTheServersDelay) {
   ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
+  FakeClock clock;
+  Config c = Plain(api->url());
+  c.clock = &clock;
+  auto waiting = NewHttpClient(c);
   api->Throttle(2, 1);
   const int before = api->requests_served();
-  const auto t0 = std::chrono::steady_clock::now();
-  auto got = client->Get(ConfigMaps(), "ns", "one");
-  ASSERT_TRUE(got.ok()) << got.status().message();
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1900));
+  OnFakeTime got(clock, [&] { return waiting->Get(ConfigMaps(), "ns", "one").ok(); });
+  int64_t woken = clock.wakeups();
+  for (int throttled = 1; throttled <= 2; ++throttled) {
+    ASSERT_TRUE(Eventually([&] { return clock.wakeups() >= woken && clock.waiters() == 1; }))
+        << "no wait after 429 number " << throttled;
+    EXPECT_EQ(api->requests_served() - before, throttled);
+    EXPECT_FALSE(got.done());
+    woken = clock.wakeups() + 1;
+    clock.Advance(std::chrono::seconds(1));
+  }
+  ASSERT_TRUE(got.get());
   EXPECT_EQ(api->requests_served() - before, 3);
   EXPECT_EQ(api->throttled_served(), 2);
   // Past max_retries the 429 is the answer (UNAVAILABLE, retried later by the caller's queue).
-  Config c = Plain(api->url());
   c.max_retries = 1;
+  c.clock = Clock::Real();
   api->Throttle(5, 0);
   EXPECT_EQ(NewHttpClient(c)->Get(ConfigMaps(), "ns", "one").status().code(),
             StatusCode::kUnavailable);
 }
 
-// qps and burst bound the request rate: the burst goes at once, the rest at qps.
+// The token bucket on fake time: the burst goes at once, then one request per 1 / qps, each let
+// through exactly when its token is there, and how long it waited reported.
+TEST(RateLimiterTest, TheBurstGoesAtOnceThenOnePerInterval) {
+  FakeClock clock;
+  RateLimiter limiter(/*qps=*/10, /*burst=*/3, &clock);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(limiter.Acquire().count(), 0.0);
+  std::atomic<int> got{0};
+  OnFakeTime two(clock, [&] {
+    std::vector<double> waited;
+    for (int i = 0; i < 2; ++i) {
+      waited.push_back(limiter.Acquire().count());
+      ++got;
+    }
+    return waited;
+  });
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  const int64_t woken = clock.wakeups();
+  clock.Advance(std::chrono::milliseconds(99));
+  ASSERT_TRUE(Eventually([&] { return clock.wakeups() > woken && clock.waiters() == 1; }));
+  EXPECT_EQ(got.load(), 0) << "a request went before its token was there";
+  clock.Advance(std::chrono::milliseconds(1));
+  ASSERT_TRUE(Eventually([&] { return got.load() == 1; }));
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  clock.Advance(std::chrono::milliseconds(100));
+  const std::vector<double> waited = two.get();
+  EXPECT_NEAR(waited[0], 0.1, 1e-9);
+  EXPECT_NEAR(waited[1], 0.1, 1e-9);
+  RateLimiter none(/*qps=*/0, /*burst=*/1, &clock);  // no limit: never waits
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(none.Acquire().count(), 0.0);
+}
+
+// qps and burst bound a client's requests: the burst goes at once, the next waits its interval
+// on the client's clock.
 TEST_F(ClientTest, RequestsAreRateLimited) {
   ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
+  FakeClock clock;
   Config c = Plain(api->url());
   c.qps = 20;
   c.burst = 5;
+  c.clock = &clock;
   auto limited = NewHttpClient(c);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 25; ++i) ASSERT_TRUE(limited->Get(ConfigMaps(), "ns", "one").ok());
-  const auto took = std::chrono::steady_clock::now() - t0;
-  EXPECT_GE(took, std::chrono::milliseconds(950));  // 20 beyond the burst at 20/s
-  EXPECT_LT(took, std::chrono::milliseconds(3000));
+  const int before = api->requests_served();
+  OnFakeTime six(clock, [&] {
+    for (int i = 0; i < 6; ++i)
+      if (!limited->Get(ConfigMaps(), "ns", "one").ok()) return false;
+    return true;
+  });
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  EXPECT_EQ(api->requests_served() - before, 5);
+  clock.Advance(std::chrono::milliseconds(50));  // 1 / qps
+  EXPECT_TRUE(six.get());
+  EXPECT_EQ(api->requests_served() - before, 6);
 }
 
 // Clients made from one Config with a limiter (the operator's reads and writes) share its
-// bucket: together they stay at qps, where each alone would have had the whole rate.
+// bucket: together they get one burst and then one request per interval.
 TEST_F(ClientTest, ClientsOfOneLimiterShareItsRate) {
   ASSERT_TRUE(client->Create(ConfigMaps(), "ns", Cm("one", "1")).ok());
+  FakeClock clock;
   Config c = Plain(api->url());
   c.qps = 20;
   c.burst = 5;
-  c.limiter = NewRateLimiter(c.qps, c.burst);
+  c.limiter = NewRateLimiter(c.qps, c.burst, &clock);
   auto reads = NewHttpClient(c), writes = NewHttpClient(c);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 25; ++i)
-    ASSERT_TRUE((i % 2 ? writes : reads)->Get(ConfigMaps(), "ns", "one").ok());
-  EXPECT_GE(std::chrono::steady_clock::now() - t0,
-            std::chrono::milliseconds(950));  // 20 beyond the one burst at 20/s
+  const int before = api->requests_served();
+  OnFakeTime all(clock, [&] {
+    for (int i = 0; i < 10; ++i)
+      if (!(i % 2 ? writes : reads)->Get(ConfigMaps(), "ns", "one").ok()) return false;
+    return true;
+  });
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  EXPECT_EQ(api->requests_served() - before, 5) << "the two clients had a burst each";
+  for (int more = 1; more <= 5; ++more) {
+    clock.Advance(std::chrono::milliseconds(50));
+    ASSERT_TRUE(Eventually([&] { return api->requests_served() - before == 5 + more; }));
+    if (more < 5) ASSERT_TRUE(clock.AwaitWaiters(1));
+    EXPECT_EQ(api->requests_served() - before, 5 + more);
+  }
+  EXPECT_TRUE(all.get());
 }
 
 // Sockets to or from `port` in TIME_WAIT: each one a connection that was closed.
@@ -652,6 +740,49 @@ TEST(MetricsCacheTest, ASlowPodHoldsNobody) {
   EXPECT_TRUE(cache.Latest("a", "slow", 1).empty());  // still in flight
   ASSERT_TRUE(Eventually([&] { return !cache.Latest("a", "slow", 1).empty(); },
                          std::chrono::milliseconds(3000)));
+}
+
+// On the cache's clock: a pod is scraped when first asked about, then once every period (two
+// samples, their times a period apart), and one nobody asked about for three periods is dropped.
+TEST(MetricsCacheTest, ScrapesEveryPeriodAndForgetsAPodNobodyAsksAbout) {
+  using std::chrono::milliseconds;
+  struct Source : MetricsSource {
+    std::atomic<int> calls{0};
+    StatusOr<std::map<std::string, double>> Scrape(const std::string&, int) override {
+      return std::map<std::string, double>{{"n", double(++calls)}};
+    }
+  } source;
+  FakeClock clock;
+  MetricsCache cache(&source, milliseconds(100), 1, &clock);
+  // Waits until the scrape thread has woken since `before` and waits on the clock again.
+  auto settled = [&](int64_t before) {
+    return Eventually([&] { return clock.wakeups() > before && clock.waiters() == 1; });
+  };
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  int64_t woken = clock.wakeups();
+  EXPECT_TRUE(cache.Latest("a", "pod-a", 9090).empty());
+  ASSERT_TRUE(Eventually([&] { return cache.scrapes() == 1; }));
+  ASSERT_TRUE(settled(woken));
+  ASSERT_EQ(cache.Latest("a", "pod-a", 9090).size(), 1u);
+
+  woken = clock.wakeups();
+  clock.Advance(milliseconds(99));  // not due yet
+  ASSERT_TRUE(settled(woken));
+  EXPECT_EQ(cache.scrapes(), 1u);
+  clock.Advance(milliseconds(1));
+  ASSERT_TRUE(Eventually([&] { return cache.scrapes() == 2; }));
+  const auto samples = cache.Latest("a", "pod-a", 9090);
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[0].values.at("n"), 2.0);  // newest first
+  EXPECT_EQ(samples[0].at - samples[1].at, milliseconds(100));
+
+  // Not asked about for more than three periods: dropped before its next scrape.
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  woken = clock.wakeups();
+  clock.Advance(milliseconds(301));
+  ASSERT_TRUE(settled(woken));
+  EXPECT_EQ(cache.scrapes(), 2u);
+  EXPECT_TRUE(cache.Latest("a", "pod-a", 9090).empty());  // its history starts again
 }
 
 // HTTPS as on a real cluster: the server's certificate checked against the configured CA, the
