@@ -32,7 +32,9 @@ enum class StatusCode {
 // Returns a short name for `code` ("INVALID_ARGUMENT").
 const char* StatusCodeName(StatusCode code);
 
-class Status {
+// [[nodiscard]]: a call whose Status (or StatusOr) nobody looks at fails the build (see
+// CMakeLists.txt's -Werror=unused-result); a caller that means to drop one says so with (void).
+class [[nodiscard]] Status {
  public:
   // An OK status.
   Status() = default;
@@ -74,7 +76,7 @@ inline Status OutOfRangeError(std::string m) {
 
 // Either a value of type T or a non-OK Status.
 template <typename T>
-class StatusOr {
+class [[nodiscard]] StatusOr {
  public:
   StatusOr(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   StatusOr(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
