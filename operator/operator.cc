@@ -177,9 +177,11 @@ struct Operator::Impl : public Children {
     if (running) return;
     queue = std::make_unique<kube::WorkQueue>();
     adds_seen = retries_seen = 0;
-    if (o.metrics) scrapes = std::make_unique<kube::MetricsCache>(o.metrics.get(), o.status_period);
+    if (o.metrics)
+      scrapes = std::make_unique<kube::MetricsCache>(o.metrics.get(), o.status_period,
+                                                     kube::MetricsCache::kThreads, o.clock);
     reconciler =
-        std::make_unique<Reconciler>(fenced.get(), this, nullptr, scrapes.get(), o.status_period);
+        std::make_unique<Reconciler>(fenced.get(), this, o.clock, scrapes.get(), o.status_period);
     reconciler->set_certificate_validity(o.certificate_validity);
     reconciler->set_kueue(o.kueue);
     reconciler->set_default_image(o.default_image);
@@ -199,7 +201,7 @@ struct Operator::Impl : public Children {
       QueueOwner(q, ev.object, batch);
     };
     informers.push_back(std::make_unique<kube::Informer>(reads, kube::AdamJobs(), o.watch_namespace,
-                                                         "", job_handler));
+                                                         "", job_handler, o.clock));
     by_plural.clear();
     // Not Secrets: the reconciler reads its jobs' two by name, so the operator needs no right to
     // list or watch every Secret of the cluster.
@@ -212,8 +214,8 @@ struct Operator::Impl : public Children {
                                             kube::PodDisruptionBudgets()};
     if (o.kueue) children.push_back(kube::Workloads());
     for (const kube::Resource& r : children) {
-      informers.push_back(std::make_unique<kube::Informer>(reads, r, o.watch_namespace,
-                                                           kManagedSelector, child_handler));
+      informers.push_back(std::make_unique<kube::Informer>(
+          reads, r, o.watch_namespace, kManagedSelector, child_handler, o.clock));
       by_plural[r.plural] = informers.back().get();
     }
     // Children first, so a job's first reconcile sees what it already owns.
@@ -248,7 +250,7 @@ struct Operator::Impl : public Children {
       const size_t slash = key->find('/');
       const std::string ns = key->substr(0, slash), name = key->substr(slash + 1);
       active_workers->Increment();
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = o.clock->Now();
       StatusOr<ReconcileResult> r = [&]() -> StatusOr<ReconcileResult> {
         try {
           return reconciler->Reconcile(ns, name);
@@ -256,8 +258,7 @@ struct Operator::Impl : public Children {
           return InternalError("reconcile " + *key + ": " + e.what());
         }
       }();
-      reconcile_time->Observe(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      reconcile_time->Observe(o.clock->SecondsSince(t0));
       active_workers->Decrement();
       ++reconciles;
       if (!r.ok()) {
@@ -338,6 +339,7 @@ StatusOr<std::unique_ptr<Operator>> Operator::Start(kube::Client* reads, kube::C
   lo.lease_duration = o.lease_duration;
   lo.renew_deadline = o.renew_deadline;
   lo.retry_period = o.retry_period;
+  lo.clock = o.clock;
   if (o.leader_elect) ADAM_RETURN_IF_ERROR(kube::CheckLeaderTimes(lo, o.write_timeout));
   std::unique_ptr<Operator> op(new Operator(std::move(impl)));
   if (!o.leader_elect) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "kube/client.h"
 #include "kube/scrape.h"
@@ -71,6 +72,9 @@ struct OperatorOptions {
   // Back-off between re-creations of a role's failed pods (Reconciler::set_restart_backoff).
   std::chrono::milliseconds restart_backoff{10000};
   std::chrono::milliseconds restart_backoff_max{300000};
+  // Where the operator reads the time: the Lease, reconciles' timers, the scrape cache and the
+  // reconcile-duration metric (not owned).
+  Clock* clock = Clock::Real();
 };
 
 class Operator {

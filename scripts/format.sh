@@ -4,7 +4,9 @@
 #   scripts/format.sh --check  changes nothing; names each place that is not formatted (file,
 #                              line, column, the line) and fails if any; also fails on a source
 #                              file of workers/ or operator/ over 700 lines (tests are not held
-#                              to it), naming it
+#                              to it), naming it; and on a read of a std::chrono clock in
+#                              workers/ or operator/ outside core/clock.{h,cc} and net/grpc.cc
+#                              (time goes through core/clock.h's Clock, so tests can drive it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v clang-format-14 > /dev/null || { echo "format: no clang-format-14 (scripts/install-deps.sh)"; exit 1; }
@@ -29,4 +31,14 @@ if [[ -n $long ]]; then
   echo "format: source files over 700 lines: split them"
   exit 1
 fi
-echo "format: ${#files[@]} files clean, none over 700 lines"
+# Time is read through a Clock (core/clock.h): its own files read the std::chrono clocks, and
+# net/grpc.cc, whose deadlines are gRPC's own system-clock time points.
+clocks=$(git grep -nE '(steady_clock|system_clock|high_resolution_clock)::now' -- \
+  'workers/*.cc' 'workers/*.h' 'operator/*.cc' 'operator/*.h' \
+  ':!workers/libs/core/clock.h' ':!workers/libs/core/clock.cc' ':!workers/libs/net/grpc.cc' || true)
+if [[ -n $clocks ]]; then
+  printf '  %s\n' "$clocks"
+  echo "format: clocks read outside core/clock.h: take a Clock* (Clock::Real() in production)"
+  exit 1
+fi
+echo "format: ${#files[@]} files clean, none over 700 lines, no clock read outside core/clock.h"

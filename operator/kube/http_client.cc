@@ -244,7 +244,7 @@ class HttpClient : public Client {
     req.key_pem = creds->key_pem;
     req.token = creds->token;
     req.timeout = o.timeout + std::chrono::seconds(30);
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = config_.clock->Now();
     WatchDecoder decoder;
     Status result = OkStatus();
     auto read = [&](std::string_view line) {
@@ -306,12 +306,9 @@ class HttpClient : public Client {
     req.headers().add("User-Agent", "adam-operator");
   }
 
-  void Observe(const std::string& method, int code,
-               std::chrono::steady_clock::time_point t0) const {
+  void Observe(const std::string& method, int code, Clock::TimePoint t0) const {
     if (!config_.observer) return;
-    config_.observer(RequestRecord{
-        method, code,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+    config_.observer(RequestRecord{method, code, config_.clock->SecondsSince(t0)});
   }
 
   // The credentials for the next request: the static ones, the token file's current content, or
@@ -344,7 +341,7 @@ class HttpClient : public Client {
       c.token = file_token_;
     }
     if (config_.exec) {
-      if (!exec_creds_ || (exec_expiry_ && std::chrono::system_clock::now() >= *exec_expiry_)) {
+      if (!exec_creds_ || (exec_expiry_ && config_.clock->WallNow() >= *exec_expiry_)) {
         auto got = RunExecPlugin(*config_.exec);
         if (!got.ok()) return got.status();
         exec_creds_ = Credentials{got->token, got->cert_pem, got->key_pem};
@@ -398,14 +395,14 @@ class HttpClient : public Client {
           req.set_body(Bytes(body->dump()));
           req.headers().set_content_type(content_type);
         }
-        const auto t0 = std::chrono::steady_clock::now();
+        const auto t0 = config_.clock->Now();
         http::http_response resp = client->request(req).get();
         text = BodyText(resp);
         code = resp.status_code();
         Observe(method, code, t0);
         if (code == 429 || code == 503) retry_after = RetryAfter(resp);
       } catch (const std::exception& e) {
-        Observe(method, 0, std::chrono::steady_clock::now());
+        Observe(method, 0, config_.clock->Now());
         return UnavailableError(method + " " + path + ": " + e.what());
       }
       if (code == 401 && !refused_once && (config_.exec || !config_.token_file.empty())) {

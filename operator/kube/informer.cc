@@ -17,12 +17,13 @@ std::string KeyOf(const Json& object) {
 }
 
 Informer::Informer(Client* client, Resource resource, std::string ns, std::string label_selector,
-                   Handler handler)
+                   Handler handler, Clock* clock)
     : client_(client),
       resource_(std::move(resource)),
       ns_(std::move(ns)),
       selector_(std::move(label_selector)),
-      handler_(std::move(handler)) {}
+      handler_(std::move(handler)),
+      clock_(clock) {}
 
 Informer::~Informer() { Stop(); }
 
@@ -41,7 +42,7 @@ void Informer::Stop() {
 
 bool Informer::WaitForSync(std::chrono::milliseconds timeout) const {
   MutexLock lock(mu_);
-  lock.AwaitFor(cv_, timeout, [&] { return synced_.load() || stop_.load(); });
+  clock_->AwaitFor(lock, cv_, timeout, [&] { return synced_.load() || stop_.load(); });
   return synced_.load();
 }
 
@@ -133,7 +134,7 @@ void Informer::Run() {
   bool need_list = true;
   auto sleep = [&](std::chrono::milliseconds d) {
     MutexLock lock(mu_);
-    lock.AwaitFor(cv_, d, [&] { return stop_.load(); });
+    clock_->AwaitFor(lock, cv_, d, [&] { return stop_.load(); });
   };
   while (!stop_) {
     if (need_list) {

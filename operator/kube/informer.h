@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/mutex.h"
 #include "kube/client.h"
 
@@ -25,9 +26,10 @@ class Informer {
  public:
   using Handler = std::function<void(const WatchEvent&)>;
 
-  // Watches `resource` in `ns` ("" = every namespace) matching `label_selector`.
+  // Watches `resource` in `ns` ("" = every namespace) matching `label_selector`. Its back-off
+  // between failed lists and watches, and WaitForSync, wait on `clock` (not owned).
   Informer(Client* client, Resource resource, std::string ns, std::string label_selector,
-           Handler handler);
+           Handler handler, Clock* clock = Clock::Real());
   ~Informer();
 
   void Start();
@@ -57,6 +59,7 @@ class Informer {
   const std::string ns_;
   const std::string selector_;
   Handler handler_;
+  Clock* const clock_;
   mutable Mutex mu_;
   mutable std::condition_variable cv_;
   std::map<std::string, Json> cache_ ABSL_GUARDED_BY(mu_);  // "ns/name" -> object

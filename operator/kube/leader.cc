@@ -4,21 +4,6 @@
 #include <spdlog/spdlog.h>
 
 namespace adam::kube {
-namespace {
-
-// MicroTime, as Lease times are written.
-std::string MicroTime() {
-  const auto now = std::chrono::system_clock::now();
-  const auto us =
-      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
-      1000000;
-  std::string t = FormatTime(now);
-  char frac[16];
-  std::snprintf(frac, sizeof frac, ".%06lld", static_cast<long long>(us));
-  return t.substr(0, t.size() - 1) + frac + "Z";
-}
-
-}  // namespace
 
 LeaderElector::LeaderElector(Client* client, LeaderOptions options,
                              std::function<void()> on_started, std::function<void()> on_stopped)
@@ -66,7 +51,7 @@ bool LeaderElector::Leading() const {
 
 Json LeaderElector::LeaseSpec(const Json& old, bool transition) const {
   Json spec = old.is_object() ? old : Json::object();
-  const std::string now = MicroTime();
+  const std::string now = FormatMicroTime(o_.clock->WallNow());
   spec["holderIdentity"] = o_.identity;
   spec["leaseDurationSeconds"] = std::max<int64_t>(1, o_.lease_duration.count() / 1000);
   spec["renewTime"] = now;

@@ -78,7 +78,7 @@ class LeaderElector {
   std::thread thread_, watchdog_;
   // What this candidate last saw of the Lease, and when (its own clock); the campaign thread's.
   std::string observed_record_;
-  std::chrono::steady_clock::time_point observed_at_{};
+  Clock::TimePoint observed_at_{};
 };
 
 // A Client whose writes (create, update, apply, delete) fail UNAVAILABLE unless `allowed()` is true

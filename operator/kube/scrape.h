@@ -45,7 +45,8 @@ class MetricsCache {
 
   // `source` and `clock` must outlive the cache; `threads` scrapes run at once. Periods, ages
   // and the samples' times are read on `clock`.
-  MetricsCache(MetricsSource* source, std::chrono::milliseconds period, int threads = 4,
+  static constexpr int kThreads = 4;
+  MetricsCache(MetricsSource* source, std::chrono::milliseconds period, int threads = kThreads,
                Clock* clock = Clock::Real());
   ~MetricsCache();
 

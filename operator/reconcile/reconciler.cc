@@ -34,11 +34,11 @@ std::string ManifestOf(const Json& job) {
   return m.dump(2) + "\n";  // JSON is YAML: every role parses it as its manifest
 }
 
-Reconciler::Reconciler(kube::Client* client, const Children* children, Now now,
+Reconciler::Reconciler(kube::Client* client, const Children* children, Clock* clock,
                        kube::MetricsCache* metrics, std::chrono::milliseconds status_period)
     : client_(client),
       children_(children),
-      now_(now ? std::move(now) : Now([] { return std::chrono::system_clock::now(); })),
+      clock_(clock),
       metrics_(metrics),
       status_period_(status_period) {}
 
@@ -333,7 +333,7 @@ StatusOr<bool> Reconciler::Begin(const std::string& ns, const std::string& name,
   s.generation = s.job["metadata"].value("generation", int64_t{0});
   s.status = s.job.value("status", Json::object());
   s.old_status = s.status;
-  s.now = now_();
+  s.now = clock_->WallNow();
   // Another controller's job (spec.runPolicy.managedBy, as Job's managedBy): not touched at all,
   // status included, so that the two never fight over it.
   const Json spec_json = s.job.value("spec", Json::object());

@@ -67,11 +67,12 @@ struct ReconcileResult {
 
 class Reconciler {
  public:
-  using Now = std::function<std::chrono::system_clock::time_point()>;
   // `metrics` (may be null) holds the trainers' /metrics for status.epoch, testAccuracy,
   // imagesPerSecond and the CpuPinned condition; while a job runs it is then looked at again
   // every `status_period`.
-  Reconciler(kube::Client* client, const Children* children, Now now = nullptr,
+  // `clock` (not owned) is where a pass reads the time: its timers, back-offs and the times
+  // status and Events carry (WallNow).
+  Reconciler(kube::Client* client, const Children* children, Clock* clock = Clock::Real(),
              kube::MetricsCache* metrics = nullptr,
              std::chrono::milliseconds status_period = std::chrono::milliseconds(10000));
 
@@ -232,7 +233,7 @@ class Reconciler {
 
   kube::Client* client_;
   const Children* children_;
-  Now now_;
+  Clock* const clock_;
   kube::MetricsCache* metrics_;
   std::chrono::milliseconds status_period_;
   std::chrono::seconds certificate_validity_ = net::kCertificateValidity;

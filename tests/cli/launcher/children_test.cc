@@ -69,7 +69,7 @@ TEST(Children, StopAllKillsWhatIgnoresSigtermAfterTheGrace) {
   while (!up && std::chrono::steady_clock::now() < end) children.Poll(-1);
   ASSERT_TRUE(up);
   const auto t0 = std::chrono::steady_clock::now();
-  children.StopAll(std::chrono::seconds(1));
+  children.StopAll(std::chrono::seconds(1), *Clock::Real());
   const auto took = std::chrono::steady_clock::now() - t0;
   ASSERT_TRUE(children.all()[0].exited && children.all()[1].exited);
   EXPECT_TRUE(WIFSIGNALED(children.all()[0].wait_status));
@@ -117,7 +117,7 @@ TEST(Faults, KillsWhenDueAndRestartsWhenAsked) {
   EXPECT_TRUE(WIFSIGNALED(children.all()[0].wait_status));
   EXPECT_EQ(WTERMSIG(children.all()[0].wait_status), SIGKILL);
   EXPECT_FALSE(children.all()[1].exited);
-  children.StopAll(std::chrono::seconds(1));
+  children.StopAll(std::chrono::seconds(1), *Clock::Real());
 }
 
 // An event line's JSON as the launcher hands it on: read through the typed events (a kind this

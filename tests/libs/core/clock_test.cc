@@ -25,6 +25,16 @@ TEST(FakeClock, MovesOnlyWhenAdvanced) {
   EXPECT_EQ(clock.Now() - t0, milliseconds(250));
 }
 
+// Its calendar time starts at a fixed instant and moves with Advance, as do the seconds since.
+TEST(FakeClock, WallTimeAndSecondsSinceMoveWithIt) {
+  FakeClock clock;
+  const Clock::TimePoint t0 = clock.Now();
+  EXPECT_EQ(clock.WallNow(), Clock::WallTime(FakeClock::kWallStart));
+  clock.Advance(milliseconds(1500));
+  EXPECT_EQ(clock.WallNow() - Clock::WallTime(FakeClock::kWallStart), milliseconds(1500));
+  EXPECT_DOUBLE_EQ(clock.SecondsSince(t0), 1.5);
+}
+
 TEST(FakeClock, AWaitPastItsDeadlineReturnsAtOnce) {
   FakeClock clock;
   Mutex mu;
@@ -232,6 +242,13 @@ TEST(RealClock, AWaitPastItsDeadlineReturnsFalse) {
   while (Clock::Real()->WaitUntil(lock, cv, before + milliseconds(1))) {
   }
   EXPECT_GE(Clock::Real()->Now() - before, milliseconds(1));
+}
+
+TEST(RealClock, WallTimeIsTheSystemClocks) {
+  const auto before = std::chrono::system_clock::now();
+  const Clock::WallTime wall = Clock::Real()->WallNow();
+  EXPECT_GE(wall, before);
+  EXPECT_LE(wall, std::chrono::system_clock::now());
 }
 
 }  // namespace

@@ -50,7 +50,8 @@ TEST(ClockGate, ModesParkAndReleaseExactlyAtTheirBound) {
 // A pull parked with an expiry that nothing releases in time is answered by the gate's timer
 // with the trainers it waited for; one released in time runs as always; Close answers the rest.
 TEST(ClockGate, AnExpiredPullNamesTheTrainersItWaitedFor) {
-  ClockGate gate(3, spec::Consistency::kSync, 0);
+  FakeClock clock;
+  ClockGate gate(3, spec::Consistency::kSync, 0, &clock);
   gate.Advance(0, 3, false);
   gate.Advance(1, 1, false);
   gate.Advance(2, 2, true);  // left: holds nobody back
@@ -58,17 +59,23 @@ TEST(ClockGate, AnExpiredPullNamesTheTrainersItWaitedFor) {
   std::promise<std::string> expired;
   std::atomic<int> ran{0};
   gate.WhenAllowed(
-      3, [&](bool) { ++ran; }, ClockGate::Clock::now() + std::chrono::milliseconds(100),
+      3, [&](bool) { ++ran; }, clock.Now() + std::chrono::milliseconds(100),
       [&](const std::string& why) { expired.set_value(why); });
   std::atomic<int> allowed1{-1}, allowed2{-1};  // -1: not run; else the bool it ran with
   gate.WhenAllowed(
-      1, [&](bool ok) { allowed1 = ok; }, ClockGate::Clock::now() + std::chrono::seconds(30),
+      1, [&](bool ok) { allowed1 = ok; }, clock.Now() + std::chrono::seconds(30),
       [&](const std::string&) { ++ran; });
   EXPECT_EQ(allowed1.load(), 1);  // clock 1 is allowed at once
   gate.WhenAllowed(
-      2, [&](bool ok) { allowed2 = ok; }, ClockGate::Clock::now() + std::chrono::seconds(30),
+      2, [&](bool ok) { allowed2 = ok; }, clock.Now() + std::chrono::seconds(30),
       [&](const std::string&) { ++ran; });
   auto f = expired.get_future();
+  // The gate's timer waits for the first expiry; nothing expires before the clock reaches it.
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  clock.Advance(std::chrono::milliseconds(99));
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  EXPECT_EQ(f.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  clock.Advance(std::chrono::milliseconds(1));
   ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_EQ(f.get(), "trainer 1 (at epoch 0 push 1; epoch 0 push 3 needed)");
   EXPECT_EQ(gate.parked(), 1u);  // the clock-2 pull waits on

@@ -115,13 +115,13 @@ void Children::Drain(Child& c) {
   }
 }
 
-void Children::StopAll(std::chrono::seconds grace) {
+void Children::StopAll(std::chrono::seconds grace, Clock& clock) {
   for (auto& c : children_)
     if (!c.exited) {
       c.expected_exit = true;
       kill(c.pid, SIGTERM);
     }
-  const auto deadline = std::chrono::steady_clock::now() + grace;
+  const auto deadline = clock.Now() + grace;
   while (true) {
     bool alive = false;
     for (auto& c : children_) {
@@ -137,7 +137,7 @@ void Children::StopAll(std::chrono::seconds grace) {
       }
     }
     if (!alive) break;
-    if (std::chrono::steady_clock::now() > deadline) {
+    if (clock.Now() > deadline) {
       for (auto& c : children_)
         if (!c.exited) {
           std::fprintf(stderr, "adam run: %s did not stop in %lld s; killing it\n",
@@ -148,7 +148,7 @@ void Children::StopAll(std::chrono::seconds grace) {
         }
       break;
     }
-    usleep(20000);
+    clock.SleepFor(std::chrono::milliseconds(20));
   }
   for (auto& c : children_)
     if (c.fd >= 0) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "launcher/child.h"
 
@@ -28,8 +29,9 @@ class Children {
   // and reaps; returns the children that exited since the last call, their output read to the
   // end.
   std::vector<Child*> Poll(int wake_fd);
-  // SIGTERM to every child still running; SIGKILL, named on stderr, to any left after `grace`.
-  void StopAll(std::chrono::seconds grace);
+  // SIGTERM to every child still running; SIGKILL, named on stderr, to any left after `grace`
+  // (on `clock`).
+  void StopAll(std::chrono::seconds grace, Clock& clock);
 
   std::deque<Child>& all() { return children_; }
   const std::deque<Child>& all() const { return children_; }

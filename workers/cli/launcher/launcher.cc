@@ -44,8 +44,6 @@ namespace adam::launcher {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 int g_signal_pipe[2] = {-1, -1};
 volatile sig_atomic_t g_signal = 0;
 
@@ -303,10 +301,10 @@ class Supervisor {
       for (const auto& in : plan.instances)
         if (in.stage == stage && !Spawn(in, endpoints)) return 1;
       // Every serving role of this stage must listen before the next stage starts.
-      const auto deadline = Clock::now() + o_.ready_timeout;
+      const auto deadline = o_.clock->Now() + o_.ready_timeout;
       while (stage < max_stage && !StageReady(stage)) {
         if (int code = Pump(); code >= 0) return code;
-        if (Clock::now() > deadline) {
+        if (o_.clock->Now() > deadline) {
           Fail(nullptr, "roles did not become ready within " +
                             std::to_string(o_.ready_timeout.count()) + " s");
           return 1;
@@ -373,12 +371,12 @@ class Supervisor {
     spec::RoleInstance in = *t0;
     in.name = "evaluator";
     if (!Spawn(in, endpoints_, /*evaluate_only=*/true)) return 1;
-    const auto deadline = Clock::now() + o_.ready_timeout;
+    const auto deadline = o_.clock->Now() + o_.ready_timeout;
     while (true) {
       if (int code = Pump(); code >= 0) return code;
       const Child& c = children_.all().back();
       if (c.exited) break;
-      if (Clock::now() > deadline) {
+      if (o_.clock->Now() > deadline) {
         Fail(&c, "the evaluator did not finish within " + std::to_string(o_.ready_timeout.count()) +
                      " s");
         return 1;
@@ -626,7 +624,7 @@ class Supervisor {
       std::fprintf(stderr, "  %s\n", c.tail[i].c_str());
   }
 
-  void StopAll() { children_.StopAll(o_.stop_grace); }
+  void StopAll() { children_.StopAll(o_.stop_grace, *o_.clock); }
 
   const spec::AdamJob& job_;
   const RunOptions& o_;

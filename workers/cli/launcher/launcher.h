@@ -16,6 +16,7 @@
 #include <chrono>
 #include <string>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "spec/adamjob.h"
 
@@ -28,7 +29,9 @@ struct RunOptions {
   bool quiet = false;      // hide the children's log lines (errors still shown on failure)
   std::chrono::seconds ready_timeout{300};  // for serving roles to start listening
   std::chrono::seconds stop_grace{5};       // SIGTERM -> SIGKILL
-  int tail_lines = 20;                      // a dead child's last lines to show
+  // The run's wall time and figures, the waits above and the failover times (not owned).
+  Clock* clock = Clock::Real();
+  int tail_lines = 20;  // a dead child's last lines to show
   // Parameter-server checkpoints go to <state_dir>/<ps name>; a run given a directory that
   // holds checkpoints resumes from them: the parameters, and the epochs finished, so the epochs
   // and the learning-rate schedule go on where they were. Empty: a temporary directory, removed

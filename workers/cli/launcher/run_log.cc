@@ -10,9 +10,8 @@
 
 namespace adam::launcher {
 
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+int64_t UnixMs(const Clock& clock) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(clock.WallNow().time_since_epoch())
       .count();
 }
 
@@ -43,10 +42,10 @@ std::string Thousands(double v) {
 }
 
 RunLog::RunLog(const spec::AdamJob& job, const RunOptions& options)
-    : job_(job), o_(options), start_(Clock::now()), train_start_(start_), train_end_(start_) {}
+    : job_(job), o_(options), start_(o_.clock->Now()), train_start_(start_), train_end_(start_) {}
 
 void RunLog::Killed(const std::string& name) {
-  kill_unix_ms_ = UnixMs();
+  kill_unix_ms_ = UnixMs(*o_.clock);
   killed_ = name;
 }
 
@@ -147,7 +146,7 @@ void RunLog::On(const std::string& from, const events::ControllerLeader& ev) {
   controller_leader_ = from;
   controller_term_ = int64_t(ev.term);
   if (kill_unix_ms_ > 0 && controller_failover_ms_ < 0 && from != killed_)
-    controller_failover_ms_ = UnixMs() - kill_unix_ms_;
+    controller_failover_ms_ = UnixMs(*o_.clock) - kill_unix_ms_;
 }
 
 // A trainer's start: which epoch it goes on at.
@@ -220,7 +219,7 @@ void RunLog::On(const std::string& /*from*/, const events::Epoch& ev) {
   const int epoch = ev.epoch;
   epoch_loss_[epoch].push_back(ev.loss);
   if (ev.trainer != 0) return;
-  const auto now = Clock::now();
+  const auto now = o_.clock->Now();
   int64_t total = 0;
   for (const auto& [_, v] : images_total_) total += v;
   const auto since = last_line_ ? *last_line_ : train_start_;
@@ -243,9 +242,7 @@ void RunLog::On(const std::string& /*from*/, const events::Epoch& ev) {
   std::fflush(stderr);
 }
 
-double RunLog::TrainSeconds() const {
-  return std::chrono::duration<double>(Clock::now() - train_start_).count();
-}
+double RunLog::TrainSeconds() const { return o_.clock->SecondsSince(train_start_); }
 
 void RunLog::Mark(const std::string& what) { record_.marks.push_back({TrainSeconds(), what}); }
 
@@ -253,7 +250,7 @@ void RunLog::Mark(const std::string& what) { record_.marks.push_back({TrainSecon
 // report their counts every few seconds, so a shorter window would alternate 0 and spikes).
 void RunLog::SampleRate() {
   if (o_.report_dir.empty()) return;
-  const auto now = Clock::now();
+  const auto now = o_.clock->Now();
   if (rate_at_ && now - *rate_at_ < std::chrono::seconds(1)) return;
   rate_at_ = now;
   int64_t total = 0;
@@ -282,7 +279,7 @@ bool RunLog::WriteReport(int code) {
       {"epochs", std::to_string(last_epoch_) + " of " + std::to_string(job_.training.epochs)},
       {"test accuracy", last_accuracy_ >= 0 ? Percent(last_accuracy_) : "-"},
       {"images", Thousands(double(images))},
-      {"wall time", Clock2(std::chrono::duration<double>(Clock::now() - start_).count())},
+      {"wall time", Clock2(o_.clock->SecondsSince(start_))},
       {"trainers", std::to_string(job_.roles.trainer.replicas) + " x " +
                        std::to_string(job_.roles.trainer.threads) + " threads"},
       {"parameter servers", std::to_string(job_.roles.parameter_server.replicas) + " (copies " +
@@ -385,7 +382,7 @@ nlohmann::json RunLog::SummaryJson(int64_t images, double ips, double train, dou
 void RunLog::PrintSummary() {
   int64_t images = 0;
   for (const auto& [_, v] : images_total_) images += v;
-  const double wall = std::chrono::duration<double>(Clock::now() - start_).count();
+  const double wall = o_.clock->SecondsSince(start_);
   const double train = std::chrono::duration<double>(train_end_ - train_start_).count();
   const double ips = train > 0 ? double(images) / train : 0;
   if (o_.json) {

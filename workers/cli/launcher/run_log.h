@@ -24,15 +24,13 @@ namespace adam::launcher {
 
 class RunLog {
  public:
-  using Clock = std::chrono::steady_clock;
-
   // The run starts now (its wall time counts from here).
   RunLog(const spec::AdamJob& job, const RunOptions& options);
 
   // Where the parameter servers' checkpoints are (named when a run resumes from them).
   void set_state_root(std::string dir) { state_root_ = std::move(dir); }
-  void TrainingStarted() { train_start_ = Clock::now(); }
-  void TrainingEnded() { train_end_ = Clock::now(); }
+  void TrainingStarted() { train_start_ = o_.clock->Now(); }
+  void TrainingEnded() { train_end_ = o_.clock->Now(); }
   double TrainSeconds() const;
 
   // An event of role instance `from` (not its "ready", which the launcher keeps).
@@ -86,11 +84,11 @@ class RunLog {
   const spec::AdamJob& job_;
   const RunOptions& o_;
   std::string state_root_;
-  Clock::time_point start_, train_start_, train_end_;
+  Clock::TimePoint start_, train_start_, train_end_;
   std::map<int, int64_t> images_total_;
   std::map<int, events::Done> done_;
   std::map<int, std::vector<double>> epoch_loss_;
-  std::optional<Clock::time_point> last_line_;
+  std::optional<Clock::TimePoint> last_line_;
   int64_t last_total_ = 0;
   double last_accuracy_ = -1;
   double last_loss_ = 0;
@@ -121,12 +119,12 @@ class RunLog {
   int evaluated_epoch_ = 0;     // the epoch of trainer 0's last evaluation
   int resumed_epochs_ = -1;     // trainer 0's start: the epochs the checkpoints held (-1: none)
   RunRecord record_;            // for --report; its `classes` for the summaries too
-  std::optional<Clock::time_point> rate_at_;
-  std::deque<std::pair<Clock::time_point, int64_t>> rate_window_;  // (time, images) samples
+  std::optional<Clock::TimePoint> rate_at_;
+  std::deque<std::pair<Clock::TimePoint, int64_t>> rate_window_;  // (time, images) samples
 };
 
 // Formatting shared by the progress lines, the summary and the report.
-int64_t UnixMs();
+int64_t UnixMs(const Clock& clock);  // the clock's wall time in ms since 1970
 std::string Clock2(double seconds);  // m:ss or h:mm:ss
 std::string Percent(double fraction);
 std::string Thousands(double v);  // 12,345

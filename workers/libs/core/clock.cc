@@ -9,6 +9,7 @@ namespace {
 class RealClock final : public Clock {
  public:
   TimePoint Now() const override { return std::chrono::steady_clock::now(); }
+  WallTime WallNow() const override { return std::chrono::system_clock::now(); }
   bool WaitUntil(MutexLock& lock, std::condition_variable& cv, TimePoint deadline) override {
     return lock.WaitUntil(cv, deadline);
   }
@@ -36,6 +37,12 @@ Clock::TimePoint FakeClock::Now() const {
 
 // The caller holds `lock` (Clock's contract); the analysis cannot see a reference's state, hence
 // no analysis here.
+Clock::WallTime FakeClock::WallNow() const {
+  MutexLock l(mu_);
+  return WallTime(kWallStart) +
+         std::chrono::duration_cast<WallTime::duration>(now_ - (TimePoint() + kStart));
+}
+
 bool FakeClock::WaitUntil(MutexLock& lock, std::condition_variable& cv,
                           TimePoint deadline) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const Waiter self{&lock.mutex(), &cv};

@@ -1,9 +1,12 @@
 // Clock: where code that keeps time (leases, heartbeats, timeouts, backoffs) reads the time and
 // waits for it, so that tests drive time by hand with FakeClock instead of sleeping.
 //
-// Clock::Real() is the process's steady clock; it is thread-safe and lives for the whole process.
-// A FakeClock moves only when Advance is called; it is thread-safe. Code given a Clock* does not
-// own it.
+// Clock::Real() is the process's steady clock (and, for WallNow, the system clock); it is
+// thread-safe and lives for the whole process. A FakeClock moves only when Advance is called; it is
+// thread-safe. Code given a Clock* does not own it.
+//
+// This file and clock.cc are where the process reads the time: code elsewhere asks a Clock (the
+// one exception is net/grpc.cc, which turns a timeout into gRPC's own system-clock deadline).
 #pragma once
 
 #include <chrono>
@@ -19,9 +22,18 @@ class Clock {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
   using Duration = std::chrono::steady_clock::duration;
+  using WallTime = std::chrono::system_clock::time_point;
 
   virtual ~Clock() = default;
   virtual TimePoint Now() const = 0;
+  // The calendar time: what is written down for others to read (a Lease's renewTime, a
+  // certificate's validity, a checkpoint's or an event's timestamp). It may jump; intervals are
+  // measured with Now().
+  virtual WallTime WallNow() const = 0;
+  // Seconds from `since` (a Now() of this clock) to now: a figure such as "restored in 0.4 s".
+  double SecondsSince(TimePoint since) const {
+    return std::chrono::duration<double>(Now() - since).count();
+  }
   // Waits on `cv` with `lock`'s mutex released, until notified or this clock reaches `deadline`.
   // Returns false when the deadline passed (spurious wake-ups return true: callers loop on their
   // condition, as with std::condition_variable).
@@ -55,10 +67,14 @@ class Clock {
 // wait returns only once no Advance still holds its mutex, so the waiter may then destroy it.
 class FakeClock final : public Clock {
  public:
-  // Starts an hour after the epoch, so `Now() - something` stays positive in tests.
-  FakeClock() : now_(TimePoint() + std::chrono::hours(1)) {}
+  // Starts an hour after the epoch, so `Now() - something` stays positive in tests; its WallNow
+  // starts at kWallStart and moves with Now.
+  FakeClock() : now_(TimePoint() + kStart) {}
+  static constexpr Duration kStart = std::chrono::hours(1);
+  static constexpr std::chrono::seconds kWallStart{1767225600};  // 2026-01-01T00:00:00Z
 
   TimePoint Now() const override;
+  WallTime WallNow() const override;
   bool WaitUntil(MutexLock& lock, std::condition_variable& cv, TimePoint deadline) override;
   void Advance(Duration d);
   // Threads waiting on this clock now: a test advances once the thread it drives is waiting.

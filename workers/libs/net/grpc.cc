@@ -171,7 +171,7 @@ events::Ready Listeners::ReadyEvent(int metrics_port) const {
 }
 
 void Listeners::Shutdown(std::chrono::milliseconds grace) {
-  const auto deadline = std::chrono::system_clock::now() + grace;
+  const auto deadline = DeadlineAfter(grace);
   for (auto& [name, s] : extra_)
     if (s.server) s.server->Shutdown(deadline);
   if (main_.server) main_.server->Shutdown(deadline);
@@ -201,8 +201,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const Transport& transport, const std
 
 Status WaitForReady(grpc::Channel* channel, const std::string& what, const std::string& address,
                     std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::system_clock::now() + timeout;
-  if (channel->WaitForConnected(deadline)) return OkStatus();
+  if (channel->WaitForConnected(DeadlineAfter(timeout))) return OkStatus();
   return UnavailableError("cannot reach " + what + " at " + address + " within " +
                           std::to_string(timeout.count()) + " ms");
 }
@@ -279,8 +278,17 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(code, s.message());
 }
 
+std::chrono::system_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout) {
+  return std::chrono::system_clock::now() + timeout;
+}
+
 void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
-  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  ctx->set_deadline(DeadlineAfter(timeout));
+}
+
+std::chrono::nanoseconds TimeLeft(const grpc::ServerContextBase& ctx) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(ctx.deadline() -
+                                                              std::chrono::system_clock::now());
 }
 
 }  // namespace adam::net

@@ -105,7 +105,13 @@ Status FromGrpc(const grpc::Status& s, const std::string& what);
 // A Status as a gRPC status with the same code and message (a code gRPC lacks: INTERNAL).
 grpc::Status ToGrpc(const Status& s);
 
+// gRPC keeps its deadlines on the system clock, with its own timers: the point `timeout` from now
+// there. (grpc.cc is the one file outside core/ that reads a clock: these deadlines cannot run on
+// a core/clock.h Clock.)
+std::chrono::system_clock::time_point DeadlineAfter(std::chrono::milliseconds timeout);
 // A ClientContext deadline `timeout` from now.
 void SetDeadline(grpc::ClientContext* ctx, std::chrono::milliseconds timeout);
+// The time a server call has left before its caller's deadline (years when it set none).
+std::chrono::nanoseconds TimeLeft(const grpc::ServerContextBase& ctx);
 
 }  // namespace adam::net

@@ -137,8 +137,7 @@ struct Controller::Impl final
   }
   void EndRebalance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const v1::ControllerState& st = machine.state();
-    const double seconds =
-        std::chrono::duration<double>(options.clock->Now() - rebalancing->since).count();
+    const double seconds = options.clock->SecondsSince(rebalancing->since);
     counters.copies_moved += rebalancing->moved;
     counters.handoffs += rebalancing->handoffs;
     ++counters.rebalances;
@@ -260,6 +259,7 @@ struct Controller::Impl final
       v1::ShardMap m;
       {
         MutexLock l(mu);
+        // Real time, not the clock's: this polls gRPC's own state (the stream's cancellation).
         l.AwaitFor(changed, std::chrono::milliseconds(200),
                    [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
                      return stopping || machine.state().version() > sent;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "core/clock.h"
 #include "core/exit_codes.h"
 #include "core/periodic.h"
 #include "core/role.h"
@@ -92,8 +93,9 @@ Status LoadFolders(const spec::AdamJob& job, int classes, data::Dataset* train, 
 
 // The job's data set (IDX files or image folders), augmented into its cache: what the data
 // server serves. A refused input is kDataLoss or kInvalidArgument (RefusedInputExit).
-StatusOr<std::unique_ptr<DataSource>> LoadDataSource(const spec::AdamJob& job, int batch_images) {
-  const auto t0 = std::chrono::steady_clock::now();
+StatusOr<std::unique_ptr<DataSource>> LoadDataSource(const spec::AdamJob& job, int batch_images,
+                                                     const Clock& clock) {
+  const auto t0 = clock.Now();
   const int classes = spec::NumClasses(job.model);
   const auto& in = job.model.input;
   data::Dataset train, test;
@@ -127,7 +129,7 @@ StatusOr<std::unique_ptr<DataSource>> LoadDataSource(const spec::AdamJob& job, i
   spdlog::info("augmentation cache: {} variants x {} images ({:.1f} MB) in {:.2f} s",
                cache->variants(), cache->count(),
                double(cache->variants()) * cache->count() * cache->image_bytes() / 1e6,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+               clock.SecondsSince(t0));
   DataSourceOptions so;
   so.trainers = job.roles.trainer.replicas;
   so.quorum = job.training.epoch_quorum;
@@ -142,7 +144,7 @@ StatusOr<std::unique_ptr<DataSource>> LoadDataSource(const spec::AdamJob& job, i
 
 int Main(const spec::AdamJob& job, const MainOptions& options) {
   BlockTerminationSignals();
-  auto source = LoadDataSource(job, options.batch_images);
+  auto source = LoadDataSource(job, options.batch_images, *Clock::Real());
   if (!source.ok()) {
     spdlog::error("{}", source.status().message());
     return RefusedInputExit(source.status());

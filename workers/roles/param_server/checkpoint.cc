@@ -370,8 +370,9 @@ void Checkpointer::Start() {
 
 void Checkpointer::Loop() {
   MutexLock lock(stop_mu_);
-  while (!lock.AwaitFor(stop_cv_, opt_.interval,
-                        [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(stop_mu_) { return stop_; })) {
+  while (!opt_.clock->AwaitFor(lock, stop_cv_, opt_.interval,
+                               [this]()
+                                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(stop_mu_) { return stop_; })) {
     lock.Unlock();
     auto g = Flush();
     if (!g.ok()) spdlog::error("checkpoint failed: {}", g.status().message());
@@ -411,7 +412,7 @@ StatusOr<uint64_t> Checkpointer::Flush() {
 }
 
 StatusOr<uint64_t> Checkpointer::FlushLocked() {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = opt_.clock->Now();
   const std::vector<uint32_t> ids = store_->shard_ids();
   // Read before the shards (ParamStore::RaiseEpochs): every copy below holds what it says.
   const uint32_t epochs = store_->epochs();
@@ -458,7 +459,7 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
       }
       if (++written == ids.size() / 2 && opt_.debug_pause_mid_flush.count() > 0) {
         events::Emit(events::CheckpointWriting{.generation = gen});
-        std::this_thread::sleep_for(opt_.debug_pause_mid_flush);
+        opt_.clock->SleepFor(opt_.debug_pause_mid_flush);
       }
     }
     const uint32_t crc = w.crc();
@@ -479,8 +480,7 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
   std::map<uint32_t, uint64_t> written;
   for (const auto& [id, c] : copies) written[id] = c.version;
   Commit(gen, epochs, ids, written);
-  Record(gen, dirty.size(), epochs, w.bytes(),
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  Record(gen, dirty.size(), epochs, w.bytes(), opt_.clock->SecondsSince(start));
   return gen;
 }
 
@@ -517,7 +517,7 @@ void Checkpointer::Record(uint64_t generation, size_t shards, uint32_t epochs, u
   if (m_.duration) m_.duration->Observe(seconds);
   if (m_.last_success)
     m_.last_success->Set(double(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
+                                    opt_.clock->WallNow().time_since_epoch())
                                     .count()) /
                          1000.0);
   if (m_.generation) m_.generation->Set(double(generation));

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/mutex.h"
 #include "core/status.h"
 #include "param_server/buffer_pool.h"
@@ -91,6 +92,8 @@ struct CheckpointOptions {
   // Runs on the background thread after each flush that wrote a checkpoint (e.g. to send it to a
   // peer); may be empty.
   std::function<void()> after_flush;
+  // Times the interval, the pause above and each flush (not owned).
+  Clock* clock = Clock::Real();
 };
 
 // Reads `options.dir` for the server's newest usable checkpoint covering exactly `shards` (id ->

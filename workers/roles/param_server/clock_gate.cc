@@ -11,9 +11,10 @@
 
 namespace adam::ps {
 
-ClockGate::ClockGate(int trainers, spec::Consistency mode, int max_staleness)
+ClockGate::ClockGate(int trainers, spec::Consistency mode, int max_staleness, Clock* clock)
     : mode_(mode),
       staleness_(uint64_t(std::max(0, max_staleness))),
+      time_(clock),
       trainers_(std::max(1, trainers)),
       clock_(size_t(std::max(1, trainers)), 0),
       left_(size_t(std::max(1, trainers)), false) {}
@@ -121,18 +122,18 @@ void ClockGate::Advance(int t, uint64_t clock, bool leave) {
 }
 
 void ClockGate::WhenAllowed(uint64_t clock, std::function<void(bool)> fn) {
-  WhenAllowed(clock, std::move(fn), Clock::time_point::max(), {});
+  WhenAllowed(clock, std::move(fn), Clock::TimePoint::max(), {});
 }
 
-void ClockGate::WhenAllowed(uint64_t clock, std::function<void(bool)> fn, Clock::time_point expires,
+void ClockGate::WhenAllowed(uint64_t clock, std::function<void(bool)> fn, Clock::TimePoint expires,
                             std::function<void(const std::string&)> on_expired) {
   const uint64_t needed = Needed(clock);
   {
     MutexLock lock(mu_);
     if (!closed_ && needed > MinClockLocked()) {
-      const bool expiring = on_expired && expires != Clock::time_point::max();
+      const bool expiring = on_expired && expires != Clock::TimePoint::max();
       parked_.emplace(needed,
-                      Parked{clock, std::move(fn), expiring ? expires : Clock::time_point::max(),
+                      Parked{clock, std::move(fn), expiring ? expires : Clock::TimePoint::max(),
                              std::move(on_expired)});
       if (expiring) {
         if (!expirer_.joinable()) expirer_ = NamedThread("clock-expiry", [this] { ExpireLoop(); });
@@ -170,9 +171,9 @@ std::string ClockGate::WaitingForLocked(uint64_t clock) const {
 void ClockGate::ExpireLoop() {
   MutexLock lock(mu_);
   while (!stopping_) {
-    auto next = Clock::time_point::max();
+    auto next = Clock::TimePoint::max();
     std::vector<std::pair<std::function<void(const std::string&)>, std::string>> due;
-    const auto now = Clock::now();
+    const auto now = time_->Now();
     for (auto it = parked_.begin(); it != parked_.end();) {
       if (it->second.expires <= now) {
         due.emplace_back(std::move(it->second.on_expired), WaitingForLocked(it->second.clock));
@@ -188,10 +189,10 @@ void ClockGate::ExpireLoop() {
       lock.Lock();
       continue;
     }
-    if (next == Clock::time_point::max())
+    if (next == Clock::TimePoint::max())
       lock.Wait(expiry_cv_);
     else
-      lock.WaitUntil(expiry_cv_, next);
+      time_->WaitUntil(lock, expiry_cv_, next);
   }
 }
 

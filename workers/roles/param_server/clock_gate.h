@@ -11,7 +11,8 @@
 // each trainer. A held-back pull is parked, not a blocked thread: its continuation runs on the
 // thread whose push releases it. A pull parked with an expiry (its caller's deadline) that is
 // still held back then is answered by the gate's own timer thread with the trainers it waited
-// for, so a trainer that died is named instead of a bare deadline. Thread-safe.
+// for, so a trainer that died is named instead of a bare deadline; expiries are on the gate's
+// Clock (tests: a FakeClock). Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -24,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/mutex.h"
 #include "spec/adamjob.h"
 
@@ -34,9 +36,8 @@ std::string ClockText(uint64_t clock);
 
 class ClockGate {
  public:
-  using Clock = std::chrono::steady_clock;
-
-  ClockGate(int trainers, spec::Consistency mode, int max_staleness);
+  // `clock` (not owned) times the expiries.
+  ClockGate(int trainers, spec::Consistency mode, int max_staleness, Clock* clock = Clock::Real());
   ~ClockGate();
   ClockGate(const ClockGate&) = delete;
   ClockGate& operator=(const ClockGate&) = delete;
@@ -61,7 +62,7 @@ class ClockGate {
   void WhenAllowed(uint64_t clock, std::function<void(bool)> fn);
   // The same, but a pull still parked at `expires` is removed and `on_expired` runs instead of
   // `fn`, with what it waited for (WaitingFor).
-  void WhenAllowed(uint64_t clock, std::function<void(bool)> fn, Clock::time_point expires,
+  void WhenAllowed(uint64_t clock, std::function<void(bool)> fn, Clock::TimePoint expires,
                    std::function<void(const std::string&)> on_expired);
   // The active trainers a pull at `clock` waits for, clocks as (epoch << 32) | pushes:
   // "trainer 1 (at epoch 2 push 57; epoch 2 push 60 needed)".
@@ -77,12 +78,14 @@ class ClockGate {
   uint64_t Needed(uint64_t clock) const;
   size_t parked() const;
   int trainers() const;
+  // The clock expiries are on: a pull's caller times its wait on it too.
+  Clock* clock() const { return time_; }
 
  private:
   struct Parked {
     uint64_t clock = 0;
     std::function<void(bool)> fn;
-    Clock::time_point expires = Clock::time_point::max();
+    Clock::TimePoint expires = Clock::TimePoint::max();
     std::function<void(const std::string&)> on_expired;
   };
   uint64_t MinClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -90,6 +93,7 @@ class ClockGate {
   void ExpireLoop();
   spec::Consistency mode_;
   uint64_t staleness_;
+  Clock* const time_;  // (clock_ is the trainers' clocks)
   // The job's trainers (clock_ and left_ may be longer). Written under mu_; read without it on
   // every push (Admits): relaxed is enough, as it orders nothing else, and a push admitted just
   // before a change is one that came before it (Advance takes mu_ and sizes clock_ itself).

@@ -53,17 +53,16 @@ StatusOr<Restored> RestoreState(const MainOptions& options, const CheckpointOpti
   for (const auto& s : store_map.shards())
     if (s.server == options.index) held[s.id] = s.count;
   spdlog::info("looking for checkpoints of {} shards in {}", held.size(), options.state_dir);
-  const auto restore_start = std::chrono::steady_clock::now();
+  const auto restore_start = copt.clock->Now();
   ADAM_ASSIGN_OR_RETURN(Restored restored, RestoreCheckpoint(copt, held));
   for (const auto& [id, s] : restored.shards) {
     const auto& sh = map.shards()[id];
     std::copy(s.values.begin(), s.values.end(), initial->begin() + sh.offset);
   }
   if (restored.generation > 0) {
-    spdlog::info(
-        "restored {} shards from checkpoint {} ({} epochs finished) in {:.2f} s",
-        restored.shards.size(), restored.file, restored.epochs,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - restore_start).count());
+    spdlog::info("restored {} shards from checkpoint {} ({} epochs finished) in {:.2f} s",
+                 restored.shards.size(), restored.file, restored.epochs,
+                 copt.clock->SecondsSince(restore_start));
     events::Emit(events::Restored{.generation = restored.generation,
                                   .file = restored.file,
                                   .shards = int64_t(restored.shards.size()),

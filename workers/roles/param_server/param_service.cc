@@ -197,14 +197,14 @@ grpc::Status DenseOps(const adam::v1::PushRequest& req, const update::UpdatePlan
 
 // Whether this server may take writes to every shard the Ops touch (routing.h); a shard taking
 // its first write since its promotion is reported as an event.
-grpc::Status AdmitWrites(Routing& routing, const std::vector<Op>& ops) {
+grpc::Status AdmitWrites(Routing& routing, const std::vector<Op>& ops, const Clock& clock) {
   std::vector<uint32_t> shards, promoted;
   for (const Op& op : ops) shards.push_back(op.shard);
   if (std::string why = routing.Admit(shards, &promoted); !why.empty()) {
     return {grpc::StatusCode::FAILED_PRECONDITION, why};
   }
   for (uint32_t shard : promoted) {
-    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    const auto now = clock.WallNow().time_since_epoch();
     events::Emit(events::PromotedFirstUpdate{
         .shard = shard,
         .map_version = routing.version(),
@@ -251,7 +251,8 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
   grpc::Status checked = DeltaOps(*req, *store_, pool_, call.get(), &bytes);
   if (checked.ok())
     checked = DenseOps(*req, *plan_, server_, *store_, pool_, call.get(), &dense_bytes);
-  if (checked.ok() && routing_ != nullptr) checked = AdmitWrites(*routing_, call->ops);
+  if (checked.ok() && routing_ != nullptr)
+    checked = AdmitWrites(*routing_, call->ops, *gate_->clock());
   if (!checked.ok()) {
     reactor->Finish(checked);
     return reactor;
@@ -336,13 +337,11 @@ grpc::Status CheckPull(const std::vector<uint32_t>& ids,
 
 // When a pull held back by the consistency model gives up: a tenth of the caller's time left (at
 // most a second) before its deadline, kept for the answer to travel; never without a deadline.
-ClockGate::Clock::time_point PullExpiry(const grpc::CallbackServerContext& ctx,
-                                        std::chrono::steady_clock::time_point asked) {
-  const auto left = ctx.deadline() - std::chrono::system_clock::now();
-  if (left >= std::chrono::hours(24 * 365)) return ClockGate::Clock::time_point::max();
-  const auto keep =
-      std::min<std::chrono::system_clock::duration>(std::chrono::seconds(1), left / 10);
-  return asked + std::chrono::duration_cast<ClockGate::Clock::duration>(left - keep);
+Clock::TimePoint PullExpiry(const grpc::CallbackServerContext& ctx, Clock::TimePoint asked) {
+  const auto left = net::TimeLeft(ctx);
+  if (left >= std::chrono::hours(24 * 365)) return Clock::TimePoint::max();
+  const auto keep = std::min<Clock::Duration>(std::chrono::seconds(1), left / 10);
+  return asked + (left - keep);
 }
 
 }  // namespace
@@ -358,15 +357,15 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
     reactor->Finish(st);
     return reactor;
   }
-  const auto asked = std::chrono::steady_clock::now();
+  Clock* const clock = gate_->clock();
+  const auto asked = clock->Now();
   // A pull held back until just before its caller's deadline is answered with the trainers it
   // waited for: a trainer that died is named, not a bare deadline.
-  const uint64_t clock = req->clock();
-  auto on_expired = [reactor, asked, clock](const std::string& waiting) {
-    const double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  const uint64_t at = req->clock();
+  auto on_expired = [reactor, asked, at, clock](const std::string& waiting) {
+    const double waited = clock->SecondsSince(asked);
     reactor->Finish(
-        {grpc::StatusCode::DEADLINE_EXCEEDED, "pull at " + ClockText(clock) + " held back " +
+        {grpc::StatusCode::DEADLINE_EXCEEDED, "pull at " + ClockText(at) + " held back " +
                                                   std::to_string(std::lround(waited)) +
                                                   " s by the job's consistency model, "
                                                   "waiting for " +
@@ -374,15 +373,13 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
   };
   const update::WireFormat format{req->float16(), req->zstd()};
   gate_->WhenAllowed(
-      clock,
-      [this, ids, ranges = std::move(ranges), format, reactor, resp, asked](bool allowed) {
+      at,
+      [this, ids, ranges = std::move(ranges), format, reactor, resp, asked, clock](bool allowed) {
         if (!allowed) {
           reactor->Finish({grpc::StatusCode::UNAVAILABLE, "parameter server is shutting down"});
           return;
         }
-        if (m_.pull_wait)
-          m_.pull_wait->Observe(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
+        if (m_.pull_wait) m_.pull_wait->Observe(clock->SecondsSince(asked));
         Read(ids, ranges, format, reactor, resp);
       },
       PullExpiry(*ctx, asked), on_expired);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "net/grpc.h"
 #include "spec/adamjob.h"
 
@@ -31,6 +32,8 @@ struct MainOptions {
   // for the trainer and nothing else).
   std::vector<std::string> model_workers;
   int model_worker = 0;
+  // Where the role's waits, timeouts and figures read the time (not owned).
+  Clock* clock = Clock::Real();
 };
 
 // Trains to the end of the job; returns the process exit code.

@@ -470,6 +470,7 @@ class RoutedClient final : public ParamServerClient {
       std::vector<grpc::ClientContext*> cancel;
       {
         MutexLock lock(mu);
+        // Real time, not the clock's: the calls it waits for are gRPC's, on gRPC's time.
         if (lock.AwaitFor(cv, kRouteCheck, [&] { return left == 0; })) return;
         const std::shared_ptr<const Route> now = current();
         if (now->version == r.version) continue;

@@ -75,7 +75,7 @@ std::vector<bool> PushTagged(const shard::ShardMap& map, ParamServerClient* ps,
                              const PushCheckOptions& o, int64_t base, PushCheckResult* r) {
   std::vector<float> delta(size_t(map.num_params()), 0.f);
   std::vector<bool> acked(size_t(o.pushes), false);
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = o.clock->Now();
   for (int n = 0; n < o.pushes; ++n) {
     for (const auto& s : map.shards()) delta[size_t(s.offset + base + n)] = 1.f;
     PushArgs args;
@@ -88,8 +88,8 @@ std::vector<bool> PushTagged(const shard::ShardMap& map, ParamServerClient* ps,
     if (!st.ok()) spdlog::warn("push {} of {} not acknowledged: {}", n + 1, o.pushes, st.message());
     if ((n + 1) % 50 == 0 || n + 1 == o.pushes)
       spdlog::info("check: {} of {} pushes, {} acknowledged ({:.1f} s)", n + 1, o.pushes, r->acked,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    std::this_thread::sleep_for(o.every);
+                   o.clock->SecondsSince(t0));
+    o.clock->SleepFor(o.every);
   }
   return acked;
 }
@@ -204,7 +204,7 @@ StatusOr<PushCheckResult> RunPushCheck(const shard::ShardMap& map, ParamServerCl
   const std::vector<bool> acked = PushTagged(map, ps, o, base, &r);
   // Read the tags from every copy until they agree with their primaries (forwards and a
   // failover may still be under way) or `settle` has passed.
-  const auto deadline = std::chrono::steady_clock::now() + o.settle;
+  const auto deadline = o.clock->Now() + o.settle;
   CopyReader reader(*o.transport, base, o.pushes);
   std::vector<CopyRead> reads;
   for (int attempt = 0;; ++attempt) {
@@ -214,9 +214,9 @@ StatusOr<PushCheckResult> RunPushCheck(const shard::ShardMap& map, ParamServerCl
       r.map_version = m->version();
       settled = reader.ReadAll(*m, &reads);
     }
-    if (settled || std::chrono::steady_clock::now() >= deadline) break;
+    if (settled || o.clock->Now() >= deadline) break;
     if (attempt % 10 == 9) spdlog::info("check: waiting for every copy to agree");
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    o.clock->SleepFor(std::chrono::milliseconds(200));
   }
   Compare(reads, acked, &r);
   Report(o, r);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "net/grpc.h"
 #include "shard/shard_map.h"
 #include "trainer/ps_client.h"
@@ -30,6 +31,7 @@ struct PushCheckOptions {
   std::chrono::milliseconds settle{30000};  // how long copies may take to agree
   std::vector<std::string> controller;      // members' addresses: the shard map
   std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
+  Clock* clock = Clock::Real();  // the pauses, the settle bound and the progress figures
 };
 
 // lost, twice and unacked_applied count shard updates: a push is one update of every shard.

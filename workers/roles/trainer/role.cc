@@ -89,6 +89,7 @@ int CheckPushes(const spec::AdamJob& job, const MainOptions& options, const shar
   co.every = std::chrono::milliseconds(options.check_every_ms);
   co.controller = options.controller;
   co.transport = options.transport;
+  co.clock = options.clock;
   auto r = RunPushCheck(map, ps, co);
   if (!r.ok()) {
     spdlog::error("{}", r.status().message());
@@ -171,6 +172,7 @@ TrainerOptions OptionsOf(const spec::AdamJob& job, const MainOptions& options) {
   to.model_out = options.model_out;
   to.model_workers = options.model_workers;
   to.transport = options.transport;
+  to.clock = options.clock;
   to.bind = options.bind && job.placement.numa_pinning;
   if (to.bind) {
     if (const auto pin = topology::DecidePinningHere(); !pin.pin) {
@@ -188,13 +190,13 @@ StatusOr<size_t> WaitForADataServer(const std::vector<std::shared_ptr<grpc::Chan
                                     const MainOptions& options) {
   const size_t n = channels.size();
   if (n == 0) return InvalidArgumentError("--data-server: no address given");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto deadline = options.clock->Now() + std::chrono::seconds(30);
   const auto each = n == 1 ? std::chrono::milliseconds(30000) : std::chrono::milliseconds(1000);
   for (size_t k = 0;; ++k) {
     const size_t i = (size_t(std::max(0, options.index)) + k) % n;
     Status st = net::WaitForReady(channels[i].get(), "data server", options.data_servers[i], each);
     if (st.ok()) return i;
-    if (std::chrono::steady_clock::now() >= deadline)
+    if (options.clock->Now() >= deadline)
       return n == 1 ? st
                     : UnavailableError(
                           "none of the " + std::to_string(n) +

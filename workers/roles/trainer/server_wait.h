@@ -65,7 +65,7 @@ class ServerWait {
   }
 
  private:
-  double Seconds() const { return std::chrono::duration<double>(clock_->Now() - began_).count(); }
+  double Seconds() const { return clock_->SecondsSince(began_); }
 
   const std::chrono::milliseconds bound_;
   const std::chrono::milliseconds pause_;

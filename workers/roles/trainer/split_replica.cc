@@ -16,6 +16,7 @@
 #include "core/thread_name.h"
 #include "model/network.h"
 #include "model/partition.h"
+#include "net/grpc.h"
 #include "trainer/model_exchange.h"
 #include "trainer/slice_sync.h"
 
@@ -108,8 +109,7 @@ struct Worker {
   // end its own (one that keeps a stream open is cut, not waited for).
   ~Worker() {
     exchanges.clear();
-    if (server.server)
-      server.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    if (server.server) server.server->Shutdown(net::DeadlineAfter(std::chrono::seconds(2)));
   }
   const model::ModelLayout* layout = nullptr;
   std::optional<model::Partition> part;

@@ -83,12 +83,12 @@ Status Trainer::Impl::Sync(bool epoch_end) {
   }
   clock = epoch_end ? ((clock >> 32) + 1) << 32 : clock + 1;
   const uint64_t pushed0 = ps->pushed_bytes() + ps->dense_bytes(), pulled0 = ps->pulled_bytes();
-  const auto t0 = Clock::now();
+  const auto t0 = opt.clock->Now();
   // The workers keep training while the weights are read and while the push and pull travel.
   ADAM_ASSIGN_OR_RETURN(
       const int64_t held,
       slices->Push([this](float* out) { return replica->Read(out); }, std::move(dense), clock));
-  const auto t1 = Clock::now();
+  const auto t1 = opt.clock->Now();
   ADAM_RETURN_IF_ERROR(
       slices->Pull([this](const float* delta) { return replica->Add(delta); }, clock));
   Synced(seen, t0, t1, ps->pushed_bytes() + ps->dense_bytes() - pushed0,
@@ -100,14 +100,14 @@ Status Trainer::Impl::SyncSlices(bool epoch_end) {
   const int64_t seen = images_since_sync.load(std::memory_order_relaxed);
   clock = epoch_end ? ((clock >> 32) + 1) << 32 : clock + 1;
   const uint64_t pushed0 = ps->pushed_bytes();
-  const auto t0 = Clock::now();
+  const auto t0 = opt.clock->Now();
   ADAM_ASSIGN_OR_RETURN(const SliceCounts pushed, replica->PushSlices());
   // Every slice is in: the trainer's clock moves (a push of the clock alone), and only then may
   // a pull at that clock, this replica's or another's, be served.
   PushArgs tick;
   tick.clock = clock;
   ADAM_RETURN_IF_ERROR(ps->Push(tick));
-  const auto t1 = Clock::now();
+  const auto t1 = opt.clock->Now();
   ADAM_ASSIGN_OR_RETURN(const SliceCounts pulled, replica->PullSlices(clock));
   slice_push_bytes += pushed.pushed_bytes;
   slice_pull_bytes += pulled.pulled_bytes;
@@ -116,11 +116,10 @@ Status Trainer::Impl::SyncSlices(bool epoch_end) {
   return OkStatus();
 }
 
-void Trainer::Impl::Synced(int64_t seen, Clock::time_point t0, Clock::time_point t1,
-                           uint64_t pushed, uint64_t pulled, int64_t held) {
+void Trainer::Impl::Synced(int64_t seen, Clock::TimePoint t0, Clock::TimePoint t1, uint64_t pushed,
+                           uint64_t pulled, int64_t held) {
   if (m.push_seconds) m.push_seconds->Observe(std::chrono::duration<double>(t1 - t0).count());
-  if (m.pull_seconds)
-    m.pull_seconds->Observe(std::chrono::duration<double>(Clock::now() - t1).count());
+  if (m.pull_seconds) m.pull_seconds->Observe(opt.clock->SecondsSince(t1));
   if (m.held_back) m.held_back->Increment(double(held));
   // How stale the replica's weights were: images trained on them since the last pull.
   if (m.staleness) m.staleness->Set(double(seen));
@@ -224,14 +223,14 @@ void Trainer::Impl::PrefetchLoop() {
 }
 
 void Trainer::Impl::SyncLoop() {
-  auto last_progress = Clock::now();
+  auto last_progress = opt.clock->Now();
   MutexLock lock(sync_wait_mu);
   while (!stop_sync) {
-    lock.AwaitFor(
-        sync_cv, std::chrono::milliseconds(100), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_wait_mu) {
-          return stop_sync ||
-                 images_since_sync.load(std::memory_order_relaxed) >= job.training.push_every;
-        });
+    opt.clock->AwaitFor(lock, sync_cv, std::chrono::milliseconds(100),
+                        [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_wait_mu) {
+                          return stop_sync || images_since_sync.load(std::memory_order_relaxed) >=
+                                                  job.training.push_every;
+                        });
     if (stop_sync) break;
     if (images_since_sync.load(std::memory_order_relaxed) >= job.training.push_every) {
       lock.Unlock();
@@ -242,8 +241,8 @@ void Trainer::Impl::SyncLoop() {
         return;
       }
     }
-    if (Clock::now() - last_progress >= opt.progress_interval) {
-      last_progress = Clock::now();
+    if (opt.clock->Now() - last_progress >= opt.progress_interval) {
+      last_progress = opt.clock->Now();
       events::Emit(events::Progress{.trainer = opt.index,
                                     .images_total = images_total.load(std::memory_order_relaxed)});
     }
@@ -320,7 +319,7 @@ int Trainer::Impl::FirstEpoch() {
 }
 
 bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& marker,
-                             Clock::time_point epoch_start, double* previous_loss,
+                             Clock::TimePoint epoch_start, double* previous_loss,
                              TrainerResult* result) {
   adam::v1::FinishEpochRequest req;
   req.set_trainer(uint32_t(opt.index));
@@ -336,7 +335,7 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
   }
   // The sync comes first: under sync and bounded consistency the others' pulls wait for it.
   if (evaluates && e + 1 == job.training.epochs && !finished.epoch_closed() &&
-      !marker.job_stopped && WaitForEpochQuorum(req, Clock::now() - epoch_start))
+      !marker.job_stopped && WaitForEpochQuorum(req, opt.clock->Now() - epoch_start))
     if (Status st = Sync(/*epoch_end=*/false); !st.ok()) {
       Fail(st);
       return false;
@@ -355,7 +354,7 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
                     .images = epoch_images,
                     .images_total = images_total.load(),
                     .loss = epoch_images > 0 ? epoch_loss / double(epoch_images) : 0.0,
-                    .seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count(),
+                    .seconds = opt.clock->SecondsSince(epoch_start),
                     .epoch_closed_early = marker.epoch_closed,
                     .test_accuracy = evaluates ? std::optional<double>(acc) : std::nullopt});
   if (m.epoch) m.epoch->Set(e + 1);
@@ -391,12 +390,12 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
 }
 
 bool Trainer::Impl::WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req,
-                                       Clock::duration epoch_time) {
+                                       Clock::Duration epoch_time) {
   using std::chrono::seconds;
-  const Clock::duration limit = opt.last_epoch_wait.count() > 0
-                                    ? Clock::duration(opt.last_epoch_wait)
-                                    : std::max<Clock::duration>(seconds(30), 2 * epoch_time);
-  const auto start = Clock::now();
+  const Clock::Duration limit = opt.last_epoch_wait.count() > 0
+                                    ? Clock::Duration(opt.last_epoch_wait)
+                                    : std::max<Clock::Duration>(seconds(30), 2 * epoch_time);
+  const auto start = opt.clock->Now();
   auto note = start + seconds(5);
   const int epoch = int(req.epoch()) + 1;
   adam::v1::FinishEpochResponse r;
@@ -406,22 +405,23 @@ bool Trainer::Impl::WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req,
     ++asked;
     // An unreachable data server is waited for within what is left of the bound, not the data
     // client's own (longer) server wait.
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(limit - (Clock::now() - start));
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(limit - (opt.clock->Now() - start));
     if (Status st = data->AskEpoch(req, &r, left); !st.ok()) {
       spdlog::warn("asking the data server whether epoch {} is closed: {}", epoch, st.message());
       break;
     }
     if ((closed = r.epoch_closed())) break;
-    const auto now = Clock::now();
+    const auto now = opt.clock->Now();
     if (now - start >= limit) break;
     if (now >= note) {
       spdlog::info("epoch {}: waiting for the epoch quorum ({} trainers have finished it)", epoch,
                    r.finished());
       note += seconds(5);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    opt.clock->SleepFor(std::chrono::milliseconds(50));
   }
-  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  const double waited = opt.clock->SecondsSince(start);
   if (m.quorum_wait) m.quorum_wait->Increment(waited);
   if (closed && asked > 1)
     spdlog::info("epoch {}: the epoch quorum finished it after {:.1f} s of waiting", epoch, waited);
@@ -452,7 +452,7 @@ void Trainer::Impl::Leave(std::thread& prefetcher, std::thread& syncer) {
 
 StatusOr<TrainerResult> Trainer::Run() {
   Impl& s = *impl_;
-  const auto start = Clock::now();
+  const auto start = s.opt.clock->Now();
   {
     ADAM_ASSIGN_OR_RETURN(update::JobLayout derived, update::DeriveJobLayout(s.job));
     s.layout = std::move(derived.layout);
@@ -465,7 +465,7 @@ StatusOr<TrainerResult> Trainer::Run() {
   TrainerResult result;
   if (s.opt.evaluate_only) {
     result.test_accuracy = s.Evaluate();
-    result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    result.seconds = s.opt.clock->SecondsSince(start);
     spdlog::info("the model the parameter servers hold: test accuracy {:.2f}%",
                  100 * result.test_accuracy);
     events::Emit(events::Evaluated{.trainer = s.opt.index,
@@ -481,7 +481,7 @@ StatusOr<TrainerResult> Trainer::Run() {
   std::thread prefetcher = NamedThread("prefetch", [&] { s.PrefetchLoop(); });
   std::thread syncer = NamedThread("sync", [&] { s.SyncLoop(); });
   double previous_loss = 0;
-  const auto train_start = Clock::now();
+  const auto train_start = s.opt.clock->Now();
   if (evaluates && first == epochs) {
     // A job resumed after its last epoch: its result is the model the servers hold.
     result.test_accuracy = s.Evaluate();
@@ -491,7 +491,7 @@ StatusOr<TrainerResult> Trainer::Run() {
                                    .classes = s.PerClass()});
   }
   for (int e = first; e < epochs && !s.abort; ++e) {
-    const auto epoch_start = Clock::now();
+    const auto epoch_start = s.opt.clock->Now();
     s.lr = float(spec::LearningRateAt(s.job.training, e));
     std::fill(s.loss.begin(), s.loss.end(), 0.0);
     std::fill(s.images.begin(), s.images.end(), 0);
@@ -503,7 +503,7 @@ StatusOr<TrainerResult> Trainer::Run() {
     if (s.abort || !s.queue.PopMarker(&marker)) break;
     if (!s.EndEpoch(e, first, evaluates, marker, epoch_start, &previous_loss, &result)) break;
   }
-  result.seconds = std::chrono::duration<double>(Clock::now() - train_start).count();
+  result.seconds = s.opt.clock->SecondsSince(train_start);
   if (const int64_t w = s.drift_waits.load(std::memory_order_relaxed); w > 0)
     spdlog::info("workers waited {} times for a push, {} pushes ahead of the last", w,
                  kMaxUnsyncedPushes);

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "net/grpc.h"
 #include "spec/adamjob.h"
@@ -60,6 +61,8 @@ struct TrainerOptions {
   // evaluations. Without it the lead moves the whole vector for its workers (SplitReplica's
   // Read and Add), as `adam trainer` never does.
   SliceConnector connect_slice;
+  // Times progress events, epochs, pushes and pulls and the epoch quorum's wait (not owned).
+  Clock* clock = Clock::Real();
 };
 
 struct TrainerMetrics {

@@ -64,18 +64,17 @@ double Trainer::Impl::Evaluate() {
   return acc;
 }
 
-void Trainer::Impl::EmitDone(const TrainerResult& result, Clock::time_point start,
+void Trainer::Impl::EmitDone(const TrainerResult& result, Clock::TimePoint start,
                              bool evaluates) const {
-  events::Emit(
-      events::Done{.trainer = opt.index,
-                   .epochs = result.epochs,
-                   .images_total = result.images,
-                   .seconds = result.seconds,
-                   .total_seconds = std::chrono::duration<double>(Clock::now() - start).count(),
-                   .test_accuracy = result.test_accuracy,
-                   .push_bytes = result.push_bytes,
-                   .pull_bytes = result.pull_bytes,
-                   .classes = evaluates ? PerClass() : std::vector<events::ClassCount>{}});
+  events::Emit(events::Done{.trainer = opt.index,
+                            .epochs = result.epochs,
+                            .images_total = result.images,
+                            .seconds = result.seconds,
+                            .total_seconds = opt.clock->SecondsSince(start),
+                            .test_accuracy = result.test_accuracy,
+                            .push_bytes = result.push_bytes,
+                            .pull_bytes = result.pull_bytes,
+                            .classes = evaluates ? PerClass() : std::vector<events::ClassCount>{}});
 }
 
 std::vector<events::ClassCount> Trainer::Impl::PerClass() const {

@@ -24,8 +24,6 @@
 
 namespace adam::trainer {
 
-using Clock = std::chrono::steady_clock;
-
 struct Trainer::Impl {
   Impl(spec::AdamJob j, TrainerOptions o, TrainerMetrics mm, std::unique_ptr<DataClient> d,
        std::unique_ptr<ParamServerClient> p)
@@ -111,7 +109,7 @@ struct Trainer::Impl {
   // clock, every worker pulls its slice.
   Status SyncSlices(bool epoch_end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu);
   // After a push and pull: the metrics, and the workers let go.
-  void Synced(int64_t seen, Clock::time_point t0, Clock::time_point t1, uint64_t pushed,
+  void Synced(int64_t seen, Clock::TimePoint t0, Clock::TimePoint t1, uint64_t pushed,
               uint64_t pulled, int64_t held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu);
   void TrainItem(int t, const BatchItem& item);
   void PrefetchLoop();
@@ -124,12 +122,12 @@ struct Trainer::Impl {
   // After epoch `e`'s images: the epoch closed with the data server, a sync, the epoch event and
   // metrics, the divergence check, the periodic model. False: training ends here.
   bool EndEpoch(int e, int first, bool evaluates, const BatchItem& marker,
-                Clock::time_point epoch_start, double* previous_loss, TrainerResult* result);
+                Clock::TimePoint epoch_start, double* previous_loss, TrainerResult* result);
   // Trainer 0 at the job's last epoch, after its own last sync: waits until the data server
   // closes it, asking every 50 ms, at most opt.last_epoch_wait (default: twice the epoch's time,
   // at least 30 s). True when the epoch was open at first and then closed: the other trainers'
   // last updates are in since this trainer's sync, so it pulls once more.
-  bool WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req, Clock::duration epoch_time);
+  bool WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req, Clock::Duration epoch_time);
   // Stops the loops and tells the servers this trainer leaves.
   void Leave(std::thread& prefetcher, std::thread& syncer);
   // Writes the weights of the last evaluation to opt.model_out (when given) as ONNX; `epochs`
@@ -138,7 +136,7 @@ struct Trainer::Impl {
   // Per class of the last evaluation: {"name", "images", "correct"} in label order.
   std::vector<events::ClassCount> PerClass() const;
   // The "done" event: the run's figures (and the last evaluation's per class when `evaluates`).
-  void EmitDone(const TrainerResult& result, Clock::time_point start, bool evaluates) const;
+  void EmitDone(const TrainerResult& result, Clock::TimePoint start, bool evaluates) const;
   // The main thread's (Evaluate's): the weights of the last evaluation, kept for opt.model_out,
   // and per class the test images and those classified right.
   std::vector<float> evaluated;
