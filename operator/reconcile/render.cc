@@ -290,8 +290,8 @@ void AddJobObjects(const spec::AdamJob& job, const RenderOptions& o, std::vector
 // one copy has no budget: its servers resume from their checkpoints.
 void AddDisruptionBudgets(const spec::AdamJob& job, const RenderOptions& o,
                           std::vector<Json>* out) {
+  if (!spec::ControllerOwnsShards(job)) return;
   const int copies = job.roles.parameter_server.copies;
-  if (copies < 2) return;
   auto budget = [&](const std::string& role, const char* key, int value) {
     return Json{{"apiVersion", "policy/v1"},
                 {"kind", "PodDisruptionBudget"},
@@ -506,7 +506,7 @@ std::vector<Json> Render(const spec::AdamJob& job, const RenderOptions& o) {
   po.metrics_port = kMetricsPort;
   po.replication_port = kReplicationPort;
   const spec::Plan plan = spec::MakePlan(job, po);
-  const bool has_controllers = job.roles.parameter_server.copies > 1;
+  const bool has_controllers = spec::ControllerOwnsShards(job);
   const spec::Endpoints endpoints = EndpointsOf(plan, has_controllers);
 
   std::vector<Json> out;
@@ -542,8 +542,9 @@ std::string CaSecretName(const spec::AdamJob& job) { return job.name + "-ca"; }
 
 int PodCount(const spec::AdamJob& job) {
   const auto& r = job.roles;
-  return (r.parameter_server.copies > 1 ? r.controller.replicas : 0) + r.parameter_server.replicas +
-         r.data_server.replicas + r.trainer.replicas * r.trainer.model_workers;
+  return (spec::ControllerOwnsShards(job) ? r.controller.replicas : 0) +
+         r.parameter_server.replicas + r.data_server.replicas +
+         r.trainer.replicas * r.trainer.model_workers;
 }
 
 int StageOf(const Json& object) {

@@ -75,6 +75,26 @@ TEST(AdamJob, ConsistencyModesAndDenseUpdates) {
   EXPECT_EQ(job->training.thread_weights, ThreadWeights::kPrivate);
 }
 
+// One rule decides whether a controller owns the shard map (copies > 1): the plan then has
+// controller members, dense layers travel as weights, and a role's --controller must agree with it,
+// the error naming the side that is missing.
+TEST(AdamJob, CopiesMeanAControllerOwnsTheShardsAndTheFlagMustAgree) {
+  auto one = ParseAdamJob(kValid);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_FALSE(ControllerOwnsShards(*one));
+  EXPECT_TRUE(CheckControllerFlag(*one, false).ok());
+  EXPECT_THAT(CheckControllerFlag(*one, true).message(),
+              AllOf(HasSubstr("--controller"), HasSubstr("copies is 1")));
+  auto three = ParseAdamJob(
+      With("spec:\n", "spec:\n  roles: {parameterServer: {replicas: 3, copies: 3}}\n"));
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
+  EXPECT_TRUE(ControllerOwnsShards(*three));
+  EXPECT_EQ(three->training.dense_updates, DenseUpdates::kWeights);
+  EXPECT_TRUE(CheckControllerFlag(*three, true).ok());
+  EXPECT_THAT(CheckControllerFlag(*three, false).message(),
+              AllOf(HasSubstr("copies is 3"), HasSubstr("--controller must name its members")));
+}
+
 TEST(AdamJob, AveragePoolingAndEveryActivationParse) {
   auto job =
       ParseAdamJob(With("      - {type: conv, maps: 10, kernel: 5, activation: tanh}\n      - "

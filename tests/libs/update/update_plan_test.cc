@@ -58,10 +58,7 @@ TEST(UpdatePlan, EveryRoleDerivesTheSameLayoutMapAndPlanFromTheJob) {
   ASSERT_EQ(a->plan.dense().size(), 2u);  // auto: the two 400-unit layers
   ASSERT_EQ(b->plan.dense().size(), 2u);
   EXPECT_EQ(a->plan.dense()[1].layer, b->plan.dense()[1].layer);
-  // A controller routes shards: weights only, told or implied by copies.
-  auto routed = DeriveJobLayout(job, /*routed=*/true);
-  ASSERT_TRUE(routed.ok());
-  EXPECT_TRUE(routed->plan.dense().empty());
+  // A controller routes shards (copies): weights only.
   job.roles.parameter_server.copies = 2;
   auto copies = DeriveJobLayout(job);
   ASSERT_TRUE(copies.ok());

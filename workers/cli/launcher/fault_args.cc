@@ -61,7 +61,7 @@ Status ParseChaos(const std::string& text, const spec::AdamJob& job, RunOptions*
     if (digits.empty() || *end != '\0' || digits[0] == '-')
       return InvalidArgumentError(what + "seed '" + digits + "' is not a number");
   }
-  if (job.roles.parameter_server.copies < 2)
+  if (!spec::ControllerOwnsShards(job))
     return InvalidArgumentError(what + "needs spec.roles.parameterServer.copies > 1");
   options->chaos_seconds = *length;
   options->chaos_seed = seed;

@@ -39,7 +39,7 @@ StatusOr<std::string> ScaleManifest(const std::string& yaml_text, int parameter_
     return InvalidArgumentError(std::string("the manifest does not parse: ") + e.what());
   }
   ADAM_ASSIGN_OR_RETURN(spec::AdamJob before, spec::ParseAdamJob(yaml_text));
-  if (before.roles.parameter_server.copies < 2)
+  if (!spec::ControllerOwnsShards(before))
     return FailedPreconditionError(
         "spec.roles.parameterServer.copies is " +
         std::to_string(before.roles.parameter_server.copies) +

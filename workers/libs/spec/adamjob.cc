@@ -480,7 +480,7 @@ void ReadSpec(Reader& r, const YAML::Node& spec, AdamJob* job) {
     CheckPinning(r, *job);
     CheckModelWorkers(r, job);
     CheckPodTemplates(r, *job);
-    if (job->roles.parameter_server.copies > 1) {
+    if (ControllerOwnsShards(*job)) {
       // Copies move between servers on failover: dense layers must travel as weight deltas,
       // which route per shard (activations and errors go per server).
       if (job->training.dense_updates == DenseUpdates::kActivations)

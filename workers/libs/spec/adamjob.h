@@ -341,4 +341,15 @@ int64_t ParseDurationMs(const std::string& s);
 // Number of classes the model predicts (its softmax layer's classes).
 int NumClasses(const ModelSpec& model);
 
+// Whether a controller group owns the job's shard map: spec.roles.parameterServer.copies > 1.
+// Shards then move between servers (failover, rebalancing), so every dense layer travels as
+// weight deltas (routable per shard; ParseAdamJob makes denseUpdates say so), every server can
+// take any shard, trainers route by the controller's map, and the job has controller members
+// (spec.roles.controller.replicas). Every role, the launcher and the operator decide it here,
+// from the job: a role's command line only has to agree (CheckControllerFlag).
+bool ControllerOwnsShards(const AdamJob& job);
+// A role's --controller against the job: given exactly when the controller owns the shards; the
+// error names which side is missing.
+Status CheckControllerFlag(const AdamJob& job, bool controller_given);
+
 }  // namespace adam::spec

@@ -613,4 +613,17 @@ int NumClasses(const ModelSpec& model) {
   return model.layers.empty() ? 0 : model.layers.back().classes;
 }
 
+bool ControllerOwnsShards(const AdamJob& job) { return job.roles.parameter_server.copies > 1; }
+
+Status CheckControllerFlag(const AdamJob& job, bool controller_given) {
+  if (controller_given == ControllerOwnsShards(job)) return OkStatus();
+  const std::string copies = std::to_string(job.roles.parameter_server.copies);
+  return InvalidArgumentError(
+      controller_given ? "--controller: spec.roles.parameterServer.copies is " + copies +
+                             ", so no controller owns this job's shard map"
+                       : "spec.roles.parameterServer.copies is " + copies +
+                             ": a controller owns the shard map, and --controller must name its "
+                             "members");
+}
+
 }  // namespace adam::spec

@@ -42,7 +42,7 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options) {
   };
   // With copies, a controller group owns the shard map (members know each other's addresses
   // before they start: the launcher picks their ports).
-  if (job.roles.parameter_server.copies > 1)
+  if (ControllerOwnsShards(job))
     for (int i = 0; i < job.roles.controller.replicas; ++i)
       add(Role::kController, i, 1, job.roles.controller.resources, 0);
   // Parameter servers and the data server first: trainers need both to start.

@@ -129,10 +129,7 @@ DenseWireBytes UpdatePlan::DenseBytes(int64_t images) const {
 }
 
 StatusOr<JobLayout> DeriveJobLayout(const spec::AdamJob& job) {
-  return DeriveJobLayout(job, job.roles.parameter_server.copies > 1);
-}
-
-StatusOr<JobLayout> DeriveJobLayout(const spec::AdamJob& job, bool routed) {
+  const bool routed = spec::ControllerOwnsShards(job);
   ADAM_ASSIGN_OR_RETURN(model::ModelLayout layout, model::ModelLayout::Make(job.model));
   const auto& role = job.roles.parameter_server;
   ADAM_ASSIGN_OR_RETURN(shard::ShardMap map,

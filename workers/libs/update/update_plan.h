@@ -86,10 +86,8 @@ struct JobLayout {
   shard::ShardMap map;
   UpdatePlan plan;
 };
-// `routed`: a controller moves shards between servers, so every dense layer travels as weight
-// deltas (routable per shard) whatever spec.training.denseUpdates says; by default, when the job
-// has copies (spec.roles.parameterServer.copies > 1).
+// Where a controller moves shards between servers (spec::ControllerOwnsShards), every dense
+// layer travels as weight deltas (routable per shard) whatever spec.training.denseUpdates says.
 StatusOr<JobLayout> DeriveJobLayout(const spec::AdamJob& job);
-StatusOr<JobLayout> DeriveJobLayout(const spec::AdamJob& job, bool routed);
 
 }  // namespace adam::update

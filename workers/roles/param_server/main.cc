@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "core/exit_codes.h"
 #include "core/role.h"
 #include "core/role_events.h"
 #include "core/signals.h"
@@ -94,14 +95,18 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
                   role.replicas);
     return 2;
   }
-  // With a controller, shards move between servers, so every dense layer travels as weight
-  // deltas (routable per shard); every server allocates every shard, so it can take any copy.
-  const bool ha = !options.controller.empty();
+  // With a controller, shards move between servers (spec::ControllerOwnsShards): every server
+  // allocates every shard, so it can take any copy.
+  if (Status st = spec::CheckControllerFlag(job, !options.controller.empty()); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return kExitInvalid;
+  }
+  const bool ha = spec::ControllerOwnsShards(job);
   if (ha && options.replication_listen.empty()) {
     spdlog::error("--controller needs --replication-listen: copies travel over it");
     return 2;
   }
-  auto derived = update::DeriveJobLayout(job, /*routed=*/ha);
+  auto derived = update::DeriveJobLayout(job);
   if (!derived.ok()) {
     spdlog::error("{}", derived.status().message());
     return 1;

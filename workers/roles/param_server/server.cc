@@ -168,7 +168,7 @@ Status ParamServer::Start() {
       checkpointer_ ? &*checkpointer_ : nullptr, uint32_t(options_.index),
       options_.state_dir.empty() ? "" : options_.state_dir + "/peers");
   sampled_ = std::make_unique<SampledMetrics>(reg, store_, gate_.get());
-  if (!options_.controller.empty()) StartCopies();
+  if (spec::ControllerOwnsShards(job_)) StartCopies();
   // Sampled gauges: now, then once a second.
   sampled_->Sample();
   sampler_.emplace(std::chrono::seconds(1), [this] { sampled_->Sample(); });

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/exit_codes.h"
 #include "core/role_events.h"
 #include "trainer/role.h"
 #include "update/update_plan.h"
@@ -10,6 +11,10 @@
 namespace adam::trainer {
 
 int Main(const spec::AdamJob& job, const MainOptions& options) {
+  if (Status st = spec::CheckControllerFlag(job, !options.controller.empty()); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return kExitInvalid;
+  }
   auto derived = update::DeriveJobLayout(job);
   if (!derived.ok()) {
     spdlog::error("{}", derived.status().message());

@@ -128,7 +128,7 @@ StatusOr<std::unique_ptr<ParamServerClient>> Connect(const spec::AdamJob& job,
                                                      GrpcParamServerClientOptions po,
                                                      std::vector<model::SliceRange> slice) {
   po.slice = std::move(slice);
-  if (options.controller.empty())
+  if (!spec::ControllerOwnsShards(job))
     return ConnectParamServers(derived.map, derived.plan, options.param_servers, po);
   return ConnectRoutedParamServers(derived.map, derived.layout, job.training.push_every,
                                    options.controller, po);
