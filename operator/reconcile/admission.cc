@@ -204,16 +204,16 @@ void Reconciler::HoldAt(State& s, const Json& workload) {
   const std::map<std::string, int> counts = PodSetCounts(workload);
   Json job = s.job;
   bool held = false;
-  auto hold = [&](const char* pod_set, const char* role, int* replicas) {
-    auto it = counts.find(pod_set);
+  auto hold = [&](PodRole pod_set, const char* role, int* replicas) {
+    auto it = counts.find(RoleName(pod_set));
     if (it == counts.end() || it->second == *replicas) return;
     *replicas = it->second;
     job["spec"]["roles"][role]["replicas"] = it->second;
     held = true;
   };
-  hold("ps", "parameterServer", &s.spec->roles.parameter_server.replicas);
-  hold("data-server", "dataServer", &s.spec->roles.data_server.replicas);
-  hold("trainer", "trainer", &s.spec->roles.trainer.replicas);
+  hold(PodRole::kParamServer, "parameterServer", &s.spec->roles.parameter_server.replicas);
+  hold(PodRole::kDataServer, "dataServer", &s.spec->roles.data_server.replicas);
+  hold(PodRole::kTrainer, "trainer", &s.spec->roles.trainer.replicas);
   if (!held) return;
   s.held_job = std::move(job);
   s.rendered.reset();

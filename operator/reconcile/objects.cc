@@ -77,7 +77,7 @@ StatusOr<bool> Reconciler::EnsureObject(State& s, const Json& o,
     const int want = o["spec"]["replicas"];
     if (cur.value("status", Json::object()).value("readyReplicas", 0) < want) ready = false;
   }
-  if (kind == "Pod" && Label(cur, kRoleLabel) != "trainer" && !PodReady(cur)) ready = false;
+  if (kind == "Pod" && PodRoleOf(cur) != PodRole::kTrainer && !PodReady(cur)) ready = false;
   return ready;
 }
 
@@ -263,8 +263,10 @@ Status Reconciler::EnsureObjects(State& s) {
   // whose shape the CRD keeps immutable; if a change slipped past it, they keep running.
   for (const auto& [key, o] : existing) {
     if (desired_names.count(key) || HasDeletion(o) || key.rfind("Pod/", 0) != 0) continue;
-    const std::string role = Label(o, kRoleLabel);
-    if (role != "trainer" && !(role == "ps" && RolePhase(o) == "Succeeded")) continue;
+    const PodRole role = PodRoleOf(o);
+    if (role != PodRole::kTrainer &&
+        !(role == PodRole::kParamServer && RolePhase(o) == "Succeeded"))
+      continue;
     Status d = client_->Delete(kube::Pods(), s.ns, o["metadata"]["name"].get<std::string>());
     if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
   }

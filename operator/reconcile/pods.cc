@@ -41,20 +41,27 @@ struct FailureVerdict {
   std::string why;     // appended to "pod NAME failed (...)"
 };
 
-FailureVerdict JudgeFailure(const spec::AdamJob& job, const std::string& role, const Json& pod,
-                            int code) {
+FailureVerdict JudgeFailure(const spec::AdamJob& job, PodRole role, const Json& pod, int code) {
   using Action = spec::FailureRule::Action;
   const std::vector<spec::FailureRule>* rules = nullptr;
   std::string field;
-  if (role == "ps") {
-    rules = &job.roles.parameter_server.failure_rules;
-    field = "parameterServer";
-  } else if (role == "data-server") {
-    rules = &job.roles.data_server.failure_rules;
-    field = "dataServer";
-  } else if (role == "trainer" || role == "model-worker") {  // a split trainer's other processes
-    rules = &job.roles.trainer.failure_rules;
-    field = "trainer";
+  switch (role) {
+    case PodRole::kParamServer:
+      rules = &job.roles.parameter_server.failure_rules;
+      field = "parameterServer";
+      break;
+    case PodRole::kDataServer:
+      rules = &job.roles.data_server.failure_rules;
+      field = "dataServer";
+      break;
+    case PodRole::kTrainer:
+    case PodRole::kModelWorker:  // a split trainer's other processes
+      rules = &job.roles.trainer.failure_rules;
+      field = "trainer";
+      break;
+    case PodRole::kController:
+    case PodRole::kNone:
+      break;
   }
   for (size_t i = 0; rules && i < rules->size(); ++i) {
     const spec::FailureRule& r = (*rules)[i];
@@ -88,8 +95,15 @@ FailureVerdict JudgeFailure(const spec::AdamJob& job, const std::string& role, c
 }
 
 // A pod of a split trainer replica (modelWorkers > 1): the lead or one of its model workers.
-bool ReplicaMember(const spec::AdamJob& job, const std::string& role) {
-  return job.roles.trainer.model_workers > 1 && (role == "trainer" || role == "model-worker");
+bool ReplicaMember(const spec::AdamJob& job, PodRole role) {
+  return job.roles.trainer.model_workers > 1 &&
+         (role == PodRole::kTrainer || role == PodRole::kModelWorker);
+}
+
+// The role a pod's restarts and back-off count under (status.roles' key): a split replica's
+// member counts as its trainer, the status listing no model worker of its own.
+PodRole StatusRole(const spec::AdamJob& job, PodRole role) {
+  return ReplicaMember(job, role) ? PodRole::kTrainer : role;
 }
 
 // The split replicas (by index) with a failed pod whose failure does not count (taken by the
@@ -97,7 +111,7 @@ bool ReplicaMember(const spec::AdamJob& job, const std::string& role) {
 std::set<std::string> ReplicasNotCounted(const spec::AdamJob& job, const std::vector<Json>& pods) {
   std::set<std::string> out;
   for (const Json& pod : pods) {
-    const std::string role = Label(pod, kRoleLabel);
+    const PodRole role = PodRoleOf(pod);
     if (HasDeletion(pod) || !ReplicaMember(job, role) || RolePhase(pod) != "Failed") continue;
     if (JudgeFailure(job, role, pod, ExitCode(pod)).action == spec::FailureRule::Action::kIgnore)
       out.insert(Label(pod, kIndexLabel));
@@ -107,8 +121,8 @@ std::set<std::string> ReplicasNotCounted(const spec::AdamJob& job, const std::ve
 
 // A member of a split replica that fails with a pod of its replica whose failure does not count
 // (its lead, say, ended because the cluster took its worker) does not count either.
-FailureVerdict JudgeMember(const spec::AdamJob& job, const std::string& role, const Json& pod,
-                           int code, const std::set<std::string>& not_counted) {
+FailureVerdict JudgeMember(const spec::AdamJob& job, PodRole role, const Json& pod, int code,
+                           const std::set<std::string>& not_counted) {
   FailureVerdict v = JudgeFailure(job, role, pod, code);
   if (v.action == spec::FailureRule::Action::kRestart && ReplicaMember(job, role) &&
       not_counted.count(Label(pod, kIndexLabel)))
@@ -128,7 +142,7 @@ void Reconciler::WithTheirReplicas(State& s, const std::set<std::string>& failed
     std::vector<std::string> rest;
     for (const Json& pod : s.pods) {
       const std::string name = pod["metadata"]["name"];
-      if (HasDeletion(pod) || !ReplicaMember(*s.spec, Label(pod, kRoleLabel)) ||
+      if (HasDeletion(pod) || !ReplicaMember(*s.spec, PodRoleOf(pod)) ||
           Label(pod, kIndexLabel) != index)
         continue;
       const std::string phase = RolePhase(pod);
@@ -168,10 +182,10 @@ Status Reconciler::HandlePods(State& s) {
   const std::set<std::string> not_counted = ReplicasNotCounted(*s.spec, s.pods);
   for (const Json& pod : s.pods) {
     if (HasDeletion(pod)) continue;
-    const std::string role = Label(pod, kRoleLabel);
+    const PodRole role = PodRoleOf(pod);
     const std::string pod_name = pod["metadata"]["name"];
     const std::string phase = RolePhase(pod);
-    if (phase == "Succeeded" && role == "trainer") {
+    if (phase == "Succeeded" && role == PodRole::kTrainer) {
       ++trainers_done;
       if (Label(pod, kIndexLabel) == "0") ReadFinalFigures(s, pod);
     }
@@ -187,7 +201,7 @@ Status Reconciler::HandlePods(State& s) {
                              (code >= 0 ? "exit code " + std::to_string(code) : "no exit code") +
                              (why.empty() ? "" : ", " + why) + ")";
     const FailureVerdict v = JudgeMember(*s.spec, role, pod, code, not_counted);
-    if (v.reason != "PodDisrupted") crashed.insert(member ? "trainer" : role);
+    if (v.reason != "PodDisrupted") crashed.insert(RoleName(StatusRole(*s.spec, role)));
     if (v.action == Action::kIgnore) {
       Event(s, "Normal", v.reason, what + v.why + "; replacing it without counting a restart");
       continue;
@@ -201,7 +215,7 @@ Status Reconciler::HandlePods(State& s) {
     const int restarts = s.status.value("restarts", 0) + 1;
     s.status["restarts"] = restarts;
     // A model worker's restart is its replica's, a trainer's (the status lists no role of its own).
-    Json& rs = s.status["roles"][member ? "trainer" : role];
+    Json& rs = s.status["roles"][RoleName(StatusRole(*s.spec, role))];
     rs["restarts"] = (rs.is_object() ? rs.value("restarts", 0) : 0) + 1;
     if (restarts > backoff_limit) {
       Finish(s, false, "BackoffLimitExceeded",
@@ -252,8 +266,9 @@ Status Reconciler::ReplaceLostPods(State& s) {
   if (node_loss_timeout_.count() <= 0) return OkStatus();
   std::map<std::string, std::optional<std::chrono::system_clock::time_point>> lost_since;
   for (const Json& pod : s.pods) {
-    const std::string role = Label(pod, kRoleLabel);
-    if (role != "trainer" && role != "model-worker" && role != "data-server") continue;
+    const PodRole role = PodRoleOf(pod);
+    if (role != PodRole::kTrainer && role != PodRole::kModelWorker && role != PodRole::kDataServer)
+      continue;
     const std::string node = pod.value("spec", Json::object()).value("nodeName", "");
     const std::string phase = PodPhase(pod);
     if (node.empty() || phase == "Succeeded" || phase == "Failed") continue;
@@ -347,8 +362,7 @@ void Reconciler::BackOff(State& s, const std::set<std::string>& roles) {
 }
 
 std::optional<std::chrono::milliseconds> Reconciler::BackoffLeft(State& s, const Json& pod) {
-  const std::string role = Label(pod, kRoleLabel);
-  const std::string key = ReplicaMember(*s.spec, role) ? "trainer" : role;
+  const std::string key = RoleName(StatusRole(*s.spec, PodRoleOf(pod)));
   const Json roles = s.status.value("roles", Json::object());
   if (!roles.is_object() || !roles.contains(key) || !roles[key].is_object()) return std::nullopt;
   const auto after = ParseTime(roles[key].value("createAfter", ""));

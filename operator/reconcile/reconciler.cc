@@ -53,7 +53,7 @@ void Reconciler::ReadTrainerMetrics(State& s) {
   std::vector<std::string> unpinned;
   int pinned = 0;
   for (const Json& pod : s.pods) {
-    if (Label(pod, kRoleLabel) != "trainer" || PodPhase(pod) != "Running" || HasDeletion(pod))
+    if (PodRoleOf(pod) != PodRole::kTrainer || PodPhase(pod) != "Running" || HasDeletion(pod))
       continue;
     const std::string ip = pod.value("status", Json::object()).value("podIP", "");
     if (ip.empty()) continue;
@@ -225,7 +225,7 @@ Status Reconciler::Finalize(State& s) {
   if (std::find(fins.begin(), fins.end(), kFinalizer) == fins.end()) return OkStatus();
   std::vector<std::string> left;
   for (const Json& pod : s.pods) {
-    if (Label(pod, kRoleLabel) != "ps") continue;
+    if (PodRoleOf(pod) != PodRole::kParamServer) continue;
     left.push_back(pod["metadata"].value("name", ""));
     if (HasDeletion(pod)) continue;
     Status d = client_->Delete(kube::Pods(), s.ns, pod["metadata"]["name"]);
@@ -439,22 +439,23 @@ StatusOr<bool> Reconciler::Suspend(State& s) {
 }
 
 bool Reconciler::CountRoles(State& s) {
-  std::map<std::string, int> desired = {
-      {"controller",
-       s.spec->roles.parameter_server.copies > 1 ? s.spec->roles.controller.replicas : 0},
-      {"ps", s.spec->roles.parameter_server.replicas},
-      {"data-server", s.spec->roles.data_server.replicas},
-      {"trainer", s.spec->roles.trainer.replicas}};
+  std::map<PodRole, int> desired = {
+      {PodRole::kController,
+       spec::ControllerOwnsShards(*s.spec) ? s.spec->roles.controller.replicas : 0},
+      {PodRole::kParamServer, s.spec->roles.parameter_server.replicas},
+      {PodRole::kDataServer, s.spec->roles.data_server.replicas},
+      {PodRole::kTrainer, s.spec->roles.trainer.replicas}};
   // The scale subresource's selector (kubectl scale, a HorizontalPodAutoscaler).
   s.status["trainerSelector"] =
-      std::string(kJobLabel) + "=" + s.name + "," + kRoleLabel + "=trainer";
+      std::string(kJobLabel) + "=" + s.name + "," + kRoleLabel + "=" + RoleName(PodRole::kTrainer);
   bool all_running = true;
   const std::vector<Json> sets = children_->Owned(kube::StatefulSets(), s.ns, s.name, s.uid);
   const std::vector<Json> pods_now =
       children_->Owned(kube::Pods(), s.ns, s.name, s.uid);  // after this pass's writes
-  for (const char* role : kRoles) {
+  for (const PodRole role : kRoles) {
+    const char* key = RoleName(role);
     int active = 0, ready = 0, succeeded = 0, failed = 0;
-    if (std::string(role) == "controller") {
+    if (role == PodRole::kController) {
       // Controller members are the StatefulSet's pods: its status counts them.
       for (const Json& sts : sets) {
         const Json st = sts.value("status", Json::object());
@@ -464,17 +465,16 @@ bool Reconciler::CountRoles(State& s) {
     }
     for (const Json& pod : pods_now) {
       // Controller members are counted above, from their StatefulSet's status.
-      if (std::string(role) == "controller" || Label(pod, kRoleLabel) != role || HasDeletion(pod))
-        continue;
+      if (role == PodRole::kController || PodRoleOf(pod) != role || HasDeletion(pod)) continue;
       const std::string p = RolePhase(pod);
       if (p == "Pending" || p == "Running") ++active;
-      if (p == "Running" && (PodReady(pod) || std::string(role) == "trainer")) ++ready;
+      if (p == "Running" && (PodReady(pod) || role == PodRole::kTrainer)) ++ready;
       if (p == "Succeeded") ++succeeded;
       if (p == "Failed") ++failed;
     }
     if (ready + succeeded < desired[role]) all_running = false;
-    if (desired[role] == 0 && !s.status["roles"].contains(role)) continue;
-    Json& r = s.status["roles"][role];
+    if (desired[role] == 0 && !s.status["roles"].contains(key)) continue;
+    Json& r = s.status["roles"][key];
     r["desired"] = desired[role];
     r["active"] = active;
     r["ready"] = ready;

@@ -91,7 +91,40 @@ inline std::string RolePhase(const Json& pod) {
   return code < 0 ? phase : code == 0 ? "Succeeded" : "Failed";
 }
 
-inline constexpr const char* kRoles[] = {"controller", "ps", "data-server", "trainer"};
+// The role of a job's pod, read off its adam.dev/role label: render.cc writes the role's `adam`
+// subcommand (spec::RoleSubcommand), and "model-worker" for a split trainer's other processes.
+// kNone: a pod without a label this operator wrote.
+enum class PodRole { kController, kParamServer, kDataServer, kTrainer, kModelWorker, kNone };
+// The roles status.roles lists, in its order (a model worker's restarts count as its trainer's).
+inline constexpr PodRole kRoles[] = {PodRole::kController, PodRole::kParamServer,
+                                     PodRole::kDataServer, PodRole::kTrainer};
+
+// The label's value, which is also the role's key in status.roles ("" for kNone).
+inline const char* RoleName(PodRole role) {
+  switch (role) {
+    case PodRole::kController:
+      return "controller";
+    case PodRole::kParamServer:
+      return "ps";
+    case PodRole::kDataServer:
+      return "data-server";
+    case PodRole::kTrainer:
+      return "trainer";
+    case PodRole::kModelWorker:
+      return "model-worker";
+    case PodRole::kNone:
+      break;
+  }
+  return "";
+}
+
+inline PodRole PodRoleOf(const Json& pod) {
+  const std::string label = Label(pod, kRoleLabel);
+  for (PodRole r : {PodRole::kController, PodRole::kParamServer, PodRole::kDataServer,
+                    PodRole::kTrainer, PodRole::kModelWorker})
+    if (label == RoleName(r)) return r;
+  return PodRole::kNone;
+}
 
 // ": " and the last line the container wrote before it ended (its termination message: the
 // kubelet keeps the end of the log of a failed container, FallbackToLogsOnError); "" if none.

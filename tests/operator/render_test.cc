@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "net/access.h"
+#include "reconcile/state.h"
 #include "spec/adamjob.h"
 #include "spec/role_options.h"
 #include "spec/yaml_json.h"
@@ -249,6 +250,31 @@ TEST(Render, AModelWorkerGoesWhereItsTrainerIs) {
   auto job = spec::ParseAdamJob(Read(Source("examples/fashion-mnist-split.yaml")));
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(PodCount(*job), 2 + 1 + 2);
+}
+
+// The role labels render writes are the ones the reconciler reads back (PodRoleOf): every pod and
+// the controllers' pod template of the examples with copies and with a split trainer carry a
+// known role, named as its label says; the status lists every role but the model worker.
+TEST(Render, EveryRoleLabelReadsBackAsItsRole) {
+  std::set<PodRole> seen;
+  for (const char* example : {"fashion-mnist-ha", "fashion-mnist-split"}) {
+    for (const Json& o : RenderExample(example)) {
+      Json labelled;
+      if (o["kind"] == "Pod") labelled = o;
+      if (o["kind"] == "StatefulSet") labelled = o["spec"]["template"];
+      if (labelled.is_null()) continue;
+      const PodRole role = PodRoleOf(labelled);
+      ASSERT_NE(role, PodRole::kNone) << o["metadata"]["name"];
+      EXPECT_EQ(RoleName(role), labelled["metadata"]["labels"][kRoleLabel].get<std::string>());
+      seen.insert(role);
+    }
+  }
+  EXPECT_EQ(seen,
+            (std::set<PodRole>{PodRole::kController, PodRole::kParamServer, PodRole::kDataServer,
+                               PodRole::kTrainer, PodRole::kModelWorker}));
+  EXPECT_EQ(PodRoleOf(Json{{"metadata", {{"labels", {{kRoleLabel, "sidecar"}}}}}}), PodRole::kNone);
+  EXPECT_EQ(std::set<PodRole>(std::begin(kRoles), std::end(kRoles)).count(PodRole::kModelWorker),
+            0u);
 }
 
 TEST(Render, WithoutCopiesServersOnlyPreferSeparateHosts) {
