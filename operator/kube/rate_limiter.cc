@@ -7,20 +7,21 @@ namespace {
 
 Clock::Duration Interval(double qps) {
   if (qps <= 0) return {};
-  return std::chrono::ceil<Clock::Duration>(std::chrono::duration<double>(1.0 / qps));
+  // At most an hour: 1 / qps of a tiny qps would overflow the clock's nanoseconds.
+  return std::chrono::ceil<Clock::Duration>(
+      std::chrono::duration<double>(std::min(1.0 / qps, 3600.0)));
 }
 
 }  // namespace
 
 RateLimiter::RateLimiter(double qps, int burst, Clock* clock)
-    : unlimited_(qps <= 0),
-      interval_(Interval(qps)),
+    : interval_(Interval(qps)),
       tolerance_(interval_ * (std::max(1, burst) - 1)),
       clock_(clock),
       full_at_(clock->Now()) {}
 
 std::chrono::duration<double> RateLimiter::Acquire() {
-  if (unlimited_) return {};
+  if (interval_ == Clock::Duration::zero()) return {};
   MutexLock lock(mu_);
   const auto start = clock_->Now();
   while (true) {

@@ -13,15 +13,16 @@ namespace adam::kube {
 
 class RateLimiter {
  public:
-  // qps <= 0: no limit. The bucket starts full. `clock` must outlive the limiter.
+  // qps <= 0: no limit; a qps below one an hour is one an hour. The bucket starts full. `clock`
+  // must outlive the limiter.
   RateLimiter(double qps, int burst, Clock* clock = Clock::Real());
 
   // Takes a token, waiting (on the clock) until one is free; returns how long it waited.
   std::chrono::duration<double> Acquire();
 
  private:
-  const bool unlimited_;
-  const Clock::Duration interval_;   // one token's worth of time, 1 / qps (whole ticks: exact)
+  const Clock::Duration interval_;   // one token's worth of time, 1 / qps (whole ticks: exact);
+                                     // zero: no limit
   const Clock::Duration tolerance_;  // (burst - 1) intervals: how far ahead requests may run
   Clock* const clock_;
   Mutex mu_;

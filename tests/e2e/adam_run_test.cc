@@ -287,6 +287,21 @@ TEST_F(AdamRun, TargetAccuracyEndsTheJobEarly) {
   EXPECT_LT(j["epochs"].get<int>(), 50);
 }
 
+// A request rate too small to time (its interval would overflow the clock) or over the bound is a
+// usage error naming the flag; 0 (no limit) and the bounds themselves pass the check. (Flags are
+// checked before --help is answered.)
+TEST_F(AdamRun, TheOperatorsRequestRateIsBounded) {
+  for (const char* bad : {"1e-12", "0.001", "20000", "fast"}) {
+    Result r = Adam(dir_, std::string("operator --kube-api-qps ") + bad + " --help");
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_THAT(r.err, HasSubstr("is not 0 (no limit) or from 0.01 to 10000")) << bad;
+  }
+  for (const char* good : {"0", "0.01", "10000"}) {
+    Result r = Adam(dir_, std::string("operator --kube-api-qps ") + good + " --help");
+    EXPECT_EQ(r.exit_code, 0) << good << ": " << r.err;
+  }
+}
+
 TEST_F(AdamRun, ValidateNamesEveryBadFieldAndExits2) {
   std::string job = Manifest(dir_, "epochs: 0", "trainer: {threads: -1}");
   Result r = Adam(dir_, "validate " + job);

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -513,7 +514,15 @@ Command AddOperator(CLI::App& app) {
   oper->add_option("--workers", oo.workers, "concurrent reconciles (of different jobs)")
       ->check(CLI::Range(1, 64));
   oper->add_option("--kube-api-qps", oo.qps, "API requests per second on average (0 = no limit)")
-      ->check(CLI::Range(0.0, 10000.0));
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double q = std::strtod(v.c_str(), &end);
+            if (end == v.c_str() || *end != '\0' || !(q == 0 || (q >= 0.01 && q <= 10000)))
+              return "--kube-api-qps: " + v + " is not 0 (no limit) or from 0.01 to 10000";
+            return {};
+          },
+          "0 or 0.01-10000"));
   oper->add_option("--kube-api-burst", oo.burst, "API requests in a burst")
       ->check(CLI::Range(1, 100000));
   oper->add_option("--child-event-batch-ms", o->child_event_batch_ms,

@@ -141,6 +141,14 @@ TEST(RoleEvents, AReaderIsLenient) {
   const auto epoch = FromJson({{"event", "epoch"}, {"test_accuracy", "high"}});
   ASSERT_TRUE(epoch);
   EXPECT_FALSE(std::get<Epoch>(*epoch).test_accuracy.has_value());
+
+  // Past int64's range: an unsigned field takes the number whole, a signed one keeps its default
+  // (it is not wrapped round to a negative).
+  const uint64_t huge = std::numeric_limits<uint64_t>::max();
+  const auto big = FromJson({{"event", "done"}, {"push_bytes", huge}, {"images_total", huge}});
+  ASSERT_TRUE(big);
+  EXPECT_EQ(std::get<Done>(*big).push_bytes, huge);
+  EXPECT_EQ(std::get<Done>(*big).images_total, 0);
 }
 
 // Emit writes one line a reader takes back, with non-finite numbers as strings.

@@ -79,11 +79,13 @@ void Take(const nlohmann::json& j, const char* key, F* field) {
     *field = F(EventNumber(j, key, double(*field)));
   } else {
     static_assert(std::is_integral_v<F>, "an event field is a number, string, bool or list");
-    if (it->is_number_unsigned()) {
-      *field = F(it->get<uint64_t>());
-    } else if (it->is_number_integer()) {
-      if (std::is_unsigned_v<F> && it->get<int64_t>() < 0) return;
-      *field = F(it->get<int64_t>());
+    if constexpr (std::is_unsigned_v<F>) {
+      // Beyond int64's range only as an unsigned number; a negative one is dropped.
+      if (it->is_number_unsigned()) {
+        *field = F(it->get<uint64_t>());
+      } else if (const int64_t v = EventInt(j, key, -1); v >= 0) {
+        *field = F(v);
+      }
     } else {
       *field = F(EventInt(j, key, int64_t(*field)));
     }
