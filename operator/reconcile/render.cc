@@ -233,12 +233,11 @@ std::vector<std::string> ArgsOf(const spec::AdamJob& job, const RoleInstance& in
 // group (when the job has one), by the names of their pods.
 spec::Endpoints EndpointsOf(const spec::Plan& plan, bool has_controllers) {
   spec::Endpoints endpoints;
-  endpoints.controller_members = has_controllers ? spec::ControllerMembers(plan) : "";
+  if (has_controllers) endpoints.controller_members = spec::ControllerMembersOf(plan);
   endpoints.model_workers = spec::ModelWorkerAddresses(plan);
   for (const auto& in : plan.instances) {
     const std::string addr = in.host + ":" + std::to_string(in.port);
-    if (in.role == Role::kDataServer)
-      endpoints.data_server += (endpoints.data_server.empty() ? "" : ",") + addr;
+    if (in.role == Role::kDataServer) endpoints.data_servers.push_back(addr);
     if (in.role == Role::kParamServer) endpoints.param_servers.push_back(addr);
   }
   return endpoints;

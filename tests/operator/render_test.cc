@@ -204,8 +204,8 @@ TEST(Render, EveryTrainerIsGivenEveryDataServerReplica) {
                           ["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"];
     EXPECT_EQ(term["labelSelector"]["matchLabels"][kRoleLabel], "data-server");
   }
-  const std::string want =
-      prefix + "0." + job->name + ":7070," + prefix + "1." + job->name + ":7070";
+  const std::vector<std::string> want = {prefix + "0." + job->name + ":7070",
+                                         prefix + "1." + job->name + ":7070"};
   const auto trainers = Pods(objects, "trainer");
   ASSERT_EQ(trainers.size(), size_t(job->roles.trainer.replicas));
   for (const Json* t : trainers) {
@@ -236,9 +236,9 @@ TEST(Render, AModelWorkerGoesWhereItsTrainerIs) {
   EXPECT_EQ(term["labelSelector"]["matchLabels"][kRoleLabel], "trainer");
   EXPECT_EQ(term["labelSelector"]["matchLabels"][kIndexLabel], "0");
   EXPECT_EQ(StageOf(w), StageOf(*trainers[0]));
-  const std::string addrs =
-      "fashion-mnist-split-trainer-0.fashion-mnist-split:" + std::to_string(kGrpcPort) +
-      ",fashion-mnist-split-trainer-0-w1.fashion-mnist-split:" + std::to_string(kGrpcPort);
+  const std::vector<std::string> addrs = {
+      "fashion-mnist-split-trainer-0.fashion-mnist-split:" + std::to_string(kGrpcPort),
+      "fashion-mnist-split-trainer-0-w1.fashion-mnist-split:" + std::to_string(kGrpcPort)};
   for (const Json* p : {trainers[0], workers[0]}) {
     auto o = spec::ParseArgs((*p)["spec"]["containers"][0]["args"].get<std::vector<std::string>>());
     ASSERT_TRUE(o.ok()) << o.status().message();

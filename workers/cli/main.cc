@@ -69,24 +69,6 @@ std::string SelfPath() {
   return buf;
 }
 
-std::vector<std::string> SplitComma(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-// "1=host:port,2=host:port" (or plain "host:port,...") -> the addresses.
-std::vector<std::string> MemberAddresses(const std::string& members) {
-  std::vector<std::string> out;
-  for (std::string item : SplitComma(members)) {
-    if (const size_t eq = item.find('='); eq != std::string::npos) item = item.substr(eq + 1);
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 std::string HostName() {
   char host[256] = {};
   return gethostname(host, sizeof host - 1) == 0 ? host : "";
@@ -134,7 +116,7 @@ int RunParamServer(const adam::spec::AdamJob& job, const adam::spec::ParamServer
   o.checkpoint_peer = r.checkpoint_peer;
   o.threads = r.threads;
   o.bind = !r.no_bind;
-  o.controller = MemberAddresses(r.controller);
+  o.controller = adam::spec::MemberAddresses(r.controller);
   o.forward_interval = std::chrono::milliseconds(r.forward_interval_ms);
   o.debug_flush_pause = std::chrono::milliseconds(r.debug_flush_pause_ms);
   return adam::ps::Main(job, o);
@@ -170,9 +152,9 @@ int RunTrainer(const adam::spec::AdamJob& job, const adam::spec::TrainerOptions&
   o.name = r.common.name;
   o.index = r.index;
   o.threads = r.threads;
-  o.data_servers = SplitComma(r.data_server);
-  o.param_servers = SplitComma(r.ps);
-  o.controller = MemberAddresses(r.controller);
+  o.data_servers = r.data_server;
+  o.param_servers = r.ps;
+  o.controller = adam::spec::MemberAddresses(r.controller);
   o.metrics_port = r.common.metrics_port;
   o.metrics_host = r.metrics_host;
   o.bind = !r.no_bind;
@@ -181,7 +163,7 @@ int RunTrainer(const adam::spec::AdamJob& job, const adam::spec::TrainerOptions&
   o.check_pushes = r.check_pushes;
   o.check_round = r.check_round;
   o.check_every_ms = r.check_every_ms;
-  o.model_workers = SplitComma(r.model_workers);
+  o.model_workers = r.model_workers;
   o.model_worker = r.model_worker;
   return adam::trainer::Main(job, o);
 }

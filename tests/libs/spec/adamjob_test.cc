@@ -682,7 +682,7 @@ TEST(Plan, TrainerArgsCarryEndpoints) {
   Plan plan = MakePlan(*job);
   const RoleInstance& trainer = plan.instances.back();
   auto args = ToArgs(
-      OptionsFor(trainer, "job.yaml", {"127.0.0.1:5", {"127.0.0.1:6", "127.0.0.1:7"}, "", {}}));
+      OptionsFor(trainer, "job.yaml", {{"127.0.0.1:5"}, {"127.0.0.1:6", "127.0.0.1:7"}, {}, {}}));
   const std::vector<std::string> want = {"trainer",
                                          "--job",
                                          "job.yaml",
@@ -743,8 +743,9 @@ TEST(Plan, SplitReplicasListEveryModelWorker) {
                                              "trainer-1", "trainer-1-w1", "trainer-1-w2"}));
   const auto addrs = ModelWorkerAddresses(plan);
   ASSERT_EQ(addrs.size(), 2u);
-  EXPECT_EQ(addrs[1], "127.0.0.1:200,127.0.0.1:201,127.0.0.1:202");
-  Endpoints e{"127.0.0.1:5", {"127.0.0.1:6"}, "", addrs};
+  EXPECT_EQ(addrs[1],
+            (std::vector<std::string>{"127.0.0.1:200", "127.0.0.1:201", "127.0.0.1:202"}));
+  Endpoints e{{"127.0.0.1:5"}, {"127.0.0.1:6"}, {}, addrs};
   const RoleInstance& w = plan.instances.back();
   RoleOptions options = OptionsFor(w, "job.yaml", e);
   Common(options).plaintext = true;
@@ -771,7 +772,7 @@ TEST(Plan, ControllerArgsTakeTheTemplatesIdentity) {
   for (const auto& in : plan.instances)
     if (in.role == Role::kController && in.index == 1) second = &in;
   ASSERT_NE(second, nullptr);
-  const Endpoints endpoints{"", {}, ControllerMembers(plan), {}};
+  const Endpoints endpoints{{}, {}, ControllerMembersOf(plan), {}};
   const auto value = [](const std::vector<std::string>& args, const std::string& flag) {
     auto it = std::find(args.begin(), args.end(), flag);
     return it == args.end() || it + 1 == args.end() ? std::string() : *(it + 1);
@@ -783,7 +784,11 @@ TEST(Plan, ControllerArgsTakeTheTemplatesIdentity) {
       ToArgs(OptionsFor(*second, "job.yaml", endpoints, {"hostname", "$(ADAM_POD_NAME)"}));
   EXPECT_EQ(value(templated, "--id"), "hostname");
   EXPECT_EQ(value(templated, "--name"), "$(ADAM_POD_NAME)");
-  EXPECT_EQ(value(templated, "--members"), endpoints.controller_members);
+  ASSERT_EQ(endpoints.controller_members.size(), 3u);
+  EXPECT_EQ(endpoints.controller_members[1].id, 2u);
+  auto members = ParseMembers(value(templated, "--members"));
+  ASSERT_TRUE(members.ok()) << members.status().message();
+  EXPECT_EQ(*members, endpoints.controller_members);
 }
 
 // spec.roles.<role>.failureRules: an action and one matcher each, in order.

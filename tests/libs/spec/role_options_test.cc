@@ -5,7 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "spec/adamjob.h"
 #include "spec/plan.h"
@@ -13,6 +16,7 @@
 namespace adam::spec {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // Text a flag's value may hold: letters, digits, separators, spaces, and sometimes nothing.
@@ -26,6 +30,26 @@ std::string RandomText(std::mt19937& rng, bool may_be_empty = true) {
 }
 
 int RandomInt(std::mt19937& rng) { return std::uniform_int_distribution<int>(-5, 100000)(rng); }
+
+// A list flag's items: none of them empty or holding the comma that separates them.
+std::vector<std::string> RandomList(std::mt19937& rng, bool may_be_empty = true) {
+  std::vector<std::string> out(std::uniform_int_distribution<size_t>(may_be_empty ? 0 : 1, 4)(rng));
+  for (std::string& item : out) {
+    item = RandomText(rng, /*may_be_empty=*/false);
+    std::replace(item.begin(), item.end(), ',', ';');
+  }
+  return out;
+}
+
+// Members with distinct ids >= 1, in any order.
+ControllerMembers RandomMembers(std::mt19937& rng, bool may_be_empty = true) {
+  ControllerMembers out;
+  uint64_t id = 0;
+  for (const std::string& address : RandomList(rng, may_be_empty))
+    out.push_back({id += 1 + rng() % 3, address});
+  std::shuffle(out.begin(), out.end(), rng);
+  return out;
+}
 
 CommonRoleOptions RandomCommon(std::mt19937& rng) {
   CommonRoleOptions c;
@@ -57,7 +81,7 @@ RoleOptions RandomOptions(std::mt19937& rng) {
       o.network_wait_ms = RandomInt(rng);
       o.restore_from = RandomText(rng);
       o.checkpoint_peer = RandomText(rng);
-      o.controller = RandomText(rng);
+      o.controller = RandomMembers(rng);
       o.forward_interval_ms = RandomInt(rng);
       o.threads = RandomInt(rng);
       o.no_bind = rng() % 2;
@@ -68,7 +92,7 @@ RoleOptions RandomOptions(std::mt19937& rng) {
       ControllerOptions o;
       o.common = RandomCommon(rng);
       o.id = rng() % 3 ? std::to_string(1 + rng() % 9) : "hostname";
-      o.members = RandomText(rng);
+      o.members = RandomMembers(rng, /*may_be_empty=*/false);
       o.state_dir = RandomText(rng);
       o.cluster_id = RandomText(rng);
       o.server_timeout_ms = 400 + rng() % 5000;
@@ -81,8 +105,11 @@ RoleOptions RandomOptions(std::mt19937& rng) {
       o.common = RandomCommon(rng);
       o.index = RandomInt(rng);
       o.threads = RandomInt(rng);
-      o.data_server = RandomText(rng);
-      (rng() % 2 ? o.ps : o.controller) = RandomText(rng, /*may_be_empty=*/false);
+      o.data_server = RandomList(rng, /*may_be_empty=*/false);
+      if (rng() % 2)
+        o.ps = RandomList(rng, /*may_be_empty=*/false);
+      else
+        o.controller = RandomMembers(rng, /*may_be_empty=*/false);
       o.no_bind = rng() % 2;
       o.evaluate_only = rng() % 2;
       o.model_out = RandomText(rng);
@@ -91,7 +118,7 @@ RoleOptions RandomOptions(std::mt19937& rng) {
       o.check_every_ms = RandomInt(rng);
       o.metrics_host = RandomText(rng);
       if (rng() % 2) {
-        o.model_workers = "a:1,b:2,c:3";
+        o.model_workers = {"a:1", "b:2", "c:3"};
         o.model_worker = int(rng() % 3);
       }
       return o;
@@ -118,8 +145,8 @@ TEST(RoleOptions, OnlyRequiredFlagsAndChangedOnesAreWritten) {
   TrainerOptions t;
   t.common.job = "job.yaml";
   t.common.plaintext = true;
-  t.data_server = "ds:1";
-  t.ps = "ps:2";
+  t.data_server = {"ds:1"};
+  t.ps = {"ps:2"};
   const std::vector<std::string> want = {"trainer", "--job", "job.yaml",      "--plaintext",
                                          "--index", "0",     "--data-server", "ds:1",
                                          "--ps",    "ps:2"};
@@ -137,6 +164,27 @@ TEST(RoleOptions, UnknownAndMissingFlagsAreRefusedByName) {
   ASSERT_FALSE(not_a_number.ok());
   EXPECT_THAT(not_a_number.status().message(), HasSubstr("--index"));
   EXPECT_FALSE(ParseArgs({"operator"}).ok());
+  // A member list is ID=HOST:PORT,... with distinct ids >= 1; the error names the flag and entry.
+  for (const auto& [members, why] :
+       std::vector<std::pair<std::string, std::string>>{{"a:1", "'a:1' is not ID=HOST:PORT"},
+                                                        {"0=a:1", "'0=a:1' is not ID=HOST:PORT"},
+                                                        {"1=a:1,,2=b:2", "'' is not ID=HOST:PORT"},
+                                                        {"1=", "'1=' is not ID=HOST:PORT"},
+                                                        {"1=a:1,1=b:2", "id 1 appears twice"}}) {
+    auto bad = ParseArgs({"controller", "--job", "j", "--plaintext", "--id", "1", "--members",
+                          members, "--state-dir", "/s"});
+    ASSERT_FALSE(bad.ok()) << members;
+    EXPECT_THAT(bad.status().message(), AllOf(HasSubstr("--members"), HasSubstr(why))) << members;
+  }
+  auto members = ParseArgs({"controller", "--job", "j", "--plaintext", "--id", "2", "--members",
+                            "2=b:2,1=a:1,3=c=3:3", "--state-dir", "/s"});
+  ASSERT_TRUE(members.ok()) << members.status().message();
+  EXPECT_EQ(std::get<ControllerOptions>(*members).members,
+            (ControllerMembers{{2, "b:2"}, {1, "a:1"}, {3, "c=3:3"}}));
+  auto lists = ParseArgs({"trainer", "--job", "j", "--plaintext", "--index", "0", "--data-server",
+                          "d:1,,e:2", "--ps", "a:1"});
+  ASSERT_TRUE(lists.ok()) << lists.status().message();
+  EXPECT_EQ(std::get<TrainerOptions>(*lists).data_server, (std::vector<std::string>{"d:1", "e:2"}));
 }
 
 TEST(RoleOptions, CheckRefusesFlagsThatContradictEachOther) {
@@ -152,19 +200,19 @@ TEST(RoleOptions, CheckRefusesFlagsThatContradictEachOther) {
   TrainerOptions t;
   t.common.plaintext = true;
   EXPECT_THAT(Check(t).message(), HasSubstr("exactly one of --ps and --controller"));
-  t.ps = "a:1";
-  t.controller = "1=b:2";
+  t.ps = {"a:1"};
+  t.controller = {{1, "b:2"}};
   EXPECT_THAT(Check(t).message(), HasSubstr("exactly one of --ps and --controller"));
   t.ps.clear();
   EXPECT_TRUE(Check(t).ok());
   t.model_worker = 1;
   EXPECT_THAT(Check(t).message(),
               HasSubstr("--model-worker 1: --model-workers lists 0 workers (the trainer is 0)"));
-  t.model_workers = "a:1";
+  t.model_workers = {"a:1"};
   EXPECT_THAT(Check(t).message(), HasSubstr("--model-worker 1: --model-workers lists 1 workers"));
   t.model_worker = 0;
   EXPECT_THAT(Check(t).message(), HasSubstr("--model-workers: a split replica has at least 2"));
-  t.model_workers = "a:1,b:2";
+  t.model_workers = {"a:1", "b:2"};
   t.model_worker = 1;
   EXPECT_TRUE(Check(t).ok());
 
@@ -233,8 +281,10 @@ TEST(RoleOptions, EveryPlannedInstanceParsesBack) {
       PlanOptions po;
       po.local = local;
       const Plan plan = MakePlan(*job, po);
-      Endpoints endpoints{
-          "ds:1", {"ps0:2", "ps1:2", "ps2:2"}, copies ? ControllerMembers(plan) : "", {}};
+      Endpoints endpoints{{"ds:1"},
+                          {"ps0:2", "ps1:2", "ps2:2"},
+                          copies ? ControllerMembersOf(plan) : ControllerMembers{},
+                          {}};
       int seen = 0;
       for (const RoleInstance& in : plan.instances) {
         SCOPED_TRACE(in.name);

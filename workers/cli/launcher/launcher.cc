@@ -184,8 +184,8 @@ class Supervisor {
   // copy in the state directory, which `adam scale` rewrites and this run follows for the server
   // count (elastic parameter servers).
   int FollowManifest(const spec::Plan& plan) {
-    members_ = spec::ControllerMembers(plan);
-    ha_ = !members_.empty();
+    members_ = spec::ControllerMembersOf(plan);
+    ha_ = spec::ControllerOwnsShards(job_);
     job_path_ = o_.job_path;
     if (!ha_) return 0;
     job_path_ = RunManifestPath(state_root_);
@@ -289,8 +289,7 @@ class Supervisor {
         endpoints.model_workers = spec::ModelWorkerAddresses(plan);
         for (const auto& c : children_.all()) {
           const std::string addr = c.inst.host + ":" + std::to_string(c.port);
-          if (c.inst.role == spec::Role::kDataServer)
-            endpoints.data_server += (endpoints.data_server.empty() ? "" : ",") + addr;
+          if (c.inst.role == spec::Role::kDataServer) endpoints.data_servers.push_back(addr);
           if (c.inst.role == spec::Role::kParamServer) endpoints.param_servers.push_back(addr);
         }
       }
@@ -549,10 +548,10 @@ class Supervisor {
     for (const auto& [name, in] : members) group.push_back(in);
     std::sort(group.begin(), group.end(),
               [](const auto& a, const auto& b) { return a.model_worker < b.model_worker; });
-    std::string addresses;
+    std::vector<std::string> addresses;
     for (auto& in : group) {
       if (const int port = FreePort(in.host); port > 0) in.port = port;
-      addresses += (addresses.empty() ? "" : ",") + in.host + ":" + std::to_string(in.port);
+      addresses.push_back(in.host + ":" + std::to_string(in.port));
     }
     if (size_t(i) < endpoints_.model_workers.size())
       endpoints_.model_workers[size_t(i)] = addresses;
@@ -633,7 +632,7 @@ class Supervisor {
   Children children_{[this](Child& c, const std::string& line) { Line(c, line); }};
   std::map<std::string, std::vector<int>> cpus_;  // trainer name -> its CPU slice
   std::set<std::string> no_bind_;                 // trainers that must not bind
-  std::string members_;                           // controller members (copies > 1), else empty
+  spec::ControllerMembers members_;               // controller members (copies > 1), else empty
   bool ha_ = false;
   std::optional<Faults> faults_;
   std::string tls_dir_;            // the run's TLS material; empty: --plaintext

@@ -1,5 +1,8 @@
-// MakePlan and ControllerMembers.
+// MakePlan, the controller members and their text form.
 #include "spec/plan.h"
+
+#include <algorithm>
+#include <cstdlib>
 
 namespace adam::spec {
 
@@ -63,28 +66,55 @@ Plan MakePlan(const AdamJob& job, const PlanOptions& options) {
   return plan;
 }
 
-std::string ControllerMembers(const Plan& plan) {
+std::string MembersText(const ControllerMembers& members) {
   std::string out;
-  for (const auto& in : plan.instances)
-    if (in.role == Role::kController) {
-      if (!out.empty()) out += ',';
-      out += std::to_string(in.index + 1);
-      out += '=';
-      out += in.host;
-      out += ':';
-      out += std::to_string(in.port);
-    }
+  for (const ControllerMember& m : members)
+    out += (out.empty() ? "" : ",") + std::to_string(m.id) + "=" + m.address;
   return out;
 }
 
-std::vector<std::string> ModelWorkerAddresses(const Plan& plan) {
+StatusOr<ControllerMembers> ParseMembers(const std::string& text) {
+  ControllerMembers out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    const size_t eq = item.find('=');
+    char* end = nullptr;
+    const unsigned long long id =
+        eq == std::string::npos ? 0 : std::strtoull(item.c_str(), &end, 10);
+    if (eq == std::string::npos || id == 0 || end != item.c_str() + eq || eq + 1 >= item.size())
+      return InvalidArgumentError("'" + item + "' is not ID=HOST:PORT with ID >= 1");
+    for (const ControllerMember& m : out)
+      if (m.id == id) return InvalidArgumentError("id " + std::to_string(id) + " appears twice");
+    out.push_back({uint64_t(id), item.substr(eq + 1)});
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> MemberAddresses(const ControllerMembers& members) {
   std::vector<std::string> out;
+  out.reserve(members.size());
+  for (const ControllerMember& m : members) out.push_back(m.address);
+  return out;
+}
+
+ControllerMembers ControllerMembersOf(const Plan& plan) {
+  ControllerMembers out;
+  for (const auto& in : plan.instances)
+    if (in.role == Role::kController)
+      out.push_back({uint64_t(in.index) + 1, in.host + ":" + std::to_string(in.port)});
+  return out;
+}
+
+std::vector<std::vector<std::string>> ModelWorkerAddresses(const Plan& plan) {
+  std::vector<std::vector<std::string>> out;
   for (const auto& in : plan.instances) {
     if (in.role != Role::kTrainer || in.host.empty()) continue;
     if (out.size() <= size_t(in.index)) out.resize(size_t(in.index) + 1);
     // MakePlan lists each trainer (worker 0) right before its workers, in order.
-    std::string& list = out[size_t(in.index)];
-    list += (list.empty() ? "" : ",") + in.host + ":" + std::to_string(in.port);
+    out[size_t(in.index)].push_back(in.host + ":" + std::to_string(in.port));
   }
   return out;
 }

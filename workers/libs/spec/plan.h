@@ -7,9 +7,11 @@
 // Pure and thread-compatible.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "spec/adamjob.h"
 
 namespace adam::spec {
@@ -57,21 +59,37 @@ struct Plan {
 Plan MakePlan(const AdamJob& job, const PlanOptions& options = {});
 
 // The addresses of the serving roles, known once they listen.
+// A member of the controller group: its Raft id (>= 1; the instance's index + 1) and address.
+struct ControllerMember {
+  uint64_t id = 0;
+  std::string address;  // host:port
+  bool operator==(const ControllerMember&) const = default;
+};
+using ControllerMembers = std::vector<ControllerMember>;
+
+// Members as the command line writes them ("1=host:port,2=host:port"), and back: the one parser
+// of that form. An entry that is not ID=HOST:PORT with ID >= 1, or an id given twice, is an
+// error naming it.
+std::string MembersText(const ControllerMembers& members);
+StatusOr<ControllerMembers> ParseMembers(const std::string& text);
+// Their addresses, in member order.
+std::vector<std::string> MemberAddresses(const ControllerMembers& members);
+
 struct Endpoints {
-  std::string data_server;                 // host:port of each replica, comma-separated
+  std::vector<std::string> data_servers;   // host:port of each replica
   std::vector<std::string> param_servers;  // host:port, in index order
-  // With copies > 1: every controller member, "1=host:port,2=host:port,..." (member id = index
-  // + 1). Parameter servers and trainers then find each other through the controller.
-  std::string controller_members;
+  // With copies > 1 (ControllerOwnsShards): every controller member. Parameter servers and
+  // trainers then find each other through the controller.
+  ControllerMembers controller_members;
   // Per trainer replica of a split job: every model worker's exchange address, the trainer's
-  // first ("host:port,..."); empty when the job is not split.
-  std::vector<std::string> model_workers;
+  // first; empty when the job is not split.
+  std::vector<std::vector<std::string>> model_workers;
 };
 
-// The controller members string of a plan whose controller instances have their ports.
-std::string ControllerMembers(const Plan& plan);
+// The controller members of a plan whose controller instances have their ports.
+ControllerMembers ControllerMembersOf(const Plan& plan);
 // Endpoints::model_workers of a plan whose split trainers have their ports.
-std::vector<std::string> ModelWorkerAddresses(const Plan& plan);
+std::vector<std::vector<std::string>> ModelWorkerAddresses(const Plan& plan);
 
 // How an instance learns who it is when one pod template serves every member of a group (a
 // Kubernetes StatefulSet): `--id` and `--name` as these strings instead of the instance's own

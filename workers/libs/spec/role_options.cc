@@ -109,21 +109,58 @@ void Fields(V& v, O& o) requires std::is_same_v<std::remove_const_t<O>, TrainerO
   v.Option("--metrics-host", o.metrics_host, "address /metrics listens on (0.0.0.0: every one)");
 }
 
-// Registers each field as a CLI11 option bound to it.
+// "a,b,c" -> {"a", "b", "c"} (empty items dropped): a list flag's one argument.
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    if (comma > at) out.push_back(text.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::string JoinList(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+// Registers each field as a CLI11 option bound to it. A list is one comma-separated argument,
+// read into its typed field here (members through ParseMembers, the one parser of that form).
 struct Registrar {
   CLI::App* app;
   template <class T>
+  CLI::Option* Add(const char* flag, T& field, const char* help) {
+    if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      return app->add_option_function<std::string>(
+          flag, [&field](const std::string& text) { field = SplitList(text); }, help);
+    } else if constexpr (std::is_same_v<T, ControllerMembers>) {
+      return app->add_option_function<std::string>(
+          flag,
+          [&field, flag](const std::string& text) {
+            StatusOr<ControllerMembers> members = ParseMembers(text);
+            if (!members.ok()) throw CLI::ValidationError(flag, members.status().message());
+            field = std::move(*members);
+          },
+          help);
+    } else {
+      return app->add_option(flag, field, help)->capture_default_str();
+    }
+  }
+  template <class T>
   void Required(const char* flag, T& field, const char* help) {
-    app->add_option(flag, field, help)->required();
+    Add(flag, field, help)->required();
   }
   template <class T>
   void Option(const char* flag, T& field, const char* help) {
-    app->add_option(flag, field, help)->capture_default_str();
+    Add(flag, field, help);
   }
   void Flag(const char* flag, bool& field, const char* help) { app->add_flag(flag, field, help); }
   template <class T>
   void Hidden(const char* flag, T& field, const char* help) {
-    app->add_option(flag, field, help)->group("");
+    Add(flag, field, help)->group("");
   }
 };
 
@@ -138,6 +175,8 @@ struct Writer {
   std::vector<Arg> args;
   static std::string Text(const std::string& s) { return s; }
   static std::string Text(int i) { return std::to_string(i); }
+  static std::string Text(const std::vector<std::string>& list) { return JoinList(list); }
+  static std::string Text(const ControllerMembers& members) { return MembersText(members); }
   template <class T>
   void Required(const char* flag, const T& field, const char*) {
     args.push_back({flag, Text(field), true, false});
@@ -235,15 +274,14 @@ RoleOptions OptionsFor(const RoleInstance& in, const std::string& job_path,
   o.common = common;
   o.index = in.index;
   o.threads = in.threads;
-  o.data_server = endpoints.data_server;
+  o.data_server = endpoints.data_servers;
   o.model_worker = in.model_worker;
   if (size_t(in.index) < endpoints.model_workers.size())
     o.model_workers = endpoints.model_workers[size_t(in.index)];
-  if (endpoints.controller_members.empty()) {
-    for (const auto& a : endpoints.param_servers) o.ps += (o.ps.empty() ? "" : ",") + a;
-  } else {
+  if (endpoints.controller_members.empty())
+    o.ps = endpoints.param_servers;
+  else
     o.controller = endpoints.controller_members;
-  }
   return o;
 }
 
@@ -331,10 +369,7 @@ Status Check(const RoleOptions& options) {
       t && t->ps.empty() == t->controller.empty())
     return InvalidArgumentError("give exactly one of --ps and --controller");
   if (const auto* t = std::get_if<TrainerOptions>(&options)) {
-    const int64_t workers =
-        t->model_workers.empty()
-            ? 0
-            : std::count(t->model_workers.begin(), t->model_workers.end(), ',') + 1;
+    const int64_t workers = int64_t(t->model_workers.size());
     if (t->model_worker < 0 || (t->model_worker > 0 && t->model_worker >= workers))
       return InvalidArgumentError("--model-worker " + std::to_string(t->model_worker) +
                                   ": --model-workers lists " + std::to_string(workers) +

@@ -59,7 +59,7 @@ struct ParamServerOptions {
   int network_wait_ms = 120000;
   std::string restore_from;
   std::string checkpoint_peer;
-  std::string controller;  // "1=host:port,..."
+  ControllerMembers controller;  // --controller ID=HOST:PORT,...
   int forward_interval_ms = 100;
   int threads = 0;
   bool no_bind = false;
@@ -69,9 +69,9 @@ struct ParamServerOptions {
 
 struct ControllerOptions {
   CommonRoleOptions common;
-  std::string id = "1";   // required: a number >= 1, or "hostname" (see ResolveMemberId)
-  std::string members;    // required: "1=host:port,..."
-  std::string state_dir;  // required
+  std::string id = "1";       // required: a number >= 1, or "hostname" (see ResolveMemberId)
+  ControllerMembers members;  // required: --members ID=HOST:PORT,...
+  std::string state_dir;      // required
   std::string cluster_id;
   int server_timeout_ms = 500;
   int tick_ms = 10;
@@ -83,9 +83,9 @@ struct TrainerOptions {
   CommonRoleOptions common;
   int index = 0;  // required
   int threads = 0;
-  std::string data_server;  // required
-  std::string ps;           // "host:port,..." in server order; or
-  std::string controller;   // "1=host:port,...": route by the controller's shard map
+  std::vector<std::string> data_server;  // required: --data-server host:port,...
+  std::vector<std::string> ps;           // --ps host:port,... in server order; or
+  ControllerMembers controller;          // --controller ID=HOST:PORT,...: route by its map
   bool no_bind = false;
   bool evaluate_only = false;
   std::string model_out;
@@ -93,8 +93,8 @@ struct TrainerOptions {
   int check_round = 0;
   int check_every_ms = 20;
   std::string metrics_host = "127.0.0.1";
-  std::string model_workers;  // a split replica's exchange addresses, the trainer's first
-  int model_worker = 0;       // > 0: run that model worker of the replica, not the trainer
+  std::vector<std::string> model_workers;  // a split replica's exchange addresses, trainer's first
+  int model_worker = 0;  // > 0: run that model worker of the replica, not the trainer
   bool operator==(const TrainerOptions&) const = default;
 };
 

@@ -15,25 +15,6 @@
 
 namespace adam::controller {
 
-StatusOr<std::map<raft::NodeId, std::string>> ParseMembers(const std::string& members) {
-  std::map<raft::NodeId, std::string> out;
-  size_t at = 0;
-  while (at <= members.size()) {
-    const size_t comma = std::min(members.find(',', at), members.size());
-    const std::string item = members.substr(at, comma - at);
-    const size_t eq = item.find('=');
-    char* end = nullptr;
-    const unsigned long long id =
-        eq == std::string::npos ? 0 : std::strtoull(item.c_str(), &end, 10);
-    if (eq == std::string::npos || id == 0 || end != item.c_str() + eq || eq + 1 >= item.size())
-      return InvalidArgumentError("--members: '" + item + "' is not ID=HOST:PORT with ID >= 1");
-    if (!out.emplace(id, item.substr(eq + 1)).second)
-      return InvalidArgumentError("--members: id " + std::to_string(id) + " appears twice");
-    at = comma + 1;
-  }
-  return out;
-}
-
 namespace {
 
 // The member's options: its Raft group from --members, its timings from the command line, the
@@ -63,12 +44,9 @@ ControllerOptions OptionsOf(const spec::AdamJob& job, const MainOptions& options
 
 int Main(const spec::AdamJob& job, const MainOptions& options) {
   BlockTerminationSignals();
-  auto members = ParseMembers(options.members);
-  if (!members.ok()) {
-    spdlog::error("{}", members.status().message());
-    return 2;
-  }
-  if (!members->count(options.id)) {
+  std::map<raft::NodeId, std::string> members;
+  for (const spec::ControllerMember& m : options.members) members[m.id] = m.address;
+  if (!members.count(options.id)) {
     spdlog::error("--id {} is not one of --members", options.id);
     return 2;
   }
@@ -81,7 +59,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     spdlog::error("{}", derived.status().message());
     return 1;
   }
-  auto controller = Controller::Open(OptionsOf(job, options, *members, derived->map));
+  auto controller = Controller::Open(OptionsOf(job, options, members, derived->map));
   if (!controller.ok()) {
     spdlog::error("controller: {}", controller.status().message());
     return 1;
@@ -90,7 +68,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   // servers that join and off servers that leave.
   Controller* c = controller->get();
   c->SetServersWanted(job.roles.parameter_server.replicas);
-  Member member(std::move(*controller), members->at(options.id), options.metrics_port,
+  Member member(std::move(*controller), members.at(options.id), options.metrics_port,
                 options.transport);
   auto follow = spec::FollowParamServerCount(options.job_path, job.roles.parameter_server.replicas,
                                              [c](int n) { c->SetServersWanted(n); });

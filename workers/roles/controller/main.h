@@ -7,6 +7,7 @@
 #include "net/grpc.h"
 #include "raft/driver.h"
 #include "spec/adamjob.h"
+#include "spec/plan.h"
 
 namespace adam::controller {
 
@@ -15,7 +16,7 @@ struct MainOptions {
   std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
   std::string name = "controller-1";
   uint64_t id = 1;
-  std::string members;    // "1=host:port,2=host:port,3=host:port": every member's address
+  spec::ControllerMembers members;  // every member's id and address
   std::string state_dir;  // Raft log and snapshots (required: a member must not forget votes)
   std::string
       cluster_id;  // the job the state belongs to (its uid on Kubernetes); "" = the job's name
@@ -27,9 +28,6 @@ struct MainOptions {
   // followed.
   std::string job_path;
 };
-
-// Parses "1=a:1,2=b:2" into id -> address, naming the bad item.
-StatusOr<std::map<raft::NodeId, std::string>> ParseMembers(const std::string& members);
 
 int Main(const spec::AdamJob& job, const MainOptions& options);
 
