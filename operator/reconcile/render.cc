@@ -456,7 +456,7 @@ Json WithItsTrainer(const spec::AdamJob& job, const RoleInstance& in) {
 Json RolePod(const spec::AdamJob& job, const RoleInstance& in, const spec::Endpoints& endpoints,
              bool has_controllers, const RenderOptions& o) {
   const bool model_worker = in.role == Role::kTrainer && in.model_worker > 0;
-  const std::string role = model_worker ? "model-worker" : spec::RoleSubcommand(in.role);
+  const std::string role = model_worker ? kModelWorkerRole : spec::RoleSubcommand(in.role);
   const std::string name = job.name + "-" + in.name;
   const bool ps = in.role == Role::kParamServer;
   Json md = Metadata(job, name, role, KubeStage(job, in.role, has_controllers), o);

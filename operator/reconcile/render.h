@@ -26,6 +26,8 @@ inline constexpr int kMetricsPort = 9090;
 // Label and annotation keys the operator writes and selects on.
 inline constexpr const char* kJobLabel = "adam.dev/job";
 inline constexpr const char* kRoleLabel = "adam.dev/role";
+// The role label of a split trainer's other processes (the others: spec::RoleSubcommand).
+inline constexpr const char* kModelWorkerRole = "model-worker";
 inline constexpr const char* kIndexLabel = "adam.dev/index";
 inline constexpr const char* kStageAnnotation = "adam.dev/stage";
 inline constexpr const char* kGenerationAnnotation = "adam.dev/generation";

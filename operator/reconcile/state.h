@@ -11,8 +11,10 @@
 
 #include "reconcile/kueue.h"
 #include "reconcile/reconciler.h"
+#include "reconcile/render.h"
 #include "reconcile/start_failures.h"
 #include "spec/adamjob.h"
+#include "spec/plan.h"
 
 namespace adam::op {
 
@@ -99,19 +101,20 @@ enum class PodRole { kController, kParamServer, kDataServer, kTrainer, kModelWor
 inline constexpr PodRole kRoles[] = {PodRole::kController, PodRole::kParamServer,
                                      PodRole::kDataServer, PodRole::kTrainer};
 
-// The label's value, which is also the role's key in status.roles ("" for kNone).
+// The label's value, which is also the role's key in status.roles ("" for kNone): the names
+// render.cc writes.
 inline const char* RoleName(PodRole role) {
   switch (role) {
     case PodRole::kController:
-      return "controller";
+      return spec::RoleSubcommand(spec::Role::kController);
     case PodRole::kParamServer:
-      return "ps";
+      return spec::RoleSubcommand(spec::Role::kParamServer);
     case PodRole::kDataServer:
-      return "data-server";
+      return spec::RoleSubcommand(spec::Role::kDataServer);
     case PodRole::kTrainer:
-      return "trainer";
+      return spec::RoleSubcommand(spec::Role::kTrainer);
     case PodRole::kModelWorker:
-      return "model-worker";
+      return kModelWorkerRole;
     case PodRole::kNone:
       break;
   }
