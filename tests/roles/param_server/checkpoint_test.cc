@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -103,6 +105,43 @@ TEST_F(CheckpointTest, RoundTripAndIncrementalGenerations) {
   auto v = Restart();
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(*v, ReadAll(store));
+}
+
+// The background flush runs once per interval of its clock: not 1 ms before it (a fake clock, no
+// real time waited), and only where a shard changed; each flush's after_flush hook runs after it.
+TEST_F(CheckpointTest, TheBackgroundFlushRunsOncePerIntervalOfItsClock) {
+  FakeClock clock;
+  opt_.clock = &clock;
+  opt_.interval = std::chrono::milliseconds(1000);
+  std::atomic<int> flushed{0};
+  opt_.after_flush = [&] { ++flushed; };
+  ParamStore store(*map_, 0, init_.data());
+  Checkpointer cp(&store, &pool_, opt_, Restored{}, {});
+  Bump(store, 0, 1.f);
+  cp.Start();
+  // After each move the loop has woken, looked, and waits again (a wake-up more than before).
+  const auto step = [&](int ms) {
+    ASSERT_TRUE(clock.AwaitWaiters(1));
+    const int64_t woken = clock.wakeups();
+    clock.Advance(std::chrono::milliseconds(ms));
+    ASSERT_TRUE(testing::Eventually([&] { return clock.wakeups() > woken; }));
+    ASSERT_TRUE(clock.AwaitWaiters(1));
+  };
+  step(999);
+  EXPECT_EQ(cp.generation(), 0u);
+  step(1);
+  EXPECT_EQ(cp.generation(), 1u);
+  EXPECT_EQ(flushed.load(), 1);
+  step(1000);  // nothing changed: no new generation, no hook
+  EXPECT_EQ(cp.generation(), 1u);
+  EXPECT_EQ(flushed.load(), 1);
+  Bump(store, 2, 1.f);
+  step(999);
+  EXPECT_EQ(cp.generation(), 1u);
+  step(1);
+  EXPECT_EQ(cp.generation(), 2u);
+  EXPECT_EQ(flushed.load(), 2);
+  cp.Stop();
 }
 
 TEST_F(CheckpointTest, CorruptOrTruncatedNewestFallsBackToThePreviousOne) {
