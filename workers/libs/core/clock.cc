@@ -35,14 +35,14 @@ Clock::TimePoint FakeClock::Now() const {
   return now_;
 }
 
-// The caller holds `lock` (Clock's contract); the analysis cannot see a reference's state, hence
-// no analysis here.
 Clock::WallTime FakeClock::WallNow() const {
   MutexLock l(mu_);
   return WallTime(kWallStart) +
          std::chrono::duration_cast<WallTime::duration>(now_ - (TimePoint() + kStart));
 }
 
+// The caller holds `lock` (Clock's contract); the analysis cannot see a reference's state, hence
+// no analysis here.
 bool FakeClock::WaitUntil(MutexLock& lock, std::condition_variable& cv,
                           TimePoint deadline) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const Waiter self{&lock.mutex(), &cv};

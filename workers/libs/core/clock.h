@@ -5,8 +5,9 @@
 // thread-safe and lives for the whole process. A FakeClock moves only when Advance is called; it is
 // thread-safe. Code given a Clock* does not own it.
 //
-// This file and clock.cc are where the process reads the time: code elsewhere asks a Clock (the
-// one exception is net/grpc.cc, which turns a timeout into gRPC's own system-clock deadline).
+// core/ is where the process reads the time (here, and core/mutex.h's real-time waits): code
+// elsewhere asks a Clock. The one exception is net/grpc.cc, which turns a timeout into gRPC's own
+// system-clock deadline; `make format-check` names any other read.
 #pragma once
 
 #include <chrono>
