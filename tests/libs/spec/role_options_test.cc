@@ -165,12 +165,16 @@ TEST(RoleOptions, UnknownAndMissingFlagsAreRefusedByName) {
   EXPECT_THAT(not_a_number.status().message(), HasSubstr("--index"));
   EXPECT_FALSE(ParseArgs({"operator"}).ok());
   // A member list is ID=HOST:PORT,... with distinct ids >= 1; the error names the flag and entry.
-  for (const auto& [members, why] :
-       std::vector<std::pair<std::string, std::string>>{{"a:1", "'a:1' is not ID=HOST:PORT"},
-                                                        {"0=a:1", "'0=a:1' is not ID=HOST:PORT"},
-                                                        {"1=a:1,,2=b:2", "'' is not ID=HOST:PORT"},
-                                                        {"1=", "'1=' is not ID=HOST:PORT"},
-                                                        {"1=a:1,1=b:2", "id 1 appears twice"}}) {
+  for (const auto& [members, why] : std::vector<std::pair<std::string, std::string>>{
+           {"a:1", "'a:1' is not ID=HOST:PORT"},
+           {"0=a:1", "'0=a:1' is not ID=HOST:PORT"},
+           {"1=a:1,,2=b:2", "'' is not ID=HOST:PORT"},
+           {"1=", "'1=' is not ID=HOST:PORT"},
+           {"1=a:1,1=b:2", "id 1 appears twice"},
+           {"-1=a:1", "'-1=a:1' is not ID=HOST:PORT"},
+           {" 1=a:1", "' 1=a:1' is not ID=HOST:PORT"},
+           {"+1=a:1", "'+1=a:1' is not ID=HOST:PORT"},
+           {"18446744073709551616=a:1", "is not ID=HOST:PORT"}}) {
     auto bad = ParseArgs({"controller", "--job", "j", "--plaintext", "--id", "1", "--members",
                           members, "--state-dir", "/s"});
     ASSERT_FALSE(bad.ok()) << members;

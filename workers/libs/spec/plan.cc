@@ -2,7 +2,7 @@
 #include "spec/plan.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <charconv>
 
 namespace adam::spec {
 
@@ -73,22 +73,30 @@ std::string MembersText(const ControllerMembers& members) {
   return out;
 }
 
-StatusOr<ControllerMembers> ParseMembers(const std::string& text) {
-  ControllerMembers out;
+std::vector<std::string> SplitItems(const std::string& text) {
+  std::vector<std::string> out;
   size_t at = 0;
   while (at <= text.size()) {
     const size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
+    out.push_back(text.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
+StatusOr<ControllerMembers> ParseMembers(const std::string& text) {
+  ControllerMembers out;
+  for (const std::string& item : SplitItems(text)) {
+    // The id: decimal digits only (no sign, no space), at least 1, within 64 bits.
     const size_t eq = item.find('=');
-    char* end = nullptr;
-    const unsigned long long id =
-        eq == std::string::npos ? 0 : std::strtoull(item.c_str(), &end, 10);
-    if (eq == std::string::npos || id == 0 || end != item.c_str() + eq || eq + 1 >= item.size())
+    uint64_t id = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
+    if (eq == std::string::npos || ec != std::errc() || end != item.data() + eq || id == 0 ||
+        eq + 1 >= item.size())
       return InvalidArgumentError("'" + item + "' is not ID=HOST:PORT with ID >= 1");
     for (const ControllerMember& m : out)
       if (m.id == id) return InvalidArgumentError("id " + std::to_string(id) + " appears twice");
-    out.push_back({uint64_t(id), item.substr(eq + 1)});
-    at = comma + 1;
+    out.push_back({id, item.substr(eq + 1)});
   }
   return out;
 }

@@ -72,6 +72,8 @@ using ControllerMembers = std::vector<ControllerMember>;
 // error naming it.
 std::string MembersText(const ControllerMembers& members);
 StatusOr<ControllerMembers> ParseMembers(const std::string& text);
+// "a,,b" -> {"a", "", "b"}: a list argument's items, empty ones kept ("" -> {""}).
+std::vector<std::string> SplitItems(const std::string& text);
 // Their addresses, in member order.
 std::vector<std::string> MemberAddresses(const ControllerMembers& members);
 

@@ -111,13 +111,8 @@ void Fields(V& v, O& o) requires std::is_same_v<std::remove_const_t<O>, TrainerO
 
 // "a,b,c" -> {"a", "b", "c"} (empty items dropped): a list flag's one argument.
 std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t comma = std::min(text.find(',', at), text.size());
-    if (comma > at) out.push_back(text.substr(at, comma - at));
-    at = comma + 1;
-  }
+  std::vector<std::string> out = SplitItems(text);
+  out.erase(std::remove(out.begin(), out.end(), std::string()), out.end());
   return out;
 }
 
