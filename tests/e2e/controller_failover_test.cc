@@ -1,7 +1,9 @@
 // Three `adam controller` processes on loopback: `kill -9` of the leader, a new leader commits
 // within a second, the killed member rejoins from its state dir and catches up; a member whose
-// Raft log is corrupt refuses to start, naming the file and byte.
+// Raft log is corrupt refuses to start, naming the file and byte; a member id that is not one of
+// the members is refused.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -138,6 +140,40 @@ TEST_F(ControllerProcesses, AMemberWithACorruptLogRefusesToStartNamingTheByte) {
   EXPECT_EQ(WEXITSTATUS(status), 1);
   const std::string text = testing::ReadText(dir_.File("m" + std::to_string(victim) + ".log"));
   EXPECT_NE(text.find("raft.log: record at byte 0: crc mismatch"), std::string::npos) << text;
+}
+
+// The member's id, resolved by the controller itself (--id N, or "hostname": the ordinal a
+// StatefulSet pod's name ends in, plus one), must be one of --members: otherwise exit 2 naming it.
+TEST(ControllerId, AnIdThatIsNotAMemberIsRefusedNamingIt) {
+  testing::TmpDir dir;
+  const std::string members = "1=127.0.0.1:" + std::to_string(adam::FreePort()) +
+                              ",2=127.0.0.1:" + std::to_string(adam::FreePort());
+  auto start = [&](const std::string& id, const std::string& log) {
+    Child c({"controller", "--plaintext", "--job", ADAM_SOURCE_DIR "/examples/fashion-mnist.yaml",
+             "--id", id, "--members", members, "--state-dir", dir.File("state-" + log)},
+            dir.File(log));
+    return c.Wait();
+  };
+  int status = start("3", "three.log");
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  std::string text = testing::ReadText(dir.File("three.log"));
+  EXPECT_NE(text.find("--id 3 is not one of --members"), std::string::npos) << text;
+
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  const std::string name = host;
+  const size_t dash = name.rfind('-');
+  if (dash != std::string::npos && dash + 1 < name.size() &&
+      name.find_first_not_of("0123456789", dash + 1) == std::string::npos)
+    GTEST_SKIP() << "this host's name (" << name << ") ends in -N";
+  status = start("hostname", "hostname.log");
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  text = testing::ReadText(dir.File("hostname.log"));
+  EXPECT_NE(text.find("--id hostname: this host's name (" + name + ") does not end in -N"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace

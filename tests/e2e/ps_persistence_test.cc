@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -252,6 +253,49 @@ TEST_F(PsPersistence, AServerThatLostItsVolumeRestoresFromItsCheckpointPeer) {
   std::vector<float> got(d.size());
   ASSERT_TRUE(client2->Pull(got.data(), 0).ok());
   EXPECT_EQ(got, want);
+}
+
+// On Kubernetes the replication address is the second network's: the server reads it from
+// Multus's network-status annotation (the downward API's file) and listens for copies there, with
+// --replication-listen's port, and not on the others; an annotation without that network fails
+// the start with exit 1 naming the flag once --network-wait-ms has passed.
+TEST_F(PsPersistence, ItListensForCopiesOnTheReplicationNetworksAddressOnly) {
+  const std::string annotations = dir_.File("annotations");
+  auto write_status = [&](const std::string& name, const std::string& ip) {
+    std::ofstream(annotations) << "k8s.v1.cni.cncf.io/network-status=\"[{\\\"name\\\": \\\"" << name
+                               << "\\\", \\\"interface\\\": \\\"net1\\\", \\\"ips\\\": [\\\"" << ip
+                               << "\\\"]}]\"\n";
+  };
+  write_status("default/adam-repl", "127.0.0.3");
+  int port = 0, repl = 0;
+  auto ps = StartPs({"--replication-listen", "0.0.0.0:0", "--replication-network", "adam-repl",
+                     "--pod-annotations", annotations},
+                    &port, "state", &repl);
+  ASSERT_GT(repl, 0);
+  auto reachable = [&](const std::string& host, std::chrono::milliseconds wait) {
+    const std::string address = host + ":" + std::to_string(repl);
+    auto channel = net::MakeChannel(*net::Transport::Plaintext(), address);
+    return net::WaitForReady(channel.get(), "replication", address, wait).ok();
+  };
+  EXPECT_TRUE(reachable("127.0.0.3", std::chrono::seconds(5)));
+  EXPECT_FALSE(reachable("127.0.0.1", std::chrono::milliseconds(500)));
+  ps.reset();
+
+  write_status("default/other", "127.0.0.4");
+  const std::string log = dir_.File("missing.log");
+  Child missing(
+      {"ps", "--plaintext", "--job", job_path_, "--index", "0", "--listen", "127.0.0.1:0",
+       "--threads", "1", "--no-bind", "--replication-listen", "0.0.0.0:0", "--replication-network",
+       "adam-repl", "--pod-annotations", annotations, "--network-wait-ms", "300"},
+      log);
+  EXPECT_FALSE(missing.WaitFor<events::Ready>(std::chrono::seconds(20)).has_value());
+  const int status = missing.Wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, ::testing::HasSubstr("--replication-network adam-repl"));
+  EXPECT_THAT(text, ::testing::HasSubstr("default/other"));
 }
 
 }  // namespace

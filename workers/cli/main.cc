@@ -25,7 +25,6 @@
 #include "launcher/launcher.h"
 #include "model/layout.h"
 #include "net/grpc.h"
-#include "net/network_status.h"
 #include "net/tls.h"
 #include "operator.h"
 #include "param_server/main.h"
@@ -69,105 +68,6 @@ std::string SelfPath() {
   return buf;
 }
 
-std::string HostName() {
-  char host[256] = {};
-  return gethostname(host, sizeof host - 1) == 0 ? host : "";
-}
-
-using Transport = std::shared_ptr<const adam::net::Transport>;
-
-int RunDataServer(const adam::spec::AdamJob& job, const adam::spec::DataServerOptions& r,
-                  Transport transport) {
-  adam::data_server::MainOptions o;
-  o.transport = std::move(transport);
-  o.name = r.common.name;
-  o.listen = r.listen;
-  o.metrics_port = r.common.metrics_port;
-  o.job_path = r.common.job;
-  return adam::data_server::Main(job, o);
-}
-
-int RunParamServer(const adam::spec::AdamJob& job, const adam::spec::ParamServerOptions& r,
-                   Transport transport) {
-  adam::ps::MainOptions o;
-  o.transport = std::move(transport);
-  o.name = r.common.name;
-  o.index = r.index;
-  o.listen = r.listen;
-  o.metrics_port = r.common.metrics_port;
-  o.job_path = r.common.job;
-  o.state_dir = r.state_dir;
-  o.replication_listen = r.replication_listen;
-  if (!r.replication_network.empty()) {
-    // The second NIC: its address comes from Multus, through the downward API.
-    auto addr = adam::net::WaitForPodNetworkAddress(r.pod_annotations, r.replication_network,
-                                                    std::chrono::milliseconds(r.network_wait_ms));
-    if (!addr.ok()) {
-      spdlog::error("--replication-network {}: {}", r.replication_network, addr.status().message());
-      return 1;
-    }
-    const size_t colon = r.replication_listen.rfind(':');
-    o.replication_listen =
-        *addr + ":" +
-        (colon == std::string::npos ? "7071" : r.replication_listen.substr(colon + 1));
-    spdlog::info("replication traffic on {} ({})", o.replication_listen, r.replication_network);
-  }
-  o.restore_from = r.restore_from;
-  o.checkpoint_peer = r.checkpoint_peer;
-  o.threads = r.threads;
-  o.bind = !r.no_bind;
-  o.controller = adam::spec::MemberAddresses(r.controller);
-  o.forward_interval = std::chrono::milliseconds(r.forward_interval_ms);
-  o.debug_flush_pause = std::chrono::milliseconds(r.debug_flush_pause_ms);
-  return adam::ps::Main(job, o);
-}
-
-int RunController(const adam::spec::AdamJob& job, const adam::spec::ControllerOptions& r,
-                  Transport transport) {
-  adam::controller::MainOptions o;
-  o.transport = std::move(transport);
-  o.name = r.common.name;
-  const std::optional<uint64_t> id = adam::spec::ResolveMemberId(r.id, HostName());
-  if (!id) {
-    std::fprintf(stderr, "adam controller: --id %s: this host's name (%s) does not end in -N\n",
-                 r.id.c_str(), HostName().c_str());
-    return kExitInvalid;
-  }
-  o.id = *id;
-  o.members = r.members;
-  o.state_dir = r.state_dir;
-  o.cluster_id = r.cluster_id;
-  o.metrics_port = r.common.metrics_port;
-  o.server_timeout_ms = r.server_timeout_ms;
-  o.tick_ms = r.tick_ms;
-  o.election_ticks = r.election_ticks;
-  o.job_path = r.common.job;
-  return adam::controller::Main(job, o);
-}
-
-int RunTrainer(const adam::spec::AdamJob& job, const adam::spec::TrainerOptions& r,
-               Transport transport) {
-  adam::trainer::MainOptions o;
-  o.transport = std::move(transport);
-  o.name = r.common.name;
-  o.index = r.index;
-  o.threads = r.threads;
-  o.data_servers = r.data_server;
-  o.param_servers = r.ps;
-  o.controller = adam::spec::MemberAddresses(r.controller);
-  o.metrics_port = r.common.metrics_port;
-  o.metrics_host = r.metrics_host;
-  o.bind = !r.no_bind;
-  o.evaluate_only = r.evaluate_only;
-  o.model_out = r.model_out;
-  o.check_pushes = r.check_pushes;
-  o.check_round = r.check_round;
-  o.check_every_ms = r.check_every_ms;
-  o.model_workers = r.model_workers;
-  o.model_worker = r.model_worker;
-  return adam::trainer::Main(job, o);
-}
-
 // One role's process: its options checked, the manifest loaded, TLS set up, then the role.
 int RunRole(const adam::spec::RoleOptions& role) {
   const char* subcommand = adam::spec::RoleSubcommand(adam::spec::RoleOf(role));
@@ -182,26 +82,26 @@ int RunRole(const adam::spec::RoleOptions& role) {
   // Mutual TLS from --tls-dir (spec::Check saw to it that plain text was asked for otherwise),
   // read again every minute: a renewed certificate (the operator rewrites the Secret) takes
   // effect without a restart.
-  Transport transport = adam::net::Transport::Plaintext();
+  adam::RoleProcess process;
   if (!common.tls_dir.empty()) {
     auto tls = adam::net::Transport::MutualTlsFromDir(common.tls_dir);
     if (!tls.ok()) {
       std::fprintf(stderr, "adam: --tls-dir: %s\n", tls.status().message().c_str());
       return kExitInvalid;
     }
-    transport = *tls;
+    process.transport = *tls;
   }
   return std::visit(
       [&](const auto& r) {
         using R = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<R, adam::spec::DataServerOptions>)
-          return RunDataServer(*job, r, transport);
+          return adam::data_server::Main(*job, r, process);
         if constexpr (std::is_same_v<R, adam::spec::ParamServerOptions>)
-          return RunParamServer(*job, r, transport);
+          return adam::ps::Main(*job, r, process);
         if constexpr (std::is_same_v<R, adam::spec::ControllerOptions>)
-          return RunController(*job, r, transport);
+          return adam::controller::Main(*job, r, process);
         if constexpr (std::is_same_v<R, adam::spec::TrainerOptions>)
-          return RunTrainer(*job, r, transport);
+          return adam::trainer::Main(*job, r, process);
       },
       role);
 }
@@ -216,83 +116,88 @@ struct Command {
   std::function<int()> run;
 };
 
-Command AddRun(CLI::App& app) {
-  struct Options {
-    std::string job_path, output = "text", state_dir, resume, report_dir, prometheus_sd, chaos,
-                          model_out;
-    bool quiet = false, plaintext = false;
-    std::vector<std::string> kills;
-  };
-  auto o = std::make_shared<Options>();
-  auto* run =
-      app.add_subcommand("run", "Run an AdamJob locally: every role as a process on loopback");
-  run->add_option("file", o->job_path, "AdamJob manifest (YAML)");
-  run->add_option("-f,--filename", o->job_path, "AdamJob manifest (YAML)");
-  run->add_option("-o,--output", o->output, "summary format: text or json")
+// `adam run`'s flags that are not RunOptions fields as they are: the summary format, the
+// --resume directory, and the faults (parsed against the job once it is loaded).
+struct RunFlags {
+  adam::launcher::RunOptions ro;
+  std::string output = "text", resume, chaos;
+  std::vector<std::string> kills;
+};
+
+void AddRunFlags(CLI::App* run, RunFlags* f) {
+  run->add_option("file", f->ro.job_path, "AdamJob manifest (YAML)");
+  run->add_option("-f,--filename", f->ro.job_path, "AdamJob manifest (YAML)");
+  run->add_option("-o,--output", f->output, "summary format: text or json")
       ->check(CLI::IsMember({"text", "json"}));
-  run->add_flag("-q,--quiet", o->quiet, "hide the roles' log lines");
-  run->add_flag("--plaintext", o->plaintext,
+  run->add_flag("-q,--quiet", f->ro.quiet, "hide the roles' log lines");
+  run->add_flag("--plaintext", f->ro.plaintext,
                 "no TLS between the roles (by default the run makes a throw-away CA and the roles "
                 "talk mutual TLS)");
-  run->add_option("--state-dir", o->state_dir,
+  run->add_option("--state-dir", f->ro.state_dir,
                   "keep parameter-server checkpoints here (a later run resumes from them)");
-  run->add_option("--resume", o->resume,
+  run->add_option("--resume", f->resume,
                   "go on from the checkpoints an earlier run left in its --state-dir DIR: the "
                   "parameters, the epochs finished and the learning-rate schedule (refused when "
                   "DIR holds none)")
       ->excludes("--state-dir");
-  run->add_option("--report", o->report_dir,
+  run->add_option("--report", f->ro.report_dir,
                   "write a training report to DIR/index.html: loss and accuracy per epoch, "
                   "images/s over time, faults marked (self-contained HTML with SVG)");
-  run->add_option("--prometheus-sd", o->prometheus_sd,
+  run->add_option("--prometheus-sd", f->ro.prometheus_sd,
                   "keep FILE a Prometheus file_sd list of every role's /metrics endpoint");
-  run->add_option("--kill", o->kills,
+  run->add_option("--kill", f->kills,
                   "fault injection: NAME@SECONDS[+RESTART] kills (SIGKILL) role instance NAME "
                   "that many seconds into training, and restarts it RESTART seconds later "
                   "(NAME controller-leader: the current controller leader)");
-  run->add_option("--chaos", o->chaos,
+  run->add_option("--chaos", f->chaos,
                   "SECONDS[:SEED]: for that long, kill -9 a random controller member or parameter "
                   "server every 1-2 s and restart it 1 s later (needs copies > 1)");
-  run->add_option("--model-out", o->model_out,
+  run->add_option("--model-out", f->ro.model_out,
                   "write the final model (the one the summary's accuracy is of) to FILE as ONNX");
-  return {run, [o] {
-            if (o->job_path.empty()) {
-              std::fprintf(stderr, "adam run: give a manifest: adam run FILE\n");
-              return kExitInvalid;
-            }
-            auto job = Load(o->job_path);
-            if (!job) return kExitInvalid;
-            // What the launcher's own parts log (the manifest it follows) goes to stderr:
-            // stdout holds the summary only.
-            SetUpLogging("adam-run");
-            spdlog::set_level(spdlog::level::warn);  // its own lines say what changed
-            adam::launcher::RunOptions ro;
-            ro.job_path = o->job_path;
-            ro.executable = SelfPath();
-            ro.json = o->output == "json";
-            ro.quiet = o->quiet;
-            ro.state_dir = o->resume.empty() ? o->state_dir : o->resume;
-            ro.resume = !o->resume.empty();
-            ro.report_dir = o->report_dir;
-            ro.plaintext = o->plaintext;
-            ro.prometheus_sd = o->prometheus_sd;
-            ro.model_out = o->model_out;
-            for (const std::string& k : o->kills) {
-              auto kill = adam::launcher::ParseKill(k, *job);
-              if (!kill.ok()) {
-                std::fprintf(stderr, "adam run: %s\n", kill.status().message().c_str());
-                return kExitInvalid;
-              }
-              ro.kills.push_back(*kill);
-            }
-            if (!o->chaos.empty()) {
-              if (adam::Status st = adam::launcher::ParseChaos(o->chaos, *job, &ro); !st.ok()) {
-                std::fprintf(stderr, "adam run: %s\n", st.message().c_str());
-                return kExitInvalid;
-              }
-            }
-            return adam::launcher::Run(*job, ro);
-          }};
+}
+
+// `adam run`, once its command line is parsed.
+int RunJob(RunFlags f) {
+  adam::launcher::RunOptions& ro = f.ro;
+  if (ro.job_path.empty()) {
+    std::fprintf(stderr, "adam run: give a manifest: adam run FILE\n");
+    return kExitInvalid;
+  }
+  auto job = Load(ro.job_path);
+  if (!job) return kExitInvalid;
+  // What the launcher's own parts log (the manifest it follows) goes to stderr: stdout holds the
+  // summary only.
+  SetUpLogging("adam-run");
+  spdlog::set_level(spdlog::level::warn);  // its own lines say what changed
+  ro.executable = SelfPath();
+  ro.json = f.output == "json";
+  if (!f.resume.empty()) {
+    ro.state_dir = f.resume;
+    ro.resume = true;
+  }
+  for (const std::string& k : f.kills) {
+    auto kill = adam::launcher::ParseKill(k, *job);
+    if (!kill.ok()) {
+      std::fprintf(stderr, "adam run: %s\n", kill.status().message().c_str());
+      return kExitInvalid;
+    }
+    ro.kills.push_back(*kill);
+  }
+  if (!f.chaos.empty()) {
+    if (adam::Status st = adam::launcher::ParseChaos(f.chaos, *job, &ro); !st.ok()) {
+      std::fprintf(stderr, "adam run: %s\n", st.message().c_str());
+      return kExitInvalid;
+    }
+  }
+  return adam::launcher::Run(*job, ro);
+}
+
+Command AddRun(CLI::App& app) {
+  auto f = std::make_shared<RunFlags>();
+  auto* run =
+      app.add_subcommand("run", "Run an AdamJob locally: every role as a process on loopback");
+  AddRunFlags(run, f.get());
+  return {run, [f] { return RunJob(*f); }};
 }
 
 Command AddScale(CLI::App& app) {

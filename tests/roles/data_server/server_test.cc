@@ -22,7 +22,7 @@ int Served(const net::Transport& transport, int port) {
 }
 
 TEST(DataServerRole, StartsServesAndStopsInProcess) {
-  MainOptions o;
+  spec::DataServerOptions o;
   o.listen = "127.0.0.1:0";
   DataServer server(MakeSource(10, 1, 1.0, 4), 3, o);
   ASSERT_TRUE(server.Start().ok());
@@ -43,10 +43,11 @@ TEST(DataServerRole, ServesThroughTheTransportItWasGiven) {
   ASSERT_TRUE(ca.ok());
   auto roles = net::IssueRoleCertificates(*ca, {"*.test-job"});
   ASSERT_TRUE(roles.ok());
-  MainOptions o;
+  spec::DataServerOptions o;
   o.listen = "127.0.0.1:0";
-  o.transport = net::Transport::MutualTls(roles->at("data-server"));
-  DataServer server(MakeSource(6, 1, 1.0, 4), 3, o);
+  RoleProcess process;
+  process.transport = net::Transport::MutualTls(roles->at("data-server"));
+  DataServer server(MakeSource(6, 1, 1.0, 4), 3, o, process);
   ASSERT_TRUE(server.Start().ok());
   EXPECT_EQ(Served(*net::Transport::MutualTls(roles->at("trainer")), server.port()), 6);
   EXPECT_EQ(Served(*net::Transport::MutualTls(roles->at("ps")), server.port()), -1);
@@ -55,7 +56,7 @@ TEST(DataServerRole, ServesThroughTheTransportItWasGiven) {
 
 // A listen address that cannot be bound fails Start naming it, and leaves nothing serving.
 TEST(DataServerRole, AnAddressInUseFailsStartNamingIt) {
-  MainOptions o;
+  spec::DataServerOptions o;
   o.listen = "127.0.0.1:0";
   DataServer first(MakeSource(4, 1, 1.0, 4), 3, o);
   ASSERT_TRUE(first.Start().ok());

@@ -31,7 +31,7 @@ class Replicas : public ::testing::Test {
       auto source = data_server::MakeSource(8, 2, 0.5, 4);
       sources_[i] = source.get();
       servers_[i] = std::make_unique<data_server::DataServer>(std::move(source), 3,
-                                                              data_server::MainOptions());
+                                                              spec::DataServerOptions());
       ASSERT_TRUE(servers_[i]->Start().ok());
       addresses_.push_back("127.0.0.1:" + std::to_string(servers_[i]->port()));
     }

@@ -73,6 +73,7 @@ class LocalData final : public DataClient {
     return OkStatus();
   }
   Status GetBatch(const adam::v1::GetBatchRequest& req, adam::v1::Batch* out) override {
+    ++batches;
     data_server::BatchView b;
     ADAM_RETURN_IF_ERROR(s_->GetBatch(int(req.trainer()), req.epoch(), req.batch_index(), &b));
     data_server::ToProto(std::move(b), out);
@@ -96,7 +97,8 @@ class LocalData final : public DataClient {
     ++asked;
     return FinishEpoch(req, out);
   }
-  std::atomic<int> asked{0};
+  std::atomic<int> asked{0};    // AskEpoch calls
+  std::atomic<int> batches{0};  // GetBatch calls
   Status StopJob() override {
     s_->Stop();
     return OkStatus();
@@ -136,6 +138,7 @@ class LocalParams {
                           b.activations, b.errors});
         }
       }
+      if (a.leave) p_->leaves.fetch_add(1);
       p_->gate_.Advance(index_, a.clock, a.leave);
       return OkStatus();
     }
@@ -157,6 +160,8 @@ class LocalParams {
     LocalParams* p_;
     int index_;
   };
+
+  std::atomic<int> leaves{0};  // pushes that said their trainer leaves
 
  private:
   std::mutex mu_;
@@ -275,7 +280,8 @@ TEST(NoNetworkStall, AHangingPushHoldsTheWorkersWithinTheDriftBound) {
 // Trainer 0 alone of a two-trainer job, over a data source for both (quorum 0.75: both must
 // finish an epoch to close it); `wait` bounds its wait at the last epoch.
 struct QuorumRun {
-  explicit QuorumRun(std::chrono::milliseconds wait) {
+  // `stop_first`: the trainer is stopped before its run starts.
+  explicit QuorumRun(std::chrono::milliseconds wait, bool stop_first = false) {
     job.roles.parameter_server.replicas = 1;
     job.training.epochs = 2;
     layout = model::ModelLayout::Make(job.model);
@@ -294,6 +300,7 @@ struct QuorumRun {
     to.bind = false;
     to.last_epoch_wait = wait;
     trainer.emplace(job, to, tm, std::move(d), std::make_unique<LocalParams::Client>(&*params, 0));
+    if (stop_first) trainer->Stop();
     run = std::async(std::launch::async, [this] { return trainer->Run(); });
   }
 
@@ -338,6 +345,33 @@ TEST(NoNetworkQuorum, Trainer0sWaitForTheQuorumIsBounded) {
   EXPECT_LT(q.waited.Value(), 10);
   EXPECT_GE(q.data->asked, 2);
   EXPECT_TRUE(q.source->stopped());
+}
+
+// Stop ends a run that waits (here trainer 0 at the last epoch, for a quorum that does not come):
+// Run returns CANCELLED at once, the trainer has left the servers (consistency stops waiting for
+// it), and the job is not ended for the other trainers.
+TEST(NoNetworkStop, StopEndsTheRunLeavingTheServersWithoutEndingTheJob) {
+  QuorumRun q(std::chrono::seconds(60));
+  ASSERT_TRUE(testing::Eventually([&] { return q.data->asked >= 2; }));
+  q.trainer->Stop();
+  ASSERT_EQ(q.run.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  StatusOr<TrainerResult> r = q.run.get();
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+  EXPECT_EQ(q.params->leaves.load(), 1);
+  EXPECT_FALSE(q.source->stopped());
+  q.trainer->Stop();  // twice: harmless
+}
+
+// Stopped before its run, a trainer trains nothing: no batch asked for, no epoch, and it leaves.
+TEST(NoNetworkStop, StoppedBeforeRunItTrainsNothing) {
+  QuorumRun q(std::chrono::seconds(60), /*stop_first=*/true);
+  ASSERT_EQ(q.run.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  StatusOr<TrainerResult> r = q.run.get();
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+  EXPECT_EQ(q.data->batches.load(), 0);
+  EXPECT_EQ(q.data->asked, 0);
+  EXPECT_EQ(q.params->leaves.load(), 1);
+  EXPECT_FALSE(q.source->stopped());
 }
 
 // Diverged: a loss that is not a number, infinite, or above twice what guessing costs.

@@ -1,34 +1,15 @@
 // The `adam controller` process: one member of the job's controller group.
 #pragma once
 
-#include <string>
-
-#include "core/status.h"
-#include "net/grpc.h"
-#include "raft/driver.h"
+#include "net/role_process.h"
 #include "spec/adamjob.h"
-#include "spec/plan.h"
+#include "spec/role_options.h"
 
 namespace adam::controller {
 
-struct MainOptions {
-  // How this role serves and dials (the job's mutual TLS, or plain text).
-  std::shared_ptr<const net::Transport> transport = net::Transport::Plaintext();
-  std::string name = "controller-1";
-  uint64_t id = 1;
-  spec::ControllerMembers members;  // every member's id and address
-  std::string state_dir;  // Raft log and snapshots (required: a member must not forget votes)
-  std::string
-      cluster_id;  // the job the state belongs to (its uid on Kubernetes); "" = the job's name
-  int metrics_port = 0;
-  int server_timeout_ms = 500;
-  int tick_ms = 10;
-  int election_ticks = 20;
-  // The job's manifest file, followed for the parameter-server count (elastic servers); "" = not
-  // followed.
-  std::string job_path;
-};
-
-int Main(const spec::AdamJob& job, const MainOptions& options);
+// Runs until SIGINT/SIGTERM; returns the process exit code (2 for an --id that is neither a
+// member's number nor "hostname" with this host's name ending in -N, or one not in --members).
+int Main(const spec::AdamJob& job, const spec::ControllerOptions& options,
+         const RoleProcess& process);
 
 }  // namespace adam::controller

@@ -24,6 +24,9 @@ namespace adam::data_server {
 
 namespace {
 
+// Images per batch a trainer asks for.
+constexpr int kBatchImages = 256;
+
 // A data file that is corrupt, truncated or does not fit the model is refused input (exit 2: no
 // restart can fix it); one that cannot be opened may yet appear (a volume still mounting): 1.
 int RefusedInputExit(const Status& s) {
@@ -142,14 +145,15 @@ StatusOr<std::unique_ptr<DataSource>> LoadDataSource(const spec::AdamJob& job, i
 
 }  // namespace
 
-int Main(const spec::AdamJob& job, const MainOptions& options) {
+int Main(const spec::AdamJob& job, const spec::DataServerOptions& options,
+         const RoleProcess& process) {
   BlockTerminationSignals();
-  auto source = LoadDataSource(job, options.batch_images, *Clock::Real());
+  auto source = LoadDataSource(job, kBatchImages, *process.clock);
   if (!source.ok()) {
     spdlog::error("{}", source.status().message());
     return RefusedInputExit(source.status());
   }
-  DataServer server(std::move(*source), spec::NumClasses(job.model), options);
+  DataServer server(std::move(*source), spec::NumClasses(job.model), options, process);
   return ServeUntilSignalled(server);
 }
 

@@ -4,12 +4,17 @@
 
 namespace adam::data_server {
 
-DataServer::DataServer(std::unique_ptr<DataSource> source, int classes, MainOptions options)
-    : source_(std::move(source)), classes_(classes), options_(std::move(options)) {}
+DataServer::DataServer(std::unique_ptr<DataSource> source, int classes,
+                       spec::DataServerOptions options, RoleProcess process)
+    : source_(std::move(source)),
+      classes_(classes),
+      options_(std::move(options)),
+      process_(std::move(process)) {}
 
 Status DataServer::Start() {
   const std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
-  ADAM_ASSIGN_OR_RETURN(metrics_, metrics::MetricsServer::Start(host, options_.metrics_port));
+  ADAM_ASSIGN_OR_RETURN(metrics_,
+                        metrics::MetricsServer::Start(host, options_.common.metrics_port));
   auto& reg = *metrics_;
   reg.Gauge("adam_data_cache_images", "Augmented training images held in memory")
       .Set(double(source_->variants()) * source_->train_count());
@@ -29,12 +34,12 @@ Status DataServer::Start() {
   sampler_.emplace(std::chrono::milliseconds(1000), [this] { Sample(); });
   // Trainers scaled on a cluster: the job's manifest (its ConfigMap) has the new count; epochs
   // not yet started are shared among it.
-  follower_ = spec::FollowTrainerCount(options_.job_path, source_->trainers(), [this](int m) {
+  follower_ = spec::FollowTrainerCount(options_.common.job, source_->trainers(), [this](int m) {
     source_->SetTrainers(m);
     trainers_->Set(m);
   });
   ADAM_ASSIGN_OR_RETURN(
-      listeners_, net::Listeners::Start(*options_.transport, options_.listen, {service_.get()}));
+      listeners_, net::Listeners::Start(*process_.transport, options_.listen, {service_.get()}));
   return OkStatus();
 }
 

@@ -12,13 +12,16 @@
 #include "data_server/main.h"
 #include "metrics/metrics.h"
 #include "net/grpc.h"
+#include "net/role_process.h"
 #include "spec/manifest_watch.h"
+#include "spec/role_options.h"
 
 namespace adam::data_server {
 
 class DataServer final : public Role {
  public:
-  DataServer(std::unique_ptr<DataSource> source, int classes, MainOptions options);
+  DataServer(std::unique_ptr<DataSource> source, int classes, spec::DataServerOptions options,
+             RoleProcess process = {});
   ~DataServer() override { Stop(); }
   DataServer(const DataServer&) = delete;
   DataServer& operator=(const DataServer&) = delete;
@@ -34,7 +37,8 @@ class DataServer final : public Role {
 
   const std::unique_ptr<DataSource> source_;
   const int classes_;
-  const MainOptions options_;
+  const spec::DataServerOptions options_;
+  const RoleProcess process_;
   std::unique_ptr<metrics::MetricsServer> metrics_;
   std::unique_ptr<DataService> service_;
   prometheus::Counter* hits_ = nullptr;

@@ -16,6 +16,7 @@
 #include "metrics/metrics.h"
 #include "model/layout.h"
 #include "net/grpc.h"
+#include "net/network_status.h"
 #include "param_server/checkpoint.h"
 #include "param_server/clock_gate.h"
 #include "param_server/param_service.h"
@@ -32,9 +33,9 @@ namespace {
 
 // Fills `initial` from this server's checkpoint, copying it first from `restore_from` when the
 // state directory has none. Without a state directory: nothing restored.
-StatusOr<Restored> RestoreState(const MainOptions& options, const CheckpointOptions& copt,
-                                const shard::ShardMap& store_map, const shard::ShardMap& map,
-                                std::vector<float>* initial) {
+StatusOr<Restored> RestoreState(const spec::ParamServerOptions& options, const RoleProcess& process,
+                                const CheckpointOptions& copt, const shard::ShardMap& store_map,
+                                const shard::ShardMap& map, std::vector<float>* initial) {
   if (options.state_dir.empty()) return Restored{};
   if (!options.restore_from.empty()) {
     bool have = false;
@@ -42,7 +43,7 @@ StatusOr<Restored> RestoreState(const MainOptions& options, const CheckpointOpti
     for (const auto& de : std::filesystem::directory_iterator(options.state_dir, ec))
       have |= de.path().extension() == ".adam";
     if (!have) {
-      auto n = FetchCheckpoint(*options.transport, options.restore_from, uint32_t(options.index),
+      auto n = FetchCheckpoint(*process.transport, options.restore_from, uint32_t(options.index),
                                options.state_dir);
       if (!n.ok())
         return Status(n.status().code(), "copying the checkpoint of " + options.restore_from +
@@ -85,26 +86,74 @@ void LogHolding(const update::JobLayout& derived, const ParamStore& store) {
   }
 }
 
+// --replication-network: the second NIC's address (from Multus, through the downward API) with
+// --replication-listen's port (7071 when it names none) becomes the replication address.
+Status ResolveReplicationNetwork(spec::ParamServerOptions* options, Clock* clock) {
+  if (options->replication_network.empty()) return OkStatus();
+  auto addr = net::WaitForPodNetworkAddress(options->pod_annotations, options->replication_network,
+                                            std::chrono::milliseconds(options->network_wait_ms),
+                                            std::chrono::milliseconds(200), clock);
+  if (!addr.ok())
+    return Status(addr.status().code(), "--replication-network " + options->replication_network +
+                                            ": " + addr.status().message());
+  const std::string& listen = options->replication_listen;
+  const size_t colon = listen.rfind(':');
+  options->replication_listen =
+      *addr + ":" + (colon == std::string::npos ? "7071" : listen.substr(colon + 1));
+  spdlog::info("replication traffic on {} ({})", options->replication_listen,
+               options->replication_network);
+  return OkStatus();
+}
+
+// What the job asks of this server's flags: an index below the job's server count, --controller
+// exactly when a controller owns the shards, and then a replication address for the copies.
+Status CheckOptions(const spec::AdamJob& job, const spec::ParamServerOptions& options) {
+  const int replicas = job.roles.parameter_server.replicas;
+  if (options.index < 0 || options.index >= replicas)
+    return InvalidArgumentError("--index " + std::to_string(options.index) +
+                                " is not below spec.roles.parameterServer.replicas (" +
+                                std::to_string(replicas) + ")");
+  ADAM_RETURN_IF_ERROR(spec::CheckControllerFlag(job, !options.controller.empty()));
+  if (spec::ControllerOwnsShards(job) && options.replication_listen.empty())
+    return InvalidArgumentError("--controller needs --replication-listen: copies travel over it");
+  return OkStatus();
+}
+
+// The shards this server allocates: its own in `map`, or, with a controller
+// (spec::ControllerOwnsShards), every shard, since shards move between servers and any of them
+// may become a copy here.
+StatusOr<shard::ShardMap> StoreMap(const spec::AdamJob& job, const shard::ShardMap& map,
+                                   int index) {
+  if (!spec::ControllerOwnsShards(job)) return map;
+  return map.WithServers(std::vector<int>(map.shards().size(), index));
+}
+
+// Shard worker threads, pinned to cores where asked and this machine allows it (the reason is
+// logged when it does not).
+StoreOptions StoreOptionsOf(const spec::ParamServerOptions& options) {
+  StoreOptions so;
+  so.threads = options.threads;
+  so.bind = !options.no_bind;
+  if (so.bind) {
+    if (const auto pin = topology::DecidePinningHere(); !pin.pin) {
+      spdlog::warn("shard workers not pinned: {}", pin.why);
+      so.bind = false;
+    }
+  }
+  return so;
+}
+
 }  // namespace
 
-int Main(const spec::AdamJob& job, const MainOptions& options) {
+int Main(const spec::AdamJob& job, spec::ParamServerOptions options, const RoleProcess& process) {
   BlockTerminationSignals();
-  const auto& role = job.roles.parameter_server;
-  if (options.index < 0 || options.index >= role.replicas) {
-    spdlog::error("--index {} is not below spec.roles.parameterServer.replicas ({})", options.index,
-                  role.replicas);
-    return 2;
+  if (Status st = ResolveReplicationNetwork(&options, process.clock); !st.ok()) {
+    spdlog::error("{}", st.message());
+    return 1;
   }
-  // With a controller, shards move between servers (spec::ControllerOwnsShards): every server
-  // allocates every shard, so it can take any copy.
-  if (Status st = spec::CheckControllerFlag(job, !options.controller.empty()); !st.ok()) {
+  if (Status st = CheckOptions(job, options); !st.ok()) {
     spdlog::error("{}", st.message());
     return kExitInvalid;
-  }
-  const bool ha = spec::ControllerOwnsShards(job);
-  if (ha && options.replication_listen.empty()) {
-    spdlog::error("--controller needs --replication-listen: copies travel over it");
-    return 2;
   }
   auto derived = update::DeriveJobLayout(job);
   if (!derived.ok()) {
@@ -113,49 +162,38 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
   }
   const model::ModelLayout& layout = derived->layout;
   const shard::ShardMap& map = derived->map;
-  std::optional<shard::ShardMap> all_here;
-  if (ha) {
-    auto m = map.WithServers(std::vector<int>(map.shards().size(), options.index));
-    if (!m.ok()) {
-      spdlog::error("{}", m.status().message());
-      return 1;
-    }
-    all_here.emplace(std::move(*m));
+  auto store_map = StoreMap(job, map, options.index);
+  if (!store_map.ok()) {
+    spdlog::error("{}", store_map.status().message());
+    return 1;
   }
-  const shard::ShardMap& store_map = ha ? *all_here : map;
   // Every server derives the same initial vector from the job's seed and keeps its shards; a
   // checkpoint, when there is one, overrides them.
   std::vector<float> initial(size_t(layout.num_params()));
   layout.InitParams(job.training.seed, initial.data());
+  const auto& role = job.roles.parameter_server;
   CheckpointOptions copt;
   copt.dir = options.state_dir;
   copt.server = uint32_t(options.index);
   copt.num_params = layout.num_params();
   copt.interval = std::chrono::milliseconds(role.persistence.interval_ms);
-  copt.debug_pause_mid_flush = options.debug_flush_pause;
-  auto restored = RestoreState(options, copt, store_map, map, &initial);
+  copt.debug_pause_mid_flush = std::chrono::milliseconds(options.debug_flush_pause_ms);
+  copt.clock = process.clock;
+  auto restored = RestoreState(options, process, copt, *store_map, map, &initial);
   if (!restored.ok()) {
     spdlog::error("{}", restored.status().message());
     return 1;
   }
-  StoreOptions so;
-  so.threads = options.threads;
-  so.bind = options.bind;
-  if (so.bind) {
-    if (const auto pin = topology::DecidePinningHere(); !pin.pin) {
-      spdlog::warn("shard workers not pinned: {}", pin.why);
-      so.bind = false;
-    }
-  }
-  ParamStore store(store_map, options.index, initial.data(), so);
+  const StoreOptions so = StoreOptionsOf(options);
+  ParamStore store(*store_map, options.index, initial.data(), so);
   for (auto& [id, s] : restored->shards) {
     store.RestoreVersion(id, s.version);
     s.values = {};
   }
   store.RaiseEpochs(restored->epochs);
   initial = {};
-  ParamServer server(job, options, *derived, std::move(copt), std::move(*restored), &store,
-                     so.bind);
+  ParamServer server(job, std::move(options), process, *derived, std::move(copt),
+                     std::move(*restored), &store, so.bind);
   LogHolding(*derived, store);
   const int rc = ServeUntilSignalled(server);
   if (Status st = server.LastCheckpoint(); !st.ok()) {

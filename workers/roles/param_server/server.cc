@@ -105,15 +105,15 @@ class SampledMetrics {
 namespace {
 
 // Starts the checkpointer into `*checkpointer` (and its copies to --checkpoint-peer).
-void StartCheckpointer(const MainOptions& options, metrics::MetricsServer& reg, ParamStore* store,
-                       BufferPool* pool, CheckpointOptions* copt, const Restored& restored,
+void StartCheckpointer(const spec::ParamServerOptions& options, const net::Transport& transport,
+                       metrics::MetricsServer& reg, ParamStore* store, BufferPool* pool,
+                       CheckpointOptions* copt, const Restored& restored,
                        std::optional<Checkpointer>* checkpointer) {
   if (!options.checkpoint_peer.empty()) {
     auto& copied = reg.Counter("adam_ps_checkpoint_peer_files_total",
                                "Checkpoint files copied to the peer over the replication address");
     copt->after_flush = [&copied, checkpointer, peer = options.checkpoint_peer,
-                         sender = std::make_shared<PeerSender>(*options.transport,
-                                                               options.checkpoint_peer,
+                         sender = std::make_shared<PeerSender>(transport, options.checkpoint_peer,
                                                                uint32_t(options.index))] {
       auto n = sender->Send(**checkpointer);
       if (!n.ok()) {
@@ -131,11 +131,12 @@ void StartCheckpointer(const MainOptions& options, metrics::MetricsServer& reg, 
 
 }  // namespace
 
-ParamServer::ParamServer(const spec::AdamJob& job, MainOptions options,
-                         const update::JobLayout& derived, CheckpointOptions copt,
-                         Restored restored, ParamStore* store, bool pinned)
+ParamServer::ParamServer(const spec::AdamJob& job, spec::ParamServerOptions options,
+                         RoleProcess process, const update::JobLayout& derived,
+                         CheckpointOptions copt, Restored restored, ParamStore* store, bool pinned)
     : job_(job),
       options_(std::move(options)),
+      process_(std::move(process)),
       derived_(derived),
       copt_(std::move(copt)),
       restored_(std::move(restored)),
@@ -147,7 +148,8 @@ ParamServer::~ParamServer() { Stop(); }
 
 Status ParamServer::Start() {
   const std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
-  ADAM_ASSIGN_OR_RETURN(metrics_, metrics::MetricsServer::Start(host, options_.metrics_port));
+  ADAM_ASSIGN_OR_RETURN(metrics_,
+                        metrics::MetricsServer::Start(host, options_.common.metrics_port));
   auto& reg = *metrics_;
   reg.Gauge("adam_ps_shards", "Shards held by this parameter server")
       .Set(double(store_->shard_ids().size()));
@@ -156,12 +158,13 @@ Status ParamServer::Start() {
   reg.Gauge("adam_ps_parameters", "Parameters held by this parameter server")
       .Set(double(store_->total_floats()));
   gate_ = std::make_unique<ClockGate>(job_.roles.trainer.replicas, job_.training.consistency,
-                                      job_.training.max_staleness);
+                                      job_.training.max_staleness, process_.clock);
   // Trainers scaled on a cluster: the job's manifest (its ConfigMap) has the new count.
-  follower_ = spec::FollowTrainerCount(options_.job_path, gate_->trainers(),
+  follower_ = spec::FollowTrainerCount(options_.common.job, gate_->trainers(),
                                        [gate = gate_.get()](int n) { gate->SetTrainers(n); });
   if (!options_.state_dir.empty())
-    StartCheckpointer(options_, reg, store_, &pool_, &copt_, restored_, &checkpointer_);
+    StartCheckpointer(options_, *process_.transport, reg, store_, &pool_, &copt_, restored_,
+                      &checkpointer_);
   service_ = std::make_unique<ParamService>(store_, gate_.get(), &derived_.plan, options_.index,
                                             &pool_, ServiceMetricsIn(reg));
   replica_ = std::make_unique<ReplicaService>(
@@ -175,7 +178,7 @@ Status ParamServer::Start() {
   std::vector<net::ExtraListener> extra;
   if (!options_.replication_listen.empty())
     extra.push_back({"replication_port", options_.replication_listen, {replica_.get()}});
-  ADAM_ASSIGN_OR_RETURN(listeners_, net::Listeners::Start(*options_.transport, options_.listen,
+  ADAM_ASSIGN_OR_RETURN(listeners_, net::Listeners::Start(*process_.transport, options_.listen,
                                                           {service_.get()}, extra));
   if (link_) {
     // The machine label for anti-affinity: the Kubernetes node (downward API), when given.
@@ -193,8 +196,8 @@ Status ParamServer::Start() {
 void ParamServer::StartCopies() {
   replica_->AcceptForwards(store_, &routing_);
   service_->RequirePrimary(&routing_);
-  link_.emplace(options_.transport, uint32_t(options_.index), options_.controller, &routing_,
-                store_);
+  link_.emplace(process_.transport, uint32_t(options_.index),
+                spec::MemberAddresses(options_.controller), &routing_, store_);
   // Elastic servers: a server the job no longer wants exits (cleanly, exit code 0) once the
   // controller has moved its copies to the others.
   link_->SetServersWanted(job_.roles.parameter_server.replicas);
@@ -204,10 +207,10 @@ void ParamServer::StartCopies() {
     ::kill(::getpid(), SIGTERM);  // to the process: the main thread waits for it
   });
   ps_follower_ =
-      spec::FollowParamServerCount(options_.job_path, job_.roles.parameter_server.replicas,
+      spec::FollowParamServerCount(options_.common.job, job_.roles.parameter_server.replicas,
                                    [link = &*link_](int n) { link->SetServersWanted(n); });
-  forwarder_.emplace(options_.transport, uint32_t(options_.index), &routing_, store_,
-                     options_.forward_interval);
+  forwarder_.emplace(process_.transport, uint32_t(options_.index), &routing_, store_,
+                     std::chrono::milliseconds(options_.forward_interval_ms));
   if (job_.roles.parameter_server.acknowledge == spec::Acknowledge::kQuorum)
     service_->RequireQuorum(&*forwarder_);
   sampled_->AddCopies(&routing_, &*forwarder_, &*link_);

@@ -11,16 +11,17 @@
 #include "core/role.h"
 #include "metrics/metrics.h"
 #include "net/grpc.h"
+#include "net/role_process.h"
 #include "param_server/buffer_pool.h"
 #include "param_server/checkpoint.h"
 #include "param_server/clock_gate.h"
-#include "param_server/main.h"
 #include "param_server/param_service.h"
 #include "param_server/param_store.h"
 #include "param_server/replica_service.h"
 #include "param_server/routing.h"
 #include "spec/adamjob.h"
 #include "spec/manifest_watch.h"
+#include "spec/role_options.h"
 #include "update/update_plan.h"
 
 namespace adam::ps {
@@ -32,8 +33,9 @@ class ParamServer final : public Role {
   // `job`, `derived` and `store` are not owned and outlive the server; `restored` is what
   // `store` was restored from (the checkpointer's starting point); `pinned`: its shard workers
   // are pinned to cores (a gauge).
-  ParamServer(const spec::AdamJob& job, MainOptions options, const update::JobLayout& derived,
-              CheckpointOptions copt, Restored restored, ParamStore* store, bool pinned);
+  ParamServer(const spec::AdamJob& job, spec::ParamServerOptions options, RoleProcess process,
+              const update::JobLayout& derived, CheckpointOptions copt, Restored restored,
+              ParamStore* store, bool pinned);
   ~ParamServer() override;
   ParamServer(const ParamServer&) = delete;
   ParamServer& operator=(const ParamServer&) = delete;
@@ -51,7 +53,8 @@ class ParamServer final : public Role {
   void StartCopies();
 
   const spec::AdamJob& job_;
-  const MainOptions options_;
+  const spec::ParamServerOptions options_;
+  const RoleProcess process_;
   const update::JobLayout& derived_;
   CheckpointOptions copt_;
   const Restored restored_;

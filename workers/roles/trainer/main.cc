@@ -10,7 +10,8 @@
 
 namespace adam::trainer {
 
-int Main(const spec::AdamJob& job, const MainOptions& options) {
+int Main(const spec::AdamJob& job, const spec::TrainerOptions& options,
+         const RoleProcess& process) {
   if (Status st = spec::CheckControllerFlag(job, !options.controller.empty()); !st.ok()) {
     spdlog::error("{}", st.message());
     return kExitInvalid;
@@ -20,7 +21,7 @@ int Main(const spec::AdamJob& job, const MainOptions& options) {
     spdlog::error("{}", derived.status().message());
     return 1;
   }
-  TrainerRole role(job, options, *derived);
+  TrainerRole role(job, options, process, *derived);
   if (Status st = role.Start(); !st.ok()) {
     spdlog::error("{}", st.message());
     return 1;

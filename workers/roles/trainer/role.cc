@@ -75,8 +75,8 @@ TrainerMetrics RegisterMetrics(metrics::MetricsServer& reg) {
 
 // --check-pushes: the acknowledged-update check (push_check.h) instead of training. Exit 0 when
 // nothing acknowledged was lost or applied twice and every copy agrees with its primary.
-int CheckPushes(const spec::AdamJob& job, const MainOptions& options, const shard::ShardMap& map,
-                ParamServerClient* ps) {
+int CheckPushes(const spec::AdamJob& job, const spec::TrainerOptions& options,
+                const RoleProcess& process, const shard::ShardMap& map, ParamServerClient* ps) {
   if (options.controller.empty()) {
     spdlog::error("--check-pushes compares a shard's copies: it needs --controller (copies > 1)");
     return kExitInvalid;
@@ -87,9 +87,9 @@ int CheckPushes(const spec::AdamJob& job, const MainOptions& options, const shar
   co.trainers = job.roles.trainer.replicas;
   co.index = options.index;
   co.every = std::chrono::milliseconds(options.check_every_ms);
-  co.controller = options.controller;
-  co.transport = options.transport;
-  co.clock = options.clock;
+  co.controller = spec::MemberAddresses(options.controller);
+  co.transport = process.transport;
+  co.clock = process.clock;
   auto r = RunPushCheck(map, ps, co);
   if (!r.ok()) {
     spdlog::error("{}", r.status().message());
@@ -99,12 +99,14 @@ int CheckPushes(const spec::AdamJob& job, const MainOptions& options, const shar
 }
 
 // How the trainer (and a model worker) reaches the parameter servers, its waits counted in `reg`.
-GrpcParamServerClientOptions ClientOptions(const spec::AdamJob& job, const MainOptions& options,
+GrpcParamServerClientOptions ClientOptions(const spec::AdamJob& job,
+                                           const spec::TrainerOptions& options,
+                                           const RoleProcess& process,
                                            metrics::MetricsServer& reg) {
   GrpcParamServerClientOptions po;
-  po.trainer_name = options.name;
+  po.trainer_name = options.common.name;
   po.trainer_index = options.index;
-  po.transport = options.transport;
+  po.transport = process.transport;
   po.format = {job.training.communication.float16, job.training.communication.zstd};
   po.sparse_pushes = job.training.communication.filter > 0;
   po.waits = &reg.Counter("adam_trainer_server_wait_seconds_total",
@@ -123,20 +125,21 @@ GrpcParamServerClientOptions ClientOptions(const spec::AdamJob& job, const MainO
 // A client of `po` for a slice of the vector (all of it when `slice` is empty): to the servers
 // the options list, or routed by the controller's shard map.
 StatusOr<std::unique_ptr<ParamServerClient>> Connect(const spec::AdamJob& job,
-                                                     const MainOptions& options,
+                                                     const spec::TrainerOptions& options,
                                                      const update::JobLayout& derived,
                                                      GrpcParamServerClientOptions po,
                                                      std::vector<model::SliceRange> slice) {
   po.slice = std::move(slice);
   if (!spec::ControllerOwnsShards(job))
-    return ConnectParamServers(derived.map, derived.plan, options.param_servers, po);
+    return ConnectParamServers(derived.map, derived.plan, options.ps, po);
   return ConnectRoutedParamServers(derived.map, derived.layout, job.training.push_every,
-                                   options.controller, po);
+                                   spec::MemberAddresses(options.controller), po);
 }
 
 // A model worker of a split replica (split_replica.h): its slice of the model, for the trainer.
-int RunWorker(const spec::AdamJob& job, const MainOptions& options,
-              const update::JobLayout& derived, metrics::MetricsServer& reg) {
+int RunWorker(const spec::AdamJob& job, const spec::TrainerOptions& options,
+              const RoleProcess& process, const update::JobLayout& derived,
+              metrics::MetricsServer& reg) {
   const model::ModelLayout& layout = derived.layout;
   SplitOptions so;
   so.threads = options.threads > 0 ? options.threads : job.roles.trainer.threads;
@@ -145,11 +148,11 @@ int RunWorker(const spec::AdamJob& job, const MainOptions& options,
   so.weight_decay = float(job.training.weight_decay);
   so.label_smoothing = float(job.training.label_smoothing);
   so.workers = options.model_workers;
-  so.transport = options.transport;
+  so.transport = process.transport;
   so.images = &reg.Counter("adam_model_worker_images_total",
                            "Images this model worker trained its slice of the model on");
   so.communication = job.training.communication;
-  const GrpcParamServerClientOptions po = ClientOptions(job, options, reg);
+  const GrpcParamServerClientOptions po = ClientOptions(job, options, process, reg);
   so.connect_slice = [&](std::vector<model::SliceRange> slice) {
     return Connect(job, options, derived, po, std::move(slice));
   };
@@ -163,17 +166,18 @@ int RunWorker(const spec::AdamJob& job, const MainOptions& options,
 
 // The trainer's own options from the job and the command line; threads are pinned only where
 // this machine allows it (the reason is logged when it does not).
-TrainerOptions OptionsOf(const spec::AdamJob& job, const MainOptions& options) {
+TrainerOptions OptionsOf(const spec::AdamJob& job, const spec::TrainerOptions& options,
+                         const RoleProcess& process) {
   TrainerOptions to;
   to.index = options.index;
   to.threads = options.threads > 0 ? options.threads : job.roles.trainer.threads;
-  to.name = options.name;
+  to.name = options.common.name;
   to.evaluate_only = options.evaluate_only;
   to.model_out = options.model_out;
   to.model_workers = options.model_workers;
-  to.transport = options.transport;
-  to.clock = options.clock;
-  to.bind = options.bind && job.placement.numa_pinning;
+  to.transport = process.transport;
+  to.clock = process.clock;
+  to.bind = !options.no_bind && job.placement.numa_pinning;
   if (to.bind) {
     if (const auto pin = topology::DecidePinningHere(); !pin.pin) {
       spdlog::warn("worker threads not pinned: {}", pin.why);
@@ -187,16 +191,16 @@ TrainerOptions OptionsOf(const spec::AdamJob& job, const MainOptions& options) {
 // spreads the trainers over them) or, when that one does not answer (lost before this trainer
 // started), the next that does; each asked for a second at a time, all of them for 30 s.
 StatusOr<size_t> WaitForADataServer(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
-                                    const MainOptions& options) {
+                                    const spec::TrainerOptions& options, Clock* clock) {
   const size_t n = channels.size();
   if (n == 0) return InvalidArgumentError("--data-server: no address given");
-  const auto deadline = options.clock->Now() + std::chrono::seconds(30);
+  const auto deadline = clock->Now() + std::chrono::seconds(30);
   const auto each = n == 1 ? std::chrono::milliseconds(30000) : std::chrono::milliseconds(1000);
   for (size_t k = 0;; ++k) {
     const size_t i = (size_t(std::max(0, options.index)) + k) % n;
-    Status st = net::WaitForReady(channels[i].get(), "data server", options.data_servers[i], each);
+    Status st = net::WaitForReady(channels[i].get(), "data server", options.data_server[i], each);
     if (st.ok()) return i;
-    if (options.clock->Now() >= deadline)
+    if (clock->Now() >= deadline)
       return n == 1 ? st
                     : UnavailableError(
                           "none of the " + std::to_string(n) +
@@ -204,16 +208,41 @@ StatusOr<size_t> WaitForADataServer(const std::vector<std::shared_ptr<grpc::Chan
   }
 }
 
+// How the trainer reaches the data-server replicas (`first` first), its waits counted in `reg`.
+DataClientOptions DataOptions(const std::vector<std::string>& addresses, size_t first,
+                              std::chrono::milliseconds timeout, prometheus::Counter* waits,
+                              metrics::MetricsServer& reg) {
+  DataClientOptions dco;
+  dco.timeout = timeout;
+  dco.addresses = addresses;
+  dco.first = first;
+  dco.waits = waits;
+  dco.waiting = &reg.Gauge("adam_trainer_data_server_unreachable",
+                           "1 while a request waits for an unreachable data server, else 0");
+  dco.switches = &reg.Counter("adam_trainer_data_server_switches_total",
+                              "Moves to another data-server replica after the one in use was lost");
+  dco.in_use = &reg.Gauge("adam_trainer_data_server_in_use",
+                          "The data-server replica this trainer's requests go to (its index in "
+                          "--data-server, from 0)");
+  return dco;
+}
+
 }  // namespace
 
-TrainerRole::TrainerRole(const spec::AdamJob& job, MainOptions options,
-                         const update::JobLayout& derived)
-    : job_(job), options_(std::move(options)), derived_(derived) {}
+TrainerRole::TrainerRole(const spec::AdamJob& job, spec::TrainerOptions options,
+                         RoleProcess process, const update::JobLayout& derived)
+    : job_(job), options_(std::move(options)), process_(std::move(process)), derived_(derived) {}
 
 Status TrainerRole::Start() {
   ADAM_ASSIGN_OR_RETURN(
-      metrics_, metrics::MetricsServer::Start(options_.metrics_host, options_.metrics_port));
+      metrics_, metrics::MetricsServer::Start(options_.metrics_host, options_.common.metrics_port));
   return OkStatus();
+}
+
+void TrainerRole::Stop() {
+  MutexLock lock(mu_);
+  stopped_ = true;
+  if (running_ != nullptr) running_->Stop();
 }
 
 events::Ready TrainerRole::ReadyEvent() const {
@@ -224,28 +253,29 @@ events::Ready TrainerRole::ReadyEvent() const {
 
 int TrainerRole::Run() {
   const spec::AdamJob& job = job_;
-  const MainOptions& options = options_;
+  const spec::TrainerOptions& options = options_;
+  const RoleProcess& process = process_;
   const model::ModelLayout& layout = derived_.layout;
   const shard::ShardMap& map = derived_.map;
   auto& reg = *metrics_;
-  if (options.model_worker > 0) return RunWorker(job, options, derived_, reg);
+  if (options.model_worker > 0) return RunWorker(job, options, process, derived_, reg);
   const TrainerMetrics tm = RegisterMetrics(reg);
-  const GrpcParamServerClientOptions po = ClientOptions(job, options, reg);
+  const GrpcParamServerClientOptions po = ClientOptions(job, options, process, reg);
   auto ps = Connect(job, options, derived_, po, {});
   if (!ps.ok()) {
     spdlog::error("{}", ps.status().message());
     return 1;
   }
-  if (options.check_pushes > 0) return CheckPushes(job, options, map, ps->get());
+  if (options.check_pushes > 0) return CheckPushes(job, options, process, map, ps->get());
   std::vector<std::shared_ptr<grpc::Channel>> data_channels;
-  for (const auto& addr : options.data_servers)
-    data_channels.push_back(net::MakeChannel(*options.transport, addr));
-  auto first_data = WaitForADataServer(data_channels, options);
+  for (const auto& addr : options.data_server)
+    data_channels.push_back(net::MakeChannel(*process.transport, addr));
+  auto first_data = WaitForADataServer(data_channels, options, process.clock);
   if (!first_data.ok()) {
     spdlog::error("{}", first_data.status().message());
     return 1;
   }
-  TrainerOptions to = OptionsOf(job, options);
+  TrainerOptions to = OptionsOf(job, options, process);
   to.connect_slice = [&](std::vector<model::SliceRange> slice) {
     return Connect(job, options, derived_, po, std::move(slice));
   };
@@ -254,20 +284,25 @@ int TrainerRole::Run() {
   spdlog::info("training with {} threads, batch {}, {} parameters in {} shards on {} servers",
                to.threads, job.training.batch_size, layout.num_params(), map.shards().size(),
                map.num_servers());
-  DataClientOptions dco;
-  dco.timeout = to.rpc_timeout;
-  dco.addresses = options.data_servers;
-  dco.first = *first_data;
-  dco.waits = po.waits;
-  dco.waiting = &reg.Gauge("adam_trainer_data_server_unreachable",
-                           "1 while a request waits for an unreachable data server, else 0");
-  dco.switches = &reg.Counter("adam_trainer_data_server_switches_total",
-                              "Moves to another data-server replica after the one in use was lost");
-  dco.in_use = &reg.Gauge("adam_trainer_data_server_in_use",
-                          "The data-server replica this trainer's requests go to (its index in "
-                          "--data-server, from 0)");
+  const DataClientOptions dco =
+      DataOptions(options.data_server, *first_data, to.rpc_timeout, po.waits, reg);
   Trainer trainer(job, to, tm, MakeGrpcDataClient(data_channels, dco), std::move(*ps));
+  return Finish(RunStoppable(trainer));
+}
+
+StatusOr<TrainerResult> TrainerRole::RunStoppable(Trainer& trainer) {
+  {
+    MutexLock lock(mu_);
+    if (stopped_) trainer.Stop();
+    running_ = &trainer;
+  }
   auto result = trainer.Run();
+  MutexLock lock(mu_);
+  running_ = nullptr;
+  return result;
+}
+
+int TrainerRole::Finish(const StatusOr<TrainerResult>& result) {
   if (!result.ok()) {
     spdlog::error("{}", result.status().message());
     return kExitFailed;

@@ -360,23 +360,9 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
   if (m.epoch) m.epoch->Set(e + 1);
   if (m.loss && epoch_images > 0) m.loss->Set(epoch_loss / epoch_images);
   if (m.accuracy && evaluates) m.accuracy->Set(acc);
-  if (epoch_images > 0) {
-    const double mean = epoch_loss / double(epoch_images);
-    result->diverged =
-        DivergenceMessage(e + 1, mean, spec::NumClasses(job.model), lr, job.training.batch_size);
-    if (!result->diverged.empty()) {
-      events::Emit(events::Diverged{
-          .trainer = opt.index, .epoch = e + 1, .loss = mean, .message = result->diverged});
-      return false;
-    }
-    if (e > first && LossRose(*previous_loss, mean))
-      spdlog::warn(
-          "the training loss rose from {:.4f} (epoch {}) to {:.4f} (epoch {}) at learning "
-          "rate {:g}: a rate too high for batch size {} makes SGD overshoot; if it keeps "
-          "rising, lower spec.training.learningRate",
-          *previous_loss, e, mean, e + 1, lr, job.training.batch_size);
-    *previous_loss = mean;
-  }
+  if (epoch_images > 0 &&
+      !CheckLoss(e, first, epoch_loss / double(epoch_images), previous_loss, result))
+    return false;
   // spec.output.everyEpochs: the model so far, over the same file (the last epoch's below).
   const int every = job.output.every_epochs;
   if (evaluates && every > 0 && (e + 1) % every == 0 && e + 1 < job.training.epochs)
@@ -387,6 +373,25 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
   if (marker.job_stopped) return false;
   const auto& target = job.training.target_accuracy;
   return !(evaluates && target && acc >= *target);
+}
+
+bool Trainer::Impl::CheckLoss(int e, int first, double mean, double* previous_loss,
+                              TrainerResult* result) {
+  result->diverged =
+      DivergenceMessage(e + 1, mean, spec::NumClasses(job.model), lr, job.training.batch_size);
+  if (!result->diverged.empty()) {
+    events::Emit(events::Diverged{
+        .trainer = opt.index, .epoch = e + 1, .loss = mean, .message = result->diverged});
+    return false;
+  }
+  if (e > first && LossRose(*previous_loss, mean))
+    spdlog::warn(
+        "the training loss rose from {:.4f} (epoch {}) to {:.4f} (epoch {}) at learning "
+        "rate {:g}: a rate too high for batch size {} makes SGD overshoot; if it keeps "
+        "rising, lower spec.training.learningRate",
+        *previous_loss, e, mean, e + 1, lr, job.training.batch_size);
+  *previous_loss = mean;
+  return true;
 }
 
 bool Trainer::Impl::WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req,
@@ -450,6 +455,39 @@ void Trainer::Impl::Leave(std::thread& prefetcher, std::thread& syncer) {
   if (Status st = ps->Push(leave); !st.ok()) spdlog::warn("leaving: {}", st.message());
 }
 
+StatusOr<TrainerResult> Trainer::Impl::EvaluateOnly(Clock::TimePoint start) {
+  TrainerResult result;
+  result.test_accuracy = Evaluate();
+  result.seconds = opt.clock->SecondsSince(start);
+  spdlog::info("the model the parameter servers hold: test accuracy {:.2f}%",
+               100 * result.test_accuracy);
+  events::Emit(events::Evaluated{.trainer = opt.index,
+                                 .test_accuracy = result.test_accuracy,
+                                 .seconds = result.seconds,
+                                 .classes = PerClass()});
+  ADAM_RETURN_IF_ERROR(WriteModel(-1));
+  return result;
+}
+
+void Trainer::Impl::TrainEpochs(int first, bool evaluates, TrainerResult* result) {
+  double previous_loss = 0;
+  for (int e = first; e < job.training.epochs && !abort; ++e) {
+    const auto epoch_start = opt.clock->Now();
+    lr = float(spec::LearningRateAt(job.training, e));
+    std::fill(loss.begin(), loss.end(), 0.0);
+    std::fill(images.begin(), images.end(), 0);
+    replica->RunWorkers([this](int t) {
+      BatchItem item;
+      while (queue.PopBatch(&item)) TrainItem(t, item);
+    });
+    BatchItem marker;
+    if (abort || !queue.PopMarker(&marker)) break;
+    if (!EndEpoch(e, first, evaluates, marker, epoch_start, &previous_loss, result)) break;
+  }
+}
+
+void Trainer::Stop() { impl_->Fail(Status(StatusCode::kCancelled, "the trainer was stopped")); }
+
 StatusOr<TrainerResult> Trainer::Run() {
   Impl& s = *impl_;
   const auto start = s.opt.clock->Now();
@@ -463,24 +501,12 @@ StatusOr<TrainerResult> Trainer::Run() {
   if (evaluates) ADAM_RETURN_IF_ERROR(s.FetchTestSet());
   ADAM_RETURN_IF_ERROR(s.Setup(evaluates));
   TrainerResult result;
-  if (s.opt.evaluate_only) {
-    result.test_accuracy = s.Evaluate();
-    result.seconds = s.opt.clock->SecondsSince(start);
-    spdlog::info("the model the parameter servers hold: test accuracy {:.2f}%",
-                 100 * result.test_accuracy);
-    events::Emit(events::Evaluated{.trainer = s.opt.index,
-                                   .test_accuracy = result.test_accuracy,
-                                   .seconds = result.seconds,
-                                   .classes = s.PerClass()});
-    ADAM_RETURN_IF_ERROR(s.WriteModel(-1));
-    return result;
-  }
+  if (s.opt.evaluate_only) return s.EvaluateOnly(start);
   const int epochs = s.job.training.epochs;
   const int first = s.FirstEpoch();
   result.epochs = first;
   std::thread prefetcher = NamedThread("prefetch", [&] { s.PrefetchLoop(); });
   std::thread syncer = NamedThread("sync", [&] { s.SyncLoop(); });
-  double previous_loss = 0;
   const auto train_start = s.opt.clock->Now();
   if (evaluates && first == epochs) {
     // A job resumed after its last epoch: its result is the model the servers hold.
@@ -490,19 +516,7 @@ StatusOr<TrainerResult> Trainer::Run() {
                                    .seconds = std::nullopt,
                                    .classes = s.PerClass()});
   }
-  for (int e = first; e < epochs && !s.abort; ++e) {
-    const auto epoch_start = s.opt.clock->Now();
-    s.lr = float(spec::LearningRateAt(s.job.training, e));
-    std::fill(s.loss.begin(), s.loss.end(), 0.0);
-    std::fill(s.images.begin(), s.images.end(), 0);
-    s.replica->RunWorkers([&s](int t) {
-      BatchItem item;
-      while (s.queue.PopBatch(&item)) s.TrainItem(t, item);
-    });
-    BatchItem marker;
-    if (s.abort || !s.queue.PopMarker(&marker)) break;
-    if (!s.EndEpoch(e, first, evaluates, marker, epoch_start, &previous_loss, &result)) break;
-  }
+  s.TrainEpochs(first, evaluates, &result);
   result.seconds = s.opt.clock->SecondsSince(train_start);
   if (const int64_t w = s.drift_waits.load(std::memory_order_relaxed); w > 0)
     spdlog::info("workers waited {} times for a push, {} pushes ahead of the last", w,

@@ -121,6 +121,10 @@ class Trainer {
   // Trains until the job's epochs are done, the target accuracy is reached, or the job is
   // stopped. Fails on an unreachable peer or a data set that does not fit the model.
   StatusOr<TrainerResult> Run();
+  // Ends Run early: the workers stop at their next slice of images, the trainer leaves the
+  // servers (consistency stops waiting for it) without ending the job for the others, and Run
+  // returns CANCELLED. Called before Run, Run trains nothing. Thread-safe; twice is harmless.
+  void Stop();
 
  private:
   struct Impl;

@@ -117,12 +117,19 @@ struct Trainer::Impl {
   double Evaluate();
   // The phases of Trainer::Run. Setup pulls the model and builds the replica.
   Status Setup(bool evaluates);
+  // --evaluate-only: the model the servers hold, evaluated (and written when asked).
+  StatusOr<TrainerResult> EvaluateOnly(Clock::TimePoint start);
+  // Epochs `first` to the job's last, until an error, a divergence or the target ends them.
+  void TrainEpochs(int first, bool evaluates, TrainerResult* result);
   // Where the job is, as the parameter servers know it: the first epoch to train.
   int FirstEpoch();
   // After epoch `e`'s images: the epoch closed with the data server, a sync, the epoch event and
   // metrics, the divergence check, the periodic model. False: training ends here.
   bool EndEpoch(int e, int first, bool evaluates, const BatchItem& marker,
                 Clock::TimePoint epoch_start, double* previous_loss, TrainerResult* result);
+  // An epoch's mean training loss: false (with a "diverged" event and result->diverged) when it
+  // diverged; a warning when it rose since the last epoch.
+  bool CheckLoss(int e, int first, double mean, double* previous_loss, TrainerResult* result);
   // Trainer 0 at the job's last epoch, after its own last sync: waits until the data server
   // closes it, asking every 50 ms, at most opt.last_epoch_wait (default: twice the epoch's time,
   // at least 30 s). True when the epoch was open at first and then closed: the other trainers'
