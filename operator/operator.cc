@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <thread>
 
 #include "core/mutex.h"
@@ -281,6 +282,59 @@ struct Operator::Impl : public Children {
   }
 };
 
+namespace {
+
+// --kueue: said at once when Workloads cannot be listed, not as caches that never fill.
+Status CheckKueue(kube::Client* reads, const std::string& watch_namespace) {
+  kube::ListOptions lo;
+  lo.label_selector = kManagedSelector;
+  auto probe = reads->List(kube::Workloads(), watch_namespace, lo);
+  if (probe.ok()) return OkStatus();
+  return FailedPreconditionError(
+      "--kueue: cannot list kueue.x-k8s.io/v1beta2 Workloads (is Kueue installed, and may the "
+      "operator read them?): " +
+      probe.status().message());
+}
+
+// /metrics (`metrics`' text), /healthz and /readyz (503 until `synced`) on `addr` (HOST:PORT; no
+// colon: any host, port 8080).
+StatusOr<std::unique_ptr<kube::HttpEndpoint>> ServeHttp(const std::string& addr,
+                                                        const std::function<std::string()>& metrics,
+                                                        const std::function<bool()>& synced) {
+  const size_t colon = addr.rfind(':');
+  const std::string host = colon == std::string::npos ? "0.0.0.0" : addr.substr(0, colon);
+  const int port = colon == std::string::npos ? 8080 : std::atoi(addr.c_str() + colon + 1);
+  return kube::HttpEndpoint::Start(
+      host.empty() ? "0.0.0.0" : host, port,
+      {{"/metrics",
+        [metrics] {
+          return kube::HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8", metrics()};
+        }},
+       {"/healthz",
+        [] {
+          return kube::HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"};
+        }},
+       {"/readyz", [synced] {
+          return synced()
+                     ? kube::HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"}
+                     : kube::HttpAnswer{503, "text/plain; charset=utf-8", "caches not synced\n"};
+        }}});
+}
+
+kube::LeaderOptions LeaderOptionsOf(const OperatorOptions& o, const std::string& identity) {
+  kube::LeaderOptions lo;
+  lo.name_space = o.lease_namespace.empty() ? "default" : o.lease_namespace;
+  lo.name = o.lease_name;
+  lo.identity = identity;
+  lo.lease_duration = o.lease_duration;
+  lo.renew_deadline = o.renew_deadline;
+  lo.retry_period = o.retry_period;
+  lo.clock = o.clock;
+  return lo;
+}
+
+}  // namespace
+
 Operator::Operator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Operator::~Operator() { Stop(); }
@@ -297,49 +351,14 @@ StatusOr<std::unique_ptr<Operator>> Operator::Start(kube::Client* reads, kube::C
     gethostname(host, sizeof host - 1);
     impl->o.identity = std::string(host) + "-" + std::to_string(getpid());
   }
-  if (o.kueue) {
-    // Said at once, not as caches that never fill.
-    kube::ListOptions lo;
-    lo.label_selector = kManagedSelector;
-    auto probe = reads->List(kube::Workloads(), o.watch_namespace, lo);
-    if (!probe.ok())
-      return FailedPreconditionError(
-          "--kueue: cannot list kueue.x-k8s.io/v1beta2 Workloads (is Kueue installed, and may the "
-          "operator read them?): " +
-          probe.status().message());
-  }
+  if (o.kueue) ADAM_RETURN_IF_ERROR(CheckKueue(reads, o.watch_namespace));
   impl->SetUpMetrics();
   Impl* raw = impl.get();
-  const std::string addr = o.metrics_address;
-  const size_t colon = addr.rfind(':');
-  const std::string host = colon == std::string::npos ? "0.0.0.0" : addr.substr(0, colon);
-  const int port = colon == std::string::npos ? 8080 : std::atoi(addr.c_str() + colon + 1);
-  auto endpoint = kube::HttpEndpoint::Start(
-      host.empty() ? "0.0.0.0" : host, port,
-      {{"/metrics",
-        [raw] {
-          return kube::HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8",
-                                  raw->MetricsText()};
-        }},
-       {"/healthz",
-        [] {
-          return kube::HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"};
-        }},
-       {"/readyz", [raw] {
-          return raw->Synced()
-                     ? kube::HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"}
-                     : kube::HttpAnswer{503, "text/plain; charset=utf-8", "caches not synced\n"};
-        }}});
+  auto endpoint = ServeHttp(
+      o.metrics_address, [raw] { return raw->MetricsText(); }, [raw] { return raw->Synced(); });
   if (!endpoint.ok()) return endpoint.status();
   impl->endpoint = std::move(*endpoint);
-  kube::LeaderOptions lo;
-  lo.name_space = o.lease_namespace.empty() ? "default" : o.lease_namespace;
-  lo.name = o.lease_name;
-  lo.identity = raw->o.identity;
-  lo.lease_duration = o.lease_duration;
-  lo.renew_deadline = o.renew_deadline;
-  lo.retry_period = o.retry_period;
-  lo.clock = o.clock;
+  const kube::LeaderOptions lo = LeaderOptionsOf(o, raw->o.identity);
   if (o.leader_elect) ADAM_RETURN_IF_ERROR(kube::CheckLeaderTimes(lo, o.write_timeout));
   std::unique_ptr<Operator> op(new Operator(std::move(impl)));
   if (!o.leader_elect) {

@@ -213,6 +213,39 @@ StatusOr<Config> InClusterConfig(const std::string& root) {
   return c;
 }
 
+namespace {
+
+// A kubeconfig user's credentials (`uw` names it in errors): a token or token file, a client
+// certificate and key, or an exec plugin. May throw YAML::Exception (ParseKubeconfig catches it).
+Status ReadUser(const YAML::Node& u, const std::string& uw, const std::string& base_dir,
+                Config* c) {
+  if (u["token"]) c->token = u["token"].as<std::string>();
+  if (u["tokenFile"]) {
+    std::filesystem::path p = u["tokenFile"].as<std::string>();
+    if (p.is_relative() && !base_dir.empty()) p = std::filesystem::path(base_dir) / p;
+    bool ok = false;
+    (void)ReadFile(p, &ok);
+    if (!ok) return NotFoundError(uw + ".tokenFile: cannot read " + p.string());
+    c->token_file = p.string();
+    c->token.clear();
+  }
+  ADAM_ASSIGN_OR_RETURN(c->client_cert_pem, Pem(u, "client-certificate", uw, base_dir));
+  ADAM_ASSIGN_OR_RETURN(c->client_key_pem, Pem(u, "client-key", uw, base_dir));
+  if (c->client_cert_pem.empty() != c->client_key_pem.empty())
+    return InvalidArgumentError(uw + ": client-certificate and client-key come together");
+  if (u["exec"]) {
+    ADAM_ASSIGN_OR_RETURN(c->exec, ParseExec(u["exec"], uw + ".exec", base_dir));
+  } else if (u["auth-provider"] && c->token.empty() && c->token_file.empty() &&
+             c->client_cert_pem.empty()) {
+    return InvalidArgumentError(uw +
+                                ".auth-provider: not supported (removed from kubectl in "
+                                "1.26); use an exec plugin, a token or a certificate");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<Config> ParseKubeconfig(const std::string& text, const std::string& base_dir,
                                  const std::string& context) {
   YAML::Node root;
@@ -255,32 +288,9 @@ StatusOr<Config> ParseKubeconfig(const std::string& text, const std::string& bas
     ADAM_ASSIGN_OR_RETURN(c.ca_pem, Pem(cl, "certificate-authority", where, base_dir));
     const std::string user_name = cx["user"] ? cx["user"].as<std::string>() : "";
     const YAML::Node user = find("users", user_name);
-    if (user && user["user"]) {
-      const YAML::Node u = user["user"];
-      const std::string uw = "kubeconfig.users[" + user_name + "].user";
-      if (u["token"]) c.token = u["token"].as<std::string>();
-      if (u["tokenFile"]) {
-        std::filesystem::path p = u["tokenFile"].as<std::string>();
-        if (p.is_relative() && !base_dir.empty()) p = std::filesystem::path(base_dir) / p;
-        bool ok = false;
-        (void)ReadFile(p, &ok);
-        if (!ok) return NotFoundError(uw + ".tokenFile: cannot read " + p.string());
-        c.token_file = p.string();
-        c.token.clear();
-      }
-      ADAM_ASSIGN_OR_RETURN(c.client_cert_pem, Pem(u, "client-certificate", uw, base_dir));
-      ADAM_ASSIGN_OR_RETURN(c.client_key_pem, Pem(u, "client-key", uw, base_dir));
-      if (c.client_cert_pem.empty() != c.client_key_pem.empty())
-        return InvalidArgumentError(uw + ": client-certificate and client-key come together");
-      if (u["exec"]) {
-        ADAM_ASSIGN_OR_RETURN(c.exec, ParseExec(u["exec"], uw + ".exec", base_dir));
-      } else if (u["auth-provider"] && c.token.empty() && c.token_file.empty() &&
-                 c.client_cert_pem.empty()) {
-        return InvalidArgumentError(uw +
-                                    ".auth-provider: not supported (removed from kubectl in "
-                                    "1.26); use an exec plugin, a token or a certificate");
-      }
-    }
+    if (user && user["user"])
+      ADAM_RETURN_IF_ERROR(
+          ReadUser(user["user"], "kubeconfig.users[" + user_name + "].user", base_dir, &c));
     while (!c.token.empty() && (c.token.back() == '\n' || c.token.back() == '\r'))
       c.token.pop_back();
     return c;

@@ -25,6 +25,15 @@ namespace adam::op {
 using kube::FormatTime;
 using kube::ParseTime;
 
+namespace {
+
+// How ExistingObjects keys an object: "Kind/name".
+std::string ObjectKey(const Json& o) {
+  return o["kind"].get<std::string>() + "/" + o["metadata"]["name"].get<std::string>();
+}
+
+}  // namespace
+
 std::map<std::string, Json> Reconciler::ExistingObjects(State& s) {
   std::map<std::string, Json> existing;
   const kube::Resource kinds[] = {kube::ConfigMaps(),
@@ -46,7 +55,7 @@ std::map<std::string, Json> Reconciler::ExistingObjects(State& s) {
 StatusOr<bool> Reconciler::EnsureObject(State& s, const Json& o,
                                         const std::map<std::string, Json>& existing) {
   const std::string kind = o["kind"];
-  const std::string key = kind + "/" + o["metadata"]["name"].get<std::string>();
+  const std::string key = ObjectKey(o);
   ADAM_ASSIGN_OR_RETURN(const kube::Resource r, kube::ResourceForKind(o["apiVersion"], kind));
   auto it = existing.find(key);
   if (it == existing.end()) {
@@ -199,6 +208,25 @@ StatusOr<bool> Reconciler::EnsureGang(State& s, const Json& group, std::vector<J
   return true;
 }
 
+// Trainers the plan no longer has (a scale-down) go. A parameter server it no longer has
+// (spec.roles.parameterServer.replicas lowered, copies > 1) goes only once it retired: it exits 0
+// by itself when the controller has moved its copies to the others, and until then it still
+// serves. Nothing else is deleted for a changed spec: controllers hold the shard map, whose shape
+// the CRD keeps immutable; if a change slipped past it, they keep running.
+Status Reconciler::DeleteUnplanned(State& s, const std::map<std::string, Json>& existing,
+                                   const std::set<std::string>& desired) {
+  for (const auto& [key, o] : existing) {
+    if (desired.count(key) || HasDeletion(o) || key.rfind("Pod/", 0) != 0) continue;
+    const PodRole role = PodRoleOf(o);
+    if (role != PodRole::kTrainer &&
+        !(role == PodRole::kParamServer && RolePhase(o) == "Succeeded"))
+      continue;
+    Status d = client_->Delete(kube::Pods(), s.ns, o["metadata"]["name"].get<std::string>());
+    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+  }
+  return OkStatus();
+}
+
 Status Reconciler::EnsureObjects(State& s) {
   std::vector<Json> desired = Rendered(s);
   const std::map<std::string, Json> existing = ExistingObjects(s);
@@ -207,9 +235,7 @@ Status Reconciler::EnsureObjects(State& s) {
   // an apply would replace). A pod is compared by its labels and annotations only, where the
   // placement's extra keys are no difference, so other passes read no ResourceFlavor.
   const bool creating = std::any_of(desired.begin(), desired.end(), [&](const Json& o) {
-    const std::string kind = o["kind"];
-    return (kind == "Pod" || kind == "StatefulSet") &&
-           !existing.count(kind + "/" + o["metadata"]["name"].get<std::string>());
+    return (o["kind"] == "Pod" || o["kind"] == "StatefulSet") && !existing.count(ObjectKey(o));
   });
   const bool has_set = std::any_of(existing.begin(), existing.end(), [](const auto& e) {
     return e.first.rfind("StatefulSet/", 0) == 0;
@@ -225,8 +251,7 @@ Status Reconciler::EnsureObjects(State& s) {
   int max_stage = 0;
   for (const Json& o : desired) {
     max_stage = std::max(max_stage, StageOf(o));
-    desired_names.insert(o["kind"].get<std::string>() + "/" +
-                         o["metadata"]["name"].get<std::string>());
+    desired_names.insert(ObjectKey(o));
   }
   ADAM_ASSIGN_OR_RETURN(const bool grouped, EnsurePodGroup(s, &desired, creating));
   if (!grouped) return OkStatus();  // a gang without its group would be placed pod by pod
@@ -256,20 +281,7 @@ Status Reconciler::EnsureObjects(State& s) {
     ready_so_far = ready_so_far && ready;
     if (ready_so_far) stage_ready_through = stage;
   }
-  // Trainers the plan no longer has (a scale-down) go. A parameter server it no longer has
-  // (spec.roles.parameterServer.replicas lowered, copies > 1) goes only once it retired: it
-  // exits 0 by itself when the controller has moved its copies to the others, and until then it
-  // still serves. Nothing else is deleted for a changed spec: controllers hold the shard map,
-  // whose shape the CRD keeps immutable; if a change slipped past it, they keep running.
-  for (const auto& [key, o] : existing) {
-    if (desired_names.count(key) || HasDeletion(o) || key.rfind("Pod/", 0) != 0) continue;
-    const PodRole role = PodRoleOf(o);
-    if (role != PodRole::kTrainer &&
-        !(role == PodRole::kParamServer && RolePhase(o) == "Succeeded"))
-      continue;
-    Status d = client_->Delete(kube::Pods(), s.ns, o["metadata"]["name"].get<std::string>());
-    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
-  }
+  ADAM_RETURN_IF_ERROR(DeleteUnplanned(s, existing, desired_names));
   if (created_all || stage_ready_through == max_stage)
     SetCondition(s, "Created", true, "ObjectsCreated", "every object of the plan exists");
   return OkStatus();

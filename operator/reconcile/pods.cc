@@ -165,6 +165,42 @@ bool Reconciler::Counted(const std::string& uid) {
   return counted_failures_.count(uid) > 0;
 }
 
+bool Reconciler::CountRestart(State& s, const std::string& role_key, const Json& pod,
+                              const std::string& what) {
+  const int backoff_limit = s.spec->run_policy.backoff_limit;
+  const int restarts = s.status.value("restarts", 0) + 1;
+  s.status["restarts"] = restarts;
+  Json& rs = s.status["roles"][role_key];
+  rs["restarts"] = (rs.is_object() ? rs.value("restarts", 0) : 0) + 1;
+  if (restarts > backoff_limit) {
+    Finish(s, false, "BackoffLimitExceeded",
+           what + "; " + std::to_string(restarts) +
+               " restarts exceed spec.runPolicy.backoffLimit " + std::to_string(backoff_limit));
+    return true;
+  }
+  // With its last line: a crashed role's is its fatal signal (core/crash.h).
+  SetCondition(s, "Restarting", true, "PodFailed", what + LastWords(pod) + "; restarting it");
+  Event(s, "Warning", "PodFailed",
+        what + LastWords(pod) + "; restarting it (" + std::to_string(restarts) + " of " +
+            std::to_string(backoff_limit) + " restarts)");
+  return false;
+}
+
+Status Reconciler::DeleteFailed(State& s,
+                                const std::vector<std::pair<std::string, std::string>>& replace) {
+  if (replace.empty()) return OkStatus();
+  ADAM_RETURN_IF_ERROR(WriteStatus(s));  // the counts first
+  for (const auto& [pod_name, uid] : replace) {
+    {
+      MutexLock lock(mu_);
+      counted_failures_.insert(uid);
+    }
+    Status d = client_->Delete(kube::Pods(), s.ns, pod_name);
+    if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
+  }
+  return OkStatus();
+}
+
 // Failed pods are replaced. What a failure means is the role's failure rules' verdict
 // (JudgeFailure): a restart counted against the run policy, a replacement without counting (a
 // disruption by the cluster, by default), or the end of the job. The count is written to the
@@ -174,7 +210,6 @@ bool Reconciler::Counted(const std::string& uid) {
 // their slices), and members failing together count one restart.
 Status Reconciler::HandlePods(State& s) {
   using Action = spec::FailureRule::Action;
-  const int backoff_limit = s.spec->run_policy.backoff_limit;
   int trainers_done = 0;
   std::vector<std::pair<std::string, std::string>> replace;  // pod name, uid
   std::set<std::string> failed_replicas, counted_replicas;   // split replicas, by index
@@ -212,37 +247,12 @@ Status Reconciler::HandlePods(State& s) {
     }
     // One fault of a split replica: its members that failed with it are replaced uncounted.
     if (member && !counted_replicas.insert(Label(pod, kIndexLabel)).second) continue;
-    const int restarts = s.status.value("restarts", 0) + 1;
-    s.status["restarts"] = restarts;
     // A model worker's restart is its replica's, a trainer's (the status lists no role of its own).
-    Json& rs = s.status["roles"][RoleName(StatusRole(*s.spec, role))];
-    rs["restarts"] = (rs.is_object() ? rs.value("restarts", 0) : 0) + 1;
-    if (restarts > backoff_limit) {
-      Finish(s, false, "BackoffLimitExceeded",
-             what + v.why + "; " + std::to_string(restarts) +
-                 " restarts exceed spec.runPolicy.backoffLimit " + std::to_string(backoff_limit));
-      return OkStatus();
-    }
-    // With its last line: a crashed role's is its fatal signal (core/crash.h).
-    SetCondition(s, "Restarting", true, "PodFailed",
-                 what + v.why + LastWords(pod) + "; restarting it");
-    Event(s, "Warning", "PodFailed",
-          what + v.why + LastWords(pod) + "; restarting it (" + std::to_string(restarts) + " of " +
-              std::to_string(backoff_limit) + " restarts)");
+    if (CountRestart(s, RoleName(StatusRole(*s.spec, role)), pod, what + v.why)) return OkStatus();
   }
   WithTheirReplicas(s, failed_replicas, &replace);
   BackOff(s, crashed);
-  if (!replace.empty()) {
-    ADAM_RETURN_IF_ERROR(WriteStatus(s));  // the counts first
-    for (const auto& [pod_name, uid] : replace) {
-      {
-        MutexLock lock(mu_);
-        counted_failures_.insert(uid);
-      }
-      Status d = client_->Delete(kube::Pods(), s.ns, pod_name);
-      if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
-    }
-  }
+  ADAM_RETURN_IF_ERROR(DeleteFailed(s, replace));
   if (trainers_done >= s.spec->roles.trainer.replicas) {
     // Trainer 0 exits 0 only once the model is written (spec.output).
     if (!s.spec->output.volume.source.empty())

@@ -485,6 +485,43 @@ bool Reconciler::CountRoles(State& s) {
   return all_running;
 }
 
+bool Reconciler::RanTooLong(State& s, ReconcileResult& result) {
+  const auto deadline = s.spec->run_policy.active_deadline_seconds;
+  if (!deadline) return false;
+  auto start = ParseTime(s.status["startTime"].get<std::string>());
+  const auto end = (start ? *start : s.now) + std::chrono::seconds(*deadline);
+  if (end <= s.now) {
+    Finish(s, false, "DeadlineExceeded",
+           "the job ran longer than spec.runPolicy.activeDeadlineSeconds (" +
+               std::to_string(*deadline) + " s)");
+    return true;
+  }
+  result.requeue_after = std::chrono::duration_cast<std::chrono::milliseconds>(end - s.now) +
+                         std::chrono::milliseconds(10);
+  return false;
+}
+
+Status Reconciler::ReportProgress(State& s, ReconcileResult& result) {
+  const bool all_running = CountRoles(s);
+  if (s.workload && !PodsReadyIs(*s.workload, all_running)) {
+    // Kueue's waitForPodsReady counts from the admission to this.
+    auto u = client_->UpdateStatus(kube::Workloads(), s.ns,
+                                   WithPodsReady(*s.workload, all_running, FormatTime(s.now)));
+    if (!u.ok()) return u.status();
+  }
+  ReadTrainerMetrics(s);
+  ReportScheduling(s);
+  // Refresh epoch, accuracy and throughput.
+  if (metrics_) LookAgainWithin(result.requeue_after, status_period_);
+  if (all_running) {
+    if (s.status["phase"] != "Running") Event(s, "Normal", "Running", "every pod of the job runs");
+    s.status["phase"] = "Running";
+    SetCondition(s, "Running", true, "PodsRunning", "every pod of the job runs");
+    SetCondition(s, "Restarting", false, "PodsRunning", "every pod of the job runs");
+  }
+  return OkStatus();
+}
+
 StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
   ReconcileResult result;
   State s;
@@ -509,19 +546,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   }
   if (!s.status.contains("startTime")) s.status["startTime"] = FormatTime(s.now);
   if (!s.status.contains("phase")) s.status["phase"] = "Pending";
-  if (const auto deadline = s.spec->run_policy.active_deadline_seconds) {
-    auto start = ParseTime(s.status["startTime"].get<std::string>());
-    const auto end = (start ? *start : s.now) + std::chrono::seconds(*deadline);
-    if (end <= s.now) {
-      Finish(s, false, "DeadlineExceeded",
-             "the job ran longer than spec.runPolicy.activeDeadlineSeconds (" +
-                 std::to_string(*deadline) + " s)");
-      return AfterFinish(s, result);
-    }
-    result.requeue_after = std::chrono::duration_cast<std::chrono::milliseconds>(end - s.now) +
-                           std::chrono::milliseconds(10);
-  }
-  if (StartupTooLong(s, result)) return AfterFinish(s, result);
+  if (RanTooLong(s, result) || StartupTooLong(s, result)) return AfterFinish(s, result);
   ADAM_RETURN_IF_ERROR(HandlePods(s));
   if (s.finished) return AfterFinish(s, result);
   ADAM_RETURN_IF_ERROR(ReplaceLostPods(s));
@@ -540,23 +565,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
                     std::chrono::milliseconds(10);
     LookAgainWithin(result.requeue_after, in);
   }
-  const bool all_running = CountRoles(s);
-  if (s.workload && !PodsReadyIs(*s.workload, all_running)) {
-    // Kueue's waitForPodsReady counts from the admission to this.
-    auto u = client_->UpdateStatus(kube::Workloads(), s.ns,
-                                   WithPodsReady(*s.workload, all_running, FormatTime(s.now)));
-    if (!u.ok()) return u.status();
-  }
-  ReadTrainerMetrics(s);
-  ReportScheduling(s);
-  // Refresh epoch, accuracy and throughput.
-  if (metrics_) LookAgainWithin(result.requeue_after, status_period_);
-  if (all_running) {
-    if (s.status["phase"] != "Running") Event(s, "Normal", "Running", "every pod of the job runs");
-    s.status["phase"] = "Running";
-    SetCondition(s, "Running", true, "PodsRunning", "every pod of the job runs");
-    SetCondition(s, "Restarting", false, "PodsRunning", "every pod of the job runs");
-  }
+  ADAM_RETURN_IF_ERROR(ReportProgress(s, result));
   ADAM_RETURN_IF_ERROR(WriteStatus(s));
   return result;
 }

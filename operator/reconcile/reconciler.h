@@ -197,14 +197,30 @@ class Reconciler {
   // made or updated, false while it is not ready (a pod or StatefulSet not yet up, or going).
   std::map<std::string, Json> ExistingObjects(State& s);
   StatusOr<bool> EnsureObject(State& s, const Json& o, const std::map<std::string, Json>& existing);
+  // The pods of `existing` (by key) the plan no longer has that may go: trainers, and parameter
+  // servers that retired.
+  Status DeleteUnplanned(State& s, const std::map<std::string, Json>& existing,
+                         const std::set<std::string>& desired);
   // An existing object `cur` brought back to what the operator owns of `o` (drift.h) by
   // server-side apply, or written whole where the API server refuses that apply: after another
   // client changed it (a Repaired event), or after the spec changed. A write still refused is a
   // RepairFailed warning, not the pass's failure.
   void Repair(State& s, const kube::Resource& r, const Json& o, const Json& cur);
   Status HandlePods(State& s);
+  // HandlePods' parts: a counted restart of `pod` (failed as `what` says; `role_key` its role in
+  // status.roles), true when it exceeds the run policy's backoffLimit (the job then failed); and
+  // the failed pods (name, uid) deleted once the counts are written.
+  bool CountRestart(State& s, const std::string& role_key, const Json& pod,
+                    const std::string& what);
+  Status DeleteFailed(State& s, const std::vector<std::pair<std::string, std::string>>& replace);
   // Fails a job still starting past spec.runPolicy.startupDeadlineSeconds; true when it did.
   bool StartupTooLong(State& s, ReconcileResult& result);
+  // Fails a job running past spec.runPolicy.activeDeadlineSeconds (true), or asks for a look
+  // again at that deadline.
+  bool RanTooLong(State& s, ReconcileResult& result);
+  // A running pass's reports: per-role counts, Kueue's PodsReady, the trainers' figures,
+  // scheduling, and the Running phase and conditions once every pod runs.
+  Status ReportProgress(State& s, ReconcileResult& result);
   bool Counted(const std::string& uid);
   // Force-deletes the trainers and data servers of a node lost for node_loss_timeout_.
   Status ReplaceLostPods(State& s);

@@ -81,39 +81,15 @@ class Supervisor {
     // Outputs are checked before anything trains: a report that cannot be written is found now,
     // not after the run.
     if (int code = CheckOutputs(); code != 0) return Restore(code);
-    // How big the model is, before any role allocates it.
-    if (auto shapes = spec::InferShapes(job_.model); shapes.ok()) {
-      int64_t params = 0;
-      for (const auto& l : *shapes) params += l.weights + l.biases;
-      std::fprintf(stderr,
-                   "adam run: %s: %s parameters (%.1f MB) in %zu layers on %d parameter "
-                   "servers\n",
-                   job_.name.c_str(), Thousands(double(params)).c_str(), double(params) * 4 / 1e6,
-                   job_.model.layers.size(), job_.roles.parameter_server.replicas);
-    }
-    // Parameter-server checkpoints: the caller's directory (kept, resumed from, and locked for
-    // this run), or a throw-away one for this run.
-    state_root_ = o_.state_dir;
+    PrintModelSize();
     bool temporary = false;
-    if (!state_root_.empty()) {
-      if (int code = LockStateDir(); code != 0) return Restore(code);
-      if (o_.resume)
-        if (int code = CheckResumable(); code != 0) return Restore(code);
-    } else {
-      std::string tmpl = (std::filesystem::temp_directory_path() / "adam-run-XXXXXX").string();
-      if (mkdtemp(tmpl.data()) == nullptr) {
-        std::fprintf(stderr, "adam run: mkdtemp: %s\n", std::strerror(errno));
-        return 1;
-      }
-      state_root_ = tmpl;
-      temporary = true;
-    }
+    if (int code = OpenStateRoot(&temporary); code != 0) return Restore(code);
     if (!o_.plaintext) {
       // A throw-away CA and a certificate per role for this run (net/access.h): each role's
       // processes get their own role's key only.
       if (Status w = WriteRunCertificates(state_root_ + "/tls"); !w.ok()) {
         std::fprintf(stderr, "adam run: TLS material: %s\n", w.message().c_str());
-        return 1;
+        return Restore(1);
       }
       tls_dir_ = state_root_ + "/tls";
     }
@@ -140,6 +116,36 @@ class Supervisor {
   }
 
  private:
+  // How big the model is, before any role allocates it.
+  void PrintModelSize() const {
+    auto shapes = spec::InferShapes(job_.model);
+    if (!shapes.ok()) return;
+    int64_t params = 0;
+    for (const auto& l : *shapes) params += l.weights + l.biases;
+    std::fprintf(stderr,
+                 "adam run: %s: %s parameters (%.1f MB) in %zu layers on %d parameter servers\n",
+                 job_.name.c_str(), Thousands(double(params)).c_str(), double(params) * 4 / 1e6,
+                 job_.model.layers.size(), job_.roles.parameter_server.replicas);
+  }
+
+  // Parameter-server checkpoints: the caller's directory (kept, resumed from, and locked for
+  // this run), or a throw-away one for this run (`*temporary`). Returns an exit code, 0 = go on.
+  int OpenStateRoot(bool* temporary) {
+    state_root_ = o_.state_dir;
+    if (!state_root_.empty()) {
+      if (int code = LockStateDir(); code != 0) return code;
+      return o_.resume ? CheckResumable() : 0;
+    }
+    std::string tmpl = (std::filesystem::temp_directory_path() / "adam-run-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      std::fprintf(stderr, "adam run: mkdtemp: %s\n", std::strerror(errno));
+      return 1;
+    }
+    state_root_ = tmpl;
+    *temporary = true;
+    return 0;
+  }
+
   // Puts the signals back and closes the lock; returns `code`.
   int Restore(int code) {
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(sig, SIG_DFL);

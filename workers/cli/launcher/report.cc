@@ -254,7 +254,10 @@ std::string HtmlEscape(const std::string& text) {
   return out;
 }
 
-std::string RenderReportHtml(const RunRecord& r) {
+namespace {
+
+// The three charts: accuracy and loss per epoch, throughput over time with `marks` numbered.
+std::string RenderCharts(const RunRecord& r, const std::vector<RunRecord::Mark>& marks) {
   Chart accuracy{
       "Test accuracy after each epoch", "epoch", "test accuracy (%)", {}, {}, 2, false, true};
   Chart loss{"Training loss (mean over trainers)", "epoch", "loss", {}, {}, 3, false, true};
@@ -266,11 +269,6 @@ std::string RenderReportHtml(const RunRecord& r) {
   }
   accuracy.series.push_back(acc);
   loss.series.push_back(lo);
-  // Faults in time order: the chart's badge numbers are the table's row numbers.
-  std::vector<RunRecord::Mark> marks = r.marks;
-  std::stable_sort(
-      marks.begin(), marks.end(),
-      [](const RunRecord::Mark& a, const RunRecord::Mark& b) { return a.seconds < b.seconds; });
   Chart rate{"Throughput over time (faults numbered as in the table below)",
              "seconds since training started",
              "images/s",
@@ -282,19 +280,12 @@ std::string RenderReportHtml(const RunRecord& r) {
   Series rs{"images/s", "#2ca02c", {}};
   for (const auto& p : r.rates) rs.points.push_back({p.seconds, p.images_per_second});
   rate.series.push_back(rs);
+  return RenderChart(accuracy) + RenderChart(loss) + RenderChart(rate);
+}
 
+// The tables below the charts: epochs, classes (when known) and faults (when any).
+std::string RenderTables(const RunRecord& r, const std::vector<RunRecord::Mark>& marks) {
   std::string html =
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>Adam run: " +
-      HtmlEscape(r.job) +
-      "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
-      "table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 10px;"
-      "text-align:left}figure{margin:18px 0}figcaption{font-weight:bold;margin-bottom:4px}"
-      "</style></head><body>\n<h1>Adam run: " +
-      HtmlEscape(r.job) + "</h1>\n<table class=\"summary\">\n";
-  for (const auto& [k, v] : r.summary)
-    html += "<tr><th>" + HtmlEscape(k) + "</th><td>" + HtmlEscape(v) + "</td></tr>\n";
-  html += "</table>\n" + RenderChart(accuracy) + RenderChart(loss) + RenderChart(rate);
-  html +=
       "<h2>Epochs</h2>\n<table class=\"epochs\"><tr><th>epoch</th><th>time (s)</th><th>loss</th>"
       "<th>test accuracy</th></tr>\n";
   for (const auto& e : r.epochs)
@@ -322,6 +313,28 @@ std::string RenderReportHtml(const RunRecord& r) {
               "</td><td>" + HtmlEscape(marks[i].what) + "</td></tr>\n";
     html += "</table>\n";
   }
+  return html;
+}
+
+}  // namespace
+
+std::string RenderReportHtml(const RunRecord& r) {
+  // Faults in time order: the chart's badge numbers are the table's row numbers.
+  std::vector<RunRecord::Mark> marks = r.marks;
+  std::stable_sort(
+      marks.begin(), marks.end(),
+      [](const RunRecord::Mark& a, const RunRecord::Mark& b) { return a.seconds < b.seconds; });
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>Adam run: " +
+      HtmlEscape(r.job) +
+      "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
+      "table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 10px;"
+      "text-align:left}figure{margin:18px 0}figcaption{font-weight:bold;margin-bottom:4px}"
+      "</style></head><body>\n<h1>Adam run: " +
+      HtmlEscape(r.job) + "</h1>\n<table class=\"summary\">\n";
+  for (const auto& [k, v] : r.summary)
+    html += "<tr><th>" + HtmlEscape(k) + "</th><td>" + HtmlEscape(v) + "</td></tr>\n";
+  html += "</table>\n" + RenderCharts(r, marks) + RenderTables(r, marks);
   html += "</body></html>\n";
   return html;
 }

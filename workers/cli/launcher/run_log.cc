@@ -324,6 +324,18 @@ nlohmann::json RunLog::SummaryJson(int64_t images, double ips, double train, dou
                       {"trainers", job_.roles.trainer.replicas},
                       {"threads_per_trainer", job_.roles.trainer.threads},
                       {"parameter_servers", job_.roles.parameter_server.replicas}};
+  AddFaultFields(&j);
+  if (!rebalances_.empty()) j["rebalances"] = rebalances_;
+  if (!model_written_.empty()) j["model"] = model_written_;
+  if (resumed_epochs_ > 0) j["resumed_after_epoch"] = resumed_epochs_;
+  AddTrainingFields(&j);
+  return j;
+}
+
+// The summary's faults: kills and failovers, the controller and shard map, chaos, and pulls that
+// fell back.
+void RunLog::AddFaultFields(nlohmann::json* out) const {
+  nlohmann::json& j = *out;
   if (kill_unix_ms_ > 0) {
     j["killed"] = killed_;
     if (first_failover_ms_ >= 0) {
@@ -345,8 +357,12 @@ nlohmann::json RunLog::SummaryJson(int64_t images, double ips, double train, dou
     j["pulls_fell_back"] = {
         {"count", fell_back_}, {"largest", fell_back_largest_}, {"updates", most}};
   }
-  if (!rebalances_.empty()) j["rebalances"] = rebalances_;
-  if (!model_written_.empty()) j["model"] = model_written_;
+}
+
+// The summary's training record: per class, trainer 0's evaluation after each epoch (as the
+// progress lines show it), and what the finished trainers sent and received per image.
+void RunLog::AddTrainingFields(nlohmann::json* out) const {
+  nlohmann::json& j = *out;
   if (!record_.classes.empty()) {
     nlohmann::json classes = nlohmann::json::array();
     for (const auto& c : record_.classes)
@@ -356,8 +372,6 @@ nlohmann::json RunLog::SummaryJson(int64_t images, double ips, double train, dou
                          {"accuracy", c.images > 0 ? double(c.correct) / double(c.images) : 0.0}});
     j["classes"] = std::move(classes);
   }
-  if (resumed_epochs_ > 0) j["resumed_after_epoch"] = resumed_epochs_;
-  // Trainer 0's evaluation after each epoch, as the progress lines show it.
   nlohmann::json history = nlohmann::json::array();
   for (const auto& p : record_.epochs) {
     nlohmann::json e = {{"epoch", p.epoch}, {"seconds", p.seconds}, {"loss", p.loss}};
@@ -365,7 +379,6 @@ nlohmann::json RunLog::SummaryJson(int64_t images, double ips, double train, dou
     history.push_back(std::move(e));
   }
   j["history"] = std::move(history);
-  // What the finished trainers sent and received per image they trained on.
   int64_t done_images = 0, push = 0, pull = 0;
   for (const auto& [_, ev] : done_) {
     done_images += ev.images_total;
@@ -376,7 +389,6 @@ nlohmann::json RunLog::SummaryJson(int64_t images, double ips, double train, dou
     j["push_bytes_per_image"] = double(push) / double(done_images);
     j["pull_bytes_per_image"] = double(pull) / double(done_images);
   }
-  return j;
 }
 
 void RunLog::PrintSummary() {

@@ -78,6 +78,8 @@ class RunLog {
   void On(const std::string& /*from*/, const E& /*ev*/) {}
   void CountImages(int trainer, int64_t images_total);
   nlohmann::json SummaryJson(int64_t images, double ips, double train, double wall) const;
+  void AddFaultFields(nlohmann::json* j) const;
+  void AddTrainingFields(nlohmann::json* j) const;
   // The final model's figures per class (a trainer's "classes" list).
   void TakeClasses(const std::vector<events::ClassCount>& classes);
 

@@ -173,63 +173,71 @@ void Network::RunBackward(float lr, Pass pass) {
   }
   if (m.neg_lr) *static_cast<float*>(m.neg_lr.get_data_handle()) = -lr;
   const float decay_scale = 1.f - lr * m.rule.weight_decay;
-  if (m.velocity == nullptr && decay_scale != m.decay_scale) {
-    // The rate changed (once an epoch): the dense layers' fused updates get the new decay.
-    for (size_t i : m.decayed_steps) {
-      Step& st = m.backward[i];
-      const auto& d = m.decayed[size_t(st.decayed)];
-      st.prim = FusedUpdate(d.a, d.src, d.w, decay_scale, m.eng);
-      const auto it = st.args.find(DNNL_ARG_SCRATCHPAD);
-      ADAM_CHECK(memory::desc(*dnnl_primitive_desc_query_md(st.prim.get_primitive_desc(),
-                                                            dnnl_query_scratchpad_md, 0))
-                     .get_size() <= (it == st.args.end() ? 0 : it->second.get_desc().get_size()));
-    }
-    m.decay_scale = decay_scale;
-  }
+  if (m.velocity == nullptr && decay_scale != m.decay_scale) m.SetDecayScale(decay_scale);
   for (auto& s : m.backward)
     if (pass == Pass::kAll || s.weights) Execute(s, m.strm);
   m.strm.wait();
   if (m.mode != NetworkMode::kSgd) return;
-  if (m.hold) {  // hold this step's update back (private buffers only)
-    if (m.held_steps.empty()) {
-      size_t n = 0;
-      for (const auto& r : m.looped_updates) n += size_t(r.count);
-      m.held_steps.assign(n, 0.f);
-    }
-    ADAM_CHECK(m.pending < m.apply_every);
-    size_t j = 0;
-    for (const auto& r : m.looped_updates)
-      for (int64_t k = r.offset; k < r.offset + r.count; ++k) m.held_steps[j++] += lr * m.grads[k];
-    const int64_t row0 = int64_t{m.pending} * m.batch;
-    for (auto& h : m.held) {
-      const auto& io = m.dense_io[size_t(h.layer)];
-      std::memcpy(h.a.data() + row0 * h.in, io.src, size_t(m.batch * h.in) * sizeof(float));
-      float* e = h.e.data() + row0 * h.units;
-      for (int64_t k = 0; k < m.batch * h.units; ++k) e[k] = -lr * io.diff_dst[k];
-    }
-    ++m.pending;
-    return;
-  }
-  if (m.velocity != nullptr) {
+  if (m.hold) {
+    m.HoldStep(lr);
+  } else if (m.velocity != nullptr) {
     StepWithVelocity(lr);
-    return;
+  } else {
+    m.StepInPlace(lr, decay_scale);
   }
+}
+
+void Network::Impl::SetDecayScale(float scale) {
+  // The rate changed (once an epoch): the dense layers' fused updates get the new decay.
+  for (size_t i : decayed_steps) {
+    Step& st = backward[i];
+    const auto& d = decayed[size_t(st.decayed)];
+    st.prim = FusedUpdate(d.a, d.src, d.w, scale, eng);
+    const auto it = st.args.find(DNNL_ARG_SCRATCHPAD);
+    ADAM_CHECK(memory::desc(*dnnl_primitive_desc_query_md(st.prim.get_primitive_desc(),
+                                                          dnnl_query_scratchpad_md, 0))
+                   .get_size() <= (it == st.args.end() ? 0 : it->second.get_desc().get_size()));
+  }
+  decay_scale = scale;
+}
+
+void Network::Impl::HoldStep(float lr) {
+  if (held_steps.empty()) {
+    size_t n = 0;
+    for (const auto& r : looped_updates) n += size_t(r.count);
+    held_steps.assign(n, 0.f);
+  }
+  ADAM_CHECK(pending < apply_every);
+  size_t j = 0;
+  for (const auto& r : looped_updates)
+    for (int64_t k = r.offset; k < r.offset + r.count; ++k) held_steps[j++] += lr * grads[k];
+  const int64_t row0 = int64_t{pending} * batch;
+  for (auto& h : held) {
+    const auto& io = dense_io[size_t(h.layer)];
+    std::memcpy(h.a.data() + row0 * h.in, io.src, size_t(batch * h.in) * sizeof(float));
+    float* e = h.e.data() + row0 * h.units;
+    for (int64_t k = 0; k < batch * h.units; ++k) e[k] = -lr * io.diff_dst[k];
+  }
+  ++pending;
+}
+
+void Network::Impl::StepInPlace(float lr, float decay) {
   HogwildScope hogwild;  // the shared weights, written without a lock
-  float* w = m.params;
-  const float* g = m.grads;
-  for (size_t i = 0; i < m.looped_updates.size(); ++i) {
-    const auto& r = m.looped_updates[i];
-    const float scale = m.looped_is_weight[i] ? decay_scale : 1.f;
+  float* w = params;
+  const float* g = grads;
+  for (size_t i = 0; i < looped_updates.size(); ++i) {
+    const auto& r = looped_updates[i];
+    const float scale = looped_is_weight[i] ? decay : 1.f;
     if (scale == 1.f) {
       for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] -= lr * g[k];
     } else {
       for (int64_t k = r.offset; k < r.offset + r.count; ++k) w[k] = scale * w[k] - lr * g[k];
     }
   }
-  for (const auto& b : m.dense_bias) {
+  for (const auto& b : dense_bias) {
     const float* d = static_cast<const float*>(b.diff_dst.get_data_handle());
     float* bias = w + b.offset;
-    for (int n = 0; n < m.batch; ++n)
+    for (int n = 0; n < batch; ++n)
       for (int u = 0; u < b.units; ++u) bias[u] -= lr * d[int64_t{n} * b.units + u];
   }
 }

@@ -154,6 +154,14 @@ struct Network::Builder {
 
   void Conv(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s, const LayerParams& p,
             std::vector<Step>& bwd, bool need_diff_src);
+  // A convolution's backward passes: to its weights and bias, and to its input.
+  struct ConvDescs;
+  void ConvWeightsGrad(const ConvDescs& d, const dnnl::convolution_forward::primitive_desc& fpd,
+                       const LayerParams& p, const memory& conv_src, const memory& diff_dst,
+                       std::vector<Step>& bwd);
+  void ConvDataGrad(const ConvDescs& d, const dnnl::convolution_forward::primitive_desc& fpd,
+                    const memory& w, const memory& w_fwd, const memory& diff_dst,
+                    const memory& conv_diff_src, std::vector<Step>& bwd);
   void Dropout(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s, const LayerParams& p,
                std::vector<Step>& bwd, bool need_diff_src);
   Status Pool(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s, const LayerParams& p,
@@ -166,6 +174,8 @@ struct Network::Builder {
                  const memory& w, std::vector<Step>& bwd);
   void InnerProduct(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
                     const LayerParams& p, std::vector<Step>& bwd, bool need_diff_src);
+  // The softmax after the last inner product: its logits, probabilities and their gradient.
+  void SoftmaxHead(const memory::desc& md, const memory& logits, const memory& diff_logits);
   // Every layer of `layout`: forward steps in order, backward steps in reverse.
   Status Layers(const ModelLayout& layout);
   // A segment's last step: its output (`src`) reordered to a plain layout, and the caller's
@@ -241,21 +251,29 @@ Status Network::Builder::Layers(const ModelLayout& layout) {
   return OkStatus();
 }
 
+// The descriptors a convolution's three passes share: any-layout source, destination and
+// weights (oneDNN picks), the plain OIHW weights and the bias.
+struct Network::Builder::ConvDescs {
+  memory::desc src_any, dst_any, w_any, w_md, b_md;
+  memory::dims strides, pad;
+};
+
 void Network::Builder::Conv(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
                             const LayerParams& p, std::vector<Step>& bwd, bool need_diff_src) {
   // oneDNN picks the activation and weight layouts for each pass (tag::any); the shared
   // parameter vector stays OIHW, with reorders in and out (a few thousand floats).
-  memory::desc src_any(Dims4(batch, s.in), dt::f32, tag::any);
-  memory::desc dst_any(Dims4(batch, s.out), dt::f32, tag::any);
-  memory::desc w_any({l.maps, s.in.channels, l.kernel, l.kernel}, dt::f32, tag::any);
-  memory::desc w_md({l.maps, s.in.channels, l.kernel, l.kernel}, dt::f32, tag::oihw);
-  memory::desc b_md({l.maps}, dt::f32, tag::x);
-  memory::dims strides = {l.stride, l.stride}, pad = {l.padding, l.padding};
+  const ConvDescs d{memory::desc(Dims4(batch, s.in), dt::f32, tag::any),
+                    memory::desc(Dims4(batch, s.out), dt::f32, tag::any),
+                    memory::desc({l.maps, s.in.channels, l.kernel, l.kernel}, dt::f32, tag::any),
+                    memory::desc({l.maps, s.in.channels, l.kernel, l.kernel}, dt::f32, tag::oihw),
+                    memory::desc({l.maps}, dt::f32, tag::x),
+                    {l.stride, l.stride},
+                    {l.padding, l.padding}};
   dnnl::convolution_forward::primitive_desc fpd(
-      {prop_kind::forward_training, algorithm::convolution_direct, src_any, w_any, b_md, dst_any,
-       strides, pad, pad},
+      {prop_kind::forward_training, algorithm::convolution_direct, d.src_any, d.w_any, d.b_md,
+       d.dst_any, d.strides, d.pad, d.pad},
       attr, eng);
-  memory w(w_md, eng, wp + p.weights.offset), b(b_md, eng, wp + p.bias.offset);
+  memory w(d.w_md, eng, wp + p.weights.offset), b(d.b_md, eng, wp + p.bias.offset);
   std::vector<Step> after_bwd_data;  // runs after this layer's backward-data step
   memory conv_src = Reformat(src, fpd.src_desc(), eng, &m.forward);
   memory conv_diff_src = diff_src;
@@ -279,42 +297,55 @@ void Network::Builder::Conv(size_t i, const spec::LayerSpec& l, const spec::Laye
       m.looped_updates.insert(m.looped_updates.end(), {p.weights, p.bias});
       m.looped_is_weight.insert(m.looped_is_weight.end(), {true, false});
     }
-    memory dw(w_md, eng, grads + p.weights.offset), db(b_md, eng, grads + p.bias.offset);
-    const size_t weights_from = bwd.size();
-    // Each backward pass picks its own layouts too; reorder where they differ.
-    const auto wpd = WeightGradientDesc(fpd, w_any, b_md, strides, pad, attr, eng);
-    memory w_src = Reformat(conv_src, wpd.src_desc(), eng, &bwd);
-    memory w_diff_dst = Reformat(diff_dst, wpd.diff_dst_desc(), eng, &bwd);
-    memory dw_pass = dw;
-    if (wpd.diff_weights_desc() != w_md) dw_pass = memory(wpd.diff_weights_desc(), eng);
-    bwd.push_back({dnnl::convolution_backward_weights(wpd),
-                   {{DNNL_ARG_SRC, w_src},
-                    {DNNL_ARG_DIFF_DST, w_diff_dst},
-                    {DNNL_ARG_DIFF_WEIGHTS, dw_pass},
-                    {DNNL_ARG_DIFF_BIAS, db}}});
-    if (dw_pass != dw) bwd.push_back(ReorderStep(dw_pass, dw));
-    MarkWeights(bwd, weights_from);
+    ConvWeightsGrad(d, fpd, p, conv_src, diff_dst, bwd);
     if (need_diff_src) {
-      dnnl::convolution_backward_data::primitive_desc dpd(
-          {algorithm::convolution_direct, src_any, w_any, dst_any, strides, pad, pad}, attr, eng,
-          fpd);
-      memory w_bwd = dpd.weights_desc() == fpd.weights_desc()
-                         ? w_fwd
-                         : Reformat(w, dpd.weights_desc(), eng, &bwd);
-      memory d_diff_dst = Reformat(diff_dst, dpd.diff_dst_desc(), eng, &bwd);
-      memory d_diff_src = conv_diff_src;
-      if (dpd.diff_src_desc() != conv_diff_src.get_desc())
-        d_diff_src = memory(dpd.diff_src_desc(), eng);
-      bwd.push_back({dnnl::convolution_backward_data(dpd),
-                     {{DNNL_ARG_DIFF_DST, d_diff_dst},
-                      {DNNL_ARG_WEIGHTS, w_bwd},
-                      {DNNL_ARG_DIFF_SRC, d_diff_src}}});
-      if (d_diff_src != conv_diff_src) bwd.push_back(ReorderStep(d_diff_src, conv_diff_src));
+      ConvDataGrad(d, fpd, w, w_fwd, diff_dst, conv_diff_src, bwd);
       for (auto& st : after_bwd_data) bwd.push_back(std::move(st));
     }
   }
   src = dst;
   diff_src = diff_dst;
+}
+
+void Network::Builder::ConvWeightsGrad(const ConvDescs& d,
+                                       const dnnl::convolution_forward::primitive_desc& fpd,
+                                       const LayerParams& p, const memory& conv_src,
+                                       const memory& diff_dst, std::vector<Step>& bwd) {
+  memory dw(d.w_md, eng, grads + p.weights.offset), db(d.b_md, eng, grads + p.bias.offset);
+  const size_t weights_from = bwd.size();
+  // Each backward pass picks its own layouts too; reorder where they differ.
+  const auto wpd = WeightGradientDesc(fpd, d.w_any, d.b_md, d.strides, d.pad, attr, eng);
+  memory w_src = Reformat(conv_src, wpd.src_desc(), eng, &bwd);
+  memory w_diff_dst = Reformat(diff_dst, wpd.diff_dst_desc(), eng, &bwd);
+  memory dw_pass = dw;
+  if (wpd.diff_weights_desc() != d.w_md) dw_pass = memory(wpd.diff_weights_desc(), eng);
+  bwd.push_back({dnnl::convolution_backward_weights(wpd),
+                 {{DNNL_ARG_SRC, w_src},
+                  {DNNL_ARG_DIFF_DST, w_diff_dst},
+                  {DNNL_ARG_DIFF_WEIGHTS, dw_pass},
+                  {DNNL_ARG_DIFF_BIAS, db}}});
+  if (dw_pass != dw) bwd.push_back(ReorderStep(dw_pass, dw));
+  MarkWeights(bwd, weights_from);
+}
+
+void Network::Builder::ConvDataGrad(const ConvDescs& d,
+                                    const dnnl::convolution_forward::primitive_desc& fpd,
+                                    const memory& w, const memory& w_fwd, const memory& diff_dst,
+                                    const memory& conv_diff_src, std::vector<Step>& bwd) {
+  dnnl::convolution_backward_data::primitive_desc dpd(
+      {algorithm::convolution_direct, d.src_any, d.w_any, d.dst_any, d.strides, d.pad, d.pad}, attr,
+      eng, fpd);
+  memory w_bwd =
+      dpd.weights_desc() == fpd.weights_desc() ? w_fwd : Reformat(w, dpd.weights_desc(), eng, &bwd);
+  memory d_diff_dst = Reformat(diff_dst, dpd.diff_dst_desc(), eng, &bwd);
+  memory d_diff_src = conv_diff_src;
+  if (dpd.diff_src_desc() != conv_diff_src.get_desc())
+    d_diff_src = memory(dpd.diff_src_desc(), eng);
+  bwd.push_back({dnnl::convolution_backward_data(dpd),
+                 {{DNNL_ARG_DIFF_DST, d_diff_dst},
+                  {DNNL_ARG_WEIGHTS, w_bwd},
+                  {DNNL_ARG_DIFF_SRC, d_diff_src}}});
+  if (d_diff_src != conv_diff_src) bwd.push_back(ReorderStep(d_diff_src, conv_diff_src));
 }
 
 void Network::Builder::Dropout(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
@@ -455,6 +486,16 @@ void Network::Builder::DenseStep(size_t i, const LayerParams& p, int64_t in, int
   }
 }
 
+void Network::Builder::SoftmaxHead(const memory::desc& md, const memory& logits,
+                                   const memory& diff_logits) {
+  m.logits = logits;
+  m.probs = memory(md, eng);
+  m.diff_logits = diff_logits;
+  dnnl::softmax_forward::primitive_desc spd({prop_kind::forward_inference, md, 1}, attr, eng);
+  m.forward.push_back(
+      {dnnl::softmax_forward(spd), {{DNNL_ARG_SRC, logits}, {DNNL_ARG_DST, m.probs}}});
+}
+
 void Network::Builder::InnerProduct(size_t i, const spec::LayerSpec& l, const spec::LayerShape& s,
                                     const LayerParams& p, std::vector<Step>& bwd,
                                     bool need_diff_src) {
@@ -487,12 +528,7 @@ void Network::Builder::InnerProduct(size_t i, const spec::LayerSpec& l, const sp
                      static_cast<const float*>(diff_dst.get_data_handle()), in, units};
   }
   if (is_softmax) {
-    m.logits = dst;
-    m.probs = memory(dst_md, eng);
-    m.diff_logits = diff_dst;
-    dnnl::softmax_forward::primitive_desc spd({prop_kind::forward_inference, dst_md, 1}, attr, eng);
-    m.forward.push_back(
-        {dnnl::softmax_forward(spd), {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, m.probs}}});
+    SoftmaxHead(dst_md, dst, diff_dst);
   } else if (l.activation != spec::Activation::kNone) {
     Activate(l.activation, dst_md, dst, diff_dst, bwd);
   }

@@ -107,6 +107,14 @@ struct Network::Impl {
   // plain layouts.
   bool segment = false;
   memory output, output_grad, input_grad;
+
+  // Backward's parts (network.cc). A new learning rate's decay in the dense layers' fused
+  // updates (plain SGD: they scale the weights themselves).
+  void SetDecayScale(float scale);
+  // applyEvery > 1: this step's update held back in the private buffers, not applied.
+  void HoldStep(float lr);
+  // Plain SGD: the looped parameters and the dense biases stepped in place (Hogwild).
+  void StepInPlace(float lr, float decay_scale);
 };
 
 }  // namespace adam::model

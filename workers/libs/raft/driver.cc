@@ -236,37 +236,11 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
         rds.swap(reads_in);
       }
       for (const Message& m : msgs) node->Step(m);
-      for (auto& p : props) {
-        StatusOr<uint64_t> index = node->Propose(std::move(p->data));
-        if (!index.ok()) {
-          p->done(index.status());
-        } else {
-          if (auto old = waiting.find(*index); old != waiting.end())
-            old->second.second->done(
-                UnavailableError("raft: a new leader replaced the entry; retry"));
-          waiting[*index] = {node->term(), p};
-          ++proposals_total;
-        }
-      }
-      for (auto& r : rds) {
-        const std::string ctx = std::to_string(options.id) + "-" + std::to_string(++read_seq);
-        Status s = node->ReadIndex(ctx);
-        if (!s.ok())
-          r->done.Set(s);
-        else
-          reads[ctx] = r;
-      }
+      for (auto& p : props) StartProposal(p);
+      for (auto& r : rds) StartRead(r);
       const auto now = clock->Now();
       if (now >= next_tick) {
-        // Proposals past their deadline are answered (they may still commit).
-        for (auto it = waiting.begin(); it != waiting.end();) {
-          if (now < it->second.second->deadline) {
-            ++it;
-            continue;
-          }
-          it->second.second->done(DeadlineExceededError("raft: not committed in time"));
-          it = waiting.erase(it);
-        }
+        ExpireProposals(now);
         node->Tick();
         ++ticks_total;
         next_tick += options.tick;
@@ -281,6 +255,42 @@ struct Driver::Impl final : public v1::RaftTransport::Service {
     reads.clear();
     for (auto& [i, r] : confirmed) r->done.Set(UnavailableError("raft driver stopped"));
     confirmed.clear();
+  }
+
+  // A proposal handed to the node: answered now when it cannot be proposed, else kept until its
+  // entry commits (a proposal that waited at the same index, replaced, is answered).
+  void StartProposal(const std::shared_ptr<Proposal>& p) {
+    StatusOr<uint64_t> index = node->Propose(std::move(p->data));
+    if (!index.ok()) {
+      p->done(index.status());
+      return;
+    }
+    if (auto old = waiting.find(*index); old != waiting.end())
+      old->second.second->done(UnavailableError("raft: a new leader replaced the entry; retry"));
+    waiting[*index] = {node->term(), p};
+    ++proposals_total;
+  }
+
+  // A read barrier: its ReadIndex context sent, kept until a quorum confirms it.
+  void StartRead(const std::shared_ptr<Read>& r) {
+    const std::string ctx = std::to_string(options.id) + "-" + std::to_string(++read_seq);
+    Status s = node->ReadIndex(ctx);
+    if (!s.ok())
+      r->done.Set(s);
+    else
+      reads[ctx] = r;
+  }
+
+  // Proposals past their deadline are answered (they may still commit).
+  void ExpireProposals(Clock::TimePoint now) {
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      if (now < it->second.second->deadline) {
+        ++it;
+        continue;
+      }
+      it->second.second->done(DeadlineExceededError("raft: not committed in time"));
+      it = waiting.erase(it);
+    }
   }
 
   void HandleReady() {

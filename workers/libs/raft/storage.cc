@@ -148,6 +148,34 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view b, const std::string& name) {
   return s;
 }
 
+namespace {
+
+// An entry record's `body` appended to `log` (entries up to `snapshot_index` are in the snapshot
+// and skipped; a later record for an index replaces that entry and those after it). Returns why
+// the record is refused, or "".
+std::string AddEntry(std::string_view body, uint64_t snapshot_index, std::vector<Entry>* log) {
+  if (body.size() < 18) return "entry of " + std::to_string(body.size()) + " bytes, expected >= 18";
+  Entry e;
+  e.term = GetU(body, 1, 8);
+  e.index = GetU(body, 9, 8);
+  const uint8_t type = static_cast<uint8_t>(body[17]);
+  if (type > static_cast<uint8_t>(EntryType::kNoop)) return "entry type " + std::to_string(type);
+  e.type = static_cast<EntryType>(type);
+  e.data.assign(body.substr(18));
+  if (e.index <= snapshot_index) return "";
+  const uint64_t last = log->empty() ? snapshot_index : log->back().index;
+  if (e.index > last + 1)
+    return "entry " + std::to_string(e.index) + " after " + std::to_string(last) + " leaves a gap";
+  while (!log->empty() && log->back().index >= e.index) log->pop_back();
+  if (!log->empty() && log->back().term > e.term)
+    return "entry " + std::to_string(e.index) + " of term " + std::to_string(e.term) +
+           " follows term " + std::to_string(log->back().term);
+  log->push_back(std::move(e));
+  return "";
+}
+
+}  // namespace
+
 StatusOr<ParsedLog> ParseLog(std::string_view b, uint64_t snapshot_index, const std::string& name) {
   ParsedLog out;
   size_t at = 0;
@@ -182,27 +210,8 @@ StatusOr<ParsedLog> ParseLog(std::string_view b, uint64_t snapshot_index, const 
       if (len != 25) return bad("hard state of " + std::to_string(len) + " bytes, expected 25");
       out.state.hard_state = {GetU(body, 1, 8), GetU(body, 9, 8), GetU(body, 17, 8)};
     } else if (kind == kEntryRecord) {
-      if (len < 18) return bad("entry of " + std::to_string(len) + " bytes, expected >= 18");
-      Entry e;
-      e.term = GetU(body, 1, 8);
-      e.index = GetU(body, 9, 8);
-      const uint8_t type = static_cast<uint8_t>(body[17]);
-      if (type > static_cast<uint8_t>(EntryType::kNoop))
-        return bad("entry type " + std::to_string(type));
-      e.type = static_cast<EntryType>(type);
-      e.data.assign(body.substr(18));
-      if (e.index > snapshot_index) {
-        std::vector<Entry>& log = out.state.entries;
-        const uint64_t last = log.empty() ? snapshot_index : log.back().index;
-        if (e.index > last + 1)
-          return bad("entry " + std::to_string(e.index) + " after " + std::to_string(last) +
-                     " leaves a gap");
-        while (!log.empty() && log.back().index >= e.index) log.pop_back();
-        if (!log.empty() && log.back().term > e.term)
-          return bad("entry " + std::to_string(e.index) + " of term " + std::to_string(e.term) +
-                     " follows term " + std::to_string(log.back().term));
-        log.push_back(std::move(e));
-      }
+      if (std::string why = AddEntry(body, snapshot_index, &out.state.entries); !why.empty())
+        return bad(why);
     } else {
       return bad("unknown record kind " + std::to_string(kind));
     }

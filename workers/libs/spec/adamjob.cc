@@ -60,6 +60,58 @@ void ReadResources(Reader& r, const YAML::Node& n, const std::string& path, Reso
     r.Error(path + ".memory", "must be a Kubernetes quantity like 8Gi, got '" + out->memory + "'");
 }
 
+// A failure rule's onExitCodes (`codes`, at `cp`): an operator and 1 to 255 distinct exit codes.
+void ReadExitCodes(Reader& r, const YAML::Node& codes, const std::string& cp, FailureRule* rule) {
+  rule->on_exit_codes = true;
+  if (std::string op; r.Get(codes, "operator", cp, &op, true)) {
+    if (op != "In" && op != "NotIn")
+      r.Error(cp + ".operator", "must be one of In, NotIn; got '" + op + "'");
+    rule->exit_codes_in = op == "In";
+  }
+  const YAML::Node v = codes["values"];
+  if (!v || !v.IsSequence() || v.size() == 0 || v.size() > 255) {
+    r.Error(cp + ".values", "required: a list of 1 to 255 exit codes");
+    return;
+  }
+  std::set<int> seen;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string vp = cp + ".values[" + std::to_string(i) + "]";
+    int code = -1;
+    try {
+      code = v[i].as<int>();
+    } catch (const YAML::Exception&) {
+      r.Error(vp, "must be an integer");
+      continue;
+    }
+    if (code < 1 || code > 255)
+      r.Error(vp,
+              "must be in 1..255 (a failed container's exit code), got " + std::to_string(code));
+    else if (!seen.insert(code).second)
+      r.Error(vp, std::to_string(code) + " is given twice");
+    else
+      rule->exit_codes.push_back(code);
+  }
+}
+
+// A failure rule's onPodConditions (`conds`, at `cp`): 1 to 20 {type, status}.
+void ReadPodConditions(Reader& r, const YAML::Node& conds, const std::string& cp,
+                       FailureRule* rule) {
+  if (!conds.IsSequence() || conds.size() == 0 || conds.size() > 20) {
+    r.Error(cp, "must be a list of 1 to 20 pod conditions ({type, status})");
+    return;
+  }
+  for (size_t i = 0; i < conds.size(); ++i) {
+    const std::string ip = cp + "[" + std::to_string(i) + "]";
+    if (!r.Map(conds[i], ip, {"type", "status"})) continue;
+    std::string type, status = "True";
+    r.Get(conds[i], "type", ip, &type, true);
+    if (r.Get(conds[i], "status", ip, &status) && status != "True" && status != "False" &&
+        status != "Unknown")
+      r.Error(ip + ".status", "must be one of True, False, Unknown; got '" + status + "'");
+    if (!type.empty()) rule->pod_conditions.emplace_back(type, status);
+  }
+}
+
 // n.failureRules: a list of rules, each an action and exactly one of onExitCodes and
 // onPodConditions.
 void ReadFailureRule(Reader& r, const YAML::Node& n, const std::string& at, FailureRule* rule) {
@@ -81,55 +133,9 @@ void ReadFailureRule(Reader& r, const YAML::Node& n, const std::string& at, Fail
     r.Error(at, "give exactly one of onExitCodes and onPodConditions");
     return;
   }
-  if (codes && r.Map(codes, at + ".onExitCodes", {"operator", "values"})) {
-    const std::string cp = at + ".onExitCodes";
-    rule->on_exit_codes = true;
-    if (std::string op; r.Get(codes, "operator", cp, &op, true)) {
-      if (op != "In" && op != "NotIn")
-        r.Error(cp + ".operator", "must be one of In, NotIn; got '" + op + "'");
-      rule->exit_codes_in = op == "In";
-    }
-    const YAML::Node v = codes["values"];
-    if (!v || !v.IsSequence() || v.size() == 0 || v.size() > 255) {
-      r.Error(cp + ".values", "required: a list of 1 to 255 exit codes");
-      return;
-    }
-    std::set<int> seen;
-    for (size_t i = 0; i < v.size(); ++i) {
-      const std::string vp = cp + ".values[" + std::to_string(i) + "]";
-      int code = -1;
-      try {
-        code = v[i].as<int>();
-      } catch (const YAML::Exception&) {
-        r.Error(vp, "must be an integer");
-        continue;
-      }
-      if (code < 1 || code > 255)
-        r.Error(vp,
-                "must be in 1..255 (a failed container's exit code), got " + std::to_string(code));
-      else if (!seen.insert(code).second)
-        r.Error(vp, std::to_string(code) + " is given twice");
-      else
-        rule->exit_codes.push_back(code);
-    }
-  }
-  if (conds) {
-    const std::string cp = at + ".onPodConditions";
-    if (!conds.IsSequence() || conds.size() == 0 || conds.size() > 20) {
-      r.Error(cp, "must be a list of 1 to 20 pod conditions ({type, status})");
-      return;
-    }
-    for (size_t i = 0; i < conds.size(); ++i) {
-      const std::string ip = cp + "[" + std::to_string(i) + "]";
-      if (!r.Map(conds[i], ip, {"type", "status"})) continue;
-      std::string type, status = "True";
-      r.Get(conds[i], "type", ip, &type, true);
-      if (r.Get(conds[i], "status", ip, &status) && status != "True" && status != "False" &&
-          status != "Unknown")
-        r.Error(ip + ".status", "must be one of True, False, Unknown; got '" + status + "'");
-      if (!type.empty()) rule->pod_conditions.emplace_back(type, status);
-    }
-  }
+  if (codes && r.Map(codes, at + ".onExitCodes", {"operator", "values"}))
+    ReadExitCodes(r, codes, at + ".onExitCodes", rule);
+  if (conds) ReadPodConditions(r, conds, at + ".onPodConditions", rule);
 }
 
 void ReadFailureRules(Reader& r, const YAML::Node& role, const std::string& path,
@@ -180,6 +186,41 @@ void CheckPodTemplates(Reader& r, const AdamJob& job) {
   }
 }
 
+// spec.roles.parameterServer (`s`, at `sp`).
+void ReadParamServerRole(Reader& r, const YAML::Node& s, const std::string& sp,
+                         ParameterServerRole* ps) {
+  r.Int(s, "replicas", sp, 1, 1024, &ps->replicas);
+  if (r.Int(s, "shardBytes", sp, 4, int64_t{1} << 30, &ps->shard_bytes) && ps->shard_bytes % 4 != 0)
+    r.Error(sp + ".shardBytes",
+            "must be a multiple of 4 (whole floats), got " + std::to_string(ps->shard_bytes));
+  r.Int(s, "copies", sp, 1, 5, &ps->copies);
+  if (std::string a; r.Get(s, "acknowledge", sp, &a)) {
+    if (a == "quorum") {
+      ps->acknowledge = Acknowledge::kQuorum;
+    } else if (a == "applied") {
+      ps->acknowledge = Acknowledge::kApplied;
+    } else {
+      r.Error(sp + ".acknowledge", "must be one of quorum, applied; got '" + a + "'");
+    }
+  }
+  ReadResources(r, s["resources"], sp + ".resources", &ps->resources);
+  ReadPodTemplate(s, &ps->pod_template);
+  ReadFailureRules(r, s, sp, &ps->failure_rules);
+  const YAML::Node per = s["persistence"];
+  if (!r.Map(per, sp + ".persistence", {"interval", "size"}) || !per) return;
+  std::string iv;
+  if (r.Get(per, "interval", sp + ".persistence", &iv)) {
+    ps->persistence.interval_ms = ParseDurationMs(iv);
+    if (ps->persistence.interval_ms <= 0)
+      r.Error(sp + ".persistence.interval",
+              "must be a positive duration like 30s or 500ms, got '" + iv + "'");
+  }
+  if (r.Get(per, "size", sp + ".persistence", &ps->persistence.size) &&
+      !IsQuantity(ps->persistence.size))
+    r.Error(sp + ".persistence.size",
+            "must be a Kubernetes quantity like 10Gi, got '" + ps->persistence.size + "'");
+}
+
 void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
   const std::string p = "spec.roles";
   if (!r.Map(n, p, {"controller", "parameterServer", "dataServer", "trainer"}) || !n) return;
@@ -197,41 +238,8 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
       r.Map(s, p + ".parameterServer",
             {"replicas", "shardBytes", "copies", "acknowledge", "resources", "persistence",
              "podTemplate", "failureRules"}) &&
-      s) {
-    const std::string sp = p + ".parameterServer";
-    auto& ps = roles->parameter_server;
-    r.Int(s, "replicas", sp, 1, 1024, &ps.replicas);
-    if (r.Int(s, "shardBytes", sp, 4, int64_t{1} << 30, &ps.shard_bytes) && ps.shard_bytes % 4 != 0)
-      r.Error(sp + ".shardBytes",
-              "must be a multiple of 4 (whole floats), got " + std::to_string(ps.shard_bytes));
-    r.Int(s, "copies", sp, 1, 5, &ps.copies);
-    if (std::string a; r.Get(s, "acknowledge", sp, &a)) {
-      if (a == "quorum") {
-        ps.acknowledge = Acknowledge::kQuorum;
-      } else if (a == "applied") {
-        ps.acknowledge = Acknowledge::kApplied;
-      } else {
-        r.Error(sp + ".acknowledge", "must be one of quorum, applied; got '" + a + "'");
-      }
-    }
-    ReadResources(r, s["resources"], sp + ".resources", &ps.resources);
-    ReadPodTemplate(s, &ps.pod_template);
-    ReadFailureRules(r, s, sp, &ps.failure_rules);
-    const YAML::Node per = s["persistence"];
-    if (r.Map(per, sp + ".persistence", {"interval", "size"}) && per) {
-      std::string iv;
-      if (r.Get(per, "interval", sp + ".persistence", &iv)) {
-        ps.persistence.interval_ms = ParseDurationMs(iv);
-        if (ps.persistence.interval_ms <= 0)
-          r.Error(sp + ".persistence.interval",
-                  "must be a positive duration like 30s or 500ms, got '" + iv + "'");
-      }
-      if (r.Get(per, "size", sp + ".persistence", &ps.persistence.size) &&
-          !IsQuantity(ps.persistence.size))
-        r.Error(sp + ".persistence.size",
-                "must be a Kubernetes quantity like 10Gi, got '" + ps.persistence.size + "'");
-    }
-  }
+      s)
+    ReadParamServerRole(r, s, p + ".parameterServer", &roles->parameter_server);
   if (const YAML::Node d = n["dataServer"];
       r.Map(d, p + ".dataServer", {"replicas", "resources", "podTemplate", "failureRules"}) && d) {
     const std::string dp = p + ".dataServer";
@@ -256,6 +264,57 @@ void ReadRoles(Reader& r, const YAML::Node& n, Roles* roles) {
   }
 }
 
+// A domain-prefixed path of at most 63 characters, as Job's managedBy: "example.com/name".
+void CheckManager(Reader& r, const std::string& field, const std::string& v) {
+  static const std::regex managed_re(
+      "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$");
+  if (v.size() > 63 || !std::regex_match(v, managed_re))
+    r.Error(field,
+            "must be a domain-prefixed path of at most 63 characters like adam.dev/operator, "
+            "got '" +
+                v + "'");
+}
+
+// spec.runPolicy.schedulingPolicy (`sp`, at `spp`).
+void ReadSchedulingPolicy(Reader& r, const YAML::Node& sp, const std::string& spp,
+                          SchedulingPolicy* pol) {
+  if (!r.Map(sp, spp, {"coscheduling", "gang", "scheduleTimeoutSeconds"}) || !sp) return;
+  r.Get(sp, "coscheduling", spp, &pol->coscheduling);
+  r.Get(sp, "gang", spp, &pol->gang);
+  r.Int(sp, "scheduleTimeoutSeconds", spp, 1, 86400, &pol->schedule_timeout_seconds);
+  if (pol->coscheduling && pol->gang)
+    r.Error(spp + ".gang",
+            "and coscheduling are two gang schedulers; give one of them (gang: Kubernetes' "
+            "own, coscheduling: the scheduler-plugins plugin)");
+}
+
+// spec.runPolicy (`rp`).
+void ReadRunPolicy(Reader& r, const YAML::Node& rp, RunPolicy* pol) {
+  const std::string p = "spec.runPolicy";
+  if (!r.Map(rp, p,
+             {"backoffLimit", "activeDeadlineSeconds", "startupDeadlineSeconds",
+              "ttlSecondsAfterFinished", "cleanPodPolicy", "suspend", "flushTimeoutSeconds",
+              "managedBy", "schedulingPolicy"}) ||
+      !rp)
+    return;
+  r.Int(rp, "backoffLimit", p, 0, 1000, &pol->backoff_limit);
+  int64_t v = 0;
+  if (r.Int(rp, "activeDeadlineSeconds", p, 1, INT64_MAX, &v)) pol->active_deadline_seconds = v;
+  if (r.Int(rp, "startupDeadlineSeconds", p, 1, INT64_MAX, &v)) pol->startup_deadline_seconds = v;
+  if (r.Int(rp, "ttlSecondsAfterFinished", p, 0, INT64_MAX, &v))
+    pol->ttl_seconds_after_finished = v;
+  if (r.Get(rp, "cleanPodPolicy", p, &pol->clean_pod_policy) &&
+      pol->clean_pod_policy != "Running" && pol->clean_pod_policy != "All" &&
+      pol->clean_pod_policy != "None")
+    r.Error(p + ".cleanPodPolicy",
+            "must be one of Running, All, None; got '" + pol->clean_pod_policy + "'");
+  r.Get(rp, "suspend", p, &pol->suspend);
+  r.Int(rp, "flushTimeoutSeconds", p, 1, 86400, &pol->flush_timeout_seconds);
+  if (r.Get(rp, "managedBy", p, &pol->managed_by))
+    CheckManager(r, p + ".managedBy", pol->managed_by);
+  ReadSchedulingPolicy(r, rp["schedulingPolicy"], p + ".schedulingPolicy", &pol->scheduling);
+}
+
 void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
   const YAML::Node pl = spec["placement"];
   if (r.Map(pl, "spec.placement",
@@ -275,55 +334,13 @@ void ReadRest(Reader& r, const YAML::Node& spec, AdamJob* job) {
               "must be a DNS label (a NetworkAttachmentDefinition name), got '" +
                   job->networks.replication + "'");
   }
-  // A domain-prefixed path, as Job's managedBy: "example.com/name".
-  static const std::regex managed_re(
-      "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$");
-  const auto check_manager = [&](const std::string& field, const std::string& v) {
-    if (v.size() > 63 || !std::regex_match(v, managed_re))
-      r.Error(field,
-              "must be a domain-prefixed path of at most 63 characters like adam.dev/operator, "
-              "got '" +
-                  v + "'");
-  };
   const YAML::Node rp = spec["runPolicy"];
-  const std::string p = "spec.runPolicy";
-  if (r.Map(rp, p,
-            {"backoffLimit", "activeDeadlineSeconds", "startupDeadlineSeconds",
-             "ttlSecondsAfterFinished", "cleanPodPolicy", "suspend", "flushTimeoutSeconds",
-             "managedBy", "schedulingPolicy"}) &&
-      rp) {
-    auto& pol = job->run_policy;
-    r.Int(rp, "backoffLimit", p, 0, 1000, &pol.backoff_limit);
-    int64_t v = 0;
-    if (r.Int(rp, "activeDeadlineSeconds", p, 1, INT64_MAX, &v)) pol.active_deadline_seconds = v;
-    if (r.Int(rp, "startupDeadlineSeconds", p, 1, INT64_MAX, &v)) pol.startup_deadline_seconds = v;
-    if (r.Int(rp, "ttlSecondsAfterFinished", p, 0, INT64_MAX, &v))
-      pol.ttl_seconds_after_finished = v;
-    if (r.Get(rp, "cleanPodPolicy", p, &pol.clean_pod_policy) &&
-        pol.clean_pod_policy != "Running" && pol.clean_pod_policy != "All" &&
-        pol.clean_pod_policy != "None")
-      r.Error(p + ".cleanPodPolicy",
-              "must be one of Running, All, None; got '" + pol.clean_pod_policy + "'");
-    r.Get(rp, "suspend", p, &pol.suspend);
-    r.Int(rp, "flushTimeoutSeconds", p, 1, 86400, &pol.flush_timeout_seconds);
-    if (r.Get(rp, "managedBy", p, &pol.managed_by)) check_manager(p + ".managedBy", pol.managed_by);
-    const YAML::Node sp = rp["schedulingPolicy"];
-    const std::string spp = p + ".schedulingPolicy";
-    if (r.Map(sp, spp, {"coscheduling", "gang", "scheduleTimeoutSeconds"}) && sp) {
-      r.Get(sp, "coscheduling", spp, &pol.scheduling.coscheduling);
-      r.Get(sp, "gang", spp, &pol.scheduling.gang);
-      r.Int(sp, "scheduleTimeoutSeconds", spp, 1, 86400, &pol.scheduling.schedule_timeout_seconds);
-      if (pol.scheduling.coscheduling && pol.scheduling.gang)
-        r.Error(spp + ".gang",
-                "and coscheduling are two gang schedulers; give one of them (gang: Kubernetes' "
-                "own, coscheduling: the scheduler-plugins plugin)");
-    }
-  }
+  ReadRunPolicy(r, rp, &job->run_policy);
   // spec.managedBy, where Job and JobSet keep it (and MultiKueue looks): the same as
   // spec.runPolicy.managedBy; where both are given they must agree.
   std::string manager;
   if (r.Get(spec, "managedBy", "spec", &manager)) {
-    check_manager("spec.managedBy", manager);
+    CheckManager(r, "spec.managedBy", manager);
     if (rp && rp["managedBy"] && job->run_policy.managed_by != manager)
       r.Error("spec.managedBy", "is '" + manager + "' but spec.runPolicy.managedBy is '" +
                                     job->run_policy.managed_by +

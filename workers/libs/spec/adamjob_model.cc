@@ -225,6 +225,51 @@ Activation ReadActivation(Reader& r, const YAML::Node& n, const std::string& pat
   return Activation::kTanh;
 }
 
+// One entry of spec.model.layers (`l`, at `p`) into `spec`; `last`: it is the list's last. False
+// when it has no known type (nothing to add).
+bool ReadLayer(Reader& r, const YAML::Node& l, const std::string& p, bool last, LayerSpec* spec) {
+  std::string type;
+  if (!l.IsMap()) {
+    r.Error(p, "must be a mapping");
+    return false;
+  }
+  if (!r.Get(l, "type", p, &type, true)) return false;
+  if (type == "conv") {
+    spec->type = LayerType::kConv;
+    r.Map(l, p, {"type", "maps", "kernel", "stride", "padding", "activation"});
+    r.Int(l, "maps", p, 1, 65536, &spec->maps, true);
+    r.Int(l, "kernel", p, 1, 1024, &spec->kernel, true);
+    r.Int(l, "stride", p, 1, 1024, &spec->stride);
+    r.Int(l, "padding", p, 0, 1024, &spec->padding);
+    spec->activation = ReadActivation(r, l, p);
+  } else if (type == "maxpool" || type == "avgpool") {
+    spec->type = type == "maxpool" ? LayerType::kMaxPool : LayerType::kAvgPool;
+    r.Map(l, p, {"type", "size"});
+    r.Int(l, "size", p, 1, 1024, &spec->size, true);
+  } else if (type == "dropout") {
+    spec->type = LayerType::kDropout;
+    r.Map(l, p, {"type", "rate"});
+    if (r.Get(l, "rate", p, &spec->rate) && !(spec->rate >= 0 && spec->rate < 1))
+      r.Error(p + ".rate", "must be in [0, 1), got " + std::to_string(spec->rate));
+  } else if (type == "dense") {
+    spec->type = LayerType::kDense;
+    r.Map(l, p, {"type", "units", "activation"});
+    r.Int(l, "units", p, 1, 1 << 20, &spec->units, true);
+    spec->activation = ReadActivation(r, l, p);
+  } else if (type == "softmax") {
+    spec->type = LayerType::kSoftmax;
+    r.Map(l, p, {"type", "classes"});
+    r.Int(l, "classes", p, 2, 65536, &spec->classes, true);
+    spec->activation = Activation::kNone;
+    if (!last) r.Error(p + ".type", "softmax must be the last layer");
+  } else {
+    r.Error(p + ".type",
+            "must be one of conv, maxpool, avgpool, dense, dropout, softmax; got '" + type + "'");
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
@@ -255,49 +300,9 @@ void ReadModel(Reader& r, const YAML::Node& n, ModelSpec* m) {
     return;
   }
   for (size_t i = 0; i < layers.size(); ++i) {
-    const YAML::Node l = layers[i];
-    const std::string p = lp + "[" + std::to_string(i) + "]";
     LayerSpec spec;
-    std::string type;
-    if (!l.IsMap()) {
-      r.Error(p, "must be a mapping");
-      continue;
-    }
-    if (!r.Get(l, "type", p, &type, true)) continue;
-    if (type == "conv") {
-      spec.type = LayerType::kConv;
-      r.Map(l, p, {"type", "maps", "kernel", "stride", "padding", "activation"});
-      r.Int(l, "maps", p, 1, 65536, &spec.maps, true);
-      r.Int(l, "kernel", p, 1, 1024, &spec.kernel, true);
-      r.Int(l, "stride", p, 1, 1024, &spec.stride);
-      r.Int(l, "padding", p, 0, 1024, &spec.padding);
-      spec.activation = ReadActivation(r, l, p);
-    } else if (type == "maxpool" || type == "avgpool") {
-      spec.type = type == "maxpool" ? LayerType::kMaxPool : LayerType::kAvgPool;
-      r.Map(l, p, {"type", "size"});
-      r.Int(l, "size", p, 1, 1024, &spec.size, true);
-    } else if (type == "dropout") {
-      spec.type = LayerType::kDropout;
-      r.Map(l, p, {"type", "rate"});
-      if (r.Get(l, "rate", p, &spec.rate) && !(spec.rate >= 0 && spec.rate < 1))
-        r.Error(p + ".rate", "must be in [0, 1), got " + std::to_string(spec.rate));
-    } else if (type == "dense") {
-      spec.type = LayerType::kDense;
-      r.Map(l, p, {"type", "units", "activation"});
-      r.Int(l, "units", p, 1, 1 << 20, &spec.units, true);
-      spec.activation = ReadActivation(r, l, p);
-    } else if (type == "softmax") {
-      spec.type = LayerType::kSoftmax;
-      r.Map(l, p, {"type", "classes"});
-      r.Int(l, "classes", p, 2, 65536, &spec.classes, true);
-      spec.activation = Activation::kNone;
-      if (i + 1 != layers.size()) r.Error(p + ".type", "softmax must be the last layer");
-    } else {
-      r.Error(p + ".type",
-              "must be one of conv, maxpool, avgpool, dense, dropout, softmax; got '" + type + "'");
-      continue;
-    }
-    m->layers.push_back(spec);
+    if (ReadLayer(r, layers[i], lp + "[" + std::to_string(i) + "]", i + 1 == layers.size(), &spec))
+      m->layers.push_back(spec);
   }
   if (!m->layers.empty() && m->layers.back().type != LayerType::kSoftmax)
     r.Error(lp, "the last layer must be softmax");
@@ -545,64 +550,67 @@ const char* ActivationName(Activation a) {
   return "?";
 }
 
+namespace {
+
+// The shape of layer `l` (named `p` in errors) on input `cur`.
+StatusOr<LayerShape> ShapeOf(const LayerSpec& l, const Shape& cur, const std::string& p) {
+  const bool bad =
+      (l.type == LayerType::kConv &&
+       (l.maps < 1 || l.kernel < 1 || l.stride < 1 || l.padding < 0)) ||
+      ((l.type == LayerType::kMaxPool || l.type == LayerType::kAvgPool) && l.size < 1) ||
+      (l.type == LayerType::kDense && l.units < 1) ||
+      (l.type == LayerType::kSoftmax && l.classes < 1);
+  if (bad) return InvalidArgumentError(p + ": sizes must be positive");
+  const std::string input = std::to_string(cur.height) + "x" + std::to_string(cur.width);
+  LayerShape s;
+  s.in = cur;
+  switch (l.type) {
+    case LayerType::kConv: {
+      if (cur.height + 2 * l.padding < l.kernel || cur.width + 2 * l.padding < l.kernel)
+        return InvalidArgumentError(p + ".kernel: " + std::to_string(l.kernel) +
+                                    " is larger than its input " + input);
+      s.out = {l.maps, (cur.height + 2 * l.padding - l.kernel) / l.stride + 1,
+               (cur.width + 2 * l.padding - l.kernel) / l.stride + 1};
+      s.weights = int64_t{l.maps} * cur.channels * l.kernel * l.kernel;
+      s.biases = l.maps;
+      break;
+    }
+    case LayerType::kMaxPool:
+    case LayerType::kAvgPool:
+      if (cur.height < l.size || cur.width < l.size)
+        return InvalidArgumentError(p + ".size: " + std::to_string(l.size) +
+                                    " is larger than its input " + input);
+      s.out = {cur.channels, cur.height / l.size, cur.width / l.size};
+      break;
+    case LayerType::kDropout:
+      if (!(l.rate >= 0 && l.rate < 1)) return InvalidArgumentError(p + ".rate: must be in [0, 1)");
+      s.out = cur;
+      break;
+    case LayerType::kDense:
+    case LayerType::kSoftmax: {
+      const int units = l.type == LayerType::kDense ? l.units : l.classes;
+      s.out = {units, 1, 1};
+      s.weights = int64_t{units} * cur.size();
+      s.biases = units;
+      break;
+    }
+  }
+  if (s.weights > (int64_t{1} << 31))
+    return InvalidArgumentError(p + ": " + std::to_string(s.weights) +
+                                " weights is more than this version supports (2^31)");
+  return s;
+}
+
+}  // namespace
+
 StatusOr<std::vector<LayerShape>> InferShapes(const ModelSpec& model) {
   std::vector<LayerShape> out;
   Shape cur = model.input;
   if (cur.channels < 1 || cur.height < 1 || cur.width < 1)
     return InvalidArgumentError("input: every dimension must be > 0");
   for (size_t i = 0; i < model.layers.size(); ++i) {
-    const LayerSpec& l = model.layers[i];
-    const std::string p = "layers[" + std::to_string(i) + "]";
-    const bool bad =
-        (l.type == LayerType::kConv &&
-         (l.maps < 1 || l.kernel < 1 || l.stride < 1 || l.padding < 0)) ||
-        ((l.type == LayerType::kMaxPool || l.type == LayerType::kAvgPool) && l.size < 1) ||
-        (l.type == LayerType::kDense && l.units < 1) ||
-        (l.type == LayerType::kSoftmax && l.classes < 1);
-    if (bad) return InvalidArgumentError(p + ": sizes must be positive");
-    LayerShape s;
-    s.in = cur;
-    switch (l.type) {
-      case LayerType::kConv: {
-        int h = (cur.height + 2 * l.padding - l.kernel) / l.stride + 1;
-        int w = (cur.width + 2 * l.padding - l.kernel) / l.stride + 1;
-        if (cur.height + 2 * l.padding < l.kernel || cur.width + 2 * l.padding < l.kernel)
-          return InvalidArgumentError(p + ".kernel: " + std::to_string(l.kernel) +
-                                      " is larger than its input " + std::to_string(cur.height) +
-                                      "x" + std::to_string(cur.width));
-        s.out = {l.maps, h, w};
-        s.weights = int64_t{l.maps} * cur.channels * l.kernel * l.kernel;
-        s.biases = l.maps;
-        break;
-      }
-      case LayerType::kMaxPool:
-      case LayerType::kAvgPool: {
-        if (cur.height < l.size || cur.width < l.size)
-          return InvalidArgumentError(p + ".size: " + std::to_string(l.size) +
-                                      " is larger than its input " + std::to_string(cur.height) +
-                                      "x" + std::to_string(cur.width));
-        s.out = {cur.channels, cur.height / l.size, cur.width / l.size};
-        break;
-      }
-      case LayerType::kDropout:
-        if (!(l.rate >= 0 && l.rate < 1))
-          return InvalidArgumentError(p + ".rate: must be in [0, 1)");
-        s.out = cur;
-        break;
-      case LayerType::kDense:
-        s.out = {l.units, 1, 1};
-        s.weights = int64_t{l.units} * cur.size();
-        s.biases = l.units;
-        break;
-      case LayerType::kSoftmax:
-        s.out = {l.classes, 1, 1};
-        s.weights = int64_t{l.classes} * cur.size();
-        s.biases = l.classes;
-        break;
-    }
-    if (s.weights > (int64_t{1} << 31))
-      return InvalidArgumentError(p + ": " + std::to_string(s.weights) +
-                                  " weights is more than this version supports (2^31)");
+    ADAM_ASSIGN_OR_RETURN(LayerShape s,
+                          ShapeOf(model.layers[i], cur, "layers[" + std::to_string(i) + "]"));
     out.push_back(s);
     cur = s.out;
   }

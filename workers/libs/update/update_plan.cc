@@ -18,6 +18,34 @@ void MarkRows(const DenseLayer& d, int64_t lo, int64_t hi, std::vector<bool>* ro
     (*rows)[size_t(i - d.bias)] = true;
 }
 
+// Weight deltas: every part of each server's shards not covered by a dense layer of `dense`,
+// sorted by shard and offset.
+std::vector<std::vector<ShardRange>> DeltasOutside(const shard::ShardMap& map,
+                                                   const std::vector<DenseLayer>& dense) {
+  std::vector<std::pair<int64_t, int64_t>> excluded;  // [begin, end) flat ranges
+  for (const auto& d : dense) {
+    excluded.push_back({d.weights, d.weights + d.units * d.in});
+    excluded.push_back({d.bias, d.bias + d.units});
+  }
+  std::sort(excluded.begin(), excluded.end());
+  std::vector<std::vector<ShardRange>> delta(size_t(map.num_servers()));
+  for (const auto& sh : map.shards()) {
+    int64_t pos = sh.offset;
+    const int64_t end = sh.offset + sh.count;
+    for (const auto& [b, e] : excluded) {
+      if (e <= pos || b >= end) continue;
+      if (b > pos) delta[size_t(sh.server)].push_back({sh.id, pos - sh.offset, b - pos});
+      pos = std::max(pos, e);
+    }
+    if (pos < end) delta[size_t(sh.server)].push_back({sh.id, pos - sh.offset, end - pos});
+  }
+  for (auto& ranges : delta)
+    std::sort(ranges.begin(), ranges.end(), [](const ShardRange& a, const ShardRange& b) {
+      return a.shard != b.shard ? a.shard < b.shard : a.offset < b.offset;
+    });
+  return delta;
+}
+
 }  // namespace
 
 UpdatePlan UpdatePlan::Make(const model::ModelLayout& layout, const shard::ShardMap& map,
@@ -65,28 +93,7 @@ UpdatePlan UpdatePlan::Make(const model::ModelLayout& layout, const shard::Shard
     for (int s = 0; s < servers; ++s) plan.rows_[size_t(s)].push_back(plan.all_rows_[size_t(s)][k]);
   }
 
-  // Weight deltas: every shard part not covered by a dense layer of the plan.
-  std::vector<std::pair<int64_t, int64_t>> excluded;  // [begin, end) flat ranges
-  for (const auto& d : plan.dense_) {
-    excluded.push_back({d.weights, d.weights + d.units * d.in});
-    excluded.push_back({d.bias, d.bias + d.units});
-  }
-  std::sort(excluded.begin(), excluded.end());
-  plan.delta_.assign(size_t(servers), {});
-  for (const auto& sh : map.shards()) {
-    int64_t pos = sh.offset;
-    const int64_t end = sh.offset + sh.count;
-    for (const auto& [b, e] : excluded) {
-      if (e <= pos || b >= end) continue;
-      if (b > pos) plan.delta_[size_t(sh.server)].push_back({sh.id, pos - sh.offset, b - pos});
-      pos = std::max(pos, e);
-    }
-    if (pos < end) plan.delta_[size_t(sh.server)].push_back({sh.id, pos - sh.offset, end - pos});
-  }
-  for (auto& ranges : plan.delta_)
-    std::sort(ranges.begin(), ranges.end(), [](const ShardRange& a, const ShardRange& b) {
-      return a.shard != b.shard ? a.shard < b.shard : a.offset < b.offset;
-    });
+  plan.delta_ = DeltasOutside(map, plan.dense_);
   return plan;
 }
 

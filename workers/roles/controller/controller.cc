@@ -81,41 +81,45 @@ struct Controller::Impl final
                                           .to = int(c.resize().servers()),
                                           .map_version = machine.state().version()});
     }
-    // A server that left the job stops heartbeating once it retired: marked dead holding
-    // nothing, which is no failover.
-    bool left = false;
-    if (c.has_reassign() && !c.reassign().dead().empty() && c.reassign().shards().empty()) {
-      left = true;
-      for (uint32_t d : c.reassign().dead()) left = left && d >= ServersWanted(machine.state());
-      if (left && is_leader) spdlog::info("controller: servers that left the job stopped");
-    }
-    if (c.has_reassign() && !c.reassign().dead().empty() && is_leader && !left) {
-      ++counters.failovers;
-      std::vector<uint32_t> dead;
-      for (uint32_t d : c.reassign().dead()) {
-        dead.push_back(d);
-        if (auto silent = supervisor_state.SilentFor(d, options.clock->Now());
-            silent && failover_seconds.size() < 1024)
-          failover_seconds.push_back(*silent);
-      }
-      events::Emit(events::Failover{.dead = std::move(dead),
-                                    .map_version = machine.state().version(),
-                                    .shards = c.reassign().shards_size()});
-    }
+    if (c.has_reassign() && !c.reassign().dead().empty()) AppliedDead(c.reassign());
     if (c.has_copy_done()) ++counters.copies_done;
     if (rebalancing && is_leader && c.has_reassign() && c.reassign().rebalanced()) EndRebalance();
     if (machine.state().version() != before) {
       changed.notify_all();
-      if (is_leader) {
-        int under = 0, alive = 0;
-        for (const auto& r : machine.state().shards())
-          under += r.replicas_size() < int(machine.state().copies());
-        for (const auto& sv : machine.state().servers()) alive += sv.alive();
-        events::Emit(events::ShardMapCommitted{.version = machine.state().version(),
-                                               .under_replicated = under,
-                                               .servers_alive = alive});
-      }
+      if (is_leader) EmitCommitted();
     }
+  }
+  // A Reassign that marked servers dead, applied: a failover (counted, its detection times
+  // kept, reported), unless the dead are servers that left the job, which stop heartbeating
+  // once they retired holding nothing.
+  void AppliedDead(const v1::Reassign& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    bool left = r.shards().empty();
+    for (uint32_t d : r.dead()) left = left && d >= ServersWanted(machine.state());
+    if (left) {
+      if (is_leader) spdlog::info("controller: servers that left the job stopped");
+      return;
+    }
+    if (!is_leader) return;
+    ++counters.failovers;
+    std::vector<uint32_t> dead;
+    for (uint32_t d : r.dead()) {
+      dead.push_back(d);
+      if (auto silent = supervisor_state.SilentFor(d, options.clock->Now());
+          silent && failover_seconds.size() < 1024)
+        failover_seconds.push_back(*silent);
+    }
+    events::Emit(events::Failover{.dead = std::move(dead),
+                                  .map_version = machine.state().version(),
+                                  .shards = r.shards_size()});
+  }
+  // The leader's report of a new map version: copies missing, servers alive.
+  void EmitCommitted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    int under = 0, alive = 0;
+    for (const auto& r : machine.state().shards())
+      under += r.replicas_size() < int(machine.state().copies());
+    for (const auto& sv : machine.state().servers()) alive += sv.alive();
+    events::Emit(events::ShardMapCommitted{
+        .version = machine.state().version(), .under_replicated = under, .servers_alive = alive});
   }
   // What a rebalance step would commit, against the state before it: copies that start to
   // move, primaries handed off (counted once the step applied).

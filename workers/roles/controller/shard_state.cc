@@ -84,58 +84,12 @@ Status ShardState::Apply(const v1::Command& c) {
         state_.mutable_kv()->insert(kv.begin(), kv.end());
       }
       return OkStatus();
-    case v1::Command::kRegister: {
-      const v1::ServerRecord& in = c.register_();
-      if (in.id() >= uint32_t(state_.servers_size()))
-        return FailedPreconditionError("register: server " + std::to_string(in.id()) +
-                                       " is not in the job");
-      v1::ServerRecord* sv = state_.mutable_servers(int(in.id()));
-      if (sv->alive() && sv->address() == in.address() &&
-          sv->replication_address() == in.replication_address() && sv->host() == in.host() &&
-          sv->incarnation() == in.incarnation())
-        return OkStatus();  // a repeated registration changes nothing
-      *sv = in;
-      sv->set_alive(true);
-      state_.set_version(state_.version() + 1);
-      return OkStatus();
-    }
-    case v1::Command::kReassign: {
-      const v1::Reassign& r = c.reassign();
-      if (r.expected_version() != state_.version())
-        return FailedPreconditionError("reassign planned at version " +
-                                       std::to_string(r.expected_version()) + ", map is at " +
-                                       std::to_string(state_.version()));
-      for (uint32_t id : r.dead())
-        if (id < uint32_t(state_.servers_size())) state_.mutable_servers(int(id))->set_alive(false);
-      for (const v1::ShardRecord& rec : r.shards()) {
-        if (rec.shard() >= uint32_t(state_.shards_size()))
-          return FailedPreconditionError("reassign: shard " + std::to_string(rec.shard()) +
-                                         " unknown");
-        *state_.mutable_shards(int(rec.shard())) = rec;
-      }
-      if (r.rebalanced()) state_.set_rebalancing(false);
-      state_.set_version(state_.version() + 1);
-      return OkStatus();
-    }
-    case v1::Command::kCopyDone: {
-      const v1::CopyDone& d = c.copy_done();
-      if (d.expected_version() != state_.version())
-        return FailedPreconditionError("copy done planned at version " +
-                                       std::to_string(d.expected_version()));
-      if (d.shard() >= uint32_t(state_.shards_size()))
-        return FailedPreconditionError("copy done: shard " + std::to_string(d.shard()) +
-                                       " unknown");
-      v1::ShardRecord* rec = state_.mutable_shards(int(d.shard()));
-      auto* cp = rec->mutable_copying();
-      auto it = std::find(cp->begin(), cp->end(), d.server());
-      if (it == cp->end())
-        return FailedPreconditionError("copy done: server " + std::to_string(d.server()) +
-                                       " is not copying shard " + std::to_string(d.shard()));
-      cp->erase(it);
-      rec->add_replicas(d.server());
-      state_.set_version(state_.version() + 1);
-      return OkStatus();
-    }
+    case v1::Command::kRegister:
+      return ApplyRegister(c.register_());
+    case v1::Command::kReassign:
+      return ApplyReassign(c.reassign());
+    case v1::Command::kCopyDone:
+      return ApplyCopyDone(c.copy_done());
     case v1::Command::kPut:
       (*state_.mutable_kv())[c.put().key()] = c.put().value();
       return OkStatus();
@@ -145,6 +99,56 @@ Status ShardState::Apply(const v1::Command& c) {
       break;
   }
   return FailedPreconditionError("empty command");
+}
+
+Status ShardState::ApplyRegister(const v1::ServerRecord& in) {
+  if (in.id() >= uint32_t(state_.servers_size()))
+    return FailedPreconditionError("register: server " + std::to_string(in.id()) +
+                                   " is not in the job");
+  v1::ServerRecord* sv = state_.mutable_servers(int(in.id()));
+  if (sv->alive() && sv->address() == in.address() &&
+      sv->replication_address() == in.replication_address() && sv->host() == in.host() &&
+      sv->incarnation() == in.incarnation())
+    return OkStatus();  // a repeated registration changes nothing
+  *sv = in;
+  sv->set_alive(true);
+  state_.set_version(state_.version() + 1);
+  return OkStatus();
+}
+
+Status ShardState::ApplyReassign(const v1::Reassign& r) {
+  if (r.expected_version() != state_.version())
+    return FailedPreconditionError("reassign planned at version " +
+                                   std::to_string(r.expected_version()) + ", map is at " +
+                                   std::to_string(state_.version()));
+  for (uint32_t id : r.dead())
+    if (id < uint32_t(state_.servers_size())) state_.mutable_servers(int(id))->set_alive(false);
+  for (const v1::ShardRecord& rec : r.shards()) {
+    if (rec.shard() >= uint32_t(state_.shards_size()))
+      return FailedPreconditionError("reassign: shard " + std::to_string(rec.shard()) + " unknown");
+    *state_.mutable_shards(int(rec.shard())) = rec;
+  }
+  if (r.rebalanced()) state_.set_rebalancing(false);
+  state_.set_version(state_.version() + 1);
+  return OkStatus();
+}
+
+Status ShardState::ApplyCopyDone(const v1::CopyDone& d) {
+  if (d.expected_version() != state_.version())
+    return FailedPreconditionError("copy done planned at version " +
+                                   std::to_string(d.expected_version()));
+  if (d.shard() >= uint32_t(state_.shards_size()))
+    return FailedPreconditionError("copy done: shard " + std::to_string(d.shard()) + " unknown");
+  v1::ShardRecord* rec = state_.mutable_shards(int(d.shard()));
+  auto* cp = rec->mutable_copying();
+  auto it = std::find(cp->begin(), cp->end(), d.server());
+  if (it == cp->end())
+    return FailedPreconditionError("copy done: server " + std::to_string(d.server()) +
+                                   " is not copying shard " + std::to_string(d.shard()));
+  cp->erase(it);
+  rec->add_replicas(d.server());
+  state_.set_version(state_.version() + 1);
+  return OkStatus();
 }
 
 Status ShardState::ApplyResize(const v1::Resize& r) {

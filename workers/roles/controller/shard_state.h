@@ -33,6 +33,10 @@ class ShardState {
  private:
   // A Resize: records for the servers that join, the count wanted, rebalancing on.
   Status ApplyResize(const v1::Resize& r);
+  // One command of each kind (Apply).
+  Status ApplyRegister(const v1::ServerRecord& in);
+  Status ApplyReassign(const v1::Reassign& r);
+  Status ApplyCopyDone(const v1::CopyDone& d);
   v1::ControllerState state_;
 };
 

@@ -420,18 +420,26 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
   if (dirty.empty() && epochs == flushed_epochs_) return uint64_t{0};
   const uint64_t gen = next_generation_++;
   // Consistent copies of the dirty shards, through the shard workers.
-  struct Copy {
-    uint64_t version = 0;
-    BufferPool::Buffer values;
-  };
-  std::map<uint32_t, Copy> copies;
+  std::map<uint32_t, ShardCopy> copies;
   for (uint32_t id : dirty) {
-    Copy c;
+    ShardCopy c;
     const int64_t n = store_->ShardSize(id);
     c.values = pool_->Get(size_t(n) * sizeof(float));
     ADAM_ASSIGN_OR_RETURN(c.version, store_->Read(id, c.values.as<float>(), n));
     copies.emplace(id, std::move(c));
   }
+  uint64_t bytes = 0;
+  ADAM_RETURN_IF_ERROR(WriteGeneration(gen, epochs, ids, copies, &bytes));
+  std::map<uint32_t, uint64_t> written;
+  for (const auto& [id, c] : copies) written[id] = c.version;
+  Commit(gen, epochs, ids, written);
+  Record(gen, dirty.size(), epochs, bytes, opt_.clock->SecondsSince(start));
+  return gen;
+}
+
+Status Checkpointer::WriteGeneration(uint64_t gen, uint32_t epochs,
+                                     const std::vector<uint32_t>& ids,
+                                     const std::map<uint32_t, ShardCopy>& copies, uint64_t* bytes) {
   const std::string path = opt_.dir + "/" + CheckpointFileName(gen), tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return InternalError("cannot create " + tmp + ": " + std::strerror(errno));
@@ -477,11 +485,8 @@ StatusOr<uint64_t> Checkpointer::FlushLocked() {
     ::unlink(tmp.c_str());
     return st;
   }
-  std::map<uint32_t, uint64_t> written;
-  for (const auto& [id, c] : copies) written[id] = c.version;
-  Commit(gen, epochs, ids, written);
-  Record(gen, dirty.size(), epochs, w.bytes(), opt_.clock->SecondsSince(start));
-  return gen;
+  *bytes = w.bytes();
+  return OkStatus();
 }
 
 std::vector<uint32_t> Checkpointer::Dirty(const std::vector<uint32_t>& ids) {

@@ -136,7 +136,18 @@ class Checkpointer {
   const std::string& dir() const { return opt_.dir; }
 
  private:
+  // A dirty shard's consistent copy, taken through the shard workers.
+  struct ShardCopy {
+    uint64_t version = 0;
+    BufferPool::Buffer values;
+  };
   StatusOr<uint64_t> FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes checkpoint `generation` of `ids` (`copies` in it, the others referring to the files
+  // they are in) to its file, durably: a temporary file fsynced, renamed, the directory fsynced.
+  // `*bytes`: the file's size.
+  Status WriteGeneration(uint64_t generation, uint32_t epochs, const std::vector<uint32_t>& ids,
+                         const std::map<uint32_t, ShardCopy>& copies, uint64_t* bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
   void Prune(uint64_t newest) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The shards among `ids` changed since the newest checkpoint.

@@ -229,19 +229,32 @@ void NumberParts(const adam::v1::PushRequest& req, PushCall* call) {
   for (size_t i = 0; i < call->ops.size(); ++i) call->ops[i].applied_version = &call->versions[i];
 }
 
+// Refuses a push from a trainer index this job does not admit.
+grpc::Status AdmitTrainer(const ClockGate& gate, uint32_t trainer) {
+  if (trainer < uint32_t(ClockGate::kMaxTrainers) && gate.Admits(int(trainer))) return {};
+  return Invalid("trainer_index " + std::to_string(trainer) + " is not a trainer of this job (" +
+                 std::to_string(gate.trainers()) + " trainers; async jobs admit up to " +
+                 std::to_string(ClockGate::kMaxTrainers) + " while trainers are scaled)");
+}
+
+// Each shard a push wrote and the newest version it made there: what a quorum must hold.
+std::vector<std::pair<uint32_t, uint64_t>> NewestVersions(const PushCall& call) {
+  std::map<uint32_t, uint64_t> need;
+  for (size_t i = 0; i < call.ops.size(); ++i) {
+    uint64_t& v = need[call.ops[i].shard];
+    v = std::max(v, call.versions[i]);
+  }
+  return {need.begin(), need.end()};
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
                                              const adam::v1::PushRequest* req,
                                              adam::v1::PushResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  if (req->trainer_index() >= uint32_t(ClockGate::kMaxTrainers) ||
-      !gate_->Admits(int(req->trainer_index()))) {
-    reactor->Finish(Invalid("trainer_index " + std::to_string(req->trainer_index()) +
-                            " is not a trainer of this job (" + std::to_string(gate_->trainers()) +
-                            " trainers; async jobs admit up to " +
-                            std::to_string(ClockGate::kMaxTrainers) +
-                            " while trainers are scaled)"));
+  if (grpc::Status refused = AdmitTrainer(*gate_, req->trainer_index()); !refused.ok()) {
+    reactor->Finish(refused);
     return reactor;
   }
   auto call = std::make_unique<PushCall>();
@@ -283,12 +296,7 @@ grpc::ServerUnaryReactor* ParamService::Push(grpc::CallbackServerContext* ctx,
       return;
     }
     // Acknowledged once a quorum of each shard's copies holds it (routing.h).
-    std::map<uint32_t, uint64_t> need;
-    for (size_t i = 0; i < raw->ops.size(); ++i) {
-      uint64_t& v = need[raw->ops[i].shard];
-      v = std::max(v, raw->versions[i]);
-    }
-    quorum_->WhenDurable({need.begin(), need.end()}, answer);
+    quorum_->WhenDurable(NewestVersions(*raw), answer);
   };
   if (call->ops.empty()) {
     (void)call.release();  // owned by `finish` from here
@@ -386,6 +394,26 @@ grpc::ServerUnaryReactor* ParamService::Pull(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
+namespace {
+
+// Every shard of `resp` (plain floats) re-written in `format`; the bytes it then holds.
+size_t Reencode(update::WireFormat format, adam::v1::PullResponse* resp) {
+  size_t bytes = 0;
+  std::string encoded;
+  for (int i = 0; i < resp->shards_size(); ++i) {
+    auto* sd = resp->mutable_shards(i);
+    update::EncodeFloats(reinterpret_cast<const float*>(sd->values().data()),
+                         sd->values().size() / sizeof(float), format, &encoded);
+    sd->mutable_values()->swap(encoded);
+    sd->set_float16(format.float16);
+    sd->set_zstd(format.zstd);
+    bytes += sd->values().size();
+  }
+  return bytes;
+}
+
+}  // namespace
+
 void ParamService::Read(const std::vector<uint32_t>& ids,
                         const std::vector<adam::v1::ShardRange>& ranges, update::WireFormat format,
                         grpc::ServerUnaryReactor* reactor, adam::v1::PullResponse* resp) {
@@ -422,20 +450,8 @@ void ParamService::Read(const std::vector<uint32_t>& ids,
     std::unique_ptr<PullCall> owned(raw);
     for (int i = 0; i < resp->shards_size(); ++i)
       resp->mutable_shards(i)->set_version((*versions)[size_t(i)]);
-    if (format != update::WireFormat{}) {
-      // Re-written in the format asked for, on the thread that applied the last read.
-      bytes = 0;
-      std::string encoded;
-      for (int i = 0; i < resp->shards_size(); ++i) {
-        auto* sd = resp->mutable_shards(i);
-        update::EncodeFloats(reinterpret_cast<const float*>(sd->values().data()),
-                             sd->values().size() / sizeof(float), format, &encoded);
-        sd->mutable_values()->swap(encoded);
-        sd->set_float16(format.float16);
-        sd->set_zstd(format.zstd);
-        bytes += sd->values().size();
-      }
-    }
+    // Re-written in the format asked for, on the thread that applied the last read.
+    if (format != update::WireFormat{}) bytes = Reencode(format, resp);
     resp->set_min_clock(gate_->MinClock());
     resp->set_epochs(store_->epochs());
     if (m_.pull_bytes) m_.pull_bytes->Increment(double(bytes));

@@ -365,11 +365,7 @@ void ParamStore::WorkerLoop(Worker* w) {
   }
 }
 
-// `whole` is the caller's scratch: the updates covering a whole block.
-void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run, std::vector<const float*>& whole) {
-  if (run.empty()) return;
-  // A re-sent push this state already has is dropped (answered, not applied); the rest are
-  // recorded as the last push of their trainer.
+bool ParamStore::DropResent(ShardState& s, std::vector<Op*>& run) {
   std::vector<Op*> dropped;
   size_t kept = 0;
   for (Op* op : run) {
@@ -393,36 +389,45 @@ void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run, std::vector<cons
       if (op->applied_version) *op->applied_version = now;
       if (op->done) op->done->Done();
     }
-    if (run.empty()) return;
   }
+  return !run.empty();
+}
+
+// `whole` holds the updates covering a whole block.
+void ParamStore::AddBlocks(ShardState& s, const std::vector<Op*>& run,
+                           std::vector<const float*>& whole) {
+  float* v = s.values.get();
+  for (int64_t b = 0; b < s.count; b += kBlockFloats) {
+    const int64_t b_end = std::min(s.count, b + kBlockFloats), n = b_end - b;
+    whole.clear();
+    for (const Op* op : run) {
+      if (op->kind != Op::Kind::kAdd || op->indices != nullptr) continue;
+      const int64_t lo = std::max(b, op->offset), hi = std::min(b_end, op->offset + op->count);
+      if (lo == b && hi == b_end) {
+        whole.push_back(op->values + (b - op->offset));
+      } else if (lo < hi) {
+        AddInto(v + lo, op->values + (lo - op->offset), hi - lo);
+      }
+    }
+    size_t k = 0;
+    for (; k + 4 <= whole.size(); k += 4)
+      AddInto4(v + b, whole[k], whole[k + 1], whole[k + 2], whole[k + 3], n);
+    if (k + 2 <= whole.size()) {
+      AddInto2(v + b, whole[k], whole[k + 1], n);
+      k += 2;
+    }
+    if (k < whole.size()) AddInto(v + b, whole[k], n);
+  }
+}
+
+void ParamStore::ApplyRun(ShardState& s, std::vector<Op*>& run, std::vector<const float*>& whole) {
+  // A re-sent push this state already has is dropped (answered, not applied).
+  if (run.empty() || !DropResent(s, run)) return;
   float* v = s.values.get();
   uint64_t bytes = 0;
   bool any_add = false;
   for (const Op* op : run) any_add |= op->kind == Op::Kind::kAdd;
-  if (any_add) {
-    // Block by block: every queued update of one block while it is in cache.
-    for (int64_t b = 0; b < s.count; b += kBlockFloats) {
-      const int64_t b_end = std::min(s.count, b + kBlockFloats), n = b_end - b;
-      whole.clear();
-      for (const Op* op : run) {
-        if (op->kind != Op::Kind::kAdd || op->indices != nullptr) continue;
-        const int64_t lo = std::max(b, op->offset), hi = std::min(b_end, op->offset + op->count);
-        if (lo == b && hi == b_end) {
-          whole.push_back(op->values + (b - op->offset));
-        } else if (lo < hi) {
-          AddInto(v + lo, op->values + (lo - op->offset), hi - lo);
-        }
-      }
-      size_t k = 0;
-      for (; k + 4 <= whole.size(); k += 4)
-        AddInto4(v + b, whole[k], whole[k + 1], whole[k + 2], whole[k + 3], n);
-      if (k + 2 <= whole.size()) {
-        AddInto2(v + b, whole[k], whole[k + 1], n);
-        k += 2;
-      }
-      if (k < whole.size()) AddInto(v + b, whole[k], n);
-    }
-  }
+  if (any_add) AddBlocks(s, run, whole);
   for (const Op* op : run) {
     if (op->kind == Op::Kind::kAdd) {
       if (op->indices != nullptr) {  // a filtered push: its entries one by one

@@ -179,7 +179,15 @@ class ParamStore {
   Status RunOne(Op* op, const char* what);
   // A kRead Op: the values, and the version or the whole identity (either may be null).
   Status RunRead(uint32_t shard, float* out, int64_t count, uint64_t* version, ShardMeta* meta);
+  // Applies a run of queued updates (adds and dense updates) to their shard, then answers them.
   void ApplyRun(ShardState& s, std::vector<Op*>& run, std::vector<const float*>& whole);
+  // Takes out of `run` the re-sent pushes `s` already has, answered as applied; records the rest
+  // as their trainers' last pushes. False when nothing is left to apply.
+  static bool DropResent(ShardState& s, std::vector<Op*>& run);
+  // The whole-vector adds of `run`, block by block (every queued update of one block while it is
+  // in cache); `whole` is the caller's scratch.
+  static void AddBlocks(ShardState& s, const std::vector<Op*>& run,
+                        std::vector<const float*>& whole);
   // A kRead, kSet or kTerm Op on its shard's worker (the adds before it already applied).
   static void Read(const ShardState& s, Op* op);
   static void Set(ShardState& s, Op* op);

@@ -390,6 +390,30 @@ v1::ReplicaService::Stub* Forwarder::Stub(const std::string& address) {
   return stub.get();
 }
 
+namespace {
+
+// A copy's answer to a catching-up shard's ReadShard (`n` values of `shard`, from `from`) added to
+// `states`; false, with a warning, when it has no state yet or the wrong size.
+bool AddCopyState(uint32_t shard, int64_t n, const std::string& from, const grpc::Status& status,
+                  const v1::ForwardRequest& resp, std::vector<CopyState>* states) {
+  StatusOr<ShardMeta> meta = status.ok()
+                                 ? MetaFromProto(resp)
+                                 : StatusOr<ShardMeta>(UnavailableError(status.error_message()));
+  if (!meta.ok() || resp.values().size() != size_t(n) * 4) {
+    spdlog::warn("shard {}: no state from its copy at {} yet: {}", shard, from,
+                 meta.ok() ? std::string("wrong size") : meta.status().message());
+    return false;
+  }
+  CopyState& st = states->emplace_back();
+  st.meta = std::move(*meta);
+  st.epochs = resp.epochs();
+  st.values.resize(static_cast<size_t>(n));
+  std::memcpy(st.values.data(), resp.values().data(), resp.values().size());
+  return true;
+}
+
+}  // namespace
+
 void Forwarder::CatchUp(const std::vector<Routing::CatchUp>& catch_ups) {
   for (const Routing::CatchUp& c : catch_ups) {
     const int64_t n = store_->ShardSize(c.shard);
@@ -422,23 +446,8 @@ void Forwarder::CatchUp(const std::vector<Routing::CatchUp>& catch_ups) {
     }
     std::vector<CopyState> states;
     bool all = true;
-    for (size_t i = 0; i < calls.size(); ++i) {
-      const Call& call = *calls[i];
-      StatusOr<ShardMeta> meta =
-          call.status.ok() ? MetaFromProto(call.resp)
-                           : StatusOr<ShardMeta>(UnavailableError(call.status.error_message()));
-      if (!meta.ok() || call.resp.values().size() != size_t(n) * 4) {
-        spdlog::warn("shard {}: no state from its copy at {} yet: {}", c.shard, c.from[i],
-                     meta.ok() ? std::string("wrong size") : meta.status().message());
-        all = false;
-        continue;
-      }
-      CopyState& st = states.emplace_back();
-      st.meta = std::move(*meta);
-      st.epochs = call.resp.epochs();
-      st.values.resize(static_cast<size_t>(n));
-      std::memcpy(st.values.data(), call.resp.values().data(), call.resp.values().size());
-    }
+    for (size_t i = 0; i < calls.size(); ++i)
+      all = AddCopyState(c.shard, n, c.from[i], calls[i]->status, calls[i]->resp, &states) && all;
     if (!all) continue;  // asked again next time, or the next map drops that copy
     StatusOr<bool> taken = FinishCatchUp(store_, routing_, c, states);
     if (!taken.ok()) {
