@@ -21,7 +21,8 @@ class TestImages final : public DataClient {
     return InternalError("not used");
   }
   Status GetTestBatch(const adam::v1::GetTestBatchRequest& req, adam::v1::Batch* out) override {
-    const uint32_t n = std::min({per_batch_, req.max_count(), uint32_t(labels_.size()) - req.offset()});
+    const uint32_t n =
+        std::min({per_batch_, req.max_count(), uint32_t(labels_.size()) - req.offset()});
     for (uint32_t i = req.offset(); i < req.offset() + n; ++i) {
       out->mutable_labels()->push_back(char(labels_[i]));
       out->mutable_pixels()->append(4, char(labels_[i]));

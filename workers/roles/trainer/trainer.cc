@@ -41,7 +41,7 @@ Status Trainer::Impl::CheckDataServer() {
   adam::v1::DatasetInfo info;
   ADAM_RETURN_IF_ERROR(data->GetInfo(&info));
   const auto& in = job.model.input;
-  class_names.assign(info.class_names().begin(), info.class_names().end());
+  test.SetClassNames({info.class_names().begin(), info.class_names().end()});
   if (int(info.channels()) != in.channels || int(info.height()) != in.height ||
       int(info.width()) != in.width)
     return InvalidArgumentError("data server images are " + std::to_string(info.channels()) + "x" +
@@ -151,7 +151,7 @@ void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
   // push waits out a failover, the workers wait too, instead of training thousands of images on
   // weights the next pull replaces and then pushing them as one oversized step.
   const int64_t limit = lockstep ? push_every : kMaxUnsyncedPushes * int64_t{push_every};
-  for (int i = 0; i < item.count && !abort.load(std::memory_order_relaxed); i += step) {
+  for (int i = 0; i < item.count && !error.failed(); i += step) {
     if (lockstep || images_since_sync.load(std::memory_order_relaxed) >= limit) {
       MutexLock lock(gate_mu);
       if (!lockstep) {
@@ -159,7 +159,7 @@ void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
         if (m.drift_waits) m.drift_waits->Increment();
       }
       lock.Await(gate_cv, [&] {
-        return abort.load() || images_since_sync.load(std::memory_order_relaxed) < limit;
+        return error.failed() || images_since_sync.load(std::memory_order_relaxed) < limit;
       });
     }
     const int n = std::min(step, item.count - i);
@@ -179,7 +179,7 @@ void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
 void Trainer::Impl::PrefetchLoop() {
   for (uint32_t e = first_epoch; e < uint32_t(job.training.epochs); ++e) {
     for (uint32_t b = 0;; ++b) {
-      if (abort) return;
+      if (error.failed()) return;
       adam::v1::GetBatchRequest req;
       req.set_trainer(uint32_t(opt.index));
       req.set_epoch(e);
@@ -406,7 +406,7 @@ bool Trainer::Impl::WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req,
   adam::v1::FinishEpochResponse r;
   bool closed = false;
   int asked = 0;
-  while (!abort) {
+  while (!error.failed()) {
     ++asked;
     // An unreachable data server is waited for within what is left of the bound, not the data
     // client's own (longer) server wait.
@@ -430,7 +430,7 @@ bool Trainer::Impl::WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req,
   if (m.quorum_wait) m.quorum_wait->Increment(waited);
   if (closed && asked > 1)
     spdlog::info("epoch {}: the epoch quorum finished it after {:.1f} s of waiting", epoch, waited);
-  else if (!closed && !abort)
+  else if (!closed && !error.failed())
     spdlog::warn(
         "epoch {}: only {} trainers had finished it after {:.1f} s of waiting; the final model "
         "goes without the rest of their shares",
@@ -464,14 +464,14 @@ StatusOr<TrainerResult> Trainer::Impl::EvaluateOnly(Clock::TimePoint start) {
   events::Emit(events::Evaluated{.trainer = opt.index,
                                  .test_accuracy = result.test_accuracy,
                                  .seconds = result.seconds,
-                                 .classes = PerClass()});
+                                 .classes = test.PerClass()});
   ADAM_RETURN_IF_ERROR(WriteModel(-1));
   return result;
 }
 
 void Trainer::Impl::TrainEpochs(int first, bool evaluates, TrainerResult* result) {
   double previous_loss = 0;
-  for (int e = first; e < job.training.epochs && !abort; ++e) {
+  for (int e = first; e < job.training.epochs && !error.failed(); ++e) {
     const auto epoch_start = opt.clock->Now();
     lr = float(spec::LearningRateAt(job.training, e));
     std::fill(loss.begin(), loss.end(), 0.0);
@@ -481,7 +481,7 @@ void Trainer::Impl::TrainEpochs(int first, bool evaluates, TrainerResult* result
       while (queue.PopBatch(&item)) TrainItem(t, item);
     });
     BatchItem marker;
-    if (abort || !queue.PopMarker(&marker)) break;
+    if (error.failed() || !queue.PopMarker(&marker)) break;
     if (!EndEpoch(e, first, evaluates, marker, epoch_start, &previous_loss, result)) break;
   }
 }
@@ -514,7 +514,7 @@ StatusOr<TrainerResult> Trainer::Run() {
     events::Emit(events::Evaluated{.trainer = s.opt.index,
                                    .test_accuracy = result.test_accuracy,
                                    .seconds = std::nullopt,
-                                   .classes = s.PerClass()});
+                                   .classes = s.test.PerClass()});
   }
   s.TrainEpochs(first, evaluates, &result);
   result.seconds = s.opt.clock->SecondsSince(train_start);
@@ -522,12 +522,12 @@ StatusOr<TrainerResult> Trainer::Run() {
     spdlog::info("workers waited {} times for a push, {} pushes ahead of the last", w,
                  kMaxUnsyncedPushes);
   result.images = s.images_total.load();
-  if (evaluates && !s.abort && result.diverged.empty()) {
+  if (evaluates && !s.error.failed() && result.diverged.empty()) {
     // Ends the job for every trainer: the last epoch is done or the target is reached.
     if (Status st = s.data->StopJob(); !st.ok()) spdlog::warn("stopping the job: {}", st.message());
   }
   s.Leave(prefetcher, syncer);
-  if (Status err = s.Error(); !err.ok()) return err;
+  if (Status err = s.error.Get(); !err.ok()) return err;
   if (evaluates && result.diverged.empty()) ADAM_RETURN_IF_ERROR(s.WriteModel(result.epochs));
   {
     MutexLock lock(s.sync_mu);

@@ -12,24 +12,7 @@
 
 namespace adam::trainer {
 
-Status Trainer::Impl::FetchTestSet() {
-  for (uint32_t offset = 0;;) {
-    adam::v1::GetTestBatchRequest req;
-    req.set_offset(offset);
-    req.set_max_count(4096);
-    adam::v1::Batch b;
-    ADAM_RETURN_IF_ERROR(data->GetTestBatch(req, &b));
-    if (b.pixels().size() != size_t(b.count()) * size_t(layout->input_size()) ||
-        b.labels().size() != b.count())
-      return DataLossError("data server sent a test batch whose sizes do not match its count");
-    test_pixels += b.pixels();
-    test_labels += b.labels();
-    offset += b.count();
-    if (b.end_of_share() || b.count() == 0) break;
-  }
-  test_count = int(test_labels.size());
-  return OkStatus();
-}
+Status Trainer::Impl::FetchTestSet() { return test.Fetch(*data, layout->input_size()); }
 
 double Trainer::Impl::Evaluate() {
   std::vector<float> global;
@@ -44,50 +27,32 @@ double Trainer::Impl::Evaluate() {
     MutexLock lock(sync_mu);
     global = slices->w0();
   }
-  const auto* labels = reinterpret_cast<const uint8_t*>(test_labels.data());
-  std::vector<int> predicted(size_t(test_count), -1);
-  const double acc =
-      replica->Evaluate(global.data(), reinterpret_cast<const uint8_t*>(test_pixels.data()), labels,
-                        test_count, predicted.data());
-  const size_t classes = size_t(layout->classes());
-  class_images.assign(classes, 0);
-  class_correct.assign(classes, 0);
-  for (int i = 0; i < test_count; ++i)
-    if (labels[i] < classes) {
-      ++class_images[labels[i]];
-      class_correct[labels[i]] += predicted[size_t(i)] == labels[i];
-    }
-  if (!opt.model_out.empty()) {
-    evaluated = std::move(global);
-    evaluated_accuracy = acc;
-  }
+  std::vector<int> predicted(size_t(test.count()), -1);
+  const double acc = replica->Evaluate(global.data(), test.pixels(), test.labels(), test.count(),
+                                       predicted.data());
+  // The weights are kept only for the model file.
+  test.Record(predicted, layout->classes(), acc,
+              opt.model_out.empty() ? std::vector<float>{} : std::move(global));
   return acc;
 }
 
 void Trainer::Impl::EmitDone(const TrainerResult& result, Clock::TimePoint start,
                              bool evaluates) const {
-  events::Emit(events::Done{.trainer = opt.index,
-                            .epochs = result.epochs,
-                            .images_total = result.images,
-                            .seconds = result.seconds,
-                            .total_seconds = opt.clock->SecondsSince(start),
-                            .test_accuracy = result.test_accuracy,
-                            .push_bytes = result.push_bytes,
-                            .pull_bytes = result.pull_bytes,
-                            .classes = evaluates ? PerClass() : std::vector<events::ClassCount>{}});
-}
-
-std::vector<events::ClassCount> Trainer::Impl::PerClass() const {
-  std::vector<events::ClassCount> out;
-  for (size_t c = 0; c < class_images.size(); ++c)
-    out.push_back({.name = c < class_names.size() ? class_names[c] : std::to_string(c),
-                   .images = class_images[c],
-                   .correct = class_correct[c]});
-  return out;
+  events::Emit(
+      events::Done{.trainer = opt.index,
+                   .epochs = result.epochs,
+                   .images_total = result.images,
+                   .seconds = result.seconds,
+                   .total_seconds = opt.clock->SecondsSince(start),
+                   .test_accuracy = result.test_accuracy,
+                   .push_bytes = result.push_bytes,
+                   .pull_bytes = result.pull_bytes,
+                   .classes = evaluates ? test.PerClass() : std::vector<events::ClassCount>{}});
 }
 
 Status Trainer::Impl::WriteModel(int epochs) {
-  if (opt.model_out.empty() || evaluated.empty()) return OkStatus();
+  if (opt.model_out.empty() || test.weights().empty()) return OkStatus();
+  const double evaluated_accuracy = test.weights_accuracy();
   char doc[160];
   if (epochs >= 0)
     std::snprintf(doc, sizeof doc, "trained by Adam: %d epochs, test accuracy %.4f", epochs,
@@ -95,9 +60,9 @@ Status Trainer::Impl::WriteModel(int epochs) {
   else
     std::snprintf(doc, sizeof doc, "trained by Adam: the final model, test accuracy %.4f",
                   evaluated_accuracy);
-  model::OnnxInfo info{job.name, kAdamVersion, doc, class_names, {}};
+  model::OnnxInfo info{job.name, kAdamVersion, doc, test.class_names(), {}};
   if (job.dataset.format == "folder") info.fit = {job.dataset.fit, job.dataset.augment.crop};
-  ADAM_RETURN_IF_ERROR(model::WriteOnnxFile(opt.model_out, *layout, evaluated.data(), info));
+  ADAM_RETURN_IF_ERROR(model::WriteOnnxFile(opt.model_out, *layout, test.weights().data(), info));
   spdlog::info("the model (test accuracy {:.2f}%) is in {}", 100 * evaluated_accuracy,
                opt.model_out);
   events::Emit(events::ModelWritten{

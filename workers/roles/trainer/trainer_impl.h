@@ -19,10 +19,33 @@
 #include "trainer/server_wait.h"
 #include "trainer/slice_sync.h"
 #include "trainer/split_replica.h"
+#include "trainer/test_set.h"
 #include "trainer/trainer.h"
 #include "update/update_plan.h"
 
 namespace adam::trainer {
+
+// A run's first error, kept once, and the flag every loop reads to stop (relaxed: a worker that
+// reads it late trains one more slice, harmless).
+class FirstError {
+ public:
+  // Keeps `s` unless an error is kept already; the flag is set either way.
+  void Set(const Status& s) {
+    MutexLock lock(mu_);
+    if (first_.ok()) first_ = s;
+    failed_.store(true, std::memory_order_relaxed);
+  }
+  Status Get() const {
+    MutexLock lock(mu_);
+    return first_;
+  }
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+
+ private:
+  mutable Mutex mu_;
+  Status first_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> failed_{false};
+};
 
 struct Trainer::Impl {
   Impl(spec::AdamJob j, TrainerOptions o, TrainerMetrics mm, std::unique_ptr<DataClient> d,
@@ -66,19 +89,13 @@ struct Trainer::Impl {
   // job, the checkpoints' for a resumed one. Set before the prefetch thread starts.
   uint32_t first_epoch = 0;
   std::optional<update::UpdatePlan> plan;
-  std::string test_pixels, test_labels;
-  int test_count = 0;
-  std::vector<std::string> class_names;  // the data server's, in label order (may be empty)
+  TestSet test;  // the main thread's: the test set and the last evaluation
 
   float lr = 0;  // this epoch's learning rate; set before the epoch's workers start
   std::atomic<int64_t> images_total{0};       // relaxed: statistics
   std::atomic<int64_t> images_since_sync{0};  // relaxed: a hint for the sync thread
   std::atomic<int64_t> drift_waits{0};        // relaxed: a count (see kMaxUnsyncedPushes)
-  // Set once on the first error, which Fail records under err_mu first; a worker that reads it
-  // late trains one more slice, harmless: relaxed reads suffice.
-  std::atomic<bool> abort{false};
-  Mutex err_mu;
-  Status first_error ABSL_GUARDED_BY(err_mu);
+  FirstError error;  // the run's first error; error.failed() stops every loop
 
   Mutex sync_wait_mu;
   std::condition_variable sync_cv;
@@ -87,19 +104,12 @@ struct Trainer::Impl {
   Mutex gate_mu;
   std::condition_variable gate_cv;
 
+  // Keeps the first error and wakes every wait: the batch queue's, and the sync gate's.
   void Fail(const Status& s) {
-    {
-      MutexLock lock(err_mu);
-      if (first_error.ok()) first_error = s;
-      abort = true;
-      queue.Close();
-    }
+    error.Set(s);
+    queue.Close();
     MutexLock lock(gate_mu);
     gate_cv.notify_all();
-  }
-  Status Error() {
-    MutexLock lock(err_mu);
-    return first_error;
   }
 
   Status CheckDataServer();
@@ -140,15 +150,8 @@ struct Trainer::Impl {
   // Writes the weights of the last evaluation to opt.model_out (when given) as ONNX; `epochs`
   // trained, or < 0 when not known (the evaluator).
   Status WriteModel(int epochs);
-  // Per class of the last evaluation: {"name", "images", "correct"} in label order.
-  std::vector<events::ClassCount> PerClass() const;
   // The "done" event: the run's figures (and the last evaluation's per class when `evaluates`).
   void EmitDone(const TrainerResult& result, Clock::TimePoint start, bool evaluates) const;
-  // The main thread's (Evaluate's): the weights of the last evaluation, kept for opt.model_out,
-  // and per class the test images and those classified right.
-  std::vector<float> evaluated;
-  double evaluated_accuracy = -1;
-  std::vector<int64_t> class_images, class_correct;
 };
 
 }  // namespace adam::trainer
