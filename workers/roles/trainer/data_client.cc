@@ -149,4 +149,14 @@ std::unique_ptr<DataClient> MakeGrpcDataClient(
   return std::make_unique<GrpcDataClient>(channels, std::move(options));
 }
 
+Status CheckBatchSizes(const adam::v1::Batch& b, int64_t image_bytes, const char* what) {
+  if (b.pixels().size() == size_t(b.count()) * size_t(image_bytes) &&
+      b.labels().size() == b.count())
+    return OkStatus();
+  return DataLossError(std::string("data server sent ") + what +
+                       " whose sizes do not match its count (" + std::to_string(b.count()) +
+                       " images, " + std::to_string(b.pixels().size()) + " pixel bytes, " +
+                       std::to_string(b.labels().size()) + " labels)");
+}
+
 }  // namespace adam::trainer

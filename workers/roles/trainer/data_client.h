@@ -77,4 +77,8 @@ inline std::unique_ptr<DataClient> MakeGrpcDataClient(const std::shared_ptr<grpc
   return MakeGrpcDataClient({channel}, std::move(o));
 }
 
+// A batch as the data server sent it: DataLoss, naming `what` ("a batch", "a test batch"), the
+// count and both sizes, unless it holds `count` images of `image_bytes` bytes and `count` labels.
+Status CheckBatchSizes(const adam::v1::Batch& b, int64_t image_bytes, const char* what);
+
 }  // namespace adam::trainer

@@ -9,12 +9,7 @@ Status TestSet::Fetch(DataClient& data, int64_t image_bytes) {
     req.set_max_count(4096);
     adam::v1::Batch b;
     ADAM_RETURN_IF_ERROR(data.GetTestBatch(req, &b));
-    if (b.pixels().size() != size_t(b.count()) * size_t(image_bytes) ||
-        b.labels().size() != b.count())
-      return DataLossError("data server sent a test batch whose sizes do not match its count (" +
-                           std::to_string(b.count()) + " images, " +
-                           std::to_string(b.pixels().size()) + " pixel bytes, " +
-                           std::to_string(b.labels().size()) + " labels)");
+    ADAM_RETURN_IF_ERROR(CheckBatchSizes(b, image_bytes, "a test batch"));
     pixels_ += b.pixels();
     labels_ += b.labels();
     offset += b.count();

@@ -189,9 +189,8 @@ void Trainer::Impl::PrefetchLoop() {
         Fail(st);
         return;
       }
-      if (resp.pixels().size() != size_t(resp.count()) * size_t(layout->input_size()) ||
-          resp.labels().size() != resp.count()) {
-        Fail(DataLossError("data server sent a batch whose sizes do not match its count"));
+      if (Status st = CheckBatchSizes(resp, layout->input_size(), "a batch"); !st.ok()) {
+        Fail(st);
         return;
       }
       for (unsigned char l : resp.labels())
