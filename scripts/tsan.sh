@@ -2,8 +2,8 @@
 # ThreadSanitizer over the parts of Adam meant to be race-free: the parameter server's store,
 # shard workers and queues, consistency gate, buffer pool and checkpointer; the data source; and
 # two trainers with two Hogwild workers each, with their prefetch, sync and evaluation threads
-# (the intended weight races are marked in core/hogwild.h); the operator's work queue and metrics
-# cache; the fake clock and Periodic.
+# (the intended weight races are marked in core/hogwild.h), and their push gate and replica sync;
+# the operator's work queue and metrics cache; the fake clock and Periodic.
 # Builds in build-tsan/ with clang (its ignorelist keeps the uninstrumented libraries' header code
 # uninstrumented too: tests/tsan-ignorelist.txt), as a unity build (scripts/configure-asan.sh says
 # why); any report fails the run. --build-only: the build and no more (CI builds it while other
@@ -33,7 +33,7 @@ run() {
 }
 run param_server_test 'ParamStore.*:ParamStoreMarks.*:ApplyDense.*:ClockGate.*:BufferPool.*:CheckpointTest.*:Routing.*'
 run data_server_test 'DataSource.*'  # not DataServerRole: gRPC and the metrics server
-run trainer_test '*NoNetwork*:ReplicaPrivate.*:ServerWait.*'
+run trainer_test '*NoNetwork*:ReplicaPrivate.*:ServerWait.*:PushGate.*:ReplicaSync.*'
 run kube_test 'WorkQueue.*:MetricsCacheTest.*'
 run spec_test 'ManifestWatcher.*'
 run core_test 'FakeClock.*:RealClock.*:Periodic.*'

@@ -62,6 +62,17 @@ struct SliceCounts {
   uint64_t pushed_bytes = 0, pulled_bytes = 0;
 };
 
+// A split replica's workers push and pull their own slices (split_replica.h): the trainer's sync
+// asks the replica for the two halves instead of reading and changing the whole vector.
+// PushSlices sends every slice's change at clock 0 (the trainer's clock moves with one push of its
+// own once every slice is in); PullSlices pulls every slice once `clock` allows.
+class SliceSyncer {
+ public:
+  virtual ~SliceSyncer() = default;
+  virtual StatusOr<SliceCounts> PushSlices() = 0;
+  virtual StatusOr<SliceCounts> PullSlices(uint64_t clock) = 0;
+};
+
 // What the trainer needs of a replica: this one, or one split across model workers
 // (split_replica.h). Called as Replica's own methods say.
 class ModelReplica {
@@ -76,17 +87,9 @@ class ModelReplica {
   virtual Status status() const { return OkStatus(); }
   virtual Status Read(float* out) = 0;         // ReadWeights
   virtual Status Add(const float* delta) = 0;  // AddToWeights
-  // A split replica's workers push and pull their own slices (split_replica.h): the trainer's
-  // sync asks the replica for the two halves instead of reading and changing the whole vector.
-  // PushSlices sends every slice's change at clock 0 (the trainer's clock moves with one push of
-  // its own once every slice is in); PullSlices pulls every slice once `clock` allows.
-  virtual bool SyncsSlices() const { return false; }
-  virtual StatusOr<SliceCounts> PushSlices() {
-    return FailedPreconditionError("the replica is not split");
-  }
-  virtual StatusOr<SliceCounts> PullSlices(uint64_t /*clock*/) {
-    return FailedPreconditionError("the replica is not split");
-  }
+  // The replica's own syncs of its slices (a split replica whose workers each have a client of
+  // their own), or null: the trainer reads and changes the whole vector (Read, Add).
+  virtual SliceSyncer* slice_syncer() { return nullptr; }
   virtual int64_t ring_waits() const { return 0; }
   virtual void TakeDenseLog(int t, DenseLog* out) { out->images = 0; }
   // The fraction of `count` images that `params` classifies right; `predicted` (count entries,

@@ -222,7 +222,7 @@ StatusOr<double> Worker::Train(int t, const uint8_t* pixels, const uint8_t* labe
   return loss;
 }
 
-class SplitReplica final : public ModelReplica {
+class SplitReplica final : public ModelReplica, public SliceSyncer {
  public:
   explicit SplitReplica(std::unique_ptr<Worker> w) : w_(std::move(w)) {}
   ~SplitReplica() override;
@@ -250,7 +250,7 @@ class SplitReplica final : public ModelReplica {
   Status Read(float* out) override;
   Status Add(const float* delta) override;
   Status Set(const float* whole);
-  bool SyncsSlices() const override { return w_->sync.has_value(); }
+  SliceSyncer* slice_syncer() override { return w_->sync ? this : nullptr; }
   StatusOr<SliceCounts> PushSlices() override;
   StatusOr<SliceCounts> PullSlices(uint64_t clock) override;
   Status StartSync() { return w_->StartSync(); }

@@ -65,103 +65,13 @@ Status Trainer::Impl::CheckDataServer() {
   return OkStatus();
 }
 
-Status Trainer::Impl::Sync(bool epoch_end) {
-  MutexLock lock(sync_mu);
-  if (replica->SyncsSlices()) return SyncSlices(epoch_end);
-  const int64_t seen = images_since_sync.load(std::memory_order_relaxed);
-  // The dense logs first, then the weights: every logged image's update is in the snapshot (an
-  // image logged later may be too: it is sent next time and its local effect comes back with
-  // the pull after that).
-  std::vector<DenseBatch> dense;
-  for (int t = 0; t < replica->threads(); ++t) {
-    DenseLog& log = logs[size_t(t)];
-    replica->TakeDenseLog(t, &log);
-    if (log.images == 0) continue;
-    for (size_t k = 0; k < plan->dense().size(); ++k)
-      dense.push_back(
-          {plan->dense()[k].layer, log.images, log.activations[k].data(), log.errors[k].data()});
-  }
-  clock = epoch_end ? ((clock >> 32) + 1) << 32 : clock + 1;
-  const uint64_t pushed0 = ps->pushed_bytes() + ps->dense_bytes(), pulled0 = ps->pulled_bytes();
-  const auto t0 = opt.clock->Now();
-  // The workers keep training while the weights are read and while the push and pull travel.
-  ADAM_ASSIGN_OR_RETURN(
-      const int64_t held,
-      slices->Push([this](float* out) { return replica->Read(out); }, std::move(dense), clock));
-  const auto t1 = opt.clock->Now();
-  ADAM_RETURN_IF_ERROR(
-      slices->Pull([this](const float* delta) { return replica->Add(delta); }, clock));
-  Synced(seen, t0, t1, ps->pushed_bytes() + ps->dense_bytes() - pushed0,
-         ps->pulled_bytes() - pulled0, held);
-  return OkStatus();
-}
-
-Status Trainer::Impl::SyncSlices(bool epoch_end) {
-  const int64_t seen = images_since_sync.load(std::memory_order_relaxed);
-  clock = epoch_end ? ((clock >> 32) + 1) << 32 : clock + 1;
-  const uint64_t pushed0 = ps->pushed_bytes();
-  const auto t0 = opt.clock->Now();
-  ADAM_ASSIGN_OR_RETURN(const SliceCounts pushed, replica->PushSlices());
-  // Every slice is in: the trainer's clock moves (a push of the clock alone), and only then may
-  // a pull at that clock, this replica's or another's, be served.
-  PushArgs tick;
-  tick.clock = clock;
-  ADAM_RETURN_IF_ERROR(ps->Push(tick));
-  const auto t1 = opt.clock->Now();
-  ADAM_ASSIGN_OR_RETURN(const SliceCounts pulled, replica->PullSlices(clock));
-  slice_push_bytes += pushed.pushed_bytes;
-  slice_pull_bytes += pulled.pulled_bytes;
-  Synced(seen, t0, t1, pushed.pushed_bytes + ps->pushed_bytes() - pushed0, pulled.pulled_bytes,
-         pushed.held);
-  return OkStatus();
-}
-
-void Trainer::Impl::Synced(int64_t seen, Clock::TimePoint t0, Clock::TimePoint t1, uint64_t pushed,
-                           uint64_t pulled, int64_t held) {
-  if (m.push_seconds) m.push_seconds->Observe(std::chrono::duration<double>(t1 - t0).count());
-  if (m.pull_seconds) m.pull_seconds->Observe(opt.clock->SecondsSince(t1));
-  if (m.held_back) m.held_back->Increment(double(held));
-  // How stale the replica's weights were: images trained on them since the last pull.
-  if (m.staleness) m.staleness->Set(double(seen));
-  if (m.map_version) m.map_version->Set(double(ps->shard_map_version()));
-  if (m.ring_waits) {
-    const int64_t waits = replica->ring_waits();
-    m.ring_waits->Increment(double(waits - ring_waits_seen));
-    ring_waits_seen = waits;
-  }
-  images_since_sync.fetch_sub(seen, std::memory_order_relaxed);
-  {
-    MutexLock gl(gate_mu);
-    gate_cv.notify_all();
-  }
-  if (m.pushes) m.pushes->Increment();
-  if (m.push_bytes) m.push_bytes->Increment(double(pushed));
-  if (m.pull_bytes) m.pull_bytes->Increment(double(pulled));
-}
-
 void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
   const auto* px = reinterpret_cast<const uint8_t*>(item.pixels.data());
   const auto* lb = reinterpret_cast<const uint8_t*>(item.labels.data());
-  const int push_every = job.training.push_every;
-  // Slices of pushEvery images keep the sync thread's counter fresh within a batch.
-  const int step = std::max(1, std::min(push_every, item.count));
-  const bool lockstep = job.training.consistency == spec::Consistency::kSync;
-  // sync: no image past a push boundary until that push's pull is back. Otherwise the replica
-  // may run at most kMaxUnsyncedPushes pushes' worth of images ahead of its last push: while a
-  // push waits out a failover, the workers wait too, instead of training thousands of images on
-  // weights the next pull replaces and then pushing them as one oversized step.
-  const int64_t limit = lockstep ? push_every : kMaxUnsyncedPushes * int64_t{push_every};
+  // Slices of pushEvery images keep the sync thread's count fresh within a batch.
+  const int step = std::max(1, std::min(job.training.push_every, item.count));
   for (int i = 0; i < item.count && !error.failed(); i += step) {
-    if (lockstep || images_since_sync.load(std::memory_order_relaxed) >= limit) {
-      MutexLock lock(gate_mu);
-      if (!lockstep) {
-        drift_waits.fetch_add(1, std::memory_order_relaxed);
-        if (m.drift_waits) m.drift_waits->Increment();
-      }
-      lock.Await(gate_cv, [&] {
-        return error.failed() || images_since_sync.load(std::memory_order_relaxed) < limit;
-      });
-    }
+    gate.Admit();
     const int n = std::min(step, item.count - i);
     loss[size_t(t)] += replica->Train(t, px + int64_t{i} * layout->input_size(), lb + i, n, lr);
     if (Status st = replica->status(); !st.ok()) {
@@ -170,8 +80,7 @@ void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
     }
     images[size_t(t)] += n;
     images_total.fetch_add(n, std::memory_order_relaxed);
-    const int64_t after = images_since_sync.fetch_add(n, std::memory_order_relaxed) + n;
-    if (after >= push_every && after - n < push_every) sync_cv.notify_one();
+    gate.Trained(n);
   }
   if (m.images) m.images->Increment(item.count);
 }
@@ -223,19 +132,11 @@ void Trainer::Impl::PrefetchLoop() {
 
 void Trainer::Impl::SyncLoop() {
   auto last_progress = opt.clock->Now();
-  MutexLock lock(sync_wait_mu);
-  while (!stop_sync) {
-    opt.clock->AwaitFor(lock, sync_cv, std::chrono::milliseconds(100),
-                        [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_wait_mu) {
-                          return stop_sync || images_since_sync.load(std::memory_order_relaxed) >=
-                                                  job.training.push_every;
-                        });
-    if (stop_sync) break;
-    if (images_since_sync.load(std::memory_order_relaxed) >= job.training.push_every) {
-      lock.Unlock();
-      Status st = Sync(false);
-      lock.Lock();
-      if (!st.ok()) {
+  for (;;) {
+    const bool due = gate.AwaitDue(opt.clock, std::chrono::milliseconds(100));
+    if (gate.stopped()) break;
+    if (due) {
+      if (Status st = sync->Sync(false); !st.ok()) {
         Fail(st);
         return;
       }
@@ -250,45 +151,38 @@ void Trainer::Impl::SyncLoop() {
 
 Status Trainer::Impl::Setup(bool evaluates) {
   const size_t n = size_t(layout->num_params());
-  {
-    MutexLock setup(sync_mu);  // no other thread yet; the analysis cannot know that
-    std::vector<float> w0(n);
-    ADAM_RETURN_IF_ERROR(ps->Pull(w0.data(), 0));
-    ReplicaOptions ro;
-    for (const auto& d : plan->dense()) ro.record_layers.push_back(d.layer);
-    ro.threads = opt.threads;
-    ro.batch = job.training.batch_size;
-    ro.apply_every = job.training.apply_every;
-    ro.private_weights = job.training.thread_weights == spec::ThreadWeights::kPrivate;
-    ro.momentum = float(job.training.momentum);
-    ro.weight_decay = float(job.training.weight_decay);
-    ro.label_smoothing = float(job.training.label_smoothing);
-    ro.eval_batch = opt.eval_batch;
-    ro.bind = opt.bind;
-    ro.evaluate = evaluates;
-    if (opt.model_workers.empty() || opt.evaluate_only) {  // an evaluator needs no workers
-      ADAM_ASSIGN_OR_RETURN(replica, Replica::Create(*layout, ro, w0.data()));
-    } else {
-      SplitOptions so;
-      so.threads = ro.threads;
-      so.batch = ro.batch;
-      so.eval_batch = ro.eval_batch;
-      so.momentum = ro.momentum;
-      so.weight_decay = ro.weight_decay;
-      so.label_smoothing = ro.label_smoothing;
-      so.workers = opt.model_workers;
-      so.transport = opt.transport;
-      so.communication = job.training.communication;
-      so.connect_slice = opt.connect_slice;
-      ADAM_ASSIGN_OR_RETURN(replica, CreateSplitReplica(*layout, so, w0.data()));
-    }
-    // A split replica's workers each keep their own slice's; without a connector the whole
-    // vector travels through the lead (SplitReplica's Read and Add).
-    if (!replica->SyncsSlices())
-      slices.emplace(ps.get(), std::move(w0), job.training.communication,
-                     plan->DeltaSpans(int64_t(n)));
-    logs.resize(size_t(opt.threads));
+  std::vector<float> w0(n);
+  ADAM_RETURN_IF_ERROR(ps->Pull(w0.data(), 0));
+  ReplicaOptions ro;
+  for (const auto& d : plan->dense()) ro.record_layers.push_back(d.layer);
+  ro.threads = opt.threads;
+  ro.batch = job.training.batch_size;
+  ro.apply_every = job.training.apply_every;
+  ro.private_weights = job.training.thread_weights == spec::ThreadWeights::kPrivate;
+  ro.momentum = float(job.training.momentum);
+  ro.weight_decay = float(job.training.weight_decay);
+  ro.label_smoothing = float(job.training.label_smoothing);
+  ro.eval_batch = opt.eval_batch;
+  ro.bind = opt.bind;
+  ro.evaluate = evaluates;
+  if (opt.model_workers.empty() || opt.evaluate_only) {  // an evaluator needs no workers
+    ADAM_ASSIGN_OR_RETURN(replica, Replica::Create(*layout, ro, w0.data()));
+  } else {
+    SplitOptions so;
+    so.threads = ro.threads;
+    so.batch = ro.batch;
+    so.eval_batch = ro.eval_batch;
+    so.momentum = ro.momentum;
+    so.weight_decay = ro.weight_decay;
+    so.label_smoothing = ro.label_smoothing;
+    so.workers = opt.model_workers;
+    so.transport = opt.transport;
+    so.communication = job.training.communication;
+    so.connect_slice = opt.connect_slice;
+    ADAM_ASSIGN_OR_RETURN(replica, CreateSplitReplica(*layout, so, w0.data()));
   }
+  sync.emplace(replica.get(), ps.get(), &*plan, std::move(w0), job.training.communication, &gate, m,
+               opt.clock);
   loss.assign(size_t(opt.threads), 0);
   images.assign(size_t(opt.threads), 0);
   spdlog::info("workers: {}", replica->placement());
@@ -302,10 +196,7 @@ int Trainer::Impl::FirstEpoch() {
   const int first = int(std::min<uint32_t>(ps->epochs(), uint32_t(epochs)));
   first_epoch = uint32_t(first);
   if (first == 0) return 0;
-  {
-    MutexLock lock(sync_mu);
-    clock = uint64_t(first) << 32;
-  }
+  sync->StartAt(first);
   if (first < epochs)
     spdlog::info(
         "the parameter servers hold {} epochs finished: going on at epoch {} of {} "
@@ -328,14 +219,14 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
     Fail(st);
     return false;
   }
-  if (Status st = Sync(/*epoch_end=*/true); !st.ok()) {
+  if (Status st = sync->Sync(/*epoch_end=*/true); !st.ok()) {
     Fail(st);
     return false;
   }
   // The sync comes first: under sync and bounded consistency the others' pulls wait for it.
   if (evaluates && e + 1 == job.training.epochs && !finished.epoch_closed() &&
       !marker.job_stopped && WaitForEpochQuorum(req, opt.clock->Now() - epoch_start))
-    if (Status st = Sync(/*epoch_end=*/false); !st.ok()) {
+    if (Status st = sync->Sync(/*epoch_end=*/false); !st.ok()) {
       Fail(st);
       return false;
     }
@@ -438,20 +329,12 @@ bool Trainer::Impl::WaitForEpochQuorum(const adam::v1::FinishEpochRequest& req,
 }
 
 void Trainer::Impl::Leave(std::thread& prefetcher, std::thread& syncer) {
-  {
-    MutexLock lock(sync_wait_mu);
-    stop_sync = true;
-  }
-  sync_cv.notify_all();
+  gate.Stop();
   queue.Close();
   syncer.join();
   prefetcher.join();
   // Consistency stops waiting for this trainer (best effort: the servers may be gone).
-  MutexLock lock(sync_mu);
-  PushArgs leave;
-  leave.clock = clock;
-  leave.leave = true;
-  if (Status st = ps->Push(leave); !st.ok()) spdlog::warn("leaving: {}", st.message());
+  sync->Leave();
 }
 
 StatusOr<TrainerResult> Trainer::Impl::EvaluateOnly(Clock::TimePoint start) {
@@ -517,7 +400,7 @@ StatusOr<TrainerResult> Trainer::Run() {
   }
   s.TrainEpochs(first, evaluates, &result);
   result.seconds = s.opt.clock->SecondsSince(train_start);
-  if (const int64_t w = s.drift_waits.load(std::memory_order_relaxed); w > 0)
+  if (const int64_t w = s.gate.drift_waits(); w > 0)
     spdlog::info("workers waited {} times for a push, {} pushes ahead of the last", w,
                  kMaxUnsyncedPushes);
   result.images = s.images_total.load();
@@ -528,11 +411,8 @@ StatusOr<TrainerResult> Trainer::Run() {
   s.Leave(prefetcher, syncer);
   if (Status err = s.error.Get(); !err.ok()) return err;
   if (evaluates && result.diverged.empty()) ADAM_RETURN_IF_ERROR(s.WriteModel(result.epochs));
-  {
-    MutexLock lock(s.sync_mu);
-    result.push_bytes = s.ps->pushed_bytes() + s.ps->dense_bytes() + s.slice_push_bytes;
-    result.pull_bytes = s.ps->pulled_bytes() + s.slice_pull_bytes;
-  }
+  result.push_bytes = s.sync->pushed_bytes();
+  result.pull_bytes = s.sync->pulled_bytes();
   s.EmitDone(result, start, evaluates);
   return result;
 }

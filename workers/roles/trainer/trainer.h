@@ -28,6 +28,7 @@
 #include "spec/adamjob.h"
 #include "trainer/data_client.h"
 #include "trainer/ps_client.h"
+#include "trainer/push_gate.h"  // kMaxUnsyncedPushes
 
 namespace adam::trainer {
 
@@ -82,11 +83,6 @@ struct TrainerMetrics {
   prometheus::Counter* held_back = nullptr;       // adam_trainer_filter_held_entries_total
   prometheus::Counter* quorum_wait = nullptr;     // adam_trainer_quorum_wait_seconds_total
 };
-
-// Under async and bounded consistency a trainer's workers train on while its sync thread pushes
-// and pulls, but never more than this many pushes' worth of images (pushEvery each) ahead of the
-// last push: past it they wait for the push (a push held up by a failover holds them up too).
-inline constexpr int kMaxUnsyncedPushes = 8;
 
 // The result of a run, also emitted as the "done" event.
 struct TrainerResult {

@@ -16,7 +16,7 @@ Status Trainer::Impl::FetchTestSet() { return test.Fetch(*data, layout->input_si
 
 double Trainer::Impl::Evaluate() {
   std::vector<float> global;
-  if (replica->SyncsSlices()) {
+  if (replica->slice_syncer()) {
     // The slices are the workers': the global model, whole, from the servers.
     global.resize(size_t(layout->num_params()));
     if (Status st = ps->Pull(global.data(), 0); !st.ok()) {
@@ -24,8 +24,7 @@ double Trainer::Impl::Evaluate() {
       return 0;
     }
   } else {
-    MutexLock lock(sync_mu);
-    global = slices->w0();
+    global = sync->Weights();
   }
   std::vector<int> predicted(size_t(test.count()), -1);
   const double acc = replica->Evaluate(global.data(), test.pixels(), test.labels(), test.count(),

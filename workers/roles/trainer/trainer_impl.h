@@ -15,9 +15,10 @@
 #include "core/thread_name.h"
 #include "model/layout.h"
 #include "trainer/batch_queue.h"
+#include "trainer/push_gate.h"
 #include "trainer/replica.h"
+#include "trainer/replica_sync.h"
 #include "trainer/server_wait.h"
-#include "trainer/slice_sync.h"
 #include "trainer/split_replica.h"
 #include "trainer/test_set.h"
 #include "trainer/trainer.h"
@@ -55,7 +56,9 @@ struct Trainer::Impl {
         m(mm),
         data(std::move(d)),
         ps(std::move(p)),
-        queue(size_t(std::max(1, opt.prefetch_batches))) {}
+        queue(size_t(std::max(1, opt.prefetch_batches))),
+        gate(job.training.push_every, job.training.consistency == spec::Consistency::kSync,
+             m.drift_waits) {}
 
   spec::AdamJob job;
   TrainerOptions opt;
@@ -69,58 +72,30 @@ struct Trainer::Impl {
   std::unique_ptr<ModelReplica> replica;
   std::vector<double> loss;     // per worker, this epoch; each written by its worker only
   std::vector<int64_t> images;  // per worker, this epoch
-  // The sync thread's state (the main thread's too, before the sync thread starts and after it
-  // ends).
-  Mutex sync_mu;
-  // The whole replica's weights against the servers (not for a split replica, whose workers
-  // each keep their own slice's); the filter runs over the parameters that travel as weight
-  // deltas (the plan's DeltaSpans).
-  std::optional<SliceSync> slices ABSL_GUARDED_BY(sync_mu);
-  // Bytes a split replica's slices pushed and pulled (its workers' own clients).
-  uint64_t slice_push_bytes ABSL_GUARDED_BY(sync_mu) = 0;
-  uint64_t slice_pull_bytes ABSL_GUARDED_BY(sync_mu) = 0;
-  // Per worker, swapped out of the replica at each push.
-  std::vector<DenseLog> logs ABSL_GUARDED_BY(sync_mu);
-  int64_t ring_waits_seen ABSL_GUARDED_BY(sync_mu) = 0;  // replica->ring_waits() at the last push
-  // Pushes so far: (epoch << 32) | pushes within the epoch, so an epoch's end is a step every
-  // trainer reaches (see param_server/clock_gate.h).
-  uint64_t clock ABSL_GUARDED_BY(sync_mu) = 0;
   // The epoch this trainer starts at (the job's epochs finished when it started): 0 for a new
   // job, the checkpoints' for a resumed one. Set before the prefetch thread starts.
   uint32_t first_epoch = 0;
   std::optional<update::UpdatePlan> plan;
+  // The workers' images since the last push, against the sync thread.
+  PushGate gate;
+  // The replica against the servers: the sync thread's (the main thread's before it starts and
+  // after it ends). Made by Setup.
+  std::optional<ReplicaSync> sync;
   TestSet test;  // the main thread's: the test set and the last evaluation
 
   float lr = 0;  // this epoch's learning rate; set before the epoch's workers start
-  std::atomic<int64_t> images_total{0};       // relaxed: statistics
-  std::atomic<int64_t> images_since_sync{0};  // relaxed: a hint for the sync thread
-  std::atomic<int64_t> drift_waits{0};        // relaxed: a count (see kMaxUnsyncedPushes)
-  FirstError error;  // the run's first error; error.failed() stops every loop
+  std::atomic<int64_t> images_total{0};  // relaxed: statistics
+  FirstError error;                      // the run's first error; error.failed() stops every loop
 
-  Mutex sync_wait_mu;
-  std::condition_variable sync_cv;
-  bool stop_sync ABSL_GUARDED_BY(sync_wait_mu) = false;
-  // consistency: sync: workers wait at each push boundary until the push and pull are done.
-  Mutex gate_mu;
-  std::condition_variable gate_cv;
-
-  // Keeps the first error and wakes every wait: the batch queue's, and the sync gate's.
+  // Keeps the first error and wakes every wait: the batch queue's, and the push gate's.
   void Fail(const Status& s) {
     error.Set(s);
     queue.Close();
-    MutexLock lock(gate_mu);
-    gate_cv.notify_all();
+    gate.Close();
   }
 
   Status CheckDataServer();
   Status FetchTestSet();
-  Status Sync(bool epoch_end);
-  // Sync of a split replica: every worker pushes its slice, the trainer's own push moves its
-  // clock, every worker pulls its slice.
-  Status SyncSlices(bool epoch_end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu);
-  // After a push and pull: the metrics, and the workers let go.
-  void Synced(int64_t seen, Clock::TimePoint t0, Clock::TimePoint t1, uint64_t pushed,
-              uint64_t pulled, int64_t held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu);
   void TrainItem(int t, const BatchItem& item);
   void PrefetchLoop();
   void SyncLoop();
