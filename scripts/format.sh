@@ -3,10 +3,10 @@
 #   scripts/format.sh          reformats them in place
 #   scripts/format.sh --check  changes nothing; names each place that is not formatted (file,
 #                              line, column, the line) and fails if any; also fails on a source
-#                              file of workers/ or operator/ over 700 lines (tests are not held
-#                              to it), naming it; and on a read of a std::chrono clock in
-#                              workers/ or operator/ outside core/clock.{h,cc} and net/grpc.cc
-#                              (time goes through core/clock.h's Clock, so tests can drive it)
+#                              file of workers/, operator/ or tests/ over 700 lines, naming it;
+#                              and on a read of a std::chrono clock in workers/ or operator/
+#                              outside core/clock.{h,cc} and net/grpc.cc (time goes through
+#                              core/clock.h's Clock, so tests can drive it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v clang-format-14 > /dev/null || { echo "format: no clang-format-14 (scripts/install-deps.sh)"; exit 1; }
@@ -23,8 +23,10 @@ if ! out=$(clang-format-14 --dry-run --Werror --style=file "${files[@]}" 2>&1); 
   exit 1
 fi
 # Files a reader can hold: split one that grows past the bound (as network.cc into
-# network_build.cc) rather than raise it.
-long=$(git ls-files 'workers/*.cc' 'workers/*.h' 'operator/*.cc' 'operator/*.h' | xargs wc -l |
+# network_build.cc, or a test file into files by subject around a shared fixture header) rather
+# than raise it.
+long=$(git ls-files 'workers/*.cc' 'workers/*.h' 'operator/*.cc' 'operator/*.h' 'tests/*.cc' \
+  'tests/*.h' | xargs wc -l |
   awk '$2 != "total" && $1 > 700 { print "  " $2 ": " $1 " lines" }')
 if [[ -n $long ]]; then
   printf '%s\n' "$long"
