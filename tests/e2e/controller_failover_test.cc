@@ -86,7 +86,15 @@ TEST_F(ControllerProcesses, KillNineOfTheLeaderANewOneCommitsWithinASecond) {
   const int leader = WaitLeader();
   ASSERT_GE(leader, 0);
   ASSERT_TRUE(Put(leader, "before"));
-  std::this_thread::sleep_for(300ms);
+  // Both followers have applied it: the kill finds the group settled, not mid-replication.
+  const auto leader_status = Status(leader);
+  ASSERT_TRUE(leader_status);
+  const uint64_t before = leader_status->commit();
+  ASSERT_TRUE(testing::Eventually([&] {
+    for (int i = 0; i < 3; ++i)
+      if (auto s = Status(i); i != leader && (!s || s->applied() < before)) return false;
+    return true;
+  }));
   const auto t0 = Clock::now();
   children_[size_t(leader)]->Signal(SIGKILL);
   children_[size_t(leader)]->Wait();
@@ -104,13 +112,12 @@ TEST_F(ControllerProcesses, KillNineOfTheLeaderANewOneCommitsWithinASecond) {
   const int now_leader = WaitLeader();
   ASSERT_GE(now_leader, 0);
   const uint64_t commit = Status(now_leader)->commit();
-  bool caught_up = false;
-  const auto deadline = Clock::now() + 5s;
-  while (!caught_up && Clock::now() < deadline) {
-    auto s = Status(leader);
-    caught_up = s && s->applied() >= commit;
-    std::this_thread::sleep_for(20ms);
-  }
+  const bool caught_up = testing::Eventually(
+      [&] {
+        auto s = Status(leader);
+        return s && s->applied() >= commit;
+      },
+      5000ms);
   auto s = Status(leader);
   EXPECT_TRUE(caught_up) << "restarted member: " << (s ? s->ShortDebugString() : "no answer")
                          << "; leader commit " << commit << "\n"
