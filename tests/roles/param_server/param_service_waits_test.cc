@@ -43,7 +43,7 @@ TEST_F(ParamServiceTest, TheClientWaitsForAServerThatComesBackAndNamesOneThatDoe
   ASSERT_TRUE(pulled.ok()) << pulled.ToString();
   EXPECT_TRUE(seen_waiting.load());
   EXPECT_EQ(waiting.Value(), 0);  // the wait is over
-  EXPECT_EQ(out, init_);  // every shard, those of the server that came back included
+  EXPECT_EQ(out, init_);          // every shard, those of the server that came back included
 
   stop();
   Status pushed = (*client)->Push({nullptr, {}, 1, false});
