@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "net/grpc.h"
+#include "param_server/forwarder.h"
 #include "param_server/param_store.h"
 #include "param_server/replica_service.h"
 #include "shard/shard_map.h"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "spec/leases.h"  // kPrimaryLease, kLeaseMargin: Check holds the controller to them
 #include "spec/plan.h"
 
 namespace CLI {
@@ -24,13 +25,6 @@ class App;
 }
 
 namespace adam::spec {
-
-// How long a parameter server's primary serves after the last heartbeat the controller leader
-// accepted (param_server/routing.h). The controller's failure timeout must exceed it by at least
-// kLeaseMargin, or a primary cut off from the controller could still serve after another copy
-// was promoted: Check refuses a ControllerOptions that breaks this.
-inline constexpr std::chrono::milliseconds kPrimaryLease{300};
-inline constexpr std::chrono::milliseconds kLeaseMargin{100};
 
 // Flags every role takes.
 struct CommonRoleOptions {

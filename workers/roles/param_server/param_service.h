@@ -9,6 +9,7 @@
 #include "adam/v1/ps.grpc.pb.h"
 #include "param_server/buffer_pool.h"
 #include "param_server/clock_gate.h"
+#include "param_server/forwarder.h"
 #include "param_server/param_store.h"
 #include "param_server/routing.h"
 #include "update/codec.h"

@@ -11,6 +11,7 @@
 #include "adam/v1/replica.grpc.pb.h"
 #include "core/mutex.h"
 #include "core/status.h"
+#include "net/grpc.h"
 #include "param_server/checkpoint.h"
 #include "param_server/param_store.h"
 #include "param_server/routing.h"

@@ -3,9 +3,11 @@
 // - Routing: this server's view of the controller's shard map: which shards it is the primary
 //   of (it accepts trainers' pushes and pulls only for those), which it holds as a secondary or is
 //   being copied.
-// - ControllerLink: heartbeats the controller leader every 50 ms with the server's addresses and
-//   each copy's version (updates applied), and adopts every newer map the leader returns.
-// - Forwarder: every `interval` sends each shard it is the primary of, when changed, to the
+// - ControllerLink (controller_link.h): heartbeats the controller leader every 50 ms with the
+//   server's addresses and each copy's version (updates applied), and adopts every newer map the
+//   leader returns.
+// - Forwarder (forwarder.h): every `interval` sends each shard it is the primary of, when changed,
+// to the
 //   shard's other copies over their replication addresses (ReplicaService.Forward: the whole
 //   shard and its version). A new copy is filled by the same call, sent every round until the map
 //   has it in sync; once one arrived, the copy reports in sync. The decisions (which copies are
@@ -32,32 +34,22 @@
 // All classes are thread-safe.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <functional>
-#include <limits>
 #include <map>
-#include <memory>
-#include <optional>
 #include <set>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
-#include "adam/v1/controller.grpc.pb.h"
-#include "adam/v1/replica.grpc.pb.h"
+#include "adam/v1/controller.pb.h"
 #include "core/clock.h"
 #include "core/mutex.h"
-#include "core/periodic.h"
-#include "net/grpc.h"
-#include "param_server/param_store.h"
-#include "spec/role_options.h"
+#include "spec/leases.h"
 
 namespace adam::ps {
 
 // How long a primary serves after the last heartbeat the controller leader accepted, and the
-// margin the controller's failure timeout must leave beyond it (spec::Check enforces it).
+// margin the controller's failure timeout must leave beyond it (spec/leases.h).
 using spec::kLeaseMargin;
 using spec::kPrimaryLease;
 
@@ -146,114 +138,6 @@ struct ServerAddresses {
   std::string address;              // trainer-facing host:port
   std::string replication_address;  // second NIC host:port
   std::string host;                 // machine name
-};
-
-class ControllerLink {
- public:
-  // `members`: every controller member's address. Heartbeats start once SetAddresses is called,
-  // every 50 ms of `routing`'s clock.
-  ControllerLink(std::shared_ptr<const net::Transport> transport, uint32_t self,
-                 std::vector<std::string> members, Routing* routing, const ParamStore* store);
-  void SetAddresses(const ServerAddresses& addresses);
-  // Elastic servers: the parameter-server count the job's manifest asks for now, and what to do
-  // (once, on the heartbeat thread) when both it and the map say this server is leaving and the
-  // map has moved every copy off it (Routing::Retired). Both the manifest and the map must say
-  // so: a server that joins before the controller has read the new count is not sent away.
-  void SetServersWanted(int servers) { wanted_.store(servers); }
-  void OnRetired(std::function<void()> retired) {
-    MutexLock l(mu_);
-    on_retired_ = std::move(retired);
-  }
-  void Stop() { beat_.Stop(); }
-  uint64_t heartbeats() const { return heartbeats_.load(); }
-
- private:
-  const std::shared_ptr<const net::Transport> transport_;
-  void Beat();
-  const uint32_t self_;
-  Routing* routing_;
-  const ParamStore* store_;
-  std::vector<std::unique_ptr<v1::Controller::Stub>> stubs_;
-  std::vector<std::string> members_;
-  Mutex mu_;
-  std::optional<ServerAddresses> addresses_ ABSL_GUARDED_BY(mu_);
-  std::function<void()> on_retired_ ABSL_GUARDED_BY(mu_);
-  std::atomic<int> wanted_{std::numeric_limits<int>::max()};
-  const uint64_t incarnation_;  // random, nonzero: tells the controller this process restarted
-  size_t target_ = 0;           // the member believed to lead (beat thread only)
-  std::atomic<uint64_t> heartbeats_{0};  // a counter; ordering nothing
-  Periodic beat_;                        // last: runs Beat every 50 ms once everything above exists
-};
-
-class Forwarder {
- public:
-  // `quorum`: pushes wait for WhenDurable (see Acknowledgement above); without it forwards run
-  // every `interval` and pushes are answered once applied. Rounds, pauses and the lag are
-  // measured on `routing`'s clock; a forward's own deadline is gRPC's, in real time.
-  Forwarder(std::shared_ptr<const net::Transport> transport, uint32_t self, Routing* routing,
-            ParamStore* store, std::chrono::milliseconds interval);
-  ~Forwarder() { Stop(); }
-  void Stop();
-  uint64_t forwarded_bytes() const { return bytes_.load(); }
-  // Replication lag: 0 when the last round left every copy of this server's primary shards at
-  // the version it read, else the seconds since a round last did (a copy unreachable, or behind).
-  // A round still running past one forward's deadline counts as behind: a copy is not answering.
-  double lag_seconds() const;
-  // Calls `done` (on the forwarder's thread) with OK once, for every (shard, version) in `need`,
-  // a quorum of the shard's in-sync copies holds that version while this server is still its
-  // primary; with FAILED_PRECONDITION naming why once this server may no longer serve one of
-  // them (deposed, or its lease ran out); UNAVAILABLE when the forwarder stops.
-  void WhenDurable(std::vector<std::pair<uint32_t, uint64_t>> need,
-                   std::function<void(const grpc::Status&)> done);
-  // Pushes waiting for a quorum now.
-  size_t waiting() const;
-  // How long one forward may take; a copy that misses it is skipped for the rest of its round,
-  // so one unreachable copy holds a round up once, not once per shard.
-  static constexpr std::chrono::milliseconds kForwardDeadline{1000};
-  // How long a promoted primary waits for one copy's state before asking again.
-  static constexpr std::chrono::milliseconds kCatchUpDeadline{500};
-
- private:
-  struct Waiter {
-    std::vector<std::pair<uint32_t, uint64_t>> need;
-    std::function<void(const grpc::Status&)> done;
-  };
-  void Loop();
-  // One forward of a shard's state to one of its copies.
-  struct Call;
-  // Returns whether it sent anything.
-  bool Round();
-  // Round's parts: a call for every copy due a forward (false if a shard could not be read or a
-  // promoted primary is still catching up), then every call sent at once, its answers recorded as
-  // they come (false if a copy did not take its forward).
-  bool PrepareCalls(std::vector<std::unique_ptr<Call>>* calls);
-  bool SendCalls(const std::vector<std::unique_ptr<Call>>& calls);
-  void CatchUp(const std::vector<Routing::CatchUp>& catch_ups);
-  // Answers the waiters that are durable or refused (loop thread).
-  void Settle();
-  v1::ReplicaService::Stub* Stub(const std::string& address);
-  int64_t NowNs() const;  // routing's clock
-  const std::shared_ptr<const net::Transport> transport_;
-  const uint32_t self_;
-  Routing* routing_;
-  ParamStore* store_;
-  const std::chrono::milliseconds interval_;
-  // Loop thread only:
-  std::map<std::string, std::unique_ptr<v1::ReplicaService::Stub>> stubs_;  // by address
-  std::map<std::pair<uint32_t, std::string>, uint64_t> sent_;  // SentVersions (replication.h)
-  // Written by the loop thread, read by lag_seconds() on the metrics thread: each a value on its
-  // own (sequentially consistent, once a round); a reading that mixes two rounds is one round off.
-  std::atomic<uint64_t> bytes_{0};
-  std::atomic<bool> in_sync_{true};
-  std::atomic<int64_t> round_started_ns_{0};  // 0 between rounds
-  // Time (ns, routing's clock) of the last round that ended with every copy current.
-  std::atomic<int64_t> in_sync_at_ns_;
-  mutable Mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  bool kicked_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;  // last: runs Loop once everything above exists
 };
 
 }  // namespace adam::ps

@@ -15,6 +15,8 @@
 #include "param_server/buffer_pool.h"
 #include "param_server/checkpoint.h"
 #include "param_server/clock_gate.h"
+#include "param_server/controller_link.h"
+#include "param_server/forwarder.h"
 #include "param_server/param_service.h"
 #include "param_server/param_store.h"
 #include "param_server/replica_service.h"
