@@ -1,6 +1,6 @@
 // The operator beside other jobs and other controllers (operator_fixture.h): jobs reconciled at
 // once, scaling, another client's change put back, suspension, Kueue's queues and admission
-// checks, a job another controller manages, gangs, and an invalid spec.
+// checks, a job another controller manages, gangs.
 #include "operator/operator_fixture.h"
 
 namespace adam::op {
@@ -84,39 +84,6 @@ TEST_F(OperatorTest, DifferentJobsAreReconciledAtOnce) {
   }
   ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 6u; }));
   EXPECT_GE(slow.peak(), 2);  // one at a time (a reconcile lock) would be 1
-}
-
-// A trainer that found training diverged (exit 3) fails the job at once: a restart would go on
-// from the same weights. Its last log line (the kubelet's termination message) is quoted.
-TEST_F(OperatorTest, ADivergedTrainerFailsTheJobQuotingIt) {
-  StartOperator();
-  api->Put(kJobs, Example("fashion-mnist"));
-  BringUp("fashion-mnist", false);
-  Json p = api->Get(kPods, "ml", "fashion-mnist-trainer-1");
-  p["status"] = {{"phase", "Failed"},
-                 {"podIP", "fashion-mnist-trainer-1"},
-                 {"conditions", {{{"type", "Ready"}, {"status", "False"}}}},
-                 {"containerStatuses",
-                  {{{"name", "trainer"},
-                    {"state",
-                     {{"terminated",
-                       {{"exitCode", 3},
-                        {"message",
-                         "10:00:01 info epoch 1\n10:00:02 error training diverged in epoch 2: the "
-                         "mean training loss is NaN\n"}}}}}}}}};
-  api->Put(kPods, p);
-  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Failed"; }));
-  EXPECT_EQ(Condition("fashion-mnist", "Failed"), "True Diverged");
-  std::string msg;
-  const Json job = Job("fashion-mnist");
-  for (const Json& c : job["status"]["conditions"])
-    if (c["type"] == "Failed") msg = c["message"];
-  EXPECT_NE(msg.find("exit code 3"), std::string::npos) << msg;
-  EXPECT_NE(
-      msg.find(": 10:00:02 error training diverged in epoch 2: the mean training loss is NaN"),
-      std::string::npos)
-      << msg;
-  EXPECT_EQ(job["status"].value("restarts", 0), 0);
 }
 
 TEST_F(OperatorTest, ScalesTrainersBothWays) {

@@ -1,5 +1,6 @@
 // The operator replacing what fails (operator_fixture.h): deleted and failed pods, back-off and
-// the backoff limit, lost nodes, a split replica replaced whole, what is never adopted or deleted.
+// the backoff limit, lost nodes, a split replica replaced whole, a diverged trainer (which fails
+// the job instead), what is never adopted or deleted.
 #include "operator/operator_fixture.h"
 
 namespace adam::op {
@@ -352,32 +353,6 @@ TEST_F(OperatorTest, AfterTheStartALostTrainerIsReplacedWhileAServerIsDown) {
   EXPECT_EQ(Job("fashion-mnist")["status"].value("restarts", 0), 0);
 }
 
-TEST_F(OperatorTest, AnUnschedulablePodIsReportedInTheSchedulersWords) {
-  StartOperator();
-  api->Put(kJobs, Example("fashion-mnist"));
-  ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 2u; }));
-  Json p = api->Get(kPods, "ml", "fashion-mnist-ps-1");
-  p["status"] = {{"phase", "Pending"},
-                 {"conditions",
-                  {{{"type", "PodScheduled"},
-                    {"status", "False"},
-                    {"reason", "Unschedulable"},
-                    {"message", "0/6 nodes are available: 6 Insufficient cpu."}}}}};
-  api->Put(kPods, p);
-  ASSERT_TRUE(Eventually(
-      [&] { return Condition("fashion-mnist", "Unschedulable") == "True Unschedulable"; }));
-  bool event = false;
-  for (const Json& e : api->List(kEvents, "ml"))
-    event |= e["reason"] == "Unschedulable" &&
-             e["note"].get<std::string>().find(
-                 "pod fashion-mnist-ps-1 cannot be scheduled: 0/6 nodes "
-                 "are available: 6 Insufficient cpu.") != std::string::npos;
-  EXPECT_TRUE(event);
-  RunAll("ps");
-  EXPECT_TRUE(Eventually(
-      [&] { return Condition("fashion-mnist", "Unschedulable") == "False PodsScheduled"; }));
-}
-
 // A job created again under the same name does not take its predecessor's dying pod for its own.
 TEST_F(OperatorTest, APredecessorsPodOfTheSameNameIsNotAdopted) {
   Json old = {{"apiVersion", "v1"},
@@ -491,6 +466,39 @@ TEST_F(OperatorTest, AChangedShardLayoutNeverDeletesARunningParameterServer) {
   ASSERT_FALSE(ps1.is_null());
   EXPECT_EQ(ps1["metadata"]["uid"], uid);
   EXPECT_FALSE(ps1["metadata"].contains("deletionTimestamp"));
+}
+
+// A trainer that found training diverged (exit 3) fails the job at once: a restart would go on
+// from the same weights. Its last log line (the kubelet's termination message) is quoted.
+TEST_F(OperatorTest, ADivergedTrainerFailsTheJobQuotingIt) {
+  StartOperator();
+  api->Put(kJobs, Example("fashion-mnist"));
+  BringUp("fashion-mnist", false);
+  Json p = api->Get(kPods, "ml", "fashion-mnist-trainer-1");
+  p["status"] = {{"phase", "Failed"},
+                 {"podIP", "fashion-mnist-trainer-1"},
+                 {"conditions", {{{"type", "Ready"}, {"status", "False"}}}},
+                 {"containerStatuses",
+                  {{{"name", "trainer"},
+                    {"state",
+                     {{"terminated",
+                       {{"exitCode", 3},
+                        {"message",
+                         "10:00:01 info epoch 1\n10:00:02 error training diverged in epoch 2: the "
+                         "mean training loss is NaN\n"}}}}}}}}};
+  api->Put(kPods, p);
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Failed"; }));
+  EXPECT_EQ(Condition("fashion-mnist", "Failed"), "True Diverged");
+  std::string msg;
+  const Json job = Job("fashion-mnist");
+  for (const Json& c : job["status"]["conditions"])
+    if (c["type"] == "Failed") msg = c["message"];
+  EXPECT_NE(msg.find("exit code 3"), std::string::npos) << msg;
+  EXPECT_NE(
+      msg.find(": 10:00:02 error training diverged in epoch 2: the mean training loss is NaN"),
+      std::string::npos)
+      << msg;
+  EXPECT_EQ(job["status"].value("restarts", 0), 0);
 }
 
 }  // namespace

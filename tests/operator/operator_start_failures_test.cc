@@ -1,6 +1,6 @@
 // Pods that do not start, said on the job (operator_fixture.h): the rules that pick what to say
-// (StartFailures), refused creates, containers and volumes that cannot start, and the startup
-// deadline.
+// (StartFailures), refused creates, unschedulable pods, containers and volumes that cannot start,
+// and the startup deadline.
 #include "operator/operator_fixture.h"
 
 namespace adam::op {
@@ -199,6 +199,32 @@ TEST_F(OperatorTest, AJobThatCannotStartFailsAtItsStartupDeadline) {
   api->Put(kJobs, k);
   ASSERT_TRUE(Passes([&] { Touch(kJobs, "quick"); }));
   EXPECT_EQ(Phase("quick"), "Running");
+}
+
+TEST_F(OperatorTest, AnUnschedulablePodIsReportedInTheSchedulersWords) {
+  StartOperator();
+  api->Put(kJobs, Example("fashion-mnist"));
+  ASSERT_TRUE(Eventually([&] { return PodsOf("ps").size() == 2u; }));
+  Json p = api->Get(kPods, "ml", "fashion-mnist-ps-1");
+  p["status"] = {{"phase", "Pending"},
+                 {"conditions",
+                  {{{"type", "PodScheduled"},
+                    {"status", "False"},
+                    {"reason", "Unschedulable"},
+                    {"message", "0/6 nodes are available: 6 Insufficient cpu."}}}}};
+  api->Put(kPods, p);
+  ASSERT_TRUE(Eventually(
+      [&] { return Condition("fashion-mnist", "Unschedulable") == "True Unschedulable"; }));
+  bool event = false;
+  for (const Json& e : api->List(kEvents, "ml"))
+    event |= e["reason"] == "Unschedulable" &&
+             e["note"].get<std::string>().find(
+                 "pod fashion-mnist-ps-1 cannot be scheduled: 0/6 nodes "
+                 "are available: 6 Insufficient cpu.") != std::string::npos;
+  EXPECT_TRUE(event);
+  RunAll("ps");
+  EXPECT_TRUE(Eventually(
+      [&] { return Condition("fashion-mnist", "Unschedulable") == "False PodsScheduled"; }));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The operator against the in-process API server (operator_fixture.h): a job created stage by
-// stage and reported, its certificate renewed, its status and its rate-limited writes, deadlines,
-// success and clean-up, lost watches and conflicts, deletion, and two operators with one leader.
+// stage and reported, its certificate renewed, its status and its rate-limited writes, an invalid
+// spec, deadlines, success and clean-up, lost watches and conflicts, deletion, and two operators
+// with one leader.
 #include "operator/operator_fixture.h"
 
 namespace adam::op {
