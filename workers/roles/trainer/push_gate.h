@@ -55,7 +55,6 @@ class PushGate {
 
   // Images trained since the last sync (a hint: the workers keep counting while it is read).
   int64_t pending() const { return pending_.load(std::memory_order_relaxed); }
-  int64_t push_every() const { return push_every_; }
   // Times a worker waited at the drift limit.
   int64_t drift_waits() const { return drift_waits_.load(std::memory_order_relaxed); }
 
