@@ -176,7 +176,9 @@ struct Operator::Impl : public Children {
   void StartRunning() {
     MutexLock lock(mu);
     if (running) return;
-    queue = std::make_unique<kube::WorkQueue>();
+    kube::WorkQueue::Options qo;
+    qo.clock = o.clock;  // a pass's requeue_after and the retries' back-off, as its timers
+    queue = std::make_unique<kube::WorkQueue>(qo);
     adds_seen = retries_seen = 0;
     if (o.metrics)
       scrapes = std::make_unique<kube::MetricsCache>(o.metrics.get(), o.status_period,

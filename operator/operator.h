@@ -72,8 +72,8 @@ struct OperatorOptions {
   // Back-off between re-creations of a role's failed pods (Reconciler::set_restart_backoff).
   std::chrono::milliseconds restart_backoff{10000};
   std::chrono::milliseconds restart_backoff_max{300000};
-  // Where the operator reads the time: the Lease, reconciles' timers, the scrape cache and the
-  // reconcile-duration metric (not owned).
+  // Where the operator reads the time: the Lease, reconciles' timers and the work queue's delays,
+  // the informers' reconnects, the scrape cache and the reconcile-duration metric (not owned).
   Clock* clock = Clock::Real();
 };
 

@@ -83,7 +83,7 @@ Json FakeApiServer::Put(const std::string& collection, const Json& object) {
   const bool existed = objs.count(k);
   if (!existed) {
     o["metadata"]["uid"] = "uid-" + std::to_string(impl_->rv + 1);
-    o["metadata"]["creationTimestamp"] = Now();
+    o["metadata"]["creationTimestamp"] = impl_->Now();
     o["metadata"]["generation"] = 1;
   }
   o = impl_->Stamp(o);
@@ -164,6 +164,11 @@ void FakeApiServer::Throttle(int n, int retry_after_seconds) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->throttle = n;
   impl_->retry_after = retry_after_seconds;
+}
+
+void FakeApiServer::SetClock(const Clock* clock) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->clock = clock;
 }
 
 void FakeApiServer::Delay(std::chrono::milliseconds d) {

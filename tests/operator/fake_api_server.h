@@ -21,6 +21,10 @@
 #include <string>
 #include <vector>
 
+namespace adam {
+class Clock;
+}  // namespace adam
+
 namespace adam::testing {
 
 class FakeApiServer {
@@ -62,6 +66,9 @@ class FakeApiServer {
   void HoldPodDeletions(bool on);
   void Throttle(int n, int retry_after_seconds);
   void Delay(std::chrono::milliseconds d);
+  // Where the times written into objects (creationTimestamp, deletionTimestamp) are read (the real
+  // clock until then): a test that runs the operator on a FakeClock gives it here too. Not owned.
+  void SetClock(const Clock* clock);
   void SetToken(const std::string& token);
   int requests_served() const;
   int throttled_served() const;

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/ports.h"
 #include "operator/fake_api_server.h"
 
@@ -25,15 +26,6 @@ namespace adam::testing {
 
 namespace http = web::http;
 using Json = FakeApiServer::Json;
-
-inline std::string Now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 inline bool HasStatusSubresource(const std::string& collection) {
   return collection != "v1/configmaps" && collection != "v1/events" &&
@@ -109,6 +101,18 @@ struct FakeApiServer::Impl {
   std::string token;
   std::atomic<bool> stop{false};
   std::thread reaper;
+  const Clock* clock = Clock::Real();  // SetClock's: the times written into objects
+
+  // The time as the API server writes it into an object (creationTimestamp, deletionTimestamp):
+  // RFC 3339, whole seconds, UTC.
+  std::string Now() const {
+    const std::time_t t = std::chrono::system_clock::to_time_t(clock->WallNow());
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+  }
 
   // ---- store (mu held) ----
 

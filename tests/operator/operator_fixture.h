@@ -89,6 +89,9 @@ inline int EventsOf(const FakeApiServer& api, const std::string& reason, const s
 }
 
 struct OperatorTest : ::testing::Test {
+  static constexpr std::chrono::milliseconds kStatusPeriod{200};
+  // OnFakeTime's clock: declared first, so that it outlives the API server and the operator.
+  std::unique_ptr<FakeClock> fake;
   std::unique_ptr<FakeApiServer> api = FakeApiServer::Start();
   std::unique_ptr<kube::Client> client = kube::NewHttpClient(Plain(api->url()));
   std::unique_ptr<Operator> op;
@@ -102,7 +105,7 @@ struct OperatorTest : ::testing::Test {
     o.certificate_validity = certificate_validity;
     o.leader_elect = false;
     o.metrics = metrics;
-    o.status_period = std::chrono::milliseconds(200);
+    o.status_period = kStatusPeriod;
     o.metrics_address = "127.0.0.1:0";
     // These tests change pods one step at a time and wait for each reconcile: at once rather
     // than a batch later (QueueOwner's test covers the batching).
@@ -111,6 +114,7 @@ struct OperatorTest : ::testing::Test {
     o.restart_backoff_max = restart_backoff_max;
     o.default_image = default_image;
     o.node_loss_timeout = node_loss_timeout;
+    if (fake) o.clock = fake.get();
     auto started = Operator::Start(client.get(), o);
     ASSERT_TRUE(started.ok()) << started.status().message();
     op = std::move(*started);
@@ -123,15 +127,28 @@ struct OperatorTest : ::testing::Test {
   std::string default_image;
   std::chrono::milliseconds node_loss_timeout{120000};
 
+  // The operator on fake time (called before StartOperator): its timers, back-offs and deadlines,
+  // its work queue's delays, the times it writes, and the API server's timestamps move only when
+  // the test calls Advance. What is not time (the HTTP calls, the watches) runs as it does.
+  void OnFakeTime() {
+    fake = std::make_unique<FakeClock>();
+    api->SetClock(fake.get());
+  }
+  void Advance(std::chrono::milliseconds d) { fake->Advance(d); }
+
   // Waits until the operator has finished two reconciles since the call, each brought about by
   // `touch` when given (a change to an object it watches), else by its own look at every job
-  // each status period (200 ms). The second began after the call, so a check after it sees
-  // what the operator did with the cluster as it is now: what a test expects not to happen, it
-  // checks after these passes rather than after a sleep.
+  // each status period (200 ms; on fake time, the clock is advanced by that much). The second
+  // began after the call, so a check after it sees what the operator did with the cluster as it
+  // is now: what a test expects not to happen, it checks after these passes rather than after a
+  // sleep.
   bool Passes(const std::function<void()>& touch = {}) {
     for (int i = 0; i < 2; ++i) {
       const uint64_t from = op->reconciles();
-      if (touch) touch();
+      if (touch)
+        touch();
+      else if (fake)
+        fake->Advance(kStatusPeriod);
       if (!Eventually([&] { return op->reconciles() > from; })) return false;
     }
     return true;

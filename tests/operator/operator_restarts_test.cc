@@ -61,7 +61,8 @@ TEST_F(OperatorTest, AJobWithoutAnImageRunsTheOperatorsDefault) {
 // deleted at once after the node-loss timeout and made again, uncounted; its parameter server
 // stays, since its volume is on that node.
 TEST_F(OperatorTest, TrainersAndDataServersOfALostNodeAreReplacedAfterTheTimeout) {
-  node_loss_timeout = std::chrono::milliseconds(1500);
+  OnFakeTime();
+  node_loss_timeout = std::chrono::seconds(60);
   StartOperator();
   api->HoldPodDeletions(true);
   api->Put(kJobs, Example("fashion-mnist"));
@@ -75,22 +76,25 @@ TEST_F(OperatorTest, TrainersAndDataServersOfALostNodeAreReplacedAfterTheTimeout
       if (c["type"] == "Ready") c["status"] = "False";
     uids[name] = api->Put(kPods, p)["metadata"]["uid"];
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  api->Put("v1/nodes",
-           {{"metadata", {{"name", "lost"}}},
-            {"status",
-             {{"conditions",
-               {{{"type", "Ready"},
-                 {"status", "Unknown"},
-                 {"lastTransitionTime", kube::FormatTime(std::chrono::system_clock::now())}}}}}}});
+  api->Put("v1/nodes", {{"metadata", {{"name", "lost"}}},
+                        {"status",
+                         {{"conditions",
+                           {{{"type", "Ready"},
+                             {"status", "Unknown"},
+                             {"lastTransitionTime", kube::FormatTime(fake->WallNow())}}}}}}});
   const auto replaced = [&](const std::string& name) {
     const Json p = api->Get(kPods, "ml", name);
     return !p.is_null() && p["metadata"]["uid"] != uids[name];
   };
+  // 100 ms short of the timeout, nothing is replaced; at it, the look asked for replaces both.
+  Advance(std::chrono::milliseconds(59900));
+  ASSERT_TRUE(Passes([&] { Touch(kPods, "fashion-mnist-trainer-1"); }));
+  EXPECT_FALSE(replaced("fashion-mnist-trainer-1"));
+  EXPECT_FALSE(replaced("fashion-mnist-data-server-0"));
+  Advance(std::chrono::milliseconds(100));
   ASSERT_TRUE(Eventually([&] {
     return replaced("fashion-mnist-trainer-1") && replaced("fashion-mnist-data-server-0");
   })) << Job("fashion-mnist").dump(2);
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(400));
   EXPECT_EQ(EventsOf(*api, "NodeLost", "pod fashion-mnist-trainer-1: node lost"), 1);
   EXPECT_EQ(EventsOf(*api, "NodeLost", "pod fashion-mnist-data-server-0: node lost"), 1);
   ASSERT_TRUE(Passes());
@@ -104,8 +108,9 @@ TEST_F(OperatorTest, TrainersAndDataServersOfALostNodeAreReplacedAfterTheTimeout
 // failures are judged (here an Ignore rule for exit 137, which counts no restart): no hot
 // delete-and-create loop.
 TEST_F(OperatorTest, ARoleThatKeepsFailingIsMadeAgainAfterADoublingBackoff) {
-  restart_backoff = std::chrono::milliseconds(1000);
-  restart_backoff_max = std::chrono::milliseconds(2000);
+  OnFakeTime();
+  restart_backoff = std::chrono::seconds(10);
+  restart_backoff_max = std::chrono::seconds(20);
   StartOperator();
   Json j = Example("fashion-mnist");
   j["spec"]["roles"]["trainer"]["failureRules"] =
@@ -114,52 +119,58 @@ TEST_F(OperatorTest, ARoleThatKeepsFailingIsMadeAgainAfterADoublingBackoff) {
   BringUp("fashion-mnist", false);
   const auto trainer = [&] { return api->Get(kPods, "ml", "fashion-mnist-trainer-1"); };
   const auto role = [&] { return Job("fashion-mnist")["status"]["roles"]["trainer"]; };
-  // Fails, and is back as a new pod after `wait`; returns how long that took.
-  const auto fail = [&] {
+  // The `n`th failure in a row: the pod is not made again `wait` less 100 ms later, and is at
+  // `wait` (at once when 0).
+  const auto fail = [&](int n, std::chrono::milliseconds wait) {
     const std::string uid = trainer()["metadata"]["uid"];
-    const auto t0 = std::chrono::steady_clock::now();
     api->SetPodPhase("ml", "fashion-mnist-trainer-1", "Failed", false, 137);
-    EXPECT_TRUE(Eventually([&] {
+    const auto back = [&] {
       const Json p = trainer();
       return !p.is_null() && p["metadata"]["uid"] != uid;
-    })) << Job("fashion-mnist").dump(2);
-    return std::chrono::steady_clock::now() - t0;
+    };
+    if (wait.count() > 0) {
+      ASSERT_TRUE(Eventually([&] { return role().value("recentFailures", 0) == n; }));
+      Advance(wait - std::chrono::milliseconds(100));
+      ASSERT_TRUE(Passes([&] { Touch(kJobs, "fashion-mnist"); }));
+      EXPECT_FALSE(back()) << "made again before its back-off ended";
+      Advance(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(Eventually(back)) << Job("fashion-mnist").dump(2);
+    EXPECT_EQ(role().value("recentFailures", 0), n);
   };
   // The first failure: replaced at once.
-  EXPECT_LT(fail(), std::chrono::milliseconds(900));
-  EXPECT_EQ(role().value("recentFailures", 0), 1);
+  fail(1, std::chrono::milliseconds(0));
   EXPECT_FALSE(role().contains("createAfter"));
   RunAll("trainer");
-  // The second: the pod waits out the first step (1 s, to the next whole second).
-  const auto second = fail();
-  EXPECT_GE(second, std::chrono::milliseconds(1000));
-  EXPECT_LT(second, std::chrono::milliseconds(4000));
+  // The second: the pod waits out the first step (10 s).
+  fail(2, std::chrono::seconds(10));
   Json r = role();
-  EXPECT_EQ(r.value("recentFailures", 0), 2);
   auto from = kube::ParseTime(r.value("lastFailureTime", ""));
   auto until = kube::ParseTime(r.value("createAfter", ""));
   ASSERT_TRUE(from && until) << r.dump();
-  EXPECT_GE(*until - *from, std::chrono::seconds(1));
+  EXPECT_EQ(*until - *from, std::chrono::seconds(10));
   EXPECT_EQ(EventsOf(*api, "BackOff", "role trainer failed 2 times in a row"), 1);
   RunAll("trainer");
-  // The third: doubled, then held at the bound (2 s).
-  EXPECT_GE(fail(), std::chrono::milliseconds(2000));
+  // The third: doubled, and so at the bound (20 s).
+  fail(3, std::chrono::seconds(20));
   r = role();
   from = kube::ParseTime(r.value("lastFailureTime", ""));
   until = kube::ParseTime(r.value("createAfter", ""));
   ASSERT_TRUE(from && until) << r.dump();
-  EXPECT_GE(*until - *from, std::chrono::seconds(2));
-  EXPECT_LE(*until - *from, std::chrono::seconds(3));
-  EXPECT_EQ(r.value("recentFailures", 0), 3);
+  EXPECT_EQ(*until - *from, std::chrono::seconds(20));
+  RunAll("trainer");
+  // The fourth: held at the bound.
+  fail(4, std::chrono::seconds(20));
+  EXPECT_EQ(role().value("recentFailures", 0), 4);
   // Ignored failures count no restart; the other roles are untouched.
   EXPECT_EQ(Job("fashion-mnist")["status"].value("restarts", 0), 0);
   EXPECT_FALSE(Job("fashion-mnist")["status"]["roles"]["ps"].contains("recentFailures"));
-  // The three failures, said alike, are one Event in a series of 3, not three Events.
+  // The four failures, said alike, are one Event in a series of 4, not four Events.
   std::vector<Json> ignored;
   for (const Json& e : api->List(kEvents, "ml"))
     if (e["reason"] == "PodFailureIgnored") ignored.push_back(e);
   ASSERT_EQ(ignored.size(), 1u);
-  EXPECT_EQ(ignored[0]["series"].value("count", 0), 3) << ignored[0].dump(2);
+  EXPECT_EQ(ignored[0]["series"].value("count", 0), 4) << ignored[0].dump(2);
   EXPECT_TRUE(kube::ParseTime(ignored[0]["series"].value("lastObservedTime", "")).has_value());
   EXPECT_EQ(ignored[0]["reportingController"], "adam.dev/operator");
   EXPECT_EQ(ignored[0]["regarding"]["name"], "fashion-mnist");
@@ -409,23 +420,27 @@ TEST_F(OperatorTest, APredecessorsPodOfTheSameNameIsNotAdopted) {
   EXPECT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Running"; }));
 }
 
+// On fake time: 100 ms short of spec.runPolicy.flushTimeoutSeconds after the deletion, the job is
+// still held; at the timeout it goes, without the flush.
 TEST_F(OperatorTest, AStuckParameterServerHoldsTheDeletionOnlyUntilTheFlushTimeout) {
+  OnFakeTime();
   StartOperator();
   Json j = Example("fashion-mnist");
-  j["spec"]["runPolicy"] = {{"flushTimeoutSeconds", 2}};
+  j["spec"]["runPolicy"] = {{"flushTimeoutSeconds", 20}};
   api->Put(kJobs, j);
   BringUp("fashion-mnist", false);
   Json ps = api->Get(kPods, "ml", "fashion-mnist-ps-0");
   ps["metadata"]["finalizers"] = {"test/stuck"};  // its node is gone: it never finishes
   api->Put(kPods, ps);
-  const auto t0 = std::chrono::steady_clock::now();
   api->Remove(kJobs, "ml", "fashion-mnist");
-  // deletionTimestamp has whole seconds: the 2 s run out 1 to 2 s from now.
-  ASSERT_TRUE(Passes());
+  ASSERT_TRUE(Eventually([&] {
+    return api->Get(kPods, "ml", "fashion-mnist-ps-0")["metadata"].contains("deletionTimestamp");
+  }));
+  Advance(std::chrono::milliseconds(19900));
+  ASSERT_TRUE(Passes([&] { Touch(kPods, "fashion-mnist-ps-0"); }));
   EXPECT_FALSE(Job("fashion-mnist").is_null());
-  ASSERT_TRUE(
-      Eventually([&] { return Job("fashion-mnist").is_null(); }, std::chrono::milliseconds(5000)));
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(900));
+  Advance(std::chrono::milliseconds(110));
+  ASSERT_TRUE(Eventually([&] { return Job("fashion-mnist").is_null(); }));
   bool event = false;
   for (const Json& e : api->List(kEvents, "ml"))
     event |= e["reason"] == "FlushTimedOut" &&

@@ -174,16 +174,23 @@ TEST_F(OperatorTest, APodStuckCreatingIsExplainedByTheKubeletsEvents) {
   EXPECT_EQ(EventsOf(*api, "FailedMount", "pod fashion-mnist-ps-0: MountVolume.SetUp failed"), 1);
 }
 
-// A job whose pods cannot start fails at its startup deadline, quoting why; one that ran whole
-// before its deadline is never failed by it.
+// A job whose pods cannot start fails at its startup deadline, quoting why, and not before; one
+// that ran whole before its deadline is never failed by it. On fake time.
 TEST_F(OperatorTest, AJobThatCannotStartFailsAtItsStartupDeadline) {
+  OnFakeTime();
   StartOperator();
   api->RefuseCreates(kPods, 403, "pods is forbidden: violates PodSecurity");
   Json j = Example("fashion-mnist");
-  j["spec"]["runPolicy"] = {{"startupDeadlineSeconds", 1}};
+  j["spec"]["runPolicy"] = {{"startupDeadlineSeconds", 30}};
   api->Put(kJobs, j);
-  ASSERT_TRUE(
-      Eventually([&] { return Phase("fashion-mnist") == "Failed"; }, std::chrono::seconds(6)));
+  ASSERT_TRUE(Eventually(
+      [&] { return Condition("fashion-mnist", "StartFailure") == "True FailedCreate"; }));
+  Advance(std::chrono::milliseconds(29900));
+  ASSERT_TRUE(Passes([&] { Touch(kJobs, "fashion-mnist"); }));
+  EXPECT_EQ(Phase("fashion-mnist"), "Pending");
+  Advance(std::chrono::milliseconds(110));
+  ASSERT_TRUE(Eventually([&] { return Phase("fashion-mnist") == "Failed"; }))
+      << Job("fashion-mnist").dump(2);
   EXPECT_EQ(Condition("fashion-mnist", "Failed"), "True StartupDeadlineExceeded");
   EXPECT_EQ(EventsOf(*api, "StartupDeadlineExceeded", "violates PodSecurity"), 1);
   api->RefuseCreates(kPods, 0, "");
@@ -193,7 +200,7 @@ TEST_F(OperatorTest, AJobThatCannotStartFailsAtItsStartupDeadline) {
   k["metadata"]["name"] = "quick";
   api->Put(kJobs, k);
   BringUp("quick", false);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  Advance(std::chrono::seconds(2));
   k = Job("quick");
   k["spec"]["runPolicy"] = {{"startupDeadlineSeconds", 1}};
   api->Put(kJobs, k);
