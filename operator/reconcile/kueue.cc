@@ -6,6 +6,7 @@
 #include <set>
 
 #include "reconcile/conditions.h"
+#include "spec/plan.h"
 
 namespace adam::op {
 namespace {
@@ -109,7 +110,10 @@ Json WorkloadFor(const spec::AdamJob& job, const std::vector<Json>& rendered,
   Json pod_sets = Json::array();
   const std::map<std::string, RolePods> by_role = PodsByRole(rendered);
   // In start order, so that the Workload reads as the job does.
-  for (const char* role : {"controller", "ps", "data-server", "trainer", "model-worker"}) {
+  for (const char* role : {spec::RoleSubcommand(spec::Role::kController),
+                           spec::RoleSubcommand(spec::Role::kParamServer),
+                           spec::RoleSubcommand(spec::Role::kDataServer),
+                           spec::RoleSubcommand(spec::Role::kTrainer), kModelWorkerRole}) {
     auto it = by_role.find(role);
     if (it == by_role.end() || it->second.count == 0) continue;
     Json pod_set = {{"name", role},

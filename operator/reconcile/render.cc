@@ -298,8 +298,11 @@ void AddDisruptionBudgets(const spec::AdamJob& job, const RenderOptions& o,
                 {"spec", {{"selector", Selector(job, role)}, {key, value}}}};
   };
   const int members = job.roles.controller.replicas;
-  if (members >= 3) out->push_back(budget("controller", "minAvailable", members / 2 + 1));
-  out->push_back(budget("ps", "maxUnavailable", std::max(1, copies - (copies / 2 + 1))));
+  if (members >= 3)
+    out->push_back(
+        budget(spec::RoleSubcommand(Role::kController), "minAvailable", members / 2 + 1));
+  out->push_back(budget(spec::RoleSubcommand(Role::kParamServer), "maxUnavailable",
+                        std::max(1, copies - (copies / 2 + 1))));
 }
 
 // The job-wide podTemplate with the role's merged over it (spec/pod_template.h); an empty object
@@ -370,12 +373,13 @@ void ApplyTemplate(const Json& t, Json* md, Json* pod) {
 // member's instance.
 Json ControllerSet(const spec::AdamJob& job, const RoleInstance& first,
                    const spec::Endpoints& endpoints, const RenderOptions& o) {
-  const std::string name = job.name + "-controller";
-  Json md = Metadata(job, name, "controller", 0, o);
+  const std::string role = spec::RoleSubcommand(Role::kController);
+  const std::string name = job.name + "-" + role;
+  Json md = Metadata(job, name, role, 0, o);
   Json pod = PodSpec(job, first, ArgsOf(job, first, endpoints, o), true);
-  pod["affinity"] = AntiAffinity(job, "controller", true);
-  pod["topologySpreadConstraints"] = Spread(job, "controller");
-  Json tmd = {{"labels", Labels(job, "controller")}, {"annotations", {{kStageAnnotation, "0"}}}};
+  pod["affinity"] = AntiAffinity(job, role, true);
+  pod["topologySpreadConstraints"] = Spread(job, role);
+  Json tmd = {{"labels", Labels(job, role)}, {"annotations", {{kStageAnnotation, "0"}}}};
   ApplyTemplate(TemplateOf(job, Role::kController), &tmd, &pod);
   if (job.run_policy.scheduling.coscheduling) tmd["labels"][kPodGroupLabel] = job.name;
   if (job.run_policy.scheduling.gang) pod["schedulingGroup"] = {{"podGroupName", job.name}};
@@ -393,7 +397,7 @@ Json ControllerSet(const spec::AdamJob& job, const RoleInstance& first,
             // The Raft volumes go with the job (a new job of the same name starts empty).
             {"persistentVolumeClaimRetentionPolicy",
              {{"whenDeleted", "Delete"}, {"whenScaled", "Retain"}}},
-            {"selector", Selector(job, "controller")},
+            {"selector", Selector(job, role)},
             {"template", {{"metadata", tmd}, {"spec", pod}}},
             {"volumeClaimTemplates",
              {{{"metadata", {{"name", "state"}}},
@@ -444,7 +448,7 @@ Json WithItsTrainer(const spec::AdamJob& job, const RoleInstance& in) {
   const Json term = {{"labelSelector",
                       {{"matchLabels",
                         {{kJobLabel, job.name},
-                         {kRoleLabel, "trainer"},
+                         {kRoleLabel, spec::RoleSubcommand(Role::kTrainer)},
                          {kIndexLabel, std::to_string(in.index)}}}}},
                      {"topologyKey", job.placement.model_worker_topology_key}};
   return {{"podAffinity", {{"requiredDuringSchedulingIgnoredDuringExecution", {term}}}}};
