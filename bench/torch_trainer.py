@@ -181,20 +181,27 @@ class ManifestModel(nn.Module):
         return self.net(x)
 
 
-def learning_rate_at(training, epoch):
-    """spec::LearningRateAt (workers/libs/spec/adamjob.cc): the schedule, then the warmup ramp."""
+def per_step(training):
+    """Whether the manifest's schedule moves with every step (learningRateSchedule.per: step)."""
+    return (training.get("learningRateSchedule") or {}).get("per", "epoch") == "step"
+
+
+def learning_rate_at(training, epoch, fraction=0.0):
+    """spec::LearningRateAt (workers/libs/spec/adamjob_model.cc): the schedule, then the warmup
+    ramp, at `epoch`, or at epoch + `fraction` trained when the schedule is per step."""
+    at = epoch + (min(max(fraction, 0.0), 1.0) if per_step(training) else 0.0)
     lr = training.get("learningRate", 0.02)
     schedule = training.get("learningRateSchedule")
     if schedule is None:
-        lr *= training.get("learningRateDecay", 1.0) ** epoch
+        lr *= training.get("learningRateDecay", 1.0) ** at
     elif schedule["type"] == "step":
-        lr *= schedule.get("factor", 0.1) ** (epoch // schedule["everyEpochs"])
+        lr *= schedule.get("factor", 0.1) ** math.floor(at / schedule["everyEpochs"])
     else:
         final = schedule.get("final", 0.0)
-        lr *= final + (1 - final) * 0.5 * (1 + math.cos(math.pi * epoch / training.get("epochs", 10)))
+        lr *= final + (1 - final) * 0.5 * (1 + math.cos(math.pi * at / training.get("epochs", 10)))
     warmup = training.get("warmupEpochs", 0)
-    if epoch < warmup:
-        lr *= (epoch + 1) / (warmup + 1)
+    if at < warmup:
+        lr *= (at + 1) / (warmup + 1)
     return lr
 
 
@@ -205,13 +212,15 @@ def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epoc
     weight decay and augmentation replace the arguments: the same training, step for step."""
     torch.set_num_threads(threads)
     torch.manual_seed(1)
-    lr_at = lambda e: lr * decay ** e
+    lr_at = lambda e, fraction=0.0: lr * decay ** e
+    stepwise = False  # the rate set at every step, not once per epoch
     smoothing = 0.0
     if manifest:
         spec = manifest["spec"]
         training = spec.get("training", {})
         model = ManifestModel(spec["model"])
-        lr_at = lambda e: learning_rate_at(training, e)
+        lr_at = lambda e, fraction=0.0: learning_rate_at(training, e, fraction)
+        stepwise = per_step(training)
         lr = training.get("learningRate", 0.02)
         batch = training.get("batchSize", 1)
         max_epochs = training.get("epochs", 10)
@@ -244,6 +253,9 @@ def time_to_accuracy(train, test, threads, batch, lr, momentum, target, max_epoc
         xe = xs[torch.randint(0, variants, (x.shape[0],), generator=g), rows] if variants > 1 else x
         perm = torch.randperm(x.shape[0])
         for i in range(0, x.shape[0], batch):
+            if stepwise:
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(epoch, i / x.shape[0])
             idx = perm[i:i + batch]
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(xe[idx]), y[idx], label_smoothing=smoothing).backward()

@@ -77,8 +77,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, ConsistencyRun,
                                            "consistency: bounded, maxStaleness: 2",
                                            "consistency: async, denseUpdates: activations"));
 
-// The newer layers (leakyRelu, avgpool, dropout, sigmoid) and a schedule with warmup train the
-// synthetic set through each way updates travel: private thread weights with dense layers as
+// The newer layers (leakyRelu, avgpool, dropout, sigmoid) and a schedule per step with warmup train
+// the synthetic set through each way updates travel: private thread weights with dense layers as
 // activations and errors, shared weights with batches whose updates are held and pushed as
 // deltas, and batches stepped with momentum and weight decay (a velocity per worker thread).
 class LayersRun : public AdamRun, public ::testing::WithParamInterface<const char*> {};
@@ -87,7 +87,7 @@ TEST_P(LayersRun, TrainsFarAboveChance) {
   const std::string path = Manifest(
       dir_,
       std::string("epochs: 3, learningRate: 0.02, pushEvery: 50, warmupEpochs: 1, "
-                  "learningRateSchedule: {type: cosine, final: 0.1}, ") +
+                  "learningRateSchedule: {type: cosine, final: 0.1, per: step}, ") +
           GetParam(),
       "parameterServer: {replicas: 2, shardBytes: 1024}, trainer: {replicas: 2, threads: 2}");
   std::string m = testing::ReadText(path);

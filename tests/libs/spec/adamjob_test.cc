@@ -111,6 +111,52 @@ TEST(AdamJob, LearningRateSchedules) {
               HasSubstr("spec.training.warmupEpochs: must be less than epochs (3)"));
 }
 
+// A schedule per step reads the place within the epoch: the cosine and the warmup ramp move
+// continuously through the per-epoch values; a step schedule still drops at whole epochs; per
+// epoch (the default) ignores the place.
+TEST(AdamJob, ASchedulePerStepMovesWithinTheEpoch) {
+  const auto parse = [&](const std::string& per) {
+    return ParseAdamJob(With("spec:\n",
+                             "spec:\n  training: {epochs: 4, learningRate: 0.1, warmupEpochs: 2, "
+                             "learningRateSchedule: {type: cosine, final: 0, per: " +
+                                 per + "}}\n"));
+  };
+  auto job = parse("step");
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_TRUE(job->training.schedule.per_step);
+  const auto at = [&](double x) { return 0.1 * 0.5 * (1 + std::cos(M_PI * x / 4)); };
+  // In warmup, 1.5 epochs in: (1.5 + 1) / 3 of the cosine there.
+  EXPECT_NEAR(LearningRateAt(job->training, 1, 0.5), at(1.5) * 2.5 / 3, 1e-12);
+  // At whole epochs, the per-epoch values; past the warmup, the cosine alone.
+  EXPECT_NEAR(LearningRateAt(job->training, 1, 0), at(1) * 2 / 3, 1e-12);
+  EXPECT_NEAR(LearningRateAt(job->training, 2, 0.25), at(2.25), 1e-12);
+  EXPECT_NEAR(LearningRateAt(job->training, 3, 1), 0.0, 1e-12);  // the end of the last epoch
+  // Within the cosine the rate falls at every step.
+  EXPECT_GT(LearningRateAt(job->training, 2, 0.5), LearningRateAt(job->training, 2, 0.6));
+  // A place outside [0, 1] is held to it.
+  EXPECT_EQ(LearningRateAt(job->training, 2, 1.7), LearningRateAt(job->training, 2, 1));
+  EXPECT_EQ(LearningRateAt(job->training, 2, -1), LearningRateAt(job->training, 2, 0));
+
+  job = parse("epoch");
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_FALSE(job->training.schedule.per_step);
+  EXPECT_EQ(LearningRateAt(job->training, 2, 0.9), LearningRateAt(job->training, 2));
+
+  job =
+      ParseAdamJob(With("spec:\n",
+                        "spec:\n  training: {epochs: 10, learningRate: 0.1, learningRateSchedule: "
+                        "{type: step, everyEpochs: 4, factor: 0.5, per: step}}\n"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_DOUBLE_EQ(LearningRateAt(job->training, 3, 0.99), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRateAt(job->training, 3, 1), 0.05);
+
+  EXPECT_THAT(ErrorOf(With("spec:\n",
+                           "spec:\n  training: {learningRateSchedule: "
+                           "{type: cosine, per: batch}}\n")),
+              HasSubstr("spec.training.learningRateSchedule.per: must be one of epoch, step; got "
+                        "'batch'"));
+}
+
 // Momentum and weight decay are read, make dense layers travel as weights (a row of inputs and
 // errors carries a plain SGD step only), and are refused where a step is applied elsewhere.
 TEST(AdamJob, MomentumAndWeightDecay) {

@@ -22,8 +22,10 @@ inline constexpr float kLeakySlope = 0.01f;
 
 const char* LayerTypeName(LayerType t);
 struct TrainingSpec;
-// The learning rate of epoch `epoch` (from 0): the schedule, then the warmup ramp.
-double LearningRateAt(const TrainingSpec& t, int epoch);
+// The learning rate of epoch `epoch` (from 0) once `fraction` (in [0, 1]) of it is trained: the
+// schedule, then the warmup ramp. A schedule `per: epoch` (the default) reads the epoch alone; one
+// `per: step` reads the position epoch + fraction, so the rate moves with every step.
+double LearningRateAt(const TrainingSpec& t, int epoch, double fraction = 0);
 const char* ActivationName(Activation a);
 
 // One layer of spec.model.layers. Which fields matter depends on `type`.
@@ -133,6 +135,9 @@ struct LearningRateSchedule {
   int every_epochs = 0;            // step: epochs between drops
   double factor = 0.1;             // step: the rate is multiplied by it at every drop
   double final = 0.0;              // cosine: the fraction of learning_rate it falls towards
+  // per: step -- the rate (and the warmup ramp) follows the schedule within each epoch, by the
+  // share of the epoch trained, rather than once per epoch (LearningRateAt).
+  bool per_step = false;
 };
 
 // How trainers and parameter servers exchange updates and weights (update/codec.h). Defaults:

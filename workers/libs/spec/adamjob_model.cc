@@ -319,8 +319,12 @@ void ReadSchedule(Reader& r, const YAML::Node& n, const std::string& p, Training
     const std::string sp = p + ".learningRateSchedule";
     if (n["learningRateDecay"]) r.Error(sp, "replaces learningRateDecay; give one of them");
     std::string type;
-    if (r.Map(s, sp, {"type", "everyEpochs", "factor", "final"}) &&
+    if (r.Map(s, sp, {"type", "everyEpochs", "factor", "final", "per"}) &&
         r.Get(s, "type", sp, &type, true)) {
+      std::string per = "epoch";
+      if (r.Get(s, "per", sp, &per) && per != "epoch" && per != "step")
+        r.Error(sp + ".per", "must be one of epoch, step; got '" + per + "'");
+      t->schedule.per_step = per == "step";
       const auto only = [&](const char* field, const char* with) {
         if (s[field]) r.Error(sp + "." + field, std::string("applies only to type: ") + with);
       };
@@ -495,24 +499,28 @@ void CheckShapes(Reader& r, const ModelSpec& m) {
 
 }  // namespace manifest
 
-double LearningRateAt(const TrainingSpec& t, int epoch) {
+double LearningRateAt(const TrainingSpec& t, int epoch, double fraction) {
+  // Where training is, in epochs: whole ones unless the schedule moves per step.
+  const double at = epoch + (t.schedule.per_step ? std::clamp(fraction, 0.0, 1.0) : 0.0);
   double lr = t.learning_rate;
   switch (t.schedule.type) {
     case LearningRateSchedule::Type::kExponential:
-      lr *= std::pow(t.learning_rate_decay, epoch);
+      lr *= std::pow(t.learning_rate_decay, at);
       break;
-    case LearningRateSchedule::Type::kStep:
-      lr *= std::pow(t.schedule.factor, epoch / std::max(1, t.schedule.every_epochs));
+    case LearningRateSchedule::Type::kStep:  // drops at whole epochs, per step or not
+      lr *= std::pow(t.schedule.factor, std::floor(at / std::max(1, t.schedule.every_epochs)));
       break;
     case LearningRateSchedule::Type::kCosine: {
       // Half a cosine from learning_rate at epoch 0 towards final x learning_rate after the
       // last epoch, which still trains at a rate above the final one.
-      const double done = double(epoch) / std::max(1, t.epochs);
+      const double done = at / std::max(1, t.epochs);
       lr *= t.schedule.final + (1 - t.schedule.final) * 0.5 * (1 + std::cos(M_PI * done));
       break;
     }
   }
-  if (epoch < t.warmup_epochs) lr *= double(epoch + 1) / double(t.warmup_epochs + 1);
+  // The warmup ramp: (e + 1) / (W + 1) of the rate in epoch e < W, or rising linearly through
+  // those values to the whole rate at epoch W when per step.
+  if (at < t.warmup_epochs) lr *= (at + 1) / double(t.warmup_epochs + 1);
   return lr;
 }
 

@@ -62,6 +62,10 @@ Status Trainer::Impl::CheckDataServer() {
                                   ")");
     ADAM_RETURN_IF_ERROR(data->GetInfo(&info));
   }
+  // This trainer's share of an epoch, for a schedule per step (the data server deals each epoch's
+  // images out evenly; a trainer count that changes later moves it a little).
+  const int64_t trainers = std::max<int64_t>(1, info.trainers());
+  rate.SetShare((int64_t{info.train_count()} + trainers - 1) / trainers);
   return OkStatus();
 }
 
@@ -73,7 +77,8 @@ void Trainer::Impl::TrainItem(int t, const BatchItem& item) {
   for (int i = 0; i < item.count && !error.failed(); i += step) {
     gate.Admit();
     const int n = std::min(step, item.count - i);
-    loss[size_t(t)] += replica->Train(t, px + int64_t{i} * layout->input_size(), lb + i, n, lr);
+    loss[size_t(t)] += replica->Train(t, px + int64_t{i} * layout->input_size(), lb + i, n,
+                                      rate.At(images_total.load(std::memory_order_relaxed)));
     if (Status st = replica->status(); !st.ok()) {
       Fail(st);
       return;
@@ -240,7 +245,7 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
   events::Emit(
       events::Epoch{.trainer = opt.index,
                     .epoch = e + 1,
-                    .learning_rate = lr,
+                    .learning_rate = rate.epoch_rate(),
                     .images = epoch_images,
                     .images_total = images_total.load(),
                     .loss = epoch_images > 0 ? epoch_loss / double(epoch_images) : 0.0,
@@ -267,8 +272,8 @@ bool Trainer::Impl::EndEpoch(int e, int first, bool evaluates, const BatchItem& 
 
 bool Trainer::Impl::CheckLoss(int e, int first, double mean, double* previous_loss,
                               TrainerResult* result) {
-  result->diverged =
-      DivergenceMessage(e + 1, mean, spec::NumClasses(job.model), lr, job.training.batch_size);
+  result->diverged = DivergenceMessage(e + 1, mean, spec::NumClasses(job.model), rate.epoch_rate(),
+                                       job.training.batch_size);
   if (!result->diverged.empty()) {
     events::Emit(events::Diverged{
         .trainer = opt.index, .epoch = e + 1, .loss = mean, .message = result->diverged});
@@ -279,7 +284,7 @@ bool Trainer::Impl::CheckLoss(int e, int first, double mean, double* previous_lo
         "the training loss rose from {:.4f} (epoch {}) to {:.4f} (epoch {}) at learning "
         "rate {:g}: a rate too high for batch size {} makes SGD overshoot; if it keeps "
         "rising, lower spec.training.learningRate",
-        *previous_loss, e, mean, e + 1, lr, job.training.batch_size);
+        *previous_loss, e, mean, e + 1, rate.epoch_rate(), job.training.batch_size);
   *previous_loss = mean;
   return true;
 }
@@ -355,7 +360,7 @@ void Trainer::Impl::TrainEpochs(int first, bool evaluates, TrainerResult* result
   double previous_loss = 0;
   for (int e = first; e < job.training.epochs && !error.failed(); ++e) {
     const auto epoch_start = opt.clock->Now();
-    lr = float(spec::LearningRateAt(job.training, e));
+    rate.Start(e, images_total.load(std::memory_order_relaxed));
     std::fill(loss.begin(), loss.end(), 0.0);
     std::fill(images.begin(), images.end(), 0);
     replica->RunWorkers([this](int t) {

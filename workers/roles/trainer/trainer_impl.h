@@ -20,6 +20,7 @@
 #include "trainer/replica_sync.h"
 #include "trainer/server_wait.h"
 #include "trainer/split_replica.h"
+#include "trainer/step_rate.h"
 #include "trainer/test_set.h"
 #include "trainer/trainer.h"
 #include "update/update_plan.h"
@@ -83,8 +84,10 @@ struct Trainer::Impl {
   std::optional<ReplicaSync> sync;
   TestSet test;  // the main thread's: the test set and the last evaluation
 
-  float lr = 0;  // this epoch's learning rate; set before the epoch's workers start
-  std::atomic<int64_t> images_total{0};  // relaxed: statistics
+  // The learning rate: the epoch's, started before its workers run; per step, read by the workers
+  // at images_total (its share set by CheckDataServer).
+  StepRate rate{job.training};
+  std::atomic<int64_t> images_total{0};  // relaxed: statistics, and a step's place in its epoch
   FirstError error;                      // the run's first error; error.failed() stops every loop
 
   // Keeps the first error and wakes every wait: the batch queue's, and the push gate's.
