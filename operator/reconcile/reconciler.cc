@@ -439,50 +439,24 @@ StatusOr<bool> Reconciler::Suspend(State& s) {
 }
 
 bool Reconciler::CountRoles(State& s) {
-  std::map<PodRole, int> desired = {
-      {PodRole::kController,
-       spec::ControllerOwnsShards(*s.spec) ? s.spec->roles.controller.replicas : 0},
-      {PodRole::kParamServer, s.spec->roles.parameter_server.replicas},
-      {PodRole::kDataServer, s.spec->roles.data_server.replicas},
-      {PodRole::kTrainer, s.spec->roles.trainer.replicas}};
   // The scale subresource's selector (kubectl scale, a HorizontalPodAutoscaler).
   s.status["trainerSelector"] =
       std::string(kJobLabel) + "=" + s.name + "," + kRoleLabel + "=" + RoleName(PodRole::kTrainer);
-  bool all_running = true;
-  const std::vector<Json> sets = children_->Owned(kube::StatefulSets(), s.ns, s.name, s.uid);
-  const std::vector<Json> pods_now =
-      children_->Owned(kube::Pods(), s.ns, s.name, s.uid);  // after this pass's writes
-  for (const PodRole role : kRoles) {
+  const std::map<PodRole, RoleCount> counts =
+      CountPods(*s.spec, children_->Owned(kube::Pods(), s.ns, s.name, s.uid),  // after the writes
+                children_->Owned(kube::StatefulSets(), s.ns, s.name, s.uid));
+  for (const auto& [role, c] : counts) {
     const char* key = RoleName(role);
-    int active = 0, ready = 0, succeeded = 0, failed = 0;
-    if (role == PodRole::kController) {
-      // Controller members are the StatefulSet's pods: its status counts them.
-      for (const Json& sts : sets) {
-        const Json st = sts.value("status", Json::object());
-        active += st.value("replicas", 0);
-        ready += st.value("readyReplicas", 0);
-      }
-    }
-    for (const Json& pod : pods_now) {
-      // Controller members are counted above, from their StatefulSet's status.
-      if (role == PodRole::kController || PodRoleOf(pod) != role || HasDeletion(pod)) continue;
-      const std::string p = RolePhase(pod);
-      if (p == "Pending" || p == "Running") ++active;
-      if (p == "Running" && (PodReady(pod) || role == PodRole::kTrainer)) ++ready;
-      if (p == "Succeeded") ++succeeded;
-      if (p == "Failed") ++failed;
-    }
-    if (ready + succeeded < desired[role]) all_running = false;
-    if (desired[role] == 0 && !s.status["roles"].contains(key)) continue;
+    if (c.desired == 0 && !s.status["roles"].contains(key)) continue;
     Json& r = s.status["roles"][key];
-    r["desired"] = desired[role];
-    r["active"] = active;
-    r["ready"] = ready;
-    r["succeeded"] = succeeded;
-    r["failed"] = failed;
+    r["desired"] = c.desired;
+    r["active"] = c.active;
+    r["ready"] = c.ready;
+    r["succeeded"] = c.succeeded;
+    r["failed"] = c.failed;
     if (!r.contains("restarts")) r["restarts"] = 0;
   }
-  return all_running;
+  return AllRunning(counts);
 }
 
 bool Reconciler::RanTooLong(State& s, ReconcileResult& result) {

@@ -1,6 +1,6 @@
-// What one reconcile pass knows of its job, and what the files that implement the Reconciler's
-// phases (reconciler.cc; admission.cc, certificates.cc, objects.cc, pods.cc) read of pods.
-// Internal to the reconciler: nothing else includes it.
+// What one reconcile pass knows of its job, shared by the files that implement the Reconciler's
+// phases (reconciler.cc; admission.cc, certificates.cc, objects.cc, pods.cc); what they read of
+// pods is reconcile/observe.h. Internal to the reconciler: nothing else includes it.
 #pragma once
 
 #include <chrono>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "reconcile/kueue.h"
+#include "reconcile/observe.h"
 #include "reconcile/reconciler.h"
 #include "reconcile/render.h"
 #include "reconcile/start_failures.h"
@@ -40,107 +41,6 @@ struct Reconciler::State {
   std::optional<StartFailure> refused;             // the first create of this pass the API refused
   std::map<std::string, std::string> backing_off;  // role -> when its lost pods are made again
 };
-
-inline bool HasDeletion(const Json& o) { return o["metadata"].contains("deletionTimestamp"); }
-
-inline std::string Label(const Json& o, const char* key) {
-  return o["metadata"].value("labels", Json::object()).value(key, "");
-}
-
-inline std::string Annotation(const Json& o, const char* key) {
-  return o["metadata"].value("annotations", Json::object()).value(key, "");
-}
-
-inline bool PodReady(const Json& pod) {
-  for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array()))
-    if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
-  return false;
-}
-
-inline std::string PodPhase(const Json& pod) {
-  return pod.value("status", Json::object()).value("phase", "Pending");
-}
-
-// The status of Adam's container in a pod (named after the role, as the role label is): other
-// containers (a service mesh's sidecar, the user's) do not decide whether a role finished. The
-// first container's when none has that name; null when the kubelet reported none.
-inline Json AdamContainer(const Json& pod) {
-  const Json statuses =
-      pod.value("status", Json::object()).value("containerStatuses", Json::array());
-  const std::string role = Label(pod, kRoleLabel);
-  for (const Json& cs : statuses)
-    if (cs.value("name", "") == role) return cs;
-  return statuses.empty() ? Json() : statuses[0];
-}
-
-// The exit code of Adam's container once it terminated; -1 while it runs or when unknown
-// (evicted, lost node).
-inline int ExitCode(const Json& pod) {
-  const Json cs = AdamContainer(pod);
-  if (!cs.is_object()) return -1;
-  const Json term = cs.value("state", Json::object()).value("terminated", Json::object());
-  if (term.contains("exitCode") && term["exitCode"].is_number_integer())
-    return term["exitCode"].get<int>();
-  return -1;
-}
-
-// A pod's phase as Adam's container sees it: Succeeded or Failed once that container ended,
-// though a sidecar keeps the pod Running (restartPolicy Never: it does not start again).
-inline std::string RolePhase(const Json& pod) {
-  std::string phase = PodPhase(pod);
-  if (phase != "Running") return phase;
-  const int code = ExitCode(pod);
-  return code < 0 ? phase : code == 0 ? "Succeeded" : "Failed";
-}
-
-// The role of a job's pod, read off its adam.dev/role label: render.cc writes the role's `adam`
-// subcommand (spec::RoleSubcommand), and "model-worker" for a split trainer's other processes.
-// kNone: a pod without a label this operator wrote.
-enum class PodRole { kController, kParamServer, kDataServer, kTrainer, kModelWorker, kNone };
-// The roles status.roles lists, in its order (a model worker's restarts count as its trainer's).
-inline constexpr PodRole kRoles[] = {PodRole::kController, PodRole::kParamServer,
-                                     PodRole::kDataServer, PodRole::kTrainer};
-
-// The label's value, which is also the role's key in status.roles ("" for kNone): the names
-// render.cc writes.
-inline const char* RoleName(PodRole role) {
-  switch (role) {
-    case PodRole::kController:
-      return spec::RoleSubcommand(spec::Role::kController);
-    case PodRole::kParamServer:
-      return spec::RoleSubcommand(spec::Role::kParamServer);
-    case PodRole::kDataServer:
-      return spec::RoleSubcommand(spec::Role::kDataServer);
-    case PodRole::kTrainer:
-      return spec::RoleSubcommand(spec::Role::kTrainer);
-    case PodRole::kModelWorker:
-      return kModelWorkerRole;
-    case PodRole::kNone:
-      break;
-  }
-  return "";
-}
-
-inline PodRole PodRoleOf(const Json& pod) {
-  const std::string label = Label(pod, kRoleLabel);
-  for (PodRole r : {PodRole::kController, PodRole::kParamServer, PodRole::kDataServer,
-                    PodRole::kTrainer, PodRole::kModelWorker})
-    if (label == RoleName(r)) return r;
-  return PodRole::kNone;
-}
-
-// ": " and the last line the container wrote before it ended (its termination message: the
-// kubelet keeps the end of the log of a failed container, FallbackToLogsOnError); "" if none.
-inline std::string LastWords(const Json& pod) {
-  const Json cs = AdamContainer(pod);
-  if (!cs.is_object()) return "";
-  std::string msg =
-      cs.value("state", Json::object()).value("terminated", Json::object()).value("message", "");
-  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-  if (msg.empty()) return "";
-  const size_t nl = msg.rfind('\n');
-  return ": " + (nl == std::string::npos ? msg : msg.substr(nl + 1)).substr(0, 1024);
-}
 
 // A reconcile's next look is due within `in` at the latest: `at` keeps the earliest asked for.
 inline void LookAgainWithin(std::optional<std::chrono::milliseconds>& at,
