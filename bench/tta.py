@@ -80,10 +80,14 @@ def main():
             raise SystemExit(f"adam run {job} exited {rc}")
         summary = json.loads(out)
         cap = a.torch_factor * ours_wall
-        torch, torch_wall, _, _ = follow(
+        torch, torch_wall, trc, _ = follow(
             [sys.executable, os.path.join(here, "torch_trainer.py"), "--throughput", "0",
              "--threads", str(threads), "--data-dir", a.data_dir, "--manifest", job,
              "--tta", str(max(targets)), "--tta-seconds", str(cap)], TORCH_EPOCH, 1, limit=cap + 60)
+        # Stopped at its limit (SIGKILL) is a result; any other failure is not a slow PyTorch.
+        if trc not in (0, -9):
+            raise SystemExit(f"PyTorch on {job} exited {trc} (its error is above; is {sys.executable}"
+                             " the Python with Debian's python3-torch? make bench-tta installs it)")
         rows = []
         for t in targets:
             o, p = first_at(ours, t), first_at(torch, t)
