@@ -70,6 +70,7 @@ class LocalData final : public DataClient {
     info->set_height(12);
     info->set_width(12);
     info->set_trainers(uint32_t(s_->options().trainers));
+    info->set_train_count(uint32_t(s_->train_count()));
     return OkStatus();
   }
   Status GetBatch(const adam::v1::GetBatchRequest& req, adam::v1::Batch* out) override {
@@ -415,6 +416,20 @@ INSTANTIATE_TEST_SUITE_P(Modes, NoNetworkJob,
 TEST(NoNetworkHeld, TwoReplicasWithHeldUpdatesTrainFarAboveChance) {
   spec::AdamJob job = Job(spec::Consistency::kAsync);
   job.training.apply_every = 4;
+  auto results = RunWithoutNetwork(job);
+  for (int t = 0; t < 2; ++t)
+    ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
+  EXPECT_GT(results[0]->test_accuracy, 0.85);
+}
+
+// A cosine with warmup read at every slice (learningRateSchedule.per: step): the workers read the
+// rate while the main thread starts each epoch's (in the suite ThreadSanitizer runs).
+TEST(NoNetworkSchedule, TwoReplicasOnAScheduleReadPerStepTrainFarAboveChance) {
+  spec::AdamJob job = Job(spec::Consistency::kAsync);
+  job.training.warmup_epochs = 1;
+  job.training.schedule.type = spec::LearningRateSchedule::Type::kCosine;
+  job.training.schedule.final = 0.1;
+  job.training.schedule.per_step = true;
   auto results = RunWithoutNetwork(job);
   for (int t = 0; t < 2; ++t)
     ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
