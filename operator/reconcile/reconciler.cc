@@ -13,6 +13,7 @@
 #include "net/tls.h"
 #include "reconcile/conditions.h"
 #include "reconcile/drift.h"
+#include "reconcile/figures.h"
 #include "reconcile/kueue.h"
 #include "reconcile/render.h"
 #include "reconcile/start_failures.h"
@@ -42,48 +43,21 @@ Reconciler::Reconciler(kube::Client* client, const Children* children, Clock* cl
       metrics_(metrics),
       status_period_(status_period) {}
 
-// Trainer 0 evaluates after each epoch: its epoch and test accuracy are the job's; images/s is
-// the sum of every trainer's rate between its last two samples. A trainer that runs unpinned
-// (its cpuset is not its own: no static CPU manager) says so in adam_cpu_pinned, and the job's
-// CpuPinned condition names it. Samples come from the cache, never from a wait on a pod.
+// The trainers' figures (reconcile/figures.h) into the status; the job's CpuPinned condition names
+// the trainers that run unpinned. Samples come from the cache, never from a wait on a pod.
 void Reconciler::ReadTrainerMetrics(State& s) {
   if (!metrics_) return;
-  double rate = 0;
-  bool any_rate = false;
-  std::vector<std::string> unpinned;
-  int pinned = 0;
-  for (const Json& pod : s.pods) {
-    if (PodRoleOf(pod) != PodRole::kTrainer || PodPhase(pod) != "Running" || HasDeletion(pod))
-      continue;
+  const TrainerFigures f = ReadTrainerFigures(s.pods, [&](const Json& pod) {
     const std::string ip = pod.value("status", Json::object()).value("podIP", "");
-    if (ip.empty()) continue;
-    const auto samples = metrics_->Latest(pod["metadata"].value("uid", ""), ip, kMetricsPort);
-    if (samples.empty()) continue;  // not answered yet: the next look will tell
-    const auto& m = samples[0].values;
-    if (Label(pod, kIndexLabel) == "0") {
-      if (auto e = m.find("adam_trainer_epoch"); e != m.end())
-        s.status["epoch"] = int64_t(e->second);
-      if (auto a = m.find("adam_trainer_test_accuracy"); a != m.end() && a->second > 0)
-        s.status["testAccuracy"] = std::round(a->second * 10000) / 10000;
-    }
-    if (auto p = m.find("adam_cpu_pinned"); p != m.end()) {
-      if (p->second > 0)
-        ++pinned;
-      else
-        unpinned.push_back(pod["metadata"].value("name", ""));
-    }
-    if (samples.size() < 2) continue;
-    auto now_images = m.find("adam_trainer_images_total");
-    auto old_images = samples[1].values.find("adam_trainer_images_total");
-    const double dt = std::chrono::duration<double>(samples[0].at - samples[1].at).count();
-    if (now_images == m.end() || old_images == samples[1].values.end() || dt <= 0) continue;
-    rate += std::max(0.0, now_images->second - old_images->second) / dt;
-    any_rate = true;
-  }
-  if (any_rate) s.status["imagesPerSecond"] = std::round(rate);
-  if (!unpinned.empty()) {
+    if (ip.empty()) return std::vector<kube::MetricsCache::Sample>{};
+    return metrics_->Latest(pod["metadata"].value("uid", ""), ip, kMetricsPort);
+  });
+  if (f.epoch) s.status["epoch"] = *f.epoch;
+  if (f.test_accuracy) s.status["testAccuracy"] = *f.test_accuracy;
+  if (f.images_per_second) s.status["imagesPerSecond"] = *f.images_per_second;
+  if (!f.unpinned.empty()) {
     std::string names;
-    for (const auto& n : unpinned) names += (names.empty() ? "" : ", ") + n;
+    for (const auto& n : f.unpinned) names += (names.empty() ? "" : ", ") + n;
     SetCondition(
         s, "CpuPinned", false, "CpuSetShared",
         "trainers " + names +
@@ -91,7 +65,7 @@ void Reconciler::ReadTrainerMetrics(State& s) {
             "static CPU manager on the node, or a fractional CPU limit), so pinning would pile "
             "threads of different pods onto the same cores",
         /*report_false=*/true);
-  } else if (pinned > 0) {
+  } else if (f.pinned > 0) {
     SetCondition(s, "CpuPinned", true, "ExclusiveCpus",
                  "every trainer's threads are pinned to its own cores");
   }
