@@ -6,7 +6,8 @@
 #                              file of workers/, operator/ or tests/ over 700 lines, naming it;
 #                              and on a read of a std::chrono clock in workers/ or operator/
 #                              outside core/clock.{h,cc} and net/grpc.cc (time goes through
-#                              core/clock.h's Clock, so tests can drive it)
+#                              core/clock.h's Clock, so tests can drive it); and on a helper
+#                              two files of one unity batch define (scripts/unity_names.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v clang-format-14 > /dev/null || { echo "format: no clang-format-14 (scripts/install-deps.sh)"; exit 1; }
@@ -43,4 +44,7 @@ if [[ -n $clocks ]]; then
   echo "format: clocks read outside core/clock.h: take a Clock* (Clock::Real() in production)"
   exit 1
 fi
-echo "format: ${#files[@]} files clean, none over 700 lines, no clock read outside core/clock.h"
+# The sanitizer trees are unity builds: no helper defined twice in one batch of a target's files.
+python3 scripts/unity_names.py
+echo "format: ${#files[@]} files clean, none over 700 lines, no clock read outside core/clock.h," \
+  "no name twice in a unity batch"

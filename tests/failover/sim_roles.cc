@@ -342,7 +342,7 @@ void Sim::TrainerFetchMap(Trainer& t) {
   Send(TrainerNode(t.index), ControllerNode(), 0, [this, &t, fetch] {
     // Any member answers with the map it has applied; the newest wins at the trainer.
     v1::ShardMap m = controller::ToShardMap(controller_->machine.state(), "");
-    Send(ControllerNode(), TrainerNode(t.index), 0, [this, &t, fetch, m = std::move(m)] {
+    Send(ControllerNode(), TrainerNode(t.index), 0, [&t, fetch, m = std::move(m)] {
       if (t.fetch != fetch) return;
       t.fetching = false;
       if (!t.map || m.version() > t.map->version()) t.map = m;

@@ -4,53 +4,17 @@
 
 #include <gtest/gtest.h>
 
-#include "testing/wait.h"
+#include "rendered_job.h"
 
 namespace adam::op {
 namespace {
 
-struct Rendered {
-  spec::AdamJob job;
-  std::vector<Json> pods, sets;
-};
-
-Rendered RenderExample(const std::string& name) {
-  const std::string text =
-      testing::ReadText(std::string(ADAM_SOURCE_DIR) + "/examples/" + name + ".yaml");
-  auto job = spec::ParseAdamJob(text);
-  EXPECT_TRUE(job.ok()) << job.status().message();
-  RenderOptions o;
-  o.manifest = text;
-  Rendered r{*job, {}, {}};
-  for (const Json& obj : Render(*job, o)) {
-    if (obj["kind"] == "Pod") r.pods.push_back(obj);
-    if (obj["kind"] == "StatefulSet") r.sets.push_back(obj);
-  }
-  return r;
-}
-
-// The kubelet's part: the pod's phase and readiness, and how Adam's container ended.
-void SetPod(Json* pod, const std::string& phase, bool ready, int exit_code = -1) {
-  Json cs = {{"name", Label(*pod, kRoleLabel)}};
-  if (exit_code >= 0)
-    cs["state"] = {{"terminated", {{"exitCode", exit_code}}}};
-  else
-    cs["state"] = {{"running", Json::object()}};
-  (*pod)["status"] = {{"phase", phase},
-                      {"conditions", {{{"type", "Ready"}, {"status", ready ? "True" : "False"}}}},
-                      {"containerStatuses", {cs}}};
-}
-
-Json* Find(std::vector<Json>& pods, PodRole role, int index) {
-  for (Json& p : pods)
-    if (PodRoleOf(p) == role && Label(p, kIndexLabel) == std::to_string(index)) return &p;
-  ADD_FAILURE() << "no pod " << RoleName(role) << " " << index;
-  static Json none;
-  return &none;
-}
+using testing_job::FindPod;
+using testing_job::RenderJob;
+using testing_job::SetPod;
 
 TEST(Observe, APodsRoleIsReadOffTheLabelTheRendererWrote) {
-  Rendered r = RenderExample("fashion-mnist-ha");
+  testing_job::RenderedJob r = RenderJob("fashion-mnist-ha");
   std::map<PodRole, int> seen;
   for (const Json& p : r.pods) {
     const PodRole role = PodRoleOf(p);
@@ -70,8 +34,8 @@ TEST(Observe, APodsRoleIsReadOffTheLabelTheRendererWrote) {
 // A sidecar that runs on does not keep a role's pod running: Adam's container (named after the
 // role) decides; its exit code and last line are the pod's.
 TEST(Observe, AdamsContainerDecidesThePhaseNotASidecar) {
-  Rendered r = RenderExample("fashion-mnist-ha");
-  Json pod = *Find(r.pods, PodRole::kTrainer, 0);
+  testing_job::RenderedJob r = RenderJob("fashion-mnist-ha");
+  Json pod = *FindPod(r.pods, PodRole::kTrainer, 0);
   SetPod(&pod, "Running", true);
   EXPECT_EQ(RolePhase(pod), "Running");
   EXPECT_EQ(ExitCode(pod), -1);
@@ -91,17 +55,17 @@ TEST(Observe, AdamsContainerDecidesThePhaseNotASidecar) {
 }
 
 TEST(Observe, EachRoleIsCountedAsTheStatusCountsIt) {
-  Rendered r = RenderExample("fashion-mnist-ha");
+  testing_job::RenderedJob r = RenderJob("fashion-mnist-ha");
   ASSERT_EQ(r.sets.size(), 1u);
   r.sets[0]["status"] = {{"replicas", 3}, {"readyReplicas", 2}};
-  SetPod(Find(r.pods, PodRole::kParamServer, 0), "Running", true);
-  SetPod(Find(r.pods, PodRole::kParamServer, 1), "Running", false);
-  SetPod(Find(r.pods, PodRole::kParamServer, 2), "Pending", false);
-  SetPod(Find(r.pods, PodRole::kDataServer, 0), "Failed", false, 1);
-  SetPod(Find(r.pods, PodRole::kTrainer, 0), "Running", false);  // no readiness probe: ready
-  SetPod(Find(r.pods, PodRole::kTrainer, 1), "Succeeded", false, 0);
+  SetPod(FindPod(r.pods, PodRole::kParamServer, 0), "Running", true);
+  SetPod(FindPod(r.pods, PodRole::kParamServer, 1), "Running", false);
+  SetPod(FindPod(r.pods, PodRole::kParamServer, 2), "Pending", false);
+  SetPod(FindPod(r.pods, PodRole::kDataServer, 0), "Failed", false, 1);
+  SetPod(FindPod(r.pods, PodRole::kTrainer, 0), "Running", false);  // no readiness probe: ready
+  SetPod(FindPod(r.pods, PodRole::kTrainer, 1), "Succeeded", false, 0);
   // Not counted: a pod being deleted, a model worker (its trainer's), a pod of no role.
-  Json going = *Find(r.pods, PodRole::kTrainer, 0);
+  Json going = *FindPod(r.pods, PodRole::kTrainer, 0);
   going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
   Json worker = going;
   worker["metadata"].erase("deletionTimestamp");
@@ -120,17 +84,17 @@ TEST(Observe, EachRoleIsCountedAsTheStatusCountsIt) {
 
   // Every role ready or finished: all running, however many pods are still active.
   r.sets[0]["status"]["readyReplicas"] = 3;
-  for (int i : {1, 2}) SetPod(Find(r.pods, PodRole::kParamServer, i), "Running", true);
-  SetPod(Find(r.pods, PodRole::kDataServer, 0), "Running", true);
+  for (int i : {1, 2}) SetPod(FindPod(r.pods, PodRole::kParamServer, i), "Running", true);
+  SetPod(FindPod(r.pods, PodRole::kDataServer, 0), "Running", true);
   counts = CountPods(r.job, r.pods, r.sets);
   EXPECT_TRUE(AllRunning(counts));
-  SetPod(Find(r.pods, PodRole::kDataServer, 0), "Running", false);
+  SetPod(FindPod(r.pods, PodRole::kDataServer, 0), "Running", false);
   EXPECT_FALSE(AllRunning(CountPods(r.job, r.pods, r.sets)));
 }
 
 // A job of one copy per shard has no controller group: none desired, none counted.
 TEST(Observe, AJobWithoutAControllerGroupDesiresNoMember) {
-  Rendered r = RenderExample("fashion-mnist");
+  testing_job::RenderedJob r = RenderJob("fashion-mnist");
   EXPECT_TRUE(r.sets.empty());
   const auto counts = CountPods(r.job, r.pods, r.sets);
   EXPECT_EQ(counts.at(PodRole::kController), RoleCount{});

@@ -7,7 +7,7 @@
 namespace adam::launcher {
 namespace {
 
-spec::AdamJob Job(int copies) {
+spec::AdamJob JobOfCopies(int copies) {
   spec::AdamJob job;
   job.name = "j";
   job.roles.parameter_server.replicas = 2;
@@ -17,24 +17,24 @@ spec::AdamJob Job(int copies) {
 }
 
 TEST(ParseKill, AcceptsAnInstanceAtSecondsWithAnOptionalRestart) {
-  auto k = ParseKill("ps-1@2.5", Job(1));
+  auto k = ParseKill("ps-1@2.5", JobOfCopies(1));
   ASSERT_TRUE(k.ok()) << k.status().message();
   EXPECT_EQ(k->name, "ps-1");
   EXPECT_EQ(k->at_seconds, 2.5);
   EXPECT_EQ(k->restart_after, 0);
-  k = ParseKill("trainer-0@0+1", Job(1));
+  k = ParseKill("trainer-0@0+1", JobOfCopies(1));
   ASSERT_TRUE(k.ok()) << k.status().message();
   EXPECT_EQ(k->name, "trainer-0");
   EXPECT_EQ(k->at_seconds, 0);
   EXPECT_EQ(k->restart_after, 1);
   // The leader of the moment, when there are controllers (copies > 1).
-  EXPECT_TRUE(ParseKill("controller-leader@3", Job(2)).ok());
-  EXPECT_TRUE(ParseKill("controller-2@3", Job(2)).ok());
+  EXPECT_TRUE(ParseKill("controller-leader@3", JobOfCopies(2)).ok());
+  EXPECT_TRUE(ParseKill("controller-2@3", JobOfCopies(2)).ok());
 }
 
 TEST(ParseKill, RefusalsNameThePartAtFault) {
   const auto why = [](const std::string& text, int copies = 1) {
-    auto k = ParseKill(text, Job(copies));
+    auto k = ParseKill(text, JobOfCopies(copies));
     EXPECT_FALSE(k.ok()) << text;
     return k.ok() ? std::string() : k.status().message();
   };
@@ -58,10 +58,10 @@ TEST(ParseKill, RefusalsNameThePartAtFault) {
 TEST(ParseChaos, TakesSecondsAndASeed) {
   RunOptions o;
   const uint64_t default_seed = o.chaos_seed;
-  ASSERT_TRUE(ParseChaos("15", Job(3), &o).ok());
+  ASSERT_TRUE(ParseChaos("15", JobOfCopies(3), &o).ok());
   EXPECT_EQ(o.chaos_seconds, 15);
   EXPECT_EQ(o.chaos_seed, default_seed);
-  ASSERT_TRUE(ParseChaos("2.5:42", Job(3), &o).ok());
+  ASSERT_TRUE(ParseChaos("2.5:42", JobOfCopies(3), &o).ok());
   EXPECT_EQ(o.chaos_seconds, 2.5);
   EXPECT_EQ(o.chaos_seed, 42u);
 }
@@ -71,7 +71,7 @@ TEST(ParseChaos, RefusalsNameThePartAtFaultAndLeaveTheOptions) {
     RunOptions o;
     o.chaos_seconds = 7;
     o.chaos_seed = 9;
-    Status st = ParseChaos(text, Job(copies), &o);
+    Status st = ParseChaos(text, JobOfCopies(copies), &o);
     EXPECT_FALSE(st.ok()) << text;
     EXPECT_EQ(o.chaos_seconds, 7);
     EXPECT_EQ(o.chaos_seed, 9u);
