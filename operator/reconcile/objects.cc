@@ -12,6 +12,7 @@
 #include "core/exit_codes.h"
 #include "net/tls.h"
 #include "reconcile/conditions.h"
+#include "reconcile/diff.h"
 #include "reconcile/drift.h"
 #include "reconcile/kueue.h"
 #include "reconcile/reconciler.h"
@@ -24,15 +25,6 @@ namespace adam::op {
 
 using kube::FormatTime;
 using kube::ParseTime;
-
-namespace {
-
-// How ExistingObjects keys an object: "Kind/name".
-std::string ObjectKey(const Json& o) {
-  return o["kind"].get<std::string>() + "/" + o["metadata"]["name"].get<std::string>();
-}
-
-}  // namespace
 
 std::map<std::string, Json> Reconciler::ExistingObjects(State& s) {
   std::map<std::string, Json> existing;
@@ -52,42 +44,42 @@ std::map<std::string, Json> Reconciler::ExistingObjects(State& s) {
   return existing;
 }
 
-StatusOr<bool> Reconciler::EnsureObject(State& s, const Json& o,
-                                        const std::map<std::string, Json>& existing) {
+StatusOr<bool> Reconciler::ApplyChange(State& s, const ObjectChange& c) {
+  switch (c.change) {
+    case Change::kMake:
+      return MakeObject(s, *c.want);
+    case Change::kWait:
+      return false;
+    case Change::kCompare:
+      break;
+  }
+  const Json& o = *c.want;
+  ADAM_ASSIGN_OR_RETURN(const kube::Resource r, kube::ResourceForKind(o["apiVersion"], o["kind"]));
+  Repair(s, r, o, *c.current);
+  return c.ready;
+}
+
+StatusOr<bool> Reconciler::MakeObject(State& s, const Json& o) {
   const std::string kind = o["kind"];
-  const std::string key = ObjectKey(o);
   ADAM_ASSIGN_OR_RETURN(const kube::Resource r, kube::ResourceForKind(o["apiVersion"], kind));
-  auto it = existing.find(key);
-  if (it == existing.end()) {
-    if (kind == "Pod") {
-      if (const auto left = BackoffLeft(s, o)) {  // a crash-looping role waits its turn
-        LookAgainWithin(s.requeue_after, *left);
-        return false;
-      }
-    }
-    auto c = client_->Create(r, s.ns, Json::parse(o.dump()));
-    if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) {
-      // Refused for good (admission, quota, an invalid field): said on the job, tried again
-      // later; any other error fails the pass, which the work queue retries with its back-off.
-      auto refused = RefusedCreate(kind, o["metadata"]["name"], c.status());
-      if (!refused) return c.status();
-      if (!s.refused) s.refused = std::move(refused);
-      const std::chrono::milliseconds again(10000);
-      LookAgainWithin(s.requeue_after, again);
+  if (kind == "Pod") {
+    if (const auto left = BackoffLeft(s, o)) {  // a crash-looping role waits its turn
+      LookAgainWithin(s.requeue_after, *left);
       return false;
     }
-    return kind != "Pod" && kind != "StatefulSet";
   }
-  const Json& cur = it->second;
-  if (HasDeletion(cur)) return false;
-  Repair(s, r, o, cur);
-  bool ready = true;
-  if (kind == "StatefulSet") {
-    const int want = o["spec"]["replicas"];
-    if (cur.value("status", Json::object()).value("readyReplicas", 0) < want) ready = false;
+  auto c = client_->Create(r, s.ns, Json::parse(o.dump()));
+  if (!c.ok() && c.status().code() != StatusCode::kAlreadyExists) {
+    // Refused for good (admission, quota, an invalid field): said on the job, tried again
+    // later; any other error fails the pass, which the work queue retries with its back-off.
+    auto refused = RefusedCreate(kind, o["metadata"]["name"], c.status());
+    if (!refused) return c.status();
+    if (!s.refused) s.refused = std::move(refused);
+    const std::chrono::milliseconds again(10000);
+    LookAgainWithin(s.requeue_after, again);
+    return false;
   }
-  if (kind == "Pod" && PodRoleOf(cur) != PodRole::kTrainer && !PodReady(cur)) ready = false;
-  return ready;
+  return kind != "Pod" && kind != "StatefulSet";
 }
 
 void Reconciler::Repair(State& s, const kube::Resource& r, const Json& o, const Json& cur) {
@@ -208,20 +200,10 @@ StatusOr<bool> Reconciler::EnsureGang(State& s, const Json& group, std::vector<J
   return true;
 }
 
-// Trainers the plan no longer has (a scale-down) go. A parameter server it no longer has
-// (spec.roles.parameterServer.replicas lowered, copies > 1) goes only once it retired: it exits 0
-// by itself when the controller has moved its copies to the others, and until then it still
-// serves. Nothing else is deleted for a changed spec: controllers hold the shard map, whose shape
-// the CRD keeps immutable; if a change slipped past it, they keep running.
-Status Reconciler::DeleteUnplanned(State& s, const std::map<std::string, Json>& existing,
-                                   const std::set<std::string>& desired) {
-  for (const auto& [key, o] : existing) {
-    if (desired.count(key) || HasDeletion(o) || key.rfind("Pod/", 0) != 0) continue;
-    const PodRole role = PodRoleOf(o);
-    if (role != PodRole::kTrainer &&
-        !(role == PodRole::kParamServer && RolePhase(o) == "Succeeded"))
-      continue;
-    Status d = client_->Delete(kube::Pods(), s.ns, o["metadata"]["name"].get<std::string>());
+// The pods the diff found unplanned (diff.h: ObjectDiff::unplanned_pods).
+Status Reconciler::DeleteUnplanned(State& s, const std::vector<std::string>& pods) {
+  for (const std::string& name : pods) {
+    Status d = client_->Delete(kube::Pods(), s.ns, name);
     if (!d.ok() && d.code() != StatusCode::kNotFound) return d;
   }
   return OkStatus();
@@ -234,55 +216,35 @@ Status Reconciler::EnsureObjects(State& s) {
   // StatefulSet exists: its template, compared for drift, holds the flavor's tolerations (a list
   // an apply would replace). A pod is compared by its labels and annotations only, where the
   // placement's extra keys are no difference, so other passes read no ResourceFlavor.
-  const bool creating = std::any_of(desired.begin(), desired.end(), [&](const Json& o) {
-    return (o["kind"] == "Pod" || o["kind"] == "StatefulSet") && !existing.count(ObjectKey(o));
-  });
-  const bool has_set = std::any_of(existing.begin(), existing.end(), [](const auto& e) {
-    return e.first.rfind("StatefulSet/", 0) == 0;
-  });
-  if (s.admission && (creating || has_set)) {
+  const bool creating = MakesPods(desired, existing);
+  if (s.admission && (creating || HasStatefulSet(existing))) {
     ADAM_ASSIGN_OR_RETURN(const bool placed, PlaceAdmitted(s, &desired));
     if (!placed) return OkStatus();
   }
-
-  std::set<std::string> desired_names;
-  bool created_all = true;
-  int stage_ready_through = -1;
-  int max_stage = 0;
-  for (const Json& o : desired) {
-    max_stage = std::max(max_stage, StageOf(o));
-    desired_names.insert(ObjectKey(o));
-  }
   ADAM_ASSIGN_OR_RETURN(const bool grouped, EnsurePodGroup(s, &desired, creating));
   if (!grouped) return OkStatus();  // a gang without its group would be placed pod by pod
+  const ObjectDiff diff = DiffObjects(desired, existing, ConditionIs(s.status, "Created", "True"));
   // At the start a later stage waits until the one before it is ready. Once the job ran whole
-  // (Created) and still has pods of its last stage, a lost pod is made again at once whatever
-  // the other stages' state: a trainer whose node was lost goes on elsewhere with the copies left
-  // while a parameter server tied to that node's volume cannot come back. A job whose pods all
-  // went (suspended, evicted by Kueue) starts stage by stage again.
-  bool started = false;
-  if (ConditionIs(s.status, "Created", "True"))
-    for (const auto& [key, o] : existing)
-      started =
-          started || (key.rfind("Pod/", 0) == 0 && !HasDeletion(o) && StageOf(o) == max_stage);
-  bool ready_so_far = true;
-  for (int stage = 0; stage <= max_stage; ++stage) {
+  // and still has pods of its last stage (diff.started), a lost pod is made again at once
+  // whatever the other stages' state: a trainer whose node was lost goes on elsewhere with the
+  // copies left while a parameter server tied to that node's volume cannot come back. A job whose
+  // pods all went (suspended, evicted by Kueue) starts stage by stage again.
+  const size_t last = diff.stages.size() - 1;
+  bool later_stages_wait = false;
+  for (size_t stage = 0; stage <= last; ++stage) {
     bool ready = true;
-    for (const Json& o : desired) {
-      if (StageOf(o) != stage || o["kind"] == "PodGroup") continue;
-      ADAM_ASSIGN_OR_RETURN(const bool up, EnsureObject(s, o, existing));
+    for (const ObjectChange& c : diff.stages[stage]) {
+      ADAM_ASSIGN_OR_RETURN(const bool up, ApplyChange(s, c));
       ready = ready && up;
     }
-    if (!ready && !started) {
+    if (!ready && !diff.started) {
       // Later stages wait; a pod or StatefulSet change requeues the job through the informers.
-      created_all = stage == max_stage;
+      later_stages_wait = stage < last;
       break;
     }
-    ready_so_far = ready_so_far && ready;
-    if (ready_so_far) stage_ready_through = stage;
   }
-  ADAM_RETURN_IF_ERROR(DeleteUnplanned(s, existing, desired_names));
-  if (created_all || stage_ready_through == max_stage)
+  ADAM_RETURN_IF_ERROR(DeleteUnplanned(s, diff.unplanned_pods));
+  if (!later_stages_wait)  // every object of the plan was made (the last stage's maybe not up yet)
     SetCondition(s, "Created", true, "ObjectsCreated", "every object of the plan exists");
   return OkStatus();
 }

@@ -18,6 +18,7 @@
 #include "reconcile/render.h"
 #include "reconcile/start_failures.h"
 #include "reconcile/state.h"
+#include "reconcile/status.h"
 #include "spec/adamjob.h"
 
 namespace adam::op {
@@ -251,19 +252,18 @@ bool Reconciler::OwnWrite(const kube::WatchEvent& ev) {
 // replacement of a failed pod, indefinitely.
 Status Reconciler::WriteStatus(State& s) {
   s.status["observedGeneration"] = s.generation;
-  if (s.status == s.old_status) return OkStatus();
   const std::string key = s.ns + "/" + s.name;
-  // A new throughput alone waits for the next of every 6 status periods (a minute by default):
-  // figures that move with every scrape would otherwise write the job every period.
-  if (s.status.contains("imagesPerSecond") && s.old_status.contains("imagesPerSecond")) {
-    Json a = s.status, b = s.old_status;
-    a.erase("imagesPerSecond");
-    b.erase("imagesPerSecond");
+  std::optional<std::chrono::milliseconds> since_last_write;
+  {
     MutexLock lock(mu_);
     auto last = status_writes_.find(key);
-    if (a == b && last != status_writes_.end() && s.now - last->second.at < 6 * status_period_)
-      return OkStatus();
+    if (last != status_writes_.end())
+      since_last_write =
+          std::chrono::duration_cast<std::chrono::milliseconds>(s.now - last->second.at);
   }
+  if (DecideStatusWrite(s.status, s.old_status, since_last_write, status_period_) !=
+      StatusWriteDecision::kWrite)
+    return OkStatus();
   Json updated = s.job;
   for (int attempt = 0;; ++attempt) {
     updated["status"] = s.status;
@@ -413,23 +413,11 @@ StatusOr<bool> Reconciler::Suspend(State& s) {
 }
 
 bool Reconciler::CountRoles(State& s) {
-  // The scale subresource's selector (kubectl scale, a HorizontalPodAutoscaler).
-  s.status["trainerSelector"] =
-      std::string(kJobLabel) + "=" + s.name + "," + kRoleLabel + "=" + RoleName(PodRole::kTrainer);
+  s.status["trainerSelector"] = TrainerSelector(s.name);
   const std::map<PodRole, RoleCount> counts =
       CountPods(*s.spec, children_->Owned(kube::Pods(), s.ns, s.name, s.uid),  // after the writes
                 children_->Owned(kube::StatefulSets(), s.ns, s.name, s.uid));
-  for (const auto& [role, c] : counts) {
-    const char* key = RoleName(role);
-    if (c.desired == 0 && !s.status["roles"].contains(key)) continue;
-    Json& r = s.status["roles"][key];
-    r["desired"] = c.desired;
-    r["active"] = c.active;
-    r["ready"] = c.ready;
-    r["succeeded"] = c.succeeded;
-    r["failed"] = c.failed;
-    if (!r.contains("restarts")) r["restarts"] = 0;
-  }
+  PutRoleCounts(counts, &s.status);
   return AllRunning(counts);
 }
 

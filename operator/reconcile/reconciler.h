@@ -38,6 +38,7 @@ namespace adam::op {
 using Json = kube::Json;
 
 struct WorkloadState;  // reconcile/kueue.h
+struct ObjectChange;   // reconcile/diff.h
 
 // What a job owns, as the caches see it.
 class Children {
@@ -193,14 +194,13 @@ class Reconciler {
   // A queued job's pods placed where Kueue admitted them (kueue.h: ApplyFlavors,
   // ApplyPodSetUpdates); false (with a condition and an event) when that contradicts the pods.
   StatusOr<bool> PlaceAdmitted(State& s, std::vector<Json>* desired);
-  // EnsureObjects' parts: the job's objects that exist ("Kind/name"), and one desired object
-  // made or updated, false while it is not ready (a pod or StatefulSet not yet up, or going).
+  // EnsureObjects' parts: the job's objects that exist ("Kind/name"); one change of the diff
+  // (diff.h) applied, false while its object is not ready (a pod or StatefulSet made or not yet
+  // up, one going, one whose make waits or was refused); the pods the plan no longer has deleted.
   std::map<std::string, Json> ExistingObjects(State& s);
-  StatusOr<bool> EnsureObject(State& s, const Json& o, const std::map<std::string, Json>& existing);
-  // The pods of `existing` (by key) the plan no longer has that may go: trainers, and parameter
-  // servers that retired.
-  Status DeleteUnplanned(State& s, const std::map<std::string, Json>& existing,
-                         const std::set<std::string>& desired);
+  StatusOr<bool> ApplyChange(State& s, const ObjectChange& c);
+  StatusOr<bool> MakeObject(State& s, const Json& o);
+  Status DeleteUnplanned(State& s, const std::vector<std::string>& pods);
   // An existing object `cur` brought back to what the operator owns of `o` (drift.h) by
   // server-side apply, or written whole where the API server refuses that apply: after another
   // client changed it (a Repaired event), or after the spec changed. A write still refused is a
