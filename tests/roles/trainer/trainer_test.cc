@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <future>
@@ -25,6 +26,7 @@
 #include "roles/trainer/small_model.h"
 #include "testing/synthetic.h"
 #include "testing/wait.h"
+#include "trainer/label_mix.h"
 #include "trainer/split_replica.h"
 #include "update/update_plan.h"
 
@@ -32,9 +34,12 @@ namespace adam::trainer {
 namespace {
 
 // The synthetic training and test sets, shared by `trainers` trainers in batches of 64.
-std::unique_ptr<data_server::DataSource> MakeSource(int trainers = 2) {
+// `blank`: every image alike (all pixels 0), the labels as they were: nothing to learn.
+std::unique_ptr<data_server::DataSource> MakeSource(int trainers = 2, bool blank = false) {
   data::Dataset train = testing::SyntheticDataset(800, 1);
   data::Dataset test = testing::SyntheticDataset(200, 2);
+  if (blank)
+    for (data::Dataset* d : {&train, &test}) std::fill(d->pixels.begin(), d->pixels.end(), 0);
   spec::AugmentSpec aug;
   aug.variants = 1;
   data_server::DataSourceOptions so;
@@ -174,13 +179,13 @@ class LocalParams {
 
 // Two trainers of two Hogwild workers each, every thread of the trainer at work (prefetch, sync,
 // workers, evaluation), both update protocols, no gRPC: one parameter server in process.
-std::vector<StatusOr<TrainerResult>> RunWithoutNetwork(spec::AdamJob job) {
+std::vector<StatusOr<TrainerResult>> RunWithoutNetwork(spec::AdamJob job, bool blank = false) {
   job.roles.parameter_server.replicas = 1;
   auto layout = model::ModelLayout::Make(job.model);
   auto map = shard::ShardMap::Make(layout->num_params(), 1 << 20, 1, job.training.seed);
   const auto plan =
       update::UpdatePlan::Make(*layout, *map, job.training.push_every, job.training.dense_updates);
-  auto source_ptr = MakeSource();
+  auto source_ptr = MakeSource(2, blank);
   data_server::DataSource& source = *source_ptr;
   std::vector<float> init(size_t(layout->num_params()));
   layout->InitParams(job.training.seed, init.data());
@@ -398,6 +403,57 @@ TEST(Divergence, IsALossFarAboveGuessing) {
   const std::string high = DivergenceMessage(4, 9.3, 10, 1, 1);  // 2 ln 10 = 4.6
   EXPECT_NE(high.find("loss is 9.3"), std::string::npos) << high;
   EXPECT_NE(high.find("guessing among 10 classes costs 2.303"), std::string::npos) << high;
+}
+
+// What guessing costs on the labels a trainer was sent.
+TEST(LabelMix, GuessingCostsTheEntropyOfTheLabelsSeen) {
+  LabelMix none(4);
+  EXPECT_DOUBLE_EQ(none.GuessingLoss(0), std::log(4.0));  // before any label
+  LabelMix even(4);
+  even.Add(std::string("\0\1\2\3\3\2\1\0", 8));
+  EXPECT_NEAR(even.GuessingLoss(0), std::log(4.0), 1e-12);
+  EXPECT_NEAR(even.GuessingLoss(0.1), std::log(4.0), 1e-12);  // smoothing keeps it even
+  LabelMix two(10);  // two classes of ten, as common: ln 2, not ln 10
+  two.Add(std::string("\1\7\1\7", 4));
+  two.Add(std::string(1, char(200)));  // past the classes: not counted
+  EXPECT_NEAR(two.GuessingLoss(0), std::log(2.0), 1e-12);
+  LabelMix one(4);
+  one.Add(std::string(5, '\2'));
+  EXPECT_DOUBLE_EQ(one.GuessingLoss(0), 0);
+  // Smoothed by s: the mean target is 1 - s + s/4 for class 2, s/4 for each other.
+  const double s = 0.2, hi = 1 - s + s / 4, lo = s / 4;
+  EXPECT_NEAR(one.GuessingLoss(s), -hi * std::log(hi) - 3 * lo * std::log(lo), 1e-12);
+}
+
+TEST(Divergence, ACollapseIsTwoEpochsNoBetterThanGuessing) {
+  const double ln10 = std::log(10.0);
+  EXPECT_EQ(CollapseMessage(2, ln10, 0.9 * ln10, ln10, 10, 0.02, 1), "");   // it learns
+  EXPECT_EQ(CollapseMessage(2, 0.99 * ln10, ln10, ln10, 10, 0.02, 1), "");  // it learnt
+  EXPECT_EQ(CollapseMessage(3, 0.5, 0.6, std::log(2.0), 10, 0.02, 1), "");
+  const std::string at = CollapseMessage(3, 2.3031, 2.3027, ln10, 10, 0.04, 64);
+  EXPECT_NE(at.find("training collapsed to chance in epoch 3: the mean training loss was 2.3031 "
+                    "and is 2.3027, no better than a model that ignores its input (2.3026 on "
+                    "these labels, 10 classes), at learning rate 0.04 with batch size 64"),
+            std::string::npos)
+      << at;
+  EXPECT_NE(at.find("lower spec.training.learningRate"), std::string::npos) << at;
+  // Two classes of ten in the data: guessing costs ln 2, and a model stuck there collapsed.
+  EXPECT_NE(CollapseMessage(2, 0.6931, 0.6940, std::log(2.0), 10, 0.5, 1), "");
+}
+
+// Every image alike: nothing can be learnt, so each trainer stops after its second epoch, as a
+// run that collapsed does, instead of training all of them at chance.
+TEST(NoNetworkCollapse, TrainersStopAfterTwoEpochsAtChance) {
+  spec::AdamJob job = Job(spec::Consistency::kAsync);
+  job.training.epochs = 6;
+  auto results = RunWithoutNetwork(job, /*blank=*/true);
+  for (int t = 0; t < 2; ++t) {
+    ASSERT_TRUE(results[size_t(t)].ok()) << results[size_t(t)].status().ToString();
+    EXPECT_EQ(results[size_t(t)]->epochs, 2) << "trainer " << t;
+    EXPECT_NE(results[size_t(t)]->diverged.find("training collapsed to chance in epoch 2"),
+              std::string::npos)
+        << results[size_t(t)]->diverged;
+  }
 }
 
 TEST_P(NoNetworkJob, TwoReplicasTrainFarAboveChance) {

@@ -113,6 +113,7 @@ void Trainer::Impl::PrefetchLoop() {
                              std::to_string(layout->classes()) + " classes"));
           return;
         }
+      label_mix.Add(resp.labels());
       if (resp.count() > 0) {
         BatchItem item;
         item.epoch = e;
@@ -274,6 +275,10 @@ bool Trainer::Impl::CheckLoss(int e, int first, double mean, double* previous_lo
                               TrainerResult* result) {
   result->diverged = DivergenceMessage(e + 1, mean, spec::NumClasses(job.model), rate.epoch_rate(),
                                        job.training.batch_size);
+  if (result->diverged.empty() && e > first)
+    result->diverged = CollapseMessage(
+        e + 1, *previous_loss, mean, label_mix.GuessingLoss(job.training.label_smoothing),
+        spec::NumClasses(job.model), rate.epoch_rate(), job.training.batch_size);
   if (!result->diverged.empty()) {
     events::Emit(events::Diverged{
         .trainer = opt.index, .epoch = e + 1, .loss = mean, .message = result->diverged});
@@ -443,6 +448,21 @@ std::string DivergenceMessage(int epoch, double loss, int classes, double learni
                 "classes costs %.3f) at learning rate %g with batch size %d; lower "
                 "spec.training.learningRate (by 10x to start), or add a learningRateDecay",
                 epoch, value, classes, uniform, learning_rate, batch_size);
+  return text;
+}
+
+std::string CollapseMessage(int epoch, double previous_loss, double loss, double guessing,
+                            int classes, double learning_rate, int batch_size) {
+  if (!(previous_loss >= 0.995 * guessing && loss >= 0.995 * guessing)) return "";
+  char text[896];
+  std::snprintf(text, sizeof text,
+                "training collapsed to chance in epoch %d: the mean training loss was %.4f and "
+                "is %.4f, no better than a model that ignores its input (%.4f on these labels, "
+                "%d classes), at learning rate %g with batch size %d. A step too large silences "
+                "a model's ReLUs and no later epoch brings them back: lower "
+                "spec.training.learningRate, or add warmupEpochs (if the rate is already tiny, "
+                "it moves nothing: raise it)",
+                epoch, previous_loss, loss, guessing, classes, learning_rate, batch_size);
   return text;
 }
 

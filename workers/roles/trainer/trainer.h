@@ -107,6 +107,15 @@ bool LossRose(double previous, double loss);
 std::string DivergenceMessage(int epoch, double loss, int classes, double learning_rate,
                               int batch_size);
 
+// Whether training collapsed to chance: two epochs in a row (`previous_loss` and `loss`, the mean
+// training losses of epochs `epoch` - 1 and `epoch`) no better than guessing, each at least 99.5%
+// of `guessing`, the loss of a model whose output ignores its input (label_mix.h: the entropy of
+// the training labels, ln(classes) when every class is as common). Such a model (its ReLUs
+// silenced by a step too large) stays there for good; one that learns anything falls below it
+// within its first epoch. Returns the message for the user (what it means and what to do), or "".
+std::string CollapseMessage(int epoch, double previous_loss, double loss, double guessing,
+                            int classes, double learning_rate, int batch_size);
+
 class Trainer {
  public:
   // `data` reaches the data server; `ps` the parameter servers.

@@ -15,6 +15,7 @@
 #include "core/thread_name.h"
 #include "model/layout.h"
 #include "trainer/batch_queue.h"
+#include "trainer/label_mix.h"
 #include "trainer/push_gate.h"
 #include "trainer/replica.h"
 #include "trainer/replica_sync.h"
@@ -87,6 +88,8 @@ struct Trainer::Impl {
   // The learning rate: the epoch's, started before its workers run; per step, read by the workers
   // at images_total (its share set by CheckDataServer).
   StepRate rate{job.training};
+  // The training labels the prefetch thread was sent: what guessing costs on them (a collapse).
+  LabelMix label_mix{spec::NumClasses(job.model)};
   std::atomic<int64_t> images_total{0};  // relaxed: statistics, and a step's place in its epoch
   FirstError error;                      // the run's first error; error.failed() stops every loop
 
