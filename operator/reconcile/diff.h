@@ -44,8 +44,10 @@ struct ObjectDiff {
   // then made again at once, whatever the other stages' state, instead of stage by stage.
   bool started = false;
   // Pods to delete: trainers the plan no longer has (a scale-down), and parameter servers it no
-  // longer has once they retired (exited 0 after the controller moved their copies). Nothing else
-  // goes for a changed spec.
+  // longer has (parameterServer.replicas lowered, copies > 1) once they retired: such a server
+  // exits 0 by itself when the controller has moved its copies to the others, and serves until
+  // then. Nothing else goes for a changed spec: the controllers hold the shard map, whose shape
+  // the CRD keeps immutable; if a change slipped past it, they keep running.
   std::vector<std::string> unplanned_pods;
 };
 
