@@ -71,24 +71,41 @@ void Sim::Send(int from, int to, uint64_t to_life, std::function<void()> deliver
   queue_.push(std::move(m));
 }
 
+// One message's fate folded into the digest (splitmix64's finaliser over each field in turn).
+void Sim::Trace(const Message& m, int fate) {
+  for (uint64_t v :
+       {uint64_t(m.at), m.order, uint64_t(m.from), uint64_t(m.to), m.to_life, uint64_t(fate)}) {
+    uint64_t z = digest_ ^ (v + 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    digest_ = z ^ (z >> 31);
+  }
+}
+
 void Sim::Deliver() {
   while (!queue_.empty() && queue_.top().at <= now_ && ok()) {
     Message m = queue_.top();
     queue_.pop();
     if (cut_.count({m.from, m.to})) {
+      Trace(m, 1);
       ++counts_.dropped;
       continue;
     }
     if (m.to < options_.servers) {
       Server& s = *servers_[size_t(m.to)];
-      if (!s.up || s.life != m.to_life) continue;  // the process it was sent to is gone
-      if (s.paused_until > now_) {                 // frozen: it reads the message when it goes on
+      if (!s.up || s.life != m.to_life) {  // the process it was sent to is gone
+        Trace(m, 2);
+        continue;
+      }
+      if (s.paused_until > now_) {  // frozen: it reads the message when it goes on
+        Trace(m, 3);
         m.at = s.paused_until;
         m.order = order_++;
         queue_.push(std::move(m));
         continue;
       }
     }
+    Trace(m, 0);
     m.deliver();
   }
 }

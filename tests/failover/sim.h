@@ -144,9 +144,14 @@ class Sim {
     uint64_t resizes = 0;   // elastic: server count changes
     uint64_t retired = 0;   // elastic: servers that left and exited
     uint64_t handoffs = 0;  // primaries handed over by a rebalance (the old one alive)
+    bool operator==(const Counts&) const = default;
   };
   const Counts& counts() const { return counts_; }
   int64_t now() const { return now_; }
+  // A digest of every message taken off the queue, in order (its tick, its sequence number, its
+  // ends, and whether it was delivered, dropped, held for a paused server or addressed to a
+  // process that is gone): two runs of one seed that took the same path have the same digest.
+  uint64_t trace_digest() const { return digest_; }
 
  private:
   struct Server;
@@ -235,6 +240,8 @@ class Sim {
   int wanted_ = 0;  // the servers the job wants (elastic: servers - 1 or servers)
   std::string failure_;
   Counts counts_;
+  uint64_t digest_ = 0;  // trace_digest()
+  void Trace(const Message& m, int fate);
 };
 
 }  // namespace adam::failover_sim
