@@ -19,6 +19,7 @@
 #include "reconcile/render.h"
 #include "reconcile/start_failures.h"
 #include "reconcile/state.h"
+#include "reconcile/status.h"
 #include "spec/adamjob.h"
 
 namespace adam::op {
@@ -347,17 +348,13 @@ void Reconciler::BackOff(State& s, const std::set<std::string>& roles) {
   for (const std::string& role : roles) {
     Json& rs = s.status["roles"][role];
     if (!rs.is_object()) rs = Json::object();
-    const auto last = ParseTime(rs.value("lastFailureTime", ""));
-    const bool recent = last && s.now - *last < 2 * backoff_max_;
-    const int n = recent ? rs.value("recentFailures", 0) + 1 : 1;
+    const RoleBackoff b =
+        NextBackoff(rs.value("recentFailures", 0), ParseTime(rs.value("lastFailureTime", "")),
+                    s.now, backoff_initial_, backoff_max_);
+    const int n = b.recent_failures;
+    const auto delay = b.delay;
     rs["recentFailures"] = n;
     rs["lastFailureTime"] = FormatTime(s.now);
-    auto delay = std::chrono::milliseconds(0);
-    if (n > 1 && backoff_initial_.count() > 0) {
-      delay = backoff_initial_;
-      for (int i = 2; i < n && delay < backoff_max_; ++i) delay *= 2;
-      delay = std::min(delay, backoff_max_);
-    }
     if (delay.count() == 0) {
       rs.erase("createAfter");
       continue;

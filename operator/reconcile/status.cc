@@ -1,6 +1,8 @@
 // The status phase: status.roles written from the counts, and whether a status is written.
 #include "reconcile/status.h"
 
+#include <algorithm>
+
 namespace adam::op {
 
 void PutRoleCounts(const std::map<PodRole, RoleCount>& counts, Json* status) {
@@ -33,6 +35,21 @@ StatusWriteDecision DecideStatusWrite(const Json& status, const Json& old_status
   a.erase("imagesPerSecond");
   b.erase("imagesPerSecond");
   return a == b ? StatusWriteDecision::kHeld : StatusWriteDecision::kWrite;
+}
+
+RoleBackoff NextBackoff(int recent_failures,
+                        std::optional<std::chrono::system_clock::time_point> last_failure,
+                        std::chrono::system_clock::time_point now,
+                        std::chrono::milliseconds initial, std::chrono::milliseconds max) {
+  RoleBackoff b;
+  const bool recent = last_failure && now - *last_failure < 2 * max;
+  b.recent_failures = recent ? recent_failures + 1 : 1;
+  if (b.recent_failures > 1 && initial.count() > 0) {
+    b.delay = initial;
+    for (int i = 2; i < b.recent_failures && b.delay < max; ++i) b.delay *= 2;
+    b.delay = std::min(b.delay, max);
+  }
+  return b;
 }
 
 }  // namespace adam::op

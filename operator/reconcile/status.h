@@ -36,4 +36,20 @@ StatusWriteDecision DecideStatusWrite(const Json& status, const Json& old_status
                                       std::optional<std::chrono::milliseconds> since_last_write,
                                       std::chrono::milliseconds status_period);
 
+// A role's back-off after one more of its pods failed (kept in status.roles.<role>:
+// recentFailures, lastFailureTime, createAfter, so that a new operator leader keeps it).
+struct RoleBackoff {
+  int recent_failures = 1;             // in a row, this one included
+  std::chrono::milliseconds delay{0};  // before the role's pods are made again; 0: at once
+};
+
+// The back-off of a role that failed at `now`, `recent_failures` times before, the last at
+// `last_failure` (none: never). A failure more than 2 x `max` after the last starts the count
+// again. The first failure waits for nothing; the second waits `initial`, each one after that
+// twice as long as the one before, at most `max` (`initial` 0: never any wait).
+RoleBackoff NextBackoff(int recent_failures,
+                        std::optional<std::chrono::system_clock::time_point> last_failure,
+                        std::chrono::system_clock::time_point now,
+                        std::chrono::milliseconds initial, std::chrono::milliseconds max);
+
 }  // namespace adam::op

@@ -55,5 +55,34 @@ TEST(Status, AThroughputThatMovesAloneWaitsForEverySixthPeriod) {
   EXPECT_EQ(DecideStatusWrite(old, first, milliseconds(1), period), StatusWriteDecision::kWrite);
 }
 
+// Each failure in a row doubles the wait before the role's pods are made again, up to the
+// most; a failure long after the last starts the count again.
+TEST(Status, ABackoffDoublesUpToItsMostAndStartsAgainAfterAQuietSpell) {
+  const milliseconds initial(10000), most(40000);
+  const auto t0 = std::chrono::system_clock::time_point{} + std::chrono::hours(1000);
+  RoleBackoff b = NextBackoff(0, std::nullopt, t0, initial, most);
+  EXPECT_EQ(b.recent_failures, 1);
+  EXPECT_EQ(b.delay, milliseconds(0));  // the first failure: made again at once
+  const milliseconds want[] = {milliseconds(10000), milliseconds(20000), milliseconds(40000),
+                               milliseconds(40000)};
+  auto last = t0;
+  for (int n = 2; n <= 5; ++n) {
+    const auto now = last + std::chrono::seconds(5);
+    b = NextBackoff(n - 1, last, now, initial, most);
+    EXPECT_EQ(b.recent_failures, n);
+    EXPECT_EQ(b.delay, want[n - 2]) << "failure " << n;
+    last = now;
+  }
+  // Within twice the most since the last failure the count goes on; at it, it starts again.
+  EXPECT_EQ(NextBackoff(5, last, last + milliseconds(79999), initial, most).recent_failures, 6);
+  b = NextBackoff(5, last, last + milliseconds(80000), initial, most);
+  EXPECT_EQ(b.recent_failures, 1);
+  EXPECT_EQ(b.delay, milliseconds(0));
+  // No initial back-off: failures are counted, and nothing waits.
+  b = NextBackoff(3, last, last + milliseconds(1), milliseconds(0), most);
+  EXPECT_EQ(b.recent_failures, 4);
+  EXPECT_EQ(b.delay, milliseconds(0));
+}
+
 }  // namespace
 }  // namespace adam::op
