@@ -59,21 +59,16 @@ def targets():
         for m in re.finditer(r"set_source_files_properties\(([^)]*?)PROPERTIES\s+"
                              r"SKIP_UNITY_BUILD_INCLUSION\s+ON", text):
             skipped.update(m.group(1).split())
-        if re.search(r"UNITY_BUILD\s+OFF", text):
-            off = set(re.findall(r"set_target_properties\((\w+)\s+PROPERTIES\s+UNITY_BUILD\s+OFF",
-                                 text))
-        else:
-            off = set()
+        off = set(re.findall(r"set_target_properties\((\w+)\s+PROPERTIES\s+UNITY_BUILD\s+OFF",
+                             text))
         for m in CALL.finditer(text):
             words = m.group(2).split()
-            name, rest = words[0], words[1:]
-            if name in off:
+            if not words or words[0] in off:
                 continue
+            name, rest = words[0], words[1:]
             sources, taking = [], m.group(1) in ("add_library", "add_executable")
             for w in rest:
-                if w == "SOURCES":
-                    taking = True
-                elif w in KEYWORDS:
+                if w in KEYWORDS:
                     taking = w == "SOURCES"
                 elif taking and w.endswith((".cc", ".cpp")) and "$" not in w and w not in skipped:
                     sources.append(cmake.parent / w)

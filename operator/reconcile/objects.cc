@@ -2,12 +2,10 @@
 // the start, a gang's PodGroup first, drift put back.
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iterator>
 #include <map>
-#include <set>
 
 #include "core/exit_codes.h"
 #include "net/tls.h"

@@ -1,6 +1,7 @@
 // The failover simulation's world (sim.h): setup, the simulated network and its faults, the steps,
 // and the checks that no acknowledged update is lost. The roles' loops are in sim_roles.cc.
 #include "failover/sim_parts.h"
+#include "shard/shard_map.h"
 
 namespace adam::failover_sim {
 
@@ -71,15 +72,11 @@ void Sim::Send(int from, int to, uint64_t to_life, std::function<void()> deliver
   queue_.push(std::move(m));
 }
 
-// One message's fate folded into the digest (splitmix64's finaliser over each field in turn).
+// One message's fate folded into the digest, field by field (shard::Mix64, SplitMix64).
 void Sim::Trace(const Message& m, int fate) {
   for (uint64_t v :
-       {uint64_t(m.at), m.order, uint64_t(m.from), uint64_t(m.to), m.to_life, uint64_t(fate)}) {
-    uint64_t z = digest_ ^ (v + 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    digest_ = z ^ (z >> 31);
-  }
+       {uint64_t(m.at), m.order, uint64_t(m.from), uint64_t(m.to), m.to_life, uint64_t(fate)})
+    digest_ = shard::Mix64(digest_ ^ v);
 }
 
 void Sim::Deliver() {
